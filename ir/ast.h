@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The syntax tree of one source file: functions, their statements, and the policies attached to
+ * action calls. Statements are a tree in an arena; expressions are indices into the program's
+ * expression pool (ir/expr.h). Built by the parser, annotated by the checker (which resolves
+ * builtins and marks helper calls), read by the compiler. Not thread-safe; immutable once
+ * checked.
+ */
+#ifndef IR_AST_H
+#define IR_AST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir/base/arena.h"
+#include "ir/expr.h"
+
+struct ir_pos {
+    uint32_t line;
+    uint32_t col;
+};
+
+/* A list of identifiers with their positions (targets, parameters, exception types). */
+struct ir_names {
+    const char **items;
+    struct ir_pos *pos;
+    uint32_t len;
+};
+
+enum ir_policy_kind { IR_POLICY_RETRY = 0, IR_POLICY_TIMEOUT };
+
+/* Default base delay for retries without `backoff:` (documented in docs/language.md). */
+#define IR_DEFAULT_BACKOFF_MS 1000
+/* Exponential backoff is capped here (IR.md: factor 2, capped at 1h). */
+#define IR_MAX_BACKOFF_MS (3600 * 1000)
+
+struct ir_policy {
+    enum ir_policy_kind kind;
+    struct ir_pos pos;
+    struct ir_names types; /* RETRY: error types it applies to; empty = any except timeouts */
+    int64_t retries;       /* RETRY */
+    int64_t backoff_ms;    /* RETRY */
+    int64_t timeout_ms;    /* TIMEOUT */
+};
+
+struct ir_kwarg {
+    const char *name;
+    struct ir_pos pos;
+    uint32_t expr;
+};
+
+/* `@mod.action(k=v, ...) [policy]...` */
+struct ir_action_call {
+    const char *name; /* "mod.action" */
+    struct ir_pos pos;
+    struct ir_kwarg *kwargs;
+    uint32_t nkwargs;
+    struct ir_policy *policies;
+    uint32_t npolicies;
+};
+
+enum ir_stmt_kind {
+    IR_S_ASSIGN = 0, /* targets = expr (no targets: expression statement) */
+    IR_S_ACTION,     /* [targets =] @action(...) */
+    IR_S_CALL,       /* [targets =] helper(...): set by the checker on an ASSIGN */
+    IR_S_SPREAD,     /* targets = spread coll:item -> @action(...) */
+    IR_S_PARALLEL,   /* targets = parallel: calls */
+    IR_S_IF,
+    IR_S_FOR,
+    IR_S_WHILE,
+    IR_S_BREAK,
+    IR_S_CONTINUE,
+    IR_S_PASS,
+    IR_S_TRY,
+    IR_S_RETURN,
+    IR_S_SLEEP,
+    IR_S_KIND_COUNT_
+};
+
+struct ir_stmt;
+
+struct ir_block {
+    struct ir_stmt **items;
+    uint32_t len;
+};
+
+/* One arm of an `if`/`elif`; the `else` arm has cond == IR_NO_EXPR. */
+struct ir_arm {
+    uint32_t cond;
+    struct ir_pos pos;
+    struct ir_block body;
+};
+
+struct ir_handler {
+    struct ir_pos pos;
+    struct ir_names types; /* empty: bare `except:` */
+    const char *bind;      /* `as e`, or NULL */
+    struct ir_pos bind_pos;
+    struct ir_block body;
+};
+
+/* A branch of a `parallel:` block: an action call or a helper call (expr is an IR_X_CALL). */
+struct ir_pbranch {
+    struct ir_pos pos;
+    bool is_action;
+    struct ir_action_call action;
+    uint32_t call; /* helper call expression when !is_action */
+};
+
+struct ir_stmt {
+    enum ir_stmt_kind kind;
+    struct ir_pos pos;
+    struct ir_names targets; /* ASSIGN, ACTION, CALL, SPREAD, PARALLEL, FOR (loop variables) */
+    uint32_t expr; /* ASSIGN value, CALL call, SPREAD collection, FOR iterable, WHILE condition,
+                      RETURN value (or IR_NO_EXPR), SLEEP duration */
+    struct ir_action_call action; /* ACTION, SPREAD */
+    const char *item;             /* SPREAD item variable */
+    struct ir_pos item_pos;
+    struct ir_pbranch *branches; /* PARALLEL */
+    uint32_t nbranches;
+    struct ir_arm *arms; /* IF (last arm may be the else) */
+    uint32_t narms;
+    struct ir_block body;        /* FOR, WHILE, TRY */
+    struct ir_handler *handlers; /* TRY */
+    uint32_t nhandlers;
+    bool helper_call; /* RETURN: expr is a helper call (set by the checker) */
+};
+
+struct ir_func {
+    const char *name;
+    struct ir_pos pos;
+    struct ir_names inputs;
+    struct ir_names outputs;
+    struct ir_block body;
+};
+
+/* A parsed source file. Owns its arena and expression pool. */
+struct ir_program {
+    struct cn_arena *arena;
+    struct ir_xpool exprs;
+    struct ir_func *funcs;
+    uint32_t nfuncs;
+};
+
+/* Frees the program and everything it owns. NULL is a no-op. */
+void ir_program_free(struct ir_program *p);
+
+/* Returns the function called name, or NULL. */
+const struct ir_func *ir_program_func(const struct ir_program *p, const char *name);
+
+/* The entry function: `main`, or the only function. NULL if neither exists. */
+const struct ir_func *ir_program_entry(const struct ir_program *p);
+
+const char *ir_stmt_kind_name(enum ir_stmt_kind k);
+
+#endif

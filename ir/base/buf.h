@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A growable byte buffer (used for text output, JSON encoding and msgpack packing). Always
+ * NUL-terminated after a successful append so it can be printed as a C string. Not thread-safe:
+ * one owner at a time.
+ */
+#ifndef IR_BASE_BUF_H
+#define IR_BASE_BUF_H
+
+#include <stddef.h>
+
+#include "ir/base/err.h"
+
+struct cn_buf {
+    char *data; /* NULL until the first append */
+    size_t len;
+    size_t cap;
+};
+
+#define CN_BUF_INIT \
+    {               \
+        NULL, 0, 0  \
+    }
+
+/* Makes room for at least `extra` more bytes. Returns CN_OK or CN_NOMEM. */
+CN_MUST_CHECK cn_err cn_buf_reserve(struct cn_buf *b, size_t extra);
+
+/* Appends bytes (copies). Returns CN_OK or CN_NOMEM. */
+CN_MUST_CHECK cn_err cn_buf_append(struct cn_buf *b, const void *p, size_t n);
+
+/* Appends a NUL-terminated string. Returns CN_OK or CN_NOMEM. */
+CN_MUST_CHECK cn_err cn_buf_puts(struct cn_buf *b, const char *s);
+
+/* Appends one byte. Returns CN_OK or CN_NOMEM. */
+CN_MUST_CHECK cn_err cn_buf_putc(struct cn_buf *b, char c);
+
+/* Appends formatted text. Returns CN_OK or CN_NOMEM. */
+CN_MUST_CHECK cn_err cn_buf_printf(struct cn_buf *b, const char *fmt, ...) CN_PRINTF(2, 3);
+
+/* Empties the buffer, keeping its storage. */
+void cn_buf_clear(struct cn_buf *b);
+
+/* Releases the storage; the buffer is empty and reusable afterwards. Accepts a zeroed buffer. */
+void cn_buf_fini(struct cn_buf *b);
+
+/* Hands the storage to the caller (free with free()); the buffer becomes empty. Never NULL on
+ * CN_OK: an empty buffer yields "". Returns CN_OK or CN_NOMEM. */
+CN_MUST_CHECK cn_err cn_buf_take(struct cn_buf *b, char **out, size_t *len_out);
+
+#endif

@@ -1,0 +1,699 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Semantic checks (IR.md "Compile-time checks"): names read before assignment on some path
+ * (a definite-assignment analysis over the structured statements, with bitsets per function),
+ * unknown functions, builtin and helper arity, helper calls in positions that cannot be
+ * inlined, break/continue outside loops, and recursion among helpers. Also resolves builtin
+ * calls (ir_expr.op) and turns `x = helper(...)` into IR_S_CALL statements for the compiler.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/base/strmap.h"
+#include "ir/base/vec.h"
+#include "ir/compile.h"
+
+/* A definite-assignment state: bit i set = variable i is assigned on every path to here.
+ * `dead` marks unreachable code (after return/break/continue), which counts as "everything
+ * assigned" so it is neutral in a meet. */
+struct dstate {
+    uint64_t *bits;
+    bool dead;
+};
+
+struct call_edge {
+    uint32_t callee;
+    struct ir_pos pos;
+};
+
+struct call_vec {
+    struct call_edge *items;
+    size_t len, cap;
+};
+
+struct loop_ctx {
+    struct dstate brk; /* meet of the states at each break */
+    bool has_break;
+};
+
+struct checker {
+    struct ir_program *p;
+    struct ir_diags *d;
+    cn_err rv;
+    struct cn_strmap funcs; /* name -> index in p->funcs */
+    struct call_vec *calls; /* per function: helpers it calls */
+    /* per function being checked */
+    uint32_t fidx;
+    struct cn_strmap vars; /* name -> bit */
+    uint32_t nvars;
+    size_t words;
+    uint8_t *reported;          /* per variable: "maybe unassigned" already reported */
+    struct cn_strmap undefined; /* names already reported as undefined */
+    int loop_depth;
+    struct loop_ctx *loop;
+};
+
+static void walk_block(struct checker *c, const struct ir_block *b, struct dstate *st);
+
+static void
+nomem(struct checker *c)
+{
+    c->rv = CN_NOMEM;
+}
+
+/* ---- bitsets ------------------------------------------------------------------------------ */
+
+static struct dstate
+ds_new(struct checker *c, bool dead)
+{
+    struct dstate s;
+
+    s.bits = calloc(c->words ? c->words : 1, sizeof(uint64_t));
+    s.dead = dead;
+    if (s.bits == NULL) {
+        nomem(c);
+    }
+    return s;
+}
+
+static struct dstate
+ds_copy(struct checker *c, const struct dstate *from)
+{
+    struct dstate s = ds_new(c, from->dead);
+
+    if (s.bits != NULL && from->bits != NULL) {
+        memcpy(s.bits, from->bits, (c->words ? c->words : 1) * sizeof(uint64_t));
+    }
+    return s;
+}
+
+static void
+ds_free(struct dstate *s)
+{
+    free(s->bits);
+    s->bits = NULL;
+}
+
+/* into := into meet other (intersection; dead is the identity). */
+static void
+ds_meet(struct checker *c, struct dstate *into, const struct dstate *other)
+{
+    size_t i;
+
+    if (other->dead || into->bits == NULL || other->bits == NULL) {
+        return;
+    }
+    if (into->dead) {
+        memcpy(into->bits, other->bits, (c->words ? c->words : 1) * sizeof(uint64_t));
+        into->dead = false;
+        return;
+    }
+    for (i = 0; i < c->words; i++) {
+        into->bits[i] &= other->bits[i];
+    }
+}
+
+static void
+ds_set(struct checker *c, struct dstate *s, const char *name)
+{
+    uint32_t v;
+
+    if (s->bits != NULL && cn_strmap_get(&c->vars, name, &v)) {
+        s->bits[v / 64] |= (uint64_t) 1 << (v % 64);
+    }
+}
+
+static bool
+ds_has(const struct dstate *s, uint32_t v)
+{
+    return s->dead || s->bits == NULL || (s->bits[v / 64] >> (v % 64)) & 1;
+}
+
+static void
+ds_set_names(struct checker *c, struct dstate *s, const struct ir_names *n)
+{
+    uint32_t i;
+
+    for (i = 0; i < n->len; i++) {
+        ds_set(c, s, n->items[i]);
+    }
+}
+
+/* ---- collecting a function's variables ---------------------------------------------------- */
+
+static void
+add_var(struct checker *c, const char *name)
+{
+    uint32_t v;
+
+    if (c->rv != CN_OK || cn_strmap_get(&c->vars, name, &v)) {
+        return;
+    }
+    if (cn_strmap_put(&c->vars, name, c->nvars) != CN_OK) {
+        nomem(c);
+        return;
+    }
+    c->nvars++;
+}
+
+static void
+add_vars(struct checker *c, const struct ir_names *n)
+{
+    uint32_t i;
+
+    for (i = 0; i < n->len; i++) {
+        add_var(c, n->items[i]);
+    }
+}
+
+static void
+collect_block(struct checker *c, const struct ir_block *b)
+{
+    uint32_t i, j;
+
+    for (i = 0; i < b->len; i++) {
+        const struct ir_stmt *s = b->items[i];
+        add_vars(c, &s->targets);
+        if (s->item != NULL) {
+            add_var(c, s->item);
+        }
+        for (j = 0; j < s->narms; j++) {
+            collect_block(c, &s->arms[j].body);
+        }
+        collect_block(c, &s->body);
+        for (j = 0; j < s->nhandlers; j++) {
+            if (s->handlers[j].bind != NULL) {
+                add_var(c, s->handlers[j].bind);
+            }
+            collect_block(c, &s->handlers[j].body);
+        }
+    }
+}
+
+/* ---- expressions -------------------------------------------------------------------------- */
+
+static void
+check_name(struct checker *c, const struct ir_expr *e, const struct dstate *st)
+{
+    uint32_t v, dummy;
+
+    if (cn_strmap_get(&c->vars, e->name, &v)) {
+        if (!ds_has(st, v) && !c->reported[v]) {
+            c->reported[v] = 1;
+            ir_diags_add(c->d, e->line, e->col,
+                         "variable '%s' may be used before it is assigned (it is not assigned on "
+                         "every path to here)",
+                         e->name);
+        }
+        return;
+    }
+    if (cn_strmap_get(&c->undefined, e->name, &dummy)) {
+        return;
+    }
+    if (cn_strmap_put(&c->undefined, e->name, 0) != CN_OK) {
+        nomem(c);
+        return;
+    }
+    if (cn_strmap_get(&c->funcs, e->name, &dummy) ||
+        ir_builtin_lookup(e->name) != IR_B_UNRESOLVED) {
+        ir_diags_add(c->d, e->line, e->col, "function '%s' cannot be used as a value; call it",
+                     e->name);
+    } else {
+        ir_diags_add(c->d, e->line, e->col, "name '%s' is not defined", e->name);
+    }
+}
+
+static void check_expr(struct checker *c, uint32_t i, const struct dstate *st);
+
+static void
+check_builtin_call(struct checker *c, struct ir_expr *e)
+{
+    enum ir_builtin b = ir_builtin_lookup(e->name);
+    unsigned lo, hi, npos = e->nargs - e->nkw;
+
+    if (b == IR_B_UNRESOLVED) {
+        ir_diags_add(c->d, e->line, e->col,
+                     "unknown function '%s' (not a builtin and not a function in this file)",
+                     e->name);
+        return;
+    }
+    e->op = (uint8_t) b;
+    if (e->nkw > 0) {
+        ir_diags_add(c->d, e->line, e->col, "builtin '%s' takes no keyword arguments", e->name);
+        return;
+    }
+    ir_builtin_arity(b, &lo, &hi);
+    if (npos < lo || npos > hi) {
+        if (lo == hi) {
+            ir_diags_add(c->d, e->line, e->col, "%s() takes exactly %u argument%s (%u given)",
+                         e->name, lo, lo == 1 ? "" : "s", npos);
+        } else if (hi == 255) {
+            ir_diags_add(c->d, e->line, e->col, "%s() takes at least %u argument%s (%u given)",
+                         e->name, lo, lo == 1 ? "" : "s", npos);
+        } else {
+            ir_diags_add(c->d, e->line, e->col, "%s() takes %u to %u arguments (%u given)", e->name,
+                         lo, hi, npos);
+        }
+    }
+}
+
+static void
+check_expr(struct checker *c, uint32_t i, const struct dstate *st)
+{
+    struct ir_expr *e;
+    uint32_t k, dummy;
+
+    if (i == IR_NO_EXPR || c->rv != CN_OK) {
+        return;
+    }
+    e = &c->p->exprs.items[i];
+    if (e->kind == IR_X_NAME) {
+        check_name(c, e, st);
+        return;
+    }
+    if (e->kind == IR_X_CALL) {
+        if (cn_strmap_get(&c->funcs, e->name, &dummy)) {
+            ir_diags_add(c->d, e->line, e->col,
+                         "helper '%s' must be called as a statement of its own (x = %s(...)): "
+                         "helpers are inlined into the workflow graph",
+                         e->name, e->name);
+        } else {
+            check_builtin_call(c, e);
+        }
+    }
+    for (k = 0; k < e->nargs; k++) {
+        check_expr(c, ir_xchild(&c->p->exprs, e, k), st);
+    }
+}
+
+/* Checks a helper call `g(args)` made from the current function; records the call edge. */
+static void
+check_helper_call(struct checker *c, uint32_t i, const struct dstate *st)
+{
+    struct ir_expr *e = &c->p->exprs.items[i];
+    uint32_t gi, k, j, npos = e->nargs - e->nkw;
+    const struct ir_func *g;
+    struct call_edge edge;
+    bool *given;
+
+    (void) cn_strmap_get(&c->funcs, e->name, &gi);
+    g = &c->p->funcs[gi];
+    for (k = 0; k < e->nargs; k++) {
+        check_expr(c, ir_xchild(&c->p->exprs, e, k), st);
+    }
+    edge.callee = gi;
+    edge.pos.line = e->line;
+    edge.pos.col = e->col;
+    if (CN_VEC_PUSH(&c->calls[c->fidx], edge) != CN_OK) {
+        nomem(c);
+        return;
+    }
+    if (npos > g->inputs.len) {
+        ir_diags_add(c->d, e->line, e->col, "helper '%s' takes %u argument%s (%u given)", g->name,
+                     g->inputs.len, g->inputs.len == 1 ? "" : "s", npos);
+        return;
+    }
+    given = calloc(g->inputs.len + 1, sizeof(*given));
+    if (given == NULL) {
+        nomem(c);
+        return;
+    }
+    for (k = 0; k < npos; k++) {
+        given[k] = true;
+    }
+    for (k = 0; k < e->nkw; k++) {
+        for (j = 0; j < g->inputs.len; j++) {
+            if (strcmp(g->inputs.items[j], e->kwnames[k]) == 0) {
+                break;
+            }
+        }
+        if (j == g->inputs.len) {
+            ir_diags_add(c->d, e->line, e->col, "helper '%s' has no input named '%s'", g->name,
+                         e->kwnames[k]);
+        } else if (given[j]) {
+            ir_diags_add(c->d, e->line, e->col, "argument '%s' given twice in call to '%s'",
+                         e->kwnames[k], g->name);
+        } else {
+            given[j] = true;
+        }
+    }
+    for (j = 0; j < g->inputs.len; j++) {
+        if (!given[j]) {
+            ir_diags_add(c->d, e->line, e->col, "missing argument '%s' in call to helper '%s'",
+                         g->inputs.items[j], g->name);
+        }
+    }
+    free(given);
+}
+
+static bool
+is_helper_call(struct checker *c, uint32_t i)
+{
+    uint32_t dummy;
+    const struct ir_expr *e;
+
+    if (i == IR_NO_EXPR) {
+        return false;
+    }
+    e = &c->p->exprs.items[i];
+    return e->kind == IR_X_CALL && cn_strmap_get(&c->funcs, e->name, &dummy);
+}
+
+static void
+check_action(struct checker *c, const struct ir_action_call *a, const struct dstate *st)
+{
+    uint32_t k;
+
+    for (k = 0; k < a->nkwargs; k++) {
+        check_expr(c, a->kwargs[k].expr, st);
+    }
+}
+
+static bool
+is_const_true(struct checker *c, uint32_t i)
+{
+    const struct ir_expr *e = &c->p->exprs.items[i];
+    return e->kind == IR_X_CONST && e->val.type == IR_T_BOOL && e->val.u.b;
+}
+
+/* ---- statements --------------------------------------------------------------------------- */
+
+static void
+walk_loop_body(struct checker *c, const struct ir_block *body, struct dstate *in,
+               struct loop_ctx *lc)
+{
+    struct loop_ctx *saved = c->loop;
+    struct dstate b = ds_copy(c, in);
+
+    lc->brk = ds_new(c, true);
+    lc->has_break = false;
+    c->loop = lc;
+    c->loop_depth++;
+    walk_block(c, body, &b);
+    c->loop_depth--;
+    c->loop = saved;
+    ds_free(&b);
+}
+
+static void
+walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
+{
+    uint32_t i;
+
+    switch (s->kind) {
+    case IR_S_ASSIGN:
+        if (is_helper_call(c, s->expr)) {
+            s->kind = IR_S_CALL;
+            check_helper_call(c, s->expr, st);
+        } else {
+            check_expr(c, s->expr, st);
+        }
+        ds_set_names(c, st, &s->targets);
+        break;
+    case IR_S_CALL: /* already converted (not reached on a first check) */
+        check_helper_call(c, s->expr, st);
+        ds_set_names(c, st, &s->targets);
+        break;
+    case IR_S_ACTION:
+        check_action(c, &s->action, st);
+        ds_set_names(c, st, &s->targets);
+        break;
+    case IR_S_SPREAD: {
+        struct dstate inner;
+        check_expr(c, s->expr, st);
+        inner = ds_copy(c, st);
+        ds_set(c, &inner, s->item);
+        check_action(c, &s->action, &inner);
+        ds_free(&inner);
+        ds_set_names(c, st, &s->targets);
+        break;
+    }
+    case IR_S_PARALLEL:
+        for (i = 0; i < s->nbranches; i++) {
+            struct ir_pbranch *b = &s->branches[i];
+            if (b->is_action) {
+                check_action(c, &b->action, st);
+            } else if (is_helper_call(c, b->call)) {
+                check_helper_call(c, b->call, st);
+            } else {
+                const struct ir_expr *e = &c->p->exprs.items[b->call];
+                ir_diags_add(c->d, e->line, e->col,
+                             "only actions and helper functions can run in parallel; '%s' is "
+                             "%s",
+                             e->name,
+                             ir_builtin_lookup(e->name) != IR_B_UNRESOLVED
+                                 ? "a builtin"
+                                 : "not a function in this file");
+            }
+        }
+        if (s->targets.len > 1 && s->targets.len != s->nbranches) {
+            ir_diags_add(c->d, s->pos.line, s->pos.col,
+                         "parallel block has %u calls but %u targets to unpack into", s->nbranches,
+                         s->targets.len);
+        }
+        ds_set_names(c, st, &s->targets);
+        break;
+    case IR_S_IF: {
+        struct dstate out = ds_new(c, true);
+        bool has_else = false;
+        for (i = 0; i < s->narms; i++) {
+            struct dstate arm;
+            if (s->arms[i].cond != IR_NO_EXPR) {
+                check_expr(c, s->arms[i].cond, st);
+            } else {
+                has_else = true;
+            }
+            arm = ds_copy(c, st);
+            walk_block(c, &s->arms[i].body, &arm);
+            ds_meet(c, &out, &arm);
+            ds_free(&arm);
+        }
+        if (!has_else) {
+            ds_meet(c, &out, st);
+        }
+        ds_free(st);
+        *st = out;
+        break;
+    }
+    case IR_S_FOR: {
+        struct loop_ctx lc;
+        struct dstate in;
+        check_expr(c, s->expr, st);
+        in = ds_copy(c, st);
+        ds_set_names(c, &in, &s->targets);
+        walk_loop_body(c, &s->body, &in, &lc);
+        ds_free(&in);
+        ds_free(&lc.brk);
+        break; /* the loop may run zero times: *st is unchanged */
+    }
+    case IR_S_WHILE: {
+        struct loop_ctx lc;
+        check_expr(c, s->expr, st);
+        walk_loop_body(c, &s->body, st, &lc);
+        if (is_const_true(c, s->expr)) {
+            /* `while True:` ends only through a break. */
+            ds_free(st);
+            *st = lc.brk;
+        } else {
+            ds_free(&lc.brk);
+        }
+        break;
+    }
+    case IR_S_BREAK:
+    case IR_S_CONTINUE:
+        if (c->loop_depth == 0) {
+            ir_diags_add(c->d, s->pos.line, s->pos.col, "'%s' outside a loop",
+                         s->kind == IR_S_BREAK ? "break" : "continue");
+            break; /* reported; the code after it is still checked as reachable */
+        }
+        if (s->kind == IR_S_BREAK) {
+            ds_meet(c, &c->loop->brk, st);
+            c->loop->has_break = true;
+        }
+        st->dead = true;
+        break;
+    case IR_S_PASS:
+        break;
+    case IR_S_TRY: {
+        struct dstate body = ds_copy(c, st), out;
+        walk_block(c, &s->body, &body);
+        out = body;
+        for (i = 0; i < s->nhandlers; i++) {
+            struct dstate h = ds_copy(c, st);
+            if (s->handlers[i].bind != NULL) {
+                ds_set(c, &h, s->handlers[i].bind);
+            }
+            walk_block(c, &s->handlers[i].body, &h);
+            ds_meet(c, &out, &h);
+            ds_free(&h);
+        }
+        ds_free(st);
+        *st = out;
+        break;
+    }
+    case IR_S_RETURN:
+        if (is_helper_call(c, s->expr)) {
+            s->helper_call = true;
+            check_helper_call(c, s->expr, st);
+        } else {
+            check_expr(c, s->expr, st);
+        }
+        st->dead = true;
+        break;
+    case IR_S_SLEEP:
+        check_expr(c, s->expr, st);
+        break;
+    default:
+        break;
+    }
+}
+
+static void
+walk_block(struct checker *c, const struct ir_block *b, struct dstate *st)
+{
+    uint32_t i;
+
+    for (i = 0; i < b->len && c->rv == CN_OK; i++) {
+        walk_stmt(c, b->items[i], st);
+    }
+}
+
+static void
+check_func(struct checker *c, uint32_t fi)
+{
+    const struct ir_func *f = &c->p->funcs[fi];
+    struct dstate st;
+
+    c->fidx = fi;
+    c->nvars = 0;
+    add_vars(c, &f->inputs);
+    collect_block(c, &f->body);
+    if (c->rv != CN_OK) {
+        return;
+    }
+    c->words = (c->nvars + 63) / 64;
+    c->reported = calloc(c->nvars + 1, 1);
+    if (c->reported == NULL) {
+        nomem(c);
+        return;
+    }
+    st = ds_new(c, false);
+    ds_set_names(c, &st, &f->inputs);
+    c->loop_depth = 0;
+    c->loop = NULL;
+    walk_block(c, &f->body, &st);
+    ds_free(&st);
+    free(c->reported);
+    c->reported = NULL;
+    cn_strmap_fini(&c->vars);
+    cn_strmap_fini(&c->undefined);
+}
+
+/* Finds cycles in the helper call graph with an explicit-stack DFS (depth is user-controlled). */
+static void
+check_recursion(struct checker *c)
+{
+    uint32_t n = c->p->nfuncs, i;
+    uint8_t *color = calloc(n, 1); /* 0 white, 1 on stack, 2 done */
+    uint32_t *stack = calloc(n, sizeof(*stack));
+    size_t *next = calloc(n, sizeof(*next));
+    size_t top;
+
+    if (color == NULL || stack == NULL || next == NULL) {
+        nomem(c);
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        if (color[i] != 0) {
+            continue;
+        }
+        top = 0;
+        stack[top++] = i;
+        color[i] = 1;
+        next[i] = 0;
+        while (top > 0) {
+            uint32_t f = stack[top - 1];
+            if (next[f] < c->calls[f].len) {
+                const struct call_edge *e = &c->calls[f].items[next[f]++];
+                if (color[e->callee] == 1) {
+                    struct cn_buf path = CN_BUF_INIT;
+                    size_t k = top;
+                    while (k > 0 && stack[k - 1] != e->callee) {
+                        k--;
+                    }
+                    for (; k > 0 && k <= top; k++) {
+                        if (cn_buf_printf(&path, "%s -> ", c->p->funcs[stack[k - 1]].name) !=
+                            CN_OK) {
+                            break;
+                        }
+                    }
+                    ir_diags_add(c->d, e->pos.line, e->pos.col,
+                                 "recursive call: %s%s (helpers are inlined, so they cannot "
+                                 "call themselves)",
+                                 path.data ? path.data : "", c->p->funcs[e->callee].name);
+                    cn_buf_fini(&path);
+                } else if (color[e->callee] == 0) {
+                    color[e->callee] = 1;
+                    next[e->callee] = 0;
+                    stack[top++] = e->callee;
+                }
+            } else {
+                color[f] = 2;
+                top--;
+            }
+        }
+    }
+out:
+    free(color);
+    free(stack);
+    free(next);
+}
+
+cn_err
+ir_check(struct ir_program *p, struct ir_diags *diags)
+{
+    struct checker c;
+    size_t errs0 = diags->len;
+    uint32_t i;
+
+    memset(&c, 0, sizeof(c));
+    c.p = p;
+    c.d = diags;
+    c.calls = calloc(p->nfuncs + 1, sizeof(*c.calls));
+    if (c.calls == NULL) {
+        return CN_NOMEM;
+    }
+    for (i = 0; i < p->nfuncs; i++) {
+        if (cn_strmap_put(&c.funcs, p->funcs[i].name, i) != CN_OK) {
+            nomem(&c);
+        }
+        if (ir_builtin_lookup(p->funcs[i].name) != IR_B_UNRESOLVED) {
+            ir_diags_add(diags, p->funcs[i].pos.line, p->funcs[i].pos.col,
+                         "function '%s' has the name of a builtin", p->funcs[i].name);
+        }
+    }
+    if (p->nfuncs > 0 && ir_program_entry(p) == NULL) {
+        ir_diags_add(diags, p->funcs[0].pos.line, p->funcs[0].pos.col,
+                     "no entry function: name one function 'main' (or define only one)");
+    }
+    for (i = 0; i < p->nfuncs && c.rv == CN_OK; i++) {
+        check_func(&c, i);
+    }
+    if (c.rv == CN_OK) {
+        check_recursion(&c);
+    }
+    for (i = 0; i < p->nfuncs; i++) {
+        free(c.calls[i].items);
+    }
+    free(c.calls);
+    free(c.reported);
+    cn_strmap_fini(&c.funcs);
+    cn_strmap_fini(&c.vars);
+    cn_strmap_fini(&c.undefined);
+    if (c.rv != CN_OK) {
+        return c.rv;
+    }
+    return diags->len > errs0 || diags->oom ? CN_COMPILE : CN_OK;
+}

@@ -1,0 +1,900 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Compiler: checked AST -> DAG template (ir/dag.h). Statements are compiled in source order
+ * with "pending edges": each compile step receives the edges waiting for the next node and
+ * returns the ones its own exits leave open. A statement reached by no pending edge is
+ * unreachable and not emitted. Nodes whose id is needed before they exist (the EXCEPT of a try
+ * for the `exc` field of nodes in its body, the AGGREGATE of a fan-out) are referred to by
+ * tokens that are resolved when the node is created, so ids stay in reading order.
+ * Helper calls are inlined: each call site gets a frame and a copy of the helper's nodes.
+ */
+#include "ir/compile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/base/strmap.h"
+#include "ir/base/vec.h"
+#include "ir/parser.h"
+
+/* Upper bounds that keep a hostile or runaway source from exhausting memory at registration. */
+#define COMPILE_MAX_NODES        (1u << 20)
+#define COMPILE_MAX_INLINE_DEPTH 64
+
+#define EXC_TOKEN 0x80000000u
+
+struct pend {
+    uint32_t from;
+    uint8_t kind;
+    uint32_t expr;
+    uint32_t index;
+};
+
+struct pend_vec {
+    struct pend *items;
+    size_t len, cap;
+};
+
+struct loop_ctx {
+    struct pend_vec breaks;
+    struct pend_vec continues;
+};
+
+struct frame_ctx {
+    uint32_t frame;
+    uint32_t exc; /* node id, EXC_TOKEN|i, or IR_NO_NODE */
+    uint16_t try_depth;
+    uint16_t loop_depth;
+    struct loop_ctx *loop;
+    struct pend_vec *returns;
+    int inline_depth;
+};
+
+struct edge_rec {
+    struct ir_edge e;
+    uint32_t seq;
+};
+
+struct compiler {
+    struct ir_program *p;
+    struct ir_diags *d;
+    cn_err rv;
+    struct cn_arena *arena; /* the DAG's (taken over from the program) */
+    struct {
+        struct ir_node *items;
+        size_t len, cap;
+    } nodes;
+    struct {
+        struct edge_rec *items;
+        size_t len, cap;
+    } edges;
+    struct {
+        struct ir_frame *items;
+        size_t len, cap;
+    } frames;
+    struct {
+        uint32_t *items; /* token -> node id */
+        size_t len, cap;
+    } tokens;
+    uint32_t nloops;
+    uint32_t nrets;
+};
+
+static void compile_block(struct compiler *c, struct frame_ctx *fc, const struct ir_block *b,
+                          struct pend_vec *preds);
+
+static void
+fail(struct compiler *c, cn_err rv)
+{
+    if (c->rv == CN_OK) {
+        c->rv = rv;
+    }
+}
+
+static void
+pend_push(struct compiler *c, struct pend_vec *v, uint32_t from, enum ir_edge_kind kind,
+          uint32_t expr, uint32_t index)
+{
+    struct pend p = {from, (uint8_t) kind, expr, index};
+
+    if (CN_VEC_PUSH(v, p) != CN_OK) {
+        fail(c, CN_NOMEM);
+    }
+}
+
+static void
+pend_move(struct compiler *c, struct pend_vec *into, struct pend_vec *from)
+{
+    size_t i;
+
+    for (i = 0; i < from->len; i++) {
+        if (CN_VEC_PUSH(into, from->items[i]) != CN_OK) {
+            fail(c, CN_NOMEM);
+            break;
+        }
+    }
+    from->len = 0;
+}
+
+static void
+add_edge(struct compiler *c, uint32_t from, uint32_t to, enum ir_edge_kind kind, uint32_t expr,
+         uint32_t index)
+{
+    struct edge_rec r;
+
+    r.e.from = from;
+    r.e.to = to;
+    r.e.kind = (uint8_t) kind;
+    r.e.expr = expr;
+    r.e.index = index;
+    r.seq = (uint32_t) c->edges.len;
+    if (CN_VEC_PUSH(&c->edges, r) != CN_OK) {
+        fail(c, CN_NOMEM);
+    }
+}
+
+/* Connects every pending edge to `to` (keeping each edge's own kind) and empties preds. */
+static void
+connect(struct compiler *c, struct pend_vec *preds, uint32_t to)
+{
+    size_t i;
+
+    for (i = 0; i < preds->len; i++) {
+        const struct pend *p = &preds->items[i];
+        add_edge(c, p->from, to, (enum ir_edge_kind) p->kind, p->expr, p->index);
+    }
+    preds->len = 0;
+}
+
+static uint32_t
+new_token(struct compiler *c)
+{
+    if (CN_VEC_PUSH(&c->tokens, IR_NO_NODE) != CN_OK) {
+        fail(c, CN_NOMEM);
+        return IR_NO_NODE;
+    }
+    return EXC_TOKEN | (uint32_t) (c->tokens.len - 1);
+}
+
+static void
+resolve_token(struct compiler *c, uint32_t tok, uint32_t node)
+{
+    if (tok != IR_NO_NODE && (tok & EXC_TOKEN)) {
+        c->tokens.items[tok & ~EXC_TOKEN] = node;
+    }
+}
+
+/* Appends a node of `kind` in the current frame, connects preds to it and leaves preds empty.
+ * Returns its id, or IR_NO_NODE after a failure (c->rv says which). */
+static uint32_t
+new_node(struct compiler *c, const struct frame_ctx *fc, enum ir_node_kind kind, struct ir_pos pos,
+         struct pend_vec *preds)
+{
+    struct ir_node n;
+    uint32_t id;
+
+    if (c->rv != CN_OK) {
+        return IR_NO_NODE;
+    }
+    if (c->nodes.len >= COMPILE_MAX_NODES) {
+        ir_diags_add(c->d, pos.line, pos.col,
+                     "workflow is too large: more than %u graph nodes after inlining helpers",
+                     COMPILE_MAX_NODES);
+        fail(c, CN_TOOBIG);
+        return IR_NO_NODE;
+    }
+    memset(&n, 0, sizeof(n));
+    n.kind = (uint8_t) kind;
+    n.frame = fc->frame;
+    n.line = pos.line;
+    n.col = pos.col;
+    n.exc = fc->exc;
+    n.expr = IR_NO_EXPR;
+    n.link = IR_NO_NODE;
+    n.callee_frame = IR_NO_NODE;
+    n.try_depth = fc->try_depth;
+    n.loop_depth = fc->loop_depth;
+    if (CN_VEC_PUSH(&c->nodes, n) != CN_OK) {
+        fail(c, CN_NOMEM);
+        return IR_NO_NODE;
+    }
+    id = (uint32_t) (c->nodes.len - 1);
+    if (preds != NULL) {
+        connect(c, preds, id);
+    }
+    return id;
+}
+
+static struct ir_node *
+node_at(struct compiler *c, uint32_t id)
+{
+    return id == IR_NO_NODE ? NULL : &c->nodes.items[id];
+}
+
+/* Copies n names into the DAG arena. */
+static const char **
+copy_names(struct compiler *c, const char *const *names, uint32_t n)
+{
+    const char **r;
+
+    if (n == 0) {
+        return NULL;
+    }
+    r = cn_arena_calloc(c->arena, n, sizeof(*r));
+    if (r == NULL) {
+        fail(c, CN_NOMEM);
+        return NULL;
+    }
+    memcpy(r, names, n * sizeof(*r));
+    return r;
+}
+
+static void
+set_targets(struct compiler *c, uint32_t id, const struct ir_names *t)
+{
+    struct ir_node *n = node_at(c, id);
+
+    if (n != NULL) {
+        n->targets = copy_names(c, t->items, t->len);
+        n->ntargets = t->len;
+    }
+}
+
+/* Adds a synthesized expression (loop machinery) positioned at the loop statement. */
+static uint32_t
+synth(struct compiler *c, enum ir_xkind kind, unsigned op, const char *name, struct ir_val val,
+      struct ir_pos pos, const uint32_t *kids, uint32_t nkids)
+{
+    struct ir_expr e;
+    uint32_t idx;
+    cn_err rv;
+
+    memset(&e, 0, sizeof(e));
+    e.kind = (uint8_t) kind;
+    e.op = (uint8_t) op;
+    e.name = name;
+    e.val = val;
+    e.line = pos.line;
+    e.col = pos.col;
+    e.nargs = kind == IR_X_CMP ? 2 : nkids;
+    if (c->rv != CN_OK) {
+        ir_val_release(val);
+        return IR_NO_EXPR;
+    }
+    if ((rv = ir_xpool_add(&c->p->exprs, &e, kids, nkids, &idx)) != CN_OK) {
+        fail(c, rv);
+        return IR_NO_EXPR;
+    }
+    return idx;
+}
+
+static uint32_t
+synth_name(struct compiler *c, const char *name, struct ir_pos pos)
+{
+    return synth(c, IR_X_NAME, 0, name, ir_null(), pos, NULL, 0);
+}
+
+static void
+compile_action(struct compiler *c, uint32_t id, const struct ir_action_call *a)
+{
+    struct ir_node *n = node_at(c, id);
+    uint32_t i, nr = 0;
+
+    if (n == NULL) {
+        return;
+    }
+    n->name = a->name;
+    n->nargs = a->nkwargs;
+    if (a->nkwargs > 0) {
+        n->argnames = cn_arena_calloc(c->arena, a->nkwargs, sizeof(*n->argnames));
+        n->argexprs = cn_arena_calloc(c->arena, a->nkwargs, sizeof(*n->argexprs));
+        if (n->argnames == NULL || n->argexprs == NULL) {
+            fail(c, CN_NOMEM);
+            return;
+        }
+        for (i = 0; i < a->nkwargs; i++) {
+            n->argnames[i] = a->kwargs[i].name;
+            n->argexprs[i] = a->kwargs[i].expr;
+        }
+    }
+    for (i = 0; i < a->npolicies; i++) {
+        if (a->policies[i].kind == IR_POLICY_RETRY) {
+            nr++;
+        } else {
+            n->timeout_ms = a->policies[i].timeout_ms;
+        }
+    }
+    if (nr == 0) {
+        return;
+    }
+    n->retries = cn_arena_calloc(c->arena, nr, sizeof(*n->retries));
+    if (n->retries == NULL) {
+        fail(c, CN_NOMEM);
+        return;
+    }
+    for (i = 0; i < a->npolicies; i++) {
+        const struct ir_policy *p = &a->policies[i];
+        struct ir_retry *r;
+        if (p->kind != IR_POLICY_RETRY) {
+            continue;
+        }
+        r = &n->retries[n->nretries++];
+        r->types = copy_names(c, p->types.items, p->types.len);
+        r->ntypes = p->types.len;
+        r->retries = p->retries;
+        r->backoff_ms = p->backoff_ms;
+    }
+}
+
+/* Inlines helper call `call` (an IR_X_CALL of a helper) binding its result to targets. */
+static void
+inline_call(struct compiler *c, struct frame_ctx *fc, uint32_t call, const struct ir_names *targets,
+            struct pend_vec *preds)
+{
+    const struct ir_expr *e = &c->p->exprs.items[call];
+    const struct ir_func *g = ir_program_func(c->p, e->name);
+    struct ir_pos pos = {e->line, e->col};
+    struct pend_vec returns = {0};
+    struct frame_ctx inner;
+    struct ir_frame fr;
+    struct ir_node *n;
+    uint32_t enter, exit_id, i, j, npos = e->nargs - e->nkw;
+
+    if (fc->inline_depth >= COMPILE_MAX_INLINE_DEPTH) {
+        ir_diags_add(c->d, e->line, e->col, "helper calls nested too deeply (limit %d)",
+                     COMPILE_MAX_INLINE_DEPTH);
+        fail(c, CN_TOOBIG);
+        return;
+    }
+    enter = new_node(c, fc, IR_N_CALL_ENTER, pos, preds);
+    if (enter == IR_NO_NODE) {
+        return;
+    }
+    fr.func = g->name;
+    fr.parent = fc->frame;
+    fr.call_node = enter;
+    if (CN_VEC_PUSH(&c->frames, fr) != CN_OK) {
+        fail(c, CN_NOMEM);
+        return;
+    }
+    n = node_at(c, enter);
+    n->name = g->name;
+    n->callee_frame = (uint32_t) (c->frames.len - 1);
+    n->nargs = g->inputs.len;
+    if (g->inputs.len > 0) {
+        n->argnames = copy_names(c, g->inputs.items, g->inputs.len);
+        n->argexprs = cn_arena_calloc(c->arena, g->inputs.len, sizeof(*n->argexprs));
+        if (n->argexprs == NULL) {
+            fail(c, CN_NOMEM);
+            return;
+        }
+        /* The checker guaranteed each parameter is given exactly once. */
+        for (j = 0; j < g->inputs.len; j++) {
+            n->argexprs[j] = IR_NO_EXPR;
+        }
+        for (i = 0; i < npos && i < g->inputs.len; i++) {
+            n->argexprs[i] = ir_xchild(&c->p->exprs, e, i);
+        }
+        for (i = 0; i < e->nkw; i++) {
+            for (j = 0; j < g->inputs.len; j++) {
+                if (strcmp(g->inputs.items[j], e->kwnames[i]) == 0) {
+                    n->argexprs[j] = ir_xchild(&c->p->exprs, e, npos + i);
+                }
+            }
+        }
+    }
+    inner.frame = n->callee_frame;
+    inner.exc = fc->exc; /* errors in a helper propagate to the caller's handlers */
+    inner.try_depth = fc->try_depth;
+    inner.loop_depth = 0;
+    inner.loop = NULL;
+    inner.returns = &returns;
+    inner.inline_depth = fc->inline_depth + 1;
+    pend_push(c, preds, enter, IR_E_NEXT, IR_NO_EXPR, 0);
+    compile_block(c, &inner, &g->body, preds);
+    pend_move(c, preds, &returns);
+    free(returns.items);
+    exit_id = new_node(c, fc, IR_N_CALL_EXIT, pos, preds);
+    if (exit_id == IR_NO_NODE) {
+        return;
+    }
+    set_targets(c, exit_id, targets);
+    n = node_at(c, exit_id);
+    n->name = g->name;
+    n->link = enter;
+    n->callee_frame = node_at(c, enter)->callee_frame;
+    node_at(c, enter)->link = exit_id;
+    pend_push(c, preds, exit_id, IR_E_NEXT, IR_NO_EXPR, 0);
+}
+
+static void
+compile_if(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+           struct pend_vec *preds)
+{
+    struct pend_vec ends = {0}, arm = {0};
+    uint32_t br = new_node(c, fc, IR_N_BRANCH, s->pos, preds), i, j;
+    bool has_else = false;
+
+    if (br == IR_NO_NODE) {
+        return;
+    }
+    for (i = 0; i < s->narms && c->rv == CN_OK; i++) {
+        const struct ir_arm *a = &s->arms[i];
+        if (a->cond == IR_NO_EXPR) {
+            has_else = true;
+            pend_push(c, &arm, br, IR_E_ELSE, IR_NO_EXPR, 0);
+        } else {
+            pend_push(c, &arm, br, IR_E_GUARD, a->cond, i);
+        }
+        compile_block(c, fc, &a->body, &arm);
+        pend_move(c, &ends, &arm);
+    }
+    if (!has_else) {
+        pend_push(c, &ends, br, IR_E_ELSE, IR_NO_EXPR, 0);
+    }
+    free(arm.items);
+    if (ends.len > 0) {
+        j = new_node(c, fc, IR_N_JOIN, s->pos, &ends);
+        node_at(c, br)->link = j;
+        pend_push(c, preds, j, IR_E_NEXT, IR_NO_EXPR, 0);
+    }
+    free(ends.items);
+}
+
+static const char *
+loop_name(struct compiler *c, const char *stem, uint32_t k)
+{
+    char buf[32];
+    int n = snprintf(buf, sizeof(buf), "$%s%u", stem, k);
+    const char *r = cn_arena_strndup(c->arena, buf, (size_t) n);
+
+    if (r == NULL) {
+        fail(c, CN_NOMEM);
+    }
+    return r;
+}
+
+static void
+compile_loop(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+             struct pend_vec *preds)
+{
+    struct loop_ctx lc = {{0}, {0}};
+    struct loop_ctx *saved = fc->loop;
+    struct pend_vec exits = {0};
+    uint32_t cond, init, ext, incr, exit_id, cond_expr = s->expr;
+    const char *seq = NULL, *idx = NULL;
+    bool is_for = s->kind == IR_S_FOR;
+
+    if (is_for) {
+        uint32_t k = ++c->nloops, kids[2], lst, zero, e;
+        struct ir_pos pos = s->pos;
+        seq = loop_name(c, "seq", k);
+        idx = loop_name(c, "i", k);
+        if (c->rv != CN_OK) {
+            return;
+        }
+        /* $seqK, $iK = [list(xs), 0]: list() gives Python's iteration order for lists,
+         * dicts (keys) and strings (characters) and raises TypeError for anything else. */
+        lst = synth(c, IR_X_CALL, IR_B_LIST, "list", ir_null(), pos, &s->expr, 1);
+        zero = synth(c, IR_X_CONST, 0, NULL, ir_int(0), pos, NULL, 0);
+        kids[0] = lst;
+        kids[1] = zero;
+        e = synth(c, IR_X_LIST, 0, NULL, ir_null(), pos, kids, 2);
+        init = new_node(c, fc, IR_N_LOOP_INIT, s->pos, preds);
+        if (init == IR_NO_NODE) {
+            return;
+        }
+        node_at(c, init)->expr = e;
+        {
+            const char *t[2] = {seq, idx};
+            node_at(c, init)->targets = copy_names(c, t, 2);
+            node_at(c, init)->ntargets = 2;
+        }
+        pend_push(c, preds, init, IR_E_NEXT, IR_NO_EXPR, 0);
+        /* $iK < len($seqK) */
+        {
+            uint32_t ln, ops[3];
+            kids[0] = synth_name(c, seq, pos);
+            ln = synth(c, IR_X_CALL, IR_B_LEN, "len", ir_null(), pos, kids, 1);
+            ops[0] = synth_name(c, idx, pos);
+            ops[1] = ln;
+            ops[2] = IR_CMP_LT;
+            cond_expr = synth(c, IR_X_CMP, 0, NULL, ir_null(), pos, ops, 3);
+        }
+    }
+    cond = new_node(c, fc, IR_N_LOOP_COND, s->pos, preds);
+    if (cond == IR_NO_NODE) {
+        return;
+    }
+    node_at(c, cond)->expr = cond_expr;
+    pend_push(c, preds, cond, IR_E_TRUE, IR_NO_EXPR, 0);
+    pend_push(c, &exits, cond, IR_E_FALSE, IR_NO_EXPR, 0);
+    fc->loop_depth++;
+    if (is_for) {
+        uint32_t kids[2] = {synth_name(c, seq, s->pos), synth_name(c, idx, s->pos)};
+        uint32_t get = synth(c, IR_X_INDEX, 0, NULL, ir_null(), s->pos, kids, 2);
+        ext = new_node(c, fc, IR_N_LOOP_EXTRACT, s->pos, preds);
+        if (ext != IR_NO_NODE) {
+            node_at(c, ext)->expr = get;
+            set_targets(c, ext, &s->targets);
+            pend_push(c, preds, ext, IR_E_NEXT, IR_NO_EXPR, 0);
+        }
+    }
+    fc->loop = &lc;
+    compile_block(c, fc, &s->body, preds);
+    fc->loop = saved;
+    if (is_for) {
+        pend_move(c, preds, &lc.continues);
+        if (preds->len > 0) {
+            uint32_t kids[2], plus;
+            kids[0] = synth_name(c, idx, s->pos);
+            kids[1] = synth(c, IR_X_CONST, 0, NULL, ir_int(1), s->pos, NULL, 0);
+            plus = synth(c, IR_X_BIN, IR_OP_ADD, NULL, ir_null(), s->pos, kids, 2);
+            incr = new_node(c, fc, IR_N_LOOP_INCR, s->pos, preds);
+            if (incr != IR_NO_NODE) {
+                node_at(c, incr)->expr = plus;
+                node_at(c, incr)->targets = copy_names(c, &idx, 1);
+                node_at(c, incr)->ntargets = 1;
+                node_at(c, incr)->link = cond;
+                add_edge(c, incr, cond, IR_E_BACK, IR_NO_EXPR, 0);
+            }
+        }
+    } else {
+        size_t i;
+        for (i = 0; i < preds->len; i++) {
+            if (preds->items[i].kind != IR_E_NEXT) {
+                /* `while c: pass` leaves the TRUE edge itself pending; a join keeps both the
+                 * edge's meaning and the back edge. */
+                uint32_t j = new_node(c, fc, IR_N_JOIN, s->pos, preds);
+                pend_push(c, preds, j, IR_E_NEXT, IR_NO_EXPR, 0);
+                break;
+            }
+        }
+        for (i = 0; i < preds->len; i++) {
+            add_edge(c, preds->items[i].from, cond, IR_E_BACK, IR_NO_EXPR, 0);
+        }
+        preds->len = 0;
+        for (i = 0; i < lc.continues.len; i++) {
+            add_edge(c, lc.continues.items[i].from, cond, IR_E_BACK, IR_NO_EXPR, 0);
+        }
+    }
+    fc->loop_depth--;
+    pend_move(c, &exits, &lc.breaks);
+    exit_id = new_node(c, fc, IR_N_LOOP_EXIT, s->pos, &exits);
+    if (exit_id != IR_NO_NODE) {
+        node_at(c, cond)->link = exit_id;
+        node_at(c, exit_id)->link = cond;
+        pend_push(c, preds, exit_id, IR_E_NEXT, IR_NO_EXPR, 0);
+    }
+    free(exits.items);
+    free(lc.breaks.items);
+    free(lc.continues.items);
+}
+
+static void
+compile_try(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+            struct pend_vec *preds)
+{
+    struct pend_vec ends = {0}, h = {0};
+    uint32_t outer_exc = fc->exc, tok, try_id, exc_id, i;
+    struct ir_node *n;
+
+    try_id = new_node(c, fc, IR_N_TRY, s->pos, preds);
+    tok = new_token(c);
+    if (try_id == IR_NO_NODE || c->rv != CN_OK) {
+        return;
+    }
+    pend_push(c, preds, try_id, IR_E_NEXT, IR_NO_EXPR, 0);
+    fc->exc = tok;
+    fc->try_depth++;
+    compile_block(c, fc, &s->body, preds);
+    fc->try_depth--;
+    fc->exc = outer_exc;
+    pend_move(c, &ends, preds);
+    exc_id = new_node(c, fc, IR_N_EXCEPT, s->pos, NULL);
+    if (exc_id == IR_NO_NODE) {
+        goto out;
+    }
+    resolve_token(c, tok, exc_id);
+    node_at(c, try_id)->link = exc_id;
+    n = node_at(c, exc_id);
+    n->link = try_id;
+    n->try_depth = (uint16_t) (fc->try_depth + 1);
+    n->nhandlers = s->nhandlers;
+    n->handlers = cn_arena_calloc(c->arena, s->nhandlers ? s->nhandlers : 1, sizeof(*n->handlers));
+    if (n->handlers == NULL) {
+        fail(c, CN_NOMEM);
+        goto out;
+    }
+    for (i = 0; i < s->nhandlers && c->rv == CN_OK; i++) {
+        const struct ir_handler *hd = &s->handlers[i];
+        n = node_at(c, exc_id); /* the node array may move while compiling handlers */
+        n->handlers[i].types = copy_names(c, hd->types.items, hd->types.len);
+        n->handlers[i].ntypes = hd->types.len;
+        n->handlers[i].bind = hd->bind;
+        pend_push(c, &h, exc_id, IR_E_HANDLER, IR_NO_EXPR, i);
+        compile_block(c, fc, &hd->body, &h);
+        pend_move(c, &ends, &h);
+    }
+    if (ends.len > 0) {
+        uint32_t j = new_node(c, fc, IR_N_JOIN, s->pos, &ends);
+        pend_push(c, preds, j, IR_E_NEXT, IR_NO_EXPR, 0);
+    }
+out:
+    free(ends.items);
+    free(h.items);
+}
+
+static void
+compile_fanout(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+               struct pend_vec *preds)
+{
+    struct pend_vec ends = {0}, br = {0};
+    uint32_t outer_exc = fc->exc, tok, fork, agg, i;
+    bool spread = s->kind == IR_S_SPREAD;
+
+    fork = new_node(c, fc, spread ? IR_N_SPREAD : IR_N_PARALLEL, s->pos, preds);
+    tok = new_token(c);
+    if (fork == IR_NO_NODE || c->rv != CN_OK) {
+        return;
+    }
+    /* An error in one branch does not interrupt the others: it goes to the AGGREGATE, which
+     * raises the lowest-index error once every branch has finished (IR.md spread/parallel). */
+    fc->exc = tok;
+    if (spread) {
+        uint32_t act;
+        node_at(c, fork)->expr = s->expr;
+        node_at(c, fork)->name = s->item;
+        pend_push(c, &br, fork, IR_E_FORK, IR_NO_EXPR, 0);
+        act = new_node(c, fc, IR_N_ACTION, s->action.pos, &br);
+        compile_action(c, act, &s->action);
+        pend_push(c, &ends, act, IR_E_NEXT, IR_NO_EXPR, 0);
+    } else {
+        for (i = 0; i < s->nbranches && c->rv == CN_OK; i++) {
+            const struct ir_pbranch *b = &s->branches[i];
+            pend_push(c, &br, fork, IR_E_FORK, IR_NO_EXPR, i);
+            if (b->is_action) {
+                uint32_t act = new_node(c, fc, IR_N_ACTION, b->action.pos, &br);
+                compile_action(c, act, &b->action);
+                pend_push(c, &br, act, IR_E_NEXT, IR_NO_EXPR, 0);
+            } else {
+                struct ir_names none = {NULL, NULL, 0};
+                inline_call(c, fc, b->call, &none, &br);
+            }
+            pend_move(c, &ends, &br);
+        }
+    }
+    fc->exc = outer_exc;
+    agg = new_node(c, fc, IR_N_AGGREGATE, s->pos, &ends);
+    if (agg != IR_NO_NODE) {
+        resolve_token(c, tok, agg);
+        set_targets(c, agg, &s->targets);
+        node_at(c, agg)->link = fork;
+        node_at(c, fork)->link = agg;
+        pend_push(c, preds, agg, IR_E_NEXT, IR_NO_EXPR, 0);
+    }
+    free(ends.items);
+    free(br.items);
+}
+
+/* A node that evaluates one expression (ASSIGN, SLEEP, RETURN) and continues. */
+static uint32_t
+simple_node(struct compiler *c, struct frame_ctx *fc, enum ir_node_kind kind,
+            const struct ir_stmt *s, struct pend_vec *preds)
+{
+    uint32_t id = new_node(c, fc, kind, s->pos, preds);
+
+    if (id != IR_NO_NODE) {
+        node_at(c, id)->expr = s->expr;
+        set_targets(c, id, &s->targets);
+    }
+    return id;
+}
+
+static void
+compile_stmt(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+             struct pend_vec *preds)
+{
+    uint32_t id;
+
+    switch (s->kind) {
+    case IR_S_ASSIGN:
+    case IR_S_SLEEP:
+        id = simple_node(c, fc, s->kind == IR_S_ASSIGN ? IR_N_ASSIGN : IR_N_SLEEP, s, preds);
+        pend_push(c, preds, id, IR_E_NEXT, IR_NO_EXPR, 0);
+        break;
+    case IR_S_ACTION:
+        id = new_node(c, fc, IR_N_ACTION, s->pos, preds);
+        compile_action(c, id, &s->action);
+        set_targets(c, id, &s->targets);
+        pend_push(c, preds, id, IR_E_NEXT, IR_NO_EXPR, 0);
+        break;
+    case IR_S_CALL:
+        inline_call(c, fc, s->expr, &s->targets, preds);
+        break;
+    case IR_S_SPREAD:
+    case IR_S_PARALLEL:
+        compile_fanout(c, fc, s, preds);
+        break;
+    case IR_S_IF:
+        compile_if(c, fc, s, preds);
+        break;
+    case IR_S_FOR:
+    case IR_S_WHILE:
+        compile_loop(c, fc, s, preds);
+        break;
+    case IR_S_TRY:
+        compile_try(c, fc, s, preds);
+        break;
+    case IR_S_BREAK:
+    case IR_S_CONTINUE:
+        id = new_node(c, fc, s->kind == IR_S_BREAK ? IR_N_BREAK : IR_N_CONTINUE, s->pos, preds);
+        if (fc->loop != NULL) {
+            pend_push(c, s->kind == IR_S_BREAK ? &fc->loop->breaks : &fc->loop->continues, id,
+                      IR_E_NEXT, IR_NO_EXPR, 0);
+        }
+        break;
+    case IR_S_RETURN:
+        if (s->helper_call) {
+            /* return helper(...) == $retK = helper(...); return $retK */
+            const char *tmp = loop_name(c, "ret", ++c->nrets);
+            struct ir_names t = {&tmp, NULL, 1};
+            inline_call(c, fc, s->expr, &t, preds);
+            id = new_node(c, fc, IR_N_RETURN, s->pos, preds);
+            if (id != IR_NO_NODE) {
+                node_at(c, id)->expr = synth_name(c, tmp, s->pos);
+            }
+        } else {
+            id = simple_node(c, fc, IR_N_RETURN, s, preds);
+        }
+        pend_push(c, fc->returns, id, IR_E_NEXT, IR_NO_EXPR, 0);
+        break;
+    case IR_S_PASS:
+    default:
+        break;
+    }
+}
+
+static void
+compile_block(struct compiler *c, struct frame_ctx *fc, const struct ir_block *b,
+              struct pend_vec *preds)
+{
+    uint32_t i;
+
+    for (i = 0; i < b->len && c->rv == CN_OK; i++) {
+        if (preds->len == 0) {
+            break; /* the rest of the block is unreachable */
+        }
+        compile_stmt(c, fc, b->items[i], preds);
+    }
+}
+
+static int
+edge_cmp(const void *a, const void *b)
+{
+    const struct edge_rec *x = a, *y = b;
+
+    if (x->e.from != y->e.from) {
+        return x->e.from < y->e.from ? -1 : 1;
+    }
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Moves the vectors into the DAG's arena, resolves exception tokens and indexes edges. */
+static cn_err
+finish(struct compiler *c, struct ir_dag *d)
+{
+    size_t i;
+
+    d->nnodes = (uint32_t) c->nodes.len;
+    d->nedges = (uint32_t) c->edges.len;
+    d->nframes = (uint32_t) c->frames.len;
+    d->nodes = cn_arena_calloc(c->arena, c->nodes.len ? c->nodes.len : 1, sizeof(*d->nodes));
+    d->edges = cn_arena_calloc(c->arena, c->edges.len ? c->edges.len : 1, sizeof(*d->edges));
+    d->frames = cn_arena_calloc(c->arena, c->frames.len ? c->frames.len : 1, sizeof(*d->frames));
+    if (d->nodes == NULL || d->edges == NULL || d->frames == NULL) {
+        return CN_NOMEM;
+    }
+    qsort(c->edges.items, c->edges.len, sizeof(c->edges.items[0]), edge_cmp);
+    memcpy(d->frames, c->frames.items, c->frames.len * sizeof(*d->frames));
+    for (i = 0; i < c->nodes.len; i++) {
+        struct ir_node *n = &c->nodes.items[i];
+        if (n->exc != IR_NO_NODE && (n->exc & EXC_TOKEN)) {
+            n->exc = c->tokens.items[n->exc & ~EXC_TOKEN];
+        }
+        n->first_edge = 0;
+        n->nedges = 0;
+    }
+    for (i = 0; i < c->edges.len; i++) {
+        struct ir_node *n = &c->nodes.items[c->edges.items[i].e.from];
+        d->edges[i] = c->edges.items[i].e;
+        if (n->nedges == 0) {
+            n->first_edge = (uint32_t) i;
+        }
+        n->nedges++;
+    }
+    memcpy(d->nodes, c->nodes.items, c->nodes.len * sizeof(*d->nodes));
+    return CN_OK;
+}
+
+cn_err
+ir_compile_program(struct ir_program *p, struct ir_diags *diags, struct ir_dag **out)
+{
+    struct compiler c;
+    const struct ir_func *entry = ir_program_entry(p);
+    struct pend_vec preds = {0}, returns = {0};
+    struct frame_ctx fc;
+    struct ir_frame f0;
+    struct ir_dag *d;
+    uint32_t id;
+    cn_err rv;
+
+    if (entry == NULL) {
+        return CN_INVAL;
+    }
+    memset(&c, 0, sizeof(c));
+    c.p = p;
+    c.d = diags;
+    c.arena = p->arena;
+    d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        return CN_NOMEM;
+    }
+    f0.func = entry->name;
+    f0.parent = IR_NO_NODE;
+    f0.call_node = IR_NO_NODE;
+    if (CN_VEC_PUSH(&c.frames, f0) != CN_OK) {
+        fail(&c, CN_NOMEM);
+    }
+    memset(&fc, 0, sizeof(fc));
+    fc.frame = 0;
+    fc.exc = IR_NO_NODE;
+    fc.returns = &returns;
+    id = new_node(&c, &fc, IR_N_ENTRY, entry->pos, &preds);
+    set_targets(&c, id, &entry->inputs);
+    pend_push(&c, &preds, id, IR_E_NEXT, IR_NO_EXPR, 0);
+    compile_block(&c, &fc, &entry->body, &preds);
+    pend_move(&c, &preds, &returns);
+    d->entry = id;
+    d->output = new_node(&c, &fc, IR_N_OUTPUT, entry->pos, &preds);
+    set_targets(&c, d->output, &entry->outputs);
+    rv = c.rv;
+    if (rv == CN_OK) {
+        rv = finish(&c, d);
+    }
+    free(preds.items);
+    free(returns.items);
+    free(c.nodes.items);
+    free(c.edges.items);
+    free(c.frames.items);
+    free(c.tokens.items);
+    if (rv != CN_OK) {
+        free(d);
+        return rv;
+    }
+    /* The DAG takes over the arena (names, AST strings) and the expression pool. */
+    d->arena = p->arena;
+    p->arena = NULL;
+    d->exprs = p->exprs;
+    memset(&p->exprs, 0, sizeof(p->exprs));
+    d->entry_func = entry->name;
+    *out = d;
+    return CN_OK;
+}
+
+cn_err
+ir_compile_source(const char *src, size_t len, struct ir_diags *diags, struct ir_dag **out)
+{
+    struct ir_program *p = NULL;
+    cn_err rv;
+
+    if ((rv = ir_parse(src, len, diags, &p)) != CN_OK) {
+        return rv;
+    }
+    if ((rv = ir_check(p, diags)) == CN_OK) {
+        rv = ir_compile_program(p, diags, out);
+    }
+    ir_program_free(p);
+    return rv;
+}

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * DAG templates: the compiled form of a workflow version, executed by the runner. One template
+ * per version, built once and shared read-only by every instance (and every thread) after
+ * construction.
+ *
+ * DESIGN
+ * - Nodes are numbered 0..n-1 in a deterministic order (source order, structural nodes such as
+ *   joins and loop exits right after the block they close), so the same source always yields
+ *   the same ids and persisted execution state stays valid when the DAG is rebuilt.
+ * - Every node belongs to a frame: frame 0 is the entry function; each inlined helper call gets
+ *   a frame of its own (its own variable scope). Names in expressions resolve in the frame of
+ *   the node that evaluates them.
+ * - Control edges are listed per node in evaluation order (guards of an if/elif in source
+ *   order, handlers of an except in source order, fork branches in source order). Exception
+ *   edges are the `exc` field of each node: where an error raised by that node goes (the EXCEPT
+ *   node of the innermost enclosing try, the AGGREGATE of the enclosing spread/parallel branch,
+ *   or IR_NO_NODE: the error fails the instance). An EXCEPT node's own `exc` is where an error
+ *   that no handler matches is re-raised.
+ * - Loops are plain nodes with marked back edges: for `for t in xs:` the compiler emits
+ *   LOOP_INIT ($seqN, $iN = list(xs), 0) -> LOOP_COND ($iN < len($seqN)) -true-> LOOP_EXTRACT
+ *   (t = $seqN[$iN]) -> body -> LOOP_INCR ($iN = $iN + 1) -back-> LOOP_COND -false-> LOOP_EXIT.
+ *   `$` names cannot be written by users, so hidden loop state never clashes with variables.
+ *
+ * Node kinds (what the executor does):
+ *   ENTRY       bind `targets` (input names) from the instance input; frame 0.
+ *   OUTPUT      the instance is complete; its result is the value the last RETURN produced.
+ *   ASSIGN      evaluate expr; bind targets (none: evaluate for effect; several: unpack a list).
+ *   ACTION      dispatch action `name` with kwargs argnames[i] = argexprs[i]; bind targets to the
+ *               result. retry/timeout policies attached. Inside a spread it runs once per item.
+ *   BRANCH      GUARD edges each carry a condition, tried in order; else the ELSE edge.
+ *   JOIN        merge point; no work.
+ *   LOOP_INIT, LOOP_EXTRACT, LOOP_INCR: assignments like ASSIGN (see above).
+ *   LOOP_COND   evaluate expr; TRUE edge into the body, FALSE edge to LOOP_EXIT.
+ *   LOOP_EXIT   merge point after a loop (cond false and every break).
+ *   TRY         enters a try block; `link` is its EXCEPT node.
+ *   EXCEPT      an error arrived: HANDLER edges in order, handlers[i] says which types match
+ *               (none = all) and the name to bind the error to; no match: re-raise via `exc`.
+ *   SPREAD      evaluate expr (the collection); run the FORK target (an ACTION) once per item
+ *               with variable `name` bound to the item; `link` is the AGGREGATE.
+ *   PARALLEL    start every FORK edge (index = branch number); `link` is the AGGREGATE.
+ *   AGGREGATE   waits for every branch/item; binds targets (one: the list of results in order;
+ *               several: unpacked); if any failed, raises the lowest-index error.
+ *   SLEEP       durable sleep for expr seconds.
+ *   RETURN      evaluate expr (or None) as the frame's return value; NEXT goes to OUTPUT or to
+ *               the CALL_EXIT of the inlined helper.
+ *   BREAK, CONTINUE: jump (to LOOP_EXIT; to LOOP_INCR, or LOOP_COND by a BACK edge for while).
+ *   CALL_ENTER  evaluate argexprs in the caller's frame; open frame `callee_frame` with
+ *               argnames bound; NEXT into the helper body. `link` is the CALL_EXIT.
+ *   CALL_EXIT   close the callee frame; bind targets in the caller's frame to its return value.
+ */
+#ifndef IR_DAG_H
+#define IR_DAG_H
+
+#include <stdint.h>
+
+#include "ir/base/buf.h"
+#include "ir/base/err.h"
+#include "ir/expr.h"
+
+#define IR_NO_NODE            UINT32_MAX
+#define IR_DAG_FORMAT_VERSION 1
+
+#define IR_NODE_KINDS(X)            \
+    X(ENTRY, "entry")               \
+    X(OUTPUT, "output")             \
+    X(ASSIGN, "assign")             \
+    X(ACTION, "action")             \
+    X(BRANCH, "branch")             \
+    X(JOIN, "join")                 \
+    X(LOOP_INIT, "loop_init")       \
+    X(LOOP_COND, "loop_cond")       \
+    X(LOOP_EXTRACT, "loop_extract") \
+    X(LOOP_INCR, "loop_incr")       \
+    X(LOOP_EXIT, "loop_exit")       \
+    X(TRY, "try")                   \
+    X(EXCEPT, "except")             \
+    X(SPREAD, "spread")             \
+    X(PARALLEL, "parallel")         \
+    X(AGGREGATE, "aggregate")       \
+    X(SLEEP, "sleep")               \
+    X(RETURN, "return")             \
+    X(BREAK, "break")               \
+    X(CONTINUE, "continue")         \
+    X(CALL_ENTER, "call_enter")     \
+    X(CALL_EXIT, "call_exit")
+
+#define IR_NODE_ENUM(id, text) IR_N_##id,
+enum ir_node_kind { IR_NODE_KINDS(IR_NODE_ENUM) IR_N_COUNT_ };
+#undef IR_NODE_ENUM
+
+#define IR_EDGE_KINDS(X)  \
+    X(NEXT, "next")       \
+    X(GUARD, "guard")     \
+    X(ELSE, "else")       \
+    X(TRUE, "true")       \
+    X(FALSE, "false")     \
+    X(BACK, "back")       \
+    X(HANDLER, "handler") \
+    X(FORK, "fork")
+
+#define IR_EDGE_ENUM(id, text) IR_E_##id,
+enum ir_edge_kind { IR_EDGE_KINDS(IR_EDGE_ENUM) IR_E_COUNT_ };
+#undef IR_EDGE_ENUM
+
+struct ir_edge {
+    uint32_t from;
+    uint32_t to;
+    uint8_t kind;   /* enum ir_edge_kind */
+    uint32_t expr;  /* GUARD: the condition; else IR_NO_EXPR */
+    uint32_t index; /* HANDLER: handler number; FORK: branch number; else 0 */
+};
+
+struct ir_retry {
+    const char **types; /* empty: any error except ActionTimeout */
+    uint32_t ntypes;
+    int64_t retries;
+    int64_t backoff_ms;
+};
+
+struct ir_handler_info {
+    const char **types; /* empty: catches everything */
+    uint32_t ntypes;
+    const char *bind; /* NULL: no `as` */
+};
+
+struct ir_frame {
+    const char *func;   /* function whose body runs in this frame */
+    uint32_t parent;    /* caller's frame; IR_NO_NODE for frame 0 */
+    uint32_t call_node; /* its CALL_ENTER; IR_NO_NODE for frame 0 */
+};
+
+struct ir_node {
+    uint8_t kind;        /* enum ir_node_kind */
+    uint16_t try_depth;  /* enclosing try blocks (across inlined calls) */
+    uint16_t loop_depth; /* enclosing loops in this frame */
+    uint32_t frame;
+    uint32_t line, col;    /* source position of the statement */
+    uint32_t exc;          /* exception edge target, or IR_NO_NODE */
+    uint32_t expr;         /* see the kinds above; IR_NO_EXPR when unused */
+    uint32_t link;         /* partner node (see kinds); IR_NO_NODE when unused */
+    uint32_t callee_frame; /* CALL_ENTER */
+    const char *name;      /* ACTION: action name; SPREAD: item variable; CALL_*: helper */
+    const char **targets;
+    uint32_t ntargets;
+    const char **argnames; /* ACTION kwargs, CALL_ENTER parameters */
+    uint32_t *argexprs;
+    uint32_t nargs;
+    struct ir_retry *retries; /* ACTION */
+    uint32_t nretries;
+    int64_t timeout_ms;               /* ACTION: 0 = the runner's default */
+    struct ir_handler_info *handlers; /* EXCEPT */
+    uint32_t nhandlers;
+    uint32_t first_edge, nedges; /* outgoing edges: dag->edges[first_edge .. +nedges) */
+};
+
+struct ir_dag {
+    struct cn_arena *arena; /* every string and array below */
+    struct ir_xpool exprs;
+    const char *entry_func;
+    struct ir_node *nodes;
+    uint32_t nnodes;
+    struct ir_edge *edges; /* sorted by `from`, then evaluation order */
+    uint32_t nedges;
+    struct ir_frame *frames;
+    uint32_t nframes;
+    uint32_t entry;  /* the ENTRY node */
+    uint32_t output; /* the OUTPUT node */
+};
+
+/* Frees the template. NULL is a no-op. */
+void ir_dag_free(struct ir_dag *d);
+
+const char *ir_node_kind_name(enum ir_node_kind k);
+const char *ir_edge_kind_name(enum ir_edge_kind k);
+
+/* Serializes d to msgpack (format IR_DAG_FORMAT_VERSION). Returns CN_OK or CN_NOMEM. */
+CN_MUST_CHECK cn_err ir_dag_encode(const struct ir_dag *d, struct cn_buf *out);
+
+/* Decodes a serialized template and validates it (every index in range, edge lists sorted,
+ * expression trees within limits), so a corrupt cache entry is an error, never a crash.
+ * Returns CN_OK, CN_VERSION, CN_PARSE, CN_DEPTH, CN_RANGE or CN_NOMEM; err says what. */
+CN_MUST_CHECK cn_err ir_dag_decode(const void *buf, size_t len, struct ir_dag **out,
+                                   struct cn_errmsg *err);
+
+/* Appends the canonical text form (stable; used for golden tests and `cairnctl dag`). */
+CN_MUST_CHECK cn_err ir_dag_text(const struct ir_dag *d, struct cn_buf *out);
+
+/* Appends a Graphviz DOT rendering: control edges solid, exception edges dashed, loop back
+ * edges bold and labelled "back". */
+CN_MUST_CHECK cn_err ir_dag_dot(const struct ir_dag *d, struct cn_buf *out);
+
+/* A one-paragraph summary: node counts by kind, actions, frames, edges. */
+CN_MUST_CHECK cn_err ir_dag_summary(const struct ir_dag *d, struct cn_buf *out);
+
+#endif

@@ -1,0 +1,377 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Text renderings of a DAG template: the canonical text form (stable, line-oriented, used by
+ * golden tests and `cairnctl dag`), Graphviz DOT, and a one-line summary.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/dag.h"
+
+#define TRY(x)              \
+    do {                    \
+        cn_err rv_ = (x);   \
+        if (rv_ != CN_OK) { \
+            return rv_;     \
+        }                   \
+    } while (0)
+
+/* Durations in the largest unit that is exact, as a user would write them. */
+static cn_err
+put_duration(struct cn_buf *o, int64_t ms)
+{
+    if (ms % 3600000 == 0) {
+        return cn_buf_printf(o, "%lldh", (long long) (ms / 3600000));
+    }
+    if (ms % 60000 == 0) {
+        return cn_buf_printf(o, "%lldm", (long long) (ms / 60000));
+    }
+    if (ms % 1000 == 0) {
+        return cn_buf_printf(o, "%llds", (long long) (ms / 1000));
+    }
+    return cn_buf_printf(o, "%lldms", (long long) ms);
+}
+
+static cn_err
+put_names(struct cn_buf *o, const char *const *names, uint32_t n, const char *sep)
+{
+    uint32_t i;
+
+    for (i = 0; i < n; i++) {
+        TRY(cn_buf_printf(o, "%s%s", i ? sep : "", names[i]));
+    }
+    return CN_OK;
+}
+
+static cn_err
+put_types(struct cn_buf *o, const char *const *types, uint32_t n)
+{
+    if (n == 1) {
+        return cn_buf_puts(o, types[0]);
+    }
+    TRY(cn_buf_putc(o, '('));
+    TRY(put_names(o, types, n, ", "));
+    return cn_buf_putc(o, ')');
+}
+
+static cn_err
+put_expr(const struct ir_dag *d, struct cn_buf *o, uint32_t e)
+{
+    return ir_expr_print(&d->exprs, e, o);
+}
+
+static cn_err
+put_targets(struct cn_buf *o, const struct ir_node *n)
+{
+    if (n->ntargets == 0) {
+        return CN_OK;
+    }
+    TRY(put_names(o, n->targets, n->ntargets, ", "));
+    return cn_buf_puts(o, " = ");
+}
+
+static cn_err
+put_action(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
+{
+    uint32_t i;
+
+    TRY(cn_buf_printf(o, "@%s(", n->name));
+    for (i = 0; i < n->nargs; i++) {
+        TRY(cn_buf_printf(o, "%s%s=", i ? ", " : "", n->argnames[i]));
+        TRY(put_expr(d, o, n->argexprs[i]));
+    }
+    TRY(cn_buf_putc(o, ')'));
+    for (i = 0; i < n->nretries; i++) {
+        const struct ir_retry *r = &n->retries[i];
+        TRY(cn_buf_puts(o, " ["));
+        if (r->ntypes > 0) {
+            TRY(put_types(o, r->types, r->ntypes));
+            TRY(cn_buf_puts(o, " -> "));
+        }
+        TRY(cn_buf_printf(o, "retry: %lld, backoff: ", (long long) r->retries));
+        TRY(put_duration(o, r->backoff_ms));
+        TRY(cn_buf_putc(o, ']'));
+    }
+    if (n->timeout_ms > 0) {
+        TRY(cn_buf_puts(o, " [timeout: "));
+        TRY(put_duration(o, n->timeout_ms));
+        TRY(cn_buf_putc(o, ']'));
+    }
+    return CN_OK;
+}
+
+/* The statement-like description of a node, shared by the text and DOT forms. */
+static cn_err
+put_detail(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
+{
+    uint32_t i;
+
+    switch ((enum ir_node_kind) n->kind) {
+    case IR_N_ENTRY:
+        TRY(cn_buf_puts(o, "input: ["));
+        TRY(put_names(o, n->targets, n->ntargets, ", "));
+        return cn_buf_putc(o, ']');
+    case IR_N_OUTPUT:
+        TRY(cn_buf_puts(o, "output: ["));
+        TRY(put_names(o, n->targets, n->ntargets, ", "));
+        return cn_buf_putc(o, ']');
+    case IR_N_ASSIGN:
+    case IR_N_LOOP_INIT:
+    case IR_N_LOOP_EXTRACT:
+    case IR_N_LOOP_INCR:
+        TRY(put_targets(o, n));
+        return put_expr(d, o, n->expr);
+    case IR_N_LOOP_COND:
+        return put_expr(d, o, n->expr);
+    case IR_N_ACTION:
+        TRY(put_targets(o, n));
+        return put_action(d, o, n);
+    case IR_N_SPREAD:
+        TRY(cn_buf_puts(o, "spread "));
+        TRY(put_expr(d, o, n->expr));
+        return cn_buf_printf(o, ":%s", n->name);
+    case IR_N_AGGREGATE:
+        if (n->ntargets == 0) {
+            return cn_buf_puts(o, "(results discarded)");
+        }
+        TRY(put_names(o, n->targets, n->ntargets, ", "));
+        return cn_buf_puts(o, n->ntargets > 1 ? " = unpack(results)" : " = results");
+    case IR_N_EXCEPT:
+        for (i = 0; i < n->nhandlers; i++) {
+            const struct ir_handler_info *h = &n->handlers[i];
+            TRY(cn_buf_puts(o, i ? ", " : ""));
+            if (h->ntypes == 0) {
+                TRY(cn_buf_puts(o, "*"));
+            } else {
+                TRY(put_types(o, h->types, h->ntypes));
+            }
+            if (h->bind != NULL) {
+                TRY(cn_buf_printf(o, " as %s", h->bind));
+            }
+        }
+        return CN_OK;
+    case IR_N_SLEEP:
+        TRY(cn_buf_puts(o, "sleep "));
+        return put_expr(d, o, n->expr);
+    case IR_N_RETURN:
+        TRY(cn_buf_puts(o, "return"));
+        if (n->expr != IR_NO_EXPR) {
+            TRY(cn_buf_putc(o, ' '));
+            TRY(put_expr(d, o, n->expr));
+        }
+        return CN_OK;
+    case IR_N_CALL_ENTER:
+        TRY(cn_buf_printf(o, "%s(", n->name));
+        for (i = 0; i < n->nargs; i++) {
+            TRY(cn_buf_printf(o, "%s%s=", i ? ", " : "", n->argnames[i]));
+            TRY(put_expr(d, o, n->argexprs[i]));
+        }
+        return cn_buf_printf(o, ") in f%u", n->callee_frame);
+    case IR_N_CALL_EXIT:
+        TRY(put_targets(o, n));
+        return cn_buf_printf(o, "%s() from f%u", n->name, n->callee_frame);
+    default:
+        return CN_OK;
+    }
+}
+
+cn_err
+ir_dag_text(const struct ir_dag *d, struct cn_buf *o)
+{
+    uint32_t i, k;
+
+    TRY(cn_buf_printf(o, "dag %s format=%d nodes=%u edges=%u frames=%u\n", d->entry_func,
+                      IR_DAG_FORMAT_VERSION, d->nnodes, d->nedges, d->nframes));
+    for (i = 0; i < d->nframes; i++) {
+        const struct ir_frame *f = &d->frames[i];
+        TRY(cn_buf_printf(o, "frame f%u %s", i, f->func));
+        if (f->parent != IR_NO_NODE) {
+            TRY(cn_buf_printf(o, " parent=f%u call=n%u", f->parent, f->call_node));
+        }
+        TRY(cn_buf_putc(o, '\n'));
+    }
+    for (i = 0; i < d->nnodes; i++) {
+        const struct ir_node *n = &d->nodes[i];
+        TRY(cn_buf_printf(o, "n%u %s f%u %u:%u", i, ir_node_kind_name(n->kind), n->frame, n->line,
+                          n->col));
+        if (n->try_depth > 0) {
+            TRY(cn_buf_printf(o, " try=%u", n->try_depth));
+        }
+        if (n->loop_depth > 0) {
+            TRY(cn_buf_printf(o, " loop=%u", n->loop_depth));
+        }
+        if (n->exc != IR_NO_NODE) {
+            TRY(cn_buf_printf(o, " exc=n%u", n->exc));
+        }
+        if (n->link != IR_NO_NODE) {
+            TRY(cn_buf_printf(o, " link=n%u", n->link));
+        }
+        {
+            size_t mark = o->len;
+            TRY(cn_buf_puts(o, " | "));
+            TRY(put_detail(d, o, n));
+            if (o->len == mark + 3) {
+                o->len = mark; /* no detail: no separator */
+                o->data[mark] = '\0';
+            }
+        }
+        TRY(cn_buf_putc(o, '\n'));
+        for (k = 0; k < n->nedges; k++) {
+            const struct ir_edge *e = &d->edges[n->first_edge + k];
+            TRY(cn_buf_printf(o, "    -> n%u %s", e->to, ir_edge_kind_name(e->kind)));
+            if (e->kind == IR_E_GUARD) {
+                TRY(cn_buf_putc(o, ' '));
+                TRY(put_expr(d, o, e->expr));
+            } else if (e->kind == IR_E_HANDLER || e->kind == IR_E_FORK) {
+                TRY(cn_buf_printf(o, " #%u", e->index));
+            }
+            TRY(cn_buf_putc(o, '\n'));
+        }
+    }
+    return CN_OK;
+}
+
+/* Escapes text for a double-quoted DOT string. */
+static cn_err
+put_dot_str(struct cn_buf *o, const char *s, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '"' || c == '\\') {
+            TRY(cn_buf_putc(o, '\\'));
+            TRY(cn_buf_putc(o, c));
+        } else if (c == '\n') {
+            TRY(cn_buf_puts(o, "\\n"));
+        } else {
+            TRY(cn_buf_putc(o, c));
+        }
+    }
+    return CN_OK;
+}
+
+static const char *
+dot_shape(enum ir_node_kind k)
+{
+    switch (k) {
+    case IR_N_ENTRY:
+    case IR_N_OUTPUT:
+        return "oval";
+    case IR_N_ACTION:
+        return "box3d";
+    case IR_N_BRANCH:
+    case IR_N_LOOP_COND:
+    case IR_N_EXCEPT:
+        return "diamond";
+    case IR_N_JOIN:
+    case IR_N_LOOP_EXIT:
+        return "circle";
+    case IR_N_SPREAD:
+    case IR_N_PARALLEL:
+    case IR_N_AGGREGATE:
+        return "trapezium";
+    default:
+        return "box";
+    }
+}
+
+cn_err
+ir_dag_dot(const struct ir_dag *d, struct cn_buf *o)
+{
+    struct cn_buf label = CN_BUF_INIT;
+    uint32_t i, k;
+    cn_err rv = CN_OK;
+
+    TRY(cn_buf_puts(o, "digraph \""));
+    TRY(put_dot_str(o, d->entry_func, strlen(d->entry_func)));
+    TRY(cn_buf_puts(o, "\" {\n  node [fontname=\"monospace\", fontsize=10];\n"
+                       "  edge [fontname=\"monospace\", fontsize=9];\n"));
+    for (i = 0; i < d->nnodes && rv == CN_OK; i++) {
+        const struct ir_node *n = &d->nodes[i];
+        cn_buf_clear(&label);
+        rv = cn_buf_printf(&label, "n%u %s\n", i, ir_node_kind_name(n->kind));
+        if (rv == CN_OK) {
+            rv = put_detail(d, &label, n);
+        }
+        if (rv == CN_OK) {
+            rv = cn_buf_printf(o, "  n%u [shape=%s, label=\"", i, dot_shape(n->kind));
+        }
+        if (rv == CN_OK) {
+            rv = put_dot_str(o, label.data, label.len);
+        }
+        if (rv == CN_OK) {
+            rv = cn_buf_puts(o, "\"];\n");
+        }
+    }
+    cn_buf_fini(&label);
+    TRY(rv);
+    for (i = 0; i < d->nnodes; i++) {
+        const struct ir_node *n = &d->nodes[i];
+        for (k = 0; k < n->nedges; k++) {
+            const struct ir_edge *e = &d->edges[n->first_edge + k];
+            TRY(cn_buf_printf(o, "  n%u -> n%u", e->from, e->to));
+            if (e->kind == IR_E_BACK) {
+                TRY(cn_buf_puts(o, " [style=bold, color=blue, label=\"back\", constraint=false]"));
+            } else if (e->kind == IR_E_GUARD) {
+                struct cn_buf g = CN_BUF_INIT;
+                rv = put_expr(d, &g, e->expr);
+                if (rv == CN_OK) {
+                    rv = cn_buf_puts(o, " [label=\"");
+                }
+                if (rv == CN_OK) {
+                    rv = put_dot_str(o, g.data ? g.data : "", g.len);
+                }
+                cn_buf_fini(&g);
+                TRY(rv);
+                TRY(cn_buf_puts(o, "\"]"));
+            } else if (e->kind != IR_E_NEXT) {
+                TRY(cn_buf_printf(o, " [label=\"%s", ir_edge_kind_name(e->kind)));
+                if (e->kind == IR_E_HANDLER || e->kind == IR_E_FORK) {
+                    TRY(cn_buf_printf(o, " #%u", e->index));
+                }
+                TRY(cn_buf_puts(o, "\"]"));
+            }
+            TRY(cn_buf_puts(o, ";\n"));
+        }
+        if (n->exc != IR_NO_NODE) {
+            TRY(cn_buf_printf(o, "  n%u -> n%u [style=dashed, color=red, label=\"exc\"];\n", i,
+                              n->exc));
+        }
+    }
+    return cn_buf_puts(o, "}\n");
+}
+
+cn_err
+ir_dag_summary(const struct ir_dag *d, struct cn_buf *o)
+{
+    uint32_t counts[IR_N_COUNT_] = {0}, i, nexc = 0;
+    bool first = true;
+
+    for (i = 0; i < d->nnodes; i++) {
+        counts[d->nodes[i].kind]++;
+        nexc += d->nodes[i].exc != IR_NO_NODE;
+    }
+    TRY(cn_buf_printf(o, "%s: %u nodes, %u edges (+%u exception edges), %u frame%s\n",
+                      d->entry_func, d->nnodes, d->nedges, nexc, d->nframes,
+                      d->nframes == 1 ? "" : "s"));
+    TRY(cn_buf_puts(o, "  kinds:"));
+    for (i = 0; i < IR_N_COUNT_; i++) {
+        if (counts[i] > 0) {
+            TRY(cn_buf_printf(o, "%s %s=%u", first ? "" : ",", ir_node_kind_name(i), counts[i]));
+            first = false;
+        }
+    }
+    TRY(cn_buf_puts(o, "\n  actions:"));
+    first = true;
+    for (i = 0; i < d->nnodes; i++) {
+        if (d->nodes[i].kind == IR_N_ACTION) {
+            TRY(cn_buf_printf(o, "%s @%s", first ? "" : ",", d->nodes[i].name));
+            first = false;
+        }
+    }
+    if (first) {
+        TRY(cn_buf_puts(o, " (none)"));
+    }
+    return cn_buf_putc(o, '\n');
+}

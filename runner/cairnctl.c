@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cairnctl: the operator and developer command line. This file holds the command table and
+ * the commands that need no database: `check` (compile workflow files, report errors) and `dag`
+ * (show the compiled graph as text, Graphviz DOT or a summary). Single-threaded.
+ *
+ * Exit codes: 0 success; 1 the input was rejected (compile errors); 2 usage error or a file
+ * that cannot be read.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/compile.h"
+
+#define CTL_MAX_SOURCE (16u << 20) /* workflow sources are text; 16 MiB is far beyond any */
+
+enum { EXIT_OK = 0, EXIT_REJECTED = 1, EXIT_USAGE = 2 };
+
+struct command {
+    const char *name;
+    const char *args;
+    const char *help;
+    int (*run)(int argc, char **argv);
+};
+
+static int cmd_check(int argc, char **argv);
+static int cmd_dag(int argc, char **argv);
+static int cmd_help(int argc, char **argv);
+
+static const struct command commands[] = {
+    {"check", "[--quiet] FILE...", "compile workflow files and report every error", cmd_check},
+    {"dag", "FILE [--format text|dot|summary|msgpack]",
+     "print the compiled graph of a workflow file", cmd_dag},
+    {"help", "[COMMAND]", "show this help", cmd_help},
+};
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void
+usage(FILE *to)
+{
+    size_t i;
+
+    fprintf(to, "usage: cairnctl COMMAND [ARGS]\n\ncommands:\n");
+    for (i = 0; i < NCOMMANDS; i++) {
+        fprintf(to, "  %-6s %-42s %s\n", commands[i].name, commands[i].args, commands[i].help);
+    }
+    fprintf(to, "\nexit status: 0 ok, 1 input rejected (compile errors), 2 usage or I/O error\n");
+}
+
+/* Reads a whole file; on failure prints why and returns NULL. */
+static char *
+read_file(const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    char *buf = NULL, *p;
+    size_t cap = 0, n = 0, r;
+
+    if (f == NULL) {
+        fprintf(stderr, "cairnctl: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap >= CTL_MAX_SOURCE) {
+                fprintf(stderr, "cairnctl: %s: file is larger than %u MiB\n", path,
+                        CTL_MAX_SOURCE >> 20);
+                goto fail;
+            }
+            cap = cap ? cap * 2 : 65536;
+            p = realloc(buf, cap + 1);
+            if (p == NULL) {
+                fprintf(stderr, "cairnctl: out of memory reading %s\n", path);
+                goto fail;
+            }
+            buf = p;
+        }
+        r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) {
+            break;
+        }
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "cairnctl: cannot read %s: %s\n", path, strerror(errno));
+        goto fail;
+    }
+    if (f != stdin) {
+        fclose(f);
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+fail:
+    if (f != stdin) {
+        fclose(f);
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Compiles one file. Returns EXIT_OK with *out set, EXIT_REJECTED after printing diagnostics,
+ * or EXIT_USAGE when the file cannot be read. */
+static int
+compile_file(const char *path, struct ir_dag **out)
+{
+    struct ir_diags d;
+    struct cn_buf msg = CN_BUF_INIT;
+    size_t len = 0;
+    char *src = read_file(path, &len);
+    cn_err rv;
+    int status = EXIT_OK;
+
+    if (src == NULL) {
+        return EXIT_USAGE;
+    }
+    ir_diags_init(&d, path, src, len);
+    rv = ir_compile_source(src, len, &d, out);
+    if (rv != CN_OK) {
+        if (d.len > 0 && ir_diags_format(&d, &msg) == CN_OK) {
+            fputs(msg.data, stderr);
+        } else {
+            fprintf(stderr, "%s: error: %s\n", path, cn_strerror(rv));
+        }
+        status = EXIT_REJECTED;
+    }
+    cn_buf_fini(&msg);
+    ir_diags_fini(&d);
+    free(src);
+    return status;
+}
+
+static int
+cmd_check(int argc, char **argv)
+{
+    int i, status = EXIT_OK, nfiles = 0, r;
+    int quiet = 0;
+
+    for (i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) {
+            quiet = 1;
+        }
+    }
+    for (i = 0; i < argc; i++) {
+        struct ir_dag *dag = NULL;
+        if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) {
+            continue;
+        }
+        if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            fprintf(stderr, "cairnctl check: unknown option %s\n", argv[i]);
+            return EXIT_USAGE;
+        }
+        nfiles++;
+        r = compile_file(argv[i], &dag);
+        if (r == EXIT_OK && !quiet) {
+            printf("%s: ok (%u nodes, %u frame%s)\n", argv[i], dag->nnodes, dag->nframes,
+                   dag->nframes == 1 ? "" : "s");
+        }
+        ir_dag_free(dag);
+        if (r > status) {
+            status = r;
+        }
+    }
+    if (nfiles == 0) {
+        fprintf(stderr, "usage: cairnctl check [--quiet] FILE...\n");
+        return EXIT_USAGE;
+    }
+    return status;
+}
+
+static int
+cmd_dag(int argc, char **argv)
+{
+    const char *file = NULL, *format = "text";
+    struct ir_dag *dag = NULL;
+    struct cn_buf out = CN_BUF_INIT;
+    cn_err rv;
+    int i, status;
+
+    for (i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
+            format = argv[++i];
+        } else if (strncmp(argv[i], "--format=", 9) == 0) {
+            format = argv[i] + 9;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            fprintf(stderr, "cairnctl dag: unknown option %s\n", argv[i]);
+            return EXIT_USAGE;
+        } else if (file == NULL) {
+            file = argv[i];
+        } else {
+            fprintf(stderr, "cairnctl dag: one file at a time\n");
+            return EXIT_USAGE;
+        }
+    }
+    if (file == NULL) {
+        fprintf(stderr, "usage: cairnctl dag FILE [--format text|dot|summary|msgpack]\n");
+        return EXIT_USAGE;
+    }
+    if (strcmp(format, "text") != 0 && strcmp(format, "dot") != 0 &&
+        strcmp(format, "summary") != 0 && strcmp(format, "msgpack") != 0) {
+        fprintf(stderr, "cairnctl dag: unknown format '%s' (text, dot, summary or msgpack)\n",
+                format);
+        return EXIT_USAGE;
+    }
+    if ((status = compile_file(file, &dag)) != EXIT_OK) {
+        return status;
+    }
+    if (strcmp(format, "dot") == 0) {
+        rv = ir_dag_dot(dag, &out);
+    } else if (strcmp(format, "summary") == 0) {
+        rv = ir_dag_summary(dag, &out);
+    } else if (strcmp(format, "msgpack") == 0) {
+        rv = ir_dag_encode(dag, &out);
+    } else {
+        rv = ir_dag_text(dag, &out);
+    }
+    if (rv == CN_OK && out.len > 0 && fwrite(out.data, 1, out.len, stdout) != out.len) {
+        rv = CN_IO;
+    }
+    if (rv != CN_OK) {
+        fprintf(stderr, "cairnctl dag: %s\n", cn_strerror(rv));
+        status = EXIT_USAGE;
+    }
+    cn_buf_fini(&out);
+    ir_dag_free(dag);
+    return status;
+}
+
+static int
+cmd_help(int argc, char **argv)
+{
+    (void) argc;
+    (void) argv;
+    usage(stdout);
+    return EXIT_OK;
+}
+
+int
+main(int argc, char **argv)
+{
+    size_t i;
+
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("cairnctl %s\n", CAIRN_VERSION);
+        return EXIT_OK;
+    }
+    for (i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            return commands[i].run(argc - 2, argv + 2);
+        }
+    }
+    fprintf(stderr, "cairnctl: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return EXIT_USAGE;
+}
