@@ -339,6 +339,40 @@ d_const(struct dec *x, const msgpack_object *o, struct ir_val *v)
     }
 }
 
+/* Children and operator each kind reads, so no walker ever follows an unchecked slot. */
+static bool
+expr_shape_ok(const struct ir_expr *e)
+{
+    switch ((enum ir_xkind) e->kind) {
+    case IR_X_CONST:
+    case IR_X_NAME:
+        return e->nargs == 0;
+    case IR_X_NEG:
+    case IR_X_NOT:
+    case IR_X_ATTR:
+        return e->nargs == 1;
+    case IR_X_BIN:
+        return e->nargs == 2 && e->op < IR_OP_COUNT_;
+    case IR_X_AND:
+    case IR_X_OR:
+    case IR_X_INDEX:
+        return e->nargs == 2;
+    case IR_X_SLICE:
+    case IR_X_COND:
+        return e->nargs == 3;
+    case IR_X_CMP:
+        return e->nargs >= 2;
+    case IR_X_DICT:
+        return e->nargs % 2 == 0;
+    case IR_X_CALL:
+        return e->op < IR_B_COUNT_ || e->op == IR_B_UNRESOLVED;
+    case IR_X_LIST:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static bool
 d_exprs(struct dec *x, const msgpack_object *xs, const msgpack_object *args)
 {
@@ -398,6 +432,9 @@ d_exprs(struct dec *x, const msgpack_object *xs, const msgpack_object *args)
             return d_fail(x, CN_RANGE, "too many keyword names");
         }
         e->nkw = (uint16_t) c;
+        if (!expr_shape_ok(e)) {
+            return d_fail(x, CN_RANGE, "expression has the wrong number of children");
+        }
         if ((kind == IR_X_NAME || kind == IR_X_ATTR || kind == IR_X_CALL) && e->name == NULL) {
             return d_fail(x, CN_PARSE, "expression without its name");
         }
@@ -560,6 +597,11 @@ d_dag(struct dec *x, const msgpack_object *root)
 
     if (root->type != MSGPACK_OBJECT_MAP) {
         return d_fail(x, CN_PARSE, "top level must be a map");
+    }
+    /* The version comes first: a later format may change every other field. */
+    if ((f[0] = d_field(root, keys[0])) != NULL && f[0]->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+        f[0]->via.u64 != IR_DAG_FORMAT_VERSION) {
+        return d_fail(x, CN_VERSION, "unsupported format version");
     }
     for (i = 0; i < 9; i++) {
         if ((f[i] = d_field(root, keys[i])) == NULL) {

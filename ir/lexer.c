@@ -26,6 +26,8 @@ struct lexer {
     uint32_t indents[LEX_MAX_INDENT + 1];
     int nindent;
     int depth; /* open brackets */
+    uint32_t open_line[LEX_MAX_BRACKETS + 1], open_col[LEX_MAX_BRACKETS + 1];
+    char open_ch[LEX_MAX_BRACKETS + 1];
     cn_err rv; /* sticky CN_NOMEM */
 };
 
@@ -229,7 +231,7 @@ lex_indent(struct lexer *lx)
             return true;
         }
         lx->indents[++lx->nindent] = width;
-        lex_simple(lx, IR_TK_INDENT, line, 1, lx->p, 0);
+        lex_simple(lx, IR_TK_INDENT, line, lx->col, lx->p, 0);
         return true;
     }
     while (width < lx->indents[lx->nindent]) {
@@ -566,9 +568,14 @@ lex_op(struct lexer *lx)
         if (n <= left && memcmp(ops[i].text, s, n) == 0) {
             enum ir_tok k = ops[i].tok;
             if (k == IR_TK_LPAREN || k == IR_TK_LBRACK || k == IR_TK_LBRACE) {
-                if (++lx->depth > LEX_MAX_BRACKETS) {
+                if (lx->depth >= LEX_MAX_BRACKETS) {
                     ir_diags_add(lx->diags, line, col, "brackets nested too deeply (limit %d)",
                                  LEX_MAX_BRACKETS);
+                } else {
+                    lx->open_line[lx->depth] = line;
+                    lx->open_col[lx->depth] = col;
+                    lx->open_ch[lx->depth] = *s;
+                    lx->depth++;
                 }
             } else if ((k == IR_TK_RPAREN || k == IR_TK_RBRACK || k == IR_TK_RBRACE) &&
                        lx->depth > 0) {
@@ -631,6 +638,13 @@ ir_lex(const char *src, size_t len, struct cn_arena *arena, struct ir_diags *dia
             continue;
         }
         if (c == '\n') {
+            if (lx.depth > 0 && lx.end - lx.p > 3 && memcmp(lx.p + 1, "fn ", 3) == 0) {
+                /* `fn` at column 1 cannot be inside an expression: the bracket was never
+                 * closed. Recover here so the following functions are still checked. */
+                ir_diags_add(lx.diags, lx.open_line[lx.depth - 1], lx.open_col[lx.depth - 1],
+                             "'%c' was never closed", lx.open_ch[lx.depth - 1]);
+                lx.depth = 0;
+            }
             if (lx.depth == 0) {
                 lex_simple(&lx, IR_TK_NEWLINE, lx.line, lx.col, lx.p, 1);
                 line_start = true;

@@ -293,6 +293,12 @@ parse_expr_list_until(struct parser *ps, enum ir_tok close, struct u32_vec *out,
         if (ps->panic) {
             return false;
         }
+        if (at(ps, IR_TK_FOR)) {
+            error_at(ps, peek(ps),
+                     "comprehensions are not supported; build the list with a for "
+                     "loop (or run an action per item with spread)");
+            return false;
+        }
         if (CN_VEC_PUSH(out, e) != CN_OK) {
             nomem(ps);
             return false;

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# cairnctl as a user runs it: `check` accepts every example and rejects every file in
+# tests/cli/broken/ with exactly the errors its `# expect: LINE:COL: message` lines list;
+# `dag` prints the golden text for each example, DOT that graphviz renders, a summary, and
+# msgpack; usage errors and unreadable files exit 2.
+# Usage: test_cairnctl.sh CAIRNCTL SOURCE_ROOT
+set -u
+ctl=$1
+root=$2
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+    echo "FAIL: $*"
+    fails=$((fails + 1))
+}
+
+# 1. Every example compiles.
+for f in "$root"/examples/*.cairn; do
+    if ! "$ctl" check "$f" >"$tmp/out" 2>"$tmp/err"; then
+        fail "check rejected $f: $(cat "$tmp/err")"
+    elif ! grep -q ": ok (" "$tmp/out"; then
+        fail "check printed no ok line for $f"
+    fi
+done
+"$ctl" check --quiet "$root"/examples/*.cairn >"$tmp/out" 2>&1 || fail "check of all examples failed"
+[ -s "$tmp/out" ] && fail "--quiet printed output"
+
+# 2. Every broken file is rejected with exactly the expected errors.
+for f in "$root"/tests/cli/broken/*.cairn; do
+    "$ctl" check "$f" >"$tmp/out" 2>"$tmp/err"
+    status=$?
+    [ "$status" -eq 1 ] || fail "$f: exit status $status, want 1"
+    want=$(grep -c '^# expect: ' "$f")
+    got=$(grep -c ': error: ' "$tmp/err")
+    [ "$want" -eq "$got" ] || fail "$f: $got errors, want $want:"$'\n'"$(cat "$tmp/err")"
+    while IFS= read -r line; do
+        spec=${line#\# expect: }
+        pos=${spec%%: *}
+        msg=${spec#*: }
+        grep -qF -- "$f:$pos: error: $msg" "$tmp/err" ||
+            fail "$f: missing '$pos: error: $msg' in:"$'\n'"$(cat "$tmp/err")"
+    done < <(grep '^# expect: ' "$f")
+    # The offending line is echoed with a caret under the column.
+    grep -q '^ *\^$' "$tmp/err" || fail "$f: no caret line"
+done
+
+# 3. dag output: golden text, DOT, summary, msgpack.
+for f in "$root"/examples/*.cairn; do
+    name=$(basename "$f" .cairn)
+    "$ctl" dag "$f" >"$tmp/$name.dag" || fail "dag $f failed"
+    diff -u "$root/tests/golden/$name.dag" "$tmp/$name.dag" >"$tmp/diff" ||
+        fail "dag text of $name differs from tests/golden/$name.dag:"$'\n'"$(cat "$tmp/diff")"
+    "$ctl" dag "$f" --format dot >"$tmp/$name.dot" || fail "dag --format dot $f failed"
+    grep -q '^digraph ' "$tmp/$name.dot" || fail "$name.dot is not a digraph"
+    if command -v dot >/dev/null 2>&1; then
+        dot -Tsvg "$tmp/$name.dot" >"$tmp/$name.svg" 2>"$tmp/doterr" ||
+            fail "graphviz rejected $name.dot: $(cat "$tmp/doterr")"
+    fi
+    "$ctl" dag "$f" --format summary | grep -q ' nodes, ' || fail "summary of $name"
+    "$ctl" dag "$f" --format=msgpack >"$tmp/$name.mp" || fail "msgpack of $name"
+    [ -s "$tmp/$name.mp" ] || fail "empty msgpack for $name"
+done
+grep -q 'style=dashed' "$tmp/orders.dot" || fail "no dashed exception edge in orders.dot"
+grep -q 'label="back"' "$tmp/welcome.dot" || fail "no back edge in welcome.dot"
+
+# 4. Exit codes and usage.
+"$ctl" check "$tmp/does-not-exist.cairn" 2>"$tmp/err"
+[ $? -eq 2 ] || fail "missing file: want exit 2"
+grep -q "cannot open" "$tmp/err" || fail "missing file: no 'cannot open' message"
+"$ctl" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "no command: want exit 2"
+"$ctl" frobnicate >/dev/null 2>&1
+[ $? -eq 2 ] || fail "unknown command: want exit 2"
+"$ctl" dag "$root/examples/hello.cairn" --format png >/dev/null 2>&1
+[ $? -eq 2 ] || fail "bad format: want exit 2"
+"$ctl" --help | grep -q "check" || fail "--help does not list check"
+"$ctl" check "$root/examples/hello.cairn" "$root/tests/cli/broken/tabs.cairn" >/dev/null 2>&1
+[ $? -eq 1 ] || fail "mixed good and bad files: want exit 1"
+printf 'fn main():\n    return 1\n' | "$ctl" check - >/dev/null || fail "check - (stdin) failed"
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails failure(s)"
+    exit 1
+fi
+echo "cairnctl: all checks passed"

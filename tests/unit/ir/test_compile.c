@@ -1,0 +1,506 @@
+/* SPDX-License-Identifier: MIT */
+/* Compiler tests: golden DAG text for every example, deterministic ids, the msgpack codec
+ * (round trips, corrupt input), DAG shapes of each construct, and IR.md's compile-time checks
+ * with exact positions. Set CAIRN_UPDATE_GOLDEN=1 to rewrite tests/golden/ after an intended
+ * change (then review the diff). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "tests/support/compile_util.h"
+#include "tests/support/leak.h"
+
+TestSuite(ir_compile, .fini = t_leak_check, .timeout = 60);
+
+static const char *const examples[] = {"cleanup", "hello", "orders", "poll", "report", "welcome"};
+#define NEXAMPLES (sizeof(examples) / sizeof(examples[0]))
+
+static char *
+example_source(const char *name)
+{
+    char rel[128];
+    char *src;
+
+    (void) snprintf(rel, sizeof(rel), "examples/%s.cairn", name);
+    src = t_read_source_file(rel, NULL);
+    cr_assert_not_null(src, "cannot read %s (is CAIRN_SOURCE_ROOT set?)", rel);
+    return src;
+}
+
+Test(ir_compile, examples_match_golden_dag_text)
+{
+    size_t i;
+
+    for (i = 0; i < NEXAMPLES; i++) {
+        char rel[128], *src = example_source(examples[i]), *text = t_dag_text(src), *golden;
+        (void) snprintf(rel, sizeof(rel), "tests/golden/%s.dag", examples[i]);
+        if (getenv("CAIRN_UPDATE_GOLDEN") != NULL) {
+            cr_assert_eq(t_write_source_file(rel, text, strlen(text)), 0, "cannot write %s", rel);
+        }
+        golden = t_read_source_file(rel, NULL);
+        cr_assert_not_null(golden, "missing %s (run with CAIRN_UPDATE_GOLDEN=1)", rel);
+        cr_expect_str_eq(text, golden, "%s differs from %s:\n%s", examples[i], rel, text);
+        free(golden);
+        free(text);
+        free(src);
+    }
+}
+
+Test(ir_compile, ids_are_deterministic)
+{
+    size_t i;
+
+    for (i = 0; i < NEXAMPLES; i++) {
+        char *src = example_source(examples[i]);
+        struct t_compiled a = t_compile(src), b = t_compile(src);
+        struct cn_buf ma = CN_BUF_INIT, mb = CN_BUF_INIT;
+        cr_assert_eq(a.rv, CN_OK, "%s", a.errors);
+        T_OK(ir_dag_encode(a.dag, &ma));
+        T_OK(ir_dag_encode(b.dag, &mb));
+        cr_assert_eq(ma.len, mb.len);
+        cr_assert(memcmp(ma.data, mb.data, ma.len) == 0, "%s compiled differently", examples[i]);
+        cn_buf_fini(&ma);
+        cn_buf_fini(&mb);
+        t_compiled_free(&a);
+        t_compiled_free(&b);
+        free(src);
+    }
+}
+
+Test(ir_compile, msgpack_round_trip_is_exact)
+{
+    size_t i;
+
+    for (i = 0; i < NEXAMPLES; i++) {
+        char *src = example_source(examples[i]);
+        struct t_compiled a = t_compile(src);
+        struct cn_buf m1 = CN_BUF_INIT, m2 = CN_BUF_INIT, t1 = CN_BUF_INIT, t2 = CN_BUF_INIT;
+        struct ir_dag *back = NULL;
+        struct cn_errmsg em = {{0}};
+        cr_assert_eq(a.rv, CN_OK);
+        T_OK(ir_dag_encode(a.dag, &m1));
+        T_OK(ir_dag_decode(m1.data, m1.len, &back, &em));
+        T_OK(ir_dag_encode(back, &m2));
+        T_OK(ir_dag_text(a.dag, &t1));
+        T_OK(ir_dag_text(back, &t2));
+        cr_assert_str_eq(t1.data, t2.data);
+        cr_assert(m1.len == m2.len && memcmp(m1.data, m2.data, m1.len) == 0);
+        ir_dag_free(back);
+        cn_buf_fini(&m1);
+        cn_buf_fini(&m2);
+        cn_buf_fini(&t1);
+        cn_buf_fini(&t2);
+        t_compiled_free(&a);
+        free(src);
+    }
+}
+
+Test(ir_compile, decode_rejects_truncated_and_corrupted_input)
+{
+    char *src = example_source("orders");
+    struct t_compiled a = t_compile(src);
+    struct cn_buf m = CN_BUF_INIT;
+    struct cn_errmsg em;
+    struct ir_dag *d = NULL;
+    size_t n, i;
+    unsigned seed = 12345;
+    int accepted = 0;
+
+    cr_assert_eq(a.rv, CN_OK);
+    T_OK(ir_dag_encode(a.dag, &m));
+    for (n = 0; n < m.len; n++) {
+        cr_assert_neq(ir_dag_decode(m.data, n, &d, &em), CN_OK, "prefix of %zu bytes accepted", n);
+    }
+    /* Random byte flips: each must be rejected or decode into a valid template (a flipped
+     * line number is still a valid DAG); never crash or leak. */
+    for (i = 0; i < 3000; i++) {
+        char *copy = malloc(m.len);
+        size_t at;
+        cr_assert_not_null(copy);
+        memcpy(copy, m.data, m.len);
+        seed = seed * 1103515245u + 12345u;
+        at = (seed >> 8) % m.len;
+        seed = seed * 1103515245u + 12345u;
+        copy[at] = (char) (copy[at] ^ (char) (1 + (seed >> 16) % 255));
+        if (ir_dag_decode(copy, m.len, &d, &em) == CN_OK) {
+            struct cn_buf t = CN_BUF_INIT;
+            T_OK(ir_dag_text(d, &t)); /* every index in the decoded DAG is usable */
+            cn_buf_fini(&t);
+            ir_dag_free(d);
+            accepted++;
+        }
+        free(copy);
+    }
+    cr_assert_lt(accepted, 3000);
+    T_ERR(ir_dag_decode("\x81\xa6"
+                        "format\x02",
+                        9, &d, &em),
+          CN_VERSION);
+    cn_buf_fini(&m);
+    t_compiled_free(&a);
+    free(src);
+}
+
+/* Returns the id of the first node of kind k at or after `from`, or IR_NO_NODE. */
+static uint32_t
+find_node(const struct ir_dag *d, enum ir_node_kind k, uint32_t from)
+{
+    uint32_t i;
+
+    for (i = from; i < d->nnodes; i++) {
+        if (d->nodes[i].kind == k) {
+            return i;
+        }
+    }
+    return IR_NO_NODE;
+}
+
+/* Kind of the edge from -> to; fails the test when there is none. */
+static int
+edge_to(const struct ir_dag *d, uint32_t from, uint32_t to)
+{
+    uint32_t k;
+
+    for (k = 0; k < d->nodes[from].nedges; k++) {
+        const struct ir_edge *e = &d->edges[d->nodes[from].first_edge + k];
+        if (e->to == to) {
+            return e->kind;
+        }
+    }
+    cr_assert_fail("no edge n%u -> n%u", from, to);
+    return -1;
+}
+
+Test(ir_compile, for_loop_shape)
+{
+    struct t_compiled c = t_compile("fn main(input: [xs]):\n    for x in xs:\n        y = x\n"
+                                    "    return 1\n");
+    const struct ir_dag *d = c.dag;
+    uint32_t init, cond, ext, incr, exit_id;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    init = find_node(d, IR_N_LOOP_INIT, 0);
+    cond = find_node(d, IR_N_LOOP_COND, 0);
+    ext = find_node(d, IR_N_LOOP_EXTRACT, 0);
+    incr = find_node(d, IR_N_LOOP_INCR, 0);
+    exit_id = find_node(d, IR_N_LOOP_EXIT, 0);
+    cr_assert(init < cond && cond < ext && ext < incr && incr < exit_id);
+    cr_assert_eq(edge_to(d, init, cond), IR_E_NEXT);
+    cr_assert_eq(edge_to(d, cond, ext), IR_E_TRUE);
+    cr_assert_eq(edge_to(d, cond, exit_id), IR_E_FALSE);
+    cr_assert_eq(edge_to(d, incr, cond), IR_E_BACK);
+    cr_assert_eq(d->nodes[ext].loop_depth, 1);
+    cr_assert_eq(d->nodes[exit_id].loop_depth, 0);
+    cr_assert_eq(d->nodes[ext].ntargets, 1);
+    cr_assert_str_eq(d->nodes[ext].targets[0], "x");
+    t_compiled_free(&c);
+}
+
+Test(ir_compile, while_break_continue_shape)
+{
+    struct t_compiled c = t_compile("fn main(input: [n]):\n    while n > 0:\n        n = n - 1\n"
+                                    "        if n == 5:\n            break\n        continue\n");
+    const struct ir_dag *d = c.dag;
+    uint32_t cond, brk, cont, exit_id;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    cond = find_node(d, IR_N_LOOP_COND, 0);
+    brk = find_node(d, IR_N_BREAK, 0);
+    cont = find_node(d, IR_N_CONTINUE, 0);
+    exit_id = find_node(d, IR_N_LOOP_EXIT, 0);
+    cr_assert_eq(edge_to(d, brk, exit_id), IR_E_NEXT);
+    cr_assert_eq(edge_to(d, cont, cond), IR_E_BACK);
+    cr_assert_eq(edge_to(d, cond, exit_id), IR_E_FALSE);
+    t_compiled_free(&c);
+}
+
+Test(ir_compile, while_with_only_pass_keeps_true_and_back_edges)
+{
+    struct t_compiled c = t_compile("fn main(input: [n]):\n    while n:\n        pass\n");
+    const struct ir_dag *d = c.dag;
+    uint32_t cond, j;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    cond = find_node(d, IR_N_LOOP_COND, 0);
+    j = find_node(d, IR_N_JOIN, cond);
+    cr_assert_neq(j, IR_NO_NODE);
+    cr_assert_eq(edge_to(d, cond, j), IR_E_TRUE);
+    cr_assert_eq(edge_to(d, j, cond), IR_E_BACK);
+    t_compiled_free(&c);
+}
+
+Test(ir_compile, branch_guards_in_order_with_else)
+{
+    struct t_compiled c = t_compile("fn main(input: [x]):\n    if x == 1:\n        y = 1\n"
+                                    "    elif x == 2:\n        y = 2\n    else:\n        y = 3\n"
+                                    "    return y\n");
+    const struct ir_dag *d = c.dag;
+    const struct ir_node *b;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    b = &d->nodes[find_node(d, IR_N_BRANCH, 0)];
+    cr_assert_eq(b->nedges, 3);
+    cr_assert_eq(d->edges[b->first_edge].kind, IR_E_GUARD);
+    cr_assert_eq(d->edges[b->first_edge + 1].kind, IR_E_GUARD);
+    cr_assert_eq(d->edges[b->first_edge + 2].kind, IR_E_ELSE);
+    cr_assert_neq(find_node(d, IR_N_JOIN, 0), IR_NO_NODE);
+    t_compiled_free(&c);
+}
+
+Test(ir_compile, if_without_else_falls_through_to_join)
+{
+    struct t_compiled c = t_compile("fn main(input: [x]):\n    y = 0\n    if x:\n        y = 1\n"
+                                    "    return y\n");
+    const struct ir_dag *d = c.dag;
+    uint32_t b, j;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    b = find_node(d, IR_N_BRANCH, 0);
+    j = find_node(d, IR_N_JOIN, 0);
+    cr_assert_eq(edge_to(d, b, j), IR_E_ELSE);
+    t_compiled_free(&c);
+}
+
+Test(ir_compile, try_except_edges_handlers_and_nesting)
+{
+    struct t_compiled c = t_compile("fn main(input: [x]):\n"
+                                    "    try:\n"
+                                    "        try:\n"
+                                    "            a = @m.inner(v=x)\n"
+                                    "        except KeyError as e:\n"
+                                    "            a = 1\n"
+                                    "        b = @m.outer(v=a)\n"
+                                    "    except (ValueError, TypeError):\n"
+                                    "        b = 2\n"
+                                    "    except:\n"
+                                    "        b = 3\n"
+                                    "    return b\n");
+    const struct ir_dag *d = c.dag;
+    uint32_t inner_act, outer_act, inner_exc, outer_exc;
+    const struct ir_node *n;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    inner_act = find_node(d, IR_N_ACTION, 0);
+    outer_act = find_node(d, IR_N_ACTION, inner_act + 1);
+    inner_exc = find_node(d, IR_N_EXCEPT, 0);
+    outer_exc = find_node(d, IR_N_EXCEPT, inner_exc + 1);
+    cr_assert_eq(d->nodes[inner_act].exc, inner_exc);
+    cr_assert_eq(d->nodes[inner_act].try_depth, 2);
+    cr_assert_eq(d->nodes[outer_act].exc, outer_exc);
+    cr_assert_eq(d->nodes[outer_act].try_depth, 1);
+    /* An error no inner handler matches is re-raised to the outer try. */
+    cr_assert_eq(d->nodes[inner_exc].exc, outer_exc);
+    cr_assert_eq(d->nodes[outer_exc].exc, IR_NO_NODE);
+    n = &d->nodes[inner_exc];
+    cr_assert_eq(n->nhandlers, 1);
+    cr_assert_str_eq(n->handlers[0].types[0], "KeyError");
+    cr_assert_str_eq(n->handlers[0].bind, "e");
+    n = &d->nodes[outer_exc];
+    cr_assert_eq(n->nhandlers, 2);
+    cr_assert_eq(n->handlers[0].ntypes, 2);
+    cr_assert_eq(n->handlers[1].ntypes, 0);
+    cr_assert_eq(n->nedges, 2);
+    cr_assert_eq(d->edges[n->first_edge].kind, IR_E_HANDLER);
+    cr_assert_eq(d->edges[n->first_edge + 1].index, 1);
+    /* Handler bodies run outside their own try. */
+    cr_assert_eq(d->nodes[d->edges[n->first_edge].to].exc, IR_NO_NODE);
+    t_compiled_free(&c);
+}
+
+Test(ir_compile, spread_and_parallel_aggregate_branch_errors)
+{
+    struct t_compiled c = t_compile("fn h(input: [v]):\n    w = @m.h(v=v)\n    return w\n"
+                                    "fn main(input: [xs]):\n"
+                                    "    try:\n"
+                                    "        ys = spread xs:x -> @m.each(v=x) [retry: 2]\n"
+                                    "        a, b = parallel:\n"
+                                    "            @m.one()\n"
+                                    "            h(v=1)\n"
+                                    "    except:\n"
+                                    "        ys = []\n"
+                                    "    return ys\n");
+    const struct ir_dag *d = c.dag;
+    uint32_t sp, each, agg1, par, agg2, hact, exc;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    sp = find_node(d, IR_N_SPREAD, 0);
+    each = find_node(d, IR_N_ACTION, sp);
+    agg1 = find_node(d, IR_N_AGGREGATE, sp);
+    par = find_node(d, IR_N_PARALLEL, 0);
+    agg2 = find_node(d, IR_N_AGGREGATE, par);
+    exc = find_node(d, IR_N_EXCEPT, 0);
+    cr_assert_eq(edge_to(d, sp, each), IR_E_FORK);
+    cr_assert_str_eq(d->nodes[sp].name, "x");
+    cr_assert_eq(d->nodes[sp].link, agg1);
+    cr_assert_eq(d->nodes[each].exc, agg1); /* element errors are collected, not raised */
+    cr_assert_eq(d->nodes[agg1].exc, exc);  /* the aggregate raises into the try */
+    cr_assert_eq(d->nodes[each].nretries, 1);
+    cr_assert_eq(d->nodes[par].nedges, 2);
+    cr_assert_eq(d->edges[d->nodes[par].first_edge + 1].index, 1);
+    hact = find_node(d, IR_N_ACTION, find_node(d, IR_N_CALL_ENTER, par));
+    cr_assert_eq(d->nodes[hact].exc, agg2); /* inside the helper branch too */
+    cr_assert_eq(d->nodes[agg2].ntargets, 2);
+    t_compiled_free(&c);
+}
+
+Test(ir_compile, helpers_inline_into_their_own_frames)
+{
+    struct t_compiled c = t_compile("fn add(input: [a, b]):\n    return a + b\n"
+                                    "fn main(input: [x]):\n    y = add(x, b=1)\n"
+                                    "    z = add(a=y, b=y)\n    return add(z, 0)\n");
+    const struct ir_dag *d = c.dag;
+    uint32_t e1, x1, e2;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    cr_assert_eq(d->nframes, 4);
+    e1 = find_node(d, IR_N_CALL_ENTER, 0);
+    x1 = find_node(d, IR_N_CALL_EXIT, 0);
+    e2 = find_node(d, IR_N_CALL_ENTER, e1 + 1);
+    cr_assert_eq(d->nodes[e1].link, x1);
+    cr_assert_eq(d->nodes[e1].callee_frame, 1);
+    cr_assert_eq(d->nodes[e2].callee_frame, 2);
+    cr_assert_eq(d->frames[1].parent, 0);
+    cr_assert_eq(d->frames[1].call_node, e1);
+    cr_assert_str_eq(d->frames[1].func, "add");
+    cr_assert_eq(d->nodes[e1].nargs, 2);
+    cr_assert_str_eq(d->nodes[e1].argnames[1], "b");
+    cr_assert_eq(d->nodes[e1 + 1].frame, 1); /* the helper's return runs in its frame */
+    cr_assert_eq(d->nodes[x1].frame, 0);
+    cr_assert_str_eq(d->nodes[x1].targets[0], "y");
+    t_compiled_free(&c);
+}
+
+Test(ir_compile, unreachable_statements_are_not_emitted)
+{
+    struct t_compiled c = t_compile("fn main():\n    return 1\n    x = @m.never()\n");
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    cr_assert_eq(find_node(c.dag, IR_N_ACTION, 0), IR_NO_NODE);
+    t_compiled_free(&c);
+}
+
+struct check_case {
+    const char *src;
+    uint32_t line, col;
+    const char *needle;
+};
+
+static const struct check_case check_errors[] = {
+    {"fn main(input: [x]):\n    if x:\n        y = 1\n    return y\n", 4, 12,
+     "variable 'y' may be used before it is assigned"},
+    {"fn main(input: [xs]):\n    for v in xs:\n        y = v\n    return y\n", 4, 12,
+     "variable 'y' may be used before it is assigned"},
+    {"fn main(input: [xs]):\n    for v in xs:\n        pass\n    return v\n", 4, 12,
+     "variable 'v' may be used before it is assigned"},
+    {"fn main():\n    try:\n        y = @m.a()\n    except:\n        pass\n    return y\n", 6, 12,
+     "variable 'y' may be used before it is assigned"},
+    {"fn main():\n    y = x\n", 2, 9, "name 'x' is not defined"},
+    {"fn main():\n    y = foo(1)\n", 2, 9, "unknown function 'foo'"},
+    {"fn main():\n    y = len(1, 2)\n", 2, 9, "len() takes exactly 1 argument (2 given)"},
+    {"fn main():\n    y = range()\n", 2, 9, "range() takes 1 to 3 arguments (0 given)"},
+    {"fn main():\n    y = min()\n", 2, 9, "min() takes at least 1 argument (0 given)"},
+    {"fn main():\n    y = len(x=1)\n", 2, 9, "builtin 'len' takes no keyword arguments"},
+    {"fn h(input: [a]):\n    return a\nfn main():\n    y = h(1, 2)\n", 4, 9,
+     "helper 'h' takes 1 argument (2 given)"},
+    {"fn h(input: [a]):\n    return a\nfn main():\n    y = h(b=1)\n", 4, 9,
+     "helper 'h' has no input named 'b'"},
+    {"fn h(input: [a, b]):\n    return a\nfn main():\n    y = h(1)\n", 4, 9,
+     "missing argument 'b' in call to helper 'h'"},
+    {"fn h(input: [a]):\n    return a\nfn main():\n    y = h(1, a=2)\n", 4, 9,
+     "argument 'a' given twice"},
+    {"fn h(input: [a]):\n    return a\nfn main():\n    y = h(1) + 1\n", 4, 9,
+     "helper 'h' must be called as a statement of its own"},
+    {"fn main():\n    break\n", 2, 5, "'break' outside a loop"},
+    {"fn main():\n    continue\n", 2, 5, "'continue' outside a loop"},
+    {"fn h():\n    break\nfn main(input: [xs]):\n    for x in xs:\n        h()\n", 2, 5,
+     "'break' outside a loop"},
+    {"fn h(input: [n]):\n    r = h(n)\n    return r\nfn main():\n    x = h(1)\n", 2, 9,
+     "recursive call: h -> h"},
+    {"fn a(input: [n]):\n    r = b(n)\n    return r\nfn b(input: [n]):\n    return a(n)\n"
+     "fn main():\n    x = a(1)\n",
+     5, 12, "recursive call: a -> b -> a"},
+    {"fn a():\n    pass\nfn b():\n    pass\n", 1, 4, "no entry function"},
+    {"fn len(input: [x]):\n    return x\nfn main():\n    pass\n", 1, 4,
+     "has the name of a builtin"},
+    {"fn h():\n    pass\nfn main():\n    y = h\n", 4, 9, "function 'h' cannot be used as a value"},
+    {"fn main():\n    a, b = parallel:\n        @m.x()\n        @m.y()\n        @m.z()\n", 2, 5,
+     "parallel block has 3 calls but 2 targets"},
+    {"fn main():\n    a = parallel:\n        len(1)\n", 3, 9,
+     "only actions and helper functions can run in parallel; 'len' is a builtin"},
+    {"fn main(input: [xs]):\n    ys = spread xs:x -> @m.a(v=y)\n", 2, 32,
+     "name 'y' is not defined"},
+};
+
+Test(ir_compile, compile_time_checks_with_positions)
+{
+    size_t i, k;
+
+    for (i = 0; i < sizeof(check_errors) / sizeof(check_errors[0]); i++) {
+        const struct check_case *cc = &check_errors[i];
+        struct t_compiled c = t_compile(cc->src);
+        struct ir_diags d;
+        bool found = false;
+        cr_assert_eq(c.rv, CN_COMPILE, "accepted:\n%s", cc->src);
+        /* Parse the formatted errors back: "test.cairn:L:C: error: msg". */
+        for (k = 0; c.errors[k] != '\0';) {
+            unsigned l, col;
+            int used = 0;
+            if (sscanf(c.errors + k, "test.cairn:%u:%u: error: %n", &l, &col, &used) == 2 &&
+                used > 0) {
+                const char *msg = c.errors + k + used, *nl = strchr(msg, '\n');
+                size_t mlen = nl ? (size_t) (nl - msg) : strlen(msg);
+                char *m = strndup(msg, mlen);
+                if (strstr(m, cc->needle) != NULL) {
+                    found = true;
+                    cr_expect_eq(l, cc->line, "'%s': line %u, want %u", cc->needle, l, cc->line);
+                    cr_expect_eq(col, cc->col, "'%s': col %u, want %u", cc->needle, col, cc->col);
+                }
+                free(m);
+            }
+            while (c.errors[k] != '\0' && c.errors[k] != '\n') {
+                k++;
+            }
+            if (c.errors[k] == '\n') {
+                k++;
+            }
+        }
+        cr_expect(found, "no error containing '%s' for:\n%s\ngot:\n%s", cc->needle, cc->src,
+                  c.errors);
+        (void) d;
+        t_compiled_free(&c);
+    }
+}
+
+Test(ir_compile, valid_programs_compile)
+{
+    static const char *const ok[] = {
+        /* while True ends only through break, so y is assigned after it */
+        "fn main():\n    while True:\n        y = 1\n        break\n    return y\n",
+        /* assigned on every branch */
+        "fn main(input: [x]):\n    if x:\n        y = 1\n    else:\n        y = 2\n    return y\n",
+        /* a branch that returns does not need to assign */
+        "fn main(input: [x]):\n    if x:\n        return 0\n    else:\n        y = 2\n    return "
+        "y\n",
+        /* try and every handler assign */
+        "fn main():\n    try:\n        y = @m.a()\n    except E as e:\n        y = e\n    return "
+        "y\n",
+        /* helpers called from helpers, keyword and positional */
+        ("fn a(input: [x]):\n    return x\nfn b(input: [x, y]):\n    r = a(x=y)\n    return r\n"
+         "fn main():\n    z = b(1, y=2)\n    return z\n"),
+        /* a single function need not be called main */
+        "fn only(input: [x]):\n    return x\n",
+        /* unpacking, expression statements, pass, sleep with an expression */
+        "fn main(input: [p]):\n    a, b = p\n    len(p)\n    pass\n    sleep a * 2\n",
+        /* keywords are fine inside dotted action names */
+        "fn main():\n    x = @db.input(v=1)\n    @queue.sleep(s=1)\n",
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        struct t_compiled c = t_compile(ok[i]);
+        cr_expect_eq(c.rv, CN_OK, "rejected:\n%s\n%s", ok[i], c.errors);
+        t_compiled_free(&c);
+    }
+}
