@@ -321,7 +321,7 @@ lex_number(struct lexer *lx)
                 bad = true;
             }
             t.kind = IR_TK_DURATION;
-            t.v.dur_ms = (int64_t) v * mult;
+            t.v.dur_ms = bad ? 0 : (int64_t) v * mult; /* v * mult fits: checked above */
         }
     } else if (is_float) {
         char tmp[400];

@@ -269,3 +269,10 @@ Test(ir_lexer, unclosed_bracket_recovers_at_next_function)
     cr_assert_eq(newlines, 4); /* fn a, the joined x/y line, fn b, z */
     lexed_free(&l);
 }
+
+Test(ir_lexer, huge_duration_is_an_error_not_an_overflow)
+{
+    expect_error("x = 111111111111111111111111h", 1, 5, "is too large");
+    /* Fits in int64 as a number, overflows once converted to milliseconds. */
+    expect_error("x = 2562047788016h", 1, 5, "is too large");
+}
