@@ -26,7 +26,8 @@
     X(IO, "input/output error")    \
     X(PROTO, "protocol violation") \
     X(COMPILE, "compile error")    \
-    X(VERSION, "unsupported format version")
+    X(VERSION, "unsupported format version")                                                    \
+    X(RAISED, "workflow error raised")
 
 #define CN_ERR_ENUM(name, text) CN_##name,
 typedef enum cn_err { CN_ERRORS(CN_ERR_ENUM) CN_ERR_COUNT_ } cn_err;
