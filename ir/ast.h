@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "ir/base/arena.h"
+#include "ir/dag.h"
 #include "ir/expr.h"
 
 struct ir_pos {
@@ -29,10 +30,6 @@ struct ir_names {
 
 enum ir_policy_kind { IR_POLICY_RETRY = 0, IR_POLICY_TIMEOUT };
 
-/* Default base delay for retries without `backoff:` (documented in docs/language.md). */
-#define IR_DEFAULT_BACKOFF_MS 1000
-/* Exponential backoff is capped here (IR.md: factor 2, capped at 1h). */
-#define IR_MAX_BACKOFF_MS (3600 * 1000)
 
 struct ir_policy {
     enum ir_policy_kind kind;

@@ -53,6 +53,7 @@ struct checker {
     struct cn_strmap undefined; /* names already reported as undefined */
     int loop_depth;
     struct loop_ctx *loop;
+    const char *item; /* the spread item variable while checking that spread's arguments */
 };
 
 static void walk_block(struct checker *c, const struct ir_block *b, struct dstate *st);
@@ -176,9 +177,6 @@ collect_block(struct checker *c, const struct ir_block *b)
     for (i = 0; i < b->len; i++) {
         const struct ir_stmt *s = b->items[i];
         add_vars(c, &s->targets);
-        if (s->item != NULL) {
-            add_var(c, s->item);
-        }
         for (j = 0; j < s->narms; j++) {
             collect_block(c, &s->arms[j].body);
         }
@@ -199,6 +197,9 @@ check_name(struct checker *c, const struct ir_expr *e, const struct dstate *st)
 {
     uint32_t v, dummy;
 
+    if (c->item != NULL && strcmp(c->item, e->name) == 0) {
+        return; /* bound for each element of the spread */
+    }
     if (cn_strmap_get(&c->vars, e->name, &v)) {
         if (!ds_has(st, v) && !c->reported[v]) {
             c->reported[v] = 1;
@@ -283,6 +284,15 @@ check_expr(struct checker *c, uint32_t i, const struct dstate *st)
             check_builtin_call(c, e);
         }
     }
+    if (e->kind == IR_X_DICT) {
+        for (k = 0; k < e->nargs; k += 2) {
+            const struct ir_expr *key = &c->p->exprs.items[ir_xchild(&c->p->exprs, e, k)];
+            if (key->kind == IR_X_CONST && key->val.type != IR_T_STR) {
+                ir_diags_add(c->d, key->line, key->col, "dict keys must be strings, not %s",
+                             ir_type_name(key->val.type));
+            }
+        }
+    }
     for (k = 0; k < e->nargs; k++) {
         check_expr(c, ir_xchild(&c->p->exprs, e, k), st);
     }
@@ -296,6 +306,7 @@ check_helper_call(struct checker *c, uint32_t i, const struct dstate *st)
     uint32_t gi, k, j, npos = e->nargs - e->nkw;
     const struct ir_func *g;
     struct call_edge edge;
+    struct cn_strmap params = CN_STRMAP_INIT;
     bool *given;
 
     (void) cn_strmap_get(&c->funcs, e->name, &gi);
@@ -323,11 +334,14 @@ check_helper_call(struct checker *c, uint32_t i, const struct dstate *st)
     for (k = 0; k < npos; k++) {
         given[k] = true;
     }
+    for (j = 0; j < g->inputs.len; j++) {
+        if (cn_strmap_put(&params, g->inputs.items[j], j) != CN_OK) {
+            nomem(c);
+        }
+    }
     for (k = 0; k < e->nkw; k++) {
-        for (j = 0; j < g->inputs.len; j++) {
-            if (strcmp(g->inputs.items[j], e->kwnames[k]) == 0) {
-                break;
-            }
+        if (!cn_strmap_get(&params, e->kwnames[k], &j)) {
+            j = g->inputs.len;
         }
         if (j == g->inputs.len) {
             ir_diags_add(c->d, e->line, e->col, "helper '%s' has no input named '%s'", g->name,
@@ -346,6 +360,7 @@ check_helper_call(struct checker *c, uint32_t i, const struct dstate *st)
         }
     }
     free(given);
+    cn_strmap_fini(&params);
 }
 
 static bool
@@ -371,11 +386,27 @@ check_action(struct checker *c, const struct ir_action_call *a, const struct dst
     }
 }
 
+/* A constant condition that is always true (`while True:`, `while 1:`). */
 static bool
 is_const_true(struct checker *c, uint32_t i)
 {
     const struct ir_expr *e = &c->p->exprs.items[i];
-    return e->kind == IR_X_CONST && e->val.type == IR_T_BOOL && e->val.u.b;
+
+    if (e->kind != IR_X_CONST) {
+        return false;
+    }
+    switch (e->val.type) {
+    case IR_T_BOOL:
+        return e->val.u.b;
+    case IR_T_INT:
+        return e->val.u.i != 0;
+    case IR_T_FLOAT:
+        return e->val.u.f != 0.0;
+    case IR_T_STR:
+        return ir_str_len(e->val) > 0;
+    default:
+        return false;
+    }
 }
 
 /* ---- statements --------------------------------------------------------------------------- */
@@ -424,8 +455,9 @@ walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
         struct dstate inner;
         check_expr(c, s->expr, st);
         inner = ds_copy(c, st);
-        ds_set(c, &inner, s->item);
+        c->item = s->item;
         check_action(c, &s->action, &inner);
+        c->item = NULL;
         ds_free(&inner);
         ds_set_names(c, st, &s->targets);
         break;
@@ -450,8 +482,8 @@ walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
         }
         if (s->targets.len > 1 && s->targets.len != s->nbranches) {
             ir_diags_add(c->d, s->pos.line, s->pos.col,
-                         "parallel block has %u calls but %u targets to unpack into", s->nbranches,
-                         s->targets.len);
+                         "parallel block has %u call%s but %u targets to unpack into", s->nbranches,
+                         s->nbranches == 1 ? "" : "s", s->targets.len);
         }
         ds_set_names(c, st, &s->targets);
         break;
@@ -526,6 +558,13 @@ walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
                 ds_set(c, &h, s->handlers[i].bind);
             }
             walk_block(c, &s->handlers[i].body, &h);
+            if (s->handlers[i].bind != NULL && !h.dead && h.bits != NULL) {
+                uint32_t v;
+                /* Python deletes the `as` name when the handler ends. */
+                if (cn_strmap_get(&c->vars, s->handlers[i].bind, &v)) {
+                    h.bits[v / 64] &= ~((uint64_t) 1 << (v % 64));
+                }
+            }
             ds_meet(c, &out, &h);
             ds_free(&h);
         }

@@ -29,6 +29,7 @@ struct pend {
     uint8_t kind;
     uint32_t expr;
     uint32_t index;
+    uint32_t seq; /* evaluation order among the source node's edges, fixed at creation */
 };
 
 struct pend_vec {
@@ -79,6 +80,8 @@ struct compiler {
     } tokens;
     uint32_t nloops;
     uint32_t nrets;
+    uint32_t next_seq;
+    struct cn_strmap funcs; /* helper name -> index */
 };
 
 static void compile_block(struct compiler *c, struct frame_ctx *fc, const struct ir_block *b,
@@ -96,7 +99,7 @@ static void
 pend_push(struct compiler *c, struct pend_vec *v, uint32_t from, enum ir_edge_kind kind,
           uint32_t expr, uint32_t index)
 {
-    struct pend p = {from, (uint8_t) kind, expr, index};
+    struct pend p = {from, (uint8_t) kind, expr, index, c->next_seq++};
 
     if (CN_VEC_PUSH(v, p) != CN_OK) {
         fail(c, CN_NOMEM);
@@ -118,8 +121,8 @@ pend_move(struct compiler *c, struct pend_vec *into, struct pend_vec *from)
 }
 
 static void
-add_edge(struct compiler *c, uint32_t from, uint32_t to, enum ir_edge_kind kind, uint32_t expr,
-         uint32_t index)
+add_edge_seq(struct compiler *c, uint32_t from, uint32_t to, enum ir_edge_kind kind, uint32_t expr,
+             uint32_t index, uint32_t seq)
 {
     struct edge_rec r;
 
@@ -128,10 +131,17 @@ add_edge(struct compiler *c, uint32_t from, uint32_t to, enum ir_edge_kind kind,
     r.e.kind = (uint8_t) kind;
     r.e.expr = expr;
     r.e.index = index;
-    r.seq = (uint32_t) c->edges.len;
+    r.seq = seq;
     if (CN_VEC_PUSH(&c->edges, r) != CN_OK) {
         fail(c, CN_NOMEM);
     }
+}
+
+static void
+add_edge(struct compiler *c, uint32_t from, uint32_t to, enum ir_edge_kind kind, uint32_t expr,
+         uint32_t index)
+{
+    add_edge_seq(c, from, to, kind, expr, index, c->next_seq++);
 }
 
 /* Connects every pending edge to `to` (keeping each edge's own kind) and empties preds. */
@@ -142,7 +152,7 @@ connect(struct compiler *c, struct pend_vec *preds, uint32_t to)
 
     for (i = 0; i < preds->len; i++) {
         const struct pend *p = &preds->items[i];
-        add_edge(c, p->from, to, (enum ir_edge_kind) p->kind, p->expr, p->index);
+        add_edge_seq(c, p->from, to, (enum ir_edge_kind) p->kind, p->expr, p->index, p->seq);
     }
     preds->len = 0;
 }
@@ -333,7 +343,7 @@ inline_call(struct compiler *c, struct frame_ctx *fc, uint32_t call, const struc
             struct pend_vec *preds)
 {
     const struct ir_expr *e = &c->p->exprs.items[call];
-    const struct ir_func *g = ir_program_func(c->p, e->name);
+    const struct ir_func *g = NULL;
     struct ir_pos pos = {e->line, e->col};
     struct pend_vec returns = {0};
     struct frame_ctx inner;
@@ -341,6 +351,14 @@ inline_call(struct compiler *c, struct frame_ctx *fc, uint32_t call, const struc
     struct ir_node *n;
     uint32_t enter, exit_id, i, j, npos = e->nargs - e->nkw;
 
+    {
+        uint32_t gi;
+        if (!cn_strmap_get(&c->funcs, e->name, &gi)) {
+            fail(c, CN_INVAL); /* the checker guarantees every helper exists */
+            return;
+        }
+        g = &c->p->funcs[gi];
+    }
     if (fc->inline_depth >= COMPILE_MAX_INLINE_DEPTH) {
         ir_diags_add(c->d, e->line, e->col, "helper calls nested too deeply (limit %d)",
                      COMPILE_MAX_INLINE_DEPTH);
@@ -376,12 +394,20 @@ inline_call(struct compiler *c, struct frame_ctx *fc, uint32_t call, const struc
         for (i = 0; i < npos && i < g->inputs.len; i++) {
             n->argexprs[i] = ir_xchild(&c->p->exprs, e, i);
         }
-        for (i = 0; i < e->nkw; i++) {
+        {
+            /* Keyword arguments by name; hashing keeps huge calls linear. */
+            struct cn_strmap params = CN_STRMAP_INIT;
             for (j = 0; j < g->inputs.len; j++) {
-                if (strcmp(g->inputs.items[j], e->kwnames[i]) == 0) {
+                if (cn_strmap_put(&params, g->inputs.items[j], j) != CN_OK) {
+                    fail(c, CN_NOMEM);
+                }
+            }
+            for (i = 0; i < e->nkw; i++) {
+                if (cn_strmap_get(&params, e->kwnames[i], &j)) {
                     n->argexprs[j] = ir_xchild(&c->p->exprs, e, npos + i);
                 }
             }
+            cn_strmap_fini(&params);
         }
     }
     inner.frame = n->callee_frame;
@@ -600,7 +626,6 @@ compile_try(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
     node_at(c, try_id)->link = exc_id;
     n = node_at(c, exc_id);
     n->link = try_id;
-    n->try_depth = (uint16_t) (fc->try_depth + 1);
     n->nhandlers = s->nhandlers;
     n->handlers = cn_arena_calloc(c->arena, s->nhandlers ? s->nhandlers : 1, sizeof(*n->handlers));
     if (n->handlers == NULL) {
@@ -837,8 +862,15 @@ ir_compile_program(struct ir_program *p, struct ir_diags *diags, struct ir_dag *
     c.p = p;
     c.d = diags;
     c.arena = p->arena;
+    for (uint32_t fi = 0; fi < p->nfuncs; fi++) {
+        if (cn_strmap_put(&c.funcs, p->funcs[fi].name, fi) != CN_OK) {
+            cn_strmap_fini(&c.funcs);
+            return CN_NOMEM;
+        }
+    }
     d = calloc(1, sizeof(*d));
     if (d == NULL) {
+        cn_strmap_fini(&c.funcs);
         return CN_NOMEM;
     }
     f0.func = entry->name;
@@ -869,6 +901,7 @@ ir_compile_program(struct ir_program *p, struct ir_diags *diags, struct ir_dag *
     free(c.edges.items);
     free(c.frames.items);
     free(c.tokens.items);
+    cn_strmap_fini(&c.funcs);
     if (rv != CN_OK) {
         free(d);
         return rv;

@@ -38,3 +38,172 @@ ir_dag_free(struct ir_dag *d)
     cn_arena_free(d->arena);
     free(d);
 }
+
+/* ---- structural validation ------------------------------------------------------------ */
+
+static bool
+node_is(const struct ir_dag *d, uint32_t n, enum ir_node_kind k)
+{
+    return n != IR_NO_NODE && n < d->nnodes && d->nodes[n].kind == k;
+}
+
+static bool
+expr_ok(const struct ir_dag *d, uint32_t e)
+{
+    return e != IR_NO_EXPR && e < d->exprs.len;
+}
+
+static cn_err
+vfail(struct cn_errmsg *err, uint32_t n, const char *what)
+{
+    return cn_errmsg_set(err, CN_RANGE, "dag: node n%u: %s", n, what);
+}
+
+/* Edges of n whose kinds, indices and guards fit what its kind promises the executor. */
+static cn_err
+validate_edges(const struct ir_dag *d, uint32_t i, struct cn_errmsg *err)
+{
+    const struct ir_node *n = &d->nodes[i];
+    uint32_t k, forks = 0;
+
+    for (k = 0; k < n->nedges; k++) {
+        const struct ir_edge *e = &d->edges[n->first_edge + k];
+        switch ((enum ir_node_kind) n->kind) {
+        case IR_N_BRANCH:
+            if (e->kind == IR_E_GUARD ? !expr_ok(d, e->expr)
+                                      : (e->kind != IR_E_ELSE || k + 1 != n->nedges)) {
+                return vfail(err, i, "a branch has guard edges then one else edge");
+            }
+            break;
+        case IR_N_LOOP_COND:
+            if (n->nedges != 2 || d->edges[n->first_edge].kind != IR_E_TRUE ||
+                d->edges[n->first_edge + 1].kind != IR_E_FALSE) {
+                return vfail(err, i, "a loop condition has a true and a false edge");
+            }
+            break;
+        case IR_N_EXCEPT:
+            if (e->kind != IR_E_HANDLER || e->index != k) {
+                return vfail(err, i, "an except node has handler edges in order");
+            }
+            break;
+        case IR_N_SPREAD:
+        case IR_N_PARALLEL:
+            if (e->kind != IR_E_FORK || e->index != k) {
+                return vfail(err, i, "a fork has fork edges in order");
+            }
+            forks++;
+            break;
+        default:
+            if (e->kind != IR_E_NEXT && e->kind != IR_E_BACK) {
+                return vfail(err, i, "unexpected edge kind");
+            }
+            break;
+        }
+    }
+    if (n->kind == IR_N_EXCEPT && n->nedges != n->nhandlers) {
+        return vfail(err, i, "handler edges do not match the handlers");
+    }
+    if (n->kind == IR_N_SPREAD &&
+        (forks != 1 || !node_is(d, d->edges[n->first_edge].to, IR_N_ACTION))) {
+        return vfail(err, i, "a spread forks into exactly one action");
+    }
+    if (n->kind == IR_N_PARALLEL && forks == 0) {
+        return vfail(err, i, "a parallel block has branches");
+    }
+    if (n->kind == IR_N_OUTPUT ? n->nedges != 0 : (n->nedges == 0 && n->kind != IR_N_EXCEPT)) {
+        return vfail(err, i,
+                     n->kind == IR_N_OUTPUT ? "output has successors" : "node without a successor");
+    }
+    return CN_OK;
+}
+
+cn_err
+ir_dag_validate(const struct ir_dag *d, struct cn_errmsg *err)
+{
+    uint32_t i;
+    cn_err rv;
+
+    if (!node_is(d, d->entry, IR_N_ENTRY) || !node_is(d, d->output, IR_N_OUTPUT)) {
+        return cn_errmsg_set(err, CN_RANGE, "dag: entry/output nodes are wrong");
+    }
+    for (i = 0; i < d->nframes; i++) {
+        const struct ir_frame *f = &d->frames[i];
+        if ((i == 0) != (f->parent == IR_NO_NODE) || (i > 0 && f->parent >= i) ||
+            (i > 0 && !node_is(d, f->call_node, IR_N_CALL_ENTER))) {
+            return cn_errmsg_set(err, CN_RANGE, "dag: frame f%u is malformed", i);
+        }
+    }
+    for (i = 0; i < d->nnodes; i++) {
+        const struct ir_node *n = &d->nodes[i];
+        if (n->exc != IR_NO_NODE && !node_is(d, n->exc, IR_N_EXCEPT) &&
+            !node_is(d, n->exc, IR_N_AGGREGATE)) {
+            return vfail(err, i, "exception edge to a node that cannot handle errors");
+        }
+        if ((rv = validate_edges(d, i, err)) != CN_OK) {
+            return rv;
+        }
+        switch ((enum ir_node_kind) n->kind) {
+        case IR_N_ACTION:
+            if (n->name == NULL || n->timeout_ms < 0) {
+                return vfail(err, i, "an action needs a name");
+            }
+            break;
+        case IR_N_ASSIGN:
+        case IR_N_LOOP_INIT:
+        case IR_N_LOOP_EXTRACT:
+        case IR_N_LOOP_INCR:
+        case IR_N_LOOP_COND:
+        case IR_N_SLEEP:
+            if (!expr_ok(d, n->expr)) {
+                return vfail(err, i, "missing expression");
+            }
+            break;
+        case IR_N_SPREAD:
+            if (!expr_ok(d, n->expr) || n->name == NULL || !node_is(d, n->link, IR_N_AGGREGATE)) {
+                return vfail(err, i, "a spread needs a collection, an item name and an aggregate");
+            }
+            break;
+        case IR_N_PARALLEL:
+            if (!node_is(d, n->link, IR_N_AGGREGATE)) {
+                return vfail(err, i, "a parallel block needs an aggregate");
+            }
+            break;
+        case IR_N_AGGREGATE:
+            if (!node_is(d, n->link, IR_N_SPREAD) && !node_is(d, n->link, IR_N_PARALLEL)) {
+                return vfail(err, i, "an aggregate belongs to a fork");
+            }
+            break;
+        case IR_N_CALL_ENTER:
+            if (n->callee_frame == IR_NO_NODE || n->callee_frame >= d->nframes ||
+                !node_is(d, n->link, IR_N_CALL_EXIT) || n->name == NULL) {
+                return vfail(err, i, "a call needs its frame and its exit");
+            }
+            for (uint32_t k = 0; k < n->nargs; k++) {
+                if (!expr_ok(d, n->argexprs[k])) {
+                    return vfail(err, i, "a call argument has no expression");
+                }
+            }
+            break;
+        case IR_N_CALL_EXIT:
+            if (!node_is(d, n->link, IR_N_CALL_ENTER) || n->callee_frame >= d->nframes) {
+                return vfail(err, i, "a call exit needs its call");
+            }
+            break;
+        case IR_N_TRY:
+            if (!node_is(d, n->link, IR_N_EXCEPT)) {
+                return vfail(err, i, "a try needs its except node");
+            }
+            break;
+        default:
+            break;
+        }
+        if (n->kind == IR_N_ACTION) {
+            for (uint32_t k = 0; k < n->nargs; k++) {
+                if (!expr_ok(d, n->argexprs[k]) || n->argnames[k] == NULL) {
+                    return vfail(err, i, "an action argument has no expression");
+                }
+            }
+        }
+    }
+    return CN_OK;
+}

@@ -52,6 +52,7 @@
 #ifndef IR_DAG_H
 #define IR_DAG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ir/base/buf.h"
@@ -60,6 +61,11 @@
 
 #define IR_NO_NODE            UINT32_MAX
 #define IR_DAG_FORMAT_VERSION 1
+
+/* Default base delay for retries without `backoff:` (documented in docs/language.md). */
+#define IR_DEFAULT_BACKOFF_MS 1000
+/* Exponential backoff is capped here (IR.md: factor 2, capped at 1h). */
+#define IR_MAX_BACKOFF_MS (3600 * 1000)
 
 #define IR_NODE_KINDS(X)            \
     X(ENTRY, "entry")               \
@@ -182,6 +188,12 @@ CN_MUST_CHECK cn_err ir_dag_encode(const struct ir_dag *d, struct cn_buf *out);
  * Returns CN_OK, CN_VERSION, CN_PARSE, CN_DEPTH, CN_RANGE or CN_NOMEM; err says what. */
 CN_MUST_CHECK cn_err ir_dag_decode(const void *buf, size_t len, struct ir_dag **out,
                                    struct cn_errmsg *err);
+
+/* Checks the structural promises the executor relies on: each node kind's edges (guards then
+ * else, true then false, handlers and forks in order), links between partner nodes, names,
+ * expressions and frames, and that exception edges end at an except or aggregate node.
+ * ir_dag_decode calls it; compiled templates always pass. Returns CN_OK or CN_RANGE. */
+CN_MUST_CHECK cn_err ir_dag_validate(const struct ir_dag *d, struct cn_errmsg *err);
 
 /* Appends the canonical text form (stable; used for golden tests and `cairnctl dag`). */
 CN_MUST_CHECK cn_err ir_dag_text(const struct ir_dag *d, struct cn_buf *out);

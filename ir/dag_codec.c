@@ -697,7 +697,7 @@ ir_dag_decode(const void *buf, size_t len, struct ir_dag **out, struct cn_errmsg
     } else if (!d_dag(&x, &up.data) || x.rv != CN_OK) {
         rv = x.rv != CN_OK ? x.rv : CN_PARSE;
     } else {
-        rv = CN_OK;
+        rv = ir_dag_validate(x.d, err);
     }
     msgpack_unpacked_destroy(&up);
     if (rv != CN_OK) {

@@ -28,6 +28,7 @@ struct lexer {
     int depth; /* open brackets */
     uint32_t open_line[LEX_MAX_BRACKETS + 1], open_col[LEX_MAX_BRACKETS + 1];
     char open_ch[LEX_MAX_BRACKETS + 1];
+    bool deep_reported;
     cn_err rv; /* sticky CN_NOMEM */
 };
 
@@ -301,7 +302,12 @@ lex_number(struct lexer *lx)
             mult = 3600000;
         }
         t.len = (uint32_t) (q - s);
-        if (mult == 0) {
+        if (mult == 0 && *u == '_') {
+            ir_diags_add(lx->diags, line, col,
+                         "invalid number '%.*s' (underscores in numbers are not supported)",
+                         (int) (q - s), s);
+            bad = true;
+        } else if (mult == 0) {
             ir_diags_add(lx->diags, line, col,
                          "invalid number '%.*s' (a duration unit must be ms, s, m or h)",
                          (int) (q - s), s);
@@ -422,8 +428,14 @@ lex_string(struct lexer *lx)
     bool closed = false;
 
     memset(&t, 0, sizeof(t));
-    /* Decoded text is never longer than the source text. */
-    buf = cn_arena_alloc(lx->arena, (size_t) (lx->end - lx->p) + 1);
+    const char *stop = lx->p + 1;
+
+    /* Decoded text is never longer than its source text, which ends at the closing quote (or
+     * the end of the line): size the buffer to that, not to the rest of the file. */
+    while (stop < lx->end && *stop != '\n' && *stop != quote) {
+        stop += (*stop == '\\' && stop + 1 < lx->end && stop[1] != '\n') ? 2 : 1;
+    }
+    buf = cn_arena_alloc(lx->arena, (size_t) (stop - lx->p) + 1);
     if (buf == NULL) {
         lx->rv = CN_NOMEM;
         lx->p = lx->end;
@@ -569,8 +581,11 @@ lex_op(struct lexer *lx)
             enum ir_tok k = ops[i].tok;
             if (k == IR_TK_LPAREN || k == IR_TK_LBRACK || k == IR_TK_LBRACE) {
                 if (lx->depth >= LEX_MAX_BRACKETS) {
-                    ir_diags_add(lx->diags, line, col, "brackets nested too deeply (limit %d)",
-                                 LEX_MAX_BRACKETS);
+                    if (!lx->deep_reported) {
+                        ir_diags_add(lx->diags, line, col, "brackets nested too deeply (limit %d)",
+                                     LEX_MAX_BRACKETS);
+                        lx->deep_reported = true;
+                    }
                 } else {
                     lx->open_line[lx->depth] = line;
                     lx->open_col[lx->depth] = col;

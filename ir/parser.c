@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/base/strmap.h"
 #include "ir/base/vec.h"
 #include "ir/lexer.h"
 
@@ -32,9 +33,10 @@ struct parser {
     struct ir_program *prog;
     struct ir_diags *d;
     bool panic;
-    bool synced; /* a failed statement already skipped its own block */
-    int depth;
-    cn_err rv; /* sticky CN_NOMEM */
+    bool synced;     /* a failed statement already skipped its own block */
+    int depth;       /* expression nesting */
+    int block_depth; /* block nesting */
+    cn_err rv;       /* sticky CN_NOMEM */
 };
 
 struct stmt_vec {
@@ -129,6 +131,9 @@ error_at(struct parser *ps, const struct ir_token *t, const char *fmt, ...)
         return;
     }
     ps->panic = true;
+    if (ir_diags_has_at(ps->d, t->line, t->col)) {
+        return; /* e.g. the lexer already explained this token */
+    }
     va_start(ap, fmt);
     (void) vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
@@ -151,6 +156,22 @@ nomem(struct parser *ps)
 {
     ps->rv = CN_NOMEM;
     ps->panic = true;
+}
+
+/* True when `name` was already added to `m` (a per-list duplicate check: hashing keeps a
+ * hostile 100 000-argument call linear). Adds it otherwise. */
+static bool
+seen(struct parser *ps, struct cn_strmap *m, const char *name)
+{
+    uint32_t dummy;
+
+    if (cn_strmap_get(m, name, &dummy)) {
+        return true;
+    }
+    if (cn_strmap_put(m, name, 0) != CN_OK) {
+        nomem(ps);
+    }
+    return false;
 }
 
 static void *
@@ -270,10 +291,11 @@ mk_named(struct parser *ps, enum ir_xkind kind, const struct ir_token *t, const 
 static bool
 enter(struct parser *ps)
 {
-    if (++ps->depth > IR_PARSE_MAX_DEPTH) {
+    if (ps->depth >= IR_PARSE_MAX_DEPTH) {
         error_at(ps, peek(ps), "expression nested too deeply (limit %d)", IR_PARSE_MAX_DEPTH);
         return false;
     }
+    ps->depth++;
     return true;
 }
 
@@ -444,11 +466,11 @@ parse_call(struct parser *ps, uint32_t callee, const struct ir_token *open)
 {
     struct u32_vec kids = {0};
     struct name_vec kw = {0};
+    struct cn_strmap kwseen = CN_STRMAP_INIT;
     const struct ir_expr *ce = &ps->prog->exprs.items[callee];
     const char *name = ce->name;
     struct ir_token at_tok;
     uint32_t r = IR_NO_EXPR;
-    size_t i;
 
     memset(&at_tok, 0, sizeof(at_tok));
     at_tok.line = ce->line;
@@ -466,11 +488,9 @@ parse_call(struct parser *ps, uint32_t callee, const struct ir_token *open)
         if (t->kind == IR_TK_NAME && peek_at(ps, 1)->kind == IR_TK_ASSIGN) {
             advance(ps);
             advance(ps);
-            for (i = 0; i < kw.len; i++) {
-                if (strcmp(kw.items[i], t->str) == 0) {
-                    error_at(ps, t, "keyword argument '%s' repeated", t->str);
-                    goto out;
-                }
+            if (seen(ps, &kwseen, t->str)) {
+                error_at(ps, t, "keyword argument '%s' repeated", t->str);
+                goto out;
             }
             if (CN_VEC_PUSH(&kw, t->str) != CN_OK) {
                 nomem(ps);
@@ -509,6 +529,7 @@ parse_call(struct parser *ps, uint32_t callee, const struct ir_token *open)
 out:
     free(kids.items);
     free(kw.items);
+    cn_strmap_fini(&kwseen);
     return r;
 }
 
@@ -1097,6 +1118,7 @@ parse_action(struct parser *ps, struct ir_action_call *ac)
     struct cn_buf name = CN_BUF_INIT;
     struct ir_kwarg *kw = NULL;
     struct ir_policy *pols = NULL;
+    struct cn_strmap kwseen = CN_STRMAP_INIT;
     size_t nkw = 0, kwcap = 0, npol = 0, polcap = 0, i;
     int dots = 0;
 
@@ -1134,11 +1156,9 @@ parse_action(struct parser *ps, struct ir_action_call *ac)
             error_at(ps, k, "actions take keyword arguments only (write name=value)");
             goto fail;
         }
-        for (i = 0; i < nkw; i++) {
-            if (strcmp(kw[i].name, k->str) == 0) {
-                error_at(ps, k, "keyword argument '%s' repeated", k->str);
-                goto fail;
-            }
+        if (seen(ps, &kwseen, k->str)) {
+            error_at(ps, k, "keyword argument '%s' repeated", k->str);
+            goto fail;
         }
         advance(ps);
         advance(ps);
@@ -1190,6 +1210,7 @@ parse_action(struct parser *ps, struct ir_action_call *ac)
     cn_buf_fini(&name);
     free(kw);
     free(pols);
+    cn_strmap_fini(&kwseen);
     return true;
 oom:
     nomem(ps);
@@ -1197,6 +1218,7 @@ fail:
     cn_buf_fini(&name);
     free(kw);
     free(pols);
+    cn_strmap_fini(&kwseen);
     return false;
 }
 
@@ -1237,6 +1259,7 @@ targets_from_exprs(struct parser *ps, const struct u32_vec *ex, struct ir_names 
 {
     struct name_vec nv = {0};
     struct pos_vec pv = {0};
+    struct cn_strmap dup = CN_STRMAP_INIT;
     size_t i;
 
     for (i = 0; i < ex->len; i++) {
@@ -1290,11 +1313,9 @@ targets_from_exprs(struct parser *ps, const struct u32_vec *ex, struct ir_names 
                      "one or more names");
             goto fail;
         }
-        for (size_t j = 0; j < nv.len; j++) {
-            if (strcmp(nv.items[j], e->name) == 0) {
-                error_at(ps, &fake, "name '%s' appears twice in the assignment targets", e->name);
-                goto fail;
-            }
+        if (seen(ps, &dup, e->name)) {
+            error_at(ps, &fake, "name '%s' appears twice in the assignment targets", e->name);
+            goto fail;
         }
         if (CN_VEC_PUSH(&nv, e->name) != CN_OK ||
             CN_VEC_PUSH(&pv, ((struct ir_pos){e->line, e->col})) != CN_OK) {
@@ -1303,10 +1324,12 @@ targets_from_exprs(struct parser *ps, const struct u32_vec *ex, struct ir_names 
         }
     }
     *out = names_finish(ps, &nv, &pv);
+    cn_strmap_fini(&dup);
     return true;
 fail:
     free(nv.items);
     free(pv.items);
+    cn_strmap_fini(&dup);
     return false;
 }
 
@@ -1568,6 +1591,7 @@ parse_for(struct parser *ps)
     struct ir_stmt *s = new_stmt(ps, IR_S_FOR, t);
     struct name_vec nv = {0};
     struct pos_vec pv = {0};
+    struct cn_strmap dup = CN_STRMAP_INIT;
     bool paren;
 
     if (s == NULL) {
@@ -1581,11 +1605,9 @@ parse_for(struct parser *ps)
             goto fail;
         }
         advance(ps);
-        for (size_t j = 0; j < nv.len; j++) {
-            if (strcmp(nv.items[j], n->str) == 0) {
-                error_at(ps, n, "loop variable '%s' appears twice", n->str);
-                goto fail;
-            }
+        if (seen(ps, &dup, n->str)) {
+            error_at(ps, n, "loop variable '%s' appears twice", n->str);
+            goto fail;
         }
         if (!names_push(ps, &nv, &pv, n)) {
             goto fail;
@@ -1598,6 +1620,7 @@ parse_for(struct parser *ps)
         goto fail;
     }
     s->targets = names_finish(ps, &nv, &pv);
+    cn_strmap_fini(&dup);
     s->expr = parse_expr(ps);
     if (ps->panic) {
         return s;
@@ -1610,6 +1633,7 @@ parse_for(struct parser *ps)
 fail:
     free(nv.items);
     free(pv.items);
+    cn_strmap_fini(&dup);
     return s;
 }
 
@@ -1833,11 +1857,14 @@ parse_block(struct parser *ps, const char *what)
         return b;
     }
     advance(ps);
-    if (!enter(ps)) {
+    /* The lexer already caps indentation levels; this bounds the recursion on its own terms. */
+    if (ps->block_depth >= IR_PARSE_MAX_DEPTH) {
+        error_at(ps, peek(ps), "blocks nested too deeply (limit %d)", IR_PARSE_MAX_DEPTH);
         return b;
     }
+    ps->block_depth++;
     b = parse_stmts(ps);
-    leave(ps);
+    ps->block_depth--;
     return b;
 }
 
@@ -1847,6 +1874,7 @@ parse_name_list(struct parser *ps, struct ir_names *out, const char *what)
 {
     struct name_vec nv = {0};
     struct pos_vec pv = {0};
+    struct cn_strmap dup = CN_STRMAP_INIT;
 
     if (!expect(ps, IR_TK_LBRACK, what)) {
         return false;
@@ -1858,11 +1886,9 @@ parse_name_list(struct parser *ps, struct ir_names *out, const char *what)
             goto fail;
         }
         advance(ps);
-        for (size_t j = 0; j < nv.len; j++) {
-            if (strcmp(nv.items[j], t->str) == 0) {
-                error_at(ps, t, "duplicate name '%s'", t->str);
-                goto fail;
-            }
+        if (seen(ps, &dup, t->str)) {
+            error_at(ps, t, "duplicate name '%s'", t->str);
+            goto fail;
         }
         if (!names_push(ps, &nv, &pv, t)) {
             goto fail;
@@ -1875,10 +1901,12 @@ parse_name_list(struct parser *ps, struct ir_names *out, const char *what)
         goto fail;
     }
     *out = names_finish(ps, &nv, &pv);
+    cn_strmap_fini(&dup);
     return true;
 fail:
     free(nv.items);
     free(pv.items);
+    cn_strmap_fini(&dup);
     return false;
 }
 
@@ -1945,6 +1973,7 @@ ir_parse(const char *src, size_t len, struct ir_diags *diags, struct ir_program 
 {
     struct parser ps;
     struct ir_func *funcs = NULL;
+    struct cn_strmap fnames = CN_STRMAP_INIT;
     size_t nf = 0, cap = 0, errs0 = diags->len;
     cn_err rv;
 
@@ -1984,11 +2013,14 @@ ir_parse(const char *src, size_t len, struct ir_diags *diags, struct ir_program 
             sync_stmt(&ps);
             continue;
         }
-        for (size_t j = 0; j < nf; j++) {
-            if (strcmp(funcs[j].name, f.name) == 0) {
+        {
+            uint32_t prev;
+            if (cn_strmap_get(&fnames, f.name, &prev)) {
                 ir_diags_add(diags, f.pos.line, f.pos.col,
                              "function '%s' is already defined at line %u", f.name,
-                             funcs[j].pos.line);
+                             funcs[prev].pos.line);
+            } else if (cn_strmap_put(&fnames, f.name, (uint32_t) nf) != CN_OK) {
+                nomem(&ps);
             }
         }
         if (cn_vec_grow((void **) &funcs, &cap, sizeof(*funcs), nf + 1) != CN_OK) {
@@ -2003,6 +2035,7 @@ ir_parse(const char *src, size_t len, struct ir_diags *diags, struct ir_program 
     ps.prog->funcs = arena_copy(&ps, funcs, nf, sizeof(*funcs));
     ps.prog->nfuncs = (uint32_t) nf;
     free(funcs);
+    cn_strmap_fini(&fnames);
     ir_tokens_fini(&ps.toks);
     if (ps.rv != CN_OK) {
         ir_program_free(ps.prog);

@@ -12,21 +12,21 @@
 #define CN_MUST_CHECK   __attribute__((warn_unused_result))
 #define CN_PRINTF(f, a) __attribute__((format(printf, f, a)))
 
-#define CN_ERRORS(X)               \
-    X(OK, "success")               \
-    X(NOMEM, "out of memory")      \
-    X(INVAL, "invalid argument")   \
-    X(PARSE, "malformed input")    \
-    X(RANGE, "value out of range") \
-    X(DEPTH, "nesting too deep")   \
-    X(UTF8, "invalid UTF-8")       \
-    X(TYPE, "wrong type")          \
-    X(NOTFOUND, "not found")       \
-    X(TOOBIG, "too large")         \
-    X(IO, "input/output error")    \
-    X(PROTO, "protocol violation") \
-    X(COMPILE, "compile error")    \
-    X(VERSION, "unsupported format version")                                                    \
+#define CN_ERRORS(X)                         \
+    X(OK, "success")                         \
+    X(NOMEM, "out of memory")                \
+    X(INVAL, "invalid argument")             \
+    X(PARSE, "malformed input")              \
+    X(RANGE, "value out of range")           \
+    X(DEPTH, "nesting too deep")             \
+    X(UTF8, "invalid UTF-8")                 \
+    X(TYPE, "wrong type")                    \
+    X(NOTFOUND, "not found")                 \
+    X(TOOBIG, "too large")                   \
+    X(IO, "input/output error")              \
+    X(PROTO, "protocol violation")           \
+    X(COMPILE, "compile error")              \
+    X(VERSION, "unsupported format version") \
     X(RAISED, "workflow error raised")
 
 #define CN_ERR_ENUM(name, text) CN_##name,

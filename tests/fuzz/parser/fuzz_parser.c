@@ -4,7 +4,7 @@
  * diagnostics, an accepted one must render (text, DOT, summary) and survive a msgpack round
  * trip unchanged. Crashes, leaks, sanitizer reports and mismatches are findings.
  *
- * Target Functions: ir_compile_source, ir_diags_format, ir_dag_text, ir_dag_dot,
+ * Target Functions: ir_compile_source, ir_diags_format, ir_dag_validate, ir_dag_text, ir_dag_dot,
  * ir_dag_summary, ir_dag_encode, ir_dag_decode
  */
 #include <stdint.h>
@@ -28,8 +28,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ir_diags_init(&d, "fuzz.cairn", src, size);
     rv = ir_compile_source(src, size, &d, &dag);
     if (rv == CN_OK) {
-        if (ir_dag_text(dag, &out) != CN_OK || ir_dag_dot(dag, &out) != CN_OK ||
-            ir_dag_summary(dag, &out) != CN_OK || ir_dag_encode(dag, &m1) != CN_OK ||
+        if (ir_dag_validate(dag, &em) != CN_OK || ir_dag_text(dag, &out) != CN_OK ||
+            ir_dag_dot(dag, &out) != CN_OK || ir_dag_summary(dag, &out) != CN_OK ||
+            ir_dag_encode(dag, &m1) != CN_OK ||
             ir_dag_decode(m1.data, m1.len, &back, &em) != CN_OK ||
             ir_dag_encode(back, &m2) != CN_OK || m1.len != m2.len ||
             memcmp(m1.data, m2.data, m1.len) != 0) {

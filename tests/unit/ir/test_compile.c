@@ -57,6 +57,10 @@ Test(ir_compile, ids_are_deterministic)
         struct t_compiled a = t_compile(src), b = t_compile(src);
         struct cn_buf ma = CN_BUF_INIT, mb = CN_BUF_INIT;
         cr_assert_eq(a.rv, CN_OK, "%s", a.errors);
+        {
+            struct cn_errmsg em = {{0}};
+            cr_assert_eq(ir_dag_validate(a.dag, &em), CN_OK, "%s: %s", examples[i], em.text);
+        }
         T_OK(ir_dag_encode(a.dag, &ma));
         T_OK(ir_dag_encode(b.dag, &mb));
         cr_assert_eq(ma.len, mb.len);
@@ -249,6 +253,32 @@ Test(ir_compile, branch_guards_in_order_with_else)
     t_compiled_free(&c);
 }
 
+Test(ir_compile, guards_and_handlers_keep_source_order_when_an_arm_is_empty)
+{
+    struct t_compiled c = t_compile("fn main(input: [a, b]):\n"
+                                    "    if a:\n        pass\n"
+                                    "    elif b:\n        y = 2\n"
+                                    "    else:\n        y = 3\n"
+                                    "    try:\n        z = @m.x()\n"
+                                    "    except KeyError:\n        pass\n"
+                                    "    except Exception as e:\n        z = 3\n");
+    const struct ir_dag *d = c.dag;
+    const struct ir_node *b, *x;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    b = &d->nodes[find_node(d, IR_N_BRANCH, 0)];
+    cr_assert_eq(b->nedges, 3);
+    cr_assert_eq(d->edges[b->first_edge].kind, IR_E_GUARD);
+    cr_assert_eq(d->edges[b->first_edge].index, 0); /* `a` is tried first */
+    cr_assert_eq(d->edges[b->first_edge + 1].index, 1);
+    cr_assert_eq(d->edges[b->first_edge + 2].kind, IR_E_ELSE);
+    x = &d->nodes[find_node(d, IR_N_EXCEPT, 0)];
+    cr_assert_eq(x->nedges, 2);
+    cr_assert_eq(d->edges[x->first_edge].index, 0); /* KeyError before Exception */
+    cr_assert_eq(d->edges[x->first_edge + 1].index, 1);
+    t_compiled_free(&c);
+}
+
 Test(ir_compile, if_without_else_falls_through_to_join)
 {
     struct t_compiled c = t_compile("fn main(input: [x]):\n    y = 0\n    if x:\n        y = 1\n"
@@ -431,6 +461,16 @@ static const struct check_case check_errors[] = {
      "only actions and helper functions can run in parallel; 'len' is a builtin"},
     {"fn main(input: [xs]):\n    ys = spread xs:x -> @m.a(v=y)\n", 2, 32,
      "name 'y' is not defined"},
+    /* the spread item exists only inside the spread's arguments */
+    {"fn main(input: [xs]):\n    ys = spread xs:u -> @m.a(v=u)\n    return u\n", 3, 12,
+     "name 'u' is not defined"},
+    /* Python deletes an `except ... as e` name when the handler ends */
+    {"fn main():\n    try:\n        x = 1\n    except KeyError as x:\n        pass\n"
+     "    return x\n",
+     6, 12, "variable 'x' may be used before it is assigned"},
+    {"fn main():\n    y = {1: 2}\n", 2, 10, "dict keys must be strings, not int"},
+    {"fn main():\n    a, b = parallel:\n        @m.x()\n", 2, 5,
+     "parallel block has 1 call but 2 targets"},
 };
 
 Test(ir_compile, compile_time_checks_with_positions)
@@ -493,6 +533,8 @@ Test(ir_compile, valid_programs_compile)
         "fn only(input: [x]):\n    return x\n",
         /* unpacking, expression statements, pass, sleep with an expression */
         "fn main(input: [p]):\n    a, b = p\n    len(p)\n    pass\n    sleep a * 2\n",
+        /* while 1 is as final as while True */
+        "fn main():\n    while 1:\n        x = 1\n        break\n    return x\n",
         /* keywords are fine inside dotted action names */
         "fn main():\n    x = @db.input(v=1)\n    @queue.sleep(s=1)\n",
     };

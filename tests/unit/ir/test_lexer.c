@@ -276,3 +276,23 @@ Test(ir_lexer, huge_duration_is_an_error_not_an_overflow)
     /* Fits in int64 as a number, overflows once converted to milliseconds. */
     expect_error("x = 2562047788016h", 1, 5, "is too large");
 }
+
+Test(ir_lexer, many_strings_on_one_line_use_memory_proportional_to_the_source)
+{
+    struct cn_buf src = CN_BUF_INIT;
+    struct lexed l;
+    int i;
+
+    cr_assert_eq(cn_buf_puts(&src, "x = ["), CN_OK);
+    for (i = 0; i < 20000; i++) {
+        cr_assert_eq(cn_buf_printf(&src, "'s%d', ", i), CN_OK);
+    }
+    cr_assert_eq(cn_buf_puts(&src, "]\n"), CN_OK);
+    lex(&l, src.data);
+    cr_assert_eq(l.diags.len, 0);
+    /* Each literal reserves about its own length, not the rest of the line. */
+    cr_assert_lt(cn_arena_used(l.arena), 40 * src.len, "arena %zu bytes for %zu bytes of source",
+                 cn_arena_used(l.arena), src.len);
+    lexed_free(&l);
+    cn_buf_fini(&src);
+}

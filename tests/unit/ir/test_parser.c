@@ -454,6 +454,72 @@ Test(ir_parser, deep_unary_chain_is_an_error_not_a_crash)
     cn_buf_fini(&src);
 }
 
+Test(ir_parser, depth_limit_does_not_shrink_after_errors)
+{
+    struct cn_buf src = CN_BUF_INIT;
+    struct parsed p;
+    int line, i;
+
+    cr_assert_eq(cn_buf_puts(&src, "fn main():\n"), CN_OK);
+    for (line = 0; line < 10; line++) { /* ten lines nested deeper than the limit */
+        cr_assert_eq(cn_buf_puts(&src, "    x = "), CN_OK);
+        for (i = 0; i < 120; i++) {
+            cr_assert_eq(cn_buf_putc(&src, '('), CN_OK);
+        }
+        cr_assert_eq(cn_buf_putc(&src, '1'), CN_OK);
+        for (i = 0; i < 120; i++) {
+            cr_assert_eq(cn_buf_putc(&src, ')'), CN_OK);
+        }
+        cr_assert_eq(cn_buf_puts(&src, "\n"), CN_OK);
+    }
+    cr_assert_eq(cn_buf_puts(&src, "    y = "), CN_OK); /* then one within it */
+    for (i = 0; i < 90; i++) {
+        cr_assert_eq(cn_buf_putc(&src, '['), CN_OK);
+    }
+    for (i = 0; i < 90; i++) {
+        cr_assert_eq(cn_buf_putc(&src, ']'), CN_OK);
+    }
+    cr_assert_eq(cn_buf_puts(&src, "\n"), CN_OK);
+    parse(&p, src.data);
+    cr_assert_eq(p.rv, CN_COMPILE);
+    cr_assert_eq(p.diags.len, 10, "%zu errors", p.diags.len);
+    for (i = 0; i < 10; i++) {
+        cr_assert_neq(p.diags.items[i].line, 12, "the valid line was rejected");
+    }
+    parsed_free(&p);
+    cn_buf_fini(&src);
+}
+
+Test(ir_parser, blocks_and_expressions_have_separate_limits)
+{
+    struct cn_buf src = CN_BUF_INIT;
+    struct parsed p;
+    int i, k;
+
+    /* 60 nested ifs with a 60-deep expression inside: each within its own limit. */
+    cr_assert_eq(cn_buf_puts(&src, "fn main(input: [a]):\n"), CN_OK);
+    for (i = 1; i <= 60; i++) {
+        for (k = 0; k < i; k++) {
+            cr_assert_eq(cn_buf_puts(&src, "    "), CN_OK);
+        }
+        cr_assert_eq(cn_buf_puts(&src, "if a:\n"), CN_OK);
+    }
+    for (k = 0; k < 61; k++) {
+        cr_assert_eq(cn_buf_puts(&src, "    "), CN_OK);
+    }
+    cr_assert_eq(cn_buf_puts(&src, "x = "), CN_OK);
+    for (i = 0; i < 60; i++) {
+        cr_assert_eq(cn_buf_putc(&src, '['), CN_OK);
+    }
+    for (i = 0; i < 60; i++) {
+        cr_assert_eq(cn_buf_putc(&src, ']'), CN_OK);
+    }
+    cr_assert_eq(cn_buf_puts(&src, "\n"), CN_OK);
+    parse_ok(&p, src.data);
+    parsed_free(&p);
+    cn_buf_fini(&src);
+}
+
 Test(ir_parser, several_errors_per_file)
 {
     struct parsed p;
