@@ -10,7 +10,33 @@
  *   KeyError, IndexError            -> ["LookupError", "Exception"]
  *   ZeroDivisionError, OverflowError -> ["ArithmeticError", "Exception"]
  *   TypeError, ValueError, NameError -> ["Exception"]
- * (ActionTimeout, raised by the runner, has ["TimeoutError", "Exception"].)
+ *   RecursionError                   -> ["RuntimeError", "Exception"]
+ * (ActionTimeout, raised by the runner, has ["TimeoutError", "Exception"]; ir_raise knows it.)
+ *
+ * SEMANTICS (Python 3.11 otherwise; messages are Python's word for word unless listed here)
+ * - ints are int64: a result outside it raises OverflowError "integer overflow: result does not
+ *   fit in 64 bits" (arithmetic, unary -, abs, sum, round, int(float), int(str), enumerate's
+ *   counter). Intermediate results count: sum([MAX, 1, -1]) raises, Python gives MAX.
+ * - Size limits (IR_EVAL_MAX_ITEMS, IR_EVAL_MAX_STR) raise ValueError "result too large: more
+ *   than N items" / "result too large: more than N bytes" before anything is allocated; they
+ *   apply to every list and string an expression builds (+, *, range, list, str() of a
+ *   container, ...). Python would raise MemoryError, which Cairn has no use for.
+ * - Nesting: ordering nested lists and str() of containers deeper than IR_REPR_MAX_DEPTH
+ *   raise RecursionError, as Python does (its limit differs).
+ * - Differences from Python, all deliberate:
+ *   `|` is dict merge only (TypeError "unsupported operand type(s) for |" on ints and bools);
+ *   `%` on a string is not formatting (TypeError "unsupported operand type(s) for %");
+ *   dict displays need str keys (TypeError "dict keys must be strings, not int", the
+ *   compiler's wording; it rejects constant keys before run time);
+ *   x.f on a dict is x["f"] (KeyError "'f'"), on anything else TypeError "'int' object has no
+ *   attribute 'f'" (Cairn has no AttributeError);
+ *   keys(), values(), items() of a non-dict raise TypeError "keys() argument must be a dict,
+ *   not 'int'";
+ *   == and `in` never use Python's identity shortcut, so a NaN inside a list never equals
+ *   itself;
+ *   sorted() of 64 or more items may order NaNs (or word a TypeError) differently from
+ *   CPython, whose merge strategy it does not replicate (shorter lists match CPython exactly);
+ *   d | e of an error value e gives a plain dict (as dict.__or__ of a dict subclass does).
  */
 #ifndef IR_EVAL_H
 #define IR_EVAL_H
@@ -35,9 +61,16 @@ struct ir_eval_env {
  * Returns CN_OK with *out a new value (release it), CN_RAISED with *out a new error value
  * (the expression raised, e.g. KeyError or ZeroDivisionError; release it), or CN_NOMEM.
  * Limits: results larger than IR_EVAL_MAX_ITEMS elements or IR_EVAL_MAX_STR bytes raise
- * MemoryError-like ValueError instead of exhausting memory (e.g. range(10**12), "x" * 10**12). */
+ * MemoryError-like ValueError instead of exhausting memory (e.g. range(10**12), "x" * 10**12).
+ * Borrows p and env; the values env->lookup returns are retained, never stolen. Operands are
+ * evaluated left to right, all of them before the operation (so `{[1]: 1 // 0}` raises
+ * ZeroDivisionError); and/or, `x if c else y` and chained comparisons skip as Python does.
+ * An unbound name raises NameError "name 'x' is not defined".
+ * CN_INVAL: the pool is malformed (an index out of range, an unresolved or keyword call, a
+ * builtin with the wrong number of arguments); the compiler never produces one, a corrupt
+ * stored DAG might. *out is untouched on CN_NOMEM and CN_INVAL. */
 #define IR_EVAL_MAX_ITEMS (10u * 1000 * 1000)
-#define IR_EVAL_MAX_STR (64u << 20)
+#define IR_EVAL_MAX_STR   (64u << 20)
 CN_MUST_CHECK cn_err ir_eval(const struct ir_xpool *p, uint32_t e, const struct ir_eval_env *env,
                              struct ir_val *out);
 
@@ -46,14 +79,19 @@ bool ir_truthy(struct ir_val v);
 
 /* Builds an error value of `type` with `message` (printf-style) and the bases listed above for
  * the inline types (others get ["Exception"]); details is None. Returns CN_RAISED with *out
- * set, so a raising path is `return ir_raise(out, "KeyError", "'%s'", k);`, or CN_NOMEM. */
+ * set, so a raising path is `return ir_raise(out, "KeyError", "'%s'", k);`, or CN_NOMEM.
+ * Bytes of the message that are not valid UTF-8 become U+FFFD. */
 cn_err ir_raise(struct ir_val *out, const char *type, const char *fmt, ...) CN_PRINTF(3, 4);
 
 /* Builds an error value from its parts (as a worker reports it). bases is a list of strings or
- * None; details any value. Takes ownership of bases and details always. Returns CN_OK or
- * CN_NOMEM (CN_TYPE if bases is not a list of strings). */
+ * None (stored as ["Exception"]); details any value; message NULL means "". Takes ownership of
+ * bases and details always; borrows the strings. Returns CN_OK or CN_NOMEM (CN_TYPE if bases
+ * is not a list of strings, CN_UTF8 if type or message is not valid UTF-8). */
 CN_MUST_CHECK cn_err ir_error_new(const char *type, const char *message, struct ir_val bases,
                                   struct ir_val details, struct ir_val *out);
+
+/* True when v is an error value (a map with the error flag; what isexception() tests). */
+bool ir_is_error(struct ir_val v);
 
 /* The error's type (borrowed C string) or "" when err is not an error value. */
 const char *ir_error_type(struct ir_val err);
@@ -66,7 +104,12 @@ bool ir_error_matches(struct ir_val err, const char *type);
  * On CN_OK items[0..n) are new values. Raises (CN_RAISED, *err set) ValueError for a length
  * mismatch ("not enough values to unpack (expected 2, got 1)", "too many values to unpack
  * (expected 2)") and TypeError for a non-iterable. CN_NOMEM on OOM. */
-CN_MUST_CHECK cn_err ir_unpack(struct ir_val v, size_t n, struct ir_val *items,
-                               struct ir_val *err);
+CN_MUST_CHECK cn_err ir_unpack(struct ir_val v, size_t n, struct ir_val *items, struct ir_val *err);
+
+/* What `for x in v` iterates over, as a list: v itself when it is a list (a new reference), a
+ * string's characters, a dict's keys. Returns CN_OK with *out a new list, CN_RAISED with *out a
+ * new error (TypeError "'int' object is not iterable", or the size limit for a string of more
+ * than IR_EVAL_MAX_ITEMS characters), or CN_NOMEM. */
+CN_MUST_CHECK cn_err ir_iter_items(struct ir_val v, struct ir_val *out);
 
 #endif
