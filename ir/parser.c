@@ -812,36 +812,34 @@ parse_not(struct parser *ps)
     return ps->panic ? IR_NO_EXPR : mk(ps, IR_X_NOT, 0, t, &e, 1);
 }
 
+/* A left-associative chain `sub (tok sub)*` of `and` or `or`. */
 static uint32_t
-parse_and(struct parser *ps)
+parse_bool_chain(struct parser *ps, enum ir_tok tok, enum ir_xkind kind,
+                 uint32_t (*sub)(struct parser *))
 {
-    uint32_t l = parse_not(ps);
+    uint32_t l = sub(ps);
 
-    while (!ps->panic && at(ps, IR_TK_AND)) {
+    while (!ps->panic && at(ps, tok)) {
         const struct ir_token *t = advance(ps);
-        uint32_t kids[2] = {l, parse_not(ps)};
+        uint32_t kids[2] = {l, sub(ps)};
         if (ps->panic) {
             return IR_NO_EXPR;
         }
-        l = mk(ps, IR_X_AND, 0, t, kids, 2);
+        l = mk(ps, kind, 0, t, kids, 2);
     }
     return ps->panic ? IR_NO_EXPR : l;
 }
 
 static uint32_t
+parse_and(struct parser *ps)
+{
+    return parse_bool_chain(ps, IR_TK_AND, IR_X_AND, parse_not);
+}
+
+static uint32_t
 parse_or(struct parser *ps)
 {
-    uint32_t l = parse_and(ps);
-
-    while (!ps->panic && at(ps, IR_TK_OR)) {
-        const struct ir_token *t = advance(ps);
-        uint32_t kids[2] = {l, parse_and(ps)};
-        if (ps->panic) {
-            return IR_NO_EXPR;
-        }
-        l = mk(ps, IR_X_OR, 0, t, kids, 2);
-    }
-    return ps->panic ? IR_NO_EXPR : l;
+    return parse_bool_chain(ps, IR_TK_OR, IR_X_OR, parse_and);
 }
 
 static uint32_t

@@ -1,0 +1,1454 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The executor: runs inline nodes, dispatches actions, applies results, retries, sleeps,
+ * aggregates fan-outs and propagates errors along exception edges. Single-threaded per
+ * instance. See exec.h for the model and exec_int.h for the node state machine.
+ *
+ * DESIGN
+ * A "work item" is an execution node that has arrived at a template node (optionally carrying
+ * a value: a return value, a branch result, or the error an EXCEPT node must dispatch). The
+ * step loop pops items and runs them; inline nodes move the item along an edge and push it
+ * again, blocking nodes (actions, sleeps, aggregates) park it. Edges into the AGGREGATE of
+ * the node's own fork deliver to that aggregate instead. Scopes are reference counted: each
+ * live execution node holds its scope, each scope its caller's.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/base/vec.h"
+#include "ir/eval.h"
+#include "runner/exec_int.h"
+
+/* ---- small utilities ---------------------------------------------------------------------- */
+
+/* splitmix64: tiny, seedable, good enough for ids and jitter; its state is one word, which the
+ * snapshot carries so a replay draws the same numbers. */
+static uint64_t
+rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void
+rn_uuid_format(const uint8_t id[16], char buf[37])
+{
+    static const char hex[] = "0123456789abcdef";
+    int i, o = 0;
+
+    for (i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) {
+            buf[o++] = '-';
+        }
+        buf[o++] = hex[id[i] >> 4];
+        buf[o++] = hex[id[i] & 15];
+    }
+    buf[o] = '\0';
+}
+
+static void
+new_uuid(struct rn_instance *in, uint8_t id[16])
+{
+    uint64_t a = rng_next(&in->rng), b = rng_next(&in->rng);
+
+    memcpy(id, &a, 8);
+    memcpy(id + 8, &b, 8);
+    id[6] = (uint8_t) ((id[6] & 0x0f) | 0x40); /* version 4 */
+    id[8] = (uint8_t) ((id[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+}
+
+static void
+oom(struct rn_instance *in)
+{
+    in->rv = CN_NOMEM;
+}
+
+static const struct ir_node *
+tnode(const struct rn_instance *in, uint32_t n)
+{
+    return &in->dag->nodes[n];
+}
+
+static const struct ir_edge *
+tedge(const struct rn_instance *in, const struct ir_node *n, uint32_t k)
+{
+    return &in->dag->edges[n->first_edge + k];
+}
+
+/* ---- scopes and nodes --------------------------------------------------------------------- */
+
+/* Takes a slot of a pool threaded by a free list through each slot's `next_free` field (at
+ * next_off), or appends one; the slot comes back zeroed. RN_NONE on OOM. */
+static uint32_t
+slot_take(void **items, size_t *len, size_t *cap, size_t elem, uint32_t *free_head, size_t next_off)
+{
+    uint32_t i;
+
+    if (*free_head != RN_NONE) {
+        i = *free_head;
+        memcpy(free_head, (char *) *items + (size_t) i * elem + next_off, sizeof(*free_head));
+    } else {
+        if (cn_vec_grow(items, cap, elem, *len + 1) != CN_OK) {
+            return RN_NONE;
+        }
+        i = (uint32_t) (*len)++;
+    }
+    memset((char *) *items + (size_t) i * elem, 0, elem);
+    return i;
+}
+
+uint32_t
+rn_s_alloc(struct rn_instance *in)
+{
+    uint32_t i = slot_take((void **) &in->s.items, &in->s.len, &in->s.cap, sizeof(*in->s.items),
+                           &in->s_free, offsetof(struct rn_scope, next_free));
+    struct rn_scope *s;
+
+    if (i == RN_NONE) {
+        oom(in);
+        return RN_NONE;
+    }
+    s = &in->s.items[i];
+    s->live = true;
+    s->parent = RN_NONE;
+    s->vars = ir_null();
+    in->live_s++;
+    return i;
+}
+
+static void
+scope_rele(struct rn_instance *in, uint32_t i)
+{
+    /* Iterative: releasing a helper scope may release its caller chain. */
+    while (i != RN_NONE) {
+        struct rn_scope *s = &in->s.items[i];
+        uint32_t parent;
+        if (--s->refs > 0) {
+            return;
+        }
+        parent = s->parent;
+        ir_val_release(s->vars);
+        s->vars = ir_null();
+        s->live = false;
+        s->next_free = in->s_free;
+        in->s_free = i;
+        in->live_s--;
+        i = parent;
+    }
+}
+
+static void
+scope_hold(struct rn_instance *in, uint32_t i)
+{
+    if (i != RN_NONE) {
+        in->s.items[i].refs++;
+    }
+}
+
+/* A new scope for `frame`, child of `parent`, with an empty variable map. */
+static uint32_t
+scope_new(struct rn_instance *in, uint32_t frame, uint32_t parent)
+{
+    uint32_t i = rn_s_alloc(in);
+
+    if (i == RN_NONE) {
+        return RN_NONE;
+    }
+    if (ir_map_new(8, &in->s.items[i].vars) != CN_OK) {
+        in->s.items[i].refs = 1;
+        scope_rele(in, i);
+        oom(in);
+        return RN_NONE;
+    }
+    in->s.items[i].frame = frame;
+    in->s.items[i].parent = parent;
+    scope_hold(in, parent);
+    return i;
+}
+
+uint32_t
+rn_x_alloc(struct rn_instance *in)
+{
+    uint32_t i = slot_take((void **) &in->x.items, &in->x.len, &in->x.cap, sizeof(*in->x.items),
+                           &in->x_free, offsetof(struct rn_xnode, next_free));
+    struct rn_xnode *x;
+
+    if (i == RN_NONE) {
+        oom(in);
+        return RN_NONE;
+    }
+    x = &in->x.items[i];
+    x->status = RN_X_ACTIVE;
+    x->scope = RN_NONE;
+    x->fork_agg = RN_NONE;
+    x->item = ir_null();
+    in->live_x++;
+    return i;
+}
+
+static void
+x_free(struct rn_instance *in, uint32_t i)
+{
+    struct rn_xnode *x = &in->x.items[i];
+    uint32_t k;
+
+    if (x->has_id) {
+        rn_idmap_del(&in->ids, x->id);
+    }
+    for (k = 0; k < x->nslots && x->slots != NULL; k++) {
+        ir_val_release(x->slots[k].value);
+    }
+    free(x->slots);
+    ir_val_release(x->item);
+    scope_rele(in, x->scope);
+    memset(x, 0, sizeof(*x));
+    x->status = RN_X_FREE;
+    x->next_free = in->x_free;
+    in->x_free = i;
+    in->live_x--;
+}
+
+/* A new execution node at template node `node`, sharing `scope` and the fork context. */
+static uint32_t
+x_new(struct rn_instance *in, uint32_t node, uint32_t scope, uint32_t fork_agg, uint32_t idx)
+{
+    uint32_t i = rn_x_alloc(in);
+    struct rn_xnode *x;
+
+    if (i == RN_NONE) {
+        return RN_NONE;
+    }
+    x = &in->x.items[i];
+    x->node = node;
+    x->scope = scope;
+    scope_hold(in, scope);
+    x->fork_agg = fork_agg;
+    x->fork_idx = idx;
+    return i;
+}
+
+static cn_err
+x_ensure_id(struct rn_instance *in, uint32_t i)
+{
+    struct rn_xnode *x = &in->x.items[i];
+
+    if (x->has_id) {
+        return CN_OK;
+    }
+    new_uuid(in, x->id);
+    x->has_id = true;
+    return rn_idmap_put(&in->ids, x->id, i);
+}
+
+/* ---- the work queue ----------------------------------------------------------------------- */
+
+static void
+push(struct rn_instance *in, uint32_t x, bool has_val, struct ir_val val, bool agg_done)
+{
+    struct rn_work w;
+
+    if (in->q.head > 0 && in->q.head == in->q.len) {
+        in->q.head = in->q.len = 0;
+    }
+    w.x = x;
+    w.has_val = has_val;
+    w.val = val;
+    w.agg_done = agg_done;
+    if (CN_VEC_PUSH(&in->q, w) != CN_OK) {
+        ir_val_release(val);
+        oom(in);
+    }
+}
+
+/* ---- outputs ------------------------------------------------------------------------------ */
+
+static void
+out_timer(struct rn_instance *in, uint32_t xi, enum rn_timer_kind kind, int64_t at)
+{
+    struct rn_timer t;
+
+    memcpy(t.exec_id, in->x.items[xi].id, 16);
+    t.kind = kind;
+    t.at_ms = at;
+    if (CN_VEC_PUSH(&in->out->timers, t) != CN_OK) {
+        oom(in);
+    }
+}
+
+static void
+out_done(struct rn_instance *in, const struct rn_xnode *x, bool ok, struct ir_val v)
+{
+    struct rn_done d;
+
+    memcpy(d.exec_id, x->id, 16);
+    d.attempt = x->attempt;
+    d.ok = ok;
+    d.value = ir_val_retain(v);
+    if (CN_VEC_PUSH(&in->out->done, d) != CN_OK) {
+        ir_val_release(d.value);
+        oom(in);
+    }
+}
+
+void
+rn_step_out_clear(struct rn_step_out *o)
+{
+    size_t i;
+
+    for (i = 0; i < o->actions.len; i++) {
+        ir_val_release(o->actions.items[i].kwargs);
+    }
+    for (i = 0; i < o->done.len; i++) {
+        ir_val_release(o->done.items[i].value);
+    }
+    ir_val_release(o->result);
+    o->result = ir_null();
+    o->actions.len = o->timers.len = o->done.len = o->cancels.len = 0;
+    o->snapshot_needed = false;
+    o->outcome = RN_RUNNING;
+}
+
+void
+rn_step_out_fini(struct rn_step_out *o)
+{
+    rn_step_out_clear(o);
+    free(o->actions.items);
+    free(o->timers.items);
+    free(o->done.items);
+    free(o->cancels.items);
+    memset(o, 0, sizeof(*o));
+}
+
+/* ---- evaluation --------------------------------------------------------------------------- */
+
+struct env_ctx {
+    const struct rn_instance *in;
+    const struct rn_xnode *x;
+};
+
+static const struct ir_val *
+env_lookup(void *ctx, const char *name)
+{
+    const struct env_ctx *e = ctx;
+    const struct rn_scope *s;
+
+    if (e->x->item_name != NULL && strcmp(e->x->item_name, name) == 0) {
+        return &e->x->item;
+    }
+    if (e->x->scope == RN_NONE) {
+        return NULL;
+    }
+    s = &e->in->s.items[e->x->scope];
+    return ir_map_get(s->vars, name, strlen(name));
+}
+
+/* Evaluates expression `e` for node xi: CN_OK (out = value), CN_RAISED (out = error), or
+ * CN_NOMEM (recorded in in->rv). */
+static cn_err
+eval(struct rn_instance *in, uint32_t xi, uint32_t e, struct ir_val *out)
+{
+    struct env_ctx ctx = {in, &in->x.items[xi]};
+    struct ir_eval_env env = {env_lookup, &ctx};
+    cn_err rv = ir_eval(&in->dag->exprs, e, &env, out);
+
+    if (rv != CN_OK && rv != CN_RAISED) {
+        oom(in);
+    }
+    in->stats.inline_steps++;
+    return rv;
+}
+
+/* Binds names to v in xi's scope (several names unpack v). Consumes v. CN_RAISED: *err set. */
+static cn_err
+bind(struct rn_instance *in, uint32_t xi, const char *const *names, uint32_t n, struct ir_val v,
+     struct ir_val *err)
+{
+    struct rn_scope *s = &in->s.items[in->x.items[xi].scope];
+    struct ir_val items[16], *many = items;
+    uint32_t k;
+    cn_err rv = CN_OK;
+
+    if (n == 0) {
+        ir_val_release(v);
+        return CN_OK;
+    }
+    if (n == 1) {
+        if (ir_map_set_cstr(&s->vars, names[0], v) != CN_OK) {
+            oom(in);
+            return CN_NOMEM;
+        }
+        return CN_OK;
+    }
+    if (n > 16 && (many = calloc(n, sizeof(*many))) == NULL) {
+        ir_val_release(v);
+        oom(in);
+        return CN_NOMEM;
+    }
+    rv = ir_unpack(v, n, many, err);
+    ir_val_release(v);
+    if (rv == CN_OK) {
+        for (k = 0; k < n; k++) {
+            if (ir_map_set_cstr(&s->vars, names[k], many[k]) != CN_OK && rv == CN_OK) {
+                oom(in);
+                rv = CN_NOMEM;
+            }
+        }
+    } else if (rv != CN_RAISED) {
+        oom(in);
+    }
+    if (many != items) {
+        free(many);
+    }
+    return rv;
+}
+
+/* ---- control flow ------------------------------------------------------------------------- */
+
+static void raise_error(struct rn_instance *in, uint32_t xi, struct ir_val err);
+
+/* Moves node xi's scope up to the scope of `frame` (leaving inlined helpers). */
+static void
+scope_to_frame(struct rn_instance *in, uint32_t xi, uint32_t frame)
+{
+    struct rn_xnode *x = &in->x.items[xi];
+
+    while (x->scope != RN_NONE && in->s.items[x->scope].frame != frame) {
+        uint32_t parent = in->s.items[x->scope].parent;
+        if (parent == RN_NONE) {
+            break; /* frame 0 is the root of every scope chain */
+        }
+        scope_hold(in, parent);
+        scope_rele(in, x->scope);
+        x->scope = parent;
+    }
+}
+
+static void
+finish(struct rn_instance *in, enum rn_outcome outcome, struct ir_val v)
+{
+    size_t i;
+
+    in->outcome = outcome;
+    ir_val_release(in->result);
+    in->result = v;
+    /* Nothing may run after an outcome: cancel what is in flight and drop every node. */
+    for (i = 0; i < in->x.len; i++) {
+        struct rn_xnode *x = &in->x.items[i];
+        if (x->status == RN_X_FREE) {
+            continue;
+        }
+        if (x->status == RN_X_RUNNING) {
+            struct rn_id id;
+            memcpy(id.b, x->id, 16);
+            if (CN_VEC_PUSH(&in->out->cancels, id) != CN_OK) {
+                oom(in);
+            }
+        }
+        x_free(in, (uint32_t) i);
+    }
+    for (i = in->q.head; i < in->q.len; i++) {
+        ir_val_release(in->q.items[i].val);
+    }
+    in->q.head = in->q.len = 0;
+    in->out->snapshot_needed = true;
+}
+
+/* Delivers a branch's value (or error) to aggregate `ai`, slot `idx`. Consumes v. */
+static void
+deliver(struct rn_instance *in, uint32_t ai, uint32_t idx, bool ok, struct ir_val v)
+{
+    struct rn_xnode *a = &in->x.items[ai];
+    struct rn_slot *s;
+
+    if (a->status != RN_X_WAITING || idx >= a->nslots || a->slots[idx].filled) {
+        ir_val_release(v); /* cannot happen: each branch reports once */
+        return;
+    }
+    s = &a->slots[idx];
+    s->filled = true;
+    s->ok = ok;
+    s->value = v;
+    if (--a->pending == 0) {
+        a->status = RN_X_ACTIVE;
+        push(in, ai, false, ir_null(), true);
+    }
+}
+
+/* Moves xi along `edge` carrying (has_val, val). Consumes val. */
+static void
+follow(struct rn_instance *in, uint32_t xi, const struct ir_edge *edge, bool has_val,
+       struct ir_val val)
+{
+    struct rn_xnode *x = &in->x.items[xi];
+    const struct ir_node *to = tnode(in, edge->to);
+
+    if (to->kind == IR_N_AGGREGATE && x->fork_agg != RN_NONE &&
+        in->x.items[x->fork_agg].node == edge->to) {
+        /* The end of a branch: its value is the last action result or helper return. */
+        uint32_t ai = x->fork_agg, idx = x->fork_idx;
+        x_free(in, xi);
+        deliver(in, ai, idx, true, has_val ? val : ir_null());
+        return;
+    }
+    if (x->has_id) {
+        /* An execution id names one execution of one template node. */
+        rn_idmap_del(&in->ids, x->id);
+        x->has_id = false;
+    }
+    x->node = edge->to;
+    x->status = RN_X_ACTIVE;
+    if (to->kind != IR_N_CALL_EXIT) {
+        scope_to_frame(in, xi, to->frame);
+    }
+    push(in, xi, has_val, val, false);
+}
+
+static void
+follow_first(struct rn_instance *in, uint32_t xi, bool has_val, struct ir_val val)
+{
+    const struct ir_node *t = tnode(in, in->x.items[xi].node);
+
+    if (t->nedges == 0) {
+        ir_val_release(val);
+        oom(in); /* a template without a successor here is corrupt; fail loudly */
+        return;
+    }
+    follow(in, xi, tedge(in, t, 0), has_val, val);
+}
+
+/* Where an error raised at xi goes: the innermost handler, the fork's aggregate, or out. */
+static void
+raise_error(struct rn_instance *in, uint32_t xi, struct ir_val err)
+{
+    struct rn_xnode *x = &in->x.items[xi];
+    uint32_t target = tnode(in, x->node)->exc;
+
+    if (target == IR_NO_NODE) {
+        finish(in, RN_FAILED, err);
+        return;
+    }
+    if (tnode(in, target)->kind == IR_N_AGGREGATE && x->fork_agg != RN_NONE &&
+        in->x.items[x->fork_agg].node == target) {
+        uint32_t ai = x->fork_agg, idx = x->fork_idx;
+        x_free(in, xi);
+        deliver(in, ai, idx, false, err);
+        return;
+    }
+    if (x->has_id) {
+        rn_idmap_del(&in->ids, x->id);
+        x->has_id = false;
+    }
+    x->node = target;
+    x->status = RN_X_ACTIVE;
+    scope_to_frame(in, xi, tnode(in, target)->frame);
+    push(in, xi, true, err, false);
+}
+
+static void
+raise_new(struct rn_instance *in, uint32_t xi, const char *type, const char *msg)
+{
+    struct ir_val err;
+
+    if (ir_raise(&err, type, "%s", msg) != CN_RAISED) {
+        oom(in);
+        return;
+    }
+    raise_error(in, xi, err);
+}
+
+/* ---- actions ------------------------------------------------------------------------------ */
+
+static int64_t
+timeout_for(const struct rn_instance *in, const struct ir_node *t)
+{
+    return t->timeout_ms > 0 ? t->timeout_ms : in->cfg.default_timeout_ms;
+}
+
+/* Evaluates the kwargs and requests attempt x->attempt. */
+static void
+dispatch(struct rn_instance *in, uint32_t xi)
+{
+    const struct ir_node *t = tnode(in, in->x.items[xi].node);
+    struct rn_action_req r;
+    struct ir_val kw, v;
+    uint32_t k;
+    cn_err rv;
+
+    if (ir_map_new(t->nargs, &kw) != CN_OK) {
+        oom(in);
+        return;
+    }
+    for (k = 0; k < t->nargs; k++) {
+        rv = eval(in, xi, t->argexprs[k], &v);
+        if (rv == CN_RAISED) {
+            ir_val_release(kw);
+            raise_error(in, xi, v);
+            return;
+        }
+        if (rv != CN_OK || ir_map_set_cstr(&kw, t->argnames[k], v) != CN_OK) {
+            ir_val_release(kw);
+            oom(in);
+            return;
+        }
+    }
+    if (x_ensure_id(in, xi) != CN_OK) {
+        ir_val_release(kw);
+        oom(in);
+        return;
+    }
+    {
+        struct rn_xnode *x = &in->x.items[xi];
+        if (x->attempt == 0) {
+            x->attempt = 1;
+        }
+        x->status = RN_X_RUNNING;
+        x->deadline = in->now + timeout_for(in, t);
+        memcpy(r.exec_id, x->id, 16);
+        r.attempt = x->attempt;
+        r.action = t->name;
+        r.kwargs = kw;
+        r.timeout_ms = timeout_for(in, t);
+        r.deadline_ms = x->deadline;
+    }
+    if (CN_VEC_PUSH(&in->out->actions, r) != CN_OK) {
+        ir_val_release(kw);
+        oom(in);
+        return;
+    }
+    out_timer(in, xi, RN_TIMER_DEADLINE, in->x.items[xi].deadline);
+    in->out->snapshot_needed = true;
+}
+
+/* The retry policy for `err` after attempt x->attempt: the largest N among the matching
+ * brackets applies, with that bracket's backoff. Returns the delay or -1 for no retry. */
+static int64_t
+retry_delay(struct rn_instance *in, uint32_t xi, struct ir_val err)
+{
+    const struct rn_xnode *x = &in->x.items[xi];
+    const struct ir_node *t = tnode(in, x->node);
+    bool timeout = strcmp(ir_error_type(err), RN_ACTION_TIMEOUT) == 0;
+    int64_t best = -1, base = 0, delay;
+    uint32_t k, j;
+
+    for (k = 0; k < t->nretries; k++) {
+        const struct ir_retry *r = &t->retries[k];
+        bool match = false;
+        if (r->ntypes == 0) {
+            match = !timeout; /* timeouts are retried only when named */
+        }
+        for (j = 0; j < r->ntypes && !match; j++) {
+            match = ir_error_matches(err, r->types[j]);
+        }
+        if (match && r->retries > best) {
+            best = r->retries;
+            base = r->backoff_ms;
+        }
+    }
+    if (best < (int64_t) x->attempt) {
+        return -1;
+    }
+    /* Exponential from the base (factor 2, capped), then full jitter: uniform in [0, d]. */
+    delay = base;
+    for (k = 1; k < x->attempt && delay < IR_MAX_BACKOFF_MS; k++) {
+        delay *= 2;
+    }
+    if (delay > IR_MAX_BACKOFF_MS) {
+        delay = IR_MAX_BACKOFF_MS;
+    }
+    return (int64_t) (rng_next(&in->rng) % (uint64_t) (delay + 1));
+}
+
+/* An attempt of xi failed with err (consumed). Retry later or raise. */
+static void
+attempt_failed(struct rn_instance *in, uint32_t xi, struct ir_val err)
+{
+    int64_t delay = retry_delay(in, xi, err);
+    struct rn_xnode *x = &in->x.items[xi];
+
+    if (delay < 0) {
+        x->status = RN_X_ACTIVE;
+        raise_error(in, xi, err);
+        return;
+    }
+    ir_val_release(err);
+    x->attempt++;
+    x->status = RN_X_BACKOFF;
+    x->scheduled_at = in->now + delay;
+    out_timer(in, xi, RN_TIMER_BACKOFF, x->scheduled_at);
+    in->out->snapshot_needed = true;
+}
+
+/* Normalises an error reported by a worker into an error value (flagged map). */
+static cn_err
+as_error(struct ir_val v, struct ir_val *out)
+{
+    const struct ir_val *t, *m, *b, *d;
+
+    if (v.type == IR_T_MAP && ir_map_is_error(v)) {
+        *out = ir_val_retain(v);
+        return CN_OK;
+    }
+    if (v.type != IR_T_MAP || (t = ir_map_get(v, "type", 4)) == NULL || t->type != IR_T_STR) {
+        cn_err rv = ir_raise(out, "WorkerError", "malformed error from worker");
+        return rv == CN_RAISED ? CN_OK : rv;
+    }
+    m = ir_map_get(v, "message", 7);
+    b = ir_map_get(v, "bases", 5);
+    d = ir_map_get(v, "details", 7);
+    return ir_error_new(ir_str_data(*t), m && m->type == IR_T_STR ? ir_str_data(*m) : "",
+                        b && b->type == IR_T_LIST ? ir_val_retain(*b) : ir_null(),
+                        d ? ir_val_retain(*d) : ir_null(), out);
+}
+
+static void
+on_action_result(struct rn_instance *in, uint32_t xi, struct ir_val result)
+{
+    const struct ir_node *t = tnode(in, in->x.items[xi].node);
+    struct ir_val err;
+    cn_err rv;
+
+    in->x.items[xi].status = RN_X_ACTIVE;
+    if (t->ntargets > 0) {
+        rv = bind(in, xi, t->targets, t->ntargets, ir_val_retain(result), &err);
+        if (rv == CN_RAISED) {
+            raise_error(in, xi, err);
+            return;
+        }
+        if (rv != CN_OK) {
+            return;
+        }
+    }
+    follow_first(in, xi, true, ir_val_retain(result));
+}
+
+/* ---- running inline nodes ----------------------------------------------------------------- */
+
+static void
+run_entry(struct rn_instance *in, uint32_t xi)
+{
+    const struct ir_node *t = tnode(in, in->x.items[xi].node);
+    const struct ir_val *input = in->input;
+    struct rn_scope *s = &in->s.items[in->x.items[xi].scope];
+    uint32_t k;
+
+    if (input == NULL || input->type != IR_T_MAP) {
+        raise_new(in, xi, "TypeError", "workflow input must be a JSON object");
+        return;
+    }
+    for (k = 0; k < t->ntargets; k++) {
+        const struct ir_val *v = ir_map_get(*input, t->targets[k], strlen(t->targets[k]));
+        char msg[256];
+        if (v == NULL) {
+            (void) snprintf(msg, sizeof(msg), "%s() missing input '%s'", in->dag->entry_func,
+                            t->targets[k]);
+            raise_new(in, xi, "TypeError", msg);
+            return;
+        }
+        if (ir_map_set_cstr(&s->vars, t->targets[k], ir_val_retain(*v)) != CN_OK) {
+            oom(in);
+            return;
+        }
+    }
+    follow_first(in, xi, false, ir_null());
+}
+
+static void
+run_fork(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
+{
+    struct ir_val coll = ir_null(), items = ir_null();
+    struct rn_xnode *x = &in->x.items[xi];
+    uint32_t n, k, ai;
+    cn_err rv;
+
+    if (t->kind == IR_N_SPREAD) {
+        rv = eval(in, xi, t->expr, &coll);
+        if (rv == CN_RAISED) {
+            raise_error(in, xi, coll);
+            return;
+        }
+        if (rv != CN_OK) {
+            return;
+        }
+        rv = ir_iter_items(coll, &items);
+        ir_val_release(coll);
+        if (rv == CN_RAISED) {
+            raise_error(in, xi, items);
+            return;
+        }
+        if (rv != CN_OK) {
+            oom(in);
+            return;
+        }
+        n = (uint32_t) ir_list_len(items);
+    } else {
+        n = t->nedges;
+    }
+    /* The forking node becomes the aggregate: it keeps the scope and the outer fork context. */
+    ai = xi;
+    x->node = t->link;
+    x->status = RN_X_WAITING;
+    x->nslots = n;
+    x->pending = n;
+    x->slots = calloc(n ? n : 1, sizeof(*x->slots));
+    if (x->slots == NULL) {
+        ir_val_release(items);
+        oom(in);
+        return;
+    }
+    for (k = 0; k < n; k++) {
+        x->slots[k].value = ir_null();
+    }
+    if (x_ensure_id(in, ai) != CN_OK) {
+        ir_val_release(items);
+        oom(in);
+        return;
+    }
+    in->out->snapshot_needed = true;
+    if (n == 0) {
+        ir_val_release(items);
+        x->status = RN_X_ACTIVE;
+        push(in, ai, false, ir_null(), true);
+        return;
+    }
+    for (k = 0; k < n && in->rv == CN_OK; k++) {
+        const struct ir_edge *e = tedge(in, t, t->kind == IR_N_SPREAD ? 0 : k);
+        uint32_t bi = x_new(in, e->to, in->x.items[ai].scope, ai, k);
+        if (bi == RN_NONE) {
+            break;
+        }
+        if (t->kind == IR_N_SPREAD) {
+            in->x.items[bi].item_name = t->name;
+            in->x.items[bi].item = ir_val_retain(ir_list_items(items)[k]);
+        }
+        push(in, bi, false, ir_null(), false);
+    }
+    ir_val_release(items);
+}
+
+static void
+run_aggregate_done(struct rn_instance *in, uint32_t ai)
+{
+    struct rn_xnode *a = &in->x.items[ai];
+    const struct ir_node *t = tnode(in, a->node);
+    struct ir_val list, err;
+    uint32_t k;
+    cn_err rv;
+
+    for (k = 0; k < a->nslots; k++) {
+        if (!a->slots[k].ok) {
+            uint32_t j;
+            /* The lowest-index failure is raised once every branch has finished. */
+            err = a->slots[k].value;
+            a->slots[k].value = ir_null();
+            for (j = 0; j < a->nslots; j++) {
+                ir_val_release(a->slots[j].value);
+            }
+            free(a->slots);
+            a->slots = NULL;
+            a->nslots = a->pending = 0;
+            raise_error(in, ai, err);
+            return;
+        }
+    }
+    if (ir_list_new(a->nslots, &list) != CN_OK) {
+        oom(in);
+        return;
+    }
+    for (k = 0; k < a->nslots; k++) {
+        ir_list_items(list)[k] = a->slots[k].value;
+        a->slots[k].value = ir_null();
+    }
+    free(a->slots);
+    a->slots = NULL;
+    a->nslots = a->pending = 0;
+    rv = bind(in, ai, t->targets, t->ntargets, ir_val_retain(list), &err);
+    if (rv == CN_RAISED) {
+        ir_val_release(list);
+        raise_error(in, ai, err);
+        return;
+    }
+    if (rv != CN_OK) {
+        ir_val_release(list);
+        return;
+    }
+    follow_first(in, ai, true, list);
+}
+
+static void
+run_except(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct ir_val err)
+{
+    uint32_t k, j;
+
+    for (k = 0; k < t->nhandlers; k++) {
+        const struct ir_handler_info *h = &t->handlers[k];
+        bool match = h->ntypes == 0;
+        for (j = 0; j < h->ntypes && !match; j++) {
+            match = ir_error_matches(err, h->types[j]);
+        }
+        if (!match) {
+            continue;
+        }
+        if (h->bind != NULL) {
+            struct rn_scope *s = &in->s.items[in->x.items[xi].scope];
+            if (ir_map_set_cstr(&s->vars, h->bind, ir_val_retain(err)) != CN_OK) {
+                ir_val_release(err);
+                oom(in);
+                return;
+            }
+        }
+        ir_val_release(err);
+        follow(in, xi, tedge(in, t, k), false, ir_null());
+        return;
+    }
+    raise_error(in, xi, err); /* no handler matched: on to the enclosing one */
+}
+
+static void
+run_sleep(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
+{
+    struct ir_val v;
+    double secs;
+    cn_err rv = eval(in, xi, t->expr, &v);
+
+    if (rv == CN_RAISED) {
+        raise_error(in, xi, v);
+        return;
+    }
+    if (rv != CN_OK) {
+        return;
+    }
+    if (v.type == IR_T_INT) {
+        secs = (double) v.u.i;
+    } else if (v.type == IR_T_FLOAT) {
+        secs = v.u.f;
+    } else if (v.type == IR_T_BOOL) {
+        secs = v.u.b ? 1.0 : 0.0;
+    } else {
+        char msg[128];
+        (void) snprintf(msg, sizeof(msg), "sleep takes a number of seconds, not '%s'",
+                        ir_type_name(v.type));
+        ir_val_release(v);
+        raise_new(in, xi, "TypeError", msg);
+        return;
+    }
+    ir_val_release(v);
+    if (isnan(secs) || secs < 0) {
+        raise_new(in, xi, "ValueError", "sleep length must be non-negative");
+        return;
+    }
+    if (secs > 9.0e15 / 1000.0) {
+        raise_new(in, xi, "OverflowError", "sleep length is too large");
+        return;
+    }
+    if (secs * 1000.0 < 1.0) {
+        follow_first(in, xi, false, ir_null());
+        return;
+    }
+    if (x_ensure_id(in, xi) != CN_OK) {
+        oom(in);
+        return;
+    }
+    in->x.items[xi].status = RN_X_SLEEPING;
+    in->x.items[xi].scheduled_at = in->now + (int64_t) ceil(secs * 1000.0);
+    out_timer(in, xi, RN_TIMER_SLEEP, in->x.items[xi].scheduled_at);
+    in->out->snapshot_needed = true;
+}
+
+static void
+run_call_enter(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
+{
+    uint32_t caller = in->x.items[xi].scope, s, k;
+    struct ir_val v;
+    cn_err rv;
+
+    s = scope_new(in, t->callee_frame, caller);
+    if (s == RN_NONE) {
+        return;
+    }
+    for (k = 0; k < t->nargs; k++) {
+        rv = eval(in, xi, t->argexprs[k], &v);
+        if (rv == CN_RAISED) {
+            in->s.items[s].refs++;
+            scope_rele(in, s);
+            raise_error(in, xi, v);
+            return;
+        }
+        if (rv != CN_OK || ir_map_set_cstr(&in->s.items[s].vars, t->argnames[k], v) != CN_OK) {
+            in->s.items[s].refs++;
+            scope_rele(in, s);
+            oom(in);
+            return;
+        }
+    }
+    /* The node moves into the helper's scope. */
+    in->x.items[xi].scope = s;
+    scope_hold(in, s);
+    scope_rele(in, caller);
+    follow_first(in, xi, false, ir_null());
+}
+
+static void
+run_call_exit(struct rn_instance *in, uint32_t xi, const struct ir_node *t, bool has_val,
+              struct ir_val val)
+{
+    struct ir_val err;
+    cn_err rv;
+
+    scope_to_frame(in, xi, t->frame);
+    if (!has_val) {
+        val = ir_null(); /* fell off the end of the helper */
+    }
+    rv = bind(in, xi, t->targets, t->ntargets, ir_val_retain(val), &err);
+    if (rv == CN_RAISED) {
+        ir_val_release(val);
+        raise_error(in, xi, err);
+        return;
+    }
+    if (rv != CN_OK) {
+        ir_val_release(val);
+        return;
+    }
+    follow_first(in, xi, true, val);
+}
+
+/* Runs the node at the front of a work item. Consumes the carried value. */
+static void
+run_node(struct rn_instance *in, const struct rn_work *w)
+{
+    uint32_t xi = w->x, k;
+    const struct ir_node *t = tnode(in, in->x.items[xi].node);
+    struct ir_val v, err;
+    cn_err rv;
+
+    if (w->agg_done) {
+        run_aggregate_done(in, xi);
+        return;
+    }
+    if (t->kind != IR_N_EXCEPT && t->kind != IR_N_RETURN && t->kind != IR_N_CALL_EXIT &&
+        t->kind != IR_N_OUTPUT) {
+        ir_val_release(w->val); /* only these consume a carried value */
+    }
+    in->stats.inline_steps++;
+    switch ((enum ir_node_kind) t->kind) {
+    case IR_N_ENTRY:
+        run_entry(in, xi);
+        return;
+    case IR_N_ASSIGN:
+    case IR_N_LOOP_INIT:
+    case IR_N_LOOP_EXTRACT:
+    case IR_N_LOOP_INCR:
+        rv = eval(in, xi, t->expr, &v);
+        if (rv == CN_RAISED) {
+            raise_error(in, xi, v);
+            return;
+        }
+        if (rv != CN_OK) {
+            return;
+        }
+        rv = bind(in, xi, t->targets, t->ntargets, v, &err);
+        if (rv == CN_RAISED) {
+            raise_error(in, xi, err);
+        } else if (rv == CN_OK) {
+            follow_first(in, xi, false, ir_null());
+        }
+        return;
+    case IR_N_LOOP_COND:
+        rv = eval(in, xi, t->expr, &v);
+        if (rv == CN_RAISED) {
+            raise_error(in, xi, v);
+            return;
+        }
+        if (rv != CN_OK) {
+            return;
+        }
+        k = ir_truthy(v) ? 0 : 1; /* edges: TRUE first, then FALSE */
+        ir_val_release(v);
+        follow(in, xi, tedge(in, t, k), false, ir_null());
+        return;
+    case IR_N_BRANCH:
+        for (k = 0; k < t->nedges; k++) {
+            const struct ir_edge *e = tedge(in, t, k);
+            if (e->kind == IR_E_GUARD) {
+                rv = eval(in, xi, e->expr, &v);
+                if (rv == CN_RAISED) {
+                    raise_error(in, xi, v);
+                    return;
+                }
+                if (rv != CN_OK) {
+                    return;
+                }
+                if (!ir_truthy(v)) {
+                    ir_val_release(v);
+                    continue;
+                }
+                ir_val_release(v);
+            }
+            follow(in, xi, e, false, ir_null());
+            return;
+        }
+        oom(in); /* every branch node has an else edge */
+        return;
+    case IR_N_JOIN:
+    case IR_N_LOOP_EXIT:
+    case IR_N_TRY:
+    case IR_N_BREAK:
+    case IR_N_CONTINUE:
+        follow_first(in, xi, false, ir_null());
+        return;
+    case IR_N_ACTION:
+        in->x.items[xi].attempt = 0;
+        dispatch(in, xi);
+        return;
+    case IR_N_SPREAD:
+    case IR_N_PARALLEL:
+        run_fork(in, xi, t);
+        return;
+    case IR_N_EXCEPT:
+        if (!w->has_val) {
+            oom(in); /* an except node is only reached by an error */
+            return;
+        }
+        run_except(in, xi, t, w->val);
+        return;
+    case IR_N_SLEEP:
+        run_sleep(in, xi, t);
+        return;
+    case IR_N_RETURN:
+        ir_val_release(w->val);
+        if (t->expr == IR_NO_EXPR) {
+            follow_first(in, xi, true, ir_null());
+            return;
+        }
+        rv = eval(in, xi, t->expr, &v);
+        if (rv == CN_RAISED) {
+            raise_error(in, xi, v);
+        } else if (rv == CN_OK) {
+            follow_first(in, xi, true, v);
+        }
+        return;
+    case IR_N_CALL_ENTER:
+        run_call_enter(in, xi, t);
+        return;
+    case IR_N_CALL_EXIT:
+        run_call_exit(in, xi, t, w->has_val, w->val);
+        return;
+    case IR_N_OUTPUT:
+        x_free(in, xi);
+        finish(in, RN_COMPLETED, w->has_val ? w->val : ir_null());
+        return;
+    case IR_N_AGGREGATE:
+    default:
+        ir_val_release(w->val);
+        oom(in); /* reached only through deliver(); anything else is a corrupt template */
+        return;
+    }
+}
+
+static void
+run_queue(struct rn_instance *in)
+{
+    while (in->q.head < in->q.len && in->rv == CN_OK && in->outcome == RN_RUNNING) {
+        struct rn_work w = in->q.items[in->q.head++];
+        run_node(in, &w);
+    }
+}
+
+/* ---- events ------------------------------------------------------------------------------- */
+
+static void
+apply_event(struct rn_instance *in, const struct rn_event *ev)
+{
+    uint32_t xi;
+    struct rn_xnode *x;
+    struct ir_val err;
+
+    if (ev->kind == RN_EV_CANCEL) {
+        finish(in, RN_CANCELLED, ir_null());
+        return;
+    }
+    if (!rn_idmap_get(&in->ids, ev->exec_id, &xi)) {
+        in->stats.stale_events++;
+        return;
+    }
+    x = &in->x.items[xi];
+    switch (ev->kind) {
+    case RN_EV_RESULT:
+    case RN_EV_ERROR:
+        if (x->status != RN_X_RUNNING || x->attempt != ev->attempt) {
+            in->stats.stale_events++;
+            return;
+        }
+        if (ev->kind == RN_EV_RESULT) {
+            out_done(in, x, true, ev->value);
+            on_action_result(in, xi, ev->value);
+            return;
+        }
+        if (as_error(ev->value, &err) != CN_OK) {
+            oom(in);
+            return;
+        }
+        out_done(in, x, false, err);
+        attempt_failed(in, xi, err);
+        return;
+    case RN_EV_TIMER:
+        if (x->status == RN_X_SLEEPING && in->now >= x->scheduled_at) {
+            x->status = RN_X_ACTIVE;
+            in->out->snapshot_needed = true;
+            follow_first(in, xi, false, ir_null());
+        } else if (x->status == RN_X_BACKOFF && in->now >= x->scheduled_at) {
+            dispatch(in, xi);
+        } else if (x->status == RN_X_RUNNING && in->now >= x->deadline) {
+            char msg[96];
+            (void) snprintf(msg, sizeof(msg), "attempt %u did not finish within %lld ms",
+                            x->attempt, (long long) timeout_for(in, tnode(in, x->node)));
+            if (ir_raise(&err, RN_ACTION_TIMEOUT, "%s", msg) != CN_RAISED) {
+                oom(in);
+                return;
+            }
+            out_done(in, x, false, err);
+            attempt_failed(in, xi, err);
+        } else {
+            in->stats.stale_events++;
+        }
+        return;
+    default:
+        in->stats.stale_events++;
+        return;
+    }
+}
+
+/* ---- public API --------------------------------------------------------------------------- */
+
+struct rn_instance *
+rn_instance_alloc(const struct ir_dag *dag, const struct rn_exec_cfg *cfg)
+{
+    struct rn_instance *in = calloc(1, sizeof(*in));
+
+    if (in == NULL) {
+        return NULL;
+    }
+    in->dag = dag;
+    in->cfg = *cfg;
+    if (in->cfg.default_timeout_ms <= 0) {
+        in->cfg.default_timeout_ms = 300000;
+    }
+    in->x_free = RN_NONE;
+    in->s_free = RN_NONE;
+    in->result = ir_null();
+    return in;
+}
+
+static void
+begin_step(struct rn_instance *in, struct rn_step_out *o, int64_t now)
+{
+    in->out = o;
+    in->now = now;
+    in->rv = CN_OK;
+    o->outcome = in->outcome;
+}
+
+static cn_err
+end_step(struct rn_instance *in)
+{
+    struct rn_step_out *o = in->out;
+
+    run_queue(in);
+    o->outcome = in->outcome;
+    if (in->outcome != RN_RUNNING && o->result.type == IR_T_NULL) {
+        o->result = ir_val_retain(in->result);
+    }
+    in->out = NULL;
+    return in->rv;
+}
+
+cn_err
+rn_instance_start(const struct ir_dag *dag, const uint8_t instance_id[16], struct ir_val input,
+                  const struct rn_exec_cfg *cfg, int64_t now_ms, struct rn_instance **out,
+                  struct rn_step_out *o)
+{
+    struct rn_instance *in = rn_instance_alloc(dag, cfg);
+    uint32_t s, x;
+    uint64_t seed;
+    cn_err rv;
+
+    if (in == NULL) {
+        return CN_NOMEM;
+    }
+    memcpy(in->id, instance_id, 16);
+    memcpy(&seed, instance_id, 8);
+    in->rng = seed ^ 0x6a09e667f3bcc909ULL;
+    begin_step(in, o, now_ms);
+    in->input = &input;
+    s = scope_new(in, 0, RN_NONE);
+    x = s == RN_NONE ? RN_NONE : x_new(in, dag->entry, s, RN_NONE, 0);
+    if (x != RN_NONE) {
+        push(in, x, false, ir_null(), false);
+        in->out->snapshot_needed = true;
+    }
+    rv = end_step(in);
+    in->input = NULL;
+    if (rv != CN_OK) {
+        rn_instance_free(in);
+        return rv;
+    }
+    *out = in;
+    return CN_OK;
+}
+
+cn_err
+rn_instance_step(struct rn_instance *in, const struct rn_event *evs, size_t n, int64_t now_ms,
+                 struct rn_step_out *o)
+{
+    size_t i;
+
+    begin_step(in, o, now_ms);
+    for (i = 0; i < n && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
+        apply_event(in, &evs[i]);
+        /* Each event's consequences run before the next event is applied, so a batch behaves
+         * exactly like the same events one step at a time. */
+        run_queue(in);
+    }
+    return end_step(in);
+}
+
+cn_err
+rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
+                    const struct rn_done *results, size_t nresults, const struct rn_exec_cfg *cfg,
+                    int64_t now_ms, struct rn_instance **out, struct rn_step_out *o,
+                    struct cn_errmsg *err)
+{
+    struct rn_instance *in = rn_instance_alloc(dag, cfg);
+    struct {
+        struct rn_id *items;
+        size_t len, cap;
+    } running = {NULL, 0, 0};
+    size_t i;
+    cn_err rv;
+
+    if (in == NULL) {
+        return CN_NOMEM;
+    }
+    if ((rv = rn_snapshot_decode(in, snap, len, err)) != CN_OK) {
+        rn_instance_free(in);
+        return rv;
+    }
+    begin_step(in, o, now_ms);
+    /* Remember what the snapshot had running: only those may be dispatched again below;
+     * actions started while replaying results are dispatched by that replay itself. */
+    for (i = 0; i < in->x.len; i++) {
+        if (in->x.items[i].status == RN_X_RUNNING) {
+            struct rn_id id;
+            memcpy(id.b, in->x.items[i].id, 16);
+            if (CN_VEC_PUSH(&running, id) != CN_OK) {
+                free(running.items);
+                rn_instance_free(in);
+                return CN_NOMEM;
+            }
+        }
+    }
+    /* 1. Results recorded after the snapshot, for attempts it has running. */
+    for (i = 0; i < nresults && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
+        struct rn_event ev;
+        uint32_t xi;
+        if (!rn_idmap_get(&in->ids, results[i].exec_id, &xi) ||
+            in->x.items[xi].status != RN_X_RUNNING ||
+            in->x.items[xi].attempt != results[i].attempt) {
+            continue;
+        }
+        ev.kind = results[i].ok ? RN_EV_RESULT : RN_EV_ERROR;
+        memcpy(ev.exec_id, results[i].exec_id, 16);
+        ev.attempt = results[i].attempt;
+        ev.value = results[i].value;
+        apply_event(in, &ev);
+        run_queue(in);
+    }
+    /* 2. Dispatches the crash may have lost go out again (same id and attempt: at least
+     * once); sleeps and backoffs get their timers again. */
+    for (i = 0; i < running.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
+        uint32_t xi;
+        if (rn_idmap_get(&in->ids, running.items[i].b, &xi) &&
+            in->x.items[xi].status == RN_X_RUNNING) {
+            dispatch(in, xi);
+        }
+    }
+    for (i = 0; i < in->x.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
+        struct rn_xnode *x = &in->x.items[i];
+        bool fresh = false;
+        size_t k;
+        if ((x->status != RN_X_SLEEPING && x->status != RN_X_BACKOFF) || !x->has_id) {
+            continue;
+        }
+        for (k = 0; k < o->timers.len && !fresh; k++) {
+            fresh = memcmp(o->timers.items[k].exec_id, x->id, 16) == 0; /* set by the replay */
+        }
+        if (!fresh) {
+            out_timer(in, (uint32_t) i,
+                      x->status == RN_X_SLEEPING ? RN_TIMER_SLEEP : RN_TIMER_BACKOFF,
+                      x->scheduled_at);
+        }
+    }
+    free(running.items);
+    rv = end_step(in);
+    if (rv != CN_OK) {
+        rn_instance_free(in);
+        return rv;
+    }
+    *out = in;
+    return CN_OK;
+}
+
+void
+rn_instance_free(struct rn_instance *in)
+{
+    size_t i;
+
+    if (in == NULL) {
+        return;
+    }
+    for (i = 0; i < in->x.len; i++) {
+        struct rn_xnode *x = &in->x.items[i];
+        uint32_t k;
+        if (x->status == RN_X_FREE) {
+            continue;
+        }
+        for (k = 0; k < x->nslots && x->slots != NULL; k++) {
+            ir_val_release(x->slots[k].value);
+        }
+        free(x->slots);
+        ir_val_release(x->item);
+    }
+    for (i = 0; i < in->s.len; i++) {
+        if (in->s.items[i].live) {
+            ir_val_release(in->s.items[i].vars);
+        }
+    }
+    for (i = in->q.head; i < in->q.len; i++) {
+        ir_val_release(in->q.items[i].val);
+    }
+    free(in->x.items);
+    free(in->s.items);
+    free(in->q.items);
+    rn_idmap_fini(&in->ids);
+    ir_val_release(in->result);
+    free(in);
+}
+
+enum rn_outcome
+rn_instance_outcome(const struct rn_instance *in)
+{
+    return in->outcome;
+}
+
+void
+rn_instance_stats(const struct rn_instance *in, struct rn_instance_stats *st)
+{
+    *st = in->stats;
+    st->live_nodes = in->live_x;
+    st->live_scopes = in->live_s;
+}

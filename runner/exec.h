@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The executor: advances one workflow instance over its DAG template. A library with no I/O and
+ * no clock or randomness of its own: time comes in as `now_ms` arguments, randomness from a
+ * per-instance generator seeded from the instance id and persisted in the snapshot, so a
+ * replay from a snapshot makes the same choices (execution ids, backoff jitter) as the run it
+ * replays. One instance is owned by one thread at a time (a shard); nothing here locks.
+ *
+ * DESIGN (docs/semantics.md has the user-level account)
+ * - Execution graph: the *live* execution nodes only — actions running or waiting for a retry,
+ *   sleeps, aggregates waiting for their branches — each keyed by a UUID execution id and
+ *   pointing at a template node, plus the variable scopes they use. Inline nodes (assignments,
+ *   branches, loop steps, joins, calls) run to completion inside a step and leave nothing
+ *   behind, so the snapshot holds the live frontier, never the history: a 10 000-iteration
+ *   loop snapshots as one node.
+ * - Runtime edges: a node inside a spread/parallel branch points at its aggregate and its
+ *   branch index; a scope points at its caller's scope.
+ * - Push-based: an event (action result, timer, cancel) touches its node, which advances along
+ *   the template's edges, running inline nodes until each thread of control blocks again.
+ * - Durability contract with the persister (DESIGN.md section 4): a step reports the action
+ *   results it consumed (done records, to insert first) and whether the snapshot must be
+ *   rewritten. A step that only consumed results into aggregate slots needs no new snapshot:
+ *   hydration re-applies those results. Any step that creates a dispatch, a timer or an outcome
+ *   does, and its actions must not be dispatched before that snapshot is committed.
+ */
+#ifndef RUNNER_EXEC_H
+#define RUNNER_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/base/buf.h"
+#include "ir/base/err.h"
+#include "ir/dag.h"
+#include "ir/value.h"
+
+#define RN_SNAPSHOT_FORMAT_VERSION 1
+/* Base types of the error an attempt gets when it runs past its deadline. */
+#define RN_ACTION_TIMEOUT "ActionTimeout"
+
+struct rn_instance;
+
+struct rn_exec_cfg {
+    int64_t default_timeout_ms; /* per attempt, for actions without [timeout: D] */
+};
+
+enum rn_event_kind {
+    RN_EV_RESULT = 0, /* an action attempt succeeded: value = its result */
+    RN_EV_ERROR,      /* an action attempt failed: value = error map (type, message, bases...) */
+    RN_EV_TIMER,      /* a timer this instance asked for fired (sleep, backoff or deadline) */
+    RN_EV_CANCEL,     /* cancel the instance */
+};
+
+struct rn_event {
+    enum rn_event_kind kind;
+    uint8_t exec_id[16];
+    uint32_t attempt;    /* RESULT/ERROR: the attempt it answers; stale ones are dropped */
+    struct ir_val value; /* borrowed; the executor retains what it keeps */
+};
+
+struct rn_action_req {
+    uint8_t exec_id[16];  /* idempotency key, with the attempt */
+    uint32_t attempt;     /* 1 for the first */
+    const char *action;   /* borrowed from the template */
+    struct ir_val kwargs; /* owned by the step output */
+    int64_t timeout_ms;
+    int64_t deadline_ms; /* absolute, wall clock */
+};
+
+enum rn_timer_kind { RN_TIMER_SLEEP = 0, RN_TIMER_BACKOFF, RN_TIMER_DEADLINE };
+
+struct rn_timer {
+    uint8_t exec_id[16];
+    enum rn_timer_kind kind;
+    int64_t at_ms; /* absolute, wall clock */
+};
+
+/* An action result the step consumed: the persister writes these before the snapshot. */
+struct rn_done {
+    uint8_t exec_id[16];
+    uint32_t attempt;
+    bool ok;
+    struct ir_val value; /* owned by the step output */
+};
+
+enum rn_outcome { RN_RUNNING = 0, RN_COMPLETED, RN_FAILED, RN_CANCELLED };
+
+struct rn_id {
+    uint8_t b[16];
+};
+
+struct rn_step_out {
+    struct {
+        struct rn_action_req *items;
+        size_t len, cap;
+    } actions;
+    struct {
+        struct rn_timer *items;
+        size_t len, cap;
+    } timers;
+    struct {
+        struct rn_done *items;
+        size_t len, cap;
+    } done;
+    struct {
+        struct rn_id *items; /* running actions to cancel (instance cancelled or failed) */
+        size_t len, cap;
+    } cancels;
+    bool snapshot_needed;
+    enum rn_outcome outcome;
+    struct ir_val result; /* COMPLETED: the workflow's value; FAILED: the error; owned */
+};
+
+/* Empties an output for reuse (releases its values). */
+void rn_step_out_clear(struct rn_step_out *o);
+/* Releases everything in an output. */
+void rn_step_out_fini(struct rn_step_out *o);
+
+/* Starts an instance of `dag` (borrowed; must outlive the instance) with `input`, a dict of
+ * the entry function's inputs (borrowed). Runs until every thread of control blocks and
+ * appends what it produced to *o. An input that is not a dict, or lacks an input name, fails
+ * the instance at once (outcome FAILED with a TypeError/KeyError), it is not a C error.
+ * Returns CN_OK, CN_NOMEM. */
+CN_MUST_CHECK cn_err rn_instance_start(const struct ir_dag *dag, const uint8_t instance_id[16],
+                                       struct ir_val input, const struct rn_exec_cfg *cfg,
+                                       int64_t now_ms, struct rn_instance **out,
+                                       struct rn_step_out *o);
+
+/* Applies a batch of events in order, then runs what became ready. Unknown execution ids,
+ * stale attempts and early timers are ignored (counted in rn_instance_stats).
+ * Returns CN_OK or CN_NOMEM (the instance must then be dropped and rehydrated). */
+CN_MUST_CHECK cn_err rn_instance_step(struct rn_instance *in, const struct rn_event *evs, size_t n,
+                                      int64_t now_ms, struct rn_step_out *o);
+
+/* Serializes the live state (format RN_SNAPSHOT_FORMAT_VERSION). Returns CN_OK or CN_NOMEM. */
+CN_MUST_CHECK cn_err rn_instance_snapshot(const struct rn_instance *in, struct cn_buf *out);
+
+/* Rebuilds an instance from a snapshot plus the latest recorded result per execution id
+ * (results for ids or attempts the snapshot does not have running are ignored), then continues
+ * as a step would. Actions that were running without a recorded result are requested again
+ * (same execution id and attempt: at-least-once), timers are set again.
+ * Returns CN_OK, CN_NOMEM, or CN_PARSE/CN_VERSION/CN_RANGE for a snapshot that does not
+ * decode or does not fit the template (err says why). */
+CN_MUST_CHECK cn_err rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
+                                         const struct rn_done *results, size_t nresults,
+                                         const struct rn_exec_cfg *cfg, int64_t now_ms,
+                                         struct rn_instance **out, struct rn_step_out *o,
+                                         struct cn_errmsg *err);
+
+/* Frees the instance. NULL is a no-op. */
+void rn_instance_free(struct rn_instance *in);
+
+enum rn_outcome rn_instance_outcome(const struct rn_instance *in);
+
+struct rn_instance_stats {
+    size_t live_nodes;     /* execution nodes in the graph now */
+    size_t live_scopes;    /* scopes in the graph now */
+    uint64_t stale_events; /* events dropped: unknown id, stale attempt, early timer */
+    uint64_t inline_steps; /* inline nodes run so far */
+};
+void rn_instance_stats(const struct rn_instance *in, struct rn_instance_stats *st);
+
+/* Formats a 16-byte id as the canonical 36-character UUID text into buf[37]. */
+void rn_uuid_format(const uint8_t id[16], char buf[37]);
+
+#endif

@@ -1,0 +1,362 @@
+/* SPDX-License-Identifier: MIT */
+/* The executor test driver; see exec_driver.h. */
+#include "tests/support/exec_driver.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "ir/base/vec.h"
+#include "ir/eval.h"
+#include "tests/support/compile_util.h"
+
+#define T_START_MS 1700000000000LL
+
+struct pending {
+    struct rn_action_req req; /* kwargs owned */
+    bool hang;
+};
+
+struct world {
+    const struct ir_dag *dag;
+    struct rn_exec_cfg cfg;
+    struct rn_instance *in;
+    int64_t now;
+    struct {
+        struct pending *items;
+        size_t len, cap;
+    } pend;
+    struct {
+        struct rn_timer *items;
+        size_t len, cap;
+    } timers;
+    struct {
+        struct rn_done *items; /* values owned */
+        size_t len, cap;
+    } results;
+    struct cn_buf snap;
+    struct t_result *r;
+};
+
+/* ---- actions ------------------------------------------------------------------------------ */
+
+static const struct ir_val *
+kw(struct ir_val kwargs, const char *name)
+{
+    return ir_map_get(kwargs, name, strlen(name));
+}
+
+static struct ir_val
+make_error(const char *type, const char *message, struct ir_val bases)
+{
+    struct ir_val e;
+
+    cr_assert_eq(ir_error_new(type, message, bases, ir_null(), &e), CN_OK);
+    return e;
+}
+
+/* Runs an action. Returns true with *ev filled, or false when the action never answers. */
+static bool
+run_action(const struct rn_action_req *q, struct rn_event *ev)
+{
+    const char *a = q->action;
+    const struct ir_val *v;
+
+    memcpy(ev->exec_id, q->exec_id, 16);
+    ev->attempt = q->attempt;
+    ev->kind = RN_EV_RESULT;
+    if (strcmp(a, "std.echo") == 0) {
+        v = kw(q->kwargs, "value");
+        ev->value = v ? ir_val_retain(*v) : ir_null();
+    } else if (strcmp(a, "std.noop") == 0) {
+        ev->value = ir_null();
+    } else if (strcmp(a, "std.add") == 0) {
+        ev->value = ir_int(kw(q->kwargs, "a")->u.i + kw(q->kwargs, "b")->u.i);
+    } else if (strcmp(a, "std.flaky") == 0) {
+        int64_t failures = kw(q->kwargs, "failures")->u.i;
+        if ((int64_t) q->attempt <= failures) {
+            char msg[64];
+            (void) snprintf(msg, sizeof(msg), "attempt %u failed", q->attempt);
+            ev->kind = RN_EV_ERROR;
+            ev->value = make_error("FlakyError", msg, ir_null());
+        } else {
+            struct ir_val m;
+            cr_assert_eq(ir_map_new(2, &m), CN_OK);
+            cr_assert_eq(ir_map_set_cstr(&m, "key", ir_val_retain(*kw(q->kwargs, "key"))), CN_OK);
+            cr_assert_eq(ir_map_set_cstr(&m, "attempt", ir_int(q->attempt)), CN_OK);
+            ev->value = m;
+        }
+    } else if (strcmp(a, "std.fail") == 0) {
+        const struct ir_val *t = kw(q->kwargs, "type"), *m = kw(q->kwargs, "message");
+        const struct ir_val *b = kw(q->kwargs, "bases");
+        ev->kind = RN_EV_ERROR;
+        ev->value = make_error(ir_str_data(*t), m ? ir_str_data(*m) : "",
+                               b ? ir_val_retain(*b) : ir_null());
+    } else if (strcmp(a, "std.fail_if") == 0) {
+        const struct ir_val *val = kw(q->kwargs, "value"), *bad = kw(q->kwargs, "bad");
+        size_t i;
+        ev->value = ir_val_retain(*val);
+        for (i = 0; i < ir_list_len(*bad); i++) {
+            if (ir_val_equal(ir_list_items(*bad)[i], *val)) {
+                struct cn_buf b = CN_BUF_INIT;
+                cr_assert_eq(ir_val_repr(*val, &b), CN_OK);
+                ir_val_release(ev->value);
+                ev->kind = RN_EV_ERROR;
+                ev->value = make_error("BadValue", b.data, ir_null());
+                cn_buf_fini(&b);
+                break;
+            }
+        }
+    } else if (strcmp(a, "std.hang") == 0) {
+        return false;
+    } else if (strcmp(a, "std.hash") == 0) {
+        struct cn_buf j = CN_BUF_INIT;
+        uint64_t h = 1469598103934665603ULL;
+        int64_t it, n = kw(q->kwargs, "iterations")->u.i;
+        size_t i;
+        char hex[17];
+        cr_assert_eq(ir_val_to_json(*kw(q->kwargs, "data"), &j, NULL), CN_OK);
+        for (it = 0; it < n; it++) {
+            for (i = 0; i < j.len; i++) {
+                h = (h ^ (unsigned char) j.data[i]) * 1099511628211ULL;
+            }
+        }
+        (void) snprintf(hex, sizeof(hex), "%016llx", (unsigned long long) h);
+        cr_assert_eq(ir_str_from_cstr(hex, &ev->value), CN_OK);
+        cn_buf_fini(&j);
+    } else {
+        ev->kind = RN_EV_ERROR;
+        ev->value = make_error("UnknownAction", a, ir_null());
+    }
+    return true;
+}
+
+/* ---- the persister and the clock ----------------------------------------------------------- */
+
+static bool
+has_result(const struct world *w, const uint8_t id[16], uint32_t attempt)
+{
+    size_t i;
+
+    for (i = 0; i < w->results.len; i++) {
+        if (w->results.items[i].attempt == attempt &&
+            memcmp(w->results.items[i].exec_id, id, 16) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Takes what a step produced, in the persister's order: results, then the snapshot. */
+static void
+absorb(struct world *w, struct rn_step_out *o)
+{
+    size_t i;
+
+    for (i = 0; i < o->done.len; i++) {
+        struct rn_done d = o->done.items[i];
+        d.value = ir_val_retain(d.value);
+        cr_assert_eq(CN_VEC_PUSH(&w->results, d), CN_OK);
+    }
+    if (o->snapshot_needed || o->outcome != RN_RUNNING) {
+        cn_buf_clear(&w->snap);
+        cr_assert_eq(rn_instance_snapshot(w->in, &w->snap), CN_OK);
+        w->r->snapshots++;
+        if (w->r->first_snapshot_bytes == 0) {
+            w->r->first_snapshot_bytes = w->snap.len;
+        }
+        w->r->last_snapshot_bytes = w->snap.len;
+        if (w->snap.len > w->r->max_snapshot_bytes) {
+            w->r->max_snapshot_bytes = w->snap.len;
+        }
+    }
+    for (i = 0; i < o->actions.len; i++) {
+        struct pending p;
+        w->r->dispatches++;
+        if (has_result(w, o->actions.items[i].exec_id, o->actions.items[i].attempt)) {
+            w->r->duplicate_done++;
+        }
+        p.req = o->actions.items[i];
+        p.req.kwargs = ir_val_retain(p.req.kwargs);
+        p.hang = false;
+        cr_assert_eq(CN_VEC_PUSH(&w->pend, p), CN_OK);
+    }
+    for (i = 0; i < o->timers.len; i++) {
+        const struct rn_timer *t = &o->timers.items[i];
+        if (t->kind == RN_TIMER_BACKOFF && w->r->nbackoff < 64) {
+            w->r->backoff_ms[w->r->nbackoff] = t->at_ms - w->now;
+            w->r->nbackoff++;
+        }
+        cr_assert_eq(CN_VEC_PUSH(&w->timers, *t), CN_OK);
+    }
+    if (o->outcome != RN_RUNNING) {
+        struct cn_buf b = CN_BUF_INIT;
+        w->r->outcome = o->outcome;
+        if (o->outcome == RN_COMPLETED || o->outcome == RN_FAILED) {
+            cr_assert_eq(ir_val_to_json(o->result, &b, NULL), CN_OK, "result is not JSON");
+            w->r->json = strdup(b.data ? b.data : "null");
+        }
+        if (o->outcome == RN_FAILED) {
+            w->r->error_type = strdup(ir_error_type(o->result));
+        }
+        cn_buf_fini(&b);
+    }
+    rn_step_out_clear(o);
+}
+
+static void
+drop_pending(struct world *w)
+{
+    size_t i;
+
+    for (i = 0; i < w->pend.len; i++) {
+        ir_val_release(w->pend.items[i].req.kwargs);
+    }
+    w->pend.len = 0;
+    w->timers.len = 0;
+}
+
+static void
+crash(struct world *w, struct rn_step_out *o)
+{
+    struct rn_instance_stats st;
+    struct cn_errmsg em = {{0}};
+    cn_err rv;
+
+    rn_instance_stats(w->in, &st);
+    w->r->stale += (int) st.stale_events;
+    rn_instance_free(w->in);
+    w->in = NULL;
+    drop_pending(w); /* in-flight dispatches and timers die with the runner */
+    rv = rn_instance_hydrate(w->dag, w->snap.data, w->snap.len, w->results.items, w->results.len,
+                             &w->cfg, w->now, &w->in, o, &em);
+    cr_assert_eq(rv, CN_OK, "hydrate failed: %s (%s)", cn_errname(rv), em.text);
+    w->r->crashes++;
+    absorb(w, o);
+}
+
+struct t_result
+t_run(const char *src, const char *input_json, const struct t_opts *opts)
+{
+    struct t_result r;
+    struct world w;
+    struct t_compiled c = t_compile(src);
+    struct rn_step_out o;
+    struct ir_val input;
+    struct cn_errmsg em = {{0}};
+    uint8_t iid[16];
+    int max_steps = opts->max_steps ? opts->max_steps : 100000;
+    size_t i;
+
+    memset(&r, 0, sizeof(r));
+    memset(&w, 0, sizeof(w));
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(c.rv, CN_OK, "compile failed:\n%s", c.errors);
+    cr_assert_eq(ir_val_from_json(input_json, strlen(input_json), &input, &em), CN_OK, "input: %s",
+                 em.text);
+    w.dag = c.dag;
+    w.cfg.default_timeout_ms = opts->default_timeout_ms ? opts->default_timeout_ms : 60000;
+    w.now = T_START_MS;
+    w.r = &r;
+    for (i = 0; i < 16; i++) {
+        iid[i] = (uint8_t) (i * 17 + 3);
+    }
+    cr_assert_eq(rn_instance_start(w.dag, iid, input, &w.cfg, w.now, &w.in, &o), CN_OK);
+    ir_val_release(input);
+    absorb(&w, &o);
+    while (r.outcome == RN_RUNNING) {
+        struct {
+            struct rn_event *items;
+            size_t len, cap;
+        } evs = {NULL, 0, 0};
+        struct rn_instance_stats st;
+        size_t take, k;
+
+        cr_assert_lt(r.steps, max_steps, "workflow did not finish in %d steps", max_steps);
+        /* Answer pending actions (all, or one), else fire the earliest timers. */
+        take = opts->one_at_a_time && w.pend.len > 0 ? 1 : w.pend.len;
+        for (k = 0; k < take; k++) {
+            struct rn_event ev;
+            memset(&ev, 0, sizeof(ev));
+            if (run_action(&w.pend.items[k].req, &ev)) {
+                cr_assert_eq(CN_VEC_PUSH(&evs, ev), CN_OK);
+            }
+            ir_val_release(w.pend.items[k].req.kwargs);
+        }
+        if (take > 0) {
+            memmove(w.pend.items, w.pend.items + take, (w.pend.len - take) * sizeof(*w.pend.items));
+            w.pend.len -= take;
+        }
+        if (evs.len == 0) {
+            int64_t next = INT64_MAX;
+            size_t kept = 0;
+            for (k = 0; k < w.timers.len; k++) {
+                if (w.timers.items[k].at_ms < next) {
+                    next = w.timers.items[k].at_ms;
+                }
+            }
+            cr_assert(next != INT64_MAX || take > 0, "stuck: no pending action and no timer");
+            if (next != INT64_MAX && next > w.now) {
+                w.now = next;
+            }
+            for (k = 0; k < w.timers.len; k++) {
+                struct rn_timer *t = &w.timers.items[k];
+                if (t->at_ms <= w.now) {
+                    struct rn_event ev;
+                    memset(&ev, 0, sizeof(ev));
+                    ev.kind = RN_EV_TIMER;
+                    memcpy(ev.exec_id, t->exec_id, 16);
+                    cr_assert_eq(CN_VEC_PUSH(&evs, ev), CN_OK);
+                } else {
+                    w.timers.items[kept++] = *t;
+                }
+            }
+            w.timers.len = kept;
+        }
+        w.now += 1; /* every step takes a little time */
+        cr_assert_eq(rn_instance_step(w.in, evs.items, evs.len, w.now, &o), CN_OK);
+        for (k = 0; k < evs.len; k++) {
+            ir_val_release(evs.items[k].value);
+        }
+        free(evs.items);
+        r.steps++;
+        rn_instance_stats(w.in, &st);
+        if (st.live_nodes > r.max_live_nodes) {
+            r.max_live_nodes = st.live_nodes;
+        }
+        absorb(&w, &o);
+        if (r.outcome == RN_RUNNING &&
+            (opts->crash_every_step || opts->crash_after_step == r.steps)) {
+            crash(&w, &o);
+        }
+    }
+    {
+        struct rn_instance_stats st;
+        rn_instance_stats(w.in, &st);
+        r.stale += (int) st.stale_events;
+    }
+    r.elapsed_ms = w.now - T_START_MS;
+    drop_pending(&w);
+    free(w.pend.items);
+    free(w.timers.items);
+    for (i = 0; i < w.results.len; i++) {
+        ir_val_release(w.results.items[i].value);
+    }
+    free(w.results.items);
+    cn_buf_fini(&w.snap);
+    rn_instance_free(w.in);
+    rn_step_out_fini(&o);
+    t_compiled_free(&c);
+    return r;
+}
+
+void
+t_result_free(struct t_result *r)
+{
+    free(r->json);
+    free(r->error_type);
+    memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A test driver for the executor: compiles a workflow, runs it to completion against actions
+ * implemented in C (below), with a simulated clock, and plays the persister: after each step it
+ * appends the step's done records to a results table and keeps the latest snapshot when the
+ * step asks for one. With crash points it throws the instance away after a step and rebuilds it
+ * from the last snapshot plus the results table, as a new runner would after a crash.
+ *
+ * Actions: std.echo(value) -> value; std.noop() -> None; std.add(a, b) -> a + b;
+ * std.flaky(key, failures) -> fails with FlakyError while attempt <= failures, then
+ * {"key": key, "attempt": attempt}; std.fail(type, message, bases) -> that error;
+ * std.fail_if(value, bad) -> error BadValue if value in bad, else value; std.hang() -> never
+ * answers (its deadline timer fires); std.hash(data, iterations) -> a hex digest string.
+ */
+#ifndef TESTS_SUPPORT_EXEC_DRIVER_H
+#define TESTS_SUPPORT_EXEC_DRIVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/exec.h"
+
+struct t_opts {
+    int crash_after_step;  /* 0: never; k: crash and rehydrate after step k (once) */
+    bool crash_every_step; /* crash and rehydrate after every step */
+    bool one_at_a_time;    /* answer one pending action per step instead of all */
+    int64_t default_timeout_ms;
+    int max_steps; /* safety net; 0 = 100000 */
+};
+
+struct t_result {
+    enum rn_outcome outcome;
+    char *json;       /* COMPLETED: the result as JSON; FAILED: the error as JSON; malloc'd */
+    char *error_type; /* FAILED: the error's type; malloc'd or NULL */
+    int steps;
+    int crashes;
+    int dispatches;     /* action requests seen */
+    int duplicate_done; /* requests for an (id, attempt) that already had a recorded result */
+    int stale;          /* events the executor dropped as stale, summed over incarnations */
+    size_t max_live_nodes;
+    size_t snapshots; /* snapshots written */
+    size_t first_snapshot_bytes, last_snapshot_bytes, max_snapshot_bytes;
+    int64_t elapsed_ms;     /* simulated time from start to outcome */
+    int64_t backoff_ms[64]; /* delays of the retry timers, in the order they were set */
+    int nbackoff;
+};
+
+/* Runs src with input_json. Asserts (Criterion) on driver-level failures such as a stuck
+ * instance. Free the result with t_result_free. */
+struct t_result t_run(const char *src, const char *input_json, const struct t_opts *opts);
+void t_result_free(struct t_result *r);
+
+#endif

@@ -1,0 +1,723 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Executor tests: workflows run to completion against C actions (tests/support/exec_driver.c)
+ * with a simulated clock. Every example from examples/ with several inputs; each control-flow
+ * form; retries, backoff bounds, timeouts; errors in fan-outs; sleep; state size; and crash
+ * replay (rebuild from the last snapshot plus recorded results after any step: same outcome,
+ * no completed action requested again).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "tests/support/compile_util.h"
+#include "tests/support/exec_driver.h"
+#include "tests/support/leak.h"
+
+TestSuite(exec, .fini = t_leak_check, .timeout = 120);
+
+static const struct t_opts plain = {0};
+
+static char *
+example(const char *name)
+{
+    char rel[128];
+    char *src;
+
+    (void) snprintf(rel, sizeof(rel), "examples/%s.cairn", name);
+    src = t_read_source_file(rel, NULL);
+    cr_assert_not_null(src, "cannot read %s", rel);
+    return src;
+}
+
+/* Runs src and asserts it completes with exactly `want` (JSON text). */
+static void
+expect_result_opts(const char *src, const char *input, const char *want, const struct t_opts *o)
+{
+    struct t_result r = t_run(src, input, o);
+
+    cr_expect_eq(r.outcome, RN_COMPLETED, "outcome %d (%s) for input %s", r.outcome,
+                 r.json ? r.json : "-", input);
+    if (r.outcome == RN_COMPLETED) {
+        cr_expect_str_eq(r.json, want, "input %s", input);
+    }
+    cr_expect_eq(r.duplicate_done, 0, "a completed action was requested again");
+    t_result_free(&r);
+}
+
+static void
+expect_result(const char *src, const char *input, const char *want)
+{
+    expect_result_opts(src, input, want, &plain);
+}
+
+/* Runs src and asserts it fails with an error of type `type`. */
+static void
+expect_failure(const char *src, const char *input, const char *type)
+{
+    struct t_result r = t_run(src, input, &plain);
+
+    cr_expect_eq(r.outcome, RN_FAILED, "outcome %d (%s)", r.outcome, r.json ? r.json : "-");
+    if (r.outcome == RN_FAILED) {
+        cr_expect_str_eq(r.error_type, type, "error %s", r.json);
+    }
+    t_result_free(&r);
+}
+
+/* ---- the examples ------------------------------------------------------------------------- */
+
+static const struct {
+    const char *name, *input, *want;
+} example_cases[] = {
+    {"hello", "{\"name\": \"Ada\"}", "\"Hello, Ada!\""},
+    {"hello", "{\"name\": \"\"}", "\"Hello, !\""},
+    {"welcome",
+     "{\"users\": [{\"email\": \"a@x\", \"active\": true}, {\"email\": \"b@x\", \"active\": "
+     "false}, {\"email\": \"c@x\", \"active\": true}]}",
+     "[{\"to\": \"a@x\", \"sent\": true}, {\"to\": \"c@x\", \"sent\": true}]"},
+    {"welcome", "{\"users\": []}", "[]"},
+    {"welcome", "{\"users\": [{\"email\": \"z@x\", \"active\": false}]}", "[]"},
+    {"orders",
+     "{\"order\": {\"id\": \"o1\", \"items\": [{\"price\": 10, \"qty\": 2}, {\"price\": 2.5, "
+     "\"qty\": 4}], \"coupon\": \"TENOFF\"}}",
+     "{\"order\": \"o1\", \"total\": 20.0, \"status\": \"paid\", \"charge\": {\"key\": \"o1\", "
+     "\"attempt\": 2}}"},
+    {"orders",
+     "{\"order\": {\"id\": \"o2\", \"items\": [{\"price\": 3, \"qty\": 1}], \"coupon\": "
+     "\"HALF\"}}",
+     "{\"order\": \"o2\", \"total\": 1.5, \"status\": \"paid\", \"charge\": {\"key\": \"o2\", "
+     "\"attempt\": 2}}"},
+    {"orders",
+     "{\"order\": {\"id\": \"o3\", \"items\": [{\"price\": 4, \"qty\": 2}], \"coupon\": "
+     "\"TENOFF\"}}",
+     "{\"order\": \"o3\", \"total\": 8, \"status\": \"paid\", \"charge\": {\"key\": \"o3\", "
+     "\"attempt\": 2}}"},
+    {"poll", "{\"job_id\": \"j1\", \"max_polls\": 5}", "{\"state\": \"done\", \"polls\": 3}"},
+    {"poll", "{\"job_id\": \"j1\", \"max_polls\": 2}", "{\"state\": \"unknown\", \"polls\": 2}"},
+    {"poll", "{\"job_id\": \"j1\", \"max_polls\": 0}", "{\"state\": \"unknown\", \"polls\": 0}"},
+    {"report", "{\"numbers\": [3, 1, 2], \"chunks\": [\"ab\", \"cde\"]}",
+     "{\"sorted\": [1, 2, 3], \"sizes\": [2, 1], \"stats\": {\"count\": 3, \"sum\": 6, \"min\": "
+     "1, \"max\": 3}, \"digests\": 2, \"keys\": [\"count\", \"max\", \"min\", \"sum\"]}"},
+    {"report", "{\"numbers\": [], \"chunks\": []}",
+     "{\"sorted\": [], \"sizes\": [0, 0], \"stats\": {\"count\": 0}, \"digests\": 0, \"keys\": "
+     "[\"count\"]}"},
+    {"cleanup",
+     "{\"backups\": [\"b1\", \"b2\", \"b3\", \"b4\"], \"keep\": 2, \"protected\": [\"b1\"]}",
+     "{\"deleted\": [\"b2\"], \"first\": \"b2\", \"kept\": 3, \"protected\": [\"b1\"]}"},
+    /* keep > len(backups): newest is every backup, so nothing is deleted */
+    {"cleanup", "{\"backups\": [\"b1\"], \"keep\": 5, \"protected\": []}",
+     "{\"deleted\": [], \"first\": null, \"kept\": 1, \"protected\": []}"},
+    {"cleanup", "{\"backups\": [], \"keep\": 0, \"protected\": []}",
+     "{\"deleted\": [], \"first\": null, \"kept\": 0, \"protected\": []}"},
+};
+#define NEXAMPLE_CASES (sizeof(example_cases) / sizeof(example_cases[0]))
+
+Test(exec, examples_with_several_inputs)
+{
+    size_t i;
+
+    for (i = 0; i < NEXAMPLE_CASES; i++) {
+        char *src = example(example_cases[i].name);
+        expect_result(src, example_cases[i].input, example_cases[i].want);
+        free(src);
+    }
+}
+
+Test(exec, examples_answering_one_action_per_step)
+{
+    struct t_opts o = {0};
+    size_t i;
+
+    o.one_at_a_time = true;
+    for (i = 0; i < NEXAMPLE_CASES; i++) {
+        char *src = example(example_cases[i].name);
+        expect_result_opts(src, example_cases[i].input, example_cases[i].want, &o);
+        free(src);
+    }
+}
+
+/* ---- crash replay -------------------------------------------------------------------------- */
+
+/* Crashes after step k for every k the uninterrupted run has, and after every step. */
+static void
+replay_everywhere(const char *src, const char *input)
+{
+    struct t_result base = t_run(src, input, &plain), r;
+    struct t_opts o = {0};
+    int k;
+
+    cr_assert(base.outcome == RN_COMPLETED || base.outcome == RN_FAILED);
+    for (k = 1; k <= base.steps + 1; k++) {
+        o.crash_after_step = k;
+        r = t_run(src, input, &o);
+        cr_expect_eq(r.outcome, base.outcome, "crash after step %d changed the outcome", k);
+        cr_expect_str_eq(r.json, base.json, "crash after step %d changed the result", k);
+        cr_expect_eq(r.duplicate_done, 0, "crash after step %d: a completed action ran again", k);
+        t_result_free(&r);
+    }
+    o.crash_after_step = 0;
+    o.crash_every_step = true;
+    r = t_run(src, input, &o);
+    cr_expect_eq(r.outcome, base.outcome, "crashing after every step changed the outcome");
+    cr_expect_str_eq(r.json, base.json, "crashing after every step changed the result");
+    cr_expect_eq(r.duplicate_done, 0);
+    if (base.steps > 1) {
+        cr_expect_geq(r.crashes, 1);
+    }
+    t_result_free(&r);
+    t_result_free(&base);
+}
+
+Test(exec, crash_replay_of_every_example)
+{
+    size_t i;
+
+    for (i = 0; i < NEXAMPLE_CASES; i++) {
+        char *src = example(example_cases[i].name);
+        replay_everywhere(src, example_cases[i].input);
+        free(src);
+    }
+}
+
+Test(exec, crash_replay_of_retries_sleeps_fanout_and_failures)
+{
+    replay_everywhere("fn main():\n"
+                      "    a = @std.flaky(key=\"k\", failures=2) [retry: 3, backoff: 50ms]\n"
+                      "    sleep 1\n"
+                      "    xs = spread [1, 2, 3, 4]:v -> @std.fail_if(value=v, bad=[])\n"
+                      "    b, c = parallel:\n"
+                      "        @std.echo(value=a)\n"
+                      "        @std.add(a=1, b=2)\n"
+                      "    return [a, xs, b, c]\n",
+                      "{}");
+    replay_everywhere("fn main():\n"
+                      "    xs = spread [1, 2, 3]:v -> @std.fail_if(value=v, bad=[2, 3])\n"
+                      "    return xs\n",
+                      "{}");
+    replay_everywhere("fn main():\n    r = @std.hang() [timeout: 2s] [ActionTimeout -> retry: 1]\n",
+                      "{}");
+}
+
+/* ---- control flow -------------------------------------------------------------------------- */
+
+Test(exec, branches_loops_break_continue)
+{
+    const char *src = "fn main(input: [n]):\n"
+                      "    out = []\n"
+                      "    for i in range(n):\n"
+                      "        if i == 2:\n"
+                      "            continue\n"
+                      "        elif i > 5:\n"
+                      "            break\n"
+                      "        else:\n"
+                      "            out = out + [i]\n"
+                      "    j = 0\n"
+                      "    while True:\n"
+                      "        j += 1\n"
+                      "        if j >= 3:\n"
+                      "            break\n"
+                      "    return [out, j]\n";
+
+    expect_result(src, "{\"n\": 10}", "[[0, 1, 3, 4, 5], 3]");
+    expect_result(src, "{\"n\": 0}", "[[], 3]");
+}
+
+Test(exec, for_over_dict_string_and_unpacking)
+{
+    expect_result("fn main(input: [d, s]):\n"
+                  "    ks = []\n"
+                  "    for k in d:\n"
+                  "        ks = ks + [k]\n"
+                  "    cs = []\n"
+                  "    for i, c in enumerate(s):\n"
+                  "        cs = cs + [str(i) + c]\n"
+                  "    t = 0\n"
+                  "    for a, b in items(d):\n"
+                  "        t = t + b\n"
+                  "    return [ks, cs, t]\n",
+                  "{\"d\": {\"x\": 1, \"y\": 2}, \"s\": \"h\u00e9\"}",
+                  "[[\"x\", \"y\"], [\"0h\", \"1\u00e9\"], 3]");
+}
+
+Test(exec, return_from_nested_blocks)
+{
+    const char *src = "fn find(input: [xs, want]):\n"
+                      "    for x in xs:\n"
+                      "        if x == want:\n"
+                      "            return \"found\"\n"
+                      "    return \"missing\"\n"
+                      "fn main(input: [xs]):\n"
+                      "    for x in xs:\n"
+                      "        while True:\n"
+                      "            if x > 10:\n"
+                      "                return find(xs, want=x)\n"
+                      "            break\n"
+                      "    return None\n";
+
+    expect_result(src, "{\"xs\": [1, 20, 3]}", "\"found\"");
+    expect_result(src, "{\"xs\": [1, 2]}", "null");
+}
+
+Test(exec, helpers_have_their_own_scope)
+{
+    expect_result("fn h(input: [a]):\n"
+                  "    x = a * 10\n"
+                  "    return x\n"
+                  "fn nothing():\n"
+                  "    y = 1\n"
+                  "fn main():\n"
+                  "    x = 1\n"
+                  "    y = h(2)\n"
+                  "    z = nothing()\n"
+                  "    return [x, y, z]\n",
+                  "{}", "[1, 20, null]");
+}
+
+Test(exec, parallel_with_helpers_list_and_unpacked)
+{
+    const char *src = "fn twice(input: [v]):\n"
+                      "    r = @std.add(a=v, b=v)\n"
+                      "    return r\n"
+                      "fn main():\n"
+                      "    all = parallel:\n"
+                      "        @std.echo(value=\"a\")\n"
+                      "        twice(v=5)\n"
+                      "        twice(v=7)\n"
+                      "    x, y = parallel:\n"
+                      "        twice(v=1)\n"
+                      "        @std.noop()\n"
+                      "    return [all, x, y]\n";
+
+    expect_result(src, "{}", "[[\"a\", 10, 14], 2, null]");
+}
+
+Test(exec, spread_results_in_input_order_and_empty)
+{
+    expect_result("fn main(input: [xs]):\n"
+                  "    ys = spread xs:x -> @std.add(a=x, b=100)\n"
+                  "    zs = spread []:x -> @std.add(a=x, b=1)\n"
+                  "    ws = spread \"ab\":c -> @std.echo(value=c + c)\n"
+                  "    return [ys, zs, ws]\n",
+                  "{\"xs\": [3, 1, 2]}", "[[103, 101, 102], [], [\"aa\", \"bb\"]]");
+}
+
+Test(exec, spread_error_is_the_lowest_index_after_all_finish)
+{
+    struct t_result r =
+        t_run("fn main():\n"
+              "    xs = spread [1, 2, 3, 4]:v -> @std.fail_if(value=v, bad=[3, 2])\n"
+              "    return xs\n",
+              "{}", &plain);
+
+    cr_assert_eq(r.outcome, RN_FAILED);
+    cr_assert_str_eq(r.error_type, "BadValue");
+    cr_assert(strstr(r.json, "\"message\": \"2\"") != NULL, "%s", r.json);
+    cr_assert_eq(r.dispatches, 4); /* every element ran */
+    t_result_free(&r);
+}
+
+Test(exec, try_except_first_match_bases_and_binding)
+{
+    const char *src = "fn main(input: [t, bases]):\n"
+                      "    try:\n"
+                      "        @std.fail(type=t, message=\"boom\", bases=bases)\n"
+                      "        r = \"no error\"\n"
+                      "    except KeyError as e:\n"
+                      "        r = \"key:\" + e[\"message\"]\n"
+                      "    except (IOError, ValueError) as e:\n"
+                      "        r = \"io-or-value:\" + e.type\n"
+                      "    except Exception as e:\n"
+                      "        r = \"any:\" + e[\"type\"] + \":\" + str(isexception(e))\n"
+                      "    return r\n";
+
+    expect_result(src, "{\"t\": \"KeyError\", \"bases\": []}", "\"key:boom\"");
+    expect_result(src, "{\"t\": \"HttpError\", \"bases\": [\"IOError\"]}",
+                  "\"io-or-value:HttpError\"");
+    expect_result(src, "{\"t\": \"ValueError\", \"bases\": []}", "\"io-or-value:ValueError\"");
+    expect_result(src, "{\"t\": \"Odd\", \"bases\": []}", "\"any:Odd:True\"");
+}
+
+Test(exec, nested_try_rethrows_to_outer_and_through_helpers)
+{
+    const char *src = "fn risky(input: [t]):\n"
+                      "    try:\n"
+                      "        @std.fail(type=t, message=\"m\")\n"
+                      "    except KeyError:\n"
+                      "        return \"inner\"\n"
+                      "    return \"unreached\"\n"
+                      "fn main(input: [t]):\n"
+                      "    try:\n"
+                      "        try:\n"
+                      "            r = risky(t)\n"
+                      "        except IndexError:\n"
+                      "            r = \"middle\"\n"
+                      "    except ValueError:\n"
+                      "        r = \"outer\"\n"
+                      "    return r\n";
+
+    expect_result(src, "{\"t\": \"KeyError\"}", "\"inner\"");
+    expect_result(src, "{\"t\": \"IndexError\"}", "\"middle\"");
+    expect_result(src, "{\"t\": \"ValueError\"}", "\"outer\"");
+    expect_failure(src, "{\"t\": \"TypeError\"}", "TypeError");
+}
+
+Test(exec, inline_errors_are_catchable_and_uncaught_ones_fail)
+{
+    expect_result("fn main(input: [d]):\n"
+                  "    try:\n"
+                  "        x = 1 // 0\n"
+                  "    except ArithmeticError as e:\n"
+                  "        x = e[\"type\"]\n"
+                  "    try:\n"
+                  "        y = d[\"missing\"]\n"
+                  "    except LookupError as e:\n"
+                  "        y = e.type\n"
+                  "    return [x, y]\n",
+                  "{\"d\": {}}", "[\"ZeroDivisionError\", \"KeyError\"]");
+    expect_failure("fn main():\n    x = [1][5]\n", "{}", "IndexError");
+    expect_failure("fn main():\n    a, b = [1, 2, 3]\n", "{}", "ValueError");
+}
+
+Test(exec, input_must_be_an_object_with_every_input)
+{
+    expect_failure("fn main(input: [a]):\n    return a\n", "[1]", "TypeError");
+    expect_failure("fn main(input: [a, b]):\n    return a\n", "{\"a\": 1}", "TypeError");
+    expect_result("fn main(input: [a]):\n    return a\n", "{\"a\": 1, \"extra\": 2}", "1");
+}
+
+/* ---- retries, backoff, timeouts, sleep ----------------------------------------------------- */
+
+Test(exec, retry_succeeds_on_attempt_k)
+{
+    struct t_result r =
+        t_run("fn main():\n"
+              "    r = @std.flaky(key=\"k\", failures=3) [retry: 5, backoff: 10ms]\n"
+              "    return r\n",
+              "{}", &plain);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
+    cr_assert_str_eq(r.json, "{\"key\": \"k\", \"attempt\": 4}");
+    cr_assert_eq(r.dispatches, 4);
+    cr_assert_eq(r.nbackoff, 3);
+    t_result_free(&r);
+}
+
+Test(exec, retry_exhausts_and_fails_with_the_last_error)
+{
+    struct t_result r =
+        t_run("fn main():\n"
+              "    r = @std.flaky(key=\"k\", failures=9) [retry: 2, backoff: 10ms]\n"
+              "    return r\n",
+              "{}", &plain);
+
+    cr_assert_eq(r.outcome, RN_FAILED);
+    cr_assert_str_eq(r.error_type, "FlakyError");
+    cr_assert(strstr(r.json, "attempt 3 failed") != NULL, "%s", r.json);
+    cr_assert_eq(r.dispatches, 3);
+    t_result_free(&r);
+}
+
+Test(exec, typed_retry_policies_match_type_or_base_and_largest_count_wins)
+{
+    struct t_result r;
+
+    /* A ValueError is not a KeyError: no retry. */
+    r = t_run(
+        "fn main():\n"
+        "    @std.fail(type=\"ValueError\", message=\"v\") [KeyError -> retry: 5, backoff: 1ms]\n",
+        "{}", &plain);
+    cr_expect_eq(r.dispatches, 1);
+    t_result_free(&r);
+    /* A base matches; the larger of two matching brackets applies. */
+    r = t_run(
+        "fn main():\n"
+        "    @std.fail(type=\"HttpError\", message=\"h\", bases=[\"IOError\"]) [retry: 1, backoff: "
+        "1ms] [IOError -> retry: 4, backoff: 1ms]\n",
+        "{}", &plain);
+    cr_expect_eq(r.outcome, RN_FAILED);
+    cr_expect_eq(r.dispatches, 5);
+    t_result_free(&r);
+}
+
+Test(exec, backoff_is_exponential_with_full_jitter_within_bounds)
+{
+    struct t_result r = t_run("fn main():\n"
+                              "    r = @std.flaky(key=\"k\", failures=8) [retry: 8, backoff: 1s]\n"
+                              "    return r\n",
+                              "{}", &plain);
+    int i, nonzero = 0, below_half = 0;
+
+    cr_assert_eq(r.outcome, RN_COMPLETED);
+    cr_assert_eq(r.nbackoff, 8);
+    for (i = 0; i < r.nbackoff; i++) {
+        int64_t cap = 1000LL << i; /* after attempt i+1: base * 2^i */
+        cr_expect_geq(r.backoff_ms[i], 0);
+        cr_expect_leq(r.backoff_ms[i], cap, "retry %d waited %lld ms, cap %lld", i + 1,
+                      (long long) r.backoff_ms[i], (long long) cap);
+        nonzero += r.backoff_ms[i] > 0;
+        below_half += r.backoff_ms[i] < cap / 2;
+    }
+    cr_expect_geq(nonzero, 7, "jitter collapsed to zero");
+    cr_expect_geq(below_half, 1, "no delay below half its cap: not full jitter");
+    t_result_free(&r);
+}
+
+Test(exec, backoff_is_capped_at_one_hour)
+{
+    struct t_result r = t_run("fn main():\n"
+                              "    r = @std.flaky(key=\"k\", failures=3) [retry: 3, backoff: 50m]\n"
+                              "    return r\n",
+                              "{}", &plain);
+    int i;
+
+    cr_assert_eq(r.outcome, RN_COMPLETED);
+    for (i = 0; i < r.nbackoff; i++) {
+        cr_expect_leq(r.backoff_ms[i], 3600 * 1000);
+    }
+    t_result_free(&r);
+}
+
+Test(exec, timeouts_fail_the_attempt_and_are_retried_only_when_named)
+{
+    struct t_result r;
+
+    r = t_run("fn main():\n    r = @std.hang() [timeout: 2s] [retry: 3, backoff: 1ms]\n", "{}",
+              &plain);
+    cr_expect_eq(r.outcome, RN_FAILED);
+    cr_expect_str_eq(r.error_type, "ActionTimeout");
+    cr_expect_eq(r.dispatches, 1, "an unnamed retry must not retry a timeout");
+    cr_expect_geq(r.elapsed_ms, 2000);
+    t_result_free(&r);
+    r = t_run("fn main():\n"
+              "    r = @std.hang() [timeout: 2s] [ActionTimeout -> retry: 2, backoff: 1ms]\n",
+              "{}", &plain);
+    cr_expect_eq(r.dispatches, 3);
+    t_result_free(&r);
+    r = t_run("fn main():\n"
+              "    r = @std.hang() [timeout: 1s] [TimeoutError -> retry: 1, backoff: 1ms]\n",
+              "{}", &plain);
+    cr_expect_eq(r.dispatches, 2, "ActionTimeout is a TimeoutError");
+    t_result_free(&r);
+    expect_result("fn main():\n"
+                  "    try:\n"
+                  "        r = @std.hang() [timeout: 500ms]\n"
+                  "    except ActionTimeout as e:\n"
+                  "        r = \"timed out: \" + e.type\n"
+                  "    return r\n",
+                  "{}", "\"timed out: ActionTimeout\"");
+}
+
+Test(exec, default_timeout_applies_without_a_bracket)
+{
+    struct t_opts o = {0};
+    struct t_result r;
+
+    o.default_timeout_ms = 1234;
+    r = t_run("fn main():\n    r = @std.hang()\n", "{}", &o);
+    cr_assert_eq(r.outcome, RN_FAILED);
+    cr_assert_str_eq(r.error_type, "ActionTimeout");
+    cr_assert_geq(r.elapsed_ms, 1234);
+    cr_assert_lt(r.elapsed_ms, 1300);
+    t_result_free(&r);
+}
+
+Test(exec, sleep_is_a_durable_timer)
+{
+    struct t_result r = t_run("fn main(input: [s]):\n    sleep s\n    sleep 0\n    return 1\n",
+                              "{\"s\": 2.5}", &plain);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED);
+    cr_assert_geq(r.elapsed_ms, 2500);
+    cr_assert_lt(r.elapsed_ms, 2600);
+    t_result_free(&r);
+    expect_failure("fn main():\n    sleep -1\n", "{}", "ValueError");
+    expect_failure("fn main():\n    sleep \"x\"\n", "{}", "TypeError");
+}
+
+/* ---- state size ---------------------------------------------------------------------------- */
+
+Test(exec, loop_and_sequence_snapshots_do_not_grow_with_completed_steps)
+{
+    struct t_result r = t_run("fn main(input: [n]):\n"
+                              "    total = 0\n"
+                              "    for i in range(n):\n"
+                              "        v = @std.add(a=i, b=1)\n"
+                              "        total = total + v\n"
+                              "    return total\n",
+                              "{\"n\": 2000}", &plain);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED);
+    cr_assert_str_eq(r.json, "2001000");
+    cr_assert_leq(r.max_live_nodes, 2);
+    /* The range list is the input's size; the rest stays constant: compare the first and the
+     * largest snapshot of the run (counters grow from 1 to 3 bytes in msgpack). */
+    cr_assert_leq(r.max_snapshot_bytes, r.first_snapshot_bytes + 64,
+                  "snapshot grew from %zu to %zu bytes", r.first_snapshot_bytes,
+                  r.max_snapshot_bytes);
+    t_result_free(&r);
+}
+
+Test(exec, cancel_stops_the_instance)
+{
+    struct t_compiled c = t_compile("fn main():\n    r = @std.hang()\n");
+    struct rn_exec_cfg cfg = {60000};
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_event ev;
+    uint8_t id[16] = {1};
+
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(c.rv, CN_OK);
+    cr_assert_eq(rn_instance_start(c.dag, id, ir_null(), &cfg, 1000, &in, &o), CN_OK);
+    cr_assert_eq(o.outcome, RN_FAILED); /* null input: not an object */
+    rn_instance_free(in);
+    rn_step_out_clear(&o);
+    {
+        struct ir_val input;
+        cr_assert_eq(ir_map_new(0, &input), CN_OK);
+        cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+        ir_val_release(input);
+    }
+    cr_assert_eq(o.actions.len, 1);
+    memcpy(ev.exec_id, o.actions.items[0].exec_id, 16);
+    rn_step_out_clear(&o);
+    ev.kind = RN_EV_CANCEL;
+    ev.attempt = 0;
+    ev.value = ir_null();
+    cr_assert_eq(rn_instance_step(in, &ev, 1, 2000, &o), CN_OK);
+    cr_assert_eq(o.outcome, RN_CANCELLED);
+    cr_assert_eq(o.cancels.len, 1);
+    cr_assert(memcmp(o.cancels.items[0].b, ev.exec_id, 16) == 0);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+Test(exec, stale_and_duplicate_results_are_dropped)
+{
+    struct t_compiled c = t_compile("fn main():\n    r = @std.echo(value=1)\n    return r\n");
+    struct rn_exec_cfg cfg = {60000};
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_event ev;
+    struct rn_instance_stats st;
+    struct ir_val input;
+    uint8_t id[16] = {2};
+
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(ir_map_new(0, &input), CN_OK);
+    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+    ir_val_release(input);
+    memcpy(ev.exec_id, o.actions.items[0].exec_id, 16);
+    rn_step_out_clear(&o);
+    ev.kind = RN_EV_RESULT;
+    ev.attempt = 7; /* not the attempt that was dispatched */
+    ev.value = ir_int(5);
+    cr_assert_eq(rn_instance_step(in, &ev, 1, 1001, &o), CN_OK);
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    ev.attempt = 1;
+    cr_assert_eq(rn_instance_step(in, &ev, 1, 1002, &o), CN_OK);
+    cr_assert_eq(o.outcome, RN_COMPLETED);
+    rn_instance_stats(in, &st);
+    cr_assert_eq(st.stale_events, 1);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+/* A snapshot taken mid-run of a workflow with a helper, a try, a sleep and a spread. */
+static const char snapshot_src[] = "fn h(input: [v]):\n"
+                                   "    try:\n"
+                                   "        r = @std.echo(value=v)\n"
+                                   "    except KeyError as e:\n"
+                                   "        r = 0\n"
+                                   "    return r\n"
+                                   "fn main(input: [xs]):\n"
+                                   "    a = h(1)\n"
+                                   "    ys = spread xs:x -> @std.echo(value=x)\n"
+                                   "    sleep 1\n"
+                                   "    return [a, ys]\n";
+
+Test(exec, corrupt_snapshots_are_rejected_not_crashed)
+{
+    struct t_compiled c = t_compile(snapshot_src);
+    struct rn_exec_cfg cfg = {60000};
+    struct rn_instance *in = NULL, *back = NULL;
+    struct rn_step_out o;
+    struct cn_buf snap = CN_BUF_INIT;
+    struct cn_errmsg em;
+    struct ir_val input;
+    struct cn_errmsg jem;
+    uint8_t id[16] = {9, 9};
+    size_t n, i;
+    unsigned seed = 99;
+    int accepted = 0;
+
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    cr_assert_eq(ir_val_from_json("{\"xs\": [1, 2, 3]}", 17, &input, &jem), CN_OK);
+    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+    ir_val_release(input);
+    {
+        /* Answer the helper's action so the spread starts: three running branches. */
+        struct rn_event ev;
+        memcpy(ev.exec_id, o.actions.items[0].exec_id, 16);
+        ev.kind = RN_EV_RESULT;
+        ev.attempt = 1;
+        ev.value = ir_int(1);
+        rn_step_out_clear(&o);
+        cr_assert_eq(rn_instance_step(in, &ev, 1, 1001, &o), CN_OK);
+        cr_assert_eq(o.actions.len, 3);
+    }
+    cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
+    rn_step_out_clear(&o);
+    /* The intact snapshot hydrates and re-requests the three running actions. */
+    cr_assert_eq(
+        rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &cfg, 2000, &back, &o, &em), CN_OK,
+        "%s", em.text);
+    cr_assert_eq(o.actions.len, 3);
+    rn_instance_free(back);
+    rn_step_out_clear(&o);
+    for (n = 0; n < snap.len; n++) {
+        cr_assert_neq(rn_instance_hydrate(c.dag, snap.data, n, NULL, 0, &cfg, 2000, &back, &o, &em),
+                      CN_OK, "a %zu-byte prefix was accepted", n);
+        rn_step_out_clear(&o);
+    }
+    for (i = 0; i < 4000; i++) {
+        char *copy = malloc(snap.len);
+        size_t at;
+        cr_assert_not_null(copy);
+        memcpy(copy, snap.data, snap.len);
+        seed = seed * 1103515245u + 12345u;
+        at = (seed >> 8) % snap.len;
+        seed = seed * 1103515245u + 12345u;
+        copy[at] = (char) (copy[at] ^ (char) (1 + (seed >> 16) % 255));
+        if (rn_instance_hydrate(c.dag, copy, snap.len, NULL, 0, &cfg, 2000, &back, &o, &em) ==
+            CN_OK) {
+            struct cn_buf again = CN_BUF_INIT;
+            accepted++;
+            /* Whatever was accepted must be a usable instance. */
+            cr_assert_eq(rn_instance_snapshot(back, &again), CN_OK);
+            cn_buf_fini(&again);
+            rn_instance_free(back);
+        }
+        rn_step_out_clear(&o);
+        free(copy);
+    }
+    cr_assert_lt(accepted, 4000);
+    /* Another format version is refused as such. */
+    cr_assert_eq(rn_instance_hydrate(c.dag,
+                                     "\x81\xa6"
+                                     "format\x07",
+                                     9, NULL, 0, &cfg, 2000, &back, &o, &em),
+                 CN_VERSION);
+    cn_buf_fini(&snap);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
