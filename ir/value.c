@@ -41,6 +41,7 @@ struct ir_str {
 
 struct ir_list {
     atomic_size_t refs;
+    atomic_uint depth; /* cached nesting depth, 0 = not known (see ir_val_deeper_than) */
     size_t len;
     struct ir_val dead_next; /* release work list; meaningful only once refs hit zero */
     struct ir_val items[];
@@ -53,6 +54,7 @@ struct map_ent {
 
 struct ir_map {
     atomic_size_t refs;
+    atomic_uint depth; /* cached nesting depth, 0 = not known */
     size_t len;
     size_t cap;
     struct map_ent *ents;
@@ -425,6 +427,7 @@ ir_list_new(size_t len, struct ir_val *out)
         return CN_NOMEM;
     }
     atomic_init(&o->refs, 1);
+    atomic_init(&o->depth, 0u);
     o->len = len;
     o->dead_next = ir_null();
     for (i = 0; i < len; i++) {
@@ -447,7 +450,56 @@ struct ir_val *
 ir_list_items(struct ir_val v)
 {
     assert(v.type == IR_T_LIST);
+    /* An unshared list may be written through this pointer: forget its cached depth. */
+    if (atomic_load_explicit(&v.u.l->refs, memory_order_relaxed) == 1) {
+        atomic_store_explicit(&v.u.l->depth, 0u, memory_order_relaxed);
+    }
     return v.u.l->items;
+}
+
+/* The depth of v, exact when it is at most `limit`, otherwise some value above `limit`.
+ * Recursion is bounded by `limit`; exact results are cached in the (immutable once shared)
+ * container, so a value built from already-measured parts costs one pass over its own
+ * children. The cache is a relaxed atomic: racing threads compute the same number. */
+static unsigned
+val_depth(struct ir_val v, unsigned limit)
+{
+    atomic_uint *cache;
+    unsigned d = 0, cd;
+    size_t i, n;
+
+    if (v.type == IR_T_LIST) {
+        cache = &v.u.l->depth;
+        n = v.u.l->len;
+    } else if (v.type == IR_T_MAP) {
+        cache = &v.u.m->depth;
+        n = v.u.m->len;
+    } else {
+        return 1;
+    }
+    if ((cd = atomic_load_explicit(cache, memory_order_relaxed)) != 0) {
+        return cd;
+    }
+    if (limit == 0) {
+        return 1; /* any container is deeper than 0 */
+    }
+    for (i = 0; i < n && d < limit; i++) {
+        struct ir_val c = v.type == IR_T_LIST ? v.u.l->items[i] : v.u.m->ents[i].val;
+        cd = val_depth(c, limit - 1);
+        if (cd > d) {
+            d = cd;
+        }
+    }
+    if (d < limit) {
+        atomic_store_explicit(cache, d + 1, memory_order_relaxed); /* exact */
+    }
+    return d + 1;
+}
+
+bool
+ir_val_deeper_than(struct ir_val v, unsigned limit)
+{
+    return val_depth(v, limit) > limit;
 }
 
 /* ---- maps ---- */
@@ -473,6 +525,7 @@ ir_map_new(size_t cap_hint, struct ir_val *out)
         o->cap = cap_hint;
     }
     atomic_init(&o->refs, 1);
+    atomic_init(&o->depth, 0u);
     o->dead_next = ir_null();
     *out = ir_null();
     out->type = IR_T_MAP;
@@ -567,6 +620,7 @@ ir_map_set(struct ir_val *map, struct ir_val key, struct ir_val val)
         goto fail;
     }
     m = map->u.m;
+    atomic_store_explicit(&m->depth, 0u, memory_order_relaxed);
     k = key.u.s;
     pos = map_find(m, k->data, k->len, k->hash);
     if (pos != SIZE_MAX) {

@@ -124,6 +124,12 @@ struct ir_val ir_map_val_at(struct ir_val v, size_t i);
 bool ir_map_is_error(struct ir_val v);
 void ir_map_set_error(struct ir_val *map, bool is_error);
 
+/* True when v nests deeper than `limit` levels (a scalar or an empty container has depth 1).
+ * O(1) for containers already measured, otherwise one pass over unmeasured parts, never
+ * deeper than `limit` frames. Thread-safe for shared values. The executor keeps every value it
+ * stores within IR_VALUE_MAX_DEPTH, so everything it holds can be snapshotted. */
+bool ir_val_deeper_than(struct ir_val v, unsigned limit);
+
 /* ---- comparison and hashing (Python semantics) ---- */
 /* Deep equality: 1 == 1.0 == True, nan != nan, lists element-wise, maps as unordered sets of
  * pairs (Python dict equality ignores order). */

@@ -364,6 +364,25 @@ eval(struct rn_instance *in, uint32_t xi, uint32_t e, struct ir_val *out)
     return rv;
 }
 
+/* Every value the instance keeps must fit in a snapshot (IR_VALUE_MAX_DEPTH levels); a
+ * deeper one (built by e.g. `x = [x]` in a loop) is refused where it would be stored, as a
+ * catchable ValueError. Returns CN_OK, or CN_RAISED with *err set, or CN_NOMEM. */
+static cn_err
+check_storable(struct rn_instance *in, struct ir_val v, struct ir_val *err)
+{
+    cn_err rv;
+
+    if (!ir_val_deeper_than(v, IR_VALUE_MAX_DEPTH)) {
+        return CN_OK;
+    }
+    rv = ir_raise(err, "ValueError", "value nested more than %d levels deep cannot be stored",
+                  IR_VALUE_MAX_DEPTH);
+    if (rv != CN_RAISED) {
+        oom(in);
+    }
+    return rv;
+}
+
 /* Binds names to v in xi's scope (several names unpack v). Consumes v. CN_RAISED: *err set. */
 static cn_err
 bind(struct rn_instance *in, uint32_t xi, const char *const *names, uint32_t n, struct ir_val v,
@@ -377,6 +396,10 @@ bind(struct rn_instance *in, uint32_t xi, const char *const *names, uint32_t n, 
     if (n == 0) {
         ir_val_release(v);
         return CN_OK;
+    }
+    if ((rv = check_storable(in, v, err)) != CN_OK) {
+        ir_val_release(v);
+        return rv;
     }
     if (n == 1) {
         if (ir_map_set_cstr(&s->vars, names[0], v) != CN_OK) {
@@ -586,6 +609,13 @@ dispatch(struct rn_instance *in, uint32_t xi)
     }
     for (k = 0; k < t->nargs; k++) {
         rv = eval(in, xi, t->argexprs[k], &v);
+        if (rv == CN_OK) {
+            struct ir_val err;
+            if ((rv = check_storable(in, v, &err)) == CN_RAISED) {
+                ir_val_release(v);
+                v = err;
+            }
+        }
         if (rv == CN_RAISED) {
             ir_val_release(kw);
             raise_error(in, xi, v);
@@ -1126,6 +1156,10 @@ run_node(struct rn_instance *in, const struct rn_work *w)
             return;
         }
         rv = eval(in, xi, t->expr, &v);
+        if (rv == CN_OK && (rv = check_storable(in, v, &err)) == CN_RAISED) {
+            ir_val_release(v);
+            v = err;
+        }
         if (rv == CN_RAISED) {
             raise_error(in, xi, v);
         } else if (rv == CN_OK) {

@@ -1664,3 +1664,32 @@ Test(ir_value, property_mutated_inputs_never_crash)
     cn_buf_fini(&b);
     cn_buf_fini(&b2);
 }
+
+Test(ir_value, deeper_than_is_bounded_cached_and_reset_by_builders)
+{
+    struct ir_val v = ir_int(1), w, m;
+    int i;
+
+    cr_assert(!ir_val_deeper_than(v, 1));
+    cr_assert(ir_val_deeper_than(v, 0));
+    /* Wrap 1 in 40 lists: depth 41. */
+    for (i = 0; i < 40; i++) {
+        T_OK(ir_list_new(1, &w));
+        ir_list_items(w)[0] = v;
+        v = w;
+    }
+    cr_assert(ir_val_deeper_than(v, 32));
+    cr_assert(!ir_val_deeper_than(v, 41));
+    cr_assert(ir_val_deeper_than(v, 40));
+    /* Asking again (now cached) gives the same answers. */
+    cr_assert(!ir_val_deeper_than(v, 41));
+    cr_assert(ir_val_deeper_than(v, 40));
+    /* A map's depth counts its values; setting a key resets what was measured. */
+    T_OK(ir_map_new(1, &m));
+    cr_assert(!ir_val_deeper_than(m, 1));
+    T_OK(ir_map_set_cstr(&m, "k", ir_val_retain(v)));
+    cr_assert(ir_val_deeper_than(m, 41));
+    cr_assert(!ir_val_deeper_than(m, 42));
+    ir_val_release(m);
+    ir_val_release(v);
+}

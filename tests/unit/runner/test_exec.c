@@ -721,3 +721,28 @@ Test(exec, corrupt_snapshots_are_rejected_not_crashed)
     rn_instance_free(in);
     t_compiled_free(&c);
 }
+
+Test(exec, values_too_deep_to_store_are_refused_where_they_would_be_stored)
+{
+    /* 31 wraps are storable (depth 32), the 32nd is not. */
+    expect_result("fn main():\n"
+                  "    x = []\n"
+                  "    n = 0\n"
+                  "    try:\n"
+                  "        for i in range(100000):\n"
+                  "            x = [x]\n"
+                  "            n = n + 1\n"
+                  "    except ValueError as e:\n"
+                  "        return [n, e.message]\n",
+                  "{}", "[31, \"value nested more than 32 levels deep cannot be stored\"]");
+    expect_failure(
+        "fn h(input: [v]):\n"
+        "    return [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[v]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]\n"
+        "fn main():\n    y = h(1)\n",
+        "{}", "ValueError");
+    expect_failure(
+        "fn main():\n"
+        "    "
+        "@std.echo(value=[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]])\n",
+        "{}", "ValueError");
+}
