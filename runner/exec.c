@@ -519,6 +519,13 @@ follow(struct rn_instance *in, uint32_t xi, const struct ir_edge *edge, bool has
         deliver(in, ai, idx, true, has_val ? val : ir_null());
         return;
     }
+    if (has_val && tnode(in, x->node)->kind != IR_N_RETURN) {
+        /* A branch's last value matters only to its aggregate (handled above); anywhere else
+         * only a `return` produces a function's value: falling off the end returns None. */
+        ir_val_release(val);
+        has_val = false;
+        val = ir_null();
+    }
     if (x->has_id) {
         /* An execution id names one execution of one template node. */
         rn_idmap_del(&in->ids, x->id);
@@ -593,9 +600,11 @@ timeout_for(const struct rn_instance *in, const struct ir_node *t)
     return t->timeout_ms > 0 ? t->timeout_ms : in->cfg.default_timeout_ms;
 }
 
-/* Evaluates the kwargs and requests attempt x->attempt. */
+/* Evaluates the kwargs and requests attempt x->attempt. A new attempt gets the deadline
+ * now + timeout; a re-sent one (after hydration) keeps the deadline it already had, so restarts
+ * cannot postpone a timeout. */
 static void
-dispatch(struct rn_instance *in, uint32_t xi)
+dispatch(struct rn_instance *in, uint32_t xi, bool resend)
 {
     const struct ir_node *t = tnode(in, in->x.items[xi].node);
     struct rn_action_req r;
@@ -638,12 +647,14 @@ dispatch(struct rn_instance *in, uint32_t xi)
             x->attempt = 1;
         }
         x->status = RN_X_RUNNING;
-        x->deadline = in->now + timeout_for(in, t);
+        if (!resend || x->deadline == 0) {
+            x->deadline = in->now + timeout_for(in, t);
+        }
         memcpy(r.exec_id, x->id, 16);
         r.attempt = x->attempt;
         r.action = t->name;
         r.kwargs = kw;
-        r.timeout_ms = timeout_for(in, t);
+        r.timeout_ms = x->deadline > in->now ? x->deadline - in->now : 0;
         r.deadline_ms = x->deadline;
     }
     if (CN_VEC_PUSH(&in->out->actions, r) != CN_OK) {
@@ -744,6 +755,12 @@ on_action_result(struct rn_instance *in, uint32_t xi, struct ir_val result)
     cn_err rv;
 
     in->x.items[xi].status = RN_X_ACTIVE;
+    if ((rv = check_storable(in, result, &err)) != CN_OK) {
+        if (rv == CN_RAISED) {
+            raise_error(in, xi, err);
+        }
+        return;
+    }
     if (t->ntargets > 0) {
         rv = bind(in, xi, t->targets, t->ntargets, ir_val_retain(result), &err);
         if (rv == CN_RAISED) {
@@ -1133,7 +1150,7 @@ run_node(struct rn_instance *in, const struct rn_work *w)
         return;
     case IR_N_ACTION:
         in->x.items[xi].attempt = 0;
-        dispatch(in, xi);
+        dispatch(in, xi, false);
         return;
     case IR_N_SPREAD:
     case IR_N_PARALLEL:
@@ -1236,7 +1253,7 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
             in->out->snapshot_needed = true;
             follow_first(in, xi, false, ir_null());
         } else if (x->status == RN_X_BACKOFF && in->now >= x->scheduled_at) {
-            dispatch(in, xi);
+            dispatch(in, xi, false);
         } else if (x->status == RN_X_RUNNING && in->now >= x->deadline) {
             char msg[96];
             (void) snprintf(msg, sizeof(msg), "attempt %u did not finish within %lld ms",
@@ -1408,7 +1425,7 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
         uint32_t xi;
         if (rn_idmap_get(&in->ids, running.items[i].b, &xi) &&
             in->x.items[xi].status == RN_X_RUNNING) {
-            dispatch(in, xi);
+            dispatch(in, xi, true);
         }
     }
     for (i = 0; i < in->x.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {

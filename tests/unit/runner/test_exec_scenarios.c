@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Review tests for the executor: semantics against IR.md (Python), crash replay, state bounds.
+ * Each test runs its workflow plainly, one action per step, and crashing after every step.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "ir/eval.h"
+#include "tests/support/compile_util.h"
+#include "tests/support/exec_driver.h"
+#include "tests/support/leak.h"
+
+TestSuite(exec_scenarios, .fini = t_leak_check, .timeout = 120);
+
+/* Runs src in three modes; each must complete with `want` and never re-request a result. */
+static void
+expect_all_modes(const char *src, const char *input, const char *want)
+{
+    static const char *names[] = {"plain", "one_at_a_time", "crash_every_step",
+                                  "one_at_a_time+crash"};
+    int m;
+
+    for (m = 0; m < 4; m++) {
+        struct t_opts o = {0};
+        struct t_result r;
+        o.one_at_a_time = (m & 1) != 0;
+        o.crash_every_step = (m & 2) != 0;
+        r = t_run(src, input, &o);
+        cr_expect_eq(r.outcome, RN_COMPLETED, "[%s] outcome %d (%s)", names[m], r.outcome,
+                     r.json ? r.json : "-");
+        if (r.outcome == RN_COMPLETED) {
+            cr_expect(strcmp(r.json, want) == 0, "[%s] got %s, want %s", names[m], r.json, want);
+        }
+        cr_expect_eq(r.duplicate_done, 0, "[%s] a recorded (id, attempt) was requested again",
+                     names[m]);
+        t_result_free(&r);
+    }
+}
+
+static void
+expect_fail_all_modes(const char *src, const char *input, const char *type)
+{
+    int m;
+
+    for (m = 0; m < 4; m++) {
+        struct t_opts o = {0};
+        struct t_result r;
+        o.one_at_a_time = (m & 1) != 0;
+        o.crash_every_step = (m & 2) != 0;
+        r = t_run(src, input, &o);
+        cr_expect_eq(r.outcome, RN_FAILED, "[mode %d] outcome %d (%s)", m, r.outcome,
+                     r.json ? r.json : "-");
+        if (r.outcome == RN_FAILED) {
+            cr_expect(strcmp(r.error_type, type) == 0, "[mode %d] got %s, want %s", m, r.json,
+                      type);
+        }
+        cr_expect_eq(r.duplicate_done, 0, "[mode %d]", m);
+        t_result_free(&r);
+    }
+}
+
+/* ---- falling off the end: the value is None (IR.md "Functions") --------------------------- */
+
+Test(exec_scenarios, helper_falling_off_the_end_after_an_action_returns_none)
+{
+    expect_all_modes("fn h(input: [v]):\n"
+                     "    x = @std.echo(value=v)\n"
+                     "fn main():\n"
+                     "    y = h(v=3)\n"
+                     "    return y\n",
+                     "{}", "null");
+}
+
+Test(exec_scenarios, main_falling_off_the_end_after_an_action_is_none)
+{
+    expect_all_modes("fn main():\n"
+                     "    x = @std.echo(value=5)\n",
+                     "{}", "null");
+    expect_all_modes("fn main():\n"
+                     "    xs = spread [1, 2]:v -> @std.echo(value=v)\n",
+                     "{}", "null");
+}
+
+Test(exec_scenarios, helper_falling_off_the_end_after_a_nested_helper_is_none)
+{
+    expect_all_modes("fn inner():\n"
+                     "    return 7\n"
+                     "fn outer():\n"
+                     "    z = inner()\n"
+                     "fn main():\n"
+                     "    y = outer()\n"
+                     "    return y\n",
+                     "{}", "null");
+}
+
+Test(exec_scenarios, parallel_helper_branch_falling_off_the_end_gives_none)
+{
+    expect_all_modes("fn h(input: [v]):\n"
+                     "    x = @std.echo(value=v)\n"
+                     "fn main():\n"
+                     "    r = parallel:\n"
+                     "        h(v=1)\n"
+                     "        @std.echo(value=2)\n"
+                     "    return r\n",
+                     "{}", "[null, 2]");
+}
+
+/* ---- control flow inside try, loops and helpers --------------------------------------------- */
+
+Test(exec_scenarios, break_continue_return_inside_try_in_loops)
+{
+    expect_all_modes("fn find(input: [xs]):\n"
+                     "    for x in xs:\n"
+                     "        try:\n"
+                     "            v = @std.fail_if(value=x, bad=[2])\n"
+                     "            if v == 4:\n"
+                     "                return v\n"
+                     "        except BadValue:\n"
+                     "            continue\n"
+                     "    return -1\n"
+                     "fn main(input: [xs]):\n"
+                     "    out = []\n"
+                     "    i = 0\n"
+                     "    while True:\n"
+                     "        i = i + 1\n"
+                     "        try:\n"
+                     "            if i > 3:\n"
+                     "                break\n"
+                     "            r = find(xs)\n"
+                     "            out = out + [r]\n"
+                     "            z = 1 // (i - 2)\n"
+                     "        except ZeroDivisionError:\n"
+                     "            out = out + [\"zd\"]\n"
+                     "            continue\n"
+                     "        out = out + [i]\n"
+                     "    return out\n",
+                     "{\"xs\": [1, 2, 3, 4, 5]}", "[4, 1, 4, \"zd\", 4, 3]");
+}
+
+Test(exec_scenarios, long_loop_calling_a_helper_keeps_state_bounded)
+{
+    struct t_opts o = {0};
+    struct t_result r = t_run("fn h(input: [v]):\n"
+                              "    try:\n"
+                              "        r = @std.fail_if(value=v, bad=[3, 7])\n"
+                              "    except BadValue:\n"
+                              "        return 0\n"
+                              "    for k in range(3):\n"
+                              "        if k == 1:\n"
+                              "            return r\n"
+                              "fn main(input: [n]):\n"
+                              "    t = 0\n"
+                              "    for i in range(n):\n"
+                              "        x = h(i % 10)\n"
+                              "        t = t + x\n"
+                              "    return t\n",
+                              "{\"n\": 500}", &o);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json ? r.json : "-");
+    cr_expect_str_eq(r.json, "1750");
+    cr_expect_leq(r.max_live_nodes, 2);
+    cr_expect_leq(r.max_snapshot_bytes, r.first_snapshot_bytes + 64, "snapshot grew %zu -> %zu",
+                  r.first_snapshot_bytes, r.max_snapshot_bytes);
+    t_result_free(&r);
+}
+
+Test(exec_scenarios, errors_out_of_helpers_in_parallel_branches_reach_the_aggregate)
+{
+    const char *src = "fn h(input: [v]):\n"
+                      "    ys = spread [v, v + 1]:x -> @std.fail_if(value=x, bad=[5])\n"
+                      "    return ys\n"
+                      "fn g(input: [v]):\n"
+                      "    sleep 1\n"
+                      "    try:\n"
+                      "        q = @std.fail_if(value=v, bad=[9])\n"
+                      "    except KeyError:\n"
+                      "        q = 0\n"
+                      "    return q\n"
+                      "fn main(input: [a, b]):\n"
+                      "    try:\n"
+                      "        r, s = parallel:\n"
+                      "            h(v=a)\n"
+                      "            g(v=b)\n"
+                      "    except BadValue as e:\n"
+                      "        return \"caught \" + e.message\n"
+                      "    return [r, s]\n";
+
+    expect_all_modes(src, "{\"a\": 1, \"b\": 2}", "[[1, 2], 2]");
+    expect_all_modes(src, "{\"a\": 4, \"b\": 2}", "\"caught 5\"");
+    expect_all_modes(src, "{\"a\": 1, \"b\": 9}", "\"caught 9\"");
+    /* both fail: the lowest branch index wins */
+    expect_all_modes(src, "{\"a\": 5, \"b\": 9}", "\"caught 5\"");
+}
+
+Test(exec_scenarios, aggregates_with_unpacked_targets)
+{
+    expect_all_modes("fn main():\n"
+                     "    a, b = spread [1, 2]:x -> @std.echo(value=x)\n"
+                     "    try:\n"
+                     "        c, d = spread [1, 2, 3]:x -> @std.echo(value=x)\n"
+                     "    except ValueError as e:\n"
+                     "        c = e.message\n"
+                     "        d = 0\n"
+                     "    try:\n"
+                     "        p, q = parallel:\n"
+                     "            @std.echo(value=1)\n"
+                     "            @std.echo(value=[2, 3])\n"
+                     "    except ValueError:\n"
+                     "        p = \"pv\"\n"
+                     "        q = None\n"
+                     "    return [a, b, c, d, p, q]\n",
+                     "{}", "[1, 2, \"too many values to unpack (expected 2)\", 0, 1, [2, 3]]");
+}
+
+Test(exec_scenarios, retries_inside_a_loop_use_a_new_execution_id_per_iteration)
+{
+    struct t_opts o = {0};
+    struct t_result r;
+
+    expect_all_modes("fn main():\n"
+                     "    out = []\n"
+                     "    for i in range(4):\n"
+                     "        v = @std.flaky(key=i, failures=1) [retry: 2, backoff: 10ms]\n"
+                     "        out = out + [v.attempt]\n"
+                     "    return out\n",
+                     "{}", "[2, 2, 2, 2]");
+    r = t_run("fn main():\n"
+              "    for i in range(3):\n"
+              "        v = @std.flaky(key=i, failures=2) [retry: 2, backoff: 10ms]\n",
+              "{}", &o);
+    cr_expect_eq(r.outcome, RN_COMPLETED);
+    cr_expect_eq(r.dispatches, 9);
+    t_result_free(&r);
+}
+
+Test(exec_scenarios, binding_errors_are_not_retried_and_are_catchable)
+{
+    struct t_opts o = {0};
+    struct t_result r = t_run("fn main():\n"
+                              "    try:\n"
+                              "        a, b = @std.echo(value=[1, 2, 3]) [retry: 3, backoff: 1ms]\n"
+                              "    except ValueError as e:\n"
+                              "        return e.type\n"
+                              "    return \"no\"\n",
+                              "{}", &o);
+
+    cr_expect_eq(r.outcome, RN_COMPLETED);
+    cr_expect_str_eq(r.json, "\"ValueError\"");
+    cr_expect_eq(r.dispatches, 1);
+    t_result_free(&r);
+}
+
+Test(exec_scenarios, timeouts_after_retries_use_each_attempts_own_deadline)
+{
+    struct t_opts o = {0};
+    struct t_result r =
+        t_run("fn main():\n"
+              "    r = @std.hang() [timeout: 2s] [ActionTimeout -> retry: 2, backoff: 1ms]\n",
+              "{}", &o);
+
+    cr_expect_eq(r.outcome, RN_FAILED);
+    cr_expect_eq(r.dispatches, 3);
+    cr_expect_geq(r.elapsed_ms, 6000);
+    cr_expect_lt(r.elapsed_ms, 6100);
+    t_result_free(&r);
+}
+
+Test(exec_scenarios, error_values_and_error_shaped_results_survive_snapshots)
+{
+    expect_all_modes("fn main():\n"
+                     "    r = @std.echo(value={\"type\": \"X\", \"message\": \"m\", \"bases\": [], "
+                     "\"details\": None})\n"
+                     "    a = 0\n"
+                     "    m = 0\n"
+                     "    try:\n"
+                     "        @std.fail(type=\"KeyError\", message=\"k\")\n"
+                     "    except KeyError as e:\n"
+                     "        sleep 1\n"
+                     "        a = isexception(e)\n"
+                     "        m = e.message\n"
+                     "    sleep 1\n"
+                     "    return [isexception(r), a, m]\n",
+                     "{}", "[false, true, \"k\"]");
+}
+
+Test(exec_scenarios, sleep_in_loops_and_helpers_with_crashes)
+{
+    expect_all_modes("fn nap(input: [s]):\n"
+                     "    sleep s\n"
+                     "    return s\n"
+                     "fn main():\n"
+                     "    t = 0\n"
+                     "    for i in range(3):\n"
+                     "        z = nap(0.5)\n"
+                     "        t = t + z\n"
+                     "        sleep 0\n"
+                     "    r = parallel:\n"
+                     "        nap(s=1)\n"
+                     "        nap(s=2)\n"
+                     "    return [t, r]\n",
+                     "{}", "[1.5, [1, 2]]");
+}
+
+/* ---- replay ------------------------------------------------------------------------------- */
+
+static const char stress_src[] =
+    "fn leaf(input: [k, n]):\n"
+    "    try:\n"
+    "        r = @std.flaky(key=k, failures=n) [FlakyError -> retry: 2, backoff: 20ms]\n"
+    "    except FlakyError:\n"
+    "        return \"gave up \" + str(k)\n"
+    "    return r.attempt\n"
+    "fn fan(input: [xs, k]):\n"
+    "    ys = spread xs:x -> @std.fail_if(value=x, bad=[13]) [retry: 1, backoff: 5ms]\n"
+    "    sleep 0.25\n"
+    "    z = leaf(k=k, n=k % 4)\n"
+    "    return [ys, z]\n"
+    "fn main(input: [n]):\n"
+    "    out = []\n"
+    "    i = 0\n"
+    "    while i < n:\n"
+    "        i = i + 1\n"
+    "        try:\n"
+    "            a, b = parallel:\n"
+    "                fan(xs=range(i, i + 3), k=i)\n"
+    "                leaf(k=100 + i, n=1)\n"
+    "            out = out + [[a, b]]\n"
+    "        except BadValue as e:\n"
+    "            out = out + [e.message]\n"
+    "            continue\n"
+    "        if i == 15:\n"
+    "            break\n"
+    "    return out\n";
+
+Test(exec_scenarios, crash_replay_of_loops_helpers_parallel_nested_spread_retries)
+{
+    struct t_opts o = {0};
+    struct t_result base = t_run(stress_src, "{\"n\": 16}", &o);
+
+    cr_assert_eq(base.outcome, RN_COMPLETED, "%s", base.json ? base.json : "-");
+    expect_all_modes(stress_src, "{\"n\": 16}", base.json);
+    cr_expect_leq(base.max_live_nodes, 8);
+    t_result_free(&base);
+}
+
+Test(exec_scenarios, crash_after_each_single_step_of_the_stress_workflow)
+{
+    struct t_opts o = {0};
+    struct t_result base;
+    int k;
+
+    o.one_at_a_time = true;
+    base = t_run(stress_src, "{\"n\": 4}", &o);
+    cr_assert_eq(base.outcome, RN_COMPLETED);
+    for (k = 1; k <= base.steps; k++) {
+        struct t_result r;
+        o.crash_after_step = k;
+        r = t_run(stress_src, "{\"n\": 4}", &o);
+        cr_expect_eq(r.outcome, base.outcome, "crash after %d", k);
+        cr_expect(r.json && strcmp(r.json, base.json) == 0, "crash after %d: %s vs %s", k, r.json,
+                  base.json);
+        cr_expect_eq(r.duplicate_done, 0, "crash after %d", k);
+        t_result_free(&r);
+    }
+    t_result_free(&base);
+}
+
+/* A running attempt's deadline is part of the persisted state (the snapshot stores it); a
+ * restart must not push it back, or an instance whose runner restarts more often than the
+ * timeout never times out. */
+Test(exec_scenarios, deadline_is_not_extended_by_hydration)
+{
+    const char *src = "fn ticker():\n"
+                      "    for i in range(20):\n"
+                      "        sleep 1\n"
+                      "    return 20\n"
+                      "fn waiter():\n"
+                      "    try:\n"
+                      "        @std.hang() [timeout: 5s]\n"
+                      "    except ActionTimeout:\n"
+                      "        return \"timed out\"\n"
+                      "    return \"no\"\n"
+                      "fn main():\n"
+                      "    r = parallel:\n"
+                      "        ticker()\n"
+                      "        waiter()\n"
+                      "    return r\n";
+    struct t_opts o = {0};
+    struct t_result base = t_run(src, "{}", &o), r;
+
+    cr_assert_eq(base.outcome, RN_COMPLETED);
+    o.crash_every_step = true;
+    r = t_run(src, "{}", &o);
+    cr_assert_eq(r.outcome, RN_COMPLETED);
+    cr_expect_str_eq(r.json, base.json);
+    cr_expect_leq(r.elapsed_ms, base.elapsed_ms + 100,
+                  "restarts moved the deadline: %lld ms with crashes, %lld without",
+                  (long long) r.elapsed_ms, (long long) base.elapsed_ms);
+    t_result_free(&r);
+    t_result_free(&base);
+}
+
+Test(exec_scenarios, parallel_of_inline_helpers_and_empty_spreads_completes_in_one_step)
+{
+    expect_all_modes("fn pure(input: [v]):\n"
+                     "    ys = spread []:x -> @std.echo(value=x)\n"
+                     "    return [v, ys]\n"
+                     "fn main():\n"
+                     "    r = parallel:\n"
+                     "        pure(v=1)\n"
+                     "        pure(v=2)\n"
+                     "    s = @std.echo(value=r)\n"
+                     "    return s\n",
+                     "{}", "[[1, []], [2, []]]");
+}
+
+Test(exec_scenarios, spread_element_timeouts_with_retries_replay)
+{
+    expect_all_modes("fn main():\n"
+                     "    try:\n"
+                     "        xs = spread [1, 2]:v -> @std.hang() [timeout: 1s] [ActionTimeout -> "
+                     "retry: 1, backoff: 10ms]\n"
+                     "    except TimeoutError as e:\n"
+                     "        return e.type\n"
+                     "    return xs\n",
+                     "{}", "\"ActionTimeout\"");
+}
+
+/* Cancel: ends the instance, lists running actions, later events in the batch do nothing, and
+ * the cancelled state snapshots and hydrates as cancelled. */
+Test(exec_scenarios, cancel_mid_batch_and_after_hydration)
+{
+    struct t_compiled c =
+        t_compile("fn main():\n"
+                  "    r = parallel:\n"
+                  "        @std.hang()\n"
+                  "        @std.flaky(key=1, failures=5) [retry: 5, backoff: 10s]\n"
+                  "    return r\n");
+    struct rn_exec_cfg cfg = {60000};
+    struct rn_instance *in = NULL, *back = NULL;
+    struct rn_step_out o;
+    struct rn_event ev[2];
+    struct cn_buf snap = CN_BUF_INIT;
+    struct cn_errmsg em;
+    struct ir_val input;
+    uint8_t id[16] = {5};
+
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(c.rv, CN_OK);
+    cr_assert_eq(ir_map_new(0, &input), CN_OK);
+    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+    ir_val_release(input);
+    cr_assert_eq(o.actions.len, 2);
+    memset(ev, 0, sizeof(ev));
+    /* the flaky one fails: backoff */
+    memcpy(ev[0].exec_id, o.actions.items[1].exec_id, 16);
+    ev[0].kind = RN_EV_ERROR;
+    ev[0].attempt = 1;
+    cr_assert_eq(ir_error_new("FlakyError", "x", ir_null(), ir_null(), &ev[0].value), CN_OK);
+    memcpy(ev[1].exec_id, o.actions.items[0].exec_id, 16);
+    rn_step_out_clear(&o);
+    cr_assert_eq(rn_instance_step(in, ev, 1, 1001, &o), CN_OK);
+    ir_val_release(ev[0].value);
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    rn_step_out_clear(&o);
+    /* cancel, then a result for the hanging one in the same batch */
+    ev[0].kind = RN_EV_CANCEL;
+    ev[0].value = ir_null();
+    ev[1].kind = RN_EV_RESULT;
+    ev[1].attempt = 1;
+    ev[1].value = ir_int(1);
+    cr_assert_eq(rn_instance_step(in, ev, 2, 1002, &o), CN_OK);
+    cr_expect_eq(o.outcome, RN_CANCELLED);
+    cr_expect_eq(o.cancels.len, 1, "only the running action is cancelled");
+    cr_expect_eq(o.done.len, 0, "nothing runs after an outcome");
+    cr_expect(o.snapshot_needed);
+    cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
+    rn_step_out_clear(&o);
+    cr_assert_eq(
+        rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &cfg, 2000, &back, &o, &em), CN_OK,
+        "%s", em.text);
+    cr_expect_eq(o.outcome, RN_CANCELLED);
+    cr_expect_eq(o.actions.len, 0);
+    cr_expect_eq(o.timers.len, 0);
+    rn_instance_free(back);
+    cn_buf_fini(&snap);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+Test(exec_scenarios, errors_out_of_nested_helpers_in_a_loop_close_their_scopes)
+{
+    struct t_opts o = {0};
+    struct t_result r = t_run("fn inner(input: [v]):\n"
+                              "    x = @std.fail_if(value=v, bad=[0, 2, 4])\n"
+                              "    q = {}[\"k\"] if v % 3 == 0 else 1\n"
+                              "    return x\n"
+                              "fn outer(input: [v]):\n"
+                              "    y = inner(v)\n"
+                              "    sleep 0.01\n"
+                              "    return y\n"
+                              "fn main(input: [n]):\n"
+                              "    t = 0\n"
+                              "    for i in range(n):\n"
+                              "        try:\n"
+                              "            z = outer(i % 6)\n"
+                              "            t = t + z\n"
+                              "        except LookupError:\n"
+                              "            t = t + 100\n"
+                              "        except BadValue:\n"
+                              "            t = t + 1000\n"
+                              "    return t\n",
+                              "{\"n\": 300}", &o);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json ? r.json : "-");
+    /* per 6: 0,2,4 bad (3000); 3 KeyError (100); 1 + 5 */
+    cr_expect_str_eq(r.json, "155300");
+    cr_expect_leq(r.max_live_nodes, 1);
+    cr_expect_leq(r.max_snapshot_bytes, r.first_snapshot_bytes + 96, "snapshot grew %zu -> %zu",
+                  r.first_snapshot_bytes, r.max_snapshot_bytes);
+    t_result_free(&r);
+}
+
+Test(exec_scenarios, uncaught_error_out_of_a_helper_in_a_loop_fails_the_same_in_every_mode)
+{
+    expect_fail_all_modes("fn h(input: [v]):\n"
+                          "    r = @std.fail_if(value=v, bad=[3])\n"
+                          "    return r\n"
+                          "fn main():\n"
+                          "    t = 0\n"
+                          "    for i in range(5):\n"
+                          "        v = h(v=i)\n"
+                          "        t = t + v\n",
+                          "{}", "BadValue");
+}
