@@ -843,6 +843,137 @@ finish(struct compiler *c, struct ir_dag *d)
     return CN_OK;
 }
 
+/* ---- size estimate ------------------------------------------------------------------------ */
+
+/* A lower bound on the nodes inlining would create, so that an exponential "diamond" of
+ * helpers (each calling the next one twice) is refused before anything is built, at the call
+ * responsible. Saturates instead of overflowing. The call graph is acyclic (the checker
+ * refused recursion), so memoised recursion terminates; its depth is bounded by the inline
+ * depth limit, enforced here too. */
+#define EST_INF (UINT64_MAX / 4)
+
+struct est {
+    const struct ir_program *p;
+    struct cn_strmap *funcs;
+    uint64_t *memo; /* per function; 0 = not computed */
+    int depth;
+    bool too_deep;  /* the inline depth limit was hit: the inliner reports that itself */
+    uint64_t worst; /* the entry function's most expensive call, when tracking */
+    uint32_t worst_call;
+    bool track;
+};
+
+static uint64_t est_func(struct est *e, uint32_t fi);
+
+static uint64_t
+est_add(uint64_t a, uint64_t b)
+{
+    return a > EST_INF - b ? EST_INF : a + b;
+}
+
+static uint64_t
+est_call(struct est *e, uint32_t call)
+{
+    const struct ir_expr *x = &e->p->exprs.items[call];
+    uint32_t gi;
+
+    uint64_t n;
+    bool track = e->track;
+
+    if (!cn_strmap_get(e->funcs, x->name, &gi)) {
+        return 1;
+    }
+    e->track = false;                /* only calls written in the entry function are blamed */
+    n = est_add(2, est_func(e, gi)); /* call enter + exit + the body */
+    e->track = track;
+    if (track && n > e->worst) {
+        e->worst = n;
+        e->worst_call = call;
+    }
+    return n;
+}
+
+static uint64_t
+est_block(struct est *e, const struct ir_block *b)
+{
+    uint64_t n = 0;
+    uint32_t i, k;
+
+    for (i = 0; i < b->len; i++) {
+        const struct ir_stmt *s = b->items[i];
+        n = est_add(n, 1);
+        if (s->kind == IR_S_CALL || (s->kind == IR_S_RETURN && s->helper_call)) {
+            n = est_add(n, est_call(e, s->expr));
+        }
+        for (k = 0; k < s->nbranches; k++) {
+            if (!s->branches[k].is_action) {
+                n = est_add(n, est_call(e, s->branches[k].call));
+            }
+        }
+        for (k = 0; k < s->narms; k++) {
+            n = est_add(n, est_block(e, &s->arms[k].body));
+        }
+        n = est_add(n, est_block(e, &s->body));
+        for (k = 0; k < s->nhandlers; k++) {
+            n = est_add(n, est_block(e, &s->handlers[k].body));
+        }
+    }
+    return n;
+}
+
+static uint64_t
+est_func(struct est *e, uint32_t fi)
+{
+    if (e->memo[fi] == 0) {
+        if (++e->depth > COMPILE_MAX_INLINE_DEPTH + 1) {
+            e->too_deep = true;
+            e->memo[fi] = 1;
+        } else {
+            e->memo[fi] = est_add(1, est_block(e, &e->p->funcs[fi].body));
+        }
+        e->depth--;
+    }
+    return e->memo[fi];
+}
+
+/* Reports the entry function's most expensive call when the estimate is over the limit.
+ * Returns true when compiling may go ahead. */
+static bool
+size_check(struct compiler *c, const struct ir_func *entry)
+{
+    struct est e;
+    uint64_t total;
+    bool ok = true;
+
+    memset(&e, 0, sizeof(e));
+    e.p = c->p;
+    e.funcs = &c->funcs;
+    e.worst_call = IR_NO_EXPR;
+    e.track = true;
+    e.memo = calloc(c->p->nfuncs + 1, sizeof(*e.memo));
+    if (e.memo == NULL) {
+        fail(c, CN_NOMEM);
+        return false;
+    }
+    total = est_add(2, est_block(&e, &entry->body));
+    if (total > COMPILE_MAX_NODES && !e.too_deep) {
+        uint32_t line = entry->pos.line, col = entry->pos.col;
+        if (e.worst_call != IR_NO_EXPR) {
+            line = c->p->exprs.items[e.worst_call].line;
+            col = c->p->exprs.items[e.worst_call].col;
+        }
+        ir_diags_add(c->d, line, col,
+                     "workflow is too large: inlining the helpers makes at least %.3g graph "
+                     "nodes (limit %u); each call inlines a copy of the helper, so helpers that "
+                     "call other helpers several times multiply",
+                     (double) total, COMPILE_MAX_NODES);
+        fail(c, CN_TOOBIG);
+        ok = false;
+    }
+    free(e.memo);
+    return ok;
+}
+
 cn_err
 ir_compile_program(struct ir_program *p, struct ir_diags *diags, struct ir_dag **out)
 {
@@ -883,6 +1014,12 @@ ir_compile_program(struct ir_program *p, struct ir_diags *diags, struct ir_dag *
     fc.frame = 0;
     fc.exc = IR_NO_NODE;
     fc.returns = &returns;
+    if (!size_check(&c, entry)) {
+        free(c.frames.items);
+        cn_strmap_fini(&c.funcs);
+        free(d);
+        return c.rv;
+    }
     id = new_node(&c, &fc, IR_N_ENTRY, entry->pos, &preds);
     set_targets(&c, id, &entry->inputs);
     pend_push(&c, &preds, id, IR_E_NEXT, IR_NO_EXPR, 0);

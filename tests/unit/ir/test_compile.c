@@ -546,3 +546,28 @@ Test(ir_compile, valid_programs_compile)
         t_compiled_free(&c);
     }
 }
+
+Test(ir_compile, helper_diamond_is_refused_at_the_call_before_building)
+{
+    struct cn_buf src = CN_BUF_INIT;
+    struct t_compiled c;
+    int i;
+
+    /* main calls h0; each h_i calls h_{i+1} twice: 2^30 copies of the leaf. */
+    cr_assert_eq(cn_buf_puts(&src, "fn main(input: [a]):\n    x = h0(a)\n    return x\n"), CN_OK);
+    for (i = 0; i < 30; i++) {
+        cr_assert_eq(cn_buf_printf(&src,
+                                   "fn h%d(input: [b]):\n    y = h%d(b)\n    z = h%d(y)\n"
+                                   "    return z\n",
+                                   i, i + 1, i + 1),
+                     CN_OK);
+    }
+    cr_assert_eq(cn_buf_puts(&src, "fn h30(input: [b]):\n    return b + 1\n"), CN_OK);
+    c = t_compile(src.data);
+    cr_assert_eq(c.rv, CN_TOOBIG, "%s", cn_errname(c.rv));
+    cr_assert(strstr(c.errors, "test.cairn:2:9: error: workflow is too large: inlining the "
+                               "helpers makes at least") != NULL,
+              "%s", c.errors);
+    t_compiled_free(&c);
+    cn_buf_fini(&src);
+}
