@@ -1,0 +1,794 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The worker pool (see pool.h for the contract). One nng REP socket; every request arrives on
+ * one of a few receiving contexts. A `ready` that finds no work is parked on its context and a
+ * fresh context takes over receiving, so any number of idle slots can wait without blocking
+ * other requests; submitting work answers a parked context of a worker that serves the action.
+ *
+ * DESIGN
+ * - Lock order: only `p->mtx`. The result callback and every nng call that may block run with
+ *   it released; replies (nng_ctx_send) are asynchronous and safe under the lock.
+ * - A context is RECV (waiting for a request), SEND (a reply in flight), or PARKED (holding a
+ *   worker's request). Its aio callback sees which by `state`.
+ * - Every dispatch is recorded (token -> exec id, attempt, pipe, deadline) before its reply is
+ *   sent; an outcome is accepted only when all four match. When a pipe goes away its records
+ *   become WorkerLost results at once, and its parked contexts are retired.
+ * - The timer thread answers parked requests idle for idle_ms with `noop` and turns expired
+ *   dispatches into ActionTimeout results. It sleeps on a condition variable until the next
+ *   such moment (never spins).
+ */
+#include "runner/pool.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+
+#include "ir/eval.h"
+#include "runner/idmap.h"
+#include "worker-protocol/proto.h"
+
+#define POOL_RECEIVERS 4
+
+enum pctx_state { PC_RECV = 0, PC_SEND, PC_PARKED, PC_DEAD };
+
+struct pctx {
+    struct rn_pool *p;
+    nng_ctx ctx;
+    nng_aio *aio;
+    enum pctx_state state;
+    uint32_t pipe;
+    bool control;
+    int64_t parked_at; /* monotonic ms */
+    struct pctx *next; /* in p->all */
+};
+
+struct worker {
+    uint32_t pipe;
+    char *name;
+    char **actions;
+    uint32_t nactions;
+    uint32_t slots;
+    struct worker *next;
+};
+
+struct flight {
+    bool used;
+    uint64_t token;
+    uint8_t exec_id[16];
+    uint32_t attempt;
+    uint32_t pipe;
+    int64_t deadline; /* wall ms; 0 = none */
+};
+
+struct queued {
+    struct rn_pool_dispatch d; /* d.action points at `action`; kwargs retained */
+    char *action;
+    struct queued *next;
+};
+
+struct out_result {
+    struct rn_pool_result r; /* value owned */
+};
+
+struct rn_pool {
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    pthread_t timer;
+    bool timer_started;
+    bool stopping;
+    nng_socket sock;
+    nng_listener listener;
+    int port;
+    rn_pool_result_fn fn;
+    void *arg;
+    char *credential;
+    uint32_t idle_ms;
+    struct pctx *all; /* every context */
+    struct worker *workers;
+    struct queued *qhead, *qtail;
+    struct flight *fl; /* in-flight dispatches */
+    size_t nfl, capfl;
+    struct rn_idmap tokens; /* token -> index in fl */
+    uint64_t next_token, next_session;
+    struct rn_pool_stats st;
+};
+
+/* ---- clocks and small helpers ------------------------------------------------------------- */
+
+static int64_t
+now_ms(clockid_t c)
+{
+    struct timespec ts;
+
+    clock_gettime(c, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+token_key(uint64_t token, uint8_t key[16])
+{
+    memset(key, 0, 16);
+    memcpy(key + 8, &token, 8);
+}
+
+struct results {
+    struct out_result *items;
+    size_t len, cap;
+};
+
+static void
+results_add(struct results *rs, const uint8_t id[16], uint32_t attempt, bool ok, struct ir_val v)
+{
+    struct out_result o;
+
+    memcpy(o.r.exec_id, id, 16);
+    o.r.attempt = attempt;
+    o.r.ok = ok;
+    o.r.value = v;
+    if (rs->len == rs->cap) {
+        size_t ncap = rs->cap ? rs->cap * 2 : 8;
+        struct out_result *n = realloc(rs->items, ncap * sizeof(*n));
+        if (n == NULL) {
+            ir_val_release(v); /* out of memory: the attempt will time out instead */
+            return;
+        }
+        rs->items = n;
+        rs->cap = ncap;
+    }
+    rs->items[rs->len++] = o;
+}
+
+/* Delivers collected results with no lock held. */
+static void
+results_deliver(struct rn_pool *p, struct results *rs)
+{
+    size_t i;
+
+    for (i = 0; i < rs->len; i++) {
+        p->fn(p->arg, &rs->items[i].r);
+        ir_val_release(rs->items[i].r.value);
+    }
+    free(rs->items);
+    rs->items = NULL;
+    rs->len = rs->cap = 0;
+}
+
+static void
+synthetic_error(struct results *rs, const uint8_t id[16], uint32_t attempt, const char *type,
+                const char *msg)
+{
+    struct ir_val e;
+
+    if (ir_raise(&e, type, "%s", msg) == CN_RAISED) {
+        results_add(rs, id, attempt, false, e);
+    }
+}
+
+static struct worker *
+worker_find(struct rn_pool *p, uint32_t pipe)
+{
+    struct worker *w;
+
+    for (w = p->workers; w != NULL; w = w->next) {
+        if (w->pipe == pipe) {
+            return w;
+        }
+    }
+    return NULL;
+}
+
+static bool
+worker_serves(const struct worker *w, const char *action)
+{
+    uint32_t i;
+
+    for (i = 0; i < w->nactions; i++) {
+        if (strcmp(w->actions[i], action) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void
+worker_free(struct worker *w)
+{
+    uint32_t i;
+
+    for (i = 0; i < w->nactions; i++) {
+        free(w->actions[i]);
+    }
+    free(w->actions);
+    free(w->name);
+    free(w);
+}
+
+/* ---- replies ------------------------------------------------------------------------------ */
+
+static void pctx_cb(void *arg);
+
+/* Sends m as the reply on c (asynchronous). Call with the lock held. */
+static void
+reply_locked(struct pctx *c, const struct wp_msg *m)
+{
+    struct cn_buf b = CN_BUF_INIT;
+    nng_msg *msg = NULL;
+
+    if (wp_msg_encode(m, &b) != CN_OK || nng_msg_alloc(&msg, 0) != 0 ||
+        nng_msg_append(msg, b.data, b.len) != 0) {
+        /* Cannot answer: abandon the request; the worker's REQ will see the pipe close. */
+        if (msg != NULL) {
+            nng_msg_free(msg);
+        }
+        cn_buf_fini(&b);
+        c->state = PC_RECV;
+        nng_ctx_recv(c->ctx, c->aio);
+        return;
+    }
+    cn_buf_fini(&b);
+    c->state = PC_SEND;
+    nng_aio_set_msg(c->aio, msg);
+    nng_ctx_send(c->ctx, c->aio);
+}
+
+static void
+reply_kind_locked(struct pctx *c, enum wp_kind kind)
+{
+    struct wp_msg m;
+
+    wp_msg_init(&m, kind);
+    reply_locked(c, &m);
+}
+
+/* Answers c with queued dispatch q (taking it out of the queue). Call with the lock held. */
+static void
+send_dispatch_locked(struct rn_pool *p, struct pctx *c, struct queued *q)
+{
+    struct wp_msg m;
+    struct flight *f;
+    uint8_t key[16];
+    size_t i;
+
+    for (i = 0; i < p->nfl && p->fl[i].used; i++) {
+    }
+    if (i == p->nfl) {
+        if (p->nfl == p->capfl) {
+            size_t ncap = p->capfl ? p->capfl * 2 : 64;
+            struct flight *n = realloc(p->fl, ncap * sizeof(*n));
+            if (n == NULL) {
+                return; /* stays queued; retried when the next slot asks */
+            }
+            p->fl = n;
+            p->capfl = ncap;
+        }
+        p->nfl++;
+    }
+    f = &p->fl[i];
+    f->used = true;
+    f->token = ++p->next_token;
+    memcpy(f->exec_id, q->d.exec_id, 16);
+    f->attempt = q->d.attempt;
+    f->pipe = c->pipe;
+    f->deadline = q->d.deadline_ms;
+    token_key(f->token, key);
+    if (rn_idmap_put(&p->tokens, key, (uint32_t) i) != CN_OK) {
+        f->used = false;
+        return;
+    }
+    wp_msg_init(&m, WP_DISPATCH);
+    memcpy(m.instance_id, q->d.instance_id, 16);
+    memcpy(m.exec_id, q->d.exec_id, 16);
+    m.attempt = q->d.attempt;
+    m.token = f->token;
+    m.action = q->d.action;
+    m.kwargs = q->d.kwargs;
+    m.deadline_ms = q->d.deadline_ms;
+    /* Recorded first, then sent: a pipe that drops from now on returns this as WorkerLost. */
+    reply_locked(c, &m);
+    p->st.dispatched++;
+    p->st.queued--;
+    free(q->action);
+    ir_val_release(q->d.kwargs);
+    free(q);
+}
+
+/* The first queued attempt worker w serves, unlinked; NULL if none. */
+static struct queued *
+take_for_locked(struct rn_pool *p, const struct worker *w)
+{
+    struct queued **pp, *q, *prev = NULL;
+
+    for (pp = &p->qhead; (q = *pp) != NULL; prev = q, pp = &q->next) {
+        if (worker_serves(w, q->d.action)) {
+            *pp = q->next;
+            if (p->qtail == q) {
+                p->qtail = prev;
+            }
+            q->next = NULL;
+            return q;
+        }
+    }
+    return NULL;
+}
+
+static struct pctx *
+pctx_new_locked(struct rn_pool *p)
+{
+    struct pctx *c = calloc(1, sizeof(*c));
+
+    if (c == NULL) {
+        return NULL;
+    }
+    c->p = p;
+    if (nng_ctx_open(&c->ctx, p->sock) != 0 || nng_aio_alloc(&c->aio, pctx_cb, c) != 0) {
+        free(c);
+        return NULL;
+    }
+    c->next = p->all;
+    p->all = c;
+    c->state = PC_RECV;
+    nng_ctx_recv(c->ctx, c->aio);
+    return c;
+}
+
+static void
+close_pipe(uint32_t id)
+{
+    nng_pipe pp;
+
+    pp.id = id;
+    (void) nng_pipe_close(pp);
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+static void
+on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
+{
+    struct worker *w;
+    struct wp_msg r;
+    uint32_t i;
+
+    if (p->credential != NULL &&
+        (m->credential == NULL || strcmp(m->credential, p->credential) != 0)) {
+        p->st.refused++;
+        wp_msg_init(&r, WP_REFUSED);
+        r.reason = "bad credential";
+        reply_locked(c, &r);
+        return;
+    }
+    if ((w = worker_find(p, c->pipe)) == NULL) {
+        w = calloc(1, sizeof(*w));
+        if (w == NULL) {
+            reply_kind_locked(c, WP_NOOP);
+            return;
+        }
+        w->pipe = c->pipe;
+        w->next = p->workers;
+        p->workers = w;
+        p->st.workers++;
+    } else {
+        for (i = 0; i < w->nactions; i++) {
+            free(w->actions[i]);
+        }
+        free(w->actions);
+        free(w->name);
+    }
+    w->name = strdup(m->worker);
+    w->actions = calloc(m->nactions ? m->nactions : 1, sizeof(*w->actions));
+    w->nactions = 0;
+    for (i = 0; w->actions != NULL && i < m->nactions; i++) {
+        if ((w->actions[i] = strdup(m->actions[i])) != NULL) {
+            w->nactions++;
+        }
+    }
+    w->slots = m->slots;
+    wp_msg_init(&r, WP_WELCOME);
+    r.session = ++p->next_session;
+    r.idle_ms = p->idle_ms;
+    reply_locked(c, &r);
+}
+
+/* Accepts an outcome when it answers a dispatch in flight on this pipe. */
+static void
+on_outcome_locked(struct rn_pool *p, uint32_t pipe, const struct wp_outcome *o, struct results *rs)
+{
+    uint8_t key[16];
+    uint32_t i;
+    struct flight *f;
+
+    token_key(o->token, key);
+    if (!rn_idmap_get(&p->tokens, key, &i)) {
+        p->st.stale++;
+        return;
+    }
+    f = &p->fl[i];
+    if (f->pipe != pipe || f->attempt != o->attempt || memcmp(f->exec_id, o->exec_id, 16) != 0) {
+        p->st.stale++;
+        return;
+    }
+    results_add(rs, f->exec_id, f->attempt, o->ok, ir_val_retain(o->value));
+    rn_idmap_del(&p->tokens, key);
+    f->used = false;
+    p->st.results++;
+}
+
+static void
+on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len,
+                  struct results *rs)
+{
+    struct wp_msg m;
+    struct cn_errmsg em;
+    struct worker *w;
+    struct queued *q;
+
+    if (wp_msg_decode(buf, len, &m, &em) != CN_OK) {
+        fprintf(stderr, "cairn pool: dropping worker connection %u: %s\n", c->pipe, em.text);
+        p->st.bad_messages++;
+        close_pipe(c->pipe);
+        c->state = PC_RECV;
+        nng_ctx_recv(c->ctx, c->aio);
+        return;
+    }
+    w = worker_find(p, c->pipe);
+    if (m.kind != WP_HELLO && w == NULL) {
+        /* Everything but hello needs a welcomed worker. */
+        p->st.bad_messages++;
+        close_pipe(c->pipe);
+        c->state = PC_RECV;
+        nng_ctx_recv(c->ctx, c->aio);
+        wp_msg_fini(&m);
+        return;
+    }
+    switch (m.kind) {
+    case WP_HELLO:
+        on_hello_locked(p, c, &m);
+        break;
+    case WP_READY:
+        if (m.has_outcome) {
+            on_outcome_locked(p, c->pipe, &m.outcome, rs);
+        }
+        if ((q = take_for_locked(p, w)) != NULL) {
+            send_dispatch_locked(p, c, q);
+        } else {
+            c->state = PC_PARKED;
+            c->control = false;
+            c->parked_at = now_ms(CLOCK_MONOTONIC);
+            (void) pctx_new_locked(p); /* keep receiving while this one waits */
+        }
+        break;
+    case WP_CONTROL:
+        c->state = PC_PARKED;
+        c->control = true;
+        c->parked_at = now_ms(CLOCK_MONOTONIC);
+        (void) pctx_new_locked(p);
+        break;
+    case WP_GOODBYE:
+        reply_kind_locked(c, WP_ACK);
+        break;
+    default:
+        /* A runner-to-worker kind sent by a worker. */
+        p->st.bad_messages++;
+        close_pipe(c->pipe);
+        c->state = PC_RECV;
+        nng_ctx_recv(c->ctx, c->aio);
+        break;
+    }
+    wp_msg_fini(&m);
+}
+
+static void
+pctx_cb(void *arg)
+{
+    struct pctx *c = arg;
+    struct rn_pool *p = c->p;
+    struct results rs = {NULL, 0, 0};
+    int rv = nng_aio_result(c->aio);
+    nng_msg *msg;
+
+    pthread_mutex_lock(&p->mtx);
+    if (rv == NNG_ECLOSED || rv == NNG_ECANCELED || p->stopping) {
+        if (c->state == PC_SEND && (msg = nng_aio_get_msg(c->aio)) != NULL && rv != 0) {
+            nng_msg_free(msg);
+        }
+        c->state = PC_DEAD;
+        pthread_mutex_unlock(&p->mtx);
+        return;
+    }
+    if (c->state == PC_SEND) {
+        if (rv != 0 && (msg = nng_aio_get_msg(c->aio)) != NULL) {
+            nng_msg_free(msg); /* the worker went away; its pipe callback handles the rest */
+        }
+        c->state = PC_RECV;
+        nng_ctx_recv(c->ctx, c->aio);
+    } else if (c->state == PC_RECV) {
+        if (rv != 0) {
+            nng_ctx_recv(c->ctx, c->aio);
+        } else {
+            msg = nng_aio_get_msg(c->aio);
+            c->pipe = nng_pipe_id(nng_msg_get_pipe(msg));
+            on_request_locked(p, c, nng_msg_body(msg), nng_msg_len(msg), &rs);
+            nng_msg_free(msg);
+        }
+    }
+    pthread_cond_signal(&p->cond);
+    pthread_mutex_unlock(&p->mtx);
+    results_deliver(p, &rs);
+}
+
+/* A connection went away: its attempts fail now, its parked contexts are retired. */
+static void
+pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
+{
+    struct rn_pool *p = arg;
+    struct results rs = {NULL, 0, 0};
+    uint32_t id = nng_pipe_id(pp);
+    struct worker **wp, *w;
+    struct pctx *c;
+    size_t i;
+
+    (void) ev;
+    pthread_mutex_lock(&p->mtx);
+    if (p->stopping) {
+        /* rn_pool_stop returns every attempt in flight itself. */
+        pthread_mutex_unlock(&p->mtx);
+        return;
+    }
+    for (wp = &p->workers; (w = *wp) != NULL; wp = &w->next) {
+        if (w->pipe == id) {
+            *wp = w->next;
+            worker_free(w);
+            p->st.workers--;
+            break;
+        }
+    }
+    for (i = 0; i < p->nfl; i++) {
+        struct flight *f = &p->fl[i];
+        uint8_t key[16];
+        if (!f->used || f->pipe != id) {
+            continue;
+        }
+        synthetic_error(&rs, f->exec_id, f->attempt, "WorkerLost",
+                        "the worker running this attempt disconnected");
+        token_key(f->token, key);
+        rn_idmap_del(&p->tokens, key);
+        f->used = false;
+        p->st.lost++;
+    }
+    for (c = p->all; c != NULL; c = c->next) {
+        if (c->state == PC_PARKED && c->pipe == id) {
+            /* Nothing can answer it any more: let it receive again. */
+            c->state = PC_RECV;
+            nng_ctx_recv(c->ctx, c->aio);
+        }
+    }
+    pthread_mutex_unlock(&p->mtx);
+    results_deliver(p, &rs);
+}
+
+/* ---- the timer thread --------------------------------------------------------------------- */
+
+static void *
+timer_main(void *arg)
+{
+    struct rn_pool *p = arg;
+
+    pthread_mutex_lock(&p->mtx);
+    while (!p->stopping) {
+        struct results rs = {NULL, 0, 0};
+        int64_t mono = now_ms(CLOCK_MONOTONIC), wall = now_ms(CLOCK_REALTIME);
+        int64_t next = mono + p->idle_ms, wake;
+        struct timespec ts;
+        struct pctx *c;
+        size_t i;
+
+        for (c = p->all; c != NULL; c = c->next) {
+            if (c->state != PC_PARKED) {
+                continue;
+            }
+            if (mono - c->parked_at >= (int64_t) p->idle_ms) {
+                reply_kind_locked(c, WP_NOOP); /* liveness for both sides */
+            } else if (c->parked_at + p->idle_ms < next) {
+                next = c->parked_at + p->idle_ms;
+            }
+        }
+        for (i = 0; i < p->nfl; i++) {
+            struct flight *f = &p->fl[i];
+            uint8_t key[16];
+            if (!f->used || f->deadline == 0) {
+                continue;
+            }
+            if (wall >= f->deadline) {
+                synthetic_error(&rs, f->exec_id, f->attempt, "ActionTimeout",
+                                "the attempt did not finish before its deadline");
+                token_key(f->token, key);
+                rn_idmap_del(&p->tokens, key);
+                f->used = false;
+                p->st.timeouts++;
+            } else if (mono + (f->deadline - wall) < next) {
+                next = mono + (f->deadline - wall);
+            }
+        }
+        if (rs.len > 0) {
+            pthread_mutex_unlock(&p->mtx);
+            results_deliver(p, &rs);
+            pthread_mutex_lock(&p->mtx);
+            continue;
+        }
+        /* Sleep until the next idle expiry or deadline, or until woken by activity. */
+        wake = next - mono;
+        if (wake < 1) {
+            wake = 1;
+        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += wake / 1000;
+        ts.tv_nsec += (long) (wake % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        (void) pthread_cond_timedwait(&p->cond, &p->mtx, &ts);
+    }
+    pthread_mutex_unlock(&p->mtx);
+    return NULL;
+}
+
+/* ---- public API --------------------------------------------------------------------------- */
+
+cn_err
+rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, struct rn_pool **out,
+              struct cn_errmsg *err)
+{
+    struct rn_pool *p;
+    int rv, i;
+
+    if (cfg->listen_url == NULL || fn == NULL) {
+        return CN_INVAL;
+    }
+    p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        return CN_NOMEM;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    p->idle_ms = cfg->idle_ms ? cfg->idle_ms : 20000;
+    p->credential = cfg->credential ? strdup(cfg->credential) : NULL;
+    pthread_mutex_init(&p->mtx, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    if ((rv = nng_rep0_open(&p->sock)) != 0) {
+        free(p->credential);
+        free(p);
+        return cn_errmsg_set(err, CN_IO, "worker pool: %s", nng_strerror(rv));
+    }
+    (void) nng_socket_set_size(p->sock, NNG_OPT_RECVMAXSZ, WP_MAX_MSG);
+    (void) nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, pipe_removed, p);
+    if ((rv = nng_listen(p->sock, cfg->listen_url, &p->listener, 0)) != 0) {
+        nng_close(p->sock);
+        free(p->credential);
+        free(p);
+        return cn_errmsg_set(err, CN_IO, "worker pool: cannot listen on %s: %s", cfg->listen_url,
+                             nng_strerror(rv));
+    }
+    (void) nng_listener_get_int(p->listener, NNG_OPT_TCP_BOUND_PORT, &p->port);
+    pthread_mutex_lock(&p->mtx);
+    for (i = 0; i < POOL_RECEIVERS; i++) {
+        (void) pctx_new_locked(p);
+    }
+    pthread_mutex_unlock(&p->mtx);
+    if (pthread_create(&p->timer, NULL, timer_main, p) != 0) {
+        rn_pool_stop(p);
+        return CN_NOMEM;
+    }
+    p->timer_started = true;
+    *out = p;
+    return CN_OK;
+}
+
+int
+rn_pool_port(const struct rn_pool *p)
+{
+    return p->port;
+}
+
+cn_err
+rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
+{
+    struct queued *q = calloc(1, sizeof(*q));
+    struct pctx *c;
+
+    if (q == NULL || (q->action = strdup(d->action)) == NULL) {
+        free(q);
+        return CN_NOMEM;
+    }
+    q->d.action = q->action;
+    memcpy(q->d.instance_id, d->instance_id, 16);
+    memcpy(q->d.exec_id, d->exec_id, 16);
+    q->d.attempt = d->attempt;
+    q->d.kwargs = ir_val_retain(d->kwargs);
+    q->d.deadline_ms = d->deadline_ms;
+    pthread_mutex_lock(&p->mtx);
+    p->st.queued++;
+    /* A parked slot of a worker serving the action takes it at once; else it waits. */
+    for (c = p->all; c != NULL; c = c->next) {
+        struct worker *w;
+        if (c->state == PC_PARKED && !c->control && (w = worker_find(p, c->pipe)) != NULL &&
+            worker_serves(w, q->d.action)) {
+            send_dispatch_locked(p, c, q);
+            pthread_cond_signal(&p->cond);
+            pthread_mutex_unlock(&p->mtx);
+            return CN_OK;
+        }
+    }
+    if (p->qtail != NULL) {
+        p->qtail->next = q;
+    } else {
+        p->qhead = q;
+    }
+    p->qtail = q;
+    pthread_mutex_unlock(&p->mtx);
+    return CN_OK;
+}
+
+void
+rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st)
+{
+    pthread_mutex_lock(&p->mtx);
+    *st = p->st;
+    pthread_mutex_unlock(&p->mtx);
+}
+
+void
+rn_pool_stop(struct rn_pool *p)
+{
+    struct results rs = {NULL, 0, 0};
+    struct pctx *c, *next;
+    struct worker *w, *wn;
+    struct queued *q, *qn;
+    size_t i;
+
+    if (p == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&p->mtx);
+    p->stopping = true;
+    pthread_cond_signal(&p->cond);
+    pthread_mutex_unlock(&p->mtx);
+    if (p->timer_started) {
+        pthread_join(p->timer, NULL);
+    }
+    nng_close(p->sock); /* completes every aio with NNG_ECLOSED */
+    for (c = p->all; c != NULL; c = next) {
+        next = c->next;
+        nng_aio_stop(c->aio);
+        nng_aio_free(c->aio);
+        free(c);
+    }
+    for (i = 0; i < p->nfl; i++) {
+        if (p->fl[i].used) {
+            synthetic_error(&rs, p->fl[i].exec_id, p->fl[i].attempt, "WorkerLost",
+                            "the worker pool stopped");
+        }
+    }
+    results_deliver(p, &rs);
+    for (w = p->workers; w != NULL; w = wn) {
+        wn = w->next;
+        worker_free(w);
+    }
+    for (q = p->qhead; q != NULL; q = qn) {
+        qn = q->next;
+        free(q->action);
+        ir_val_release(q->d.kwargs);
+        free(q);
+    }
+    rn_idmap_fini(&p->tokens);
+    free(p->fl);
+    free(p->credential);
+    pthread_mutex_destroy(&p->mtx);
+    pthread_cond_destroy(&p->cond);
+    free(p);
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The worker pool: the runner's end of the worker protocol (docs/protocol.md). It listens on
+ * an nng REP socket, accepts workers (hello/welcome), keeps their idle `ready` requests parked,
+ * answers one with a `dispatch` when work for an action that worker serves is submitted,
+ * routes outcomes back through a callback, enforces per-attempt deadlines (a synthetic
+ * ActionTimeout), and turns the in-flight attempts of a dropped connection into WorkerLost
+ * errors at once.
+ *
+ * Threads: nng's callback threads run the protocol; one pool thread runs timers (idle noops,
+ * deadlines). All pool state is guarded by one mutex; the result callback is always called
+ * with no pool lock held, from an nng or pool thread, and must not block (the shards push the
+ * result into their inbox). rn_pool_submit is thread-safe.
+ */
+#ifndef RUNNER_POOL_H
+#define RUNNER_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/base/err.h"
+#include "ir/value.h"
+
+struct rn_pool;
+
+struct rn_pool_cfg {
+    const char *listen_url; /* ipc://PATH, tcp://HOST:PORT (port 0: any; see rn_pool_port) */
+    const char *credential; /* required in hello when not NULL */
+    uint32_t idle_ms;       /* parked requests are answered with noop after this; 0 = 20000 */
+};
+
+struct rn_pool_dispatch {
+    uint8_t instance_id[16];
+    uint8_t exec_id[16];
+    uint32_t attempt;
+    const char *action;   /* copied */
+    struct ir_val kwargs; /* retained */
+    int64_t deadline_ms;  /* absolute wall clock; 0 = none */
+};
+
+struct rn_pool_result {
+    uint8_t exec_id[16];
+    uint32_t attempt;
+    bool ok;
+    struct ir_val value; /* borrowed for the duration of the callback */
+};
+
+/* Called once per submitted attempt: with the worker's outcome, an ActionTimeout at the
+ * deadline, or a WorkerLost when the worker's connection dropped. */
+typedef void (*rn_pool_result_fn)(void *arg, const struct rn_pool_result *r);
+
+struct rn_pool_stats {
+    uint64_t workers;      /* connected now */
+    uint64_t dispatched;   /* dispatch replies sent */
+    uint64_t results;      /* outcomes accepted */
+    uint64_t stale;        /* outcomes dropped: unknown, late or duplicate */
+    uint64_t timeouts;     /* ActionTimeout delivered */
+    uint64_t lost;         /* WorkerLost delivered */
+    uint64_t bad_messages; /* connections dropped for a malformed message */
+    uint64_t refused;      /* hellos refused */
+    uint64_t queued;       /* submitted attempts waiting for a worker now */
+};
+
+/* Creates and starts a pool listening on cfg->listen_url. Returns CN_OK, CN_IO (cannot
+ * listen; err says why), CN_INVAL, CN_NOMEM. */
+CN_MUST_CHECK cn_err rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg,
+                                   struct rn_pool **out, struct cn_errmsg *err);
+
+/* The TCP port actually bound (for tcp://...:0), or 0. */
+int rn_pool_port(const struct rn_pool *p);
+
+/* Queues an attempt for a worker serving d->action. Thread-safe. Returns CN_OK or CN_NOMEM. */
+CN_MUST_CHECK cn_err rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d);
+
+void rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st);
+
+/* Stops listening, drops every connection (in-flight attempts come back as WorkerLost), joins
+ * the timer thread and frees everything. Never call from the result callback. NULL: no-op. */
+void rn_pool_stop(struct rn_pool *p);
+
+#endif

@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Worker pool tests with real nng sockets in the test process: each "worker" is a raw REQ socket
+ * speaking the protocol through the codec, so every message the pool sees is one a real worker
+ * could send (including malformed ones). Waits have deadlines; nothing sleeps a fixed time.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "ir/eval.h"
+#include "runner/pool.h"
+#include "tests/support/leak.h"
+#include "worker-protocol/proto.h"
+
+TestSuite(pool, .fini = t_leak_check, .timeout = 60);
+
+/* ---- collected results -------------------------------------------------------------------- */
+
+struct got {
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    struct {
+        uint8_t id[16];
+        uint32_t attempt;
+        bool ok;
+        char type[64];
+        struct ir_val value;
+    } r[64];
+    int n;
+};
+
+static void
+on_result(void *arg, const struct rn_pool_result *r)
+{
+    struct got *g = arg;
+
+    pthread_mutex_lock(&g->mtx);
+    if (g->n < 64) {
+        memcpy(g->r[g->n].id, r->exec_id, 16);
+        g->r[g->n].attempt = r->attempt;
+        g->r[g->n].ok = r->ok;
+        (void) snprintf(g->r[g->n].type, sizeof(g->r[g->n].type), "%s",
+                        r->ok ? "" : ir_error_type(r->value));
+        g->r[g->n].value = ir_val_retain(r->value);
+        g->n++;
+    }
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->mtx);
+}
+
+static void
+got_init(struct got *g)
+{
+    memset(g, 0, sizeof(*g));
+    pthread_mutex_init(&g->mtx, NULL);
+    pthread_cond_init(&g->cond, NULL);
+}
+
+static void
+got_fini(struct got *g)
+{
+    int i;
+
+    for (i = 0; i < g->n; i++) {
+        ir_val_release(g->r[i].value);
+    }
+    pthread_mutex_destroy(&g->mtx);
+    pthread_cond_destroy(&g->cond);
+}
+
+/* Waits up to ms for at least n results. */
+static bool
+got_wait(struct got *g, int n, int ms)
+{
+    struct timespec ts;
+    bool ok;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long) (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&g->mtx);
+    while (g->n < n) {
+        if (pthread_cond_timedwait(&g->cond, &g->mtx, &ts) != 0) {
+            break;
+        }
+    }
+    ok = g->n >= n;
+    pthread_mutex_unlock(&g->mtx);
+    return ok;
+}
+
+/* ---- a raw worker --------------------------------------------------------------------------- */
+
+struct tw {
+    nng_socket s;
+    nng_ctx ctx[4];
+    nng_aio *aio[4];
+};
+
+static void
+tw_open(struct tw *w, const char *url, int nctx)
+{
+    int i;
+
+    cr_assert_eq(nng_req0_open(&w->s), 0);
+    cr_assert_eq(nng_socket_set_ms(w->s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE), 0);
+    cr_assert_eq(nng_dial(w->s, url, NULL, 0), 0);
+    for (i = 0; i < nctx; i++) {
+        cr_assert_eq(nng_ctx_open(&w->ctx[i], w->s), 0);
+        cr_assert_eq(nng_aio_alloc(&w->aio[i], NULL, NULL), 0);
+        nng_aio_set_timeout(w->aio[i], 5000);
+    }
+}
+
+static void
+tw_close(struct tw *w, int nctx)
+{
+    int i;
+
+    (void) nng_close(w->s);
+    for (i = 0; i < nctx; i++) {
+        nng_aio_free(w->aio[i]);
+    }
+}
+
+static void
+tw_send_raw(struct tw *w, int k, const void *buf, size_t len)
+{
+    nng_msg *m;
+
+    cr_assert_eq(nng_msg_alloc(&m, 0), 0);
+    cr_assert_eq(nng_msg_append(m, buf, len), 0);
+    nng_aio_set_msg(w->aio[k], m);
+    nng_ctx_send(w->ctx[k], w->aio[k]);
+    nng_aio_wait(w->aio[k]);
+    cr_assert_eq(nng_aio_result(w->aio[k]), 0, "send: %s", nng_strerror(nng_aio_result(w->aio[k])));
+}
+
+static void
+tw_send(struct tw *w, int k, const struct wp_msg *m)
+{
+    struct cn_buf b = CN_BUF_INIT;
+
+    cr_assert_eq(wp_msg_encode(m, &b), CN_OK);
+    tw_send_raw(w, k, b.data, b.len);
+    cn_buf_fini(&b);
+}
+
+/* Starts receiving the reply on context k (asynchronously). */
+static void
+tw_recv_start(struct tw *w, int k)
+{
+    nng_ctx_recv(w->ctx[k], w->aio[k]);
+}
+
+/* Waits for the reply started by tw_recv_start; returns its rv (0 or an nng error). */
+static int
+tw_recv_wait(struct tw *w, int k, struct wp_msg *out)
+{
+    struct cn_errmsg em;
+    nng_msg *m;
+    int rv;
+
+    nng_aio_wait(w->aio[k]);
+    if ((rv = nng_aio_result(w->aio[k])) != 0) {
+        return rv;
+    }
+    m = nng_aio_get_msg(w->aio[k]);
+    cr_assert_eq(wp_msg_decode(nng_msg_body(m), nng_msg_len(m), out, &em), CN_OK, "%s", em.text);
+    nng_msg_free(m);
+    return 0;
+}
+
+static void
+tw_hello(struct tw *w, const char *const *actions, uint32_t n, const char *cred, enum wp_kind want)
+{
+    struct wp_msg m, r;
+
+    wp_msg_init(&m, WP_HELLO);
+    m.worker = "t";
+    m.sdk = "test";
+    m.credential = cred;
+    m.actions = actions;
+    m.nactions = n;
+    m.slots = 2;
+    tw_send(w, 0, &m);
+    tw_recv_start(w, 0);
+    cr_assert_eq(tw_recv_wait(w, 0, &r), 0);
+    cr_assert_eq(r.kind, want, "got %s", wp_kind_name(r.kind));
+    wp_msg_fini(&r);
+}
+
+static void
+tw_ready(struct tw *w, int k, const struct wp_outcome *o)
+{
+    struct wp_msg m;
+
+    wp_msg_init(&m, WP_READY);
+    m.slot = (uint32_t) k;
+    if (o != NULL) {
+        m.has_outcome = true;
+        m.outcome = *o;
+    }
+    tw_send(w, k, &m);
+    tw_recv_start(w, k);
+}
+
+static void
+submit(struct rn_pool *p, const char *action, uint8_t idbyte, int64_t deadline)
+{
+    struct rn_pool_dispatch d;
+
+    memset(&d, 0, sizeof(d));
+    memset(d.exec_id, idbyte, 16);
+    d.attempt = 1;
+    d.action = action;
+    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
+    cr_assert_eq(ir_map_set_cstr(&d.kwargs, "v", ir_int(idbyte)), CN_OK);
+    d.deadline_ms = deadline;
+    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
+    ir_val_release(d.kwargs);
+}
+
+static int64_t
+wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct rn_pool *
+pool_up(struct got *g, char *url, size_t n, const char *cred, uint32_t idle_ms)
+{
+    struct rn_pool_cfg cfg;
+    struct rn_pool *p = NULL;
+    struct cn_errmsg em = {{0}};
+    static int seq;
+
+    (void) snprintf(url, n, "ipc:///tmp/cairn-pool-test-%d-%d.sock", (int) getpid(), ++seq);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.listen_url = url;
+    cfg.credential = cred;
+    cfg.idle_ms = idle_ms;
+    cr_assert_eq(rn_pool_start(&cfg, on_result, g, &p, &em), CN_OK, "%s", em.text);
+    return p;
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+Test(pool, handshake_dispatch_and_outcome)
+{
+    static const char *acts[] = {"t.echo"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+    struct wp_outcome o;
+    struct rn_pool_stats st;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 2);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&w, 1, NULL); /* parked: nothing queued yet */
+    submit(p, "t.echo", 7, 0);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_str_eq(r.action, "t.echo");
+    cr_assert_eq(r.exec_id[0], 7);
+    cr_assert_eq(ir_map_get(r.kwargs, "v", 1)->u.i, 7);
+    memset(&o, 0, sizeof(o));
+    memcpy(o.exec_id, r.exec_id, 16);
+    o.attempt = r.attempt;
+    o.token = r.token;
+    o.ok = true;
+    o.value = ir_int(42);
+    wp_msg_fini(&r);
+    tw_ready(&w, 1, &o);
+    cr_assert(got_wait(&g, 1, 5000), "no result");
+    cr_assert(g.r[0].ok);
+    cr_assert_eq(g.r[0].id[0], 7);
+    cr_assert_eq(g.r[0].value.u.i, 42);
+    /* The same outcome again is stale. */
+    tw_close(&w, 2);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.dispatched, 1);
+    cr_assert_eq(st.results, 1);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+Test(pool, work_goes_only_to_workers_serving_the_action_and_waits_when_none_does)
+{
+    static const char *a[] = {"t.a"}, *b[] = {"t.b"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw wa, wb;
+    struct wp_msg r;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    submit(p, "t.b", 2, 0); /* queued before any worker */
+    tw_open(&wa, url, 2);
+    tw_hello(&wa, a, 1, NULL, WP_WELCOME);
+    tw_ready(&wa, 1, NULL); /* parked: t.b is not for it */
+    tw_open(&wb, url, 2);
+    tw_hello(&wb, b, 1, NULL, WP_WELCOME);
+    tw_ready(&wb, 1, NULL); /* takes the queued t.b at once */
+    cr_assert_eq(tw_recv_wait(&wb, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_str_eq(r.action, "t.b");
+    wp_msg_fini(&r);
+    submit(p, "t.a", 3, 0); /* answers wa's parked request */
+    cr_assert_eq(tw_recv_wait(&wa, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_str_eq(r.action, "t.a");
+    wp_msg_fini(&r);
+    tw_close(&wa, 2);
+    tw_close(&wb, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+Test(pool, a_dropped_worker_returns_its_attempts_as_worker_lost_at_once)
+{
+    static const char *acts[] = {"t.slow"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+    int64_t t0;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 2);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&w, 1, NULL);
+    submit(p, "t.slow", 9, wall_ms() + 60000);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    wp_msg_fini(&r);
+    t0 = wall_ms();
+    tw_close(&w, 2); /* the worker dies mid-action */
+    cr_assert(got_wait(&g, 1, 2000), "no WorkerLost");
+    cr_assert(wall_ms() - t0 < 1000, "WorkerLost took %lld ms", (long long) (wall_ms() - t0));
+    cr_assert(!g.r[0].ok);
+    cr_assert_str_eq(g.r[0].type, "WorkerLost");
+    cr_assert_eq(g.r[0].id[0], 9);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+Test(pool, garbage_drops_that_connection_only)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw bad, good;
+    struct wp_msg r;
+    struct rn_pool_stats st;
+    int i;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&bad, url, 1);
+    tw_send_raw(&bad, 0, "\xc1\xc1\xc1", 3);
+    tw_open(&good, url, 2);
+    tw_hello(&good, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&good, 1, NULL);
+    submit(p, "t.x", 4, 0);
+    cr_assert_eq(tw_recv_wait(&good, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    wp_msg_fini(&r);
+    for (i = 0; i < 100; i++) {
+        rn_pool_stats(p, &st);
+        if (st.bad_messages == 1) {
+            break;
+        }
+        usleep(10000);
+    }
+    cr_assert_eq(st.bad_messages, 1);
+    tw_close(&bad, 1);
+    tw_close(&good, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+Test(pool, deadline_gives_action_timeout_and_a_late_outcome_is_stale)
+{
+    static const char *acts[] = {"t.hang"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+    struct wp_outcome o;
+    struct rn_pool_stats st;
+    int i;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 2);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&w, 1, NULL);
+    submit(p, "t.hang", 5, wall_ms() + 200);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert(got_wait(&g, 1, 3000), "no timeout");
+    cr_assert_str_eq(g.r[0].type, "ActionTimeout");
+    memset(&o, 0, sizeof(o));
+    memcpy(o.exec_id, r.exec_id, 16);
+    o.attempt = r.attempt;
+    o.token = r.token;
+    o.ok = true;
+    o.value = ir_null();
+    wp_msg_fini(&r);
+    tw_ready(&w, 1, &o); /* too late */
+    for (i = 0; i < 100; i++) {
+        rn_pool_stats(p, &st);
+        if (st.stale == 1) {
+            break;
+        }
+        usleep(10000);
+    }
+    cr_assert_eq(st.stale, 1);
+    cr_assert_eq(st.timeouts, 1);
+    cr_assert_eq(g.n, 1);
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+Test(pool, credential_is_required_when_configured)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w1, w2;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), "s3cret", 0);
+    tw_open(&w1, url, 1);
+    tw_hello(&w1, acts, 1, "wrong", WP_REFUSED);
+    tw_open(&w2, url, 1);
+    tw_hello(&w2, acts, 1, "s3cret", WP_WELCOME);
+    tw_close(&w1, 1);
+    tw_close(&w2, 1);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+Test(pool, idle_parked_requests_get_a_noop)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 100);
+    tw_open(&w, url, 2);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&w, 1, NULL);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_NOOP);
+    wp_msg_fini(&r);
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
