@@ -734,6 +734,38 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
     return CN_OK;
 }
 
+cn_err
+rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt)
+{
+    struct pctx *c;
+    struct wp_msg m;
+    size_t i;
+    cn_err rv = CN_NOTFOUND;
+
+    pthread_mutex_lock(&p->mtx);
+    for (i = 0; i < p->nfl; i++) {
+        const struct flight *f = &p->fl[i];
+        if (!f->used || f->attempt != attempt || memcmp(f->exec_id, exec_id, 16) != 0) {
+            continue;
+        }
+        rv = CN_RANGE;
+        for (c = p->all; c != NULL; c = c->next) {
+            if (c->state == PC_PARKED && c->control && c->pipe == f->pipe) {
+                wp_msg_init(&m, WP_CANCEL);
+                memcpy(m.exec_id, f->exec_id, 16);
+                m.attempt = f->attempt;
+                m.token = f->token;
+                reply_locked(c, &m);
+                rv = CN_OK;
+                break;
+            }
+        }
+        break;
+    }
+    pthread_mutex_unlock(&p->mtx);
+    return rv;
+}
+
 void
 rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st)
 {

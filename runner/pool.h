@@ -73,6 +73,12 @@ int rn_pool_port(const struct rn_pool *p);
 /* Queues an attempt for a worker serving d->action. Thread-safe. Returns CN_OK or CN_NOMEM. */
 CN_MUST_CHECK cn_err rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d);
 
+/* Asks the worker running (exec_id, attempt) to stop it, over that worker's parked control
+ * request. Best effort: returns CN_NOTFOUND when the attempt is not in flight, CN_OK when the
+ * cancel was sent, CN_RANGE when the worker has no control request parked right now. The
+ * attempt's result, if one still comes, is delivered as usual. Thread-safe. */
+CN_MUST_CHECK cn_err rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt);
+
 void rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st);
 
 /* Stops listening, drops every connection (in-flight attempts come back as WorkerLost), joins

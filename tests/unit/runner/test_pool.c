@@ -488,3 +488,38 @@ Test(pool, idle_parked_requests_get_a_noop)
     rn_pool_stop(p);
     got_fini(&g);
 }
+
+Test(pool, cancel_rides_on_the_parked_control_request)
+{
+    static const char *acts[] = {"t.long"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg m, r, c;
+    uint8_t id[16];
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 3);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    wp_msg_init(&m, WP_CONTROL);
+    tw_send(&w, 2, &m);
+    tw_recv_start(&w, 2); /* parked control request */
+    tw_ready(&w, 1, NULL);
+    submit(p, "t.long", 6, 0);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    memset(id, 6, 16);
+    cr_assert_eq(rn_pool_cancel(p, id, 2), CN_NOTFOUND); /* not that attempt */
+    cr_assert_eq(rn_pool_cancel(p, id, 1), CN_OK);
+    cr_assert_eq(tw_recv_wait(&w, 2, &c), 0);
+    cr_assert_eq(c.kind, WP_CANCEL);
+    cr_assert(memcmp(c.exec_id, id, 16) == 0);
+    cr_assert_eq(c.token, r.token);
+    wp_msg_fini(&c);
+    wp_msg_fini(&r);
+    tw_close(&w, 3);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
