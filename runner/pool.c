@@ -93,6 +93,9 @@ struct rn_pool {
     struct queued *qhead, *qtail;
     struct flight *fl; /* in-flight dispatches */
     size_t nfl, capfl;
+    uint32_t *fl_free; /* indices of unused entries below nfl (a stack) */
+    size_t nfree, capfree;
+    int64_t timer_wake;     /* monotonic ms the timer thread plans to wake at */
     struct rn_idmap tokens; /* token -> index in fl */
     uint64_t next_token, next_session;
     struct rn_pool_stats st;
@@ -208,6 +211,27 @@ worker_free(struct worker *w)
     free(w);
 }
 
+/* Returns flight entry i to the free stack. Call with the lock held. */
+static void
+flight_release_locked(struct rn_pool *p, size_t i)
+{
+    uint8_t key[16];
+
+    token_key(p->fl[i].token, key);
+    rn_idmap_del(&p->tokens, key);
+    p->fl[i].used = false;
+    if (p->nfree == p->capfree) {
+        size_t ncap = p->capfree ? p->capfree * 2 : 64;
+        uint32_t *n = realloc(p->fl_free, ncap * sizeof(*n));
+        if (n == NULL) {
+            return; /* the entry is simply not reused */
+        }
+        p->fl_free = n;
+        p->capfree = ncap;
+    }
+    p->fl_free[p->nfree++] = (uint32_t) i;
+}
+
 /* ---- replies ------------------------------------------------------------------------------ */
 
 static void pctx_cb(void *arg);
@@ -254,9 +278,10 @@ send_dispatch_locked(struct rn_pool *p, struct pctx *c, struct queued *q)
     uint8_t key[16];
     size_t i;
 
-    for (i = 0; i < p->nfl && p->fl[i].used; i++) {
-    }
-    if (i == p->nfl) {
+    if (p->nfree > 0) {
+        i = p->fl_free[--p->nfree];
+    } else {
+        i = p->nfl;
         if (p->nfl == p->capfl) {
             size_t ncap = p->capfl ? p->capfl * 2 : 64;
             struct flight *n = realloc(p->fl, ncap * sizeof(*n));
@@ -277,8 +302,15 @@ send_dispatch_locked(struct rn_pool *p, struct pctx *c, struct queued *q)
     f->deadline = q->d.deadline_ms;
     token_key(f->token, key);
     if (rn_idmap_put(&p->tokens, key, (uint32_t) i) != CN_OK) {
-        f->used = false;
+        flight_release_locked(p, i);
         return;
+    }
+    if (f->deadline != 0) {
+        /* Wake the timer only when this deadline comes before its planned wake. */
+        int64_t due = now_ms(CLOCK_MONOTONIC) + (f->deadline - now_ms(CLOCK_REALTIME));
+        if (due < p->timer_wake) {
+            pthread_cond_signal(&p->cond);
+        }
     }
     wp_msg_init(&m, WP_DISPATCH);
     memcpy(m.instance_id, q->d.instance_id, 16);
@@ -413,8 +445,7 @@ on_outcome_locked(struct rn_pool *p, uint32_t pipe, const struct wp_outcome *o, 
         return;
     }
     results_add(rs, f->exec_id, f->attempt, o->ok, ir_val_retain(o->value));
-    rn_idmap_del(&p->tokens, key);
-    f->used = false;
+    flight_release_locked(p, i);
     p->st.results++;
 }
 
@@ -516,7 +547,6 @@ pctx_cb(void *arg)
             nng_msg_free(msg);
         }
     }
-    pthread_cond_signal(&p->cond);
     pthread_mutex_unlock(&p->mtx);
     results_deliver(p, &rs);
 }
@@ -549,15 +579,12 @@ pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
     }
     for (i = 0; i < p->nfl; i++) {
         struct flight *f = &p->fl[i];
-        uint8_t key[16];
         if (!f->used || f->pipe != id) {
             continue;
         }
         synthetic_error(&rs, f->exec_id, f->attempt, "WorkerLost",
                         "the worker running this attempt disconnected");
-        token_key(f->token, key);
-        rn_idmap_del(&p->tokens, key);
-        f->used = false;
+        flight_release_locked(p, i);
         p->st.lost++;
     }
     for (c = p->all; c != NULL; c = c->next) {
@@ -599,16 +626,13 @@ timer_main(void *arg)
         }
         for (i = 0; i < p->nfl; i++) {
             struct flight *f = &p->fl[i];
-            uint8_t key[16];
             if (!f->used || f->deadline == 0) {
                 continue;
             }
             if (wall >= f->deadline) {
                 synthetic_error(&rs, f->exec_id, f->attempt, "ActionTimeout",
                                 "the attempt did not finish before its deadline");
-                token_key(f->token, key);
-                rn_idmap_del(&p->tokens, key);
-                f->used = false;
+                flight_release_locked(p, i);
                 p->st.timeouts++;
             } else if (mono + (f->deadline - wall) < next) {
                 next = mono + (f->deadline - wall);
@@ -625,6 +649,7 @@ timer_main(void *arg)
         if (wake < 1) {
             wake = 1;
         }
+        p->timer_wake = mono + wake;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += wake / 1000;
         ts.tv_nsec += (long) (wake % 1000) * 1000000L;
@@ -719,7 +744,6 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
         if (c->state == PC_PARKED && !c->control && (w = worker_find(p, c->pipe)) != NULL &&
             worker_serves(w, q->d.action)) {
             send_dispatch_locked(p, c, q);
-            pthread_cond_signal(&p->cond);
             pthread_mutex_unlock(&p->mtx);
             return CN_OK;
         }
@@ -819,6 +843,7 @@ rn_pool_stop(struct rn_pool *p)
     }
     rn_idmap_fini(&p->tokens);
     free(p->fl);
+    free(p->fl_free);
     free(p->credential);
     pthread_mutex_destroy(&p->mtx);
     pthread_cond_destroy(&p->cond);
