@@ -33,6 +33,9 @@
 #include "worker-protocol/proto.h"
 
 #define POOL_RECEIVERS 4
+/* A refused worker gets time to read `refused` before its connection is closed: closing at
+ * once can drop the reply still queued on the pipe. */
+#define REFUSE_GRACE_MS 500
 
 enum pctx_state { PC_RECV = 0, PC_SEND, PC_PARKED, PC_DEAD };
 
@@ -90,6 +93,11 @@ struct rn_pool {
     uint32_t idle_ms;
     struct pctx *all; /* every context */
     struct worker *workers;
+    struct {
+        uint32_t pipe;
+        int64_t at; /* monotonic ms of the refusal */
+    } refused[64];  /* refused at hello: ignored, then closed after REFUSE_GRACE_MS */
+    size_t nrefused;
     struct queued *qhead, *qtail;
     struct flight *fl; /* in-flight dispatches */
     size_t nfl, capfl;
@@ -392,6 +400,16 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
         wp_msg_init(&r, WP_REFUSED);
         r.reason = "bad credential";
         reply_locked(c, &r);
+        if (p->nrefused < sizeof(p->refused) / sizeof(p->refused[0])) {
+            p->refused[p->nrefused].pipe = c->pipe;
+            p->refused[p->nrefused].at = now_ms(CLOCK_MONOTONIC);
+            p->nrefused++;
+        } else {
+            close_pipe(c->pipe); /* too many at once: no grace */
+        }
+        if (p->timer_wake > now_ms(CLOCK_MONOTONIC) + REFUSE_GRACE_MS) {
+            pthread_cond_signal(&p->cond);
+        }
         return;
     }
     if ((w = worker_find(p, c->pipe)) == NULL) {
@@ -458,6 +476,14 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
     struct worker *w;
     struct queued *q;
 
+    for (size_t i = 0; i < p->nrefused; i++) {
+        if (p->refused[i].pipe == c->pipe) {
+            /* Refused at hello: nothing more is answered on this connection. */
+            c->state = PC_RECV;
+            nng_ctx_recv(c->ctx, c->aio);
+            return;
+        }
+    }
     if (wp_msg_decode(buf, len, &m, &em) != CN_OK) {
         fprintf(stderr, "cairn pool: dropping worker connection %u: %s\n", c->pipe, em.text);
         p->st.bad_messages++;
@@ -569,6 +595,12 @@ pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
         pthread_mutex_unlock(&p->mtx);
         return;
     }
+    for (i = 0; i < p->nrefused; i++) {
+        if (p->refused[i].pipe == id) {
+            p->refused[i] = p->refused[--p->nrefused];
+            break;
+        }
+    }
     for (wp = &p->workers; (w = *wp) != NULL; wp = &w->next) {
         if (w->pipe == id) {
             *wp = w->next;
@@ -614,6 +646,13 @@ timer_main(void *arg)
         struct pctx *c;
         size_t i;
 
+        for (i = 0; i < p->nrefused; i++) {
+            if (mono - p->refused[i].at >= REFUSE_GRACE_MS) {
+                close_pipe(p->refused[i].pipe); /* its removal callback drops the entry */
+            } else if (p->refused[i].at + REFUSE_GRACE_MS < next) {
+                next = p->refused[i].at + REFUSE_GRACE_MS;
+            }
+        }
         for (c = p->all; c != NULL; c = c->next) {
             if (c->state != PC_PARKED) {
                 continue;

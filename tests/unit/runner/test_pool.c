@@ -107,14 +107,27 @@ struct tw {
     nng_socket s;
     nng_ctx ctx[4];
     nng_aio *aio[4];
+    int removed; /* pipes this worker lost (written by nng's callback thread) */
 };
+
+static void
+tw_pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
+{
+    struct tw *w = arg;
+
+    (void) pp;
+    (void) ev;
+    __atomic_add_fetch(&w->removed, 1, __ATOMIC_SEQ_CST);
+}
 
 static void
 tw_open(struct tw *w, const char *url, int nctx)
 {
     int i;
 
+    w->removed = 0;
     cr_assert_eq(nng_req0_open(&w->s), 0);
+    cr_assert_eq(nng_pipe_notify(w->s, NNG_PIPE_EV_REM_POST, tw_pipe_removed, w), 0);
     cr_assert_eq(nng_socket_set_ms(w->s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE), 0);
     cr_assert_eq(nng_dial(w->s, url, NULL, 0), 0);
     for (i = 0; i < nctx; i++) {
@@ -459,6 +472,15 @@ Test(pool, credential_is_required_when_configured)
     p = pool_up(&g, url, sizeof(url), "s3cret", 0);
     tw_open(&w1, url, 1);
     tw_hello(&w1, acts, 1, "wrong", WP_REFUSED);
+    {
+        /* The runner drops the refused connection. */
+        int k;
+        for (k = 0; k < 200 && __atomic_load_n(&w1.removed, __ATOMIC_SEQ_CST) == 0; k++) {
+            usleep(10000);
+        }
+        cr_assert_geq(__atomic_load_n(&w1.removed, __ATOMIC_SEQ_CST), 1,
+                      "the refused connection was not dropped");
+    }
     tw_open(&w2, url, 1);
     tw_hello(&w2, acts, 1, "s3cret", WP_WELCOME);
     tw_close(&w1, 1);
