@@ -1,0 +1,550 @@
+/* SPDX-License-Identifier: MIT */
+/* Worker SDK tests: a real SDK worker (include/cairn/worker.h) talks to a fake runner, an nng
+ * REP socket in this process on ipc:///tmp/cairn-sdk-test-<pid>-<n>.sock that answers with
+ * wp_msg messages per docs/protocol.md. The fake runner's thread answers every request:
+ * hello -> welcome (or refused), control -> parked, goodbye -> ack, ready -> a queued dispatch,
+ * else noop for the first `noops` readies, else parked. Every request is recorded in order.
+ * Waits have deadlines; nothing sleeps a fixed time. nng_fini() is never called (Criterion
+ * uses nng itself). */
+#include <cairn/worker.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+
+#include "ir/eval.h"
+#include "tests/support/compile_util.h"
+#include "tests/support/leak.h"
+#include "worker-protocol/proto.h"
+
+TestSuite(wp_sdk, .fini = t_leak_check, .timeout = 30);
+
+#define FR_CTXS  8
+#define FR_LOG   64
+#define FR_QUEUE 8
+#define WAIT_MS  5000
+
+/* Checks in the fake runner's thread, where Criterion's asserts must not be used. */
+#define FR_CHECK(cond)                                                                           \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            fprintf(stderr, "%s:%d: fake runner check failed: %s\n", __FILE__, __LINE__, #cond); \
+            abort();                                                                             \
+        }                                                                                        \
+    } while (0)
+
+struct fr {
+    nng_socket sock;
+    char url[128];
+    nng_ctx ctx[FR_CTXS];
+    nng_aio *rx[FR_CTXS];
+    nng_aio *tx[FR_CTXS];
+    pthread_t thread;
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    /* protected by mtx */
+    bool stop;
+    bool arrived[FR_CTXS]; /* a request waits in rx[i] */
+    bool parked_ready[FR_CTXS];
+    struct wp_msg log[FR_LOG];
+    size_t nlog;
+    struct wp_msg queue[FR_QUEUE]; /* dispatches to hand out */
+    size_t nqueue;
+    int noops;          /* readies to answer with noop first */
+    const char *refuse; /* refuse hello with this reason */
+};
+
+static int64_t
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+fr_timedwait(struct fr *f, int64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long) (ms % 1000) * 1000000;
+    ts.tv_sec += ms / 1000 + ts.tv_nsec / 1000000000;
+    ts.tv_nsec %= 1000000000;
+    pthread_cond_timedwait(&f->cond, &f->mtx, &ts);
+}
+
+/* The aio callbacks get the index through this table. */
+struct fr_cbarg {
+    struct fr *f;
+    size_t i;
+};
+static struct fr_cbarg cbargs[FR_CTXS];
+
+static void
+fr_arrive(void *arg)
+{
+    struct fr_cbarg *a = arg;
+
+    pthread_mutex_lock(&a->f->mtx);
+    if (nng_aio_result(a->f->rx[a->i]) == 0) {
+        a->f->arrived[a->i] = true;
+    }
+    pthread_cond_broadcast(&a->f->cond);
+    pthread_mutex_unlock(&a->f->mtx);
+}
+
+/* Sends reply m on context i (runner thread, without the lock) and re-arms its receive. */
+static void
+fr_reply(struct fr *f, size_t i, const struct wp_msg *m)
+{
+    struct cn_buf b = CN_BUF_INIT;
+    nng_msg *msg;
+
+    FR_CHECK(wp_msg_encode(m, &b) == CN_OK);
+    FR_CHECK(nng_msg_alloc(&msg, 0) == 0);
+    FR_CHECK(nng_msg_append(msg, b.data, b.len) == 0);
+    cn_buf_fini(&b);
+    nng_aio_set_msg(f->tx[i], msg);
+    nng_ctx_send(f->ctx[i], f->tx[i]);
+    nng_aio_wait(f->tx[i]);
+    if (nng_aio_result(f->tx[i]) != 0) {
+        nng_msg_free(nng_aio_get_msg(f->tx[i]));
+    }
+    nng_ctx_recv(f->ctx[i], f->rx[i]);
+}
+
+static void
+fr_reply_kind(struct fr *f, size_t i, enum wp_kind k)
+{
+    struct wp_msg m;
+
+    wp_msg_init(&m, k);
+    m.session = 1;
+    m.idle_ms = 20000;
+    m.reason = f->refuse;
+    fr_reply(f, i, &m);
+}
+
+static void *
+fr_main(void *arg)
+{
+    struct fr *f = arg;
+    struct cn_errmsg em;
+
+    pthread_mutex_lock(&f->mtx);
+    while (!f->stop) {
+        size_t i, pick = FR_CTXS;
+        struct wp_msg m, d;
+        nng_msg *msg;
+
+        for (i = 0; i < FR_CTXS && pick == FR_CTXS; i++) {
+            if (f->arrived[i]) {
+                pick = i;
+            }
+        }
+        if (pick == FR_CTXS) {
+            /* a parked ready gets a queued dispatch */
+            for (i = 0; i < FR_CTXS && f->nqueue > 0; i++) {
+                if (f->parked_ready[i]) {
+                    d = f->queue[0];
+                    memmove(&f->queue[0], &f->queue[1], --f->nqueue * sizeof(f->queue[0]));
+                    f->parked_ready[i] = false;
+                    pthread_mutex_unlock(&f->mtx);
+                    fr_reply(f, i, &d);
+                    wp_msg_fini(&d);
+                    pthread_mutex_lock(&f->mtx);
+                    break;
+                }
+            }
+            if (i == FR_CTXS || f->nqueue == 0) {
+                fr_timedwait(f, 50);
+            }
+            continue;
+        }
+        f->arrived[pick] = false;
+        msg = nng_aio_get_msg(f->rx[pick]);
+        FR_CHECK(wp_msg_decode(nng_msg_body(msg), nng_msg_len(msg), &m, &em) == CN_OK);
+        nng_msg_free(msg);
+        FR_CHECK(f->nlog < FR_LOG);
+        f->log[f->nlog++] = m;
+        pthread_cond_broadcast(&f->cond);
+        switch (m.kind) {
+        case WP_HELLO:
+            pthread_mutex_unlock(&f->mtx);
+            fr_reply_kind(f, pick, f->refuse != NULL ? WP_REFUSED : WP_WELCOME);
+            pthread_mutex_lock(&f->mtx);
+            break;
+        case WP_GOODBYE:
+            pthread_mutex_unlock(&f->mtx);
+            fr_reply_kind(f, pick, WP_ACK);
+            pthread_mutex_lock(&f->mtx);
+            break;
+        case WP_READY:
+            if (f->noops > 0) {
+                f->noops--;
+                pthread_mutex_unlock(&f->mtx);
+                fr_reply_kind(f, pick, WP_NOOP);
+                pthread_mutex_lock(&f->mtx);
+            } else {
+                f->parked_ready[pick] = true;
+            }
+            break;
+        default: /* control: parked for good */
+            break;
+        }
+    }
+    pthread_mutex_unlock(&f->mtx);
+    return NULL;
+}
+
+static struct fr *
+fr_start(void)
+{
+    static atomic_int seq;
+    struct fr *f = calloc(1, sizeof(*f));
+    size_t i;
+
+    cr_assert_not_null(f);
+    snprintf(f->url, sizeof(f->url), "ipc:///tmp/cairn-sdk-test-%ld-%d.sock", (long) getpid(),
+             atomic_fetch_add(&seq, 1));
+    unlink(f->url + strlen("ipc://"));
+    pthread_mutex_init(&f->mtx, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    cr_assert_eq(nng_rep0_open(&f->sock), 0);
+    cr_assert_eq(nng_socket_set_size(f->sock, NNG_OPT_RECVMAXSZ, WP_MAX_MSG), 0);
+    cr_assert_eq(nng_listen(f->sock, f->url, NULL, 0), 0);
+    for (i = 0; i < FR_CTXS; i++) {
+        cbargs[i].f = f;
+        cbargs[i].i = i;
+        cr_assert_eq(nng_ctx_open(&f->ctx[i], f->sock), 0);
+        cr_assert_eq(nng_aio_alloc(&f->rx[i], fr_arrive, &cbargs[i]), 0);
+        cr_assert_eq(nng_aio_alloc(&f->tx[i], NULL, NULL), 0);
+        nng_aio_set_timeout(f->tx[i], 2000);
+        nng_ctx_recv(f->ctx[i], f->rx[i]);
+    }
+    cr_assert_eq(pthread_create(&f->thread, NULL, fr_main, f), 0);
+    return f;
+}
+
+static void
+fr_free(struct fr *f)
+{
+    size_t i;
+
+    pthread_mutex_lock(&f->mtx);
+    f->stop = true;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->mtx);
+    pthread_join(f->thread, NULL);
+    nng_close(f->sock);
+    for (i = 0; i < FR_CTXS; i++) {
+        nng_aio_free(f->rx[i]);
+        nng_aio_free(f->tx[i]);
+    }
+    for (i = 0; i < f->nlog; i++) {
+        wp_msg_fini(&f->log[i]);
+    }
+    for (i = 0; i < f->nqueue; i++) {
+        wp_msg_fini(&f->queue[i]);
+    }
+    unlink(f->url + strlen("ipc://"));
+    pthread_cond_destroy(&f->cond);
+    pthread_mutex_destroy(&f->mtx);
+    free(f);
+}
+
+/* Queues a dispatch of action with kwargs (JSON text). */
+static void
+fr_dispatch(struct fr *f, const char *action, const char *kwargs, uint8_t id, uint32_t attempt,
+            uint64_t token)
+{
+    struct cn_errmsg em;
+    struct wp_msg d;
+
+    wp_msg_init(&d, WP_DISPATCH);
+    memset(d.instance_id, 0xAB, 16);
+    memset(d.exec_id, id, 16);
+    d.attempt = attempt;
+    d.token = token;
+    d.action = action; /* a string literal: outlives the queue */
+    d.deadline_ms = 4102444800000LL;
+    cr_assert_eq(ir_val_from_json(kwargs, strlen(kwargs), &d.kwargs, &em), CN_OK);
+    pthread_mutex_lock(&f->mtx);
+    cr_assert_lt(f->nqueue, FR_QUEUE);
+    f->queue[f->nqueue++] = d;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->mtx);
+}
+
+/* Index in the log of the n-th (0-based) message of kind k for which `outcome` matches
+ * (-1: any, 0: no outcome, 1: with outcome), waiting up to WAIT_MS; -1 if none came. */
+static long
+fr_await(struct fr *f, enum wp_kind k, int outcome, int n)
+{
+    int64_t deadline = now_ms() + WAIT_MS;
+    long found = -1;
+
+    pthread_mutex_lock(&f->mtx);
+    while (found < 0 && now_ms() < deadline) {
+        int seen = 0;
+        size_t i;
+
+        for (i = 0; i < f->nlog && found < 0; i++) {
+            if (f->log[i].kind == k && (outcome < 0 || (int) f->log[i].has_outcome == outcome) &&
+                seen++ == n) {
+                found = (long) i;
+            }
+        }
+        if (found < 0) {
+            fr_timedwait(f, 50);
+        }
+    }
+    pthread_mutex_unlock(&f->mtx);
+    return found;
+}
+
+/* Number of logged messages of kind k, now. */
+static size_t
+fr_count(struct fr *f, enum wp_kind k)
+{
+    size_t i, n = 0;
+
+    pthread_mutex_lock(&f->mtx);
+    for (i = 0; i < f->nlog; i++) {
+        n += f->log[i].kind == k;
+    }
+    pthread_mutex_unlock(&f->mtx);
+    return n;
+}
+
+/* ---- handlers ------------------------------------------------------------------------------- */
+
+static cn_err
+h_echo(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, struct ir_val *out)
+{
+    const struct ir_val *v = ir_map_get(kwargs, "value", 5);
+
+    (void) ctx;
+    (void) arg;
+    *out = v != NULL ? ir_val_retain(*v) : ir_null();
+    return CN_OK;
+}
+
+static cn_err
+h_fail(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, struct ir_val *out)
+{
+    struct ir_val bases;
+
+    (void) ctx;
+    (void) kwargs;
+    (void) arg;
+    T_OK(ir_list_new(2, &bases));
+    T_OK(ir_str_from_cstr("LookupError", &ir_list_items(bases)[0]));
+    T_OK(ir_str_from_cstr("Exception", &ir_list_items(bases)[1]));
+    return cairn_worker_error_new("KeyError", "'k'", bases, out);
+}
+
+/* Returns only once stop() has begun (bounded), so stop must wait for it. */
+static atomic_bool gate_entered;
+
+static cn_err
+h_gate(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, struct ir_val *out)
+{
+    struct cairn_worker *w = arg;
+    int64_t deadline = now_ms() + WAIT_MS;
+
+    (void) ctx;
+    (void) kwargs;
+    atomic_store(&gate_entered, true);
+    while (cairn_worker_running(w) && now_ms() < deadline) {
+        struct timespec ts = {0, 1000000};
+
+        nanosleep(&ts, NULL);
+    }
+    return ir_str_from_cstr("finished", out);
+}
+
+static struct cairn_worker *
+worker_new(struct fr *f, uint32_t slots)
+{
+    struct cairn_worker_options o;
+    struct cairn_worker *w;
+
+    memset(&o, 0, sizeof(o));
+    o.name = "w-test";
+    o.slots = slots;
+    o.credential = "tok";
+    o.reconnect_min_ms = 10;
+    o.reconnect_max_ms = 100;
+    o.start_timeout_ms = WAIT_MS;
+    T_OK(cairn_worker_new(f->url, &o, &w));
+    T_OK(cairn_worker_register(w, "t.echo", h_echo, NULL));
+    T_OK(cairn_worker_register(w, "t.fail", h_fail, NULL));
+    T_OK(cairn_worker_register(w, "t.gate", h_gate, w));
+    return w;
+}
+
+/* ---- tests ---------------------------------------------------------------------------------- */
+
+Test(wp_sdk, hello_carries_identity)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new(f, 2);
+    long h;
+
+    T_ERR(cairn_worker_register(w, "t.echo", h_echo, NULL), CN_INVAL); /* duplicate */
+    T_OK(cairn_worker_start(w));
+    cr_assert(cairn_worker_running(w));
+    h = fr_await(f, WP_HELLO, -1, 0);
+    cr_assert_eq(h, 0, "hello must be the first message");
+    cr_assert_str_eq(f->log[h].worker, "w-test");
+    cr_assert_str_eq(f->log[h].credential, "tok");
+    cr_assert_eq(f->log[h].slots, 2);
+    cr_assert_eq(f->log[h].nactions, 3);
+    cr_assert_str_eq(f->log[h].actions[0], "t.echo");
+    cr_assert_str_eq(f->log[h].actions[2], "t.gate");
+    cr_assert_not_null(strstr(f->log[h].sdk, "libcairn-worker"));
+    /* both slots ask for work, and the control request is parked */
+    cr_assert_geq(fr_await(f, WP_READY, 0, 1), 0);
+    cr_assert_geq(fr_await(f, WP_CONTROL, -1, 0), 0);
+    T_ERR(cairn_worker_register(w, "t.late", h_echo, NULL), CN_INVAL); /* after start */
+    cairn_worker_stop(w, 1000);
+    cr_assert(!cairn_worker_running(w));
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+Test(wp_sdk, result_comes_back_in_next_ready)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new(f, 1);
+    const char *want_text = "[1, \"x\", {\"k\": null}]";
+    struct ir_val want;
+    struct cn_errmsg em;
+    uint8_t id[16];
+    long r;
+
+    T_OK(cairn_worker_start(w));
+    fr_dispatch(f, "t.echo", "{\"value\": [1, \"x\", {\"k\": null}]}", 0x11, 3, 77);
+    r = fr_await(f, WP_READY, 1, 0);
+    cr_assert_geq(r, 0, "no outcome came back");
+    memset(id, 0x11, 16);
+    cr_assert_eq(memcmp(f->log[r].outcome.exec_id, id, 16), 0);
+    cr_assert_eq(f->log[r].outcome.attempt, 3);
+    cr_assert_eq(f->log[r].outcome.token, 77);
+    cr_assert(f->log[r].outcome.ok);
+    cr_assert_eq(ir_val_from_json(want_text, strlen(want_text), &want, &em), CN_OK);
+    cr_assert(ir_val_same(f->log[r].outcome.value, want));
+    ir_val_release(want);
+    cairn_worker_stop(w, 1000);
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+Test(wp_sdk, error_arrives_with_ok_false)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new(f, 1);
+    const struct ir_val *type;
+    long r;
+
+    T_OK(cairn_worker_start(w));
+    fr_dispatch(f, "t.fail", "{}", 0x22, 1, 5);
+    fr_dispatch(f, "t.unknown", "{}", 0x23, 1, 6);
+    r = fr_await(f, WP_READY, 1, 0);
+    cr_assert_geq(r, 0);
+    cr_assert(!f->log[r].outcome.ok);
+    cr_assert_eq(f->log[r].outcome.token, 5);
+    type = ir_map_get(f->log[r].outcome.value, "type", 4);
+    cr_assert_not_null(type);
+    cr_assert_str_eq(ir_str_data(*type), "KeyError");
+    cr_assert_not_null(ir_map_get(f->log[r].outcome.value, "bases", 5));
+    /* an action the worker does not serve is an error too, never a crash */
+    r = fr_await(f, WP_READY, 1, 1);
+    cr_assert_geq(r, 0);
+    cr_assert(!f->log[r].outcome.ok);
+    cr_assert_eq(f->log[r].outcome.token, 6);
+    cr_assert_str_eq(ir_str_data(*ir_map_get(f->log[r].outcome.value, "type", 4)), "WorkerError");
+    cairn_worker_stop(w, 1000);
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+Test(wp_sdk, noop_makes_the_worker_ask_again)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new(f, 1);
+    long r;
+
+    f->noops = 3;
+    T_OK(cairn_worker_start(w));
+    /* three noops, then a fourth ready that stays parked and gets work */
+    cr_assert_geq(fr_await(f, WP_READY, 0, 3), 0);
+    fr_dispatch(f, "t.echo", "{\"value\": 9}", 0x33, 1, 1);
+    r = fr_await(f, WP_READY, 1, 0);
+    cr_assert_geq(r, 0);
+    cr_assert(f->log[r].outcome.ok);
+    cr_assert_eq(f->log[r].outcome.value.u.i, 9);
+    cairn_worker_stop(w, 1000);
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+Test(wp_sdk, refused_fails_start)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new(f, 1);
+
+    f->refuse = "bad credential";
+    T_ERR(cairn_worker_start(w), CN_PROTO);
+    cr_assert_not_null(strstr(cairn_worker_error(w), "bad credential"));
+    cr_assert(!cairn_worker_running(w));
+    cr_assert_eq(fr_count(f, WP_READY), 0, "no ready after a refusal");
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+static void *
+stopper(void *arg)
+{
+    cairn_worker_stop(arg, 5000);
+    return NULL;
+}
+
+Test(wp_sdk, stop_sends_goodbye_after_in_flight_work, .timeout = 30)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new(f, 2);
+    int64_t deadline = now_ms() + WAIT_MS;
+    pthread_t t;
+    long r, g;
+
+    T_OK(cairn_worker_start(w));
+    fr_dispatch(f, "t.gate", "{}", 0x44, 2, 9);
+    while (!atomic_load(&gate_entered) && now_ms() < deadline) {
+        struct timespec ts = {0, 1000000};
+
+        nanosleep(&ts, NULL);
+    }
+    cr_assert(atomic_load(&gate_entered));
+    cr_assert_eq(pthread_create(&t, NULL, stopper, w), 0);
+    g = fr_await(f, WP_GOODBYE, -1, 0);
+    pthread_join(t, NULL);
+    r = fr_await(f, WP_READY, 1, 0);
+    cr_assert_geq(r, 0, "the in-flight outcome was not sent");
+    cr_assert_geq(g, 0, "no goodbye");
+    cr_assert_lt(r, g, "goodbye came before the in-flight outcome");
+    cr_assert_str_eq(ir_str_data(f->log[r].outcome.value), "finished");
+    cr_assert_eq(fr_count(f, WP_GOODBYE), 1, "goodbye sent twice");
+    cairn_worker_free(w);
+    fr_free(f);
+}

@@ -1,0 +1,1003 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The worker SDK (include/cairn/worker.h): the worker side of docs/protocol.md over an nng
+ * REQ socket. All nng calls of the SDK are in this file.
+ *
+ * DESIGN
+ * - One REQ socket, one dialer (nng reconnects, RECONNMINT/MAXT). One context + aio + thread
+ *   per slot (ready -> dispatch/noop -> run -> ready with the outcome), plus one control
+ *   context and thread (hello after a reconnect, then a parked `control` for `cancel`s).
+ * - Aios are waited on synchronously (nng_aio_wait) by their own thread. Another thread
+ *   interrupts one with nng_aio_cancel, which is race-free because an operation is started
+ *   only under w->mtx after checking the flags that the interrupting thread sets under w->mtx.
+ * - Sessions: `gen` counts connections lost. A pipe removal (nng callback, never blocks) bumps
+ *   gen, sets need_hello and cancels every pending operation, so nothing is left for nng's REQ
+ *   to re-send on the next pipe before the new `hello`. Slot threads wait for the new welcome;
+ *   an outcome from an older generation is dropped (the runner failed it with WorkerLost).
+ * - REQ re-sends are off (NNG_OPT_REQ_RESENDTIME infinite): a parked `ready` may wait long.
+ * - A reply that does not decode is logged and treated as a noop.
+ *
+ *   slot phases:  WAIT -> SEND -> PARKED -> RUN -> WAIT ...   (any) -> DONE on stop/close
+ *
+ * Lock order: only w->mtx (nng's own locks are below it: we call nng_aio_cancel under it,
+ * which never calls back into us since our aios have no callback).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "ir/eval.h"
+#include "worker-protocol/include/cairn/worker.h"
+#include "worker-protocol/proto.h"
+
+#define SDK_NAME "libcairn-worker 0.1.0"
+
+enum sdk_phase { PH_WAIT, PH_SEND, PH_PARKED, PH_RUN, PH_DONE };
+
+struct sdk_action {
+    char *name;
+    cairn_worker_handler fn;
+    void *arg;
+};
+
+struct sdk_slot {
+    struct cairn_worker *w;
+    uint32_t index;
+    nng_ctx ctx;
+    nng_aio *aio;
+    pthread_t thread;
+    bool thread_started;
+    enum sdk_phase phase; /* protected by w->mtx */
+    /* the attempt being run (phase RUN), for `cancel` matching; protected by w->mtx */
+    uint8_t exec_id[16];
+    uint32_t attempt;
+    uint64_t token;
+    atomic_bool cancelled; /* read by the handler without the lock; a flag only */
+};
+
+struct cairn_worker {
+    char *url;
+    char *name;
+    char *credential;
+    uint32_t nslots;
+    uint32_t reconnect_min_ms, reconnect_max_ms, start_timeout_ms;
+    struct sdk_action *actions;
+    uint32_t nactions;
+    char errtext[320];
+
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    /* protected by mtx */
+    bool started;    /* between start() success and the end of stop() */
+    bool stopping;   /* stop() called: no new work */
+    bool failed;     /* refused after a reconnect: serving stopped */
+    bool need_hello; /* connection lost since the last welcome */
+    uint64_t gen;    /* connections lost so far */
+    bool ctl_started;
+    bool ctl_busy; /* control aio has an operation pending */
+
+    bool sock_open;
+    nng_socket sock;
+    nng_dialer dialer;
+    nng_ctx ctl_ctx;
+    nng_aio *ctl_aio;
+    pthread_t ctl_thread;
+    struct sdk_slot *slots;
+};
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static void
+sdk_lock(struct cairn_worker *w)
+{
+    if (pthread_mutex_lock(&w->mtx) != 0) {
+        abort();
+    }
+}
+
+static void
+sdk_unlock(struct cairn_worker *w)
+{
+    if (pthread_mutex_unlock(&w->mtx) != 0) {
+        abort();
+    }
+}
+
+static void
+sdk_broadcast(struct cairn_worker *w)
+{
+    if (pthread_cond_broadcast(&w->cond) != 0) {
+        abort();
+    }
+}
+
+static void
+sdk_wait(struct cairn_worker *w)
+{
+    if (pthread_cond_wait(&w->cond, &w->mtx) != 0) {
+        abort();
+    }
+}
+
+static int64_t
+sdk_now_ms(void)
+{
+    struct timespec ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits on w->cond until the monotonic deadline; returns false once it has passed. */
+static bool
+sdk_wait_until(struct cairn_worker *w, int64_t deadline_ms)
+{
+    struct timespec ts;
+    int64_t left = deadline_ms - sdk_now_ms();
+    int rv;
+
+    if (left <= 0) {
+        return false;
+    }
+    (void) clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t) (left / 1000);
+    ts.tv_nsec += (long) (left % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    rv = pthread_cond_timedwait(&w->cond, &w->mtx, &ts);
+    if (rv != 0 && rv != ETIMEDOUT) {
+        abort();
+    }
+    return true;
+}
+
+static char *
+sdk_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+
+    if (p != NULL) {
+        memcpy(p, s, n);
+    }
+    return p;
+}
+
+static bool
+sdk_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    return n > 0 && n <= WP_MAX_NAME && ir_utf8_valid(s, n, NULL);
+}
+
+static cn_err
+sdk_nng_err(int rv)
+{
+    switch (rv) {
+    case 0:
+        return CN_OK;
+    case NNG_ENOMEM:
+        return CN_NOMEM;
+    case NNG_EINVAL:
+    case NNG_EADDRINVAL:
+    case NNG_ENOTSUP:
+        return CN_INVAL;
+    default:
+        return CN_IO;
+    }
+}
+
+static void
+sdk_log(const struct cairn_worker *w, const char *what, const char *detail)
+{
+    (void) fprintf(stderr, "cairn worker %s: %s%s%s\n", w->name, what, detail ? ": " : "",
+                   detail ? detail : "");
+}
+
+/* Sets the error text of the last failure (start's callers read it). */
+static cn_err
+sdk_fail(struct cairn_worker *w, cn_err rv, const char *what, const char *detail)
+{
+    (void) snprintf(w->errtext, sizeof(w->errtext), "%s%s%s", what, detail ? ": " : "",
+                    detail ? detail : "");
+    sdk_log(w, what, detail);
+    return rv;
+}
+
+/* ---- messages ------------------------------------------------------------------------------ */
+
+/* Encodes m into a new nng message. */
+static cn_err
+sdk_msg_new(const struct wp_msg *m, nng_msg **out)
+{
+    struct cn_buf b = CN_BUF_INIT;
+    nng_msg *msg = NULL;
+    cn_err rv;
+
+    if ((rv = wp_msg_encode(m, &b)) != CN_OK) {
+        goto out;
+    }
+    if (b.len > WP_MAX_MSG) {
+        rv = CN_TOOBIG;
+        goto out;
+    }
+    if (nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, b.data, b.len) != 0) {
+        rv = CN_NOMEM;
+        goto out;
+    }
+    *out = msg;
+    msg = NULL;
+out:
+    if (msg != NULL) {
+        nng_msg_free(msg);
+    }
+    cn_buf_fini(&b);
+    return rv;
+}
+
+/* Starts op (send when msg != NULL, else receive) on ctx/aio unless the session changed or
+ * the worker is stopping (for sends by slots, `allow_stopping` lets a final outcome out).
+ * Waits for it. Returns 0 or an nng error (NNG_ECANCELED when not started). On a failed send
+ * msg is freed. */
+static int
+sdk_op(struct cairn_worker *w, nng_ctx ctx, nng_aio *aio, nng_msg *msg, uint64_t gen,
+       bool allow_stopping, bool *busy)
+{
+    int rv;
+
+    sdk_lock(w);
+    if (w->gen != gen || (w->stopping && !allow_stopping) || !w->sock_open) {
+        sdk_unlock(w);
+        if (msg != NULL) {
+            nng_msg_free(msg);
+        }
+        return NNG_ECANCELED;
+    }
+    *busy = true;
+    if (msg != NULL) {
+        nng_aio_set_msg(aio, msg);
+        nng_ctx_send(ctx, aio);
+    } else {
+        nng_ctx_recv(ctx, aio);
+    }
+    sdk_unlock(w);
+    nng_aio_wait(aio);
+    sdk_lock(w);
+    *busy = false;
+    sdk_unlock(w);
+    rv = nng_aio_result(aio);
+    if (rv != 0 && msg != NULL) {
+        nng_msg_free(nng_aio_get_msg(aio));
+        nng_aio_set_msg(aio, NULL);
+    }
+    return rv;
+}
+
+/* Receives a reply and decodes it. An undecodable one is logged and becomes a noop. */
+static int
+sdk_recv(struct cairn_worker *w, nng_ctx ctx, nng_aio *aio, uint64_t gen, bool allow_stopping,
+         bool *busy, struct wp_msg *out)
+{
+    struct cn_errmsg em = {{0}};
+    nng_msg *msg;
+    int rv;
+
+    wp_msg_init(out, WP_NOOP);
+    if ((rv = sdk_op(w, ctx, aio, NULL, gen, allow_stopping, busy)) != 0) {
+        return rv;
+    }
+    msg = nng_aio_get_msg(aio);
+    nng_aio_set_msg(aio, NULL);
+    if (wp_msg_decode(nng_msg_body(msg), nng_msg_len(msg), out, &em) != CN_OK) {
+        sdk_log(w, "undecodable reply, treated as noop", em.text);
+        wp_msg_fini(out);
+        wp_msg_init(out, WP_NOOP);
+    }
+    nng_msg_free(msg);
+    return 0;
+}
+
+/* One hello/welcome exchange on the control context. Returns CN_OK (session open for gen),
+ * CN_PROTO (refused, or another reply), CN_IO (transport error, cancelled or timed out). */
+static cn_err
+sdk_hello(struct cairn_worker *w, uint64_t gen)
+{
+    const char **names = NULL;
+    struct wp_msg m, r;
+    nng_msg *msg = NULL;
+    uint32_t i;
+    cn_err rv;
+    int nrv;
+
+    names = calloc(w->nactions, sizeof(*names));
+    if (names == NULL) {
+        return CN_NOMEM;
+    }
+    for (i = 0; i < w->nactions; i++) {
+        names[i] = w->actions[i].name;
+    }
+    wp_msg_init(&m, WP_HELLO);
+    m.worker = w->name;
+    m.sdk = SDK_NAME;
+    m.credential = w->credential;
+    m.actions = names;
+    m.nactions = w->nactions;
+    m.slots = w->nslots;
+    rv = sdk_msg_new(&m, &msg);
+    free(names);
+    if (rv != CN_OK) {
+        return sdk_fail(w, rv, "cannot encode hello", cn_strerror(rv));
+    }
+    if ((nrv = sdk_op(w, w->ctl_ctx, w->ctl_aio, msg, gen, false, &w->ctl_busy)) != 0 ||
+        (nrv = sdk_recv(w, w->ctl_ctx, w->ctl_aio, gen, false, &w->ctl_busy, &r)) != 0) {
+        /* not logged: start() and the control thread retry, and say so once */
+        (void) snprintf(w->errtext, sizeof(w->errtext), "hello not answered: %s",
+                        nng_strerror(nrv));
+        return CN_IO;
+    }
+    switch (r.kind) {
+    case WP_WELCOME:
+        rv = CN_OK;
+        break;
+    case WP_REFUSED:
+        (void) snprintf(w->errtext, sizeof(w->errtext), "refused: %s", r.reason);
+        sdk_log(w, w->errtext, NULL);
+        rv = CN_PROTO;
+        break;
+    case WP_NOOP:
+        rv = CN_IO; /* retried by the caller */
+        break;
+    default:
+        rv = sdk_fail(w, CN_PROTO, "unexpected reply to hello", wp_kind_name(r.kind));
+        break;
+    }
+    wp_msg_fini(&r);
+    return rv;
+}
+
+/* ---- outcomes -------------------------------------------------------------------------------- */
+
+/* Replaces *v (released) with an error value; on NOMEM leaves None (the runner then records a
+ * malformed outcome, which is still a failure). */
+static void
+sdk_set_error(struct ir_val *v, const char *type, const char *message)
+{
+    ir_val_release(*v);
+    if (ir_error_new(type, message, ir_null(), ir_null(), v) != CN_OK) {
+        *v = ir_null();
+    }
+}
+
+/* Runs the handler for dispatch d and fills outcome o (which owns its value). */
+static void
+sdk_run(struct sdk_slot *s, const struct wp_msg *d, struct wp_outcome *o)
+{
+    struct cairn_worker *w = s->w;
+    const struct sdk_action *a = NULL;
+    struct cairn_worker_ctx ctx;
+    struct ir_val v = ir_null();
+    char text[96];
+    uint32_t i;
+    cn_err rv;
+
+    memcpy(o->exec_id, d->exec_id, 16);
+    o->attempt = d->attempt;
+    o->token = d->token;
+    for (i = 0; i < w->nactions; i++) {
+        if (strcmp(w->actions[i].name, d->action) == 0) {
+            a = &w->actions[i];
+        }
+    }
+    if (a == NULL || d->kwargs.type != IR_T_MAP) {
+        sdk_set_error(&v, "WorkerError",
+                      a == NULL ? "action not served by this worker" : "kwargs is not a map");
+        o->ok = false;
+        o->value = v;
+        return;
+    }
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.action = d->action;
+    memcpy(ctx.instance_id, d->instance_id, 16);
+    memcpy(ctx.exec_id, d->exec_id, 16);
+    ctx.attempt = d->attempt;
+    ctx.deadline_ms = d->deadline_ms;
+    ctx.internal = s;
+    rv = a->fn(&ctx, d->kwargs, a->arg, &v);
+    if (rv != CN_OK) {
+        (void) snprintf(text, sizeof(text), "handler failed: %s", cn_strerror(rv));
+        v = ir_null();
+        sdk_set_error(&v, "WorkerError", text);
+    } else if (ir_val_deeper_than(v, IR_VALUE_MAX_DEPTH)) {
+        sdk_set_error(&v, "ValueError", "action result nests deeper than 32 levels");
+    }
+    o->ok = !ir_is_error(v);
+    o->value = v;
+}
+
+/* Builds the `ready` for slot s carrying o (when has_o). An outcome that cannot be encoded
+ * or is too large is replaced by an error saying so. */
+static cn_err
+sdk_ready_msg(struct sdk_slot *s, bool has_o, struct wp_outcome *o, nng_msg **out)
+{
+    struct wp_msg m;
+    cn_err rv;
+
+    wp_msg_init(&m, WP_READY);
+    m.slot = s->index;
+    m.has_outcome = has_o;
+    if (has_o) {
+        m.outcome = *o; /* borrowed: m is not fini'd */
+    }
+    rv = sdk_msg_new(&m, out);
+    if (has_o && (rv == CN_INVAL || rv == CN_TOOBIG)) {
+        sdk_set_error(&o->value, "ValueError",
+                      rv == CN_TOOBIG ? "action result too large to send"
+                                      : "action result cannot be encoded");
+        o->ok = false;
+        m.outcome = *o;
+        rv = sdk_msg_new(&m, out);
+    }
+    return rv;
+}
+
+/* ---- threads ------------------------------------------------------------------------------- */
+
+static void
+sdk_set_phase(struct sdk_slot *s, enum sdk_phase p)
+{
+    sdk_lock(s->w);
+    s->phase = p;
+    sdk_broadcast(s->w);
+    sdk_unlock(s->w);
+}
+
+static void *
+sdk_slot_main(void *arg)
+{
+    struct sdk_slot *s = arg;
+    struct cairn_worker *w = s->w;
+    struct wp_outcome o;
+    bool has_o = false, busy = false, stopping;
+    uint64_t o_gen = 0, gen;
+    struct wp_msg r;
+    nng_msg *msg;
+    cn_err rv;
+    int nrv;
+
+    memset(&o, 0, sizeof(o));
+    o.value = ir_null();
+    for (;;) {
+        sdk_lock(w);
+        s->phase = PH_WAIT;
+        sdk_broadcast(w);
+        while (!w->stopping && !w->failed && w->need_hello) {
+            sdk_wait(w);
+        }
+        gen = w->gen;
+        stopping = w->stopping || w->failed;
+        sdk_unlock(w);
+        if (has_o && o_gen != gen) {
+            ir_val_release(o.value); /* its connection is gone: the runner failed it */
+            o.value = ir_null();
+            has_o = false;
+        }
+        if (stopping && !has_o) {
+            break;
+        }
+        if ((rv = sdk_ready_msg(s, has_o, &o, &msg)) != CN_OK) {
+            sdk_log(w, "cannot build ready", cn_strerror(rv));
+            break;
+        }
+        sdk_set_phase(s, PH_SEND);
+        nrv = sdk_op(w, s->ctx, s->aio, msg, gen, has_o, &busy);
+        if (nrv == 0 && has_o) {
+            ir_val_release(o.value);
+            o.value = ir_null();
+            has_o = false;
+        }
+        if (nrv == NNG_ECLOSED) {
+            break;
+        }
+        if (nrv != 0) {
+            continue; /* session changed or stopping: re-evaluate */
+        }
+        if (stopping) {
+            break; /* the final outcome is out; take no new work */
+        }
+        sdk_set_phase(s, PH_PARKED);
+        nrv = sdk_recv(w, s->ctx, s->aio, gen, false, &busy, &r);
+        if (nrv == NNG_ECLOSED) {
+            break;
+        }
+        if (nrv != 0 || r.kind != WP_DISPATCH) {
+            if (nrv == 0 && r.kind != WP_NOOP) {
+                sdk_log(w, "unexpected reply to ready, treated as noop", wp_kind_name(r.kind));
+            }
+            wp_msg_fini(&r);
+            continue;
+        }
+        sdk_lock(w);
+        if (w->stopping || w->gen != gen) {
+            sdk_unlock(w);
+            sdk_log(w, "dispatch received while stopping or reconnecting: not run", r.action);
+            wp_msg_fini(&r);
+            continue;
+        }
+        s->phase = PH_RUN;
+        memcpy(s->exec_id, r.exec_id, 16);
+        s->attempt = r.attempt;
+        s->token = r.token;
+        atomic_store_explicit(&s->cancelled, false, memory_order_relaxed);
+        sdk_unlock(w);
+        sdk_run(s, &r, &o);
+        has_o = true;
+        o_gen = gen;
+        wp_msg_fini(&r);
+    }
+    ir_val_release(o.value);
+    sdk_set_phase(s, PH_DONE);
+    return NULL;
+}
+
+/* Marks the running attempt matching a `cancel`. */
+static void
+sdk_cancel_attempt(struct cairn_worker *w, const struct wp_msg *c)
+{
+    uint32_t i;
+
+    sdk_lock(w);
+    for (i = 0; i < w->nslots; i++) {
+        struct sdk_slot *s = &w->slots[i];
+
+        if (s->phase == PH_RUN && memcmp(s->exec_id, c->exec_id, 16) == 0 &&
+            s->attempt == c->attempt && s->token == c->token) {
+            /* relaxed: a flag the handler polls, no data published with it */
+            atomic_store_explicit(&s->cancelled, true, memory_order_relaxed);
+        }
+    }
+    sdk_unlock(w);
+}
+
+static void *
+sdk_ctl_main(void *arg)
+{
+    struct cairn_worker *w = arg;
+    struct wp_msg m, r;
+    bool hello, done;
+    nng_msg *msg;
+    uint64_t gen;
+    cn_err rv;
+    int nrv;
+
+    for (;;) {
+        sdk_lock(w);
+        done = w->stopping || w->failed;
+        hello = w->need_hello;
+        gen = w->gen;
+        sdk_unlock(w);
+        if (done) {
+            break;
+        }
+        if (hello) {
+            rv = sdk_hello(w, gen);
+            sdk_lock(w);
+            if (rv == CN_OK && w->gen == gen) {
+                w->need_hello = false;
+            } else if (rv == CN_PROTO) {
+                w->failed = true; /* refused: serving stops; running() tells the owner */
+            } else if (rv != CN_OK && !w->stopping) {
+                (void) sdk_wait_until(w, sdk_now_ms() + w->reconnect_min_ms);
+            }
+            sdk_broadcast(w);
+            sdk_unlock(w);
+            continue;
+        }
+        wp_msg_init(&m, WP_CONTROL);
+        if ((rv = sdk_msg_new(&m, &msg)) != CN_OK) {
+            sdk_log(w, "cannot build control", cn_strerror(rv));
+            break;
+        }
+        nrv = sdk_op(w, w->ctl_ctx, w->ctl_aio, msg, gen, false, &w->ctl_busy);
+        if (nrv == 0) {
+            nrv = sdk_recv(w, w->ctl_ctx, w->ctl_aio, gen, false, &w->ctl_busy, &r);
+        }
+        if (nrv == NNG_ECLOSED) {
+            break;
+        }
+        if (nrv != 0) {
+            continue;
+        }
+        if (r.kind == WP_CANCEL) {
+            sdk_cancel_attempt(w, &r);
+        } else if (r.kind != WP_NOOP && r.kind != WP_ACK) {
+            sdk_log(w, "unexpected reply to control, treated as noop", wp_kind_name(r.kind));
+        }
+        wp_msg_fini(&r);
+    }
+    return NULL;
+}
+
+/* nng callback on pipe removal: never blocks. */
+static void
+sdk_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    struct cairn_worker *w = arg;
+    uint32_t i;
+
+    (void) p;
+    (void) ev;
+    sdk_lock(w);
+    if (!w->sock_open) {
+        sdk_unlock(w); /* closing: teardown aborts everything itself */
+        return;
+    }
+    w->gen++;
+    w->need_hello = true;
+    if (w->ctl_busy) {
+        nng_aio_cancel(w->ctl_aio);
+    }
+    for (i = 0; w->slots != NULL && i < w->nslots; i++) {
+        if (w->slots[i].phase == PH_SEND || w->slots[i].phase == PH_PARKED) {
+            nng_aio_cancel(w->slots[i].aio);
+        }
+    }
+    sdk_broadcast(w);
+    sdk_unlock(w);
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+cn_err
+cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
+                 struct cairn_worker **out)
+{
+    struct cairn_worker_options def;
+    struct cairn_worker *w;
+    char host[64], name[96];
+
+    memset(&def, 0, sizeof(def));
+    if (opts == NULL) {
+        opts = &def;
+    }
+    if (url == NULL || *url == '\0' || opts->slots > WP_MAX_SLOTS ||
+        (opts->name != NULL && !sdk_name_ok(opts->name)) ||
+        (opts->credential != NULL && !sdk_name_ok(opts->credential))) {
+        return CN_INVAL;
+    }
+    w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return CN_NOMEM;
+    }
+    if (pthread_mutex_init(&w->mtx, NULL) != 0 || pthread_cond_init(&w->cond, NULL) != 0) {
+        abort();
+    }
+    if (opts->name == NULL) {
+        if (gethostname(host, sizeof(host)) != 0) {
+            (void) snprintf(host, sizeof(host), "worker");
+        }
+        host[sizeof(host) - 1] = '\0';
+        (void) snprintf(name, sizeof(name), "%s-%ld", host, (long) getpid());
+    }
+    w->url = sdk_strdup(url);
+    w->name = sdk_strdup(opts->name != NULL ? opts->name : name);
+    w->credential = opts->credential != NULL ? sdk_strdup(opts->credential) : NULL;
+    w->nslots = opts->slots != 0 ? opts->slots : 1;
+    w->reconnect_min_ms = opts->reconnect_min_ms != 0 ? opts->reconnect_min_ms : 100;
+    w->reconnect_max_ms = opts->reconnect_max_ms != 0 ? opts->reconnect_max_ms : 5000;
+    if (w->reconnect_max_ms < w->reconnect_min_ms) {
+        w->reconnect_max_ms = w->reconnect_min_ms;
+    }
+    w->start_timeout_ms = opts->start_timeout_ms;
+    if (w->url == NULL || w->name == NULL || (opts->credential != NULL && w->credential == NULL)) {
+        cairn_worker_free(w);
+        return CN_NOMEM;
+    }
+    *out = w;
+    return CN_OK;
+}
+
+cn_err
+cairn_worker_register(struct cairn_worker *w, const char *action, cairn_worker_handler fn,
+                      void *arg)
+{
+    struct sdk_action *grown;
+    uint32_t i;
+
+    if (w->started || action == NULL || fn == NULL || !sdk_name_ok(action) ||
+        w->nactions >= WP_MAX_ACTIONS) {
+        return CN_INVAL;
+    }
+    for (i = 0; i < w->nactions; i++) {
+        if (strcmp(w->actions[i].name, action) == 0) {
+            return CN_INVAL;
+        }
+    }
+    grown = realloc(w->actions, (w->nactions + 1) * sizeof(*grown));
+    if (grown == NULL) {
+        return CN_NOMEM;
+    }
+    w->actions = grown;
+    grown[w->nactions].name = sdk_strdup(action);
+    if (grown[w->nactions].name == NULL) {
+        return CN_NOMEM;
+    }
+    grown[w->nactions].fn = fn;
+    grown[w->nactions].arg = arg;
+    w->nactions++;
+    return CN_OK;
+}
+
+/* Closes the socket (aborting every pending operation) and joins the threads. */
+static void
+sdk_teardown(struct cairn_worker *w)
+{
+    uint32_t i;
+
+    sdk_lock(w);
+    w->stopping = true;
+    if (w->sock_open) {
+        w->sock_open = false;
+        sdk_unlock(w);
+        (void) nng_close(w->sock); /* aborts pending aios with NNG_ECLOSED */
+        sdk_lock(w);
+    }
+    sdk_broadcast(w);
+    sdk_unlock(w);
+    if (w->ctl_started) {
+        (void) pthread_join(w->ctl_thread, NULL);
+        w->ctl_started = false;
+    }
+    for (i = 0; w->slots != NULL && i < w->nslots; i++) {
+        if (w->slots[i].thread_started) {
+            (void) pthread_join(w->slots[i].thread, NULL);
+        }
+        if (w->slots[i].aio != NULL) {
+            nng_aio_free(w->slots[i].aio);
+        }
+    }
+    free(w->slots);
+    if (w->ctl_aio != NULL) {
+        nng_aio_free(w->ctl_aio);
+        w->ctl_aio = NULL;
+    }
+    sdk_lock(w);
+    w->slots = NULL;
+    w->started = false;
+    w->stopping = false;
+    w->failed = false;
+    sdk_unlock(w);
+}
+
+cn_err
+cairn_worker_start(struct cairn_worker *w)
+{
+    int64_t deadline;
+    uint32_t i;
+    cn_err rv;
+    int nrv;
+
+    w->errtext[0] = '\0';
+    if (w->started || w->nactions == 0) {
+        return sdk_fail(w, CN_INVAL, "cannot start", w->started ? "already started" : "no actions");
+    }
+    w->slots = calloc(w->nslots, sizeof(*w->slots));
+    if (w->slots == NULL) {
+        return CN_NOMEM;
+    }
+    if ((nrv = nng_req0_open(&w->sock)) != 0) {
+        free(w->slots);
+        w->slots = NULL;
+        return sdk_fail(w, sdk_nng_err(nrv), "cannot open socket", nng_strerror(nrv));
+    }
+    sdk_lock(w);
+    w->sock_open = true;
+    w->need_hello = true;
+    w->gen = 0;
+    sdk_unlock(w);
+    if ((nrv = nng_socket_set_ms(w->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0 ||
+        (nrv = nng_socket_set_size(w->sock, NNG_OPT_RECVMAXSZ, WP_MAX_MSG)) != 0 ||
+        (nrv = nng_pipe_notify(w->sock, NNG_PIPE_EV_REM_POST, sdk_pipe_rem, w)) != 0 ||
+        (nrv = nng_ctx_open(&w->ctl_ctx, w->sock)) != 0 ||
+        (nrv = nng_aio_alloc(&w->ctl_aio, NULL, NULL)) != 0) {
+        rv = sdk_fail(w, sdk_nng_err(nrv), "cannot set up socket", nng_strerror(nrv));
+        goto fail;
+    }
+    for (i = 0; i < w->nslots; i++) {
+        w->slots[i].w = w;
+        w->slots[i].index = i;
+        atomic_init(&w->slots[i].cancelled, false);
+        if ((nrv = nng_ctx_open(&w->slots[i].ctx, w->sock)) != 0 ||
+            (nrv = nng_aio_alloc(&w->slots[i].aio, NULL, NULL)) != 0) {
+            rv = sdk_fail(w, sdk_nng_err(nrv), "cannot set up slot", nng_strerror(nrv));
+            goto fail;
+        }
+        nng_aio_set_timeout(w->slots[i].aio, NNG_DURATION_INFINITE);
+    }
+    if ((nrv = nng_dialer_create(&w->dialer, w->sock, w->url)) != 0 ||
+        (nrv = nng_dialer_set_ms(w->dialer, NNG_OPT_RECONNMINT,
+                                 (nng_duration) w->reconnect_min_ms)) != 0 ||
+        (nrv = nng_dialer_set_ms(w->dialer, NNG_OPT_RECONNMAXT,
+                                 (nng_duration) w->reconnect_max_ms)) != 0 ||
+        (nrv = nng_dialer_set_size(w->dialer, NNG_OPT_RECVMAXSZ, WP_MAX_MSG)) != 0 ||
+        (nrv = nng_dialer_start(w->dialer, NNG_FLAG_NONBLOCK)) != 0) {
+        rv = sdk_fail(w, sdk_nng_err(nrv), "cannot dial", nng_strerror(nrv));
+        goto fail;
+    }
+    /* The first session, in the caller's thread, so that a refusal is start()'s error. */
+    deadline = w->start_timeout_ms != 0 ? sdk_now_ms() + w->start_timeout_ms : INT64_MAX;
+    for (;;) {
+        int64_t left = deadline - sdk_now_ms();
+        uint64_t gen;
+
+        if (left <= 0) {
+            (void) snprintf(w->errtext, sizeof(w->errtext),
+                            "no welcome from the runner at %s in time", w->url);
+            rv = CN_IO;
+            goto fail;
+        }
+        nng_aio_set_timeout(w->ctl_aio,
+                            deadline == INT64_MAX ? NNG_DURATION_INFINITE : (nng_duration) left);
+        sdk_lock(w);
+        gen = w->gen;
+        sdk_unlock(w);
+        rv = sdk_hello(w, gen);
+        if (rv == CN_OK) {
+            sdk_lock(w);
+            if (w->gen == gen) {
+                w->need_hello = false;
+                sdk_unlock(w);
+                break;
+            }
+            sdk_unlock(w);
+            continue; /* lost the connection right after welcome: greet the next one */
+        }
+        if (rv != CN_IO) {
+            goto fail;
+        }
+    }
+    w->errtext[0] = '\0';
+    nng_aio_set_timeout(w->ctl_aio, NNG_DURATION_INFINITE);
+    w->started = true;
+    if (pthread_create(&w->ctl_thread, NULL, sdk_ctl_main, w) != 0) {
+        abort();
+    }
+    w->ctl_started = true;
+    for (i = 0; i < w->nslots; i++) {
+        if (pthread_create(&w->slots[i].thread, NULL, sdk_slot_main, &w->slots[i]) != 0) {
+            abort();
+        }
+        w->slots[i].thread_started = true;
+    }
+    return CN_OK;
+fail:
+    sdk_teardown(w);
+    return rv;
+}
+
+static bool
+sdk_slots_quiet_locked(struct cairn_worker *w)
+{
+    uint32_t i;
+
+    for (i = 0; i < w->nslots; i++) {
+        if (w->slots[i].phase != PH_PARKED && w->slots[i].phase != PH_DONE) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void
+cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
+{
+    int64_t deadline = sdk_now_ms() + grace_ms;
+    struct wp_msg m, r;
+    bool connected;
+    nng_msg *msg;
+    uint64_t gen;
+    uint32_t i;
+
+    if (w == NULL || !w->started) {
+        return;
+    }
+    sdk_lock(w);
+    w->stopping = true;
+    sdk_broadcast(w);
+    /* Running handlers finish and their outcomes go out (slots then park or end). */
+    while (!sdk_slots_quiet_locked(w) && sdk_wait_until(w, deadline)) {
+    }
+    if (!sdk_slots_quiet_locked(w)) {
+        for (i = 0; i < w->nslots; i++) {
+            if (w->slots[i].phase == PH_RUN) {
+                atomic_store_explicit(&w->slots[i].cancelled, true, memory_order_relaxed);
+            }
+        }
+    }
+    if (w->ctl_busy) {
+        nng_aio_cancel(w->ctl_aio); /* the parked control request, to make room for goodbye */
+    }
+    connected = !w->need_hello;
+    gen = w->gen;
+    sdk_broadcast(w);
+    sdk_unlock(w);
+    if (w->ctl_started) {
+        (void) pthread_join(w->ctl_thread, NULL);
+        w->ctl_started = false;
+    }
+    if (connected) {
+        int64_t left = deadline - sdk_now_ms();
+
+        nng_aio_set_timeout(w->ctl_aio, (nng_duration) (left > 1000 ? left : 1000));
+        wp_msg_init(&m, WP_GOODBYE);
+        if (sdk_msg_new(&m, &msg) == CN_OK &&
+            sdk_op(w, w->ctl_ctx, w->ctl_aio, msg, gen, true, &w->ctl_busy) == 0 &&
+            sdk_recv(w, w->ctl_ctx, w->ctl_aio, gen, true, &w->ctl_busy, &r) == 0) {
+            wp_msg_fini(&r);
+        }
+    }
+    sdk_teardown(w);
+}
+
+bool
+cairn_worker_running(struct cairn_worker *w)
+{
+    bool on;
+
+    sdk_lock(w);
+    on = w->started && !w->stopping && !w->failed;
+    sdk_unlock(w);
+    return on;
+}
+
+const char *
+cairn_worker_error(struct cairn_worker *w)
+{
+    return w->errtext;
+}
+
+void
+cairn_worker_free(struct cairn_worker *w)
+{
+    uint32_t i;
+
+    if (w == NULL) {
+        return;
+    }
+    cairn_worker_stop(w, 0);
+    for (i = 0; i < w->nactions; i++) {
+        free(w->actions[i].name);
+    }
+    free(w->actions);
+    free(w->url);
+    free(w->name);
+    free(w->credential);
+    (void) pthread_cond_destroy(&w->cond);
+    (void) pthread_mutex_destroy(&w->mtx);
+    free(w);
+}
+
+bool
+cairn_worker_cancelled(const struct cairn_worker_ctx *ctx)
+{
+    const struct sdk_slot *s = ctx->internal;
+
+    return s != NULL && atomic_load_explicit(&s->cancelled, memory_order_relaxed);
+}
+
+cn_err
+cairn_worker_error_new(const char *type, const char *message, struct ir_val bases,
+                       struct ir_val *out)
+{
+    return ir_error_new(type, message, bases, ir_null(), out);
+}
