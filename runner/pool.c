@@ -56,6 +56,7 @@ struct worker {
     char **actions;
     uint32_t nactions;
     uint32_t slots;
+    bool leaving; /* said goodbye: gets no more work */
     struct worker *next;
 };
 
@@ -198,6 +199,9 @@ worker_serves(const struct worker *w, const char *action)
 {
     uint32_t i;
 
+    if (w->leaving) {
+        return false;
+    }
     for (i = 0; i < w->nactions; i++) {
         if (strcmp(w->actions[i], action) == 0) {
             return true;
@@ -510,7 +514,9 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         if (m.has_outcome) {
             on_outcome_locked(p, c->pipe, &m.outcome, rs);
         }
-        if ((q = take_for_locked(p, w)) != NULL) {
+        if (w->leaving) {
+            reply_kind_locked(c, WP_NOOP); /* stopping: outcome taken, no more work */
+        } else if ((q = take_for_locked(p, w)) != NULL) {
             send_dispatch_locked(p, c, q);
         } else {
             c->state = PC_PARKED;
@@ -526,6 +532,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         (void) pctx_new_locked(p);
         break;
     case WP_GOODBYE:
+        w->leaving = true;
         reply_kind_locked(c, WP_ACK);
         break;
     default:

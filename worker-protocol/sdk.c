@@ -509,8 +509,11 @@ sdk_slot_main(void *arg)
         if (nrv == NNG_ECLOSED) {
             break;
         }
+        if (nrv != 0 && stopping) {
+            break; /* cannot deliver it while stopping: the runner counts it lost; never spin */
+        }
         if (nrv != 0) {
-            continue; /* session changed or stopping: re-evaluate */
+            continue; /* session changed: re-evaluate (waits for the new hello) */
         }
         if (stopping) {
             break; /* the final outcome is out; take no new work */
@@ -528,9 +531,12 @@ sdk_slot_main(void *arg)
             continue;
         }
         sdk_lock(w);
-        if (w->stopping || w->gen != gen) {
+        /* A dispatch from the current session is run even while stopping: the runner assigned
+         * it before it saw our goodbye, and stop() waits for it. One from an old session is
+         * not: the runner already failed it with WorkerLost when that connection dropped. */
+        if (w->gen != gen) {
             sdk_unlock(w);
-            sdk_log(w, "dispatch received while stopping or reconnecting: not run", r.action);
+            sdk_log(w, "dispatch from a previous connection: not run", r.action);
             wp_msg_fini(&r);
             continue;
         }
@@ -914,27 +920,17 @@ cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
     sdk_lock(w);
     w->stopping = true;
     sdk_broadcast(w);
-    /* Running handlers finish and their outcomes go out (slots then park or end). */
-    while (!sdk_slots_quiet_locked(w) && sdk_wait_until(w, deadline)) {
-    }
-    if (!sdk_slots_quiet_locked(w)) {
-        for (i = 0; i < w->nslots; i++) {
-            if (w->slots[i].phase == PH_RUN) {
-                atomic_store_explicit(&w->slots[i].cancelled, true, memory_order_relaxed);
-            }
-        }
-    }
     if (w->ctl_busy) {
         nng_aio_cancel(w->ctl_aio); /* the parked control request, to make room for goodbye */
     }
     connected = !w->need_hello;
     gen = w->gen;
-    sdk_broadcast(w);
     sdk_unlock(w);
     if (w->ctl_started) {
         (void) pthread_join(w->ctl_thread, NULL);
         w->ctl_started = false;
     }
+    /* Goodbye first, so the runner stops dispatching to us; then let what runs finish. */
     if (connected) {
         int64_t left = deadline - sdk_now_ms();
 
@@ -946,6 +942,19 @@ cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
             wp_msg_fini(&r);
         }
     }
+    sdk_lock(w);
+    /* Running handlers finish and their outcomes go out (slots then park or end). */
+    while (!sdk_slots_quiet_locked(w) && sdk_wait_until(w, deadline)) {
+    }
+    if (!sdk_slots_quiet_locked(w)) {
+        for (i = 0; i < w->nslots; i++) {
+            if (w->slots[i].phase == PH_RUN) {
+                atomic_store_explicit(&w->slots[i].cancelled, true, memory_order_relaxed);
+            }
+        }
+    }
+    sdk_broadcast(w);
+    sdk_unlock(w);
     sdk_teardown(w);
 }
 

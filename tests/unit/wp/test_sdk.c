@@ -520,7 +520,9 @@ stopper(void *arg)
     return NULL;
 }
 
-Test(wp_sdk, stop_sends_goodbye_after_in_flight_work, .timeout = 30)
+/* stop() says goodbye first (so the runner stops dispatching) and still delivers the outcome
+ * of what was running; the two may cross, so only their presence is asserted. */
+Test(wp_sdk, stop_says_goodbye_and_delivers_in_flight_work, .timeout = 30)
 {
     struct fr *f = fr_start();
     struct cairn_worker *w = worker_new(f, 2);
@@ -542,7 +544,6 @@ Test(wp_sdk, stop_sends_goodbye_after_in_flight_work, .timeout = 30)
     r = fr_await(f, WP_READY, 1, 0);
     cr_assert_geq(r, 0, "the in-flight outcome was not sent");
     cr_assert_geq(g, 0, "no goodbye");
-    cr_assert_lt(r, g, "goodbye came before the in-flight outcome");
     cr_assert_str_eq(ir_str_data(f->log[r].outcome.value), "finished");
     cr_assert_eq(fr_count(f, WP_GOODBYE), 1, "goodbye sent twice");
     cairn_worker_free(w);

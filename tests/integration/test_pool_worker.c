@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The worker pool against real `cairn-worker` processes (CAIRN_WORKER_BIN, set by meson) over
+ * ipc: many dispatches across several workers with every result accounted for, a worker killed
+ * with SIGKILL mid-action (its attempt comes back as WorkerLost within a second), and a worker
+ * stopped with SIGTERM (it finishes what it runs, says goodbye, exits 0).
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "ir/eval.h"
+#include "runner/pool.h"
+#include "tests/support/leak.h"
+
+TestSuite(pool_worker, .fini = t_leak_check, .timeout = 120);
+
+#define MAXN 2000
+
+struct tally {
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    int n, ok, lost, wrong;
+    bool seen[MAXN];
+    int64_t last_at; /* wall ms of the latest result */
+};
+
+static int64_t
+wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+on_result(void *arg, const struct rn_pool_result *r)
+{
+    struct tally *t = arg;
+    uint32_t i;
+
+    memcpy(&i, r->exec_id, sizeof(i));
+    pthread_mutex_lock(&t->mtx);
+    if (i < MAXN && !t->seen[i]) {
+        t->seen[i] = true;
+        t->n++;
+        if (r->ok) {
+            t->ok++;
+            /* std.echo returns its value: the index. */
+            if (r->value.type == IR_T_INT && r->value.u.i != (int64_t) i) {
+                t->wrong++;
+            }
+        } else if (strcmp(ir_error_type(r->value), "WorkerLost") == 0) {
+            t->lost++;
+        }
+    }
+    t->last_at = wall_ms();
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->mtx);
+}
+
+static bool
+tally_wait(struct tally *t, int n, int ms)
+{
+    struct timespec ts;
+    bool ok;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long) (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&t->mtx);
+    while (t->n < n && pthread_cond_timedwait(&t->cond, &t->mtx, &ts) == 0) {
+    }
+    ok = t->n >= n;
+    pthread_mutex_unlock(&t->mtx);
+    return ok;
+}
+
+static pid_t
+spawn_worker(const char *url, const char *name, const char *slots)
+{
+    const char *bin = getenv("CAIRN_WORKER_BIN");
+    pid_t pid;
+
+    cr_assert_not_null(bin, "CAIRN_WORKER_BIN not set (run through meson)");
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        /* A worker must not outlive a crashed or timed-out test. */
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execl(bin, bin, "--url", url, "--name", name, "--slots", slots, (char *) NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits until the pool counts `n` workers (bounded). */
+static void
+wait_workers(struct rn_pool *p, uint64_t n, int ms)
+{
+    struct rn_pool_stats st;
+    int waited;
+
+    for (waited = 0; waited < ms; waited += 10) {
+        rn_pool_stats(p, &st);
+        if (st.workers == n) {
+            return;
+        }
+        usleep(10000);
+    }
+    cr_assert_fail("%llu workers connected, want %llu", (unsigned long long) st.workers,
+                   (unsigned long long) n);
+}
+
+static void
+submit(struct rn_pool *p, uint32_t i, const char *action, const char *key, int64_t v)
+{
+    struct rn_pool_dispatch d;
+
+    memset(&d, 0, sizeof(d));
+    memcpy(d.exec_id, &i, sizeof(i));
+    d.attempt = 1;
+    d.action = action;
+    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
+    cr_assert_eq(ir_map_set_cstr(&d.kwargs, key, ir_int(v)), CN_OK);
+    d.deadline_ms = wall_ms() + 60000;
+    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
+    ir_val_release(d.kwargs);
+}
+
+static struct rn_pool *
+pool_up(struct tally *t, char *url, size_t n)
+{
+    struct rn_pool_cfg cfg;
+    struct rn_pool *p = NULL;
+    struct cn_errmsg em = {{0}};
+    static int seq;
+
+    memset(t, 0, sizeof(*t));
+    pthread_mutex_init(&t->mtx, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    (void) snprintf(url, n, "ipc:///tmp/cairn-pool-worker-%d-%d.sock", (int) getpid(), ++seq);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.listen_url = url;
+    cr_assert_eq(rn_pool_start(&cfg, on_result, t, &p, &em), CN_OK, "%s", em.text);
+    return p;
+}
+
+static void
+reap(pid_t pid, int *status)
+{
+    int i;
+
+    for (i = 0; i < 500; i++) {
+        if (waitpid(pid, status, WNOHANG) == pid) {
+            return;
+        }
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    cr_assert_fail("worker %d did not exit", (int) pid);
+}
+
+Test(pool_worker, every_dispatch_across_two_worker_processes_is_answered)
+{
+    struct tally t;
+    char url[128];
+    struct rn_pool *p = pool_up(&t, url, sizeof(url));
+    pid_t w1 = spawn_worker(url, "w1", "4"), w2 = spawn_worker(url, "w2", "4");
+    struct rn_pool_stats st;
+    uint32_t i;
+    int status;
+
+    wait_workers(p, 2, 10000);
+    for (i = 0; i < 1000; i++) {
+        submit(p, i, "std.echo", "value", i);
+    }
+    cr_assert(tally_wait(&t, 1000, 30000), "%d of 1000 results", t.n);
+    cr_assert_eq(t.ok, 1000);
+    cr_assert_eq(t.wrong, 0);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.dispatched, 1000);
+    cr_assert_eq(st.stale, 0);
+    kill(w1, SIGTERM);
+    kill(w2, SIGTERM);
+    reap(w1, &status);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "w1 status %d", status);
+    reap(w2, &status);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "w2 status %d", status);
+    rn_pool_stop(p);
+}
+
+Test(pool_worker, sigkill_mid_action_returns_worker_lost_within_a_second)
+{
+    struct tally t;
+    char url[128];
+    struct rn_pool *p = pool_up(&t, url, sizeof(url));
+    pid_t w = spawn_worker(url, "victim", "1");
+    struct rn_pool_stats st;
+    int64_t t0;
+    int i, status;
+
+    wait_workers(p, 1, 10000);
+    submit(p, 7, "std.sleep", "ms", 20000);
+    for (i = 0; i < 500; i++) {
+        rn_pool_stats(p, &st);
+        if (st.dispatched == 1) {
+            break;
+        }
+        usleep(10000);
+    }
+    cr_assert_eq(st.dispatched, 1);
+    usleep(50000); /* let the worker start the action */
+    t0 = wall_ms();
+    kill(w, SIGKILL);
+    cr_assert(tally_wait(&t, 1, 5000), "no result after SIGKILL");
+    cr_assert_eq(t.lost, 1);
+    cr_assert_lt(t.last_at - t0, 1000, "WorkerLost after %lld ms", (long long) (t.last_at - t0));
+    reap(w, &status);
+    rn_pool_stop(p);
+}
+
+Test(pool_worker, sigterm_finishes_in_flight_work_then_exits_cleanly)
+{
+    struct tally t;
+    char url[128];
+    struct rn_pool *p = pool_up(&t, url, sizeof(url));
+    pid_t w = spawn_worker(url, "polite", "2");
+    struct rn_pool_stats st;
+    int i, status;
+
+    wait_workers(p, 1, 10000);
+    submit(p, 3, "std.sleep", "ms", 300);
+    for (i = 0; i < 500; i++) {
+        rn_pool_stats(p, &st);
+        if (st.dispatched == 1) {
+            break;
+        }
+        usleep(10000);
+    }
+    kill(w, SIGTERM);
+    cr_assert(tally_wait(&t, 1, 10000), "the in-flight action never reported");
+    cr_assert_eq(t.ok, 1, "the in-flight action did not finish (lost: %d)", t.lost);
+    reap(w, &status);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    wait_workers(p, 0, 5000);
+    rn_pool_stop(p);
+}
