@@ -23,7 +23,7 @@
 
 TestSuite(pool_worker, .fini = t_leak_check, .timeout = 120);
 
-#define MAXN 2000
+#define MAXN 12000
 
 struct tally {
     pthread_mutex_t mtx;
@@ -139,6 +139,22 @@ submit(struct rn_pool *p, uint32_t i, const char *action, const char *key, int64
     d.deadline_ms = wall_ms() + 60000;
     cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
     ir_val_release(d.kwargs);
+}
+
+static struct rn_pool *
+pool_up_at(struct tally *t, const char *listen)
+{
+    struct rn_pool_cfg cfg;
+    struct rn_pool *p = NULL;
+    struct cn_errmsg em = {{0}};
+
+    memset(t, 0, sizeof(*t));
+    pthread_mutex_init(&t->mtx, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.listen_url = listen;
+    cr_assert_eq(rn_pool_start(&cfg, on_result, t, &p, &em), CN_OK, "%s", em.text);
+    return p;
 }
 
 static struct rn_pool *
@@ -259,4 +275,65 @@ Test(pool_worker, sigterm_finishes_in_flight_work_then_exits_cleanly)
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
     wait_workers(p, 0, 5000);
     rn_pool_stop(p);
+}
+
+Test(pool_worker, ten_thousand_dispatches_across_four_workers_over_tcp, .timeout = 180)
+{
+    struct tally t;
+    char url[128];
+    struct rn_pool *p = pool_up_at(&t, "tcp://127.0.0.1:0");
+    pid_t w[4];
+    struct rn_pool_stats st;
+    uint32_t i;
+    int k, status;
+
+    cr_assert_gt(rn_pool_port(p), 0);
+    (void) snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", rn_pool_port(p));
+    for (k = 0; k < 4; k++) {
+        char name[16];
+        (void) snprintf(name, sizeof(name), "w%d", k);
+        w[k] = spawn_worker(url, name, "4");
+    }
+    wait_workers(p, 4, 10000);
+    for (i = 0; i < 10000; i++) {
+        submit(p, i, "std.echo", "value", i);
+    }
+    cr_assert(tally_wait(&t, 10000, 120000), "%d of 10000 results", t.n);
+    cr_assert_eq(t.ok, 10000);
+    cr_assert_eq(t.wrong, 0);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.dispatched, 10000);
+    cr_assert_eq(st.results, 10000);
+    cr_assert_eq(st.stale, 0);
+    cr_assert_eq(st.lost, 0);
+    for (k = 0; k < 4; k++) {
+        kill(w[k], SIGTERM);
+    }
+    for (k = 0; k < 4; k++) {
+        reap(w[k], &status);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "w%d status %d", k, status);
+    }
+    rn_pool_stop(p);
+}
+
+Test(pool_worker, a_worker_serving_other_actions_gets_none_of_them)
+{
+    struct tally t;
+    char url[128];
+    struct rn_pool *p = pool_up(&t, url, sizeof(url));
+    pid_t w = spawn_worker(url, "std-only", "2");
+    struct rn_pool_stats st;
+    int status;
+
+    wait_workers(p, 1, 10000);
+    submit(p, 1, "billing.charge", "amount", 5); /* nobody serves it: it waits */
+    submit(p, 2, "std.echo", "value", 2);
+    cr_assert(tally_wait(&t, 1, 10000));
+    cr_assert(t.seen[2] && !t.seen[1]);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.queued, 1, "the unserved action should still be waiting");
+    kill(w, SIGTERM);
+    reap(w, &status);
+    rn_pool_stop(p); /* the waiting attempt is never dispatched: no result for it */
+    cr_assert(!t.seen[1]);
 }

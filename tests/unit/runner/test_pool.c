@@ -545,3 +545,39 @@ Test(pool, cancel_rides_on_the_parked_control_request)
     rn_pool_stop(p);
     got_fini(&g);
 }
+
+Test(pool, oversized_message_drops_that_connection_only)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw big, good;
+    struct wp_msg r;
+    char *huge;
+    int k;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&big, url, 1);
+    huge = calloc(1, WP_MAX_MSG + 1024);
+    cr_assert_not_null(huge);
+    tw_send_raw(&big, 0, huge, WP_MAX_MSG + 1024); /* over NNG_OPT_RECVMAXSZ */
+    free(huge);
+    for (k = 0; k < 300 && __atomic_load_n(&big.removed, __ATOMIC_SEQ_CST) == 0; k++) {
+        usleep(10000);
+    }
+    cr_assert_geq(__atomic_load_n(&big.removed, __ATOMIC_SEQ_CST), 1,
+                  "the oversized sender was not disconnected");
+    tw_open(&good, url, 2);
+    tw_hello(&good, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&good, 1, NULL);
+    submit(p, "t.x", 4, 0);
+    cr_assert_eq(tw_recv_wait(&good, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    wp_msg_fini(&r);
+    tw_close(&big, 1);
+    tw_close(&good, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
