@@ -337,3 +337,40 @@ Test(pool_worker, a_worker_serving_other_actions_gets_none_of_them)
     rn_pool_stop(p); /* the waiting attempt is never dispatched: no result for it */
     cr_assert(!t.seen[1]);
 }
+
+Test(pool_worker, a_slow_action_hits_its_deadline_and_its_late_result_is_dropped)
+{
+    struct tally t;
+    char url[128];
+    struct rn_pool *p = pool_up(&t, url, sizeof(url));
+    pid_t w = spawn_worker(url, "slow", "1");
+    struct rn_pool_dispatch d;
+    struct rn_pool_stats st;
+    uint32_t id = 11;
+    int i, status;
+
+    wait_workers(p, 1, 10000);
+    memset(&d, 0, sizeof(d));
+    memcpy(d.exec_id, &id, sizeof(id));
+    d.attempt = 1;
+    d.action = "std.sleep";
+    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
+    cr_assert_eq(ir_map_set_cstr(&d.kwargs, "ms", ir_int(600)), CN_OK);
+    d.deadline_ms = wall_ms() + 200;
+    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
+    ir_val_release(d.kwargs);
+    cr_assert(tally_wait(&t, 1, 5000), "no result");
+    cr_assert_eq(t.ok, 0);
+    for (i = 0; i < 300; i++) { /* the worker finishes later: its outcome is stale */
+        rn_pool_stats(p, &st);
+        if (st.stale == 1) {
+            break;
+        }
+        usleep(10000);
+    }
+    cr_assert_eq(st.timeouts, 1);
+    cr_assert_eq(st.stale, 1);
+    kill(w, SIGTERM);
+    reap(w, &status);
+    rn_pool_stop(p);
+}
