@@ -374,3 +374,27 @@ Test(pool_worker, a_slow_action_hits_its_deadline_and_its_late_result_is_dropped
     reap(w, &status);
     rn_pool_stop(p);
 }
+
+Test(pool_worker, a_worker_reconnects_when_its_runner_restarts)
+{
+    struct tally t1, t2;
+    struct rn_pool *p1 = pool_up_at(&t1, "tcp://127.0.0.1:0"), *p2;
+    char url[128];
+    pid_t w;
+    int status;
+
+    (void) snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", rn_pool_port(p1));
+    w = spawn_worker(url, "faithful", "2");
+    wait_workers(p1, 1, 10000);
+    submit(p1, 1, "std.echo", "value", 1);
+    cr_assert(tally_wait(&t1, 1, 10000));
+    rn_pool_stop(p1);           /* the runner goes away... */
+    p2 = pool_up_at(&t2, url);  /* the same address */
+    wait_workers(p2, 1, 15000); /* ...and the worker says hello to the new one */
+    submit(p2, 2, "std.echo", "value", 2);
+    cr_assert(tally_wait(&t2, 1, 10000), "no result from the reconnected worker");
+    cr_assert_eq(t2.ok, 1);
+    kill(w, SIGTERM);
+    reap(w, &status);
+    rn_pool_stop(p2);
+}
