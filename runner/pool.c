@@ -27,6 +27,7 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
+#include <nng/supplemental/tls/tls.h>
 
 #include "ir/eval.h"
 #include "runner/idmap.h"
@@ -711,6 +712,30 @@ timer_main(void *arg)
 
 /* ---- public API --------------------------------------------------------------------------- */
 
+/* TLS for tls+tcp:// listeners: our certificate, and client certificates from the CA when
+ * required (nng does not require them unless the auth mode says so). Returns 0 or an nng
+ * error. */
+static int
+pool_tls_setup(nng_listener l, const struct rn_pool_cfg *cfg)
+{
+    int rv;
+
+    if (strncmp(cfg->listen_url, "tls+", 4) != 0) {
+        return 0;
+    }
+    if (cfg->tls_ca_file != NULL &&
+        (rv = nng_listener_set_string(l, NNG_OPT_TLS_CA_FILE, cfg->tls_ca_file)) != 0) {
+        return rv;
+    }
+    if (cfg->tls_cert_key_file != NULL &&
+        (rv = nng_listener_set_string(l, NNG_OPT_TLS_CERT_KEY_FILE, cfg->tls_cert_key_file)) != 0) {
+        return rv;
+    }
+    return nng_listener_set_int(l, NNG_OPT_TLS_AUTH_MODE,
+                                cfg->tls_require_client_cert ? NNG_TLS_AUTH_MODE_REQUIRED
+                                                             : NNG_TLS_AUTH_MODE_NONE);
+}
+
 cn_err
 rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, struct rn_pool **out,
               struct cn_errmsg *err)
@@ -738,7 +763,9 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
     }
     (void) nng_socket_set_size(p->sock, NNG_OPT_RECVMAXSZ, WP_MAX_MSG);
     (void) nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, pipe_removed, p);
-    if ((rv = nng_listen(p->sock, cfg->listen_url, &p->listener, 0)) != 0) {
+    if ((rv = nng_listener_create(&p->listener, p->sock, cfg->listen_url)) != 0 ||
+        (rv = pool_tls_setup(p->listener, cfg)) != 0 ||
+        (rv = nng_listener_start(p->listener, 0)) != 0) {
         nng_close(p->sock);
         free(p->credential);
         free(p);

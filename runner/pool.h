@@ -28,6 +28,10 @@ struct rn_pool_cfg {
     const char *listen_url; /* ipc://PATH, tcp://HOST:PORT (port 0: any; see rn_pool_port) */
     const char *credential; /* required in hello when not NULL */
     uint32_t idle_ms;       /* parked requests are answered with noop after this; 0 = 20000 */
+    /* For tls+tcp:// (PEM files): */
+    const char *tls_cert_key_file; /* the runner's certificate and key, one file */
+    const char *tls_ca_file;       /* CA for worker certificates */
+    bool tls_require_client_cert;  /* refuse workers without a certificate from tls_ca_file */
 };
 
 struct rn_pool_dispatch {

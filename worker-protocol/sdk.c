@@ -33,6 +33,7 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 
 #include "ir/eval.h"
 #include "worker-protocol/include/cairn/worker.h"
@@ -67,6 +68,7 @@ struct cairn_worker {
     char *url;
     char *name;
     char *credential;
+    char *tls_ca_file, *tls_cert_key_file, *tls_server_name;
     uint32_t nslots;
     uint32_t reconnect_min_ms, reconnect_max_ms, start_timeout_ms;
     struct sdk_action *actions;
@@ -698,6 +700,10 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
     w->url = sdk_strdup(url);
     w->name = sdk_strdup(opts->name != NULL ? opts->name : name);
     w->credential = opts->credential != NULL ? sdk_strdup(opts->credential) : NULL;
+    w->tls_ca_file = opts->tls_ca_file != NULL ? sdk_strdup(opts->tls_ca_file) : NULL;
+    w->tls_cert_key_file =
+        opts->tls_cert_key_file != NULL ? sdk_strdup(opts->tls_cert_key_file) : NULL;
+    w->tls_server_name = opts->tls_server_name != NULL ? sdk_strdup(opts->tls_server_name) : NULL;
     w->nslots = opts->slots != 0 ? opts->slots : 1;
     w->reconnect_min_ms = opts->reconnect_min_ms != 0 ? opts->reconnect_min_ms : 100;
     w->reconnect_max_ms = opts->reconnect_max_ms != 0 ? opts->reconnect_max_ms : 5000;
@@ -785,6 +791,35 @@ sdk_teardown(struct cairn_worker *w)
     sdk_unlock(w);
 }
 
+/* TLS for tls+tcp:// URLs: verify the runner against the CA, present our certificate when
+ * configured. Other transports ignore these options. Returns 0 or an nng error. */
+static int
+sdk_tls_setup(struct cairn_worker *w)
+{
+    int nrv = 0;
+
+    if (strncmp(w->url, "tls+", 4) != 0) {
+        return 0;
+    }
+    if (w->tls_ca_file != NULL &&
+        ((nrv = nng_dialer_set_string(w->dialer, NNG_OPT_TLS_CA_FILE, w->tls_ca_file)) != 0 ||
+         (nrv = nng_dialer_set_int(w->dialer, NNG_OPT_TLS_AUTH_MODE, NNG_TLS_AUTH_MODE_REQUIRED)) !=
+             0)) {
+        return nrv;
+    }
+    if (w->tls_cert_key_file != NULL &&
+        (nrv = nng_dialer_set_string(w->dialer, NNG_OPT_TLS_CERT_KEY_FILE, w->tls_cert_key_file)) !=
+            0) {
+        return nrv;
+    }
+    if (w->tls_server_name != NULL &&
+        (nrv = nng_dialer_set_string(w->dialer, NNG_OPT_TLS_SERVER_NAME, w->tls_server_name)) !=
+            0) {
+        return nrv;
+    }
+    return 0;
+}
+
 cn_err
 cairn_worker_start(struct cairn_worker *w)
 {
@@ -836,6 +871,7 @@ cairn_worker_start(struct cairn_worker *w)
         (nrv = nng_dialer_set_ms(w->dialer, NNG_OPT_RECONNMAXT,
                                  (nng_duration) w->reconnect_max_ms)) != 0 ||
         (nrv = nng_dialer_set_size(w->dialer, NNG_OPT_RECVMAXSZ, WP_MAX_MSG)) != 0 ||
+        (nrv = sdk_tls_setup(w)) != 0 ||
         (nrv = nng_dialer_start(w->dialer, NNG_FLAG_NONBLOCK)) != 0) {
         rv = sdk_fail(w, sdk_nng_err(nrv), "cannot dial", nng_strerror(nrv));
         goto fail;
@@ -991,6 +1027,9 @@ cairn_worker_free(struct cairn_worker *w)
     free(w->url);
     free(w->name);
     free(w->credential);
+    free(w->tls_ca_file);
+    free(w->tls_cert_key_file);
+    free(w->tls_server_name);
     (void) pthread_cond_destroy(&w->cond);
     (void) pthread_mutex_destroy(&w->mtx);
     free(w);

@@ -40,6 +40,11 @@ struct cairn_worker_options {
     uint32_t reconnect_min_ms; /* first reconnect delay; default 100 */
     uint32_t reconnect_max_ms; /* reconnect delay cap (doubling); default 5000 */
     uint32_t start_timeout_ms; /* how long start() waits for `welcome`; default forever */
+    /* For tls+tcp:// URLs (all PEM files; NULL = not used): */
+    const char *tls_ca_file;       /* CA that signed the runner's certificate (verified) */
+    const char *tls_cert_key_file; /* this worker's certificate and key, one file, when the
+                                      runner requires client certificates */
+    const char *tls_server_name;   /* name to check in the runner's certificate */
 };
 
 /* What a handler knows about the attempt it runs. Borrowed: valid during the call only. */
