@@ -233,7 +233,7 @@ d_u(struct dec *x, const msgpack_object *o, uint64_t max, uint64_t *out, const c
 static bool
 d_u32(struct dec *x, const msgpack_object *o, uint64_t max, uint32_t *out, const char *what)
 {
-    uint64_t v;
+    uint64_t v = 0; /* gcc -O3 cannot see d_u() sets it whenever it returns true */
 
     if (!d_u(x, o, max, &v, what)) {
         return false;

@@ -146,7 +146,8 @@ val_refs(struct ir_val v)
     }
 }
 
-static bool
+/* Used only by assertions; release builds (NDEBUG) drop every caller. */
+__attribute__((unused)) static bool
 val_unshared(struct ir_val v)
 {
     atomic_size_t *r = val_refs(v);
