@@ -2,16 +2,24 @@
 /*
  * cairn-worker: the reference worker, built on the C SDK (include/cairn/worker.h). Serves the
  * built-in std.* actions (for tests, demos and smoke checks of a runner) and stops gracefully
- * on SIGTERM/SIGINT. See docs/protocol.md, "Running workers".
+ * on SIGTERM/SIGINT. With --exec-dir it also serves each executable in a directory as an
+ * `exec.NAME` action. See docs/protocol.md, "Running workers".
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cairn/worker.h"
 #include "ir/eval.h"
@@ -252,6 +260,535 @@ act_hash(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, st
     return ir_str_from_cstr(hex, out);
 }
 
+/* ---- executables as actions (--exec-dir) --------------------------------------------------- */
+
+/* DESIGN. An `exec.NAME` action runs DIR/NAME as a child process (fork + execv, no shell) in
+ * its own process group: kwargs go to its stdin as JSON, its stdout (JSON) is the result, the
+ * last EXEC_ERR_TAIL bytes of stderr go into error messages. One poll(2) loop serves all three
+ * pipes (non-blocking on our side), so a child that fills stderr before reading stdin cannot
+ * deadlock us. The loop wakes at least every EXEC_POLL_MS to check the deadline and
+ * cancellation, and SIGKILLs the process group when either comes. The child is always reaped
+ * and every pipe closed before the handler returns. SIGPIPE is ignored in this process (see
+ * main) so a child that exits without reading stdin makes write() fail with EPIPE. */
+#define EXEC_MAX_OUT  (16u * 1024 * 1024)
+#define EXEC_ERR_TAIL 4096u
+#define EXEC_POLL_MS  20
+#define EXEC_PREFIX   "exec."
+
+struct exec_action {
+    char *name; /* "exec.NAME" */
+    char *path; /* "DIR/NAME" */
+};
+
+struct exec_run {
+    struct cn_buf out;           /* stdout */
+    char err[2 * EXEC_ERR_TAIL]; /* stderr tail; only the last EXEC_ERR_TAIL bytes kept */
+    size_t err_len;
+    bool too_big; /* stdout over EXEC_MAX_OUT */
+    bool deadline_hit, cancelled;
+    int status; /* waitpid status */
+};
+
+static int64_t
+exec_now_ms(void)
+{
+    struct timespec ts;
+
+    (void) clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A name part of an action name: an ASCII identifier (the language's NAME token). */
+static bool
+exec_name_ok(const char *s)
+{
+    size_t i;
+
+    if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_')) {
+        return false;
+    }
+    for (i = 1; s[i] != '\0'; i++) {
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || s[i] == '_' ||
+              (s[i] >= '0' && s[i] <= '9'))) {
+            return false;
+        }
+    }
+    return i + strlen(EXEC_PREFIX) <= 256; /* WP_MAX_NAME */
+}
+
+static void
+exec_close(int *fd)
+{
+    if (*fd >= 0) {
+        (void) close(*fd);
+        *fd = -1;
+    }
+}
+
+static const char *
+exec_signame(int sig)
+{
+    switch (sig) {
+    case SIGKILL:
+        return "SIGKILL";
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGSEGV:
+        return "SIGSEGV";
+    case SIGABRT:
+        return "SIGABRT";
+    case SIGINT:
+        return "SIGINT";
+    case SIGHUP:
+        return "SIGHUP";
+    case SIGPIPE:
+        return "SIGPIPE";
+    case SIGBUS:
+        return "SIGBUS";
+    case SIGFPE:
+        return "SIGFPE";
+    case SIGILL:
+        return "SIGILL";
+    case SIGQUIT:
+        return "SIGQUIT";
+    case SIGALRM:
+        return "SIGALRM";
+    case SIGUSR1:
+        return "SIGUSR1";
+    case SIGUSR2:
+        return "SIGUSR2";
+    default:
+        return "a signal";
+    }
+}
+
+/* The last EXEC_ERR_TAIL bytes of stderr without trailing white space, for messages. */
+static const char *
+exec_err_tail(const struct exec_run *r, int *len)
+{
+    size_t from = r->err_len > EXEC_ERR_TAIL ? r->err_len - EXEC_ERR_TAIL : 0, end = r->err_len;
+
+    while (end > from && (r->err[end - 1] == '\n' || r->err[end - 1] == ' ' ||
+                          r->err[end - 1] == '\r' || r->err[end - 1] == '\t')) {
+        end--;
+    }
+    *len = (int) (end - from);
+    return r->err + from;
+}
+
+/* Reads what is available on *fd into r (stdout when is_out, else the stderr tail). Closes
+ * *fd at EOF. Returns CN_OK or CN_NOMEM; read errors other than EAGAIN/EINTR count as EOF. */
+static cn_err
+exec_drain(int *fd, bool is_out, struct exec_run *r)
+{
+    char chunk[16384];
+    ssize_t n;
+
+    for (;;) {
+        n = read(*fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return CN_OK;
+        }
+        if (n <= 0) {
+            exec_close(fd);
+            return CN_OK;
+        }
+        if (!is_out) {
+            /* Keep at least the last EXEC_ERR_TAIL bytes in a buffer twice that size. */
+            if ((size_t) n >= EXEC_ERR_TAIL) {
+                memcpy(r->err, chunk + (size_t) n - EXEC_ERR_TAIL, EXEC_ERR_TAIL);
+                r->err_len = EXEC_ERR_TAIL;
+                continue;
+            }
+            if (r->err_len + (size_t) n > sizeof(r->err)) {
+                memmove(r->err, r->err + r->err_len - EXEC_ERR_TAIL, EXEC_ERR_TAIL);
+                r->err_len = EXEC_ERR_TAIL;
+            }
+            memcpy(r->err + r->err_len, chunk, (size_t) n);
+            r->err_len += (size_t) n;
+            continue;
+        }
+        if (r->out.len + (size_t) n > EXEC_MAX_OUT) {
+            r->too_big = true;
+            exec_close(fd);
+            return CN_OK;
+        }
+        if (cn_buf_append(&r->out, chunk, (size_t) n) != CN_OK) {
+            return CN_NOMEM;
+        }
+    }
+}
+
+static pthread_mutex_t exec_fork_mtx = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+exec_lock(void)
+{
+    if (pthread_mutex_lock(&exec_fork_mtx) != 0) {
+        abort();
+    }
+}
+
+static void
+exec_unlock(void)
+{
+    if (pthread_mutex_unlock(&exec_fork_mtx) != 0) {
+        abort();
+    }
+}
+
+/* pipe() with FD_CLOEXEC on both ends (pipe2 is not POSIX). Call with exec_fork_mtx held. */
+static int
+exec_pipe(int p[2])
+{
+    if (pipe(p) != 0) {
+        return -1;
+    }
+    if (fcntl(p[0], F_SETFD, FD_CLOEXEC) != 0 || fcntl(p[1], F_SETFD, FD_CLOEXEC) != 0) {
+        (void) close(p[0]);
+        (void) close(p[1]);
+        p[0] = p[1] = -1;
+        return -1;
+    }
+    return 0;
+}
+
+/* In the child between fork and exec: async-signal-safe calls only. Never returns. */
+static void
+exec_child(char *path, int in_fd, int out_fd, int err_fd)
+{
+    static const char msg[] = "cairn-worker: exec failed\n";
+    char *argv[2];
+    sigset_t none;
+
+    (void) setpgid(0, 0);
+    if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
+        _exit(127);
+    }
+    /* The worker blocks SIGTERM/SIGINT and ignores SIGPIPE; the child starts clean. */
+    (void) signal(SIGPIPE, SIG_DFL);
+    (void) sigemptyset(&none);
+    (void) sigprocmask(SIG_SETMASK, &none, NULL);
+    argv[0] = path;
+    argv[1] = NULL;
+    (void) execv(path, argv);
+    (void) !write(2, msg, sizeof(msg) - 1);
+    _exit(127);
+}
+
+/* Runs path with input on stdin until it exits, the deadline (wall ms, <= 0: none) passes or
+ * ctx is cancelled. Fills r (r->out must be initialised). Returns CN_OK (r->status valid),
+ * CN_IO (pipe/fork failed) or CN_NOMEM. */
+static cn_err
+exec_spawn(const struct cairn_worker_ctx *ctx, char *path, const struct cn_buf *input,
+           struct exec_run *r)
+{
+    int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+    size_t in_off = 0;
+    bool exited = false, killed = false;
+    cn_err rv = CN_OK;
+    pid_t pid, w;
+
+    /* Under exec_fork_mtx, so no other slot forks while our pipes lack FD_CLOEXEC (its child
+     * would keep our stdin pipe open and ours would never see EOF). */
+    exec_lock();
+    if (exec_pipe(in_p) != 0 || exec_pipe(out_p) != 0 || exec_pipe(err_p) != 0) {
+        exec_unlock();
+        rv = CN_IO;
+        goto out;
+    }
+    pid = fork();
+    if (pid == 0) {
+        exec_child(path, in_p[0], out_p[1], err_p[1]);
+    }
+    exec_unlock();
+    if (pid < 0) {
+        rv = CN_IO;
+        goto out;
+    }
+    (void) setpgid(pid, pid); /* also done by the child; whichever runs first wins */
+    exec_close(&in_p[0]);
+    exec_close(&out_p[1]);
+    exec_close(&err_p[1]);
+    if (fcntl(in_p[1], F_SETFL, O_NONBLOCK) != 0 || fcntl(out_p[0], F_SETFL, O_NONBLOCK) != 0 ||
+        fcntl(err_p[0], F_SETFL, O_NONBLOCK) != 0) {
+        rv = CN_IO;
+        killed = true;
+        (void) kill(-pid, SIGKILL);
+        (void) kill(pid, SIGKILL);
+    }
+    if (input->len == 0) {
+        exec_close(&in_p[1]);
+    }
+    while (rv == CN_OK && !killed && !exited) {
+        struct pollfd pfd[3];
+        nfds_t n = 0;
+        int64_t now = exec_now_ms();
+        int timeout = EXEC_POLL_MS, prv;
+
+        if (cairn_worker_cancelled(ctx) || (ctx->deadline_ms > 0 && now >= ctx->deadline_ms)) {
+            r->cancelled = cairn_worker_cancelled(ctx);
+            r->deadline_hit = !r->cancelled;
+            killed = true;
+            (void) kill(-pid, SIGKILL);
+            (void) kill(pid, SIGKILL); /* in case setpgid lost against an exec */
+            break;
+        }
+        if (ctx->deadline_ms > 0 && ctx->deadline_ms - now < timeout) {
+            timeout = (int) (ctx->deadline_ms - now);
+        }
+        if (in_p[1] >= 0) {
+            pfd[n++] = (struct pollfd){.fd = in_p[1], .events = POLLOUT};
+        }
+        if (out_p[0] >= 0) {
+            pfd[n++] = (struct pollfd){.fd = out_p[0], .events = POLLIN};
+        }
+        if (err_p[0] >= 0) {
+            pfd[n++] = (struct pollfd){.fd = err_p[0], .events = POLLIN};
+        }
+        prv = poll(n > 0 ? pfd : NULL, n, timeout);
+        if (prv < 0 && errno != EINTR) {
+            rv = CN_IO;
+            break;
+        }
+        if (in_p[1] >= 0) {
+            ssize_t wn = write(in_p[1], input->data + in_off, input->len - in_off);
+
+            if (wn > 0) {
+                in_off += (size_t) wn;
+            }
+            /* EPIPE: the child does not read its input; that is its business. */
+            if (in_off == input->len ||
+                (wn < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                exec_close(&in_p[1]);
+            }
+        }
+        if (out_p[0] >= 0 && (rv = exec_drain(&out_p[0], true, r)) != CN_OK) {
+            break;
+        }
+        if (r->too_big) {
+            killed = true;
+            (void) kill(-pid, SIGKILL);
+            (void) kill(pid, SIGKILL);
+            break;
+        }
+        if (err_p[0] >= 0 && (rv = exec_drain(&err_p[0], false, r)) != CN_OK) {
+            break;
+        }
+        do {
+            w = waitpid(pid, &r->status, WNOHANG);
+        } while (w < 0 && errno == EINTR);
+        if (w == pid) {
+            exited = true;
+            /* Everything the child wrote is in the pipes now; take it, but do not wait for
+             * EOF (a grandchild may hold the pipes open). */
+            if (out_p[0] >= 0 && (rv = exec_drain(&out_p[0], true, r)) == CN_OK && err_p[0] >= 0) {
+                rv = exec_drain(&err_p[0], false, r);
+            }
+        }
+    }
+    if (rv != CN_OK && !exited && !killed) {
+        (void) kill(-pid, SIGKILL);
+        (void) kill(pid, SIGKILL);
+    }
+    if (!exited) {
+        do {
+            w = waitpid(pid, &r->status, 0);
+        } while (w < 0 && errno == EINTR);
+    }
+out:
+    exec_close(&in_p[0]);
+    exec_close(&in_p[1]);
+    exec_close(&out_p[0]);
+    exec_close(&out_p[1]);
+    exec_close(&err_p[0]);
+    exec_close(&err_p[1]);
+    return rv;
+}
+
+/* An error value for a failed exit status: the child's own error JSON when stdout holds
+ * {"type": str, ...}, else ExecError with the status and stderr's tail. */
+static cn_err
+exec_fail(const struct cairn_worker_ctx *ctx, const struct exec_run *r, int code,
+          struct ir_val *out)
+{
+    struct ir_val v = ir_null(), bases = ir_null();
+    struct cn_errmsg em;
+    const struct ir_val *type, *msg, *b;
+    const char *tail;
+    int tail_len;
+    cn_err rv;
+
+    if (ir_val_from_json(r->out.data != NULL ? r->out.data : "", r->out.len, &v, &em) == CN_OK &&
+        v.type == IR_T_MAP && (type = ir_map_get(v, "type", 4)) != NULL && type->type == IR_T_STR) {
+        msg = ir_map_get(v, "message", 7);
+        b = ir_map_get(v, "bases", 5);
+        if (b != NULL && b->type == IR_T_LIST) {
+            bases = ir_val_retain(*b);
+        }
+        rv = ir_error_new(ir_str_data(*type),
+                          msg != NULL && msg->type == IR_T_STR ? ir_str_data(*msg) : "", bases,
+                          ir_null(), out);
+        if (rv == CN_TYPE) { /* bases not all strings: ignore them */
+            rv = ir_error_new(ir_str_data(*type),
+                              msg != NULL && msg->type == IR_T_STR ? ir_str_data(*msg) : "",
+                              ir_null(), ir_null(), out);
+        }
+        ir_val_release(v);
+        return rv;
+    }
+    ir_val_release(v);
+    tail = exec_err_tail(r, &tail_len);
+    rv = ir_raise(out, "ExecError", "%s: exited with status %d%s%.*s", ctx->action, code,
+                  tail_len > 0 ? "; stderr: " : "", tail_len, tail);
+    return rv == CN_RAISED ? CN_OK : rv;
+}
+
+static cn_err
+act_exec(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, struct ir_val *out)
+{
+    const struct exec_action *a = arg;
+    struct exec_run *r;
+    struct cn_buf input = CN_BUF_INIT;
+    struct cn_errmsg em;
+    const char *tail;
+    int tail_len;
+    cn_err rv;
+
+    if ((r = calloc(1, sizeof(*r))) == NULL) {
+        return CN_NOMEM;
+    }
+    if ((rv = ir_val_to_json(kwargs, &input, &em)) != CN_OK) {
+        if (rv != CN_NOMEM) {
+            rv = ir_raise(out, "ValueError", "%s(): arguments are not JSON: %s", ctx->action,
+                          em.text);
+            rv = rv == CN_RAISED ? CN_OK : rv;
+        }
+        goto done;
+    }
+    if ((rv = exec_spawn(ctx, a->path, &input, r)) != CN_OK) {
+        if (rv == CN_IO) {
+            rv = ir_raise(out, "ExecError", "%s: could not start %s: %s", ctx->action, a->path,
+                          strerror(errno));
+            rv = rv == CN_RAISED ? CN_OK : rv;
+        }
+        goto done;
+    }
+    if (r->cancelled) {
+        rv = cairn_worker_error_new("Cancelled", "cancelled; the process was killed", ir_null(),
+                                    out);
+    } else if (r->deadline_hit) {
+        rv = ir_raise(out, "ExecError", "%s: killed (SIGKILL) at the dispatch deadline",
+                      ctx->action);
+    } else if (r->too_big) {
+        rv = ir_raise(out, "ExecError", "%s: output larger than %u bytes; the process was killed",
+                      ctx->action, EXEC_MAX_OUT);
+    } else if (WIFSIGNALED(r->status)) {
+        tail = exec_err_tail(r, &tail_len);
+        rv = ir_raise(out, "ExecError", "%s: killed by signal %d (%s)%s%.*s", ctx->action,
+                      WTERMSIG(r->status), exec_signame(WTERMSIG(r->status)),
+                      tail_len > 0 ? "; stderr: " : "", tail_len, tail);
+    } else if (WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0) {
+        rv = ir_val_from_json(r->out.data != NULL ? r->out.data : "", r->out.len, out, &em);
+        if (rv != CN_OK && rv != CN_NOMEM) {
+            rv = ir_raise(out, "ExecError", "%s: exited 0 but its output was not JSON: %s",
+                          ctx->action, em.text);
+        }
+    } else {
+        rv = exec_fail(ctx, r, WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1, out);
+    }
+    rv = rv == CN_RAISED ? CN_OK : rv;
+done:
+    cn_buf_fini(&input);
+    cn_buf_fini(&r->out);
+    free(r);
+    return rv;
+}
+
+static int
+exec_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct exec_action *) a)->name, ((const struct exec_action *) b)->name);
+}
+
+static void
+exec_actions_free(struct exec_action *v, size_t n)
+{
+    size_t i;
+
+    for (i = 0; v != NULL && i < n; i++) {
+        free(v[i].name);
+        free(v[i].path);
+    }
+    free(v);
+}
+
+/* Scans dir (not recursively) for executable regular files whose names are valid action name
+ * parts. Returns CN_OK with a new array in *out (free with exec_actions_free), sorted by name,
+ * CN_IO (dir unreadable; reason on stderr) or CN_NOMEM. */
+static cn_err
+exec_scan(const char *dir, struct exec_action **out, size_t *n_out)
+{
+    struct exec_action *v = NULL, *grown;
+    size_t n = 0, plen;
+    struct dirent *de;
+    struct stat st;
+    DIR *d;
+    cn_err rv = CN_OK;
+
+    if ((d = opendir(dir)) == NULL) {
+        (void) fprintf(stderr, "cairn-worker: --exec-dir %s: %s\n", dir, strerror(errno));
+        return CN_IO;
+    }
+    while ((de = readdir(d)) != NULL) {
+        char *path, *name;
+
+        if (!exec_name_ok(de->d_name)) {
+            continue;
+        }
+        plen = strlen(dir) + strlen(de->d_name) + 2;
+        if ((path = malloc(plen)) == NULL) {
+            rv = CN_NOMEM;
+            break;
+        }
+        (void) snprintf(path, plen, "%s/%s", dir, de->d_name);
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || access(path, X_OK) != 0) {
+            free(path);
+            continue;
+        }
+        name = malloc(strlen(EXEC_PREFIX) + strlen(de->d_name) + 1);
+        grown = realloc(v, (n + 1) * sizeof(*v));
+        if (name == NULL || grown == NULL) {
+            free(name);
+            free(path);
+            if (grown != NULL) {
+                v = grown;
+            }
+            rv = CN_NOMEM;
+            break;
+        }
+        v = grown;
+        (void) sprintf(name, EXEC_PREFIX "%s", de->d_name);
+        v[n].name = name;
+        v[n].path = path;
+        n++;
+    }
+    (void) closedir(d);
+    if (rv != CN_OK) {
+        exec_actions_free(v, n);
+        return rv;
+    }
+    if (n > 1) {
+        qsort(v, n, sizeof(*v), exec_cmp);
+    }
+    *out = v;
+    *n_out = n;
+    return CN_OK;
+}
+
 /* ---- main ---------------------------------------------------------------------------------- */
 
 static void
@@ -260,42 +797,126 @@ usage(FILE *f)
     (void) fprintf(
         f,
         "usage: cairn-worker [--url URL] [--name NAME] [--slots N] [--credential TOKEN]\n"
+        "                    [--exec-dir DIR]\n"
         "Serves std.noop, std.echo, std.sleep, std.fail, std.flaky and std.hash to a Cairn\n"
         "runner. SIGTERM/SIGINT stop it after running actions finish (grace %d s).\n"
         "  --url URL           runner address (env CAIRN_WORKER_URL; default " DEFAULT_URL ")\n"
         "  --name NAME         worker name (default HOST-PID)\n"
         "  --slots N           actions run at once, 1..4096 (default 1)\n"
         "  --credential TOKEN  shared token (env CAIRN_WORKER_CREDENTIAL)\n"
+        "  --exec-dir DIR      also serve each executable DIR/NAME as action exec.NAME\n"
         "  --help              this text\n",
         STOP_GRACE_MS / 1000);
+}
+
+static const struct {
+    const char *name;
+    cairn_worker_handler fn;
+} std_actions[] = {
+    {"std.noop", act_noop}, {"std.echo", act_echo},   {"std.sleep", act_sleep},
+    {"std.fail", act_fail}, {"std.flaky", act_flaky}, {"std.hash", act_hash},
+};
+#define N_STD (sizeof(std_actions) / sizeof(std_actions[0]))
+
+/* Hidden test mode (--run-once ACTION JSON_KWARGS [--deadline-ms N]): runs one action here,
+ * without a runner, and prints {"ok": bool, "value": ...} as JSON on stdout. Exit 0 when that
+ * was printed, 2 for bad input or an action that is not served. */
+static int
+run_once(const char *action, const char *kwargs_json, int64_t deadline_ms, struct exec_action *ex,
+         size_t nex)
+{
+    struct cairn_worker_ctx ctx;
+    struct ir_val kwargs = ir_null(), val = ir_null(), res = ir_null();
+    struct cn_buf text = CN_BUF_INIT;
+    struct cn_errmsg em;
+    cairn_worker_handler fn = NULL;
+    void *arg = NULL;
+    size_t i;
+    cn_err rv;
+    int code = 2;
+
+    for (i = 0; i < N_STD; i++) {
+        if (strcmp(std_actions[i].name, action) == 0) {
+            fn = std_actions[i].fn;
+        }
+    }
+    for (i = 0; i < nex; i++) {
+        if (strcmp(ex[i].name, action) == 0) {
+            fn = act_exec;
+            arg = &ex[i];
+        }
+    }
+    if (fn == NULL) {
+        (void) fprintf(stderr, "cairn-worker: action %s is not served\n", action);
+        return 2;
+    }
+    if ((rv = ir_val_from_json(kwargs_json, strlen(kwargs_json), &kwargs, &em)) != CN_OK ||
+        kwargs.type != IR_T_MAP) {
+        (void) fprintf(stderr, "cairn-worker: kwargs must be a JSON object: %s\n",
+                       rv != CN_OK ? em.text : "not an object");
+        goto out;
+    }
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.action = action;
+    ctx.attempt = 1;
+    ctx.deadline_ms = deadline_ms > 0 ? exec_now_ms() + deadline_ms : 0;
+    if ((rv = fn(&ctx, kwargs, arg, &val)) != CN_OK) {
+        /* As the SDK reports a handler failure. */
+        val = ir_null();
+        if ((rv = cairn_worker_error_new("WorkerError", cn_strerror(rv), ir_null(), &val)) !=
+            CN_OK) {
+            goto out;
+        }
+    }
+    if ((rv = ir_map_new(2, &res)) != CN_OK ||
+        (rv = ir_map_set_cstr(&res, "ok", ir_bool(!ir_is_error(val)))) != CN_OK ||
+        (rv = ir_map_set_cstr(&res, "value", val)) != CN_OK) {
+        val = ir_null(); /* owned by res, or released, from the first ir_map_set_cstr on */
+        goto out;
+    }
+    val = ir_null();
+    if ((rv = ir_val_to_json(res, &text, &em)) != CN_OK ||
+        (rv = cn_buf_append(&text, "\n", 1)) != CN_OK) {
+        (void) fprintf(stderr, "cairn-worker: result is not JSON: %s\n", cn_strerror(rv));
+        goto out;
+    }
+    code = fwrite(text.data, 1, text.len, stdout) == text.len && fflush(stdout) == 0 ? 0 : 1;
+out:
+    cn_buf_fini(&text);
+    ir_val_release(res);
+    ir_val_release(val);
+    ir_val_release(kwargs);
+    return code;
 }
 
 int
 main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"url", required_argument, NULL, 'u'},   {"name", required_argument, NULL, 'n'},
-        {"slots", required_argument, NULL, 's'}, {"credential", required_argument, NULL, 'c'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
-    };
-    static const struct {
-        const char *name;
-        cairn_worker_handler fn;
-    } actions[] = {
-        {"std.noop", act_noop}, {"std.echo", act_echo},   {"std.sleep", act_sleep},
-        {"std.fail", act_fail}, {"std.flaky", act_flaky}, {"std.hash", act_hash},
+        {"url", required_argument, NULL, 'u'},
+        {"name", required_argument, NULL, 'n'},
+        {"slots", required_argument, NULL, 's'},
+        {"credential", required_argument, NULL, 'c'},
+        {"exec-dir", required_argument, NULL, 'x'},
+        {"run-once", required_argument, NULL, 'r'},
+        {"deadline-ms", required_argument, NULL, 'd'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     struct cairn_worker_options opts;
     struct cairn_worker *w = NULL;
-    const char *url = getenv("CAIRN_WORKER_URL");
-    struct timespec poll = {0, 200 * 1000000L};
+    struct exec_action *ex = NULL;
+    size_t nex = 0;
+    const char *url = getenv("CAIRN_WORKER_URL"), *exec_dir = NULL, *once = NULL;
+    struct timespec poll_ts = {0, 200 * 1000000L};
     sigset_t sigs;
     bool waiting_logged = false;
     char *end;
     long slots;
+    long long deadline_ms = 0;
     size_t i;
     cn_err rv;
-    int opt, sig = 0;
+    int opt, sig = 0, code;
 
     memset(&opts, 0, sizeof(opts));
     opts.credential = getenv("CAIRN_WORKER_CREDENTIAL");
@@ -322,6 +943,20 @@ main(int argc, char **argv)
         case 'c':
             opts.credential = optarg;
             break;
+        case 'x':
+            exec_dir = optarg;
+            break;
+        case 'r':
+            once = optarg;
+            break;
+        case 'd':
+            errno = 0;
+            deadline_ms = strtoll(optarg, &end, 10);
+            if (errno != 0 || *end != '\0' || deadline_ms < 0 || deadline_ms > MAX_SLEEP_MS) {
+                (void) fprintf(stderr, "cairn-worker: bad --deadline-ms\n");
+                return 2;
+            }
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -330,9 +965,22 @@ main(int argc, char **argv)
             return 2;
         }
     }
-    if (optind != argc) {
+    if (optind != argc - (once != NULL ? 1 : 0)) {
         usage(stderr);
         return 2;
+    }
+    /* A child that exits without reading its stdin must not kill us (write gets EPIPE). */
+    if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
+        return 1;
+    }
+    if (exec_dir != NULL && (rv = exec_scan(exec_dir, &ex, &nex)) != CN_OK) {
+        (void) fprintf(stderr, "cairn-worker: --exec-dir: %s\n", cn_strerror(rv));
+        return 2;
+    }
+    if (once != NULL) {
+        code = run_once(once, argv[optind], deadline_ms, ex, nex);
+        exec_actions_free(ex, nex);
+        return code;
     }
     if (url == NULL || *url == '\0') {
         url = DEFAULT_URL;
@@ -343,19 +991,27 @@ main(int argc, char **argv)
     (void) sigaddset(&sigs, SIGTERM);
     (void) sigaddset(&sigs, SIGINT);
     if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0) {
+        exec_actions_free(ex, nex);
         return 1;
     }
     opts.start_timeout_ms = 1000; /* retried below, so that a signal can interrupt */
     if ((rv = cairn_worker_new(url, &opts, &w)) != CN_OK) {
         (void) fprintf(stderr, "cairn-worker: %s\n", cn_strerror(rv));
+        exec_actions_free(ex, nex);
         return 2;
     }
-    for (i = 0; i < sizeof(actions) / sizeof(actions[0]); i++) {
-        if ((rv = cairn_worker_register(w, actions[i].name, actions[i].fn, NULL)) != CN_OK) {
-            (void) fprintf(stderr, "cairn-worker: %s\n", cn_strerror(rv));
-            cairn_worker_free(w);
-            return 1;
-        }
+    rv = CN_OK;
+    for (i = 0; rv == CN_OK && i < N_STD; i++) {
+        rv = cairn_worker_register(w, std_actions[i].name, std_actions[i].fn, NULL);
+    }
+    for (i = 0; rv == CN_OK && i < nex; i++) {
+        rv = cairn_worker_register(w, ex[i].name, act_exec, &ex[i]);
+    }
+    if (rv != CN_OK) {
+        (void) fprintf(stderr, "cairn-worker: %s\n", cn_strerror(rv));
+        cairn_worker_free(w);
+        exec_actions_free(ex, nex);
+        return 1;
     }
     for (;;) {
         rv = cairn_worker_start(w);
@@ -366,6 +1022,7 @@ main(int argc, char **argv)
             (void) fprintf(stderr, "cairn-worker: %s\n",
                            rv == CN_IO ? "stopped before connecting" : cairn_worker_error(w));
             cairn_worker_free(w);
+            exec_actions_free(ex, nex);
             return rv == CN_IO ? 0 : 1;
         }
         if (!waiting_logged) {
@@ -373,10 +1030,9 @@ main(int argc, char **argv)
             waiting_logged = true;
         }
     }
-    (void) fprintf(stderr, "cairn-worker: serving %zu actions at %s\n",
-                   sizeof(actions) / sizeof(actions[0]), url);
+    (void) fprintf(stderr, "cairn-worker: serving %zu actions at %s\n", N_STD + nex, url);
     while (cairn_worker_running(w)) {
-        sig = sigtimedwait(&sigs, NULL, &poll);
+        sig = sigtimedwait(&sigs, NULL, &poll_ts);
         if (sig > 0) {
             break;
         }
@@ -387,5 +1043,6 @@ main(int argc, char **argv)
     }
     cairn_worker_stop(w, STOP_GRACE_MS);
     cairn_worker_free(w);
+    exec_actions_free(ex, nex);
     return rv == CN_OK ? 0 : 1;
 }
