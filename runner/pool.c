@@ -67,7 +67,8 @@ struct flight {
     uint8_t exec_id[16];
     uint32_t attempt;
     uint32_t pipe;
-    int64_t deadline; /* wall ms; 0 = none */
+    int64_t deadline;    /* wall ms; 0 = none */
+    bool cancel_pending; /* asked while the worker had no control request parked */
 };
 
 struct queued {
@@ -274,6 +275,35 @@ reply_locked(struct pctx *c, const struct wp_msg *m)
 }
 
 static void
+send_cancel_locked(struct pctx *c, struct flight *f)
+{
+    struct wp_msg m;
+
+    wp_msg_init(&m, WP_CANCEL);
+    memcpy(m.exec_id, f->exec_id, 16);
+    m.attempt = f->attempt;
+    m.token = f->token;
+    f->cancel_pending = false;
+    reply_locked(c, &m);
+}
+
+/* A control request just parked on c: it carries the first cancel asked for meanwhile. */
+static void
+send_pending_cancel_locked(struct rn_pool *p, struct pctx *c)
+{
+    size_t i;
+
+    for (i = 0; i < p->nfl; i++) {
+        struct flight *f = &p->fl[i];
+        if (f->used && f->cancel_pending && f->pipe == c->pipe) {
+            send_cancel_locked(c, f);
+            return;
+        }
+    }
+}
+
+
+static void
 reply_kind_locked(struct pctx *c, enum wp_kind kind)
 {
     struct wp_msg m;
@@ -313,6 +343,7 @@ send_dispatch_locked(struct rn_pool *p, struct pctx *c, struct queued *q)
     f->attempt = q->d.attempt;
     f->pipe = c->pipe;
     f->deadline = q->d.deadline_ms;
+    f->cancel_pending = false;
     token_key(f->token, key);
     if (rn_idmap_put(&p->tokens, key, (uint32_t) i) != CN_OK) {
         flight_release_locked(p, i);
@@ -531,9 +562,18 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         c->control = true;
         c->parked_at = now_ms(CLOCK_MONOTONIC);
         (void) pctx_new_locked(p);
+        send_pending_cancel_locked(p, c);
         break;
     case WP_GOODBYE:
         w->leaving = true;
+        /* Release its parked slots before the ack: the pipe keeps order, so when the worker
+         * reads the ack, every slot already holds its last reply (a dispatch sent before the
+         * goodbye, or this noop) and the worker knows when nothing more can come. */
+        for (struct pctx *pc = p->all; pc != NULL; pc = pc->next) {
+            if (pc->state == PC_PARKED && !pc->control && pc->pipe == c->pipe) {
+                reply_kind_locked(pc, WP_NOOP);
+            }
+        }
         reply_kind_locked(c, WP_ACK);
         break;
     default:
@@ -835,27 +875,25 @@ cn_err
 rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt)
 {
     struct pctx *c;
-    struct wp_msg m;
     size_t i;
     cn_err rv = CN_NOTFOUND;
 
     pthread_mutex_lock(&p->mtx);
     for (i = 0; i < p->nfl; i++) {
-        const struct flight *f = &p->fl[i];
+        struct flight *f = &p->fl[i];
         if (!f->used || f->attempt != attempt || memcmp(f->exec_id, exec_id, 16) != 0) {
             continue;
         }
-        rv = CN_RANGE;
+        rv = CN_OK;
         for (c = p->all; c != NULL; c = c->next) {
             if (c->state == PC_PARKED && c->control && c->pipe == f->pipe) {
-                wp_msg_init(&m, WP_CANCEL);
-                memcpy(m.exec_id, f->exec_id, 16);
-                m.attempt = f->attempt;
-                m.token = f->token;
-                reply_locked(c, &m);
-                rv = CN_OK;
+                send_cancel_locked(c, f);
                 break;
             }
+        }
+        if (c == NULL) {
+            /* Its control request is in transit (it answers one cancel per request). */
+            f->cancel_pending = true;
         }
         break;
     }

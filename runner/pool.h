@@ -78,9 +78,10 @@ int rn_pool_port(const struct rn_pool *p);
 CN_MUST_CHECK cn_err rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d);
 
 /* Asks the worker running (exec_id, attempt) to stop it, over that worker's parked control
- * request. Best effort: returns CN_NOTFOUND when the attempt is not in flight, CN_OK when the
- * cancel was sent, CN_RANGE when the worker has no control request parked right now. The
- * attempt's result, if one still comes, is delivered as usual. Thread-safe. */
+ * request, or over its next one when none is parked right now (a worker answers one cancel per
+ * control request and re-parks at once). Best effort: returns CN_NOTFOUND when the attempt is
+ * not in flight, else CN_OK. The attempt's result, if one still comes, is delivered as usual.
+ * Thread-safe. */
 CN_MUST_CHECK cn_err rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt);
 
 void rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st);

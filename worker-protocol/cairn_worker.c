@@ -797,7 +797,8 @@ usage(FILE *f)
     (void) fprintf(
         f,
         "usage: cairn-worker [--url URL] [--name NAME] [--slots N] [--credential TOKEN]\n"
-        "                    [--exec-dir DIR]\n"
+        "                    [--exec-dir DIR] [--tls-ca FILE] [--tls-cert-key FILE]\n"
+        "                    [--tls-server-name NAME]\n"
         "Serves std.noop, std.echo, std.sleep, std.fail, std.flaky and std.hash to a Cairn\n"
         "runner. SIGTERM/SIGINT stop it after running actions finish (grace %d s).\n"
         "  --url URL           runner address (env CAIRN_WORKER_URL; default " DEFAULT_URL ")\n"
@@ -805,6 +806,9 @@ usage(FILE *f)
         "  --slots N           actions run at once, 1..4096 (default 1)\n"
         "  --credential TOKEN  shared token (env CAIRN_WORKER_CREDENTIAL)\n"
         "  --exec-dir DIR      also serve each executable DIR/NAME as action exec.NAME\n"
+        "  --tls-ca FILE       tls+tcp://: PEM CA that signed the runner's certificate\n"
+        "  --tls-cert-key FILE tls+tcp://: PEM certificate and key of this worker\n"
+        "  --tls-server-name NAME  tls+tcp://: name to check in the runner's certificate\n"
         "  --help              this text\n",
         STOP_GRACE_MS / 1000);
 }
@@ -898,6 +902,9 @@ main(int argc, char **argv)
         {"slots", required_argument, NULL, 's'},
         {"credential", required_argument, NULL, 'c'},
         {"exec-dir", required_argument, NULL, 'x'},
+        {"tls-ca", required_argument, NULL, 'A'},
+        {"tls-cert-key", required_argument, NULL, 'K'},
+        {"tls-server-name", required_argument, NULL, 'S'},
         {"run-once", required_argument, NULL, 'r'},
         {"deadline-ms", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
@@ -945,6 +952,15 @@ main(int argc, char **argv)
             break;
         case 'x':
             exec_dir = optarg;
+            break;
+        case 'A':
+            opts.tls_ca_file = optarg;
+            break;
+        case 'K':
+            opts.tls_cert_key_file = optarg;
+            break;
+        case 'S':
+            opts.tls_server_name = optarg;
             break;
         case 'r':
             once = optarg;

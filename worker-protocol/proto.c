@@ -391,6 +391,9 @@ r_ready(struct wdec *d, const msgpack_object *map)
             return wfail(d, CN_PROTO, "an error must be a map with a string \"type\"",
                          "outcome.value");
         }
+        /* The plain encoding drops the error flag: `ok` restores it, so the executor's
+         * `except` and retry policies see an error, not a map that looks like one. */
+        ir_map_set_error(&m->outcome.value, true);
     }
     return true;
 }

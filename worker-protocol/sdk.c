@@ -927,13 +927,17 @@ fail:
     return rv;
 }
 
+/* No slot is running or sending. A parked slot counts as quiet unless the runner acked our
+ * goodbye: it answers every parked slot before that ack (a dispatch it assigned first, or a
+ * noop), so waiting for those replies cannot hang and catches a dispatch still in transit. */
 static bool
-sdk_slots_quiet_locked(struct cairn_worker *w)
+sdk_slots_quiet_locked(struct cairn_worker *w, bool parked_is_quiet)
 {
     uint32_t i;
 
     for (i = 0; i < w->nslots; i++) {
-        if (w->slots[i].phase != PH_PARKED && w->slots[i].phase != PH_DONE) {
+        enum sdk_phase ph = w->slots[i].phase;
+        if (ph != PH_DONE && (ph != PH_PARKED || !parked_is_quiet)) {
             return false;
         }
     }
@@ -945,7 +949,7 @@ cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
 {
     int64_t deadline = sdk_now_ms() + grace_ms;
     struct wp_msg m, r;
-    bool connected;
+    bool connected, acked = false;
     nng_msg *msg;
     uint64_t gen;
     uint32_t i;
@@ -975,14 +979,15 @@ cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
         if (sdk_msg_new(&m, &msg) == CN_OK &&
             sdk_op(w, w->ctl_ctx, w->ctl_aio, msg, gen, true, &w->ctl_busy) == 0 &&
             sdk_recv(w, w->ctl_ctx, w->ctl_aio, gen, true, &w->ctl_busy, &r) == 0) {
+            acked = r.kind == WP_ACK;
             wp_msg_fini(&r);
         }
     }
     sdk_lock(w);
     /* Running handlers finish and their outcomes go out (slots then park or end). */
-    while (!sdk_slots_quiet_locked(w) && sdk_wait_until(w, deadline)) {
+    while (!sdk_slots_quiet_locked(w, !acked) && sdk_wait_until(w, deadline)) {
     }
-    if (!sdk_slots_quiet_locked(w)) {
+    if (!sdk_slots_quiet_locked(w, !acked)) {
         for (i = 0; i < w->nslots; i++) {
             if (w->slots[i].phase == PH_RUN) {
                 atomic_store_explicit(&w->slots[i].cancelled, true, memory_order_relaxed);

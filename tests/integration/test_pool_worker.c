@@ -28,7 +28,7 @@ TestSuite(pool_worker, .fini = t_leak_check, .timeout = 120);
 struct tally {
     pthread_mutex_t mtx;
     pthread_cond_t cond;
-    int n, ok, lost, wrong;
+    int n, ok, lost, wrong, cancelled;
     bool seen[MAXN];
     int64_t last_at; /* wall ms of the latest result */
 };
@@ -61,6 +61,8 @@ on_result(void *arg, const struct rn_pool_result *r)
             }
         } else if (strcmp(ir_error_type(r->value), "WorkerLost") == 0) {
             t->lost++;
+        } else if (strcmp(ir_error_type(r->value), "Cancelled") == 0) {
+            t->cancelled++;
         }
     }
     t->last_at = wall_ms();
@@ -247,6 +249,47 @@ Test(pool_worker, sigkill_mid_action_returns_worker_lost_within_a_second)
     cr_assert_eq(t.lost, 1);
     cr_assert_lt(t.last_at - t0, 1000, "WorkerLost after %lld ms", (long long) (t.last_at - t0));
     reap(w, &status);
+    rn_pool_stop(p);
+}
+
+Test(pool_worker, a_cancelled_action_stops_on_the_worker_and_reports_cancelled)
+{
+    struct tally t;
+    char url[128];
+    struct rn_pool *p = pool_up(&t, url, sizeof(url));
+    pid_t w = spawn_worker(url, "canceller", "1");
+    uint32_t id = 9;
+    uint8_t exec_id[16] = {0};
+    struct rn_pool_stats st;
+    int64_t t0;
+    int i, status;
+
+    wait_workers(p, 1, 10000);
+    memcpy(exec_id, &id, sizeof(id));
+    cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_NOTFOUND); /* nothing in flight yet */
+    submit(p, id, "std.sleep", "ms", 20000);
+    for (i = 0; i < 500; i++) {
+        rn_pool_stats(p, &st);
+        if (st.dispatched == 1) {
+            break;
+        }
+        usleep(10000);
+    }
+    cr_assert_eq(st.dispatched, 1);
+    /* Let the worker start it: the SDK matches a cancel against running attempts only. */
+    usleep(50000);
+    t0 = wall_ms();
+    cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_OK);
+    cr_assert(tally_wait(&t, 1, 5000), "no result after cancel");
+    cr_assert_eq(t.cancelled, 1, "ok=%d lost=%d", t.ok, t.lost);
+    cr_assert_lt(t.last_at - t0, 1000, "Cancelled after %lld ms", (long long) (t.last_at - t0));
+    /* The worker is still serving: the next action runs normally. */
+    submit(p, id + 1, "std.echo", "value", (int64_t) (id + 1));
+    cr_assert(tally_wait(&t, 2, 5000), "no result after the cancelled one");
+    cr_assert_eq(t.ok, 1);
+    kill(w, SIGTERM);
+    reap(w, &status);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     rn_pool_stop(p);
 }
 

@@ -3,13 +3,17 @@
  * Workers over tls+tcp:// with client certificates required: a test CA, a runner certificate and
  * worker certificates are made with openssl when the test runs (nothing secret is committed).
  * A worker with a certificate from the CA is served; one without a certificate, or with a
- * self-signed one, never gets past the TLS handshake.
+ * self-signed one, never gets past the TLS handshake. The cairn-worker binary's --tls-* flags
+ * are exercised the same way.
  */
 #include <cairn/worker.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -191,6 +195,64 @@ Test(tls, a_worker_without_a_valid_certificate_is_refused)
     cairn_worker_free(w);
     rn_pool_stats(p, &st);
     cr_assert_eq(st.workers, 0);
+    rn_pool_stop(p);
+    remove_certs();
+}
+
+/* Waits (bounded) for the first result; true when one came. */
+static bool
+one_wait(struct one *o, int ms)
+{
+    int i, n = 0;
+
+    for (i = 0; i < ms / 10 && n == 0; i++) {
+        pthread_mutex_lock(&o->mtx);
+        n = o->n;
+        pthread_mutex_unlock(&o->mtx);
+        if (n == 0) {
+            usleep(10000);
+        }
+    }
+    return n > 0;
+}
+
+Test(tls, the_cairn_worker_binary_connects_with_its_tls_flags)
+{
+    const char *bin = getenv("CAIRN_WORKER_BIN");
+    struct one o;
+    char url[128];
+    struct rn_pool *p;
+    struct rn_pool_dispatch d;
+    pid_t pid;
+    int status, i;
+
+    cr_assert_not_null(bin, "CAIRN_WORKER_BIN not set (run through meson)");
+    make_certs();
+    p = tls_pool(&o, url, sizeof(url));
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execl(bin, bin, "--url", url, "--tls-ca", path("ca.pem"), "--tls-cert-key",
+              path("worker.pem"), "--tls-server-name", "localhost", (char *) NULL);
+        _exit(127);
+    }
+    memset(&d, 0, sizeof(d));
+    d.exec_id[0] = 2;
+    d.attempt = 1;
+    d.action = "std.echo";
+    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
+    cr_assert_eq(ir_map_set_cstr(&d.kwargs, "value", ir_int(42)), CN_OK);
+    cr_assert_eq(rn_pool_submit(p, &d), CN_OK); /* queued until the worker says hello */
+    ir_val_release(d.kwargs);
+    cr_assert(one_wait(&o, 10000), "no result from cairn-worker over TLS");
+    cr_assert(o.ok);
+    kill(pid, SIGTERM);
+    for (i = 0; i < 500 && waitpid(pid, &status, WNOHANG) != pid; i++) {
+        usleep(10000);
+    }
+    cr_assert_lt(i, 500, "cairn-worker did not stop");
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     rn_pool_stop(p);
     remove_certs();
 }

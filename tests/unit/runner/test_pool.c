@@ -546,6 +546,99 @@ Test(pool, cancel_rides_on_the_parked_control_request)
     got_fini(&g);
 }
 
+Test(pool, cancel_asked_before_the_control_request_parks_rides_on_the_next_ones)
+{
+    static const char *acts[] = {"t.long"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg m, r1, r2, c;
+    uint8_t id[16];
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 4);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&w, 1, NULL);
+    tw_ready(&w, 2, NULL);
+    submit(p, "t.long", 6, 0);
+    submit(p, "t.long", 7, 0);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r1), 0);
+    cr_assert_eq(tw_recv_wait(&w, 2, &r2), 0);
+    cr_assert_eq(r1.kind, WP_DISPATCH);
+    cr_assert_eq(r2.kind, WP_DISPATCH);
+    /* No control request is parked yet: both cancels wait for one. */
+    memset(id, 6, 16);
+    cr_assert_eq(rn_pool_cancel(p, id, 1), CN_OK);
+    memset(id, 7, 16);
+    cr_assert_eq(rn_pool_cancel(p, id, 1), CN_OK);
+    /* Each control request carries one of them. */
+    wp_msg_init(&m, WP_CONTROL);
+    tw_send(&w, 3, &m);
+    tw_recv_start(&w, 3);
+    cr_assert_eq(tw_recv_wait(&w, 3, &c), 0);
+    cr_assert_eq(c.kind, WP_CANCEL);
+    cr_assert(c.token == r1.token || c.token == r2.token);
+    {
+        uint64_t first = c.token;
+        wp_msg_fini(&c);
+        tw_send(&w, 3, &m);
+        tw_recv_start(&w, 3);
+        cr_assert_eq(tw_recv_wait(&w, 3, &c), 0);
+        cr_assert_eq(c.kind, WP_CANCEL);
+        cr_assert(c.token == r1.token || c.token == r2.token);
+        cr_assert_neq(c.token, first);
+        wp_msg_fini(&c);
+    }
+    /* Nothing else is pending: the next control request stays parked. */
+    tw_send(&w, 3, &m);
+    nng_aio_set_timeout(w.aio[3], 300);
+    tw_recv_start(&w, 3);
+    cr_assert_eq(tw_recv_wait(&w, 3, &c), NNG_ETIMEDOUT);
+    wp_msg_fini(&r1);
+    wp_msg_fini(&r2);
+    tw_close(&w, 4);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+Test(pool, goodbye_releases_parked_slots_before_its_ack_and_stops_dispatch)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg m, r;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 3);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&w, 1, NULL); /* parked: nothing queued */
+    usleep(50000);
+    wp_msg_init(&m, WP_GOODBYE);
+    tw_send(&w, 2, &m);
+    tw_recv_start(&w, 2);
+    cr_assert_eq(tw_recv_wait(&w, 2, &r), 0);
+    cr_assert_eq(r.kind, WP_ACK);
+    wp_msg_fini(&r);
+    /* The parked slot was answered too. */
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_NOOP);
+    wp_msg_fini(&r);
+    /* Work submitted now is not given to the leaving worker. */
+    submit(p, "t.x", 1, 0);
+    tw_ready(&w, 1, NULL);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_NOOP);
+    wp_msg_fini(&r);
+    tw_close(&w, 3);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
 Test(pool, oversized_message_drops_that_connection_only)
 {
     static const char *acts[] = {"t.x"};

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <msgpack.h>
 
+#include "ir/eval.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/leak.h"
 #include "worker-protocol/proto.h"
@@ -102,9 +103,13 @@ Test(wp_proto, every_kind_round_trips)
     m.outcome.ok = false;
     m.outcome.value = json("{\"type\": \"KeyError\", \"message\": \"'k'\", \"bases\": "
                            "[\"LookupError\"], \"details\": null}");
+    ir_map_set_error(&m.outcome.value, true); /* as a handler raises it */
     round_trip(&m, &r, &b);
     cr_assert(!r.outcome.ok);
     cr_assert(ir_val_same(r.outcome.value, m.outcome.value));
+    /* The wire form is a plain map; `ok: false` makes it an error again for the executor. */
+    cr_assert(ir_is_error(r.outcome.value));
+    cr_assert_str_eq(ir_error_type(r.outcome.value), "KeyError");
     wp_msg_fini(&r);
     ir_val_release(m.outcome.value);
 

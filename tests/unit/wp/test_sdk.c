@@ -184,6 +184,15 @@ fr_main(void *arg)
             pthread_mutex_lock(&f->mtx);
             break;
         case WP_GOODBYE:
+            /* As the runner does: parked slots get their last reply (noop) before the ack. */
+            for (i = 0; i < FR_CTXS; i++) {
+                if (f->parked_ready[i]) {
+                    f->parked_ready[i] = false;
+                    pthread_mutex_unlock(&f->mtx);
+                    fr_reply_kind(f, i, WP_NOOP);
+                    pthread_mutex_lock(&f->mtx);
+                }
+            }
             pthread_mutex_unlock(&f->mtx);
             fr_reply_kind(f, pick, WP_ACK);
             pthread_mutex_lock(&f->mtx);
