@@ -57,7 +57,8 @@ struct worker {
     char **actions;
     uint32_t nactions;
     uint32_t slots;
-    bool leaving; /* said goodbye: gets no more work */
+    bool leaving;      /* said goodbye: gets no more work */
+    int64_t last_seen; /* monotonic ms of its latest request (heartbeat) */
     struct worker *next;
 };
 
@@ -455,6 +456,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
             return;
         }
         w->pipe = c->pipe;
+        w->last_seen = now_ms(CLOCK_MONOTONIC);
         w->next = p->workers;
         p->workers = w;
         p->st.workers++;
@@ -529,6 +531,9 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         return;
     }
     w = worker_find(p, c->pipe);
+    if (w != NULL) {
+        w->last_seen = now_ms(CLOCK_MONOTONIC);
+    }
     if (m.kind != WP_HELLO && w == NULL) {
         /* Everything but hello needs a welcomed worker. */
         p->st.bad_messages++;
@@ -692,6 +697,7 @@ timer_main(void *arg)
         int64_t next = mono + p->idle_ms, wake;
         struct timespec ts;
         struct pctx *c;
+        struct worker *w;
         size_t i;
 
         for (i = 0; i < p->nrefused; i++) {
@@ -699,6 +705,20 @@ timer_main(void *arg)
                 close_pipe(p->refused[i].pipe); /* its removal callback drops the entry */
             } else if (p->refused[i].at + REFUSE_GRACE_MS < next) {
                 next = p->refused[i].at + REFUSE_GRACE_MS;
+            }
+        }
+        for (w = p->workers; w != NULL; w = w->next) {
+            /* Heartbeat: a live worker re-parks each request the idle cycle answers, so three
+             * periods of silence mean its host is gone with the connection still open. */
+            int64_t limit = w->last_seen + 3 * (int64_t) p->idle_ms + 1000;
+            if (mono >= limit) {
+                fprintf(stderr, "cairn pool: worker %s silent for %lld ms: dropping it\n",
+                        w->name != NULL ? w->name : "?", (long long) (mono - w->last_seen));
+                p->st.silent++;
+                w->last_seen = mono; /* once: its removal callback fails what it held */
+                close_pipe(w->pipe);
+            } else if (limit < next) {
+                next = limit;
             }
         }
         for (c = p->all; c != NULL; c = c->next) {

@@ -63,6 +63,7 @@ struct rn_pool_stats {
     uint64_t lost;         /* WorkerLost delivered */
     uint64_t bad_messages; /* connections dropped for a malformed message */
     uint64_t refused;      /* hellos refused */
+    uint64_t silent;       /* connections dropped after 3 idle periods without a request */
     uint64_t queued;       /* submitted attempts waiting for a worker now */
 };
 

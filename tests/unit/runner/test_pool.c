@@ -101,6 +101,15 @@ got_wait(struct got *g, int n, int ms)
     return ok;
 }
 
+static int64_t
+mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* ---- a raw worker --------------------------------------------------------------------------- */
 
 struct tw {
@@ -635,6 +644,64 @@ Test(pool, goodbye_releases_parked_slots_before_its_ack_and_stops_dispatch)
     cr_assert_eq(r.kind, WP_NOOP);
     wp_msg_fini(&r);
     tw_close(&w, 3);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+/* A worker whose host vanished keeps its connection open but sends nothing: after three idle
+ * periods (plus a second) the pool drops it and fails what it held with WorkerLost. A worker
+ * that answers the idle cycle is kept. */
+Test(pool, a_silent_worker_is_dropped_after_three_idle_periods)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw live, dead;
+    struct rn_pool_stats st;
+    struct wp_msg r, m;
+    int64_t t0;
+    int i;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 100);
+    tw_open(&dead, url, 2);
+    tw_hello(&dead, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&dead, 1, NULL);
+    submit(p, "t.x", 3, 0);
+    cr_assert_eq(tw_recv_wait(&dead, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    wp_msg_fini(&r);
+    t0 = mono_ms();
+    tw_open(&live, url, 2);
+    tw_hello(&live, acts, 1, NULL, WP_WELCOME);
+    wp_msg_init(&m, WP_CONTROL);
+    /* `live` keeps a control request parked and re-parks it after each idle noop; `dead`
+     * says nothing more. */
+    while (__atomic_load_n(&dead.removed, __ATOMIC_SEQ_CST) == 0 && mono_ms() - t0 < 5000) {
+        tw_send(&live, 1, &m);
+        tw_recv_start(&live, 1);
+        cr_assert_eq(tw_recv_wait(&live, 1, &r), 0);
+        cr_assert_eq(r.kind, WP_NOOP);
+        wp_msg_fini(&r);
+    }
+    cr_assert_eq(__atomic_load_n(&dead.removed, __ATOMIC_SEQ_CST), 1, "silent worker kept");
+    cr_assert_geq(mono_ms() - t0, 1200, "dropped too early");
+    cr_assert(got_wait(&g, 1, 5000));
+    cr_assert(!g.r[0].ok);
+    cr_assert_str_eq(g.r[0].type, "WorkerLost");
+    for (i = 0; i < 100; i++) {
+        rn_pool_stats(p, &st);
+        if (st.workers == 1) {
+            break;
+        }
+        usleep(10000);
+    }
+    cr_assert_eq(st.workers, 1, "the live worker was dropped too");
+    cr_assert_eq(st.silent, 1);
+    cr_assert_eq(__atomic_load_n(&live.removed, __ATOMIC_SEQ_CST), 0);
+    tw_close(&live, 2);
+    tw_close(&dead, 2);
     rn_pool_stop(p);
     got_fini(&g);
 }
