@@ -127,6 +127,23 @@ wait_workers(struct rn_pool *p, uint64_t n, int ms)
                    (unsigned long long) n);
 }
 
+/* Waits (up to 5 s) until the pool has sent `n` dispatches; returns the count it saw. */
+static uint64_t
+await_dispatched(struct rn_pool *p, uint64_t n)
+{
+    struct rn_pool_stats st;
+    int i;
+
+    for (i = 0; i < 500; i++) {
+        rn_pool_stats(p, &st);
+        if (st.dispatched == n) {
+            break;
+        }
+        usleep(10000);
+    }
+    return st.dispatched;
+}
+
 static void
 submit(struct rn_pool *p, uint32_t i, const char *action, const char *key, int64_t v)
 {
@@ -228,20 +245,12 @@ Test(pool_worker, sigkill_mid_action_returns_worker_lost_within_a_second)
     char url[128];
     struct rn_pool *p = pool_up(&t, url, sizeof(url));
     pid_t w = spawn_worker(url, "victim", "1");
-    struct rn_pool_stats st;
     int64_t t0;
-    int i, status;
+    int status;
 
     wait_workers(p, 1, 10000);
     submit(p, 7, "std.sleep", "ms", 20000);
-    for (i = 0; i < 500; i++) {
-        rn_pool_stats(p, &st);
-        if (st.dispatched == 1) {
-            break;
-        }
-        usleep(10000);
-    }
-    cr_assert_eq(st.dispatched, 1);
+    cr_assert_eq(await_dispatched(p, 1), 1);
     usleep(50000); /* let the worker start the action */
     t0 = wall_ms();
     kill(w, SIGKILL);
@@ -260,22 +269,14 @@ Test(pool_worker, a_cancelled_action_stops_on_the_worker_and_reports_cancelled)
     pid_t w = spawn_worker(url, "canceller", "1");
     uint32_t id = 9;
     uint8_t exec_id[16] = {0};
-    struct rn_pool_stats st;
     int64_t t0;
-    int i, status;
+    int status;
 
     wait_workers(p, 1, 10000);
     memcpy(exec_id, &id, sizeof(id));
     cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_NOTFOUND); /* nothing in flight yet */
     submit(p, id, "std.sleep", "ms", 20000);
-    for (i = 0; i < 500; i++) {
-        rn_pool_stats(p, &st);
-        if (st.dispatched == 1) {
-            break;
-        }
-        usleep(10000);
-    }
-    cr_assert_eq(st.dispatched, 1);
+    cr_assert_eq(await_dispatched(p, 1), 1);
     /* Let the worker start it: the SDK matches a cancel against running attempts only. */
     usleep(50000);
     t0 = wall_ms();
@@ -299,18 +300,11 @@ Test(pool_worker, sigterm_finishes_in_flight_work_then_exits_cleanly)
     char url[128];
     struct rn_pool *p = pool_up(&t, url, sizeof(url));
     pid_t w = spawn_worker(url, "polite", "2");
-    struct rn_pool_stats st;
-    int i, status;
+    int status;
 
     wait_workers(p, 1, 10000);
     submit(p, 3, "std.sleep", "ms", 300);
-    for (i = 0; i < 500; i++) {
-        rn_pool_stats(p, &st);
-        if (st.dispatched == 1) {
-            break;
-        }
-        usleep(10000);
-    }
+    (void) await_dispatched(p, 1);
     kill(w, SIGTERM);
     cr_assert(tally_wait(&t, 1, 10000), "the in-flight action never reported");
     cr_assert_eq(t.ok, 1, "the in-flight action did not finish (lost: %d)", t.lost);

@@ -141,6 +141,23 @@ worker_try(const char *url, const char *cert, struct cairn_worker **out)
     return rv;
 }
 
+/* Waits (bounded) for the first result; true when one came. */
+static bool
+one_wait(struct one *o, int ms)
+{
+    int i, n = 0;
+
+    for (i = 0; i < ms / 10 && n == 0; i++) {
+        pthread_mutex_lock(&o->mtx);
+        n = o->n;
+        pthread_mutex_unlock(&o->mtx);
+        if (n == 0) {
+            usleep(10000);
+        }
+    }
+    return n > 0;
+}
+
 Test(tls, a_worker_with_a_certificate_from_the_ca_is_served)
 {
     struct one o;
@@ -148,7 +165,6 @@ Test(tls, a_worker_with_a_certificate_from_the_ca_is_served)
     struct rn_pool *p;
     struct cairn_worker *w;
     struct rn_pool_dispatch d;
-    int i;
 
     make_certs();
     p = tls_pool(&o, url, sizeof(url));
@@ -161,15 +177,7 @@ Test(tls, a_worker_with_a_certificate_from_the_ca_is_served)
     cr_assert_eq(ir_map_set_cstr(&d.kwargs, "v", ir_int(42)), CN_OK);
     cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
     ir_val_release(d.kwargs);
-    for (i = 0; i < 500; i++) {
-        pthread_mutex_lock(&o.mtx);
-        if (o.n > 0) {
-            pthread_mutex_unlock(&o.mtx);
-            break;
-        }
-        pthread_mutex_unlock(&o.mtx);
-        usleep(10000);
-    }
+    (void) one_wait(&o, 5000);
     cr_assert_eq(o.n, 1, "no result over TLS");
     cr_assert(o.ok);
     cairn_worker_stop(w, 1000);
@@ -197,23 +205,6 @@ Test(tls, a_worker_without_a_valid_certificate_is_refused)
     cr_assert_eq(st.workers, 0);
     rn_pool_stop(p);
     remove_certs();
-}
-
-/* Waits (bounded) for the first result; true when one came. */
-static bool
-one_wait(struct one *o, int ms)
-{
-    int i, n = 0;
-
-    for (i = 0; i < ms / 10 && n == 0; i++) {
-        pthread_mutex_lock(&o->mtx);
-        n = o->n;
-        pthread_mutex_unlock(&o->mtx);
-        if (n == 0) {
-            usleep(10000);
-        }
-    }
-    return n > 0;
 }
 
 Test(tls, the_cairn_worker_binary_connects_with_its_tls_flags)
