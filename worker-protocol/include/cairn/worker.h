@@ -85,10 +85,10 @@ CN_MUST_CHECK cn_err cairn_worker_register(struct cairn_worker *w, const char *a
  * cairn_worker_error(). On failure the worker is as before start(), so start() may be retried. */
 CN_MUST_CHECK cn_err cairn_worker_start(struct cairn_worker *w);
 
-/* Stops taking new work, waits up to grace_ms for running handlers (then marks them
- * cancelled and still waits for them to return: a thread cannot be killed), sends the
- * finished outcomes and `goodbye`, and closes the connection. Blocks; never call it from a
- * handler. A no-op on a worker that is not started. */
+/* Sends `goodbye` (the runner stops dispatching), runs any dispatch that crossed it, waits up
+ * to grace_ms for running handlers (then marks them cancelled and still waits for them to
+ * return: a thread cannot be killed), sends their outcomes and closes the connection. Blocks;
+ * never call it from a handler. A no-op on a worker that is not started. */
 void cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms);
 
 /* True between a successful start() and stop(), unless the runner refused a new session
