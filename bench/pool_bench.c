@@ -3,15 +3,17 @@
  * cairn-pool-bench: the worker pool (runner/pool.c) and the C worker SDK (libcairn-worker)
  * driven together in one process with no-op actions, next to the physical limit of the same
  * design on the same transport: raw nng REQ/REP round trips.
- *   pool  rn_pool_start on URL; W SDK workers with S slots each serve `bench.noop` (returns
- *         None); N dispatches are submitted with at most W*S*2 in flight, refilled from the
- *         result callback. Latency: rn_pool_submit -> result callback, per dispatch.
+ *   pool  rn_pool_start on URL; W SDK workers with S slots each (and P prefetch) serve
+ *         `bench.noop` (returns None); N dispatches are submitted with at most W*S*2 in
+ *         flight, refilled from the result callback. Latency: rn_pool_submit -> result
+ *         callback, per dispatch. Also reported: attempts per `dispatch` message (batching).
  *   raw   a REP socket with W*S contexts echoing; W REQ sockets with S contexts each, one
  *         thread per context doing synchronous round trips of a 64-byte message (the SDK's
  *         shape: one REQ socket per worker, one context and thread per slot, one round trip
  *         per action). Latency: send -> reply, per round trip.
  * Both phases run a short unmeasured warm-up first. Times are CLOCK_MONOTONIC.
- * Usage: cairn-pool-bench [--url ipc|tcp] [--workers W] [--slots S] [--n N] [--markdown]
+ * Usage: cairn-pool-bench [--url ipc|tcp] [--workers W] [--slots S] [--prefetch P] [--n N]
+ *                         [--markdown]
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -52,6 +54,7 @@ struct phase_result {
     long n;
     double secs;
     double p50_us, p99_us;
+    double batch; /* pool: attempts per dispatch message */
 };
 
 /* Sorts lat[0..n) and fills the percentiles. */
@@ -189,13 +192,14 @@ pool_round(struct pool_run *pr, long n, long window, struct phase_result *res)
 }
 
 static int
-run_pool(const char *url_kind, int workers, int slots, long n, struct phase_result *res)
+run_pool(const char *url_kind, int workers, int slots, int prefetch, long n,
+         struct phase_result *res)
 {
     struct pool_run pr;
     struct rn_pool_cfg cfg;
     struct cn_errmsg em = {{0}};
     struct cairn_worker **ws = calloc((size_t) workers, sizeof(*ws));
-    struct rn_pool_stats st;
+    struct rn_pool_stats st, st0;
     char url[128], wurl[128];
     long warm = n / 10 < 2000 ? n / 10 : 2000;
     int i, started = 0, rc = -1;
@@ -233,6 +237,7 @@ run_pool(const char *url_kind, int workers, int slots, long n, struct phase_resu
         (void) snprintf(name, sizeof(name), "bench-%d", i);
         o.name = name;
         o.slots = (uint32_t) slots;
+        o.prefetch = (uint32_t) prefetch;
         o.start_timeout_ms = 10000;
         if (cairn_worker_new(wurl, &o, &ws[i]) != CN_OK ||
             cairn_worker_register(ws[i], NOOP_ACTION, noop_handler, NULL) != CN_OK) {
@@ -260,9 +265,15 @@ run_pool(const char *url_kind, int workers, int slots, long n, struct phase_resu
     if (warm > 0 && pool_round(&pr, warm, (long) workers * slots * 2, NULL) != 0) {
         goto out;
     }
+    rn_pool_stats(pr.pool, &st0);
     if (pool_round(&pr, n, (long) workers * slots * 2, res) != 0) {
         goto out;
     }
+    rn_pool_stats(pr.pool, &st);
+    res->batch = st.dispatch_msgs > st0.dispatch_msgs
+                     ? (double) (st.dispatched - st0.dispatched) /
+                           (double) (st.dispatch_msgs - st0.dispatch_msgs)
+                     : 0;
     rc = 0;
 out:
     for (i = 0; i < started; i++) {
@@ -510,7 +521,7 @@ int
 main(int argc, char **argv)
 {
     const char *url_kind = "ipc";
-    int workers = 1, slots = 8, markdown = 0, i;
+    int workers = 1, slots = 8, prefetch = 0, markdown = 0, i;
     long n = 20000;
     struct phase_result pool, raw;
 
@@ -521,6 +532,8 @@ main(int argc, char **argv)
             workers = (int) strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--slots") == 0 && i + 1 < argc) {
             slots = (int) strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--prefetch") == 0 && i + 1 < argc) {
+            prefetch = (int) strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) {
             n = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--markdown") == 0) {
@@ -531,12 +544,13 @@ main(int argc, char **argv)
         }
     }
     if (argc < 0 || (strcmp(url_kind, "ipc") != 0 && strcmp(url_kind, "tcp") != 0) || workers < 1 ||
-        workers > 256 || slots < 1 || slots > 4096 || n < 1 || n > 100000000) {
+        workers > 256 || slots < 1 || slots > 4096 || prefetch < 0 || prefetch > 4096 || n < 1 ||
+        n > 100000000) {
         fprintf(stderr, "usage: cairn-pool-bench [--url ipc|tcp] [--workers W] [--slots S] "
-                        "[--n N] [--markdown]\n");
+                        "[--prefetch P] [--n N] [--markdown]\n");
         return 2;
     }
-    if (run_pool(url_kind, workers, slots, n, &pool) != 0) {
+    if (run_pool(url_kind, workers, slots, prefetch, n, &pool) != 0) {
         fprintf(stderr, "pool phase failed\n");
         return 1;
     }
@@ -548,14 +562,16 @@ main(int argc, char **argv)
         double pool_tp = (double) pool.n / pool.secs, raw_tp = (double) raw.n / raw.secs;
 
         if (markdown) {
-            printf("| %s, W=%d, S=%d, N=%ld | %.0f | %.0f / %.0f | %.0f | %.0f / %.0f | %.0f%% |\n",
-                   url_kind, workers, slots, n, pool_tp, pool.p50_us, pool.p99_us, raw_tp,
-                   raw.p50_us, raw.p99_us, 100.0 * pool_tp / raw_tp);
+            printf("| %s, W=%d, S=%d, P=%d, N=%ld | %.0f | %.1f | %.0f / %.0f | %.0f | %.0f / %.0f "
+                   "| %.0f%% |\n",
+                   url_kind, workers, slots, prefetch, n, pool_tp, pool.batch, pool.p50_us,
+                   pool.p99_us, raw_tp, raw.p50_us, raw.p99_us, 100.0 * pool_tp / raw_tp);
         } else {
-            printf("%s W=%d S=%d N=%ld in-flight=%d\n", url_kind, workers, slots, n,
+            printf("%s W=%d S=%d P=%d N=%ld in-flight=%d\n", url_kind, workers, slots, prefetch, n,
                    workers * slots * 2);
-            printf("  pool: %.0f actions/s  p50=%.0f us  p99=%.0f us  (%.3f s)\n", pool_tp,
-                   pool.p50_us, pool.p99_us, pool.secs);
+            printf(
+                "  pool: %.0f actions/s  %.1f per dispatch  p50=%.0f us  p99=%.0f us  (%.3f s)\n",
+                pool_tp, pool.batch, pool.p50_us, pool.p99_us, pool.secs);
             printf("  raw:  %.0f round trips/s  p50=%.0f us  p99=%.0f us  (%.3f s)\n", raw_tp,
                    raw.p50_us, raw.p99_us, raw.secs);
             printf("  pool / raw: %.0f%%\n", 100.0 * pool_tp / raw_tp);

@@ -56,14 +56,19 @@ struct worker {
     char *name;
     char **actions;
     uint32_t nactions;
-    uint32_t slots;
-    bool leaving;      /* said goodbye: gets no more work */
-    int64_t last_seen; /* monotonic ms of its latest request (heartbeat) */
+    uint32_t cap;        /* slots + prefetch: most attempts it holds at once */
+    uint32_t inflight;   /* attempts dispatched to it and not reported back */
+    struct pctx *parked; /* its parked `ready`, if any (at most one) */
+    struct pctx *ctl;    /* its parked `control`, if any */
+    bool leaving;        /* said goodbye: gets no more work */
+    int64_t last_seen;   /* monotonic ms of its latest request (heartbeat) */
     struct worker *next;
 };
 
 struct flight {
     bool used;
+    bool done; /* its ActionTimeout was delivered; kept until the worker reports back, so that a
+                * worker stuck on hung attempts is not sent more work in their place */
     uint64_t token;
     uint8_t exec_id[16];
     uint32_t attempt;
@@ -251,32 +256,53 @@ flight_release_locked(struct rn_pool *p, size_t i)
 
 static void pctx_cb(void *arg);
 
-/* Sends m as the reply on c (asynchronous). Call with the lock held. */
+/* Sends len bytes as the reply on c (asynchronous). Call with the lock held. */
 static void
-reply_locked(struct pctx *c, const struct wp_msg *m)
+reply_bytes_locked(struct rn_pool *p, struct pctx *c, const void *data, size_t len)
 {
-    struct cn_buf b = CN_BUF_INIT;
     nng_msg *msg = NULL;
 
-    if (wp_msg_encode(m, &b) != CN_OK || nng_msg_alloc(&msg, 0) != 0 ||
-        nng_msg_append(msg, b.data, b.len) != 0) {
+    if (c->state == PC_PARKED) {
+        struct worker *w = worker_find(p, c->pipe);
+        if (w != NULL && w->parked == c) {
+            w->parked = NULL;
+        }
+        if (w != NULL && w->ctl == c) {
+            w->ctl = NULL;
+        }
+    }
+    if (nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, data, len) != 0) {
         /* Cannot answer: abandon the request; the worker's REQ will see the pipe close. */
         if (msg != NULL) {
             nng_msg_free(msg);
         }
-        cn_buf_fini(&b);
         c->state = PC_RECV;
         nng_ctx_recv(c->ctx, c->aio);
         return;
     }
-    cn_buf_fini(&b);
     c->state = PC_SEND;
     nng_aio_set_msg(c->aio, msg);
     nng_ctx_send(c->ctx, c->aio);
 }
 
+/* Sends m as the reply on c. Call with the lock held. */
 static void
-send_cancel_locked(struct pctx *c, struct flight *f)
+reply_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
+{
+    struct cn_buf b = CN_BUF_INIT;
+
+    if (wp_msg_encode(m, &b) != CN_OK) {
+        cn_buf_fini(&b);
+        c->state = PC_RECV; /* abandoned, as above */
+        nng_ctx_recv(c->ctx, c->aio);
+        return;
+    }
+    reply_bytes_locked(p, c, b.data, b.len);
+    cn_buf_fini(&b);
+}
+
+static void
+send_cancel_locked(struct rn_pool *p, struct pctx *c, struct flight *f)
 {
     struct wp_msg m;
 
@@ -285,7 +311,7 @@ send_cancel_locked(struct pctx *c, struct flight *f)
     m.attempt = f->attempt;
     m.token = f->token;
     f->cancel_pending = false;
-    reply_locked(c, &m);
+    reply_locked(p, c, &m);
 }
 
 /* A control request just parked on c: it carries the first cancel asked for meanwhile. */
@@ -297,7 +323,7 @@ send_pending_cancel_locked(struct rn_pool *p, struct pctx *c)
     for (i = 0; i < p->nfl; i++) {
         struct flight *f = &p->fl[i];
         if (f->used && f->cancel_pending && f->pipe == c->pipe) {
-            send_cancel_locked(c, f);
+            send_cancel_locked(p, c, f);
             return;
         }
     }
@@ -305,73 +331,12 @@ send_pending_cancel_locked(struct rn_pool *p, struct pctx *c)
 
 
 static void
-reply_kind_locked(struct pctx *c, enum wp_kind kind)
+reply_kind_locked(struct rn_pool *p, struct pctx *c, enum wp_kind kind)
 {
     struct wp_msg m;
 
     wp_msg_init(&m, kind);
-    reply_locked(c, &m);
-}
-
-/* Answers c with queued dispatch q (taking it out of the queue). Call with the lock held. */
-static void
-send_dispatch_locked(struct rn_pool *p, struct pctx *c, struct queued *q)
-{
-    struct wp_msg m;
-    struct flight *f;
-    uint8_t key[16];
-    size_t i;
-
-    if (p->nfree > 0) {
-        i = p->fl_free[--p->nfree];
-    } else {
-        i = p->nfl;
-        if (p->nfl == p->capfl) {
-            size_t ncap = p->capfl ? p->capfl * 2 : 64;
-            struct flight *n = realloc(p->fl, ncap * sizeof(*n));
-            if (n == NULL) {
-                return; /* stays queued; retried when the next slot asks */
-            }
-            p->fl = n;
-            p->capfl = ncap;
-        }
-        p->nfl++;
-    }
-    f = &p->fl[i];
-    f->used = true;
-    f->token = ++p->next_token;
-    memcpy(f->exec_id, q->d.exec_id, 16);
-    f->attempt = q->d.attempt;
-    f->pipe = c->pipe;
-    f->deadline = q->d.deadline_ms;
-    f->cancel_pending = false;
-    token_key(f->token, key);
-    if (rn_idmap_put(&p->tokens, key, (uint32_t) i) != CN_OK) {
-        flight_release_locked(p, i);
-        return;
-    }
-    if (f->deadline != 0) {
-        /* Wake the timer only when this deadline comes before its planned wake. */
-        int64_t due = now_ms(CLOCK_MONOTONIC) + (f->deadline - now_ms(CLOCK_REALTIME));
-        if (due < p->timer_wake) {
-            pthread_cond_signal(&p->cond);
-        }
-    }
-    wp_msg_init(&m, WP_DISPATCH);
-    memcpy(m.instance_id, q->d.instance_id, 16);
-    memcpy(m.exec_id, q->d.exec_id, 16);
-    m.attempt = q->d.attempt;
-    m.token = f->token;
-    m.action = q->d.action;
-    m.kwargs = q->d.kwargs;
-    m.deadline_ms = q->d.deadline_ms;
-    /* Recorded first, then sent: a pipe that drops from now on returns this as WorkerLost. */
-    reply_locked(c, &m);
-    p->st.dispatched++;
-    p->st.queued--;
-    free(q->action);
-    ir_val_release(q->d.kwargs);
-    free(q);
+    reply_locked(p, c, &m);
 }
 
 /* The first queued attempt worker w serves, unlinked; NULL if none. */
@@ -391,6 +356,150 @@ take_for_locked(struct rn_pool *p, const struct worker *w)
         }
     }
     return NULL;
+}
+
+/* Puts q back at the head of the queue (it was taken but could not be sent now). */
+static void
+queue_push_front_locked(struct rn_pool *p, struct queued *q)
+{
+    q->next = p->qhead;
+    p->qhead = q;
+    if (p->qtail == NULL) {
+        p->qtail = q;
+    }
+}
+
+static void
+queued_free(struct queued *q)
+{
+    free(q->action);
+    ir_val_release(q->d.kwargs);
+    free(q);
+}
+
+/* A free flight entry's index, or false when out of memory. */
+static bool
+flight_alloc_locked(struct rn_pool *p, size_t *out)
+{
+    if (p->nfree > 0) {
+        *out = p->fl_free[--p->nfree];
+        return true;
+    }
+    if (p->nfl == p->capfl) {
+        size_t ncap = p->capfl ? p->capfl * 2 : 64;
+        struct flight *n = realloc(p->fl, ncap * sizeof(*n));
+        if (n == NULL) {
+            return false;
+        }
+        p->fl = n;
+        p->capfl = ncap;
+    }
+    *out = p->nfl++;
+    return true;
+}
+
+/* Adds q to batch b as an attempt in flight on worker w. Returns CN_OK (q consumed), or the
+ * batch's error with nothing recorded (q untouched). Call with the lock held. */
+static cn_err
+dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, struct queued *q)
+{
+    struct wp_dispatch d;
+    struct flight *f;
+    uint8_t key[16];
+    size_t i;
+    cn_err rv;
+
+    if (!flight_alloc_locked(p, &i)) {
+        return CN_NOMEM;
+    }
+    /* Recorded before the reply is sent: a pipe that drops from now on returns it as
+     * WorkerLost. */
+    f = &p->fl[i];
+    memset(f, 0, sizeof(*f));
+    f->used = true;
+    f->token = p->next_token + 1;
+    memcpy(f->exec_id, q->d.exec_id, 16);
+    f->attempt = q->d.attempt;
+    f->pipe = w->pipe;
+    f->deadline = q->d.deadline_ms;
+    token_key(f->token, key);
+    memcpy(d.instance_id, q->d.instance_id, 16);
+    memcpy(d.exec_id, q->d.exec_id, 16);
+    d.attempt = q->d.attempt;
+    d.token = f->token;
+    d.action = q->d.action;
+    d.kwargs = q->d.kwargs;
+    d.deadline_ms = q->d.deadline_ms;
+    if ((rv = rn_idmap_put(&p->tokens, key, (uint32_t) i)) != CN_OK ||
+        (rv = wp_batch_add_dispatch(b, &d)) != CN_OK) {
+        flight_release_locked(p, i);
+        return rv;
+    }
+    p->next_token++;
+    if (f->deadline != 0) {
+        /* Wake the timer only when this deadline comes before its planned wake. */
+        int64_t due = now_ms(CLOCK_MONOTONIC) + (f->deadline - now_ms(CLOCK_REALTIME));
+        if (due < p->timer_wake) {
+            pthread_cond_signal(&p->cond);
+        }
+    }
+    w->inflight++;
+    p->st.dispatched++;
+    p->st.queued--;
+    queued_free(q);
+    return CN_OK;
+}
+
+/* Answers c, a request of worker w, with one `dispatch` holding as many queued attempts w
+ * serves as it has room for (q first, already unlinked, when not NULL). An attempt whose
+ * arguments cannot be sent at all fails with a ValueError into rs. Returns false when nothing
+ * was sent (c untouched; q, if any, is back in the queue). Call with the lock held. */
+static bool
+dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queued *q,
+                struct results *rs)
+{
+    struct wp_batch b;
+    cn_err rv;
+
+    if (w->inflight >= w->cap || wp_batch_begin(&b, WP_DISPATCH) != CN_OK) {
+        if (q != NULL) {
+            queue_push_front_locked(p, q);
+        }
+        return false;
+    }
+    while (w->inflight < w->cap && (q != NULL || (q = take_for_locked(p, w)) != NULL)) {
+        rv = dispatch_one_locked(p, w, &b, q);
+        if (rv == CN_OK) {
+            q = NULL;
+            continue;
+        }
+        if (b.n == 0 && (rv == CN_TOOBIG || rv == CN_INVAL)) {
+            /* Alone in a message and still not sendable: no worker can ever take it. */
+            synthetic_error(rs, q->d.exec_id, q->d.attempt, "ValueError",
+                            rv == CN_TOOBIG ? "the action's arguments are too large to send "
+                                              "to a worker (over 16 MiB)"
+                                            : "the action's arguments cannot be encoded");
+            p->st.queued--;
+            queued_free(q);
+            q = NULL;
+            continue;
+        }
+        queue_push_front_locked(p, q); /* the next message takes it */
+        q = NULL;
+        break;
+    }
+    if (q != NULL) {
+        queue_push_front_locked(p, q);
+    }
+    if (b.n == 0) {
+        wp_batch_fini(&b);
+        return false;
+    }
+    wp_batch_finish(&b);
+    reply_bytes_locked(p, c, b.buf.data, b.buf.len);
+    p->st.dispatch_msgs++;
+    wp_batch_fini(&b);
+    return true;
 }
 
 static struct pctx *
@@ -436,7 +545,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
         p->st.refused++;
         wp_msg_init(&r, WP_REFUSED);
         r.reason = "bad credential";
-        reply_locked(c, &r);
+        reply_locked(p, c, &r);
         if (p->nrefused < sizeof(p->refused) / sizeof(p->refused[0])) {
             p->refused[p->nrefused].pipe = c->pipe;
             p->refused[p->nrefused].at = now_ms(CLOCK_MONOTONIC);
@@ -452,7 +561,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
     if ((w = worker_find(p, c->pipe)) == NULL) {
         w = calloc(1, sizeof(*w));
         if (w == NULL) {
-            reply_kind_locked(c, WP_NOOP);
+            reply_kind_locked(p, c, WP_NOOP);
             return;
         }
         w->pipe = c->pipe;
@@ -475,16 +584,18 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
             w->nactions++;
         }
     }
-    w->slots = m->slots;
+    w->cap = m->slots + m->prefetch;
     wp_msg_init(&r, WP_WELCOME);
     r.session = ++p->next_session;
     r.idle_ms = p->idle_ms;
-    reply_locked(c, &r);
+    reply_locked(p, c, &r);
 }
 
-/* Accepts an outcome when it answers a dispatch in flight on this pipe. */
+/* Accepts an outcome when it answers a dispatch in flight on worker w's pipe. One that came
+ * after its deadline is dropped, but frees its room on the worker. */
 static void
-on_outcome_locked(struct rn_pool *p, uint32_t pipe, const struct wp_outcome *o, struct results *rs)
+on_outcome_locked(struct rn_pool *p, struct worker *w, const struct wp_outcome *o,
+                  struct results *rs)
 {
     uint8_t key[16];
     uint32_t i;
@@ -496,13 +607,18 @@ on_outcome_locked(struct rn_pool *p, uint32_t pipe, const struct wp_outcome *o, 
         return;
     }
     f = &p->fl[i];
-    if (f->pipe != pipe || f->attempt != o->attempt || memcmp(f->exec_id, o->exec_id, 16) != 0) {
+    if (f->pipe != w->pipe || f->attempt != o->attempt || memcmp(f->exec_id, o->exec_id, 16) != 0) {
         p->st.stale++;
         return;
     }
-    results_add(rs, f->exec_id, f->attempt, o->ok, ir_val_retain(o->value));
+    if (f->done) {
+        p->st.stale++;
+    } else {
+        results_add(rs, f->exec_id, f->attempt, o->ok, ir_val_retain(o->value));
+        p->st.results++;
+    }
     flight_release_locked(p, i);
-    p->st.results++;
+    w->inflight--;
 }
 
 static void
@@ -512,7 +628,6 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
     struct wp_msg m;
     struct cn_errmsg em;
     struct worker *w;
-    struct queued *q;
 
     for (size_t i = 0; i < p->nrefused; i++) {
         if (p->refused[i].pipe == c->pipe) {
@@ -548,38 +663,44 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         on_hello_locked(p, c, &m);
         break;
     case WP_READY:
-        if (m.has_outcome) {
-            on_outcome_locked(p, c->pipe, &m.outcome, rs);
+        for (uint32_t i = 0; i < m.noutcomes; i++) {
+            on_outcome_locked(p, w, &m.outcomes[i], rs);
         }
         if (w->leaving) {
-            reply_kind_locked(c, WP_NOOP); /* stopping: outcome taken, no more work */
-        } else if ((q = take_for_locked(p, w)) != NULL) {
-            send_dispatch_locked(p, c, q);
-        } else {
+            reply_kind_locked(p, c, WP_NOOP); /* stopping: outcomes taken, no more work */
+        } else if (!dispatch_locked(p, w, c, NULL, rs)) {
+            /* One parked `ready` per worker: an older one is released so that the worker
+             * always has a request free to carry its next outcomes. */
+            if (w->parked != NULL) {
+                reply_kind_locked(p, w->parked, WP_NOOP);
+            }
             c->state = PC_PARKED;
             c->control = false;
             c->parked_at = now_ms(CLOCK_MONOTONIC);
+            w->parked = c;
             (void) pctx_new_locked(p); /* keep receiving while this one waits */
         }
         break;
     case WP_CONTROL:
+        if (w->ctl != NULL) {
+            reply_kind_locked(p, w->ctl, WP_NOOP);
+        }
         c->state = PC_PARKED;
         c->control = true;
         c->parked_at = now_ms(CLOCK_MONOTONIC);
+        w->ctl = c;
         (void) pctx_new_locked(p);
         send_pending_cancel_locked(p, c);
         break;
     case WP_GOODBYE:
         w->leaving = true;
-        /* Release its parked slots before the ack: the pipe keeps order, so when the worker
-         * reads the ack, every slot already holds its last reply (a dispatch sent before the
-         * goodbye, or this noop) and the worker knows when nothing more can come. */
-        for (struct pctx *pc = p->all; pc != NULL; pc = pc->next) {
-            if (pc->state == PC_PARKED && !pc->control && pc->pipe == c->pipe) {
-                reply_kind_locked(pc, WP_NOOP);
-            }
+        /* Release its parked `ready` before the ack: the pipe keeps order, so when the worker
+         * reads the ack, every request it has out already holds its last reply (a dispatch
+         * sent before the goodbye, or this noop) and it knows nothing more can come. */
+        if (w->parked != NULL) {
+            reply_kind_locked(p, w->parked, WP_NOOP);
         }
-        reply_kind_locked(c, WP_ACK);
+        reply_kind_locked(p, c, WP_ACK);
         break;
     default:
         /* A runner-to-worker kind sent by a worker. */
@@ -667,10 +788,12 @@ pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
         if (!f->used || f->pipe != id) {
             continue;
         }
-        synthetic_error(&rs, f->exec_id, f->attempt, "WorkerLost",
-                        "the worker running this attempt disconnected");
+        if (!f->done) {
+            synthetic_error(&rs, f->exec_id, f->attempt, "WorkerLost",
+                            "the worker running this attempt disconnected");
+            p->st.lost++;
+        }
         flight_release_locked(p, i);
-        p->st.lost++;
     }
     for (c = p->all; c != NULL; c = c->next) {
         if (c->state == PC_PARKED && c->pipe == id) {
@@ -726,20 +849,20 @@ timer_main(void *arg)
                 continue;
             }
             if (mono - c->parked_at >= (int64_t) p->idle_ms) {
-                reply_kind_locked(c, WP_NOOP); /* liveness for both sides */
+                reply_kind_locked(p, c, WP_NOOP); /* liveness for both sides */
             } else if (c->parked_at + p->idle_ms < next) {
                 next = c->parked_at + p->idle_ms;
             }
         }
         for (i = 0; i < p->nfl; i++) {
             struct flight *f = &p->fl[i];
-            if (!f->used || f->deadline == 0) {
+            if (!f->used || f->done || f->deadline == 0) {
                 continue;
             }
             if (wall >= f->deadline) {
                 synthetic_error(&rs, f->exec_id, f->attempt, "ActionTimeout",
                                 "the attempt did not finish before its deadline");
-                flight_release_locked(p, i);
+                f->done = true;
                 p->st.timeouts++;
             } else if (mono + (f->deadline - wall) < next) {
                 next = mono + (f->deadline - wall);
@@ -857,7 +980,8 @@ cn_err
 rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
 {
     struct queued *q = calloc(1, sizeof(*q));
-    struct pctx *c;
+    struct results rs = {NULL, 0, 0};
+    struct worker *w;
 
     if (q == NULL || (q->action = strdup(d->action)) == NULL) {
         free(q);
@@ -871,13 +995,13 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
     q->d.deadline_ms = d->deadline_ms;
     pthread_mutex_lock(&p->mtx);
     p->st.queued++;
-    /* A parked slot of a worker serving the action takes it at once; else it waits. */
-    for (c = p->all; c != NULL; c = c->next) {
-        struct worker *w;
-        if (c->state == PC_PARKED && !c->control && (w = worker_find(p, c->pipe)) != NULL &&
-            worker_serves(w, q->d.action)) {
-            send_dispatch_locked(p, c, q);
+    /* A worker with a parked `ready` and room, serving the action, takes it at once (with
+     * whatever else is queued for it); else it waits for the next `ready`. */
+    for (w = p->workers; w != NULL; w = w->next) {
+        if (w->parked != NULL && w->inflight < w->cap && worker_serves(w, q->d.action)) {
+            (void) dispatch_locked(p, w, w->parked, q, &rs);
             pthread_mutex_unlock(&p->mtx);
+            results_deliver(p, &rs);
             return CN_OK;
         }
     }
@@ -894,24 +1018,20 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
 cn_err
 rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt)
 {
-    struct pctx *c;
     size_t i;
     cn_err rv = CN_NOTFOUND;
 
     pthread_mutex_lock(&p->mtx);
     for (i = 0; i < p->nfl; i++) {
         struct flight *f = &p->fl[i];
-        if (!f->used || f->attempt != attempt || memcmp(f->exec_id, exec_id, 16) != 0) {
+        struct worker *w;
+        if (!f->used || f->done || f->attempt != attempt || memcmp(f->exec_id, exec_id, 16) != 0) {
             continue;
         }
         rv = CN_OK;
-        for (c = p->all; c != NULL; c = c->next) {
-            if (c->state == PC_PARKED && c->control && c->pipe == f->pipe) {
-                send_cancel_locked(c, f);
-                break;
-            }
-        }
-        if (c == NULL) {
+        if ((w = worker_find(p, f->pipe)) != NULL && w->ctl != NULL) {
+            send_cancel_locked(p, w->ctl, f);
+        } else {
             /* Its control request is in transit (it answers one cancel per request). */
             f->cancel_pending = true;
         }
@@ -956,7 +1076,7 @@ rn_pool_stop(struct rn_pool *p)
         free(c);
     }
     for (i = 0; i < p->nfl; i++) {
-        if (p->fl[i].used) {
+        if (p->fl[i].used && !p->fl[i].done) {
             synthetic_error(&rs, p->fl[i].exec_id, p->fl[i].attempt, "WorkerLost",
                             "the worker pool stopped");
         }
@@ -968,9 +1088,7 @@ rn_pool_stop(struct rn_pool *p)
     }
     for (q = p->qhead; q != NULL; q = qn) {
         qn = q->next;
-        free(q->action);
-        ir_val_release(q->d.kwargs);
-        free(q);
+        queued_free(q);
     }
     rn_idmap_fini(&p->tokens);
     free(p->fl);

@@ -55,16 +55,17 @@ struct rn_pool_result {
 typedef void (*rn_pool_result_fn)(void *arg, const struct rn_pool_result *r);
 
 struct rn_pool_stats {
-    uint64_t workers;      /* connected now */
-    uint64_t dispatched;   /* dispatch replies sent */
-    uint64_t results;      /* outcomes accepted */
-    uint64_t stale;        /* outcomes dropped: unknown, late or duplicate */
-    uint64_t timeouts;     /* ActionTimeout delivered */
-    uint64_t lost;         /* WorkerLost delivered */
-    uint64_t bad_messages; /* connections dropped for a malformed message */
-    uint64_t refused;      /* hellos refused */
-    uint64_t silent;       /* connections dropped after 3 idle periods without a request */
-    uint64_t queued;       /* submitted attempts waiting for a worker now */
+    uint64_t workers;       /* connected now */
+    uint64_t dispatched;    /* attempts sent to workers */
+    uint64_t dispatch_msgs; /* `dispatch` messages that carried them (batches) */
+    uint64_t results;       /* outcomes accepted */
+    uint64_t stale;         /* outcomes dropped: unknown, late or duplicate */
+    uint64_t timeouts;      /* ActionTimeout delivered */
+    uint64_t lost;          /* WorkerLost delivered */
+    uint64_t bad_messages;  /* connections dropped for a malformed message */
+    uint64_t refused;       /* hellos refused */
+    uint64_t silent;        /* connections dropped after 3 idle periods without a request */
+    uint64_t queued;        /* submitted attempts waiting for a worker now */
 };
 
 /* Creates and starts a pool listening on cfg->listen_url. Returns CN_OK, CN_IO (cannot

@@ -796,14 +796,16 @@ usage(FILE *f)
 {
     (void) fprintf(
         f,
-        "usage: cairn-worker [--url URL] [--name NAME] [--slots N] [--credential TOKEN]\n"
-        "                    [--exec-dir DIR] [--tls-ca FILE] [--tls-cert-key FILE]\n"
-        "                    [--tls-server-name NAME]\n"
+        "usage: cairn-worker [--url URL] [--name NAME] [--slots N] [--prefetch N]\n"
+        "                    [--credential TOKEN] [--exec-dir DIR] [--tls-ca FILE]\n"
+        "                    [--tls-cert-key FILE] [--tls-server-name NAME]\n"
         "Serves std.noop, std.echo, std.sleep, std.fail, std.flaky and std.hash to a Cairn\n"
         "runner. SIGTERM/SIGINT stop it after running actions finish (grace %d s).\n"
         "  --url URL           runner address (env CAIRN_WORKER_URL; default " DEFAULT_URL ")\n"
         "  --name NAME         worker name (default HOST-PID)\n"
         "  --slots N           actions run at once, 1..4096 (default 1)\n"
+        "  --prefetch N        attempts the runner may send ahead of free slots, 0..4096\n"
+        "                      (default 0)\n"
         "  --credential TOKEN  shared token (env CAIRN_WORKER_CREDENTIAL)\n"
         "  --exec-dir DIR      also serve each executable DIR/NAME as action exec.NAME\n"
         "  --tls-ca FILE       tls+tcp://: PEM CA that signed the runner's certificate\n"
@@ -900,6 +902,7 @@ main(int argc, char **argv)
         {"url", required_argument, NULL, 'u'},
         {"name", required_argument, NULL, 'n'},
         {"slots", required_argument, NULL, 's'},
+        {"prefetch", required_argument, NULL, 'p'},
         {"credential", required_argument, NULL, 'c'},
         {"exec-dir", required_argument, NULL, 'x'},
         {"tls-ca", required_argument, NULL, 'A'},
@@ -946,6 +949,15 @@ main(int argc, char **argv)
                 return 2;
             }
             opts.slots = (uint32_t) slots;
+            break;
+        case 'p':
+            errno = 0;
+            slots = strtol(optarg, &end, 10);
+            if (errno != 0 || *end != '\0' || slots < 0 || slots > 4096) {
+                (void) fprintf(stderr, "cairn-worker: --prefetch must be 0..4096\n");
+                return 2;
+            }
+            opts.prefetch = (uint32_t) slots;
             break;
         case 'c':
             opts.credential = optarg;

@@ -31,16 +31,22 @@ wp_msg_init(struct wp_msg *m, enum wp_kind kind)
 {
     memset(m, 0, sizeof(*m));
     m->kind = kind;
-    m->kwargs = ir_null();
-    m->outcome.value = ir_null();
 }
 
 void
 wp_msg_fini(struct wp_msg *m)
 {
-    ir_val_release(m->kwargs);
-    ir_val_release(m->outcome.value);
-    cn_arena_free(m->arena);
+    uint32_t i;
+
+    if (m->arena != NULL) {
+        for (i = 0; i < m->noutcomes; i++) {
+            ir_val_release(m->outcomes[i].value);
+        }
+        for (i = 0; i < m->nitems; i++) {
+            ir_val_release(m->items[i].kwargs);
+        }
+        cn_arena_free(m->arena);
+    }
     wp_msg_init(m, m->kind);
 }
 
@@ -90,8 +96,27 @@ w_kv_bin(struct wenc *e, const char *k, const void *p, size_t n)
     e->bad |= msgpack_pack_bin_with_body(&e->pk, p, n);
 }
 
-static void
-w_kv_val(struct wenc *e, const char *k, struct ir_val v)
+/* Number of fields each kind writes after "v" and "kind". */
+static uint32_t
+field_count(const struct wp_msg *m)
+{
+    switch (m->kind) {
+    case WP_HELLO:
+        return 6;
+    case WP_WELCOME:
+        return 2;
+    case WP_REFUSED:
+        return 1;
+    case WP_CANCEL:
+        return 3;
+    default:
+        return 0;
+    }
+}
+
+/* The value document of v, in e->tmp. */
+static bool
+w_val_doc(struct wenc *e, struct ir_val v)
 {
     cn_err rv;
 
@@ -99,31 +124,170 @@ w_kv_val(struct wenc *e, const char *k, struct ir_val v)
     if ((rv = ir_val_to_msgpack(v, IR_MP_PLAIN, &e->tmp)) != CN_OK) {
         e->rv = rv == CN_NOMEM ? CN_NOMEM : CN_INVAL;
         e->bad |= 1;
-        return;
+        return false;
     }
-    w_kv_bin(e, k, e->tmp.data, e->tmp.len);
+    return true;
 }
 
-/* Number of fields each kind writes after "v" and "kind". */
-static uint32_t
-field_count(const struct wp_msg *m)
+static void
+w_kv_val(struct wenc *e, const char *k, struct ir_val v)
 {
-    switch (m->kind) {
-    case WP_HELLO:
-        return 5;
-    case WP_WELCOME:
-        return 2;
-    case WP_REFUSED:
-        return 1;
-    case WP_READY:
-        return 2;
-    case WP_DISPATCH:
-        return 7;
-    case WP_CANCEL:
-        return 3;
-    default:
-        return 0;
+    if (w_val_doc(e, v)) {
+        w_kv_bin(e, k, e->tmp.data, e->tmp.len);
     }
+}
+
+static void
+w_outcome(struct wenc *e, const struct wp_outcome *o)
+{
+    e->bad |= msgpack_pack_map(&e->pk, 5);
+    w_kv_bin(e, "exec_id", o->exec_id, 16);
+    w_kv_u(e, "attempt", o->attempt);
+    w_kv_u(e, "token", o->token);
+    w_str(e, "ok");
+    e->bad |= o->ok ? msgpack_pack_true(&e->pk) : msgpack_pack_false(&e->pk);
+    w_kv_val(e, "value", o->value);
+}
+
+static void
+w_dispatch(struct wenc *e, const struct wp_dispatch *d)
+{
+    e->bad |= msgpack_pack_map(&e->pk, 7);
+    w_kv_bin(e, "instance", d->instance_id, 16);
+    w_kv_bin(e, "exec_id", d->exec_id, 16);
+    w_kv_u(e, "attempt", d->attempt);
+    w_kv_u(e, "token", d->token);
+    w_kv_str(e, "action", d->action);
+    w_kv_val(e, "kwargs", d->kwargs);
+    w_str(e, "deadline_ms");
+    e->bad |= msgpack_pack_int64(&e->pk, d->deadline_ms);
+}
+
+/* ---- batches ------------------------------------------------------------------------------ */
+
+/* The entry count is an array32 header patched at finish: its size is fixed, so entries can be
+ * appended before the count is known (msgpack allows a wider header than needed). */
+cn_err
+wp_batch_begin(struct wp_batch *b, enum wp_kind kind)
+{
+    static const char hdr[5] = {(char) 0xdd, 0, 0, 0, 0};
+    struct wenc e;
+
+    memset(b, 0, sizeof(*b));
+    if (kind != WP_READY && kind != WP_DISPATCH) {
+        return CN_INVAL;
+    }
+    memset(&e, 0, sizeof(e));
+    msgpack_packer_init(&e.pk, &b->buf, wenc_write);
+    e.bad |= msgpack_pack_map(&e.pk, 3);
+    w_kv_u(&e, "v", WP_PROTOCOL_VERSION);
+    w_kv_str(&e, "kind", wp_kind_name(kind));
+    w_str(&e, kind == WP_READY ? "outcomes" : "items");
+    b->count_at = b->buf.len;
+    if (e.bad || cn_buf_append(&b->buf, hdr, sizeof(hdr)) != CN_OK) {
+        wp_batch_fini(b);
+        return CN_NOMEM;
+    }
+    return CN_OK;
+}
+
+/* Appends one entry written by fn; rolls back on any failure. */
+static cn_err
+batch_add(struct wp_batch *b, void (*fn)(struct wenc *, const void *), const void *entry)
+{
+    size_t mark = b->buf.len;
+    struct wenc e;
+
+    if (b->n >= WP_MAX_BATCH) {
+        return CN_TOOBIG;
+    }
+    memset(&e, 0, sizeof(e));
+    e.tmp = b->tmp;
+    msgpack_packer_init(&e.pk, &b->buf, wenc_write);
+    fn(&e, entry);
+    b->tmp = e.tmp;
+    if (e.bad || b->buf.len > WP_MAX_MSG) {
+        b->buf.len = mark;
+        return e.bad ? (e.rv != CN_OK ? e.rv : CN_NOMEM) : CN_TOOBIG;
+    }
+    b->n++;
+    return CN_OK;
+}
+
+static void
+batch_outcome(struct wenc *e, const void *p)
+{
+    w_outcome(e, p);
+}
+
+static void
+batch_dispatch(struct wenc *e, const void *p)
+{
+    const struct wp_dispatch *d = p;
+
+    if (d->action == NULL || d->kwargs.type != IR_T_MAP) {
+        e->rv = CN_INVAL;
+        e->bad |= 1;
+        return;
+    }
+    w_dispatch(e, d);
+}
+
+cn_err
+wp_batch_add_outcome(struct wp_batch *b, const struct wp_outcome *o)
+{
+    return batch_add(b, batch_outcome, o);
+}
+
+cn_err
+wp_batch_add_dispatch(struct wp_batch *b, const struct wp_dispatch *d)
+{
+    return batch_add(b, batch_dispatch, d);
+}
+
+void
+wp_batch_finish(struct wp_batch *b)
+{
+    unsigned char *p = (unsigned char *) b->buf.data + b->count_at + 1;
+
+    p[0] = (unsigned char) (b->n >> 24);
+    p[1] = (unsigned char) (b->n >> 16);
+    p[2] = (unsigned char) (b->n >> 8);
+    p[3] = (unsigned char) b->n;
+}
+
+void
+wp_batch_fini(struct wp_batch *b)
+{
+    cn_buf_fini(&b->buf);
+    cn_buf_fini(&b->tmp);
+    memset(b, 0, sizeof(*b));
+}
+
+/* READY and DISPATCH through the batch builder: one encoding for both paths. */
+static cn_err
+encode_batch(const struct wp_msg *m, struct cn_buf *out)
+{
+    struct wp_batch b;
+    uint32_t i, n = m->kind == WP_READY ? m->noutcomes : m->nitems;
+    cn_err rv;
+
+    if (m->kind == WP_DISPATCH && n == 0) {
+        return CN_INVAL;
+    }
+    if ((rv = wp_batch_begin(&b, m->kind)) != CN_OK) {
+        return rv;
+    }
+    for (i = 0; i < n && rv == CN_OK; i++) {
+        rv = m->kind == WP_READY ? wp_batch_add_outcome(&b, &m->outcomes[i])
+                                 : wp_batch_add_dispatch(&b, &m->items[i]);
+    }
+    if (rv == CN_OK) {
+        wp_batch_finish(&b);
+        rv = cn_buf_append(out, b.buf.data, b.buf.len);
+    }
+    wp_batch_fini(&b);
+    return rv;
 }
 
 cn_err
@@ -134,9 +298,11 @@ wp_msg_encode(const struct wp_msg *m, struct cn_buf *out)
 
     if ((unsigned) m->kind >= (unsigned) WP_KIND_COUNT_ ||
         (m->kind == WP_HELLO && (m->worker == NULL || m->sdk == NULL || m->slots == 0)) ||
-        (m->kind == WP_DISPATCH && (m->action == NULL || m->kwargs.type != IR_T_MAP)) ||
         (m->kind == WP_REFUSED && m->reason == NULL)) {
         return CN_INVAL;
+    }
+    if (m->kind == WP_READY || m->kind == WP_DISPATCH) {
+        return encode_batch(m, out);
     }
     memset(&e, 0, sizeof(e));
     msgpack_packer_init(&e.pk, out, wenc_write);
@@ -154,6 +320,7 @@ wp_msg_encode(const struct wp_msg *m, struct cn_buf *out)
             w_str(&e, m->actions[i]);
         }
         w_kv_u(&e, "slots", m->slots);
+        w_kv_u(&e, "prefetch", m->prefetch);
         break;
     case WP_WELCOME:
         w_kv_u(&e, "session", m->session);
@@ -161,31 +328,6 @@ wp_msg_encode(const struct wp_msg *m, struct cn_buf *out)
         break;
     case WP_REFUSED:
         w_kv_str(&e, "reason", m->reason);
-        break;
-    case WP_READY:
-        w_kv_u(&e, "slot", m->slot);
-        w_str(&e, "outcome");
-        if (!m->has_outcome) {
-            e.bad |= msgpack_pack_nil(&e.pk);
-            break;
-        }
-        e.bad |= msgpack_pack_map(&e.pk, 5);
-        w_kv_bin(&e, "exec_id", m->outcome.exec_id, 16);
-        w_kv_u(&e, "attempt", m->outcome.attempt);
-        w_kv_u(&e, "token", m->outcome.token);
-        w_str(&e, "ok");
-        e.bad |= m->outcome.ok ? msgpack_pack_true(&e.pk) : msgpack_pack_false(&e.pk);
-        w_kv_val(&e, "value", m->outcome.value);
-        break;
-    case WP_DISPATCH:
-        w_kv_bin(&e, "instance", m->instance_id, 16);
-        w_kv_bin(&e, "exec_id", m->exec_id, 16);
-        w_kv_u(&e, "attempt", m->attempt);
-        w_kv_u(&e, "token", m->token);
-        w_kv_str(&e, "action", m->action);
-        w_kv_val(&e, "kwargs", m->kwargs);
-        w_str(&e, "deadline_ms");
-        e.bad |= msgpack_pack_int64(&e.pk, m->deadline_ms);
         break;
     case WP_CANCEL:
         w_kv_bin(&e, "exec_id", m->exec_id, 16);
@@ -275,6 +417,20 @@ r_u32(struct wdec *d, const msgpack_object *map, const char *key, uint32_t min, 
     return true;
 }
 
+/* An optional unsigned field: absent or nil gives def. */
+static bool
+r_u32_opt(struct wdec *d, const msgpack_object *map, const char *key, uint32_t max, uint32_t def,
+          uint32_t *v)
+{
+    const msgpack_object *o = wfield(map, key);
+
+    if (o == NULL || o->type == MSGPACK_OBJECT_NIL) {
+        *v = def;
+        return true;
+    }
+    return r_u32(d, map, key, 0, max, v);
+}
+
 /* A string field (nullable: absent or nil gives NULL), copied into the message's arena. */
 static bool
 r_str(struct wdec *d, const msgpack_object *map, const char *key, bool nullable, const char **out)
@@ -330,7 +486,8 @@ r_hello(struct wdec *d, const msgpack_object *map)
 
     if (!r_str(d, map, "worker", false, &m->worker) || !r_str(d, map, "sdk", false, &m->sdk) ||
         !r_str(d, map, "credential", true, &m->credential) ||
-        !r_u32(d, map, "slots", 1, WP_MAX_SLOTS, &m->slots)) {
+        !r_u32(d, map, "slots", 1, WP_MAX_SLOTS, &m->slots) ||
+        !r_u32_opt(d, map, "prefetch", WP_MAX_PREFETCH, 0, &m->prefetch)) {
         return false;
     }
     if (a == NULL || a->type != MSGPACK_OBJECT_ARRAY || a->via.array.size > WP_MAX_ACTIONS) {
@@ -356,44 +513,108 @@ r_hello(struct wdec *d, const msgpack_object *map)
 }
 
 static bool
-r_ready(struct wdec *d, const msgpack_object *map)
+r_outcome(struct wdec *d, const msgpack_object *o, struct wp_outcome *out)
 {
-    struct wp_msg *m = d->m;
-    const msgpack_object *o = wfield(map, "outcome"), *ok;
-    uint64_t u;
+    const msgpack_object *ok;
 
-    if (!r_u32(d, map, "slot", 0, WP_MAX_SLOTS - 1, &m->slot)) {
-        return false;
-    }
-    if (o == NULL || o->type == MSGPACK_OBJECT_NIL) {
-        return true;
-    }
     if (o->type != MSGPACK_OBJECT_MAP) {
-        return wfail(d, CN_PROTO, "field must be a map or nil", "outcome");
+        return wfail(d, CN_PROTO, "every outcome must be a map", "outcomes");
     }
-    m->has_outcome = true;
     ok = wfield(o, "ok");
     if (ok == NULL || ok->type != MSGPACK_OBJECT_BOOLEAN) {
-        return wfail(d, CN_PROTO, "field must be a boolean", "outcome.ok");
+        return wfail(d, CN_PROTO, "field must be a boolean", "outcomes.ok");
     }
-    m->outcome.ok = ok->via.boolean;
-    if (!r_id(d, o, "exec_id", m->outcome.exec_id) ||
-        !r_u32(d, o, "attempt", 1, UINT32_MAX, &m->outcome.attempt) ||
-        !r_u(d, o, "token", UINT64_MAX, &u) || !r_val(d, o, "value", &m->outcome.value)) {
+    out->ok = ok->via.boolean;
+    if (!r_id(d, o, "exec_id", out->exec_id) ||
+        !r_u32(d, o, "attempt", 1, UINT32_MAX, &out->attempt) ||
+        !r_u(d, o, "token", UINT64_MAX, &out->token) || !r_val(d, o, "value", &out->value)) {
         return false;
     }
-    m->outcome.token = u;
-    if (!m->outcome.ok) {
+    if (!out->ok) {
         /* An error is a map with at least a string "type" (IR.md "Errors"). */
         const struct ir_val *t =
-            m->outcome.value.type == IR_T_MAP ? ir_map_get(m->outcome.value, "type", 4) : NULL;
+            out->value.type == IR_T_MAP ? ir_map_get(out->value, "type", 4) : NULL;
         if (t == NULL || t->type != IR_T_STR) {
             return wfail(d, CN_PROTO, "an error must be a map with a string \"type\"",
-                         "outcome.value");
+                         "outcomes.value");
         }
         /* The plain encoding drops the error flag: `ok` restores it, so the executor's
          * `except` and retry policies see an error, not a map that looks like one. */
-        ir_map_set_error(&m->outcome.value, true);
+        ir_map_set_error(&out->value, true);
+    }
+    return true;
+}
+
+static bool
+r_dispatch(struct wdec *d, const msgpack_object *map, struct wp_dispatch *out)
+{
+    const msgpack_object *o;
+
+    if (map->type != MSGPACK_OBJECT_MAP) {
+        return wfail(d, CN_PROTO, "every item must be a map", "items");
+    }
+    if (!r_id(d, map, "instance", out->instance_id) || !r_id(d, map, "exec_id", out->exec_id) ||
+        !r_u32(d, map, "attempt", 1, UINT32_MAX, &out->attempt) ||
+        !r_u(d, map, "token", UINT64_MAX, &out->token) ||
+        !r_str(d, map, "action", false, &out->action) || !r_val(d, map, "kwargs", &out->kwargs)) {
+        return false;
+    }
+    if (out->kwargs.type != IR_T_MAP) {
+        return wfail(d, CN_PROTO, "kwargs must be a map", "items.kwargs");
+    }
+    o = wfield(map, "deadline_ms");
+    if (o != NULL && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX) {
+        out->deadline_ms = (int64_t) o->via.u64;
+        return true;
+    }
+    if (o != NULL && o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+        out->deadline_ms = o->via.i64;
+        return true;
+    }
+    return wfail(d, CN_PROTO, "field must be an integer", "items.deadline_ms");
+}
+
+/* The array field key of a batch kind, with min..WP_MAX_BATCH entries, each read by the
+ * matching reader into an arena array. Values decoded so far are counted in *n at once, so
+ * wp_msg_fini releases them whatever fails later. */
+static bool
+r_batch(struct wdec *d, const msgpack_object *map, const char *key, uint32_t min)
+{
+    struct wp_msg *m = d->m;
+    const msgpack_object *a = wfield(map, key);
+    bool ready = m->kind == WP_READY;
+    uint32_t i, n;
+
+    if (a == NULL || a->type != MSGPACK_OBJECT_ARRAY || a->via.array.size < min ||
+        a->via.array.size > WP_MAX_BATCH) {
+        return wfail(d, CN_PROTO,
+                     min ? "field must be an array of 1 to 8192 entries"
+                         : "field must be an array of at most 8192 entries",
+                     key);
+    }
+    n = a->via.array.size;
+    if (ready) {
+        m->outcomes = cn_arena_calloc(m->arena, n ? n : 1, sizeof(*m->outcomes));
+    } else {
+        m->items = cn_arena_calloc(m->arena, n ? n : 1, sizeof(*m->items));
+    }
+    if (ready ? m->outcomes == NULL : m->items == NULL) {
+        return wfail(d, CN_NOMEM, "out of memory", NULL);
+    }
+    for (i = 0; i < n; i++) {
+        if (ready) {
+            m->outcomes[i].value = ir_null();
+            m->noutcomes = i + 1;
+            if (!r_outcome(d, &a->via.array.ptr[i], &m->outcomes[i])) {
+                return false;
+            }
+        } else {
+            m->items[i].kwargs = ir_null();
+            m->nitems = i + 1;
+            if (!r_dispatch(d, &a->via.array.ptr[i], &m->items[i])) {
+                return false;
+            }
+        }
     }
     return true;
 }
@@ -402,8 +623,6 @@ static bool
 r_body(struct wdec *d, const msgpack_object *map)
 {
     struct wp_msg *m = d->m;
-    uint64_t u;
-    const msgpack_object *o;
 
     switch (m->kind) {
     case WP_HELLO:
@@ -416,37 +635,13 @@ r_body(struct wdec *d, const msgpack_object *map)
     case WP_REFUSED:
         return r_str(d, map, "reason", false, &m->reason);
     case WP_READY:
-        return r_ready(d, map);
+        return r_batch(d, map, "outcomes", 0);
     case WP_DISPATCH:
-        if (!r_id(d, map, "instance", m->instance_id) || !r_id(d, map, "exec_id", m->exec_id) ||
-            !r_u32(d, map, "attempt", 1, UINT32_MAX, &m->attempt) ||
-            !r_u(d, map, "token", UINT64_MAX, &m->token) ||
-            !r_str(d, map, "action", false, &m->action) || !r_val(d, map, "kwargs", &m->kwargs)) {
-            return false;
-        }
-        if (m->kwargs.type != IR_T_MAP) {
-            return wfail(d, CN_PROTO, "kwargs must be a map", "kwargs");
-        }
-        o = wfield(map, "deadline_ms");
-        if (o != NULL && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX) {
-            m->deadline_ms = (int64_t) o->via.u64;
-            return true;
-        }
-        if (o != NULL && o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
-            m->deadline_ms = o->via.i64;
-            return true;
-        }
-        return wfail(d, CN_PROTO, "field must be an integer", "deadline_ms");
+        return r_batch(d, map, "items", 1);
     case WP_CANCEL:
-        if (!r_id(d, map, "exec_id", m->exec_id) ||
-            !r_u32(d, map, "attempt", 1, UINT32_MAX, &m->attempt)) {
-            return false;
-        }
-        if (!r_u(d, map, "token", UINT64_MAX, &u)) {
-            return false;
-        }
-        m->token = u;
-        return true;
+        return r_id(d, map, "exec_id", m->exec_id) &&
+               r_u32(d, map, "attempt", 1, UINT32_MAX, &m->attempt) &&
+               r_u(d, map, "token", UINT64_MAX, &m->token);
     default:
         return true; /* control, goodbye, noop, ack carry nothing */
     }

@@ -28,18 +28,22 @@
 #define WP_MAX_MSG (16u << 20)
 /* Longest worker name, action name, SDK version or credential accepted. */
 #define WP_MAX_NAME 256
-/* Most actions one worker may declare, and most slots. */
-#define WP_MAX_ACTIONS 4096
-#define WP_MAX_SLOTS   4096
+/* Most actions one worker may declare, most slots, most prefetched attempts. */
+#define WP_MAX_ACTIONS  4096
+#define WP_MAX_SLOTS    4096
+#define WP_MAX_PREFETCH 4096
+/* Most outcomes in one `ready` and attempts in one `dispatch`: a worker never holds more
+ * than slots + prefetch attempts. */
+#define WP_MAX_BATCH (WP_MAX_SLOTS + WP_MAX_PREFETCH)
 
 #define WP_KINDS(X)                                                                              \
     X(HELLO, "hello")       /* worker -> runner: who I am, what I serve */                       \
-    X(READY, "ready")       /* worker -> runner: a slot is free, maybe with the last outcome */  \
+    X(READY, "ready")       /* worker -> runner: outcomes, and room for more work */             \
     X(CONTROL, "control")   /* worker -> runner: a parked request the runner may answer later */ \
     X(GOODBYE, "goodbye")   /* worker -> runner: stopping */                                     \
     X(WELCOME, "welcome")   /* runner -> worker: hello accepted */                               \
     X(REFUSED, "refused")   /* runner -> worker: hello refused (bad credential, version...) */   \
-    X(DISPATCH, "dispatch") /* runner -> worker: run this action attempt */                      \
+    X(DISPATCH, "dispatch") /* runner -> worker: run these action attempts */                    \
     X(NOOP, "noop")         /* runner -> worker: nothing to do yet; ask again */                 \
     X(CANCEL, "cancel")     /* runner -> worker: stop this attempt if it is still running */     \
     X(ACK, "ack")           /* runner -> worker: goodbye noted */
@@ -57,6 +61,17 @@ struct wp_outcome {
     struct ir_val value; /* ok: the result; else the error map {type, message, bases, details} */
 };
 
+/* One attempt to run, carried by a `dispatch`. */
+struct wp_dispatch {
+    uint8_t instance_id[16];
+    uint8_t exec_id[16];
+    uint32_t attempt;
+    uint64_t token; /* runner-chosen; the outcome must echo it */
+    const char *action;
+    struct ir_val kwargs; /* a map */
+    int64_t deadline_ms;  /* absolute, wall clock */
+};
+
 struct wp_msg {
     enum wp_kind kind;
     /* HELLO */
@@ -66,34 +81,44 @@ struct wp_msg {
     const char **actions;   /* names served */
     uint32_t nactions;
     uint32_t slots;
+    uint32_t prefetch; /* attempts the runner may send beyond slots (optional, default 0) */
     /* WELCOME */
     uint64_t session; /* runner-chosen id of this worker connection */
     uint32_t idle_ms; /* how long the runner parks a request before a noop */
     /* REFUSED */
     const char *reason;
-    /* READY */
-    uint32_t slot;
-    bool has_outcome;
-    struct wp_outcome outcome;
-    /* DISPATCH, CANCEL */
-    uint8_t instance_id[16];
+    /* READY (0..WP_MAX_BATCH outcomes) */
+    struct wp_outcome *outcomes;
+    uint32_t noutcomes;
+    /* DISPATCH (1..WP_MAX_BATCH attempts) */
+    struct wp_dispatch *items;
+    uint32_t nitems;
+    /* CANCEL */
     uint8_t exec_id[16];
     uint32_t attempt;
     uint64_t token;
-    const char *action;
-    struct ir_val kwargs; /* a map */
-    int64_t deadline_ms;  /* absolute, wall clock */
-    /* storage for the strings above when decoded (freed by wp_msg_fini) */
+    /* storage for the strings and arrays above when decoded (freed by wp_msg_fini) */
     struct cn_arena *arena;
 };
+
+/* Builds a `ready` or `dispatch` one entry at a time, refusing an entry that would take the
+ * message past WP_MAX_MSG or WP_MAX_BATCH, so a sender fills a message and keeps the rest for
+ * the next one. */
+struct wp_batch {
+    struct cn_buf buf; /* the message so far; complete after wp_batch_finish */
+    size_t count_at;   /* offset of the entry count */
+    uint32_t n;        /* entries added */
+    struct cn_buf tmp; /* scratch for value documents */
+};
+
 
 /* Name of a kind ("dispatch"), for logs. */
 const char *wp_kind_name(enum wp_kind k);
 
 /* Zeroes a message for building. */
 void wp_msg_init(struct wp_msg *m, enum wp_kind kind);
-/* Releases what a decoded (or built) message owns: values and decoded strings. Borrowed
- * strings set by the caller when building are not freed. */
+/* Releases what a decoded message owns (values, strings, arrays). A message built by the
+ * caller borrows everything and needs no fini. */
 void wp_msg_fini(struct wp_msg *m);
 
 /* Appends the msgpack encoding of m. Returns CN_OK, CN_NOMEM, or CN_INVAL when a required
@@ -105,5 +130,18 @@ CN_MUST_CHECK cn_err wp_msg_encode(const struct wp_msg *m, struct cn_buf *out);
  * bad value document), CN_VERSION (another protocol version), CN_NOMEM; err says which field. */
 CN_MUST_CHECK cn_err wp_msg_decode(const void *buf, size_t len, struct wp_msg *m,
                                    struct cn_errmsg *err);
+
+/* Starts a batch message of kind WP_READY or WP_DISPATCH (else CN_INVAL). CN_NOMEM. */
+CN_MUST_CHECK cn_err wp_batch_begin(struct wp_batch *b, enum wp_kind kind);
+/* Appends one entry to a batch begun with the matching kind. Returns CN_OK; CN_TOOBIG when
+ * the entry would take the message past WP_MAX_MSG or WP_MAX_BATCH entries (the batch is
+ * unchanged: send it and add the entry to the next one; alone in a batch, the entry can never
+ * be sent); CN_INVAL when its value cannot be encoded (too deep, not a plain value) or a
+ * dispatch has no action or kwargs that are not a map (unchanged too); CN_NOMEM. */
+CN_MUST_CHECK cn_err wp_batch_add_outcome(struct wp_batch *b, const struct wp_outcome *o);
+CN_MUST_CHECK cn_err wp_batch_add_dispatch(struct wp_batch *b, const struct wp_dispatch *d);
+/* Completes the message in b->buf (the entry count is written). */
+void wp_batch_finish(struct wp_batch *b);
+void wp_batch_fini(struct wp_batch *b);
 
 #endif

@@ -4,23 +4,30 @@
  * REQ socket. All nng calls of the SDK are in this file.
  *
  * DESIGN
- * - One REQ socket, one dialer (nng reconnects, RECONNMINT/MAXT). One context + aio + thread
- *   per slot (ready -> dispatch/noop -> run -> ready with the outcome), plus one control
- *   context and thread (hello after a reconnect, then a parked `control` for `cancel`s).
- * - Aios are waited on synchronously (nng_aio_wait) by their own thread. Another thread
- *   interrupts one with nng_aio_cancel, which is race-free because an operation is started
- *   only under w->mtx after checking the flags that the interrupting thread sets under w->mtx.
+ * - One REQ socket, one dialer (nng reconnects, RECONNMINT/MAXT). Work flows through two
+ *   `fetch` contexts driven by aio callbacks: each carries a `ready` with every outcome waiting
+ *   in the outbox, and its reply (a `dispatch` batch) goes into the run queue. One of them is
+ *   always out (parked at the runner when it has no work); the other carries outcomes that
+ *   finish meanwhile. The runner keeps one `ready` per worker parked and releases the older
+ *   one, so a fetch is always free within one round trip: outcomes are never held back, and
+ *   under load they travel in batches (all that finished while both fetches were out).
+ * - One thread per slot takes attempts from the run queue and runs them. One control thread
+ *   says `hello` after each reconnect, then keeps a `control` request parked for `cancel`s.
+ * - The control thread's aio is waited on synchronously (nng_aio_wait); another thread
+ *   interrupts it with nng_aio_cancel, race-free because an operation is started only under
+ *   w->mtx after checking the flags that the interrupting thread sets under w->mtx.
  * - Sessions: `gen` counts connections lost. A pipe removal (nng callback, never blocks) bumps
- *   gen, sets need_hello and cancels every pending operation, so nothing is left for nng's REQ
- *   to re-send on the next pipe before the new `hello`. Slot threads wait for the new welcome;
- *   an outcome from an older generation is dropped (the runner failed it with WorkerLost).
+ *   gen, sets need_hello, empties the run queue and cancels every pending operation, so
+ *   nothing is left for nng's REQ to re-send on the next pipe before the new `hello`.
+ *   Outcomes of an older generation are dropped (the runner failed them with WorkerLost).
  * - REQ re-sends are off (NNG_OPT_REQ_RESENDTIME infinite): a parked `ready` may wait long.
  * - A reply that does not decode is logged and treated as a noop.
+ * - A cancel is matched against running and queued attempts, and remembered (a few, per
+ *   session) for a dispatch still on its way: a cancelled attempt that has not started is
+ *   not run at all.
  *
- *   slot phases:  WAIT -> SEND -> PARKED -> RUN -> WAIT ...   (any) -> DONE on stop/close
- *
- * Lock order: only w->mtx (nng's own locks are below it: we call nng_aio_cancel under it,
- * which never calls back into us since our aios have no callback).
+ * Lock order: only w->mtx. nng calls made under it are asynchronous (ctx send/recv, aio
+ * cancel); nng runs our aio callbacks on its own threads, never inside those calls.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -39,9 +46,12 @@
 #include "worker-protocol/include/cairn/worker.h"
 #include "worker-protocol/proto.h"
 
-#define SDK_NAME "libcairn-worker 0.1.0"
+#define SDK_NAME    "libcairn-worker 0.2.0"
+#define SDK_FETCHES 2
+/* Cancels remembered per session for dispatches not yet seen. */
+#define SDK_CANCEL_MEMORY 64
 
-enum sdk_phase { PH_WAIT, PH_SEND, PH_PARKED, PH_RUN, PH_DONE };
+enum sdk_fetch_state { FE_IDLE, FE_SEND, FE_RECV };
 
 struct sdk_action {
     char *name;
@@ -49,19 +59,44 @@ struct sdk_action {
     void *arg;
 };
 
-struct sdk_slot {
+/* A dispatched attempt, queued or running. */
+struct sdk_item {
+    struct wp_dispatch d; /* d.action points at `action`; kwargs owned */
+    char *action;
+    uint64_t gen;
+    bool cancelled; /* a cancel came before it started */
+    struct sdk_item *next;
+};
+
+struct sdk_out {
+    struct wp_outcome o; /* value owned */
+    uint64_t gen;
+};
+
+struct sdk_fetch {
     struct cairn_worker *w;
-    uint32_t index;
     nng_ctx ctx;
     nng_aio *aio;
+    enum sdk_fetch_state st; /* protected by w->mtx */
+    uint64_t gen;            /* session of the request out */
+};
+
+struct sdk_slot {
+    struct cairn_worker *w;
     pthread_t thread;
     bool thread_started;
-    enum sdk_phase phase; /* protected by w->mtx */
-    /* the attempt being run (phase RUN), for `cancel` matching; protected by w->mtx */
+    /* the attempt being run, for `cancel` matching; protected by w->mtx */
+    bool running;
     uint8_t exec_id[16];
     uint32_t attempt;
     uint64_t token;
     atomic_bool cancelled; /* read by the handler without the lock; a flag only */
+};
+
+struct sdk_cancel {
+    uint8_t exec_id[16];
+    uint32_t attempt;
+    uint64_t token;
 };
 
 struct cairn_worker {
@@ -69,22 +104,30 @@ struct cairn_worker {
     char *name;
     char *credential;
     char *tls_ca_file, *tls_cert_key_file, *tls_server_name;
-    uint32_t nslots;
+    uint32_t nslots, prefetch;
     uint32_t reconnect_min_ms, reconnect_max_ms, start_timeout_ms;
     struct sdk_action *actions;
     uint32_t nactions;
     char errtext[320];
 
     pthread_mutex_t mtx;
-    pthread_cond_t cond;
+    pthread_cond_t cond; /* state changes that stop() and the control thread wait for */
+    pthread_cond_t work; /* slot threads wait here for the run queue */
     /* protected by mtx */
     bool started;    /* between start() success and the end of stop() */
-    bool stopping;   /* stop() called: no new work */
+    bool stopping;   /* stop() called: no new work asked for */
     bool failed;     /* refused after a reconnect: serving stopped */
     bool need_hello; /* connection lost since the last welcome */
+    bool slots_exit; /* teardown: slot threads end */
     uint64_t gen;    /* connections lost so far */
     bool ctl_started;
     bool ctl_busy; /* control aio has an operation pending */
+    struct sdk_item *rq_head, *rq_tail;
+    uint32_t nidle, nrunning;
+    struct sdk_out *outbox;
+    uint32_t nout, capout;
+    struct sdk_cancel cancels[SDK_CANCEL_MEMORY];
+    uint32_t ncancels; /* total remembered this session; the ring holds the latest */
 
     bool sock_open;
     nng_socket sock;
@@ -92,6 +135,7 @@ struct cairn_worker {
     nng_ctx ctl_ctx;
     nng_aio *ctl_aio;
     pthread_t ctl_thread;
+    struct sdk_fetch fetch[SDK_FETCHES];
     struct sdk_slot *slots;
 };
 
@@ -117,14 +161,6 @@ static void
 sdk_broadcast(struct cairn_worker *w)
 {
     if (pthread_cond_broadcast(&w->cond) != 0) {
-        abort();
-    }
-}
-
-static void
-sdk_wait(struct cairn_worker *w)
-{
-    if (pthread_cond_wait(&w->cond, &w->mtx) != 0) {
         abort();
     }
 }
@@ -336,6 +372,7 @@ sdk_hello(struct cairn_worker *w, uint64_t gen)
     m.actions = names;
     m.nactions = w->nactions;
     m.slots = w->nslots;
+    m.prefetch = w->prefetch;
     rv = sdk_msg_new(&m, &msg);
     free(names);
     if (rv != CN_OK) {
@@ -381,11 +418,12 @@ sdk_set_error(struct ir_val *v, const char *type, const char *message)
     }
 }
 
-/* Runs the handler for dispatch d and fills outcome o (which owns its value). */
+/* Runs the handler for item it on slot s and fills outcome o (which owns its value). */
 static void
-sdk_run(struct sdk_slot *s, const struct wp_msg *d, struct wp_outcome *o)
+sdk_run(struct sdk_slot *s, const struct sdk_item *it, struct wp_outcome *o)
 {
     struct cairn_worker *w = s->w;
+    const struct wp_dispatch *d = &it->d;
     const struct sdk_action *a = NULL;
     struct cairn_worker_ctx ctx;
     struct ir_val v = ir_null();
@@ -396,15 +434,19 @@ sdk_run(struct sdk_slot *s, const struct wp_msg *d, struct wp_outcome *o)
     memcpy(o->exec_id, d->exec_id, 16);
     o->attempt = d->attempt;
     o->token = d->token;
+    o->ok = false;
     for (i = 0; i < w->nactions; i++) {
         if (strcmp(w->actions[i].name, d->action) == 0) {
             a = &w->actions[i];
         }
     }
-    if (a == NULL || d->kwargs.type != IR_T_MAP) {
-        sdk_set_error(&v, "WorkerError",
-                      a == NULL ? "action not served by this worker" : "kwargs is not a map");
-        o->ok = false;
+    if (it->cancelled) {
+        sdk_set_error(&v, "Cancelled", "cancelled before it started");
+        o->value = v;
+        return;
+    }
+    if (a == NULL) {
+        sdk_set_error(&v, "WorkerError", "action not served by this worker");
         o->value = v;
         return;
     }
@@ -427,152 +469,315 @@ sdk_run(struct sdk_slot *s, const struct wp_msg *d, struct wp_outcome *o)
     o->value = v;
 }
 
-/* Builds the `ready` for slot s carrying o (when has_o). An outcome that cannot be encoded
- * or is too large is replaced by an error saying so. */
-static cn_err
-sdk_ready_msg(struct sdk_slot *s, bool has_o, struct wp_outcome *o, nng_msg **out)
-{
-    struct wp_msg m;
-    cn_err rv;
+/* ---- fetches ------------------------------------------------------------------------------- */
 
-    wp_msg_init(&m, WP_READY);
-    m.slot = s->index;
-    m.has_outcome = has_o;
-    if (has_o) {
-        m.outcome = *o; /* borrowed: m is not fini'd */
+/* Drops outcomes of older sessions: the runner already failed those attempts. */
+static void
+sdk_outbox_prune_locked(struct cairn_worker *w)
+{
+    uint32_t i, n = 0;
+
+    for (i = 0; i < w->nout; i++) {
+        if (w->outbox[i].gen == w->gen) {
+            w->outbox[n++] = w->outbox[i];
+        } else {
+            ir_val_release(w->outbox[i].o.value);
+        }
     }
-    rv = sdk_msg_new(&m, out);
-    if (has_o && (rv == CN_INVAL || rv == CN_TOOBIG)) {
+    w->nout = n;
+}
+
+/* Adds the outbox's first outcome to b. One that cannot travel even alone is replaced by an
+ * error saying why. Returns CN_OK, or CN_TOOBIG/CN_NOMEM when it must wait for the next
+ * message. */
+static cn_err
+sdk_batch_outcome(struct wp_batch *b, struct wp_outcome *o)
+{
+    cn_err rv = wp_batch_add_outcome(b, o);
+
+    if ((rv == CN_TOOBIG || rv == CN_INVAL) && b->n == 0) {
         sdk_set_error(&o->value, "ValueError",
                       rv == CN_TOOBIG ? "action result too large to send"
                                       : "action result cannot be encoded");
         o->ok = false;
-        m.outcome = *o;
-        rv = sdk_msg_new(&m, out);
+        rv = wp_batch_add_outcome(b, o);
     }
     return rv;
 }
 
-/* ---- threads ------------------------------------------------------------------------------- */
+/* Sends a `ready` on idle fetch f with as many outbox outcomes as fit in one message. */
+static void
+sdk_send_ready_locked(struct cairn_worker *w, struct sdk_fetch *f)
+{
+    struct wp_batch b;
+    nng_msg *msg = NULL;
+    uint32_t i, taken = 0;
+
+    if (wp_batch_begin(&b, WP_READY) != CN_OK) {
+        return; /* out of memory: the next event tries again */
+    }
+    while (taken < w->nout && sdk_batch_outcome(&b, &w->outbox[taken].o) == CN_OK) {
+        taken++;
+    }
+    wp_batch_finish(&b);
+    if ((taken == 0 && w->nout > 0) || nng_msg_alloc(&msg, 0) != 0 ||
+        nng_msg_append(msg, b.buf.data, b.buf.len) != 0) {
+        if (msg != NULL) {
+            nng_msg_free(msg);
+        }
+        wp_batch_fini(&b);
+        return;
+    }
+    wp_batch_fini(&b);
+    if (taken > 0) {
+        for (i = 0; i < taken; i++) {
+            ir_val_release(w->outbox[i].o.value);
+        }
+        memmove(w->outbox, w->outbox + taken, (w->nout - taken) * sizeof(*w->outbox));
+        w->nout -= taken;
+    }
+    f->st = FE_SEND;
+    f->gen = w->gen;
+    nng_aio_set_msg(f->aio, msg);
+    nng_ctx_send(f->ctx, f->aio);
+}
+
+/* Keeps the protocol moving: outcomes waiting go out on an idle fetch, and one `ready` is
+ * always out asking for work (unless stopping). Call after every change. */
+static void
+sdk_pump_locked(struct cairn_worker *w)
+{
+    uint32_t i;
+
+    sdk_outbox_prune_locked(w);
+    if (!w->sock_open || w->need_hello || w->failed) {
+        return;
+    }
+    for (i = 0; i < SDK_FETCHES; i++) {
+        bool other_out = w->fetch[(i + 1) % SDK_FETCHES].st != FE_IDLE;
+
+        if (w->fetch[i].st != FE_IDLE || (w->nout == 0 && (w->stopping || other_out))) {
+            continue;
+        }
+        sdk_send_ready_locked(w, &w->fetch[i]);
+    }
+}
+
+/* A remembered cancel matching d (consumed), if any. */
+static bool
+sdk_cancel_remembered_locked(struct cairn_worker *w, const struct wp_dispatch *d)
+{
+    uint32_t i, n = w->ncancels < SDK_CANCEL_MEMORY ? w->ncancels : SDK_CANCEL_MEMORY;
+
+    for (i = 0; i < n; i++) {
+        struct sdk_cancel *c = &w->cancels[i];
+        if (c->token == d->token && c->attempt == d->attempt &&
+            memcmp(c->exec_id, d->exec_id, 16) == 0) {
+            c->attempt = 0; /* attempts start at 1: never matches again */
+            return true;
+        }
+    }
+    return false;
+}
 
 static void
-sdk_set_phase(struct sdk_slot *s, enum sdk_phase p)
+sdk_item_free(struct sdk_item *it)
 {
-    sdk_lock(s->w);
-    s->phase = p;
-    sdk_broadcast(s->w);
-    sdk_unlock(s->w);
+    free(it->action);
+    ir_val_release(it->d.kwargs);
+    free(it);
 }
+
+/* Queues the attempts of a dispatch for the slots and wakes one idle slot; a slot that takes
+ * an attempt wakes the next while more are queued. Waking one per attempt instead would wake
+ * slots that find the queue already drained by a faster one: with short actions most wake-ups
+ * would be wasted, and on a small machine they cost more than the actions. */
+static void
+sdk_enqueue_locked(struct cairn_worker *w, const struct wp_msg *r)
+{
+    uint32_t i;
+
+    for (i = 0; i < r->nitems; i++) {
+        struct sdk_item *it = calloc(1, sizeof(*it));
+
+        if (it == NULL || (it->action = sdk_strdup(r->items[i].action)) == NULL) {
+            free(it); /* out of memory: the runner times the attempt out */
+            continue;
+        }
+        it->d = r->items[i];
+        it->d.action = it->action;
+        it->d.kwargs = ir_val_retain(r->items[i].kwargs);
+        it->gen = w->gen;
+        it->cancelled = sdk_cancel_remembered_locked(w, &it->d);
+        if (w->rq_tail != NULL) {
+            w->rq_tail->next = it;
+        } else {
+            w->rq_head = it;
+        }
+        w->rq_tail = it;
+    }
+    if (w->nidle > 0 && w->rq_head != NULL) {
+        (void) pthread_cond_signal(&w->work);
+    }
+}
+
+/* nng callback for a fetch's aio: never blocks for long (decodes, queues, pumps). */
+static void
+sdk_fetch_cb(void *arg)
+{
+    struct sdk_fetch *f = arg;
+    struct cairn_worker *w = f->w;
+    int rv = nng_aio_result(f->aio);
+    struct cn_errmsg em = {{0}};
+    enum sdk_fetch_state st;
+    struct wp_msg r;
+    nng_msg *msg;
+
+    wp_msg_init(&r, WP_NOOP);
+    sdk_lock(w);
+    st = f->st;
+    sdk_unlock(w);
+    if (st == FE_RECV && rv == 0) {
+        msg = nng_aio_get_msg(f->aio);
+        nng_aio_set_msg(f->aio, NULL);
+        if (wp_msg_decode(nng_msg_body(msg), nng_msg_len(msg), &r, &em) != CN_OK) {
+            sdk_log(w, "undecodable reply, treated as noop", em.text);
+            wp_msg_init(&r, WP_NOOP);
+        }
+        nng_msg_free(msg);
+    }
+    sdk_lock(w);
+    if (st == FE_SEND) {
+        if (rv != 0) {
+            nng_msg_free(nng_aio_get_msg(f->aio));
+            nng_aio_set_msg(f->aio, NULL);
+            f->st = FE_IDLE; /* its outcomes are lost with the connection (WorkerLost) */
+        } else {
+            f->st = FE_RECV;
+            nng_ctx_recv(f->ctx, f->aio);
+            if (f->gen != w->gen || !w->sock_open) {
+                /* The connection dropped as the send finished: withdraw the request, or
+                 * nng's REQ would resend it on the next connection before our hello. */
+                nng_aio_cancel(f->aio);
+            }
+        }
+    } else if (st == FE_RECV) {
+        f->st = FE_IDLE;
+        if (r.kind == WP_DISPATCH) {
+            /* Run even while stopping: the runner assigned it before it saw our goodbye,
+             * and stop() waits for it. Not from an older session: the runner failed those
+             * with WorkerLost when that connection dropped. */
+            if (f->gen == w->gen) {
+                sdk_enqueue_locked(w, &r);
+            } else {
+                sdk_log(w, "dispatch from a previous connection: not run", NULL);
+            }
+        } else if (rv == 0 && r.kind != WP_NOOP) {
+            sdk_log(w, "unexpected reply to ready, treated as noop", wp_kind_name(r.kind));
+        }
+    }
+    if (rv != NNG_ECLOSED) {
+        sdk_pump_locked(w);
+    }
+    sdk_broadcast(w);
+    sdk_unlock(w);
+    wp_msg_fini(&r);
+}
+
+/* ---- threads ------------------------------------------------------------------------------- */
 
 static void *
 sdk_slot_main(void *arg)
 {
     struct sdk_slot *s = arg;
     struct cairn_worker *w = s->w;
+    struct sdk_item *it;
     struct wp_outcome o;
-    bool has_o = false, busy = false, stopping;
-    uint64_t o_gen = 0, gen;
-    struct wp_msg r;
-    nng_msg *msg;
-    cn_err rv;
-    int nrv;
 
-    memset(&o, 0, sizeof(o));
-    o.value = ir_null();
+    sdk_lock(w);
     for (;;) {
-        sdk_lock(w);
-        s->phase = PH_WAIT;
-        sdk_broadcast(w);
-        while (!w->stopping && !w->failed && w->need_hello) {
-            sdk_wait(w);
-        }
-        gen = w->gen;
-        stopping = w->stopping || w->failed;
-        sdk_unlock(w);
-        if (has_o && o_gen != gen) {
-            ir_val_release(o.value); /* its connection is gone: the runner failed it */
-            o.value = ir_null();
-            has_o = false;
-        }
-        if (stopping && !has_o) {
-            break;
-        }
-        if ((rv = sdk_ready_msg(s, has_o, &o, &msg)) != CN_OK) {
-            sdk_log(w, "cannot build ready", cn_strerror(rv));
-            break;
-        }
-        sdk_set_phase(s, PH_SEND);
-        nrv = sdk_op(w, s->ctx, s->aio, msg, gen, has_o, &busy);
-        if (nrv == 0 && has_o) {
-            ir_val_release(o.value);
-            o.value = ir_null();
-            has_o = false;
-        }
-        if (nrv == NNG_ECLOSED) {
-            break;
-        }
-        if (nrv != 0 && stopping) {
-            break; /* cannot deliver it while stopping: the runner counts it lost; never spin */
-        }
-        if (nrv != 0) {
-            continue; /* session changed: re-evaluate (waits for the new hello) */
-        }
-        if (stopping) {
-            break; /* the final outcome is out; take no new work */
-        }
-        sdk_set_phase(s, PH_PARKED);
-        nrv = sdk_recv(w, s->ctx, s->aio, gen, false, &busy, &r);
-        if (nrv == NNG_ECLOSED) {
-            break;
-        }
-        if (nrv != 0 || r.kind != WP_DISPATCH) {
-            if (nrv == 0 && r.kind != WP_NOOP) {
-                sdk_log(w, "unexpected reply to ready, treated as noop", wp_kind_name(r.kind));
+        while (w->rq_head == NULL && !w->slots_exit) {
+            w->nidle++;
+            if (pthread_cond_wait(&w->work, &w->mtx) != 0) {
+                abort();
             }
-            wp_msg_fini(&r);
-            continue;
+            w->nidle--;
         }
-        sdk_lock(w);
-        /* A dispatch from the current session is run even while stopping: the runner assigned
-         * it before it saw our goodbye, and stop() waits for it. One from an old session is
-         * not: the runner already failed it with WorkerLost when that connection dropped. */
-        if (w->gen != gen) {
-            sdk_unlock(w);
-            sdk_log(w, "dispatch from a previous connection: not run", r.action);
-            wp_msg_fini(&r);
-            continue;
+        if ((it = w->rq_head) == NULL) {
+            break;
         }
-        s->phase = PH_RUN;
-        memcpy(s->exec_id, r.exec_id, 16);
-        s->attempt = r.attempt;
-        s->token = r.token;
-        atomic_store_explicit(&s->cancelled, false, memory_order_relaxed);
+        if ((w->rq_head = it->next) == NULL) {
+            w->rq_tail = NULL;
+        } else if (w->nidle > 0) {
+            (void) pthread_cond_signal(&w->work); /* pass the baton */
+        }
+        s->running = true;
+        memcpy(s->exec_id, it->d.exec_id, 16);
+        s->attempt = it->d.attempt;
+        s->token = it->d.token;
+        atomic_store_explicit(&s->cancelled, it->cancelled, memory_order_relaxed);
+        w->nrunning++;
         sdk_unlock(w);
-        sdk_run(s, &r, &o);
-        has_o = true;
-        o_gen = gen;
-        wp_msg_fini(&r);
+        sdk_run(s, it, &o);
+        sdk_lock(w);
+        s->running = false;
+        w->nrunning--;
+        if (w->nout == w->capout) {
+            uint32_t ncap = w->capout ? w->capout * 2 : 16;
+            struct sdk_out *n = realloc(w->outbox, ncap * sizeof(*n));
+            if (n != NULL) {
+                w->outbox = n;
+                w->capout = ncap;
+            }
+        }
+        if (w->nout < w->capout) {
+            w->outbox[w->nout].o = o;
+            w->outbox[w->nout].gen = it->gen;
+            w->nout++;
+        } else {
+            ir_val_release(o.value); /* out of memory: the runner times the attempt out */
+        }
+        sdk_pump_locked(w);
+        sdk_broadcast(w);
+        sdk_unlock(w);
+        sdk_item_free(it);
+        sdk_lock(w);
     }
-    ir_val_release(o.value);
-    sdk_set_phase(s, PH_DONE);
+    sdk_unlock(w);
     return NULL;
 }
 
-/* Marks the running attempt matching a `cancel`. */
+/* Marks the attempt matching a `cancel`: running, queued, or (remembered) still on its way. */
 static void
 sdk_cancel_attempt(struct cairn_worker *w, const struct wp_msg *c)
 {
+    struct sdk_item *it;
     uint32_t i;
+    bool found = false;
 
     sdk_lock(w);
     for (i = 0; i < w->nslots; i++) {
         struct sdk_slot *s = &w->slots[i];
 
-        if (s->phase == PH_RUN && memcmp(s->exec_id, c->exec_id, 16) == 0 &&
-            s->attempt == c->attempt && s->token == c->token) {
+        if (s->running && memcmp(s->exec_id, c->exec_id, 16) == 0 && s->attempt == c->attempt &&
+            s->token == c->token) {
             /* relaxed: a flag the handler polls, no data published with it */
             atomic_store_explicit(&s->cancelled, true, memory_order_relaxed);
+            found = true;
         }
+    }
+    for (it = w->rq_head; it != NULL; it = it->next) {
+        if (it->d.token == c->token && it->d.attempt == c->attempt &&
+            memcmp(it->d.exec_id, c->exec_id, 16) == 0) {
+            it->cancelled = true;
+            found = true;
+        }
+    }
+    if (!found) {
+        struct sdk_cancel *r = &w->cancels[w->ncancels++ % SDK_CANCEL_MEMORY];
+        memcpy(r->exec_id, c->exec_id, 16);
+        r->attempt = c->attempt;
+        r->token = c->token;
     }
     sdk_unlock(w);
 }
@@ -602,6 +807,7 @@ sdk_ctl_main(void *arg)
             sdk_lock(w);
             if (rv == CN_OK && w->gen == gen) {
                 w->need_hello = false;
+                sdk_pump_locked(w); /* ask for work in the new session */
             } else if (rv == CN_PROTO) {
                 w->failed = true; /* refused: serving stops; running() tells the owner */
             } else if (rv != CN_OK && !w->stopping) {
@@ -636,6 +842,19 @@ sdk_ctl_main(void *arg)
     return NULL;
 }
 
+/* Frees the run queue (its attempts will not run). */
+static void
+sdk_runq_clear_locked(struct cairn_worker *w)
+{
+    struct sdk_item *it, *next;
+
+    for (it = w->rq_head; it != NULL; it = next) {
+        next = it->next;
+        sdk_item_free(it);
+    }
+    w->rq_head = w->rq_tail = NULL;
+}
+
 /* nng callback on pipe removal: never blocks. */
 static void
 sdk_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
@@ -652,12 +871,14 @@ sdk_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
     }
     w->gen++;
     w->need_hello = true;
+    w->ncancels = 0;
+    sdk_runq_clear_locked(w); /* the runner failed them with WorkerLost */
     if (w->ctl_busy) {
         nng_aio_cancel(w->ctl_aio);
     }
-    for (i = 0; w->slots != NULL && i < w->nslots; i++) {
-        if (w->slots[i].phase == PH_SEND || w->slots[i].phase == PH_PARKED) {
-            nng_aio_cancel(w->slots[i].aio);
+    for (i = 0; i < SDK_FETCHES; i++) {
+        if (w->fetch[i].st != FE_IDLE) {
+            nng_aio_cancel(w->fetch[i].aio);
         }
     }
     sdk_broadcast(w);
@@ -679,7 +900,7 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
         opts = &def;
     }
     if (url == NULL || *url == '\0' || opts->slots > WP_MAX_SLOTS ||
-        (opts->name != NULL && !sdk_name_ok(opts->name)) ||
+        opts->prefetch > WP_MAX_PREFETCH || (opts->name != NULL && !sdk_name_ok(opts->name)) ||
         (opts->credential != NULL && !sdk_name_ok(opts->credential))) {
         return CN_INVAL;
     }
@@ -687,7 +908,8 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
     if (w == NULL) {
         return CN_NOMEM;
     }
-    if (pthread_mutex_init(&w->mtx, NULL) != 0 || pthread_cond_init(&w->cond, NULL) != 0) {
+    if (pthread_mutex_init(&w->mtx, NULL) != 0 || pthread_cond_init(&w->cond, NULL) != 0 ||
+        pthread_cond_init(&w->work, NULL) != 0) {
         abort();
     }
     if (opts->name == NULL) {
@@ -705,6 +927,7 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
         opts->tls_cert_key_file != NULL ? sdk_strdup(opts->tls_cert_key_file) : NULL;
     w->tls_server_name = opts->tls_server_name != NULL ? sdk_strdup(opts->tls_server_name) : NULL;
     w->nslots = opts->slots != 0 ? opts->slots : 1;
+    w->prefetch = opts->prefetch;
     w->reconnect_min_ms = opts->reconnect_min_ms != 0 ? opts->reconnect_min_ms : 100;
     w->reconnect_max_ms = opts->reconnect_max_ms != 0 ? opts->reconnect_max_ms : 5000;
     if (w->reconnect_max_ms < w->reconnect_min_ms) {
@@ -750,7 +973,8 @@ cairn_worker_register(struct cairn_worker *w, const char *action, cairn_worker_h
     return CN_OK;
 }
 
-/* Closes the socket (aborting every pending operation) and joins the threads. */
+/* Closes the socket (aborting every pending operation), ends and joins the threads, and
+ * drops what is left (queued attempts, unsent outcomes). */
 static void
 sdk_teardown(struct cairn_worker *w)
 {
@@ -758,6 +982,9 @@ sdk_teardown(struct cairn_worker *w)
 
     sdk_lock(w);
     w->stopping = true;
+    w->slots_exit = true;
+    sdk_runq_clear_locked(w);
+    (void) pthread_cond_broadcast(&w->work);
     if (w->sock_open) {
         w->sock_open = false;
         sdk_unlock(w);
@@ -774,9 +1001,13 @@ sdk_teardown(struct cairn_worker *w)
         if (w->slots[i].thread_started) {
             (void) pthread_join(w->slots[i].thread, NULL);
         }
-        if (w->slots[i].aio != NULL) {
-            nng_aio_free(w->slots[i].aio);
+    }
+    for (i = 0; i < SDK_FETCHES; i++) {
+        if (w->fetch[i].aio != NULL) {
+            nng_aio_free(w->fetch[i].aio); /* waits for a callback still running */
+            w->fetch[i].aio = NULL;
         }
+        w->fetch[i].st = FE_IDLE;
     }
     free(w->slots);
     if (w->ctl_aio != NULL) {
@@ -784,10 +1015,17 @@ sdk_teardown(struct cairn_worker *w)
         w->ctl_aio = NULL;
     }
     sdk_lock(w);
+    for (i = 0; i < w->nout; i++) {
+        ir_val_release(w->outbox[i].o.value);
+    }
+    free(w->outbox);
+    w->outbox = NULL;
+    w->nout = w->capout = 0;
     w->slots = NULL;
     w->started = false;
     w->stopping = false;
     w->failed = false;
+    w->slots_exit = false;
     sdk_unlock(w);
 }
 
@@ -856,14 +1094,17 @@ cairn_worker_start(struct cairn_worker *w)
     }
     for (i = 0; i < w->nslots; i++) {
         w->slots[i].w = w;
-        w->slots[i].index = i;
         atomic_init(&w->slots[i].cancelled, false);
-        if ((nrv = nng_ctx_open(&w->slots[i].ctx, w->sock)) != 0 ||
-            (nrv = nng_aio_alloc(&w->slots[i].aio, NULL, NULL)) != 0) {
-            rv = sdk_fail(w, sdk_nng_err(nrv), "cannot set up slot", nng_strerror(nrv));
+    }
+    for (i = 0; i < SDK_FETCHES; i++) {
+        w->fetch[i].w = w;
+        w->fetch[i].st = FE_IDLE;
+        if ((nrv = nng_ctx_open(&w->fetch[i].ctx, w->sock)) != 0 ||
+            (nrv = nng_aio_alloc(&w->fetch[i].aio, sdk_fetch_cb, &w->fetch[i])) != 0) {
+            rv = sdk_fail(w, sdk_nng_err(nrv), "cannot set up socket", nng_strerror(nrv));
             goto fail;
         }
-        nng_aio_set_timeout(w->slots[i].aio, NNG_DURATION_INFINITE);
+        nng_aio_set_timeout(w->fetch[i].aio, NNG_DURATION_INFINITE);
     }
     if ((nrv = nng_dialer_create(&w->dialer, w->sock, w->url)) != 0 ||
         (nrv = nng_dialer_set_ms(w->dialer, NNG_OPT_RECONNMINT,
@@ -921,23 +1162,34 @@ cairn_worker_start(struct cairn_worker *w)
         }
         w->slots[i].thread_started = true;
     }
+    sdk_lock(w);
+    sdk_pump_locked(w); /* the first `ready` */
+    sdk_unlock(w);
     return CN_OK;
 fail:
     sdk_teardown(w);
     return rv;
 }
 
-/* No slot is running or sending. A parked slot counts as quiet unless the runner acked our
- * goodbye: it answers every parked slot before that ack (a dispatch it assigned first, or a
- * noop), so waiting for those replies cannot hang and catches a dispatch still in transit. */
+/* Nothing left to run or report. Disconnected, outcomes cannot go anywhere. After the
+ * runner's ack every request out is answered soon (it released them before the ack), so
+ * waiting for those replies cannot hang and catches a dispatch still in transit. */
 static bool
-sdk_slots_quiet_locked(struct cairn_worker *w, bool parked_is_quiet)
+sdk_quiet_locked(struct cairn_worker *w, bool acked)
 {
     uint32_t i;
 
-    for (i = 0; i < w->nslots; i++) {
-        enum sdk_phase ph = w->slots[i].phase;
-        if (ph != PH_DONE && (ph != PH_PARKED || !parked_is_quiet)) {
+    if (w->rq_head != NULL || w->nrunning > 0) {
+        return false;
+    }
+    if (!w->sock_open || w->need_hello) {
+        return true;
+    }
+    if (w->nout > 0) {
+        return false;
+    }
+    for (i = 0; i < SDK_FETCHES; i++) {
+        if (w->fetch[i].st == FE_SEND || (acked && w->fetch[i].st == FE_RECV)) {
             return false;
         }
     }
@@ -984,12 +1236,12 @@ cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
         }
     }
     sdk_lock(w);
-    /* Running handlers finish and their outcomes go out (slots then park or end). */
-    while (!sdk_slots_quiet_locked(w, !acked) && sdk_wait_until(w, deadline)) {
+    /* Queued and running attempts finish and their outcomes go out. */
+    while (!sdk_quiet_locked(w, acked) && sdk_wait_until(w, deadline)) {
     }
-    if (!sdk_slots_quiet_locked(w, !acked)) {
+    if (!sdk_quiet_locked(w, acked)) {
         for (i = 0; i < w->nslots; i++) {
-            if (w->slots[i].phase == PH_RUN) {
+            if (w->slots[i].running) {
                 atomic_store_explicit(&w->slots[i].cancelled, true, memory_order_relaxed);
             }
         }
@@ -1036,6 +1288,7 @@ cairn_worker_free(struct cairn_worker *w)
     free(w->tls_cert_key_file);
     free(w->tls_server_name);
     (void) pthread_cond_destroy(&w->cond);
+    (void) pthread_cond_destroy(&w->work);
     (void) pthread_mutex_destroy(&w->mtx);
     free(w);
 }

@@ -206,7 +206,8 @@ tw_recv_wait(struct tw *w, int k, struct wp_msg *out)
 }
 
 static void
-tw_hello(struct tw *w, const char *const *actions, uint32_t n, const char *cred, enum wp_kind want)
+tw_hello_cap(struct tw *w, const char *const *actions, uint32_t n, const char *cred,
+             enum wp_kind want, uint32_t slots, uint32_t prefetch)
 {
     struct wp_msg m, r;
 
@@ -216,7 +217,8 @@ tw_hello(struct tw *w, const char *const *actions, uint32_t n, const char *cred,
     m.credential = cred;
     m.actions = actions;
     m.nactions = n;
-    m.slots = 2;
+    m.slots = slots;
+    m.prefetch = prefetch;
     tw_send(w, 0, &m);
     tw_recv_start(w, 0);
     cr_assert_eq(tw_recv_wait(w, 0, &r), 0);
@@ -225,18 +227,39 @@ tw_hello(struct tw *w, const char *const *actions, uint32_t n, const char *cred,
 }
 
 static void
+tw_hello(struct tw *w, const char *const *actions, uint32_t n, const char *cred, enum wp_kind want)
+{
+    tw_hello_cap(w, actions, n, cred, want, 2, 0);
+}
+
+/* Sends a `ready` on context k carrying outcome o (when not NULL) and starts receiving. */
+static void
 tw_ready(struct tw *w, int k, const struct wp_outcome *o)
 {
     struct wp_msg m;
 
     wp_msg_init(&m, WP_READY);
-    m.slot = (uint32_t) k;
     if (o != NULL) {
-        m.has_outcome = true;
-        m.outcome = *o;
+        m.outcomes = (struct wp_outcome *) o;
+        m.noutcomes = 1;
     }
     tw_send(w, k, &m);
     tw_recv_start(w, k);
+}
+
+/* The outcome answering dispatched attempt d. */
+static struct wp_outcome
+outcome_for(const struct wp_dispatch *d, struct ir_val v)
+{
+    struct wp_outcome o;
+
+    memset(&o, 0, sizeof(o));
+    memcpy(o.exec_id, d->exec_id, 16);
+    o.attempt = d->attempt;
+    o.token = d->token;
+    o.ok = true;
+    o.value = v;
+    return o;
 }
 
 static void
@@ -302,15 +325,11 @@ Test(pool, handshake_dispatch_and_outcome)
     submit(p, "t.echo", 7, 0);
     cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
-    cr_assert_str_eq(r.action, "t.echo");
-    cr_assert_eq(r.exec_id[0], 7);
-    cr_assert_eq(ir_map_get(r.kwargs, "v", 1)->u.i, 7);
-    memset(&o, 0, sizeof(o));
-    memcpy(o.exec_id, r.exec_id, 16);
-    o.attempt = r.attempt;
-    o.token = r.token;
-    o.ok = true;
-    o.value = ir_int(42);
+    cr_assert_eq(r.nitems, 1);
+    cr_assert_str_eq(r.items[0].action, "t.echo");
+    cr_assert_eq(r.items[0].exec_id[0], 7);
+    cr_assert_eq(ir_map_get(r.items[0].kwargs, "v", 1)->u.i, 7);
+    o = outcome_for(&r.items[0], ir_int(42));
     wp_msg_fini(&r);
     tw_ready(&w, 1, &o);
     cr_assert(got_wait(&g, 1, 5000), "no result");
@@ -346,12 +365,12 @@ Test(pool, work_goes_only_to_workers_serving_the_action_and_waits_when_none_does
     tw_ready(&wb, 1, NULL); /* takes the queued t.b at once */
     cr_assert_eq(tw_recv_wait(&wb, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
-    cr_assert_str_eq(r.action, "t.b");
+    cr_assert_str_eq(r.items[0].action, "t.b");
     wp_msg_fini(&r);
     submit(p, "t.a", 3, 0); /* answers wa's parked request */
     cr_assert_eq(tw_recv_wait(&wa, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
-    cr_assert_str_eq(r.action, "t.a");
+    cr_assert_str_eq(r.items[0].action, "t.a");
     wp_msg_fini(&r);
     tw_close(&wa, 2);
     tw_close(&wb, 2);
@@ -446,12 +465,7 @@ Test(pool, deadline_gives_action_timeout_and_a_late_outcome_is_stale)
     cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
     cr_assert(got_wait(&g, 1, 3000), "no timeout");
     cr_assert_str_eq(g.r[0].type, "ActionTimeout");
-    memset(&o, 0, sizeof(o));
-    memcpy(o.exec_id, r.exec_id, 16);
-    o.attempt = r.attempt;
-    o.token = r.token;
-    o.ok = true;
-    o.value = ir_null();
+    o = outcome_for(&r.items[0], ir_null());
     wp_msg_fini(&r);
     tw_ready(&w, 1, &o); /* too late */
     for (i = 0; i < 100; i++) {
@@ -547,7 +561,7 @@ Test(pool, cancel_rides_on_the_parked_control_request)
     cr_assert_eq(tw_recv_wait(&w, 2, &c), 0);
     cr_assert_eq(c.kind, WP_CANCEL);
     cr_assert(memcmp(c.exec_id, id, 16) == 0);
-    cr_assert_eq(c.token, r.token);
+    cr_assert_eq(c.token, r.items[0].token);
     wp_msg_fini(&c);
     wp_msg_fini(&r);
     tw_close(&w, 3);
@@ -562,21 +576,23 @@ Test(pool, cancel_asked_before_the_control_request_parks_rides_on_the_next_ones)
     char url[128];
     struct rn_pool *p;
     struct tw w;
-    struct wp_msg m, r1, r2, c;
+    struct wp_msg m, r, c;
+    uint64_t t1, t2;
     uint8_t id[16];
 
     got_init(&g);
     p = pool_up(&g, url, sizeof(url), NULL, 0);
     tw_open(&w, url, 4);
     tw_hello(&w, acts, 1, NULL, WP_WELCOME);
-    tw_ready(&w, 1, NULL);
-    tw_ready(&w, 2, NULL);
     submit(p, "t.long", 6, 0);
     submit(p, "t.long", 7, 0);
-    cr_assert_eq(tw_recv_wait(&w, 1, &r1), 0);
-    cr_assert_eq(tw_recv_wait(&w, 2, &r2), 0);
-    cr_assert_eq(r1.kind, WP_DISPATCH);
-    cr_assert_eq(r2.kind, WP_DISPATCH);
+    tw_ready(&w, 1, NULL);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 2);
+    t1 = r.items[0].token;
+    t2 = r.items[1].token;
+    wp_msg_fini(&r);
     /* No control request is parked yet: both cancels wait for one. */
     memset(id, 6, 16);
     cr_assert_eq(rn_pool_cancel(p, id, 1), CN_OK);
@@ -588,7 +604,7 @@ Test(pool, cancel_asked_before_the_control_request_parks_rides_on_the_next_ones)
     tw_recv_start(&w, 3);
     cr_assert_eq(tw_recv_wait(&w, 3, &c), 0);
     cr_assert_eq(c.kind, WP_CANCEL);
-    cr_assert(c.token == r1.token || c.token == r2.token);
+    cr_assert(c.token == t1 || c.token == t2);
     {
         uint64_t first = c.token;
         wp_msg_fini(&c);
@@ -596,7 +612,7 @@ Test(pool, cancel_asked_before_the_control_request_parks_rides_on_the_next_ones)
         tw_recv_start(&w, 3);
         cr_assert_eq(tw_recv_wait(&w, 3, &c), 0);
         cr_assert_eq(c.kind, WP_CANCEL);
-        cr_assert(c.token == r1.token || c.token == r2.token);
+        cr_assert(c.token == t1 || c.token == t2);
         cr_assert_neq(c.token, first);
         wp_msg_fini(&c);
     }
@@ -605,8 +621,6 @@ Test(pool, cancel_asked_before_the_control_request_parks_rides_on_the_next_ones)
     nng_aio_set_timeout(w.aio[3], 300);
     tw_recv_start(&w, 3);
     cr_assert_eq(tw_recv_wait(&w, 3, &c), NNG_ETIMEDOUT);
-    wp_msg_fini(&r1);
-    wp_msg_fini(&r2);
     tw_close(&w, 4);
     rn_pool_stop(p);
     got_fini(&g);
@@ -738,6 +752,229 @@ Test(pool, oversized_message_drops_that_connection_only)
     wp_msg_fini(&r);
     tw_close(&big, 1);
     tw_close(&good, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+/* Polls the pool's stats until pred holds or 2 s pass. */
+static bool
+stats_until(struct rn_pool *p, struct rn_pool_stats *st, bool (*pred)(const struct rn_pool_stats *))
+{
+    int i;
+
+    for (i = 0; i < 200; i++) {
+        rn_pool_stats(p, st);
+        if (pred(st)) {
+            return true;
+        }
+        usleep(10000);
+    }
+    return false;
+}
+
+static bool
+one_queued(const struct rn_pool_stats *st)
+{
+    return st->queued == 1;
+}
+
+/* A `ready` takes as many queued attempts as the worker has room for (slots + prefetch) in
+ * one `dispatch`; the rest wait until outcomes free room, and then travel with the reply to
+ * the `ready` that carried those outcomes. */
+Test(pool, one_dispatch_carries_as_many_attempts_as_the_worker_has_room_for)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r, m;
+    struct wp_outcome o[3];
+    struct rn_pool_stats st;
+    struct cn_buf b = CN_BUF_INIT;
+    int i;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 2);
+    tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 2, 1); /* room for 3 */
+    for (i = 1; i <= 5; i++) {
+        submit(p, "t.x", (uint8_t) i, 0);
+    }
+    tw_ready(&w, 1, NULL);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 3);
+    for (i = 0; i < 3; i++) {
+        cr_assert_eq(r.items[i].exec_id[0], i + 1, "queue order kept");
+        o[i] = outcome_for(&r.items[i], ir_int(i));
+    }
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.queued, 2);
+    cr_assert_eq(st.dispatched, 3);
+    cr_assert_eq(st.dispatch_msgs, 1);
+    /* Two outcomes in one `ready`: its reply brings the two attempts still queued. */
+    wp_msg_init(&m, WP_READY);
+    m.outcomes = o;
+    m.noutcomes = 2;
+    cr_assert_eq(wp_msg_encode(&m, &b), CN_OK);
+    wp_msg_fini(&r);
+    tw_send_raw(&w, 1, b.data, b.len);
+    tw_recv_start(&w, 1);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 2);
+    cr_assert_eq(r.items[0].exec_id[0], 4);
+    cr_assert_eq(r.items[1].exec_id[0], 5);
+    wp_msg_fini(&r);
+    cr_assert(got_wait(&g, 2, 2000));
+    cr_assert_eq(g.r[0].value.u.i, 0);
+    cr_assert_eq(g.r[1].value.u.i, 1);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.queued, 0);
+    cr_assert_eq(st.dispatched, 5);
+    cr_assert_eq(st.dispatch_msgs, 2);
+    cr_assert_eq(st.results, 2);
+    /* Full (3 held): a new attempt waits even though a `ready` is parked. */
+    nng_aio_set_timeout(w.aio[1], 500); /* for the check at the end that it stays parked */
+    tw_ready(&w, 1, NULL);
+    submit(p, "t.x", 6, 0);
+    cr_assert(stats_until(p, &st, one_queued));
+    tw_ready(&w, 0, &o[2]); /* frees one: the parked request gets the waiting attempt */
+    cr_assert_eq(tw_recv_wait(&w, 0, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 1);
+    cr_assert_eq(r.items[0].exec_id[0], 6);
+    wp_msg_fini(&r);
+    /* The older `ready` stays parked: answered at once, the newer one did not park. */
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), NNG_ETIMEDOUT);
+    cn_buf_fini(&b);
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+/* The pool keeps one `ready` per worker parked: a second one releases the first, so that a
+ * worker always has a request free for its next outcomes. */
+Test(pool, a_second_parked_ready_releases_the_first)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 2);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&w, 0, NULL);
+    tw_ready(&w, 1, NULL);
+    cr_assert_eq(tw_recv_wait(&w, 0, &r), 0);
+    cr_assert_eq(r.kind, WP_NOOP);
+    wp_msg_fini(&r);
+    submit(p, "t.x", 1, 0); /* goes to the one still parked */
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    wp_msg_fini(&r);
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+static bool
+one_timeout_one_queued(const struct rn_pool_stats *st)
+{
+    return st->timeouts == 1 && st->queued == 1;
+}
+
+/* A timed-out attempt still occupies its room on the worker until the worker reports it: a
+ * worker stuck on hung actions must not be handed more work in their place. */
+Test(pool, a_timed_out_attempt_holds_its_room_until_the_worker_reports_it)
+{
+    static const char *acts[] = {"t.hang"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+    struct wp_outcome o;
+    struct rn_pool_stats st;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 2);
+    tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 1, 0);
+    tw_ready(&w, 1, NULL);
+    submit(p, "t.hang", 1, wall_ms() + 100);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    o = outcome_for(&r.items[0], ir_null());
+    wp_msg_fini(&r);
+    cr_assert(got_wait(&g, 1, 3000), "no timeout");
+    cr_assert_str_eq(g.r[0].type, "ActionTimeout");
+    cr_assert_eq(rn_pool_cancel(p, o.exec_id, 1), CN_NOTFOUND, "a timed-out attempt is over");
+    nng_aio_set_timeout(w.aio[0], 500); /* for the check at the end that it stays parked */
+    tw_ready(&w, 0, NULL);              /* asks for work: there is some, but no room */
+    submit(p, "t.hang", 2, 0);
+    cr_assert(stats_until(p, &st, one_timeout_one_queued));
+    tw_ready(&w, 1, &o); /* the late outcome: dropped as stale, and the room is free again */
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.items[0].exec_id[0], 2);
+    wp_msg_fini(&r);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.stale, 1);
+    cr_assert_eq(g.n, 1);
+    cr_assert_eq(tw_recv_wait(&w, 0, &r), NNG_ETIMEDOUT); /* still parked */
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+/* Arguments that cannot travel even alone fail that attempt with a ValueError; the attempts
+ * behind it are dispatched as usual. */
+Test(pool, arguments_too_large_for_any_message_fail_that_attempt_only)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+    struct rn_pool_dispatch d;
+    struct ir_val big;
+    char *text;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    text = malloc(WP_MAX_MSG);
+    cr_assert_not_null(text);
+    memset(text, 'z', WP_MAX_MSG);
+    cr_assert_eq(ir_str_new(text, WP_MAX_MSG, &big), CN_OK);
+    free(text);
+    memset(&d, 0, sizeof(d));
+    memset(d.exec_id, 1, 16);
+    d.attempt = 1;
+    d.action = "t.x";
+    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
+    cr_assert_eq(ir_map_set_cstr(&d.kwargs, "data", big), CN_OK);
+    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
+    ir_val_release(d.kwargs);
+    submit(p, "t.x", 2, 0);
+    tw_open(&w, url, 2);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&w, 1, NULL);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 1);
+    cr_assert_eq(r.items[0].exec_id[0], 2);
+    wp_msg_fini(&r);
+    cr_assert(got_wait(&g, 1, 2000));
+    cr_assert_eq(g.r[0].id[0], 1);
+    cr_assert_str_eq(g.r[0].type, "ValueError");
+    tw_close(&w, 2);
     rn_pool_stop(p);
     got_fini(&g);
 }

@@ -50,6 +50,7 @@ Test(wp_proto, every_kind_round_trips)
     m.actions = actions;
     m.nactions = 2;
     m.slots = 8;
+    m.prefetch = 16;
     round_trip(&m, &r, &b);
     cr_assert_str_eq(r.worker, "w1");
     cr_assert_str_eq(r.sdk, "libcairn-worker 0.1.0");
@@ -57,6 +58,7 @@ Test(wp_proto, every_kind_round_trips)
     cr_assert_eq(r.nactions, 2);
     cr_assert_str_eq(r.actions[1], "exec.report");
     cr_assert_eq(r.slots, 8);
+    cr_assert_eq(r.prefetch, 16);
     wp_msg_fini(&r);
 
     m.credential = NULL;
@@ -78,57 +80,80 @@ Test(wp_proto, every_kind_round_trips)
     cr_assert_str_eq(r.reason, "bad credential");
     wp_msg_fini(&r);
 
-    wp_msg_init(&m, WP_READY);
-    m.slot = 3;
+    wp_msg_init(&m, WP_READY); /* no outcomes: just asking for work */
     round_trip(&m, &r, &b);
-    cr_assert_eq(r.slot, 3);
-    cr_assert(!r.has_outcome);
+    cr_assert_eq(r.noutcomes, 0);
     wp_msg_fini(&r);
 
-    m.has_outcome = true;
-    memset(m.outcome.exec_id, 0xab, 16);
-    m.outcome.attempt = 2;
-    m.outcome.token = 99;
-    m.outcome.ok = true;
-    m.outcome.value = json("{\"n\": [1, 2.5, \"x\"]}");
-    round_trip(&m, &r, &b);
-    cr_assert(r.has_outcome && r.outcome.ok);
-    cr_assert_eq(r.outcome.attempt, 2);
-    cr_assert_eq(r.outcome.token, 99);
-    cr_assert(memcmp(r.outcome.exec_id, m.outcome.exec_id, 16) == 0);
-    cr_assert(ir_val_same(r.outcome.value, m.outcome.value));
-    wp_msg_fini(&r);
-    ir_val_release(m.outcome.value);
+    {
+        struct wp_outcome o[2];
 
-    m.outcome.ok = false;
-    m.outcome.value = json("{\"type\": \"KeyError\", \"message\": \"'k'\", \"bases\": "
-                           "[\"LookupError\"], \"details\": null}");
-    ir_map_set_error(&m.outcome.value, true); /* as a handler raises it */
-    round_trip(&m, &r, &b);
-    cr_assert(!r.outcome.ok);
-    cr_assert(ir_val_same(r.outcome.value, m.outcome.value));
-    /* The wire form is a plain map; `ok: false` makes it an error again for the executor. */
-    cr_assert(ir_is_error(r.outcome.value));
-    cr_assert_str_eq(ir_error_type(r.outcome.value), "KeyError");
-    wp_msg_fini(&r);
-    ir_val_release(m.outcome.value);
+        memset(o, 0, sizeof(o));
+        memset(o[0].exec_id, 0xab, 16);
+        o[0].attempt = 2;
+        o[0].token = 99;
+        o[0].ok = true;
+        o[0].value = json("{\"n\": [1, 2.5, \"x\"]}");
+        memset(o[1].exec_id, 0xcd, 16);
+        o[1].attempt = 1;
+        o[1].token = 100;
+        o[1].ok = false;
+        o[1].value = json("{\"type\": \"KeyError\", \"message\": \"'k'\", \"bases\": "
+                          "[\"LookupError\"], \"details\": null}");
+        ir_map_set_error(&o[1].value, true); /* as a handler raises it */
+        m.outcomes = o;
+        m.noutcomes = 2;
+        round_trip(&m, &r, &b);
+        cr_assert_eq(r.noutcomes, 2);
+        cr_assert(r.outcomes[0].ok);
+        cr_assert_eq(r.outcomes[0].attempt, 2);
+        cr_assert_eq(r.outcomes[0].token, 99);
+        cr_assert(memcmp(r.outcomes[0].exec_id, o[0].exec_id, 16) == 0);
+        cr_assert(ir_val_same(r.outcomes[0].value, o[0].value));
+        cr_assert(!r.outcomes[1].ok);
+        cr_assert_eq(r.outcomes[1].token, 100);
+        cr_assert(ir_val_same(r.outcomes[1].value, o[1].value));
+        /* The wire form is a plain map; `ok: false` makes it an error again for the executor. */
+        cr_assert(ir_is_error(r.outcomes[1].value));
+        cr_assert_str_eq(ir_error_type(r.outcomes[1].value), "KeyError");
+        wp_msg_fini(&r);
+        ir_val_release(o[0].value);
+        ir_val_release(o[1].value);
+    }
 
-    wp_msg_init(&m, WP_DISPATCH);
-    memset(m.instance_id, 1, 16);
-    memset(m.exec_id, 2, 16);
-    m.attempt = 1;
-    m.token = 7;
-    m.action = "std.echo";
-    m.kwargs = json("{\"value\": {\"deep\": [[1]]}}");
-    m.deadline_ms = 1700000000123LL;
-    round_trip(&m, &r, &b);
-    cr_assert_str_eq(r.action, "std.echo");
-    cr_assert_eq(r.token, 7);
-    cr_assert_eq(r.deadline_ms, 1700000000123LL);
-    cr_assert(memcmp(r.instance_id, m.instance_id, 16) == 0);
-    cr_assert(ir_val_same(r.kwargs, m.kwargs));
-    wp_msg_fini(&r);
-    ir_val_release(m.kwargs);
+    {
+        struct wp_dispatch d[2];
+
+        memset(d, 0, sizeof(d));
+        memset(d[0].instance_id, 1, 16);
+        memset(d[0].exec_id, 2, 16);
+        d[0].attempt = 1;
+        d[0].token = 7;
+        d[0].action = "std.echo";
+        d[0].kwargs = json("{\"value\": {\"deep\": [[1]]}}");
+        d[0].deadline_ms = 1700000000123LL;
+        d[1] = d[0];
+        d[1].token = 8;
+        d[1].action = "std.noop";
+        d[1].kwargs = json("{}");
+        d[1].deadline_ms = 0;
+        wp_msg_init(&m, WP_DISPATCH);
+        m.items = d;
+        m.nitems = 2;
+        round_trip(&m, &r, &b);
+        cr_assert_eq(r.nitems, 2);
+        cr_assert_str_eq(r.items[0].action, "std.echo");
+        cr_assert_eq(r.items[0].token, 7);
+        cr_assert_eq(r.items[0].deadline_ms, 1700000000123LL);
+        cr_assert(memcmp(r.items[0].instance_id, d[0].instance_id, 16) == 0);
+        cr_assert(ir_val_same(r.items[0].kwargs, d[0].kwargs));
+        cr_assert_str_eq(r.items[1].action, "std.noop");
+        cr_assert_eq(r.items[1].token, 8);
+        cr_assert_eq(r.items[1].deadline_ms, 0);
+        wp_msg_fini(&r);
+        ir_val_release(d[0].kwargs);
+        ir_val_release(d[1].kwargs);
+    }
 
     wp_msg_init(&m, WP_CANCEL);
     memset(m.exec_id, 5, 16);
@@ -152,8 +177,16 @@ Test(wp_proto, encode_refuses_incomplete_messages)
     struct wp_msg m;
     struct cn_buf b = CN_BUF_INIT;
 
-    wp_msg_init(&m, WP_DISPATCH); /* no action, no kwargs */
+    wp_msg_init(&m, WP_DISPATCH); /* no attempts */
     T_ERR(wp_msg_encode(&m, &b), CN_INVAL);
+    {
+        struct wp_dispatch d;
+
+        memset(&d, 0, sizeof(d)); /* no action, no kwargs */
+        m.items = &d;
+        m.nitems = 1;
+        T_ERR(wp_msg_encode(&m, &b), CN_INVAL);
+    }
     wp_msg_init(&m, WP_HELLO); /* no name */
     T_ERR(wp_msg_encode(&m, &b), CN_INVAL);
     cn_buf_fini(&b);
@@ -193,6 +226,9 @@ decode(const struct cn_buf *b, struct cn_errmsg *em)
 #define V2      "\x01\x02"
 #define S_NOOP  "\x05\xa4noop"
 #define S_READY "\x06\xa5ready"
+#define S_DISPATCH \
+    "\x09\xa8"     \
+    "dispatch"
 #define S_HELLO "\x06\xa5hello"
 #define S_BOGUS \
     "\x06\xa5"  \
@@ -232,23 +268,44 @@ Test(wp_proto, malformed_messages_are_typed_errors)
         pack_raw(&b, kv, 2);
         T_ERR(decode(&b, &em), CN_PROTO);
     }
-    /* ready without a slot; with a string slot */
+    /* ready without outcomes; with a string for them; with a non-map outcome */
     {
         const char *kv[] = {"v", V1, "kind", S_READY};
         pack_raw(&b, kv, 4);
         T_ERR(decode(&b, &em), CN_PROTO);
-        cr_assert(strstr(em.text, "slot") != NULL, "%s", em.text);
+        cr_assert(strstr(em.text, "outcomes") != NULL, "%s", em.text);
     }
     {
-        const char *kv[] = {"v", V1, "kind", S_READY, "slot", STR_W};
+        const char *kv[] = {"v", V1, "kind", S_READY, "outcomes", STR_W};
         pack_raw(&b, kv, 6);
         T_ERR(decode(&b, &em), CN_PROTO);
     }
-    /* ready with a non-map outcome */
     {
-        const char *kv[] = {"v", V1, "kind", S_READY, "slot", U3, "outcome", U3};
-        pack_raw(&b, kv, 8);
+        const char *kv[] = {"v", V1, "kind", S_READY, "outcomes", "\x02\x91\x03"};
+        pack_raw(&b, kv, 6);
         T_ERR(decode(&b, &em), CN_PROTO);
+        cr_assert(strstr(em.text, "outcome") != NULL, "%s", em.text);
+    }
+    {
+        const char *kv[] = {"v", V1, "kind", S_READY, "outcomes", ARR0};
+        pack_raw(&b, kv, 6);
+        T_OK(decode(&b, &em));
+    }
+    /* a dispatch must carry at least one attempt */
+    {
+        const char *kv[] = {"v", V1, "kind", S_DISPATCH, "items", ARR0};
+        pack_raw(&b, kv, 6);
+        T_ERR(decode(&b, &em), CN_PROTO);
+        cr_assert(strstr(em.text, "items") != NULL, "%s", em.text);
+    }
+    /* hello: prefetch is optional, but bounded */
+    {
+        const char *kv[] = {"v",     V1,    "kind",     S_HELLO,           "worker",
+                            STR_W,   "sdk", STR_W,      "actions",         ARR0,
+                            "slots", U3,    "prefetch", "\x03\xcd\x10\x01"};
+        pack_raw(&b, kv, 14);
+        T_ERR(decode(&b, &em), CN_PROTO);
+        cr_assert(strstr(em.text, "prefetch") != NULL, "%s", em.text);
     }
     /* hello with zero slots / missing actions / nil worker */
     {
@@ -319,6 +376,8 @@ Test(wp_proto, every_truncation_of_every_kind_is_an_error)
 {
     static const char *actions[] = {"std.echo"};
     struct wp_msg msgs[4], r;
+    struct wp_dispatch d;
+    struct wp_outcome o;
     struct cn_buf b = CN_BUF_INIT;
     struct cn_errmsg em;
     size_t i, n;
@@ -329,15 +388,20 @@ Test(wp_proto, every_truncation_of_every_kind_is_an_error)
     msgs[0].actions = actions;
     msgs[0].nactions = 1;
     msgs[0].slots = 1;
+    memset(&d, 0, sizeof(d));
+    d.attempt = 1;
+    d.action = "std.echo";
+    d.kwargs = json("{\"value\": [1, 2, 3]}");
     wp_msg_init(&msgs[1], WP_DISPATCH);
-    msgs[1].attempt = 1;
-    msgs[1].action = "std.echo";
-    msgs[1].kwargs = json("{\"value\": [1, 2, 3]}");
+    msgs[1].items = &d;
+    msgs[1].nitems = 1;
+    memset(&o, 0, sizeof(o));
+    o.attempt = 1;
+    o.ok = true;
+    o.value = json("\"done\"");
     wp_msg_init(&msgs[2], WP_READY);
-    msgs[2].has_outcome = true;
-    msgs[2].outcome.attempt = 1;
-    msgs[2].outcome.ok = true;
-    msgs[2].outcome.value = json("\"done\"");
+    msgs[2].outcomes = &o;
+    msgs[2].noutcomes = 1;
     wp_msg_init(&msgs[3], WP_CANCEL);
     msgs[3].attempt = 1;
     for (i = 0; i < 4; i++) {
@@ -350,35 +414,118 @@ Test(wp_proto, every_truncation_of_every_kind_is_an_error)
         T_OK(wp_msg_decode(b.data, b.len, &r, &em));
         wp_msg_fini(&r);
     }
-    ir_val_release(msgs[1].kwargs);
-    ir_val_release(msgs[2].outcome.value);
+    ir_val_release(d.kwargs);
+    ir_val_release(o.value);
     cn_buf_fini(&b);
 }
 
 Test(wp_proto, errors_must_carry_a_type_and_kwargs_must_be_a_map)
 {
     struct wp_msg m, r;
+    struct wp_outcome o;
     struct cn_buf b = CN_BUF_INIT;
     struct cn_errmsg em;
 
+    memset(&o, 0, sizeof(o));
     wp_msg_init(&m, WP_READY);
-    m.has_outcome = true;
-    m.outcome.attempt = 1;
-    m.outcome.ok = false;
-    m.outcome.value = json("{\"message\": \"no type\"}");
+    m.outcomes = &o;
+    m.noutcomes = 1;
+    o.attempt = 1;
+    o.ok = false;
+    o.value = json("{\"message\": \"no type\"}");
     T_OK(wp_msg_encode(&m, &b));
     T_ERR(wp_msg_decode(b.data, b.len, &r, &em), CN_PROTO);
     cr_assert(strstr(em.text, "type") != NULL, "%s", em.text);
-    ir_val_release(m.outcome.value);
+    ir_val_release(o.value);
     /* A successful result shaped like an error stays a plain result. */
-    m.outcome.ok = true;
-    m.outcome.value = json("{\"type\": \"KeyError\", \"message\": \"m\"}");
+    o.ok = true;
+    o.value = json("{\"type\": \"KeyError\", \"message\": \"m\"}");
     cn_buf_clear(&b);
     T_OK(wp_msg_encode(&m, &b));
     T_OK(wp_msg_decode(b.data, b.len, &r, &em));
-    cr_assert(r.outcome.ok);
-    cr_assert(!ir_map_is_error(r.outcome.value));
+    cr_assert(r.outcomes[0].ok);
+    cr_assert(!ir_map_is_error(r.outcomes[0].value));
     wp_msg_fini(&r);
-    ir_val_release(m.outcome.value);
+    ir_val_release(o.value);
     cn_buf_fini(&b);
+}
+
+/* A batch takes entries until the next one would pass the size limit, leaves itself intact
+ * when refusing one, and says CN_TOOBIG for an entry that could never fit. */
+Test(wp_proto, batches_stop_at_the_size_limit_and_stay_valid)
+{
+    struct wp_batch b;
+    struct wp_outcome o;
+    struct wp_msg r;
+    struct cn_errmsg em;
+    char *text = malloc(3u << 20);
+    uint32_t added = 0;
+    size_t len;
+    cn_err rv;
+
+    cr_assert_not_null(text);
+    memset(text, 'x', (3u << 20) - 1);
+    text[(3u << 20) - 1] = '\0';
+    memset(&o, 0, sizeof(o));
+    o.attempt = 1;
+    o.ok = true;
+    T_OK(ir_str_new(text, strlen(text), &o.value)); /* 3 MiB each: five fit in 16 MiB */
+    T_OK(wp_batch_begin(&b, WP_READY));
+    while ((rv = wp_batch_add_outcome(&b, &o)) == CN_OK) {
+        o.token++;
+        added++;
+    }
+    T_ERR(rv, CN_TOOBIG);
+    cr_assert_eq(added, 5);
+    len = b.buf.len;
+    cr_assert_leq(len, WP_MAX_MSG);
+    wp_batch_finish(&b);
+    cr_assert_eq(b.buf.len, len, "a refused entry left bytes behind");
+    cr_assert_eq(wp_msg_decode(b.buf.data, b.buf.len, &r, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(r.noutcomes, 5);
+    cr_assert_eq(r.outcomes[4].token, 4);
+    wp_msg_fini(&r);
+    wp_batch_fini(&b);
+    ir_val_release(o.value);
+    free(text);
+
+    /* alone and too large */
+    text = malloc(WP_MAX_MSG + 1);
+    cr_assert_not_null(text);
+    memset(text, 'y', WP_MAX_MSG);
+    T_OK(ir_str_new(text, WP_MAX_MSG, &o.value));
+    T_OK(wp_batch_begin(&b, WP_READY));
+    T_ERR(wp_batch_add_outcome(&b, &o), CN_TOOBIG);
+    cr_assert_eq(b.n, 0);
+    wp_batch_fini(&b);
+    ir_val_release(o.value);
+    free(text);
+}
+
+Test(wp_proto, batches_hold_at_most_the_entry_limit)
+{
+    struct wp_batch b;
+    struct wp_dispatch d;
+    struct wp_msg r;
+    struct cn_errmsg em;
+    uint32_t i;
+
+    memset(&d, 0, sizeof(d));
+    d.attempt = 1;
+    d.action = "std.noop";
+    T_OK(ir_map_new(0, &d.kwargs));
+    T_ERR(wp_batch_begin(&b, WP_HELLO), CN_INVAL);
+    T_OK(wp_batch_begin(&b, WP_DISPATCH));
+    for (i = 0; i < WP_MAX_BATCH; i++) {
+        d.token = i;
+        T_OK(wp_batch_add_dispatch(&b, &d));
+    }
+    T_ERR(wp_batch_add_dispatch(&b, &d), CN_TOOBIG);
+    wp_batch_finish(&b);
+    cr_assert_eq(wp_msg_decode(b.buf.data, b.buf.len, &r, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(r.nitems, WP_MAX_BATCH);
+    cr_assert_eq(r.items[WP_MAX_BATCH - 1].token, WP_MAX_BATCH - 1);
+    wp_msg_fini(&r);
+    wp_batch_fini(&b);
+    ir_val_release(d.kwargs);
 }

@@ -2,8 +2,10 @@
 /* Worker SDK tests: a real SDK worker (include/cairn/worker.h) talks to a fake runner, an nng
  * REP socket in this process on ipc:///tmp/cairn-sdk-test-<pid>-<n>.sock that answers with
  * wp_msg messages per docs/protocol.md. The fake runner's thread answers every request:
- * hello -> welcome (or refused), control -> parked, goodbye -> ack, ready -> a queued dispatch,
- * else noop for the first `noops` readies, else parked. Every request is recorded in order.
+ * hello -> welcome (or refused), control -> parked (a test may answer it with a cancel),
+ * goodbye -> ack, ready -> every queued attempt in one dispatch, else noop for the first
+ * `noops` readies, else parked (releasing an older parked ready with a noop, as the pool
+ * does). Every request is recorded in order.
  * Waits have deadlines; nothing sleeps a fixed time. nng_fini() is never called (Criterion
  * uses nng itself). */
 #include <cairn/worker.h>
@@ -53,10 +55,15 @@ struct fr {
     bool stop;
     bool arrived[FR_CTXS]; /* a request waits in rx[i] */
     bool parked_ready[FR_CTXS];
+    bool parked_ctl[FR_CTXS];
     struct wp_msg log[FR_LOG];
     size_t nlog;
-    struct wp_msg queue[FR_QUEUE]; /* dispatches to hand out */
+    struct wp_dispatch queue[FR_QUEUE]; /* attempts to hand out (kwargs owned) */
     size_t nqueue;
+    bool hold;            /* do not hand them out yet */
+    struct wp_msg cancel; /* to send on the parked control request */
+    bool cancel_pending;
+    bool left;          /* goodbye received: readies get a noop at once */
     int noops;          /* readies to answer with noop first */
     const char *refuse; /* refuse hello with this reason */
 };
@@ -152,20 +159,43 @@ fr_main(void *arg)
             }
         }
         if (pick == FR_CTXS) {
-            /* a parked ready gets a queued dispatch */
-            for (i = 0; i < FR_CTXS && f->nqueue > 0; i++) {
-                if (f->parked_ready[i]) {
-                    d = f->queue[0];
-                    memmove(&f->queue[0], &f->queue[1], --f->nqueue * sizeof(f->queue[0]));
-                    f->parked_ready[i] = false;
+            bool acted = false;
+
+            /* a parked control request carries a cancel asked for */
+            for (i = 0; i < FR_CTXS && f->cancel_pending; i++) {
+                if (f->parked_ctl[i]) {
+                    f->parked_ctl[i] = false;
+                    f->cancel_pending = false;
+                    d = f->cancel;
                     pthread_mutex_unlock(&f->mtx);
                     fr_reply(f, i, &d);
-                    wp_msg_fini(&d);
                     pthread_mutex_lock(&f->mtx);
+                    acted = true;
+                }
+            }
+            /* a parked ready gets every queued attempt */
+            for (i = 0; i < FR_CTXS && f->nqueue > 0 && !f->hold; i++) {
+                if (f->parked_ready[i]) {
+                    struct wp_dispatch items[FR_QUEUE];
+                    size_t k, n = f->nqueue;
+
+                    memcpy(items, f->queue, n * sizeof(items[0]));
+                    f->nqueue = 0;
+                    f->parked_ready[i] = false;
+                    wp_msg_init(&d, WP_DISPATCH);
+                    d.items = items;
+                    d.nitems = (uint32_t) n;
+                    pthread_mutex_unlock(&f->mtx);
+                    fr_reply(f, i, &d);
+                    for (k = 0; k < n; k++) {
+                        ir_val_release(items[k].kwargs);
+                    }
+                    pthread_mutex_lock(&f->mtx);
+                    acted = true;
                     break;
                 }
             }
-            if (i == FR_CTXS || f->nqueue == 0) {
+            if (!acted) {
                 fr_timedwait(f, 50);
             }
             continue;
@@ -184,7 +214,8 @@ fr_main(void *arg)
             pthread_mutex_lock(&f->mtx);
             break;
         case WP_GOODBYE:
-            /* As the runner does: parked slots get their last reply (noop) before the ack. */
+            f->left = true;
+            /* As the runner does: parked readies get their last reply (noop) before the ack. */
             for (i = 0; i < FR_CTXS; i++) {
                 if (f->parked_ready[i]) {
                     f->parked_ready[i] = false;
@@ -198,16 +229,25 @@ fr_main(void *arg)
             pthread_mutex_lock(&f->mtx);
             break;
         case WP_READY:
-            if (f->noops > 0) {
-                f->noops--;
+            if (f->noops > 0 || f->left) {
+                f->noops -= f->noops > 0;
                 pthread_mutex_unlock(&f->mtx);
                 fr_reply_kind(f, pick, WP_NOOP);
                 pthread_mutex_lock(&f->mtx);
             } else {
+                for (i = 0; i < FR_CTXS; i++) {
+                    if (f->parked_ready[i]) {
+                        f->parked_ready[i] = false;
+                        pthread_mutex_unlock(&f->mtx);
+                        fr_reply_kind(f, i, WP_NOOP);
+                        pthread_mutex_lock(&f->mtx);
+                    }
+                }
                 f->parked_ready[pick] = true;
             }
             break;
-        default: /* control: parked for good */
+        default: /* control: parked until a test asks for a cancel */
+            f->parked_ctl[pick] = true;
             break;
         }
     }
@@ -263,7 +303,7 @@ fr_free(struct fr *f)
         wp_msg_fini(&f->log[i]);
     }
     for (i = 0; i < f->nqueue; i++) {
-        wp_msg_fini(&f->queue[i]);
+        ir_val_release(f->queue[i].kwargs);
     }
     unlink(f->url + strlen("ipc://"));
     pthread_cond_destroy(&f->cond);
@@ -277,9 +317,9 @@ fr_dispatch(struct fr *f, const char *action, const char *kwargs, uint8_t id, ui
             uint64_t token)
 {
     struct cn_errmsg em;
-    struct wp_msg d;
+    struct wp_dispatch d;
 
-    wp_msg_init(&d, WP_DISPATCH);
+    memset(&d, 0, sizeof(d));
     memset(d.instance_id, 0xAB, 16);
     memset(d.exec_id, id, 16);
     d.attempt = attempt;
@@ -294,8 +334,49 @@ fr_dispatch(struct fr *f, const char *action, const char *kwargs, uint8_t id, ui
     pthread_mutex_unlock(&f->mtx);
 }
 
+/* Asks for a cancel of (id, attempt, token) on the next parked control request. */
+static void
+fr_cancel(struct fr *f, uint8_t id, uint32_t attempt, uint64_t token)
+{
+    pthread_mutex_lock(&f->mtx);
+    wp_msg_init(&f->cancel, WP_CANCEL);
+    memset(f->cancel.exec_id, id, 16);
+    f->cancel.attempt = attempt;
+    f->cancel.token = token;
+    f->cancel_pending = true;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->mtx);
+}
+
+/* The outcome for token, from any logged ready, waiting up to WAIT_MS; NULL if none came. */
+static const struct wp_outcome *
+fr_await_outcome(struct fr *f, uint64_t token)
+{
+    int64_t deadline = now_ms() + WAIT_MS;
+    const struct wp_outcome *found = NULL;
+
+    pthread_mutex_lock(&f->mtx);
+    while (found == NULL && now_ms() < deadline) {
+        size_t i;
+        uint32_t k;
+
+        for (i = 0; i < f->nlog && found == NULL; i++) {
+            for (k = 0; f->log[i].kind == WP_READY && k < f->log[i].noutcomes; k++) {
+                if (f->log[i].outcomes[k].token == token) {
+                    found = &f->log[i].outcomes[k];
+                }
+            }
+        }
+        if (found == NULL) {
+            fr_timedwait(f, 50);
+        }
+    }
+    pthread_mutex_unlock(&f->mtx);
+    return found;
+}
+
 /* Index in the log of the n-th (0-based) message of kind k for which `outcome` matches
- * (-1: any, 0: no outcome, 1: with outcome), waiting up to WAIT_MS; -1 if none came. */
+ * (-1: any, 0: no outcomes, 1: with outcomes), waiting up to WAIT_MS; -1 if none came. */
 static long
 fr_await(struct fr *f, enum wp_kind k, int outcome, int n)
 {
@@ -308,8 +389,8 @@ fr_await(struct fr *f, enum wp_kind k, int outcome, int n)
         size_t i;
 
         for (i = 0; i < f->nlog && found < 0; i++) {
-            if (f->log[i].kind == k && (outcome < 0 || (int) f->log[i].has_outcome == outcome) &&
-                seen++ == n) {
+            if (f->log[i].kind == k &&
+                (outcome < 0 || (int) (f->log[i].noutcomes > 0) == outcome) && seen++ == n) {
                 found = (long) i;
             }
         }
@@ -382,8 +463,31 @@ h_gate(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, stru
     return ir_str_from_cstr("finished", out);
 }
 
+/* Blocks until block_release is set (bounded). */
+static atomic_bool block_entered, block_release;
+static atomic_int block_runs;
+
+static cn_err
+h_block(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, struct ir_val *out)
+{
+    int64_t deadline = now_ms() + WAIT_MS;
+
+    (void) ctx;
+    (void) kwargs;
+    (void) arg;
+    atomic_fetch_add(&block_runs, 1);
+    atomic_store(&block_entered, true);
+    while (!atomic_load(&block_release) && now_ms() < deadline) {
+        struct timespec ts = {0, 1000000};
+
+        nanosleep(&ts, NULL);
+    }
+    *out = ir_null();
+    return CN_OK;
+}
+
 static struct cairn_worker *
-worker_new(struct fr *f, uint32_t slots)
+worker_new_pf(struct fr *f, uint32_t slots, uint32_t prefetch)
 {
     struct cairn_worker_options o;
     struct cairn_worker *w;
@@ -391,6 +495,7 @@ worker_new(struct fr *f, uint32_t slots)
     memset(&o, 0, sizeof(o));
     o.name = "w-test";
     o.slots = slots;
+    o.prefetch = prefetch;
     o.credential = "tok";
     o.reconnect_min_ms = 10;
     o.reconnect_max_ms = 100;
@@ -399,7 +504,14 @@ worker_new(struct fr *f, uint32_t slots)
     T_OK(cairn_worker_register(w, "t.echo", h_echo, NULL));
     T_OK(cairn_worker_register(w, "t.fail", h_fail, NULL));
     T_OK(cairn_worker_register(w, "t.gate", h_gate, w));
+    T_OK(cairn_worker_register(w, "t.block", h_block, NULL));
     return w;
+}
+
+static struct cairn_worker *
+worker_new(struct fr *f, uint32_t slots)
+{
+    return worker_new_pf(f, slots, 0);
 }
 
 /* ---- tests ---------------------------------------------------------------------------------- */
@@ -407,7 +519,7 @@ worker_new(struct fr *f, uint32_t slots)
 Test(wp_sdk, hello_carries_identity)
 {
     struct fr *f = fr_start();
-    struct cairn_worker *w = worker_new(f, 2);
+    struct cairn_worker *w = worker_new_pf(f, 2, 5);
     long h;
 
     T_ERR(cairn_worker_register(w, "t.echo", h_echo, NULL), CN_INVAL); /* duplicate */
@@ -418,12 +530,13 @@ Test(wp_sdk, hello_carries_identity)
     cr_assert_str_eq(f->log[h].worker, "w-test");
     cr_assert_str_eq(f->log[h].credential, "tok");
     cr_assert_eq(f->log[h].slots, 2);
-    cr_assert_eq(f->log[h].nactions, 3);
+    cr_assert_eq(f->log[h].prefetch, 5);
+    cr_assert_eq(f->log[h].nactions, 4);
     cr_assert_str_eq(f->log[h].actions[0], "t.echo");
     cr_assert_str_eq(f->log[h].actions[2], "t.gate");
     cr_assert_not_null(strstr(f->log[h].sdk, "libcairn-worker"));
-    /* both slots ask for work, and the control request is parked */
-    cr_assert_geq(fr_await(f, WP_READY, 0, 1), 0);
+    /* a ready asks for work, and the control request is parked */
+    cr_assert_geq(fr_await(f, WP_READY, 0, 0), 0);
     cr_assert_geq(fr_await(f, WP_CONTROL, -1, 0), 0);
     T_ERR(cairn_worker_register(w, "t.late", h_echo, NULL), CN_INVAL); /* after start */
     cairn_worker_stop(w, 1000);
@@ -440,19 +553,18 @@ Test(wp_sdk, result_comes_back_in_next_ready)
     struct ir_val want;
     struct cn_errmsg em;
     uint8_t id[16];
-    long r;
+    const struct wp_outcome *o;
 
     T_OK(cairn_worker_start(w));
     fr_dispatch(f, "t.echo", "{\"value\": [1, \"x\", {\"k\": null}]}", 0x11, 3, 77);
-    r = fr_await(f, WP_READY, 1, 0);
-    cr_assert_geq(r, 0, "no outcome came back");
+    o = fr_await_outcome(f, 77);
+    cr_assert_not_null(o, "no outcome came back");
     memset(id, 0x11, 16);
-    cr_assert_eq(memcmp(f->log[r].outcome.exec_id, id, 16), 0);
-    cr_assert_eq(f->log[r].outcome.attempt, 3);
-    cr_assert_eq(f->log[r].outcome.token, 77);
-    cr_assert(f->log[r].outcome.ok);
+    cr_assert_eq(memcmp(o->exec_id, id, 16), 0);
+    cr_assert_eq(o->attempt, 3);
+    cr_assert(o->ok);
     cr_assert_eq(ir_val_from_json(want_text, strlen(want_text), &want, &em), CN_OK);
-    cr_assert(ir_val_same(f->log[r].outcome.value, want));
+    cr_assert(ir_val_same(o->value, want));
     ir_val_release(want);
     cairn_worker_stop(w, 1000);
     cairn_worker_free(w);
@@ -464,25 +576,23 @@ Test(wp_sdk, error_arrives_with_ok_false)
     struct fr *f = fr_start();
     struct cairn_worker *w = worker_new(f, 1);
     const struct ir_val *type;
-    long r;
+    const struct wp_outcome *o;
 
     T_OK(cairn_worker_start(w));
     fr_dispatch(f, "t.fail", "{}", 0x22, 1, 5);
     fr_dispatch(f, "t.unknown", "{}", 0x23, 1, 6);
-    r = fr_await(f, WP_READY, 1, 0);
-    cr_assert_geq(r, 0);
-    cr_assert(!f->log[r].outcome.ok);
-    cr_assert_eq(f->log[r].outcome.token, 5);
-    type = ir_map_get(f->log[r].outcome.value, "type", 4);
+    o = fr_await_outcome(f, 5);
+    cr_assert_not_null(o);
+    cr_assert(!o->ok);
+    type = ir_map_get(o->value, "type", 4);
     cr_assert_not_null(type);
     cr_assert_str_eq(ir_str_data(*type), "KeyError");
-    cr_assert_not_null(ir_map_get(f->log[r].outcome.value, "bases", 5));
+    cr_assert_not_null(ir_map_get(o->value, "bases", 5));
     /* an action the worker does not serve is an error too, never a crash */
-    r = fr_await(f, WP_READY, 1, 1);
-    cr_assert_geq(r, 0);
-    cr_assert(!f->log[r].outcome.ok);
-    cr_assert_eq(f->log[r].outcome.token, 6);
-    cr_assert_str_eq(ir_str_data(*ir_map_get(f->log[r].outcome.value, "type", 4)), "WorkerError");
+    o = fr_await_outcome(f, 6);
+    cr_assert_not_null(o);
+    cr_assert(!o->ok);
+    cr_assert_str_eq(ir_str_data(*ir_map_get(o->value, "type", 4)), "WorkerError");
     cairn_worker_stop(w, 1000);
     cairn_worker_free(w);
     fr_free(f);
@@ -492,17 +602,17 @@ Test(wp_sdk, noop_makes_the_worker_ask_again)
 {
     struct fr *f = fr_start();
     struct cairn_worker *w = worker_new(f, 1);
-    long r;
+    const struct wp_outcome *o;
 
     f->noops = 3;
     T_OK(cairn_worker_start(w));
     /* three noops, then a fourth ready that stays parked and gets work */
     cr_assert_geq(fr_await(f, WP_READY, 0, 3), 0);
     fr_dispatch(f, "t.echo", "{\"value\": 9}", 0x33, 1, 1);
-    r = fr_await(f, WP_READY, 1, 0);
-    cr_assert_geq(r, 0);
-    cr_assert(f->log[r].outcome.ok);
-    cr_assert_eq(f->log[r].outcome.value.u.i, 9);
+    o = fr_await_outcome(f, 1);
+    cr_assert_not_null(o);
+    cr_assert(o->ok);
+    cr_assert_eq(o->value.u.i, 9);
     cairn_worker_stop(w, 1000);
     cairn_worker_free(w);
     fr_free(f);
@@ -537,7 +647,8 @@ Test(wp_sdk, stop_says_goodbye_and_delivers_in_flight_work, .timeout = 30)
     struct cairn_worker *w = worker_new(f, 2);
     int64_t deadline = now_ms() + WAIT_MS;
     pthread_t t;
-    long r, g;
+    const struct wp_outcome *o;
+    long g;
 
     T_OK(cairn_worker_start(w));
     fr_dispatch(f, "t.gate", "{}", 0x44, 2, 9);
@@ -550,11 +661,109 @@ Test(wp_sdk, stop_says_goodbye_and_delivers_in_flight_work, .timeout = 30)
     cr_assert_eq(pthread_create(&t, NULL, stopper, w), 0);
     g = fr_await(f, WP_GOODBYE, -1, 0);
     pthread_join(t, NULL);
-    r = fr_await(f, WP_READY, 1, 0);
-    cr_assert_geq(r, 0, "the in-flight outcome was not sent");
+    o = fr_await_outcome(f, 9);
+    cr_assert_not_null(o, "the in-flight outcome was not sent");
     cr_assert_geq(g, 0, "no goodbye");
-    cr_assert_str_eq(ir_str_data(f->log[r].outcome.value), "finished");
+    cr_assert_str_eq(ir_str_data(o->value), "finished");
     cr_assert_eq(fr_count(f, WP_GOODBYE), 1, "goodbye sent twice");
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+/* One dispatch may carry several attempts: a worker with fewer slots queues them and reports
+ * every one, each answering its own token. */
+Test(wp_sdk, a_batch_of_attempts_runs_and_every_outcome_comes_back)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new_pf(f, 2, 4);
+    uint64_t t;
+
+    pthread_mutex_lock(&f->mtx);
+    f->hold = true;
+    pthread_mutex_unlock(&f->mtx);
+    T_OK(cairn_worker_start(w));
+    for (t = 1; t <= 6; t++) {
+        char kw[32];
+
+        snprintf(kw, sizeof(kw), "{\"value\": %d}", (int) t * 10);
+        fr_dispatch(f, "t.echo", kw, (uint8_t) t, 1, 100 + t);
+    }
+    pthread_mutex_lock(&f->mtx);
+    f->hold = false; /* all six in one dispatch */
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->mtx);
+    for (t = 1; t <= 6; t++) {
+        const struct wp_outcome *o = fr_await_outcome(f, 100 + t);
+
+        cr_assert_not_null(o, "no outcome for token %d", (int) (100 + t));
+        cr_assert(o->ok);
+        cr_assert_eq(o->exec_id[0], t);
+        cr_assert_eq(o->value.u.i, (int64_t) t * 10);
+    }
+    cairn_worker_stop(w, 1000);
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+/* A cancel for an attempt still queued behind a busy slot, or not seen yet at all, keeps it
+ * from running: its outcome is a Cancelled error. */
+Test(wp_sdk, a_cancelled_attempt_that_has_not_started_is_not_run)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new(f, 1);
+    int64_t deadline = now_ms() + WAIT_MS;
+    const struct wp_outcome *o;
+
+    atomic_store(&block_entered, false);
+    atomic_store(&block_release, false);
+    atomic_store(&block_runs, 0);
+    pthread_mutex_lock(&f->mtx);
+    f->hold = true;
+    pthread_mutex_unlock(&f->mtx);
+    T_OK(cairn_worker_start(w));
+    cr_assert_geq(fr_await(f, WP_CONTROL, -1, 0), 0);
+    /* Token 3 is cancelled before the worker has seen it. */
+    fr_cancel(f, 3, 1, 3);
+    while (fr_count(f, WP_CONTROL) < 2 && now_ms() < deadline) {
+        struct timespec ts = {0, 1000000};
+
+        nanosleep(&ts, NULL); /* the cancel was delivered: control parked again */
+    }
+    cr_assert_geq(fr_count(f, WP_CONTROL), 2);
+    fr_dispatch(f, "t.block", "{}", 1, 1, 1);
+    fr_dispatch(f, "t.block", "{}", 2, 1, 2);
+    fr_dispatch(f, "t.block", "{}", 3, 1, 3);
+    pthread_mutex_lock(&f->mtx);
+    f->hold = false;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->mtx);
+    while (!atomic_load(&block_entered) && now_ms() < deadline) {
+        struct timespec ts = {0, 1000000};
+
+        nanosleep(&ts, NULL);
+    }
+    cr_assert(atomic_load(&block_entered));
+    /* Token 2 waits in the queue behind token 1 (one slot). */
+    fr_cancel(f, 2, 1, 2);
+    while (fr_count(f, WP_CONTROL) < 3 && now_ms() < deadline) {
+        struct timespec ts = {0, 1000000};
+
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&block_release, true);
+    o = fr_await_outcome(f, 1);
+    cr_assert_not_null(o);
+    cr_assert(o->ok, "the running attempt finishes normally");
+    o = fr_await_outcome(f, 2);
+    cr_assert_not_null(o);
+    cr_assert(!o->ok);
+    cr_assert_str_eq(ir_error_type(o->value), "Cancelled");
+    o = fr_await_outcome(f, 3);
+    cr_assert_not_null(o);
+    cr_assert(!o->ok);
+    cr_assert_str_eq(ir_error_type(o->value), "Cancelled");
+    cr_assert_eq(atomic_load(&block_runs), 1, "a cancelled attempt was run");
+    cairn_worker_stop(w, 1000);
     cairn_worker_free(w);
     fr_free(f);
 }

@@ -13,7 +13,7 @@
  *     cairn_worker_free(w);
  *
  * THREADS. start() runs one thread per slot plus one control thread; each handler call runs on
- * its slot's thread, so a handler registered for several slots must be thread-safe. The SDK
+ * a slot thread, so a handler registered for several slots must be thread-safe. The SDK
  * reconnects by itself (nng's dialer) and opens a new session with a new `hello`; attempts
  * that were running when the connection dropped are not reported (the runner has already
  * failed them with WorkerLost). Functions are not thread-safe unless marked "Thread-safe".
@@ -36,6 +36,8 @@ struct cairn_worker;
 struct cairn_worker_options {
     const char *name;          /* worker name shown by the runner; default "<host>-<pid>" */
     uint32_t slots;            /* actions run at once, 1..4096; default 1 */
+    uint32_t prefetch;         /* attempts the runner may send ahead, queued here until a slot
+                                  is free, 0..4096; default 0 (see docs/protocol.md) */
     const char *credential;    /* shared token the runner may require; default none */
     uint32_t reconnect_min_ms; /* first reconnect delay; default 100 */
     uint32_t reconnect_max_ms; /* reconnect delay cap (doubling); default 5000 */
