@@ -134,6 +134,8 @@ struct cairn_worker {
     nng_dialer dialer;
     nng_ctx ctl_ctx;
     nng_aio *ctl_aio;
+    nng_pipe ctl_pipe; /* connection of the latest control reply; protected by mtx */
+    uint32_t idle_ms;  /* from welcome: the runner answers a parked request within it */
     pthread_t ctl_thread;
     struct sdk_fetch fetch[SDK_FETCHES];
     struct sdk_slot *slots;
@@ -337,6 +339,11 @@ sdk_recv(struct cairn_worker *w, nng_ctx ctx, nng_aio *aio, uint64_t gen, bool a
     }
     msg = nng_aio_get_msg(aio);
     nng_aio_set_msg(aio, NULL);
+    if (aio == w->ctl_aio) {
+        sdk_lock(w);
+        w->ctl_pipe = nng_msg_get_pipe(msg); /* the connection to drop if the runner goes silent */
+        sdk_unlock(w);
+    }
     if (wp_msg_decode(nng_msg_body(msg), nng_msg_len(msg), out, &em) != CN_OK) {
         sdk_log(w, "undecodable reply, treated as noop", em.text);
         wp_msg_fini(out);
@@ -387,6 +394,9 @@ sdk_hello(struct cairn_worker *w, uint64_t gen)
     }
     switch (r.kind) {
     case WP_WELCOME:
+        sdk_lock(w);
+        w->idle_ms = r.idle_ms;
+        sdk_unlock(w);
         rv = CN_OK;
         break;
     case WP_REFUSED:
@@ -782,12 +792,73 @@ sdk_cancel_attempt(struct cairn_worker *w, const struct wp_msg *c)
     sdk_unlock(w);
 }
 
+/* Frees the run queue (its attempts will not run). */
+static void
+sdk_runq_clear_locked(struct cairn_worker *w)
+{
+    struct sdk_item *it, *next;
+
+    for (it = w->rq_head; it != NULL; it = next) {
+        next = it->next;
+        sdk_item_free(it);
+    }
+    w->rq_head = w->rq_tail = NULL;
+}
+
+/* Withdraws every request out (their callbacks then see NNG_ECANCELED). */
+static void
+sdk_cancel_ops_locked(struct cairn_worker *w)
+{
+    uint32_t i;
+
+    if (w->ctl_busy) {
+        nng_aio_cancel(w->ctl_aio);
+    }
+    for (i = 0; i < SDK_FETCHES; i++) {
+        if (w->fetch[i].st != FE_IDLE) {
+            nng_aio_cancel(w->fetch[i].aio);
+        }
+    }
+}
+
+/* The session is over: what it dispatched is dropped (the runner fails it with WorkerLost),
+ * nothing is sent until the next welcome. */
+static void
+sdk_session_lost_locked(struct cairn_worker *w)
+{
+    w->gen++;
+    w->need_hello = true;
+    w->ncancels = 0;
+    sdk_runq_clear_locked(w);
+    sdk_cancel_ops_locked(w);
+    sdk_broadcast(w);
+}
+
+/* Waits (bounded) until no fetch has a request out. The SDK withdraws its requests before it
+ * closes a pipe or the socket, so that nng's REQ has nothing to reschedule while closing
+ * (nng 1.5.2 has known hangs in nng_close around that: nanomsg/nng#1543, #1813). */
+static void
+sdk_fetches_idle_locked(struct cairn_worker *w)
+{
+    int64_t deadline = sdk_now_ms() + 2000;
+    uint32_t i;
+
+    for (;;) {
+        for (i = 0; i < SDK_FETCHES && w->fetch[i].st == FE_IDLE; i++) {
+        }
+        if (i == SDK_FETCHES || !sdk_wait_until(w, deadline)) {
+            return;
+        }
+    }
+}
+
 static void *
 sdk_ctl_main(void *arg)
 {
     struct cairn_worker *w = arg;
     struct wp_msg m, r;
     bool hello, done;
+    nng_duration silence;
     nng_msg *msg;
     uint64_t gen;
     cn_err rv;
@@ -822,12 +893,34 @@ sdk_ctl_main(void *arg)
             sdk_log(w, "cannot build control", cn_strerror(rv));
             break;
         }
+        /* Heartbeat, the runner's rule mirrored: it answers a parked request within idle_ms,
+         * so three idle periods (plus a second) of silence mean it is gone while the
+         * connection looks open (its host vanished). Drop the connection: the dialer makes a
+         * new one and the next session starts with a hello. */
+        sdk_lock(w);
+        silence = w->idle_ms != 0 ? (nng_duration) (3 * (int64_t) w->idle_ms + 1000)
+                                  : NNG_DURATION_INFINITE;
+        sdk_unlock(w);
+        nng_aio_set_timeout(w->ctl_aio, silence);
         nrv = sdk_op(w, w->ctl_ctx, w->ctl_aio, msg, gen, false, &w->ctl_busy);
         if (nrv == 0) {
             nrv = sdk_recv(w, w->ctl_ctx, w->ctl_aio, gen, false, &w->ctl_busy, &r);
         }
+        nng_aio_set_timeout(w->ctl_aio, NNG_DURATION_INFINITE);
         if (nrv == NNG_ECLOSED) {
             break;
+        }
+        if (nrv == NNG_ETIMEDOUT) {
+            nng_pipe pp;
+
+            sdk_log(w, "runner silent for three idle periods: reconnecting", NULL);
+            sdk_lock(w);
+            pp = w->ctl_pipe;
+            sdk_session_lost_locked(w);
+            sdk_fetches_idle_locked(w);
+            sdk_unlock(w);
+            (void) nng_pipe_close(pp);
+            continue;
         }
         if (nrv != 0) {
             continue;
@@ -842,46 +935,18 @@ sdk_ctl_main(void *arg)
     return NULL;
 }
 
-/* Frees the run queue (its attempts will not run). */
-static void
-sdk_runq_clear_locked(struct cairn_worker *w)
-{
-    struct sdk_item *it, *next;
-
-    for (it = w->rq_head; it != NULL; it = next) {
-        next = it->next;
-        sdk_item_free(it);
-    }
-    w->rq_head = w->rq_tail = NULL;
-}
-
 /* nng callback on pipe removal: never blocks. */
 static void
 sdk_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     struct cairn_worker *w = arg;
-    uint32_t i;
 
     (void) p;
     (void) ev;
     sdk_lock(w);
-    if (!w->sock_open) {
-        sdk_unlock(w); /* closing: teardown aborts everything itself */
-        return;
+    if (w->sock_open) { /* else closing: teardown aborts everything itself */
+        sdk_session_lost_locked(w);
     }
-    w->gen++;
-    w->need_hello = true;
-    w->ncancels = 0;
-    sdk_runq_clear_locked(w); /* the runner failed them with WorkerLost */
-    if (w->ctl_busy) {
-        nng_aio_cancel(w->ctl_aio);
-    }
-    for (i = 0; i < SDK_FETCHES; i++) {
-        if (w->fetch[i].st != FE_IDLE) {
-            nng_aio_cancel(w->fetch[i].aio);
-        }
-    }
-    sdk_broadcast(w);
     sdk_unlock(w);
 }
 
@@ -979,23 +1044,27 @@ static void
 sdk_teardown(struct cairn_worker *w)
 {
     uint32_t i;
+    bool was_open;
 
     sdk_lock(w);
     w->stopping = true;
     w->slots_exit = true;
     sdk_runq_clear_locked(w);
     (void) pthread_cond_broadcast(&w->work);
-    if (w->sock_open) {
-        w->sock_open = false;
-        sdk_unlock(w);
-        (void) nng_close(w->sock); /* aborts pending aios with NNG_ECLOSED */
-        sdk_lock(w);
-    }
+    was_open = w->sock_open;
+    w->sock_open = false; /* no new operation starts from here */
+    sdk_cancel_ops_locked(w);
     sdk_broadcast(w);
     sdk_unlock(w);
     if (w->ctl_started) {
         (void) pthread_join(w->ctl_thread, NULL);
         w->ctl_started = false;
+    }
+    sdk_lock(w);
+    sdk_fetches_idle_locked(w);
+    sdk_unlock(w);
+    if (was_open) {
+        (void) nng_close(w->sock); /* nothing is pending on it any more */
     }
     for (i = 0; w->slots != NULL && i < w->nslots; i++) {
         if (w->slots[i].thread_started) {

@@ -242,6 +242,22 @@ Test(exec_actions, sleeper_is_killed_at_the_deadline)
     ir_val_release(r.res);
 }
 
+/* stdout is capped at 16 MiB: a program that writes more is killed, and nothing it wrote is
+ * taken as the result. */
+Test(exec_actions, output_over_16_mib_kills_the_program)
+{
+    struct t_run r;
+    struct ir_val e;
+    const char *msg;
+
+    t_run_once("exec.flood", "{}", "20000", &r);
+    e = t_err_value(&r, "ExecError");
+    msg = ir_str_data(t_get(e, "message"));
+    cr_assert(strstr(msg, "output larger than 16777216 bytes") != NULL, "%s", msg);
+    cr_assert(r.elapsed_ms < 15000, "took %lld ms", (long long) r.elapsed_ms);
+    ir_val_release(r.res);
+}
+
 Test(exec_actions, non_executables_and_bad_names_are_not_served)
 {
     struct t_run r;

@@ -91,8 +91,10 @@ tally_wait(struct tally *t, int n, int ms)
     return ok;
 }
 
+/* Starts cairn-worker; exec_dir, when not NULL, is passed as --exec-dir. */
 static pid_t
-spawn_worker_pf(const char *url, const char *name, const char *slots, const char *prefetch)
+spawn_worker_args(const char *url, const char *name, const char *slots, const char *prefetch,
+                  const char *exec_dir)
 {
     const char *bin = getenv("CAIRN_WORKER_BIN");
     pid_t pid;
@@ -104,10 +106,16 @@ spawn_worker_pf(const char *url, const char *name, const char *slots, const char
         /* A worker must not outlive a crashed or timed-out test. */
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
         execl(bin, bin, "--url", url, "--name", name, "--slots", slots, "--prefetch", prefetch,
-              (char *) NULL);
+              exec_dir != NULL ? "--exec-dir" : (char *) NULL, exec_dir, (char *) NULL);
         _exit(127);
     }
     return pid;
+}
+
+static pid_t
+spawn_worker_pf(const char *url, const char *name, const char *slots, const char *prefetch)
+{
+    return spawn_worker_args(url, name, slots, prefetch, NULL);
 }
 
 static pid_t
@@ -284,7 +292,8 @@ Test(pool_worker, a_cancelled_action_stops_on_the_worker_and_reports_cancelled)
     cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_NOTFOUND); /* nothing in flight yet */
     submit(p, id, "std.sleep", "ms", 20000);
     cr_assert_eq(await_dispatched(p, 1), 1);
-    /* Let the worker start it: the SDK matches a cancel against running attempts only. */
+    /* Let the worker start it, so that this stops a running action (one cancelled before it
+     * starts is not run at all: wp_sdk tests that). */
     usleep(50000);
     t0 = wall_ms();
     cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_OK);
@@ -445,4 +454,36 @@ Test(pool_worker, a_worker_reconnects_when_its_runner_restarts)
     kill(w, SIGTERM);
     reap(w, &status);
     rn_pool_stop(p2);
+}
+
+/* Cancelling an `exec.*` action kills its process group at once and reports Cancelled. */
+Test(pool_worker, a_cancelled_exec_action_is_killed_and_reports_cancelled)
+{
+    struct tally t;
+    char url[128], dir[4096];
+    struct rn_pool *p = pool_up(&t, url, sizeof(url));
+    const char *root = getenv("CAIRN_SOURCE_ROOT");
+    pid_t w;
+    uint32_t id = 21;
+    uint8_t exec_id[16] = {0};
+    int64_t t0;
+    int status;
+
+    cr_assert_not_null(root, "CAIRN_SOURCE_ROOT not set (run through meson)");
+    (void) snprintf(dir, sizeof(dir), "%s/tests/integration/exec", root);
+    w = spawn_worker_args(url, "exec-canceller", "1", "0", dir);
+    wait_workers(p, 1, 10000);
+    memcpy(exec_id, &id, sizeof(id));
+    submit(p, id, "exec.slow", "unused", 0); /* sleeps 30 s */
+    cr_assert_eq(await_dispatched(p, 1), 1);
+    usleep(200000); /* started: the cancel must kill a running process */
+    t0 = wall_ms();
+    cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_OK);
+    cr_assert(tally_wait(&t, 1, 5000), "no result after cancel");
+    cr_assert_eq(t.cancelled, 1, "ok=%d lost=%d", t.ok, t.lost);
+    cr_assert_lt(t.last_at - t0, 1000, "Cancelled after %lld ms", (long long) (t.last_at - t0));
+    kill(w, SIGTERM);
+    reap(w, &status);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    rn_pool_stop(p);
 }

@@ -9,11 +9,14 @@
  * Waits have deadlines; nothing sleeps a fixed time. nng_fini() is never called (Criterion
  * uses nng itself). */
 #include <cairn/worker.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,7 +66,10 @@ struct fr {
     bool hold;            /* do not hand them out yet */
     struct wp_msg cancel; /* to send on the parked control request */
     bool cancel_pending;
-    bool left;          /* goodbye received: readies get a noop at once */
+    bool left;        /* goodbye received: readies get a noop at once */
+    uint32_t idle_ms; /* sent in welcome (default 20000) */
+    bool answer_idle; /* answer a control parked for idle_ms with a noop */
+    int64_t ctl_parked_at[FR_CTXS];
     int noops;          /* readies to answer with noop first */
     const char *refuse; /* refuse hello with this reason */
 };
@@ -136,7 +142,7 @@ fr_reply_kind(struct fr *f, size_t i, enum wp_kind k)
 
     wp_msg_init(&m, k);
     m.session = 1;
-    m.idle_ms = 20000;
+    m.idle_ms = f->idle_ms != 0 ? f->idle_ms : 20000;
     m.reason = f->refuse;
     fr_reply(f, i, &m);
 }
@@ -195,8 +201,18 @@ fr_main(void *arg)
                     break;
                 }
             }
+            /* the idle cycle, when this fake runner is alive */
+            for (i = 0; i < FR_CTXS && f->answer_idle; i++) {
+                if (f->parked_ctl[i] && now_ms() - f->ctl_parked_at[i] >= (int64_t) f->idle_ms) {
+                    f->parked_ctl[i] = false;
+                    pthread_mutex_unlock(&f->mtx);
+                    fr_reply_kind(f, i, WP_NOOP);
+                    pthread_mutex_lock(&f->mtx);
+                    acted = true;
+                }
+            }
             if (!acted) {
-                fr_timedwait(f, 50);
+                fr_timedwait(f, 20);
             }
             continue;
         }
@@ -246,8 +262,9 @@ fr_main(void *arg)
                 f->parked_ready[pick] = true;
             }
             break;
-        default: /* control: parked until a test asks for a cancel */
+        default: /* control: parked until a test asks for a cancel (or the idle cycle) */
             f->parked_ctl[pick] = true;
+            f->ctl_parked_at[pick] = now_ms();
             break;
         }
     }
@@ -763,6 +780,102 @@ Test(wp_sdk, a_cancelled_attempt_that_has_not_started_is_not_run)
     cr_assert(!o->ok);
     cr_assert_str_eq(ir_error_type(o->value), "Cancelled");
     cr_assert_eq(atomic_load(&block_runs), 1, "a cancelled attempt was run");
+    cairn_worker_stop(w, 1000);
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+/* The worker mirrors the runner's heartbeat rule: a runner that answers nothing for three
+ * idle periods (plus a second) is gone even if the connection looks open; the worker drops
+ * the connection and dials again. The silent runner is a separate process (silent-runner)
+ * that welcomes the worker and then never answers; after the drop it sees a second
+ * connection, which it never welcomes, so the worker logs the drop and keeps trying. A
+ * runner that answers the idle cycle is kept (next test). */
+Test(wp_sdk, a_silent_runner_is_dropped_and_the_worker_reconnects)
+{
+    const char *bin = getenv("CAIRN_SILENT_RUNNER_BIN");
+    struct cairn_worker_options o;
+    struct cairn_worker *w;
+    char url[128];
+    int64_t t0, deadline;
+    pid_t pid;
+    int status, p[2];
+    char buf[4096] = "";
+    size_t len = 0;
+    ssize_t n;
+
+    cr_assert_not_null(bin, "CAIRN_SILENT_RUNNER_BIN not set (run through meson)");
+    snprintf(url, sizeof(url), "ipc:///tmp/cairn-sdk-silent-%ld.sock", (long) getpid());
+    unlink(url + strlen("ipc://"));
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        execl(bin, bin, url, "100", (char *) NULL);
+        _exit(127);
+    }
+    /* The worker's log goes to stderr: capture it to see the drop. */
+    cr_assert_eq(pipe(p), 0);
+    memset(&o, 0, sizeof(o));
+    o.name = "w-silent";
+    o.reconnect_min_ms = 10;
+    o.reconnect_max_ms = 50;
+    o.start_timeout_ms = WAIT_MS;
+    T_OK(cairn_worker_new(url, &o, &w));
+    T_OK(cairn_worker_register(w, "t.echo", h_echo, NULL));
+    {
+        int saved = dup(2);
+
+        cr_assert_eq(dup2(p[1], 2), 2);
+        T_OK(cairn_worker_start(w));
+        t0 = now_ms();
+        deadline = t0 + WAIT_MS;
+        while (strstr(buf, "runner silent") == NULL && now_ms() < deadline) {
+            struct timespec ts = {0, 20000000};
+
+            nanosleep(&ts, NULL);
+            (void) fcntl(p[0], F_SETFL, O_NONBLOCK);
+            while (len < sizeof(buf) - 1 &&
+                   (n = read(p[0], buf + len, sizeof(buf) - 1 - len)) > 0) {
+                len += (size_t) n;
+            }
+            buf[len] = '\0';
+        }
+        cr_assert_eq(dup2(saved, 2), 2);
+        close(saved);
+    }
+    cr_assert_not_null(strstr(buf, "runner silent"), "the worker kept a silent runner: %s", buf);
+    cr_assert_geq(now_ms() - t0, 1200, "dropped after %lld ms", (long long) (now_ms() - t0));
+    cr_assert(cairn_worker_running(w), "a dropped connection is not a stopped worker");
+    cairn_worker_stop(w, 200);
+    cairn_worker_free(w);
+    close(p[0]);
+    close(p[1]);
+    kill(pid, SIGKILL);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    unlink(url + strlen("ipc://"));
+}
+
+Test(wp_sdk, a_runner_answering_the_idle_cycle_is_kept)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w;
+    int64_t end;
+
+    pthread_mutex_lock(&f->mtx);
+    f->idle_ms = 100;
+    f->answer_idle = true;
+    pthread_mutex_unlock(&f->mtx);
+    w = worker_new(f, 1);
+    T_OK(cairn_worker_start(w));
+    /* Past the silence limit (1.3 s), and several idle cycles answered meanwhile. */
+    end = now_ms() + 2000;
+    while (now_ms() < end) {
+        struct timespec ts = {0, 20000000};
+
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_geq(fr_count(f, WP_CONTROL), 5, "the idle cycle did not run");
+    cr_assert_eq(fr_count(f, WP_HELLO), 1, "a live runner was dropped");
     cairn_worker_stop(w, 1000);
     cairn_worker_free(w);
     fr_free(f);
