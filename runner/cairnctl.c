@@ -2,10 +2,8 @@
 /*
  * cairnctl: the operator and developer command line. This file holds the command table and
  * the commands that need no database: `check` (compile workflow files, report errors) and `dag`
- * (show the compiled graph as text, Graphviz DOT or a summary). Single-threaded.
- *
- * Exit codes: 0 success; 1 the input was rejected (compile errors); 2 usage error or a file
- * that cannot be read.
+ * (show the compiled graph as text, Graphviz DOT or a summary); ctl_db.c has the others.
+ * Single-threaded. Exit codes: runner/ctl.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,10 +11,10 @@
 #include <string.h>
 
 #include "ir/compile.h"
+#include "runner/ctl.h"
 
 #define CTL_MAX_SOURCE (16u << 20) /* workflow sources are text; 16 MiB is far beyond any */
 
-enum { EXIT_OK = 0, EXIT_REJECTED = 1, EXIT_USAGE = 2 };
 
 struct command {
     const char *name;
@@ -33,6 +31,15 @@ static const struct command commands[] = {
     {"check", "[--quiet] FILE...", "compile workflow files and report every error", cmd_check},
     {"dag", "FILE [--format text|dot|summary|msgpack]",
      "print the compiled graph of a workflow file", cmd_dag},
+    {"migrate", "[--database-url URL]", "apply pending schema migrations", ctl_cmd_migrate},
+    {"register", "FILE [--name N] [--version V] [--json]",
+     "compile a workflow and store it as a version", ctl_cmd_register},
+    {"run", "NAME [--input JSON] [--idempotency-key K] [--priority P] [--at TIME] [--wait]",
+     "enqueue an instance (--wait: until it finishes)", ctl_cmd_run},
+    {"status", "ID [--json]", "show an instance's status", ctl_cmd_status},
+    {"result", "ID [--json]", "print a finished instance's result", ctl_cmd_result},
+    {"list", "[--status S] [--workflow W] [--limit N] [--json]", "list instances, newest first",
+     ctl_cmd_list},
     {"help", "[COMMAND]", "show this help", cmd_help},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -44,14 +51,17 @@ usage(FILE *to)
 
     fprintf(to, "usage: cairnctl COMMAND [ARGS]\n\ncommands:\n");
     for (i = 0; i < NCOMMANDS; i++) {
-        fprintf(to, "  %-6s %-42s %s\n", commands[i].name, commands[i].args, commands[i].help);
+        fprintf(to, "  %-8s %s\n  %8s %s\n", commands[i].name, commands[i].args, "",
+                commands[i].help);
     }
-    fprintf(to, "\nexit status: 0 ok, 1 input rejected (compile errors), 2 usage or I/O error\n");
+    fprintf(to, "\nDatabase commands use --database-url URL, else $CAIRN_DATABASE_URL.\n"
+                "exit status: 0 ok, 1 input rejected (compile errors, bad input, unknown name),\n"
+                "2 usage or file error, 3 database error, 4 instance failed or cancelled,\n"
+                "5 instance not finished (or --wait timed out)\n");
 }
 
-/* Reads a whole file; on failure prints why and returns NULL. */
-static char *
-read_file(const char *path, size_t *len)
+char *
+ctl_read_file(const char *path, size_t *len)
 {
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
     char *buf = NULL, *p;
@@ -100,15 +110,13 @@ fail:
     return NULL;
 }
 
-/* Compiles one file. Returns EXIT_OK with *out set, EXIT_REJECTED after printing diagnostics,
- * or EXIT_USAGE when the file cannot be read. */
-static int
-compile_file(const char *path, struct ir_dag **out)
+int
+ctl_compile_file(const char *path, struct ir_dag **out, char **src_out, size_t *src_len)
 {
     struct ir_diags d;
     struct cn_buf msg = CN_BUF_INIT;
     size_t len = 0;
-    char *src = read_file(path, &len);
+    char *src = ctl_read_file(path, &len);
     cn_err rv;
     int status = EXIT_OK;
 
@@ -127,7 +135,12 @@ compile_file(const char *path, struct ir_dag **out)
     }
     cn_buf_fini(&msg);
     ir_diags_fini(&d);
-    free(src);
+    if (src_out != NULL && status == EXIT_OK) {
+        *src_out = src;
+        *src_len = len;
+    } else {
+        free(src);
+    }
     return status;
 }
 
@@ -152,7 +165,7 @@ cmd_check(int argc, char **argv)
             return EXIT_USAGE;
         }
         nfiles++;
-        r = compile_file(argv[i], &dag);
+        r = ctl_compile_file(argv[i], &dag, NULL, NULL);
         if (r == EXIT_OK && !quiet) {
             printf("%s: ok (%u nodes, %u frame%s)\n", argv[i], dag->nnodes, dag->nframes,
                    dag->nframes == 1 ? "" : "s");
@@ -203,7 +216,7 @@ cmd_dag(int argc, char **argv)
                 format);
         return EXIT_USAGE;
     }
-    if ((status = compile_file(file, &dag)) != EXIT_OK) {
+    if ((status = ctl_compile_file(file, &dag, NULL, NULL)) != EXIT_OK) {
         return status;
     }
     if (strcmp(format, "dot") == 0) {

@@ -27,7 +27,8 @@
     X(PROTO, "protocol violation")           \
     X(COMPILE, "compile error")              \
     X(VERSION, "unsupported format version") \
-    X(RAISED, "workflow error raised")
+    X(RAISED, "workflow error raised")       \
+    X(DB, "database error")
 
 #define CN_ERR_ENUM(name, text) CN_##name,
 typedef enum cn_err { CN_ERRORS(CN_ERR_ENUM) CN_ERR_COUNT_ } cn_err;

@@ -1,0 +1,732 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cairnctl's database commands: migrate, register, run, status, result, list. Each opens one
+ * libpq connection (--database-url, else CAIRN_DATABASE_URL), runs parameterised statements
+ * (user data never becomes SQL text) and prints human-readable text, or JSON with --json.
+ * Single-threaded. Exit codes: runner/ctl.h.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <uuid/uuid.h>
+
+#include "ir/base/buf.h"
+#include "runner/ctl.h"
+#include "runner/db.h"
+#include "runner/migrate.h"
+
+#define WAIT_POLL_MS 50
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+struct opts {
+    const char *cmd;
+    const char *positional[2];
+    int npositional;
+    const char *db_url, *name, *version, *input, *key, *priority, *at, *status, *workflow, *limit,
+        *timeout;
+    bool json, wait;
+};
+
+/* Parses argv for the flags a command accepts (a string like "name,version,json"). Prints a
+ * usage error and returns false on anything else. */
+static bool
+parse_opts(const char *cmd, int argc, char **argv, const char *accepted, int max_positional,
+           struct opts *o)
+{
+    static const struct {
+        const char *flag;
+        size_t off; /* offset of the const char * field, or (size_t) -1 for bools */
+    } valued[] = {
+        {"database-url", offsetof(struct opts, db_url)},
+        {"name", offsetof(struct opts, name)},
+        {"version", offsetof(struct opts, version)},
+        {"input", offsetof(struct opts, input)},
+        {"idempotency-key", offsetof(struct opts, key)},
+        {"priority", offsetof(struct opts, priority)},
+        {"at", offsetof(struct opts, at)},
+        {"status", offsetof(struct opts, status)},
+        {"workflow", offsetof(struct opts, workflow)},
+        {"limit", offsetof(struct opts, limit)},
+        {"timeout", offsetof(struct opts, timeout)},
+    };
+    int i;
+    size_t k;
+
+    memset(o, 0, sizeof(*o));
+    o->cmd = cmd;
+    for (i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool found = false;
+
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            if (o->npositional >= max_positional) {
+                fprintf(stderr, "cairnctl %s: unexpected argument '%s'\n", cmd, a);
+                return false;
+            }
+            o->positional[o->npositional++] = a;
+            continue;
+        }
+        a += 2;
+        if ((strcmp(a, "json") == 0 || strcmp(a, "wait") == 0) && strstr(accepted, a) != NULL) {
+            *(strcmp(a, "json") == 0 ? &o->json : &o->wait) = true;
+            continue;
+        }
+        for (k = 0; k < sizeof(valued) / sizeof(valued[0]); k++) {
+            if (strcmp(a, valued[k].flag) != 0 ||
+                (strcmp(a, "database-url") != 0 && strstr(accepted, a) == NULL)) {
+                continue;
+            }
+            if (i + 1 >= argc) {
+                fprintf(stderr, "cairnctl %s: --%s needs a value\n", cmd, a);
+                return false;
+            }
+            *(const char **) (void *) ((char *) o + valued[k].off) = argv[++i];
+            found = true;
+            break;
+        }
+        if (!found) {
+            fprintf(stderr, "cairnctl %s: unknown option --%s (see cairnctl help)\n", cmd, a);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool
+parse_int(const char *cmd, const char *flag, const char *text, long min, long max, long *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(text, &end, 10);
+    if (errno != 0 || *end != '\0' || end == text || v < min || v > max) {
+        fprintf(stderr, "cairnctl %s: --%s must be an integer in %ld..%ld, got '%s'\n", cmd, flag,
+                min, max, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* An instance id argument: a UUID. */
+static bool
+check_uuid(const char *cmd, const char *id)
+{
+    uuid_t u;
+
+    if (id == NULL) {
+        fprintf(stderr, "cairnctl %s: an instance ID is required\n", cmd);
+        return false;
+    }
+    if (uuid_parse(id, u) != 0) {
+        fprintf(stderr, "cairnctl %s: '%s' is not an instance ID (a UUID)\n", cmd, id);
+        return false;
+    }
+    return true;
+}
+
+/* Workflow names as the schema allows them: [A-Za-z_][A-Za-z0-9_.-]{0,127}. */
+static bool
+name_ok(const char *s)
+{
+    size_t i, n = strlen(s);
+
+    if (n == 0 || n > 128 ||
+        !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_')) {
+        return false;
+    }
+    for (i = 1; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool
+version_ok(const char *s)
+{
+    size_t i, n = strlen(s);
+
+    if (n == 0 || n > 64) {
+        return false;
+    }
+    for (i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- database ----------------------------------------------------------------------------- */
+
+static int
+db_open(const struct opts *o, PGconn **c)
+{
+    struct cn_errmsg em;
+    cn_err rv = rn_db_connect(o->db_url, c, &em);
+
+    if (rv != CN_OK) {
+        fprintf(stderr, "cairnctl %s: %s\n", o->cmd, em.text);
+        return rv == CN_INVAL ? EXIT_USAGE : EXIT_DB;
+    }
+    return EXIT_OK;
+}
+
+/* Maps a statement failure to an exit code, after printing it. */
+static int
+db_error(const struct opts *o, cn_err rv, const struct cn_errmsg *em)
+{
+    fprintf(stderr, "cairnctl %s: %s\n", o->cmd, em->text);
+    if (strstr(em->text, "does not exist") != NULL && strstr(em->text, "cairn.") != NULL) {
+        fprintf(stderr, "cairnctl %s: is the schema there? run `cairnctl migrate`\n", o->cmd);
+    }
+    return rv == CN_NOTFOUND || rv == CN_INVAL ? EXIT_REJECTED : EXIT_DB;
+}
+
+static void
+print_migration(void *arg, const struct rn_migration *m)
+{
+    (void) arg;
+    printf("applied %s\n", m->file);
+}
+
+int
+ctl_cmd_migrate(int argc, char **argv)
+{
+    struct opts o;
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    size_t applied = 0;
+    char current[16];
+    int status;
+    cn_err rv;
+
+    if (!parse_opts("migrate", argc, argv, "", 0, &o)) {
+        return EXIT_USAGE;
+    }
+    if ((status = db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    rv = rn_migrate(c, print_migration, NULL, &applied, &em);
+    if (rv == CN_OK) {
+        rv = rn_migrate_current(c, current, sizeof(current), &em);
+    }
+    if (rv != CN_OK) {
+        status = db_error(&o, rv, &em);
+    } else {
+        printf("schema at version %s (%zu migration%s applied now)\n", current, applied,
+               applied == 1 ? "" : "s");
+    }
+    PQfinish(c);
+    return status;
+}
+
+/* ---- register ----------------------------------------------------------------------------- */
+
+/* The default workflow name: the file name without its directory and ".cairn". */
+static char *
+default_name(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    size_t n;
+    char *out;
+
+    base = base != NULL ? base + 1 : path;
+    n = strlen(base);
+    if (n > 6 && strcmp(base + n - 6, ".cairn") == 0) {
+        n -= 6;
+    }
+    out = malloc(n + 1);
+    if (out != NULL) {
+        memcpy(out, base, n);
+        out[n] = '\0';
+    }
+    return out;
+}
+
+int
+ctl_cmd_register(int argc, char **argv)
+{
+    /* The version defaults to the first 12 hex digits of the graph's hash: unchanged source
+     * maps to the same row (a no-op), changed source to a new version. */
+    static const char *insert_sql =
+        "WITH h AS (SELECT encode(sha256($3::bytea), 'hex') AS ir_hash) "
+        "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source) "
+        "SELECT $1, coalesce($2, left(h.ir_hash, 12)), h.ir_hash, $4 FROM h "
+        "ON CONFLICT (workflow_name, workflow_version) DO NOTHING "
+        "RETURNING id, workflow_version, ir_hash";
+    static const char *existing_sql =
+        "SELECT id, workflow_version, ir_hash, "
+        "ir_hash = encode(sha256($3::bytea), 'hex') AS same "
+        "FROM cairn.workflow_versions "
+        "WHERE workflow_name = $1 AND workflow_version = coalesce($2, left(encode(sha256("
+        "$3::bytea), 'hex'), 12))";
+    struct opts o;
+    struct cn_errmsg em;
+    struct ir_dag *dag = NULL;
+    struct cn_buf enc = CN_BUF_INIT, hex = CN_BUF_INIT;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    char *src = NULL, *name = NULL;
+    size_t src_len = 0, i;
+    const char *params[4];
+    bool created = false;
+    int status;
+    cn_err rv;
+
+    if (!parse_opts("register", argc, argv, "name,version,json", 1, &o)) {
+        return EXIT_USAGE;
+    }
+    if (o.npositional != 1) {
+        fprintf(stderr, "usage: cairnctl register FILE [--name N] [--version V] [--json]\n");
+        return EXIT_USAGE;
+    }
+    name = o.name != NULL ? strdup(o.name) : default_name(o.positional[0]);
+    if (name == NULL || !name_ok(name)) {
+        fprintf(stderr,
+                "cairnctl register: workflow name '%s' is not valid (letters, digits, _ . -; "
+                "starting with a letter or _; at most 128): use --name\n",
+                name != NULL ? name : "");
+        free(name);
+        return EXIT_REJECTED;
+    }
+    if (o.version != NULL && !version_ok(o.version)) {
+        fprintf(stderr,
+                "cairnctl register: version '%s' is not valid (1-64 of letters, digits, _ . -)\n",
+                o.version);
+        free(name);
+        return EXIT_REJECTED;
+    }
+    if ((status = ctl_compile_file(o.positional[0], &dag, &src, &src_len)) != EXIT_OK) {
+        free(name);
+        return status;
+    }
+    if (strlen(src) != src_len) {
+        fprintf(stderr, "cairnctl register: %s contains a NUL byte\n", o.positional[0]);
+        status = EXIT_REJECTED;
+        goto out;
+    }
+    /* The canonical graph encoding, as \x hex text for a bytea parameter. */
+    if (ir_dag_encode(dag, &enc) != CN_OK || cn_buf_puts(&hex, "\\x") != CN_OK) {
+        fprintf(stderr, "cairnctl register: out of memory\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    for (i = 0; i < enc.len; i++) {
+        if (cn_buf_printf(&hex, "%02x", (unsigned char) enc.data[i]) != CN_OK) {
+            fprintf(stderr, "cairnctl register: out of memory\n");
+            status = EXIT_USAGE;
+            goto out;
+        }
+    }
+    if ((status = db_open(&o, &c)) != EXIT_OK) {
+        goto out;
+    }
+    params[0] = name;
+    params[1] = o.version;
+    params[2] = hex.data;
+    params[3] = src;
+    if ((rv = rn_db_exec(c, insert_sql, 4, params, &r, &em)) != CN_OK) {
+        status = db_error(&o, rv, &em);
+        goto out;
+    }
+    created = PQntuples(r) == 1;
+    if (!created) {
+        PQclear(r);
+        if ((rv = rn_db_exec(c, existing_sql, 3, params, &r, &em)) != CN_OK) {
+            status = db_error(&o, rv, &em);
+            goto out;
+        }
+        if (PQntuples(r) != 1) { /* deleted in between: vanishingly rare; say so */
+            fprintf(stderr, "cairnctl register: the version changed meanwhile; try again\n");
+            status = EXIT_DB;
+            goto out;
+        }
+        if (strcmp(PQgetvalue(r, 0, 3), "t") != 0) {
+            fprintf(stderr,
+                    "cairnctl register: %s version %s is already registered with different "
+                    "source; register it under a new --version\n",
+                    name, PQgetvalue(r, 0, 1));
+            status = EXIT_REJECTED;
+            goto out;
+        }
+    }
+    if (o.json) {
+        printf("{\"name\": \"%s\", \"version\": \"%s\", \"id\": \"%s\", \"ir_hash\": \"%s\", "
+               "\"created\": %s}\n",
+               name, PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 2),
+               created ? "true" : "false");
+    } else {
+        printf("%s version %s %s (%u nodes)\n", name, PQgetvalue(r, 0, 1),
+               created ? "registered" : "already registered, unchanged", dag->nnodes);
+    }
+out:
+    PQclear(r);
+    PQfinish(c);
+    cn_buf_fini(&enc);
+    cn_buf_fini(&hex);
+    ir_dag_free(dag);
+    free(src);
+    free(name);
+    return status;
+}
+
+/* ---- run ---------------------------------------------------------------------------------- */
+
+static int64_t
+mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int print_result(const struct opts *o, PGconn *c, const char *id);
+
+/* Polls until the instance is finished or timeout_ms passes (0: no limit). */
+static int
+wait_finished(const struct opts *o, PGconn *c, const char *id, long timeout_ms)
+{
+    int64_t deadline = mono_ms() + timeout_ms;
+    const char *params[1] = {id};
+    struct cn_errmsg em;
+    PGresult *r = NULL;
+    cn_err rv;
+
+    for (;;) {
+        bool done;
+        struct timespec ts = {0, WAIT_POLL_MS * 1000000L};
+
+        if ((rv = rn_db_exec(c,
+                             "SELECT status IN ('completed', 'failed', 'cancelled') "
+                             "FROM cairn.runner_instances WHERE instance_id = $1",
+                             1, params, &r, &em)) != CN_OK) {
+            return db_error(o, rv, &em);
+        }
+        done = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+        PQclear(r);
+        if (done) {
+            return print_result(o, c, id);
+        }
+        if (timeout_ms > 0 && mono_ms() >= deadline) {
+            fprintf(stderr, "cairnctl run: %s did not finish within %ld s\n", id,
+                    timeout_ms / 1000);
+            return EXIT_PENDING;
+        }
+        nanosleep(&ts, NULL);
+    }
+}
+
+int
+ctl_cmd_run(int argc, char **argv)
+{
+    struct opts o;
+    struct cn_errmsg em;
+    json_error_t je;
+    json_t *input = NULL;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    const char *params[6];
+    char prio[24];
+    long priority = 0, timeout = 0;
+    char *input_text = NULL;
+    int status;
+    cn_err rv;
+
+    if (!parse_opts("run", argc, argv,
+                    "input,idempotency-key,priority,at,version,wait,timeout,json", 1, &o)) {
+        return EXIT_USAGE;
+    }
+    if (o.npositional != 1) {
+        fprintf(stderr, "usage: cairnctl run NAME [--input JSON] [--idempotency-key K] "
+                        "[--priority P] [--at TIME] [--version V] [--wait [--timeout S]] "
+                        "[--json]\n");
+        return EXIT_USAGE;
+    }
+    if (o.priority != NULL &&
+        !parse_int("run", "priority", o.priority, -1000000, 1000000, &priority)) {
+        return EXIT_USAGE;
+    }
+    if (o.timeout != NULL && !parse_int("run", "timeout", o.timeout, 1, 86400 * 365, &timeout)) {
+        return EXIT_USAGE;
+    }
+    /* The input is checked here, with a position, before the database sees it. */
+    input = json_loads(o.input != NULL ? o.input : "{}", JSON_REJECT_DUPLICATES, &je);
+    if (input == NULL) {
+        fprintf(stderr, "cairnctl run: --input is not valid JSON: %s (line %d, column %d)\n",
+                je.text, je.line, je.column);
+        return EXIT_REJECTED;
+    }
+    if (!json_is_object(input)) {
+        fprintf(stderr, "cairnctl run: --input must be a JSON object ({\"name\": value, ...})\n");
+        json_decref(input);
+        return EXIT_REJECTED;
+    }
+    input_text = json_dumps(input, JSON_COMPACT);
+    json_decref(input);
+    if (input_text == NULL) {
+        fprintf(stderr, "cairnctl run: out of memory\n");
+        return EXIT_USAGE;
+    }
+    if ((status = db_open(&o, &c)) != EXIT_OK) {
+        free(input_text);
+        return status;
+    }
+    (void) snprintf(prio, sizeof(prio), "%ld", priority);
+    params[0] = o.positional[0];
+    params[1] = input_text;
+    params[2] = o.key;
+    params[3] = prio;
+    params[4] = o.at;
+    params[5] = o.version;
+    rv = rn_db_exec(c, "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer, $5::timestamptz, $6)",
+                    6, params, &r, &em);
+    free(input_text);
+    if (rv != CN_OK) {
+        status = db_error(&o, rv, &em);
+        PQfinish(c);
+        return status;
+    }
+    if (o.wait) {
+        char id[64];
+
+        (void) snprintf(id, sizeof(id), "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+        if (!o.json) {
+            fprintf(stderr, "%s\n", id);
+        }
+        status = wait_finished(&o, c, id, timeout * 1000);
+        PQfinish(c);
+        return status;
+    }
+    if (o.json) {
+        printf("{\"id\": \"%s\"}\n", PQgetvalue(r, 0, 0));
+    } else {
+        printf("%s\n", PQgetvalue(r, 0, 0));
+    }
+    PQclear(r);
+    PQfinish(c);
+    return EXIT_OK;
+}
+
+/* ---- status, result, list ----------------------------------------------------------------- */
+
+/* One instance as a JSON object (text), built by the database so that jsonb values stay exact. */
+#define INSTANCE_JSON                                                                          \
+    "json_build_object('id', ri.instance_id, 'workflow', ri.workflow_name, 'version', "        \
+    "wv.workflow_version, 'status', ri.status, 'priority', ri.priority, 'created_at', "        \
+    "ri.created_at, 'started_at', ri.started_at, 'completed_at', ri.completed_at, "            \
+    "'scheduled_at', q.scheduled_at, 'leased', coalesce(q.lock_expires_at > now(), false), "   \
+    "'idempotency_key', ri.idempotency_key, 'input', ri.input, 'result', ri.result, 'error', " \
+    "ri.error)::text"
+#define INSTANCE_FROM                                                             \
+    " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv ON wv.id = " \
+    "ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id = ri.instance_id "
+
+int
+ctl_cmd_status(int argc, char **argv)
+{
+    struct opts o;
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    const char *params[1];
+    int status;
+    cn_err rv;
+
+    if (!parse_opts("status", argc, argv, "json", 1, &o)) {
+        return EXIT_USAGE;
+    }
+    if (!check_uuid("status", o.positional[0])) {
+        return EXIT_USAGE;
+    }
+    if ((status = db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    params[0] = o.positional[0];
+    rv = rn_db_exec(c,
+                    "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, "
+                    "wv.workflow_version, ri.status, ri.created_at, ri.started_at, "
+                    "ri.completed_at, q.scheduled_at, ri.error->>'type', ri.error->>'message'"
+                    " " INSTANCE_FROM "WHERE ri.instance_id = $1",
+                    1, params, &r, &em);
+    if (rv != CN_OK) {
+        status = db_error(&o, rv, &em);
+    } else if (PQntuples(r) == 0) {
+        fprintf(stderr, "cairnctl status: no instance %s\n", o.positional[0]);
+        status = EXIT_REJECTED;
+    } else if (o.json) {
+        printf("%s\n", PQgetvalue(r, 0, 0));
+    } else {
+        printf("instance   %s\nworkflow   %s (version %s)\nstatus     %s\ncreated    %s\n",
+               PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 3), PQgetvalue(r, 0, 4),
+               PQgetvalue(r, 0, 5));
+        if (!PQgetisnull(r, 0, 6)) {
+            printf("started    %s\n", PQgetvalue(r, 0, 6));
+        }
+        if (!PQgetisnull(r, 0, 7)) {
+            printf("finished   %s\n", PQgetvalue(r, 0, 7));
+        }
+        if (!PQgetisnull(r, 0, 8)) {
+            printf("due        %s\n", PQgetvalue(r, 0, 8));
+        }
+        if (!PQgetisnull(r, 0, 9)) {
+            printf("error      %s: %s\n", PQgetvalue(r, 0, 9), PQgetvalue(r, 0, 10));
+        }
+    }
+    PQclear(r);
+    PQfinish(c);
+    return status;
+}
+
+static int
+print_result(const struct opts *o, PGconn *c, const char *id)
+{
+    const char *params[1] = {id};
+    struct cn_errmsg em;
+    PGresult *r = NULL;
+    const char *st;
+    int status = EXIT_OK;
+    cn_err rv;
+
+    rv = rn_db_exec(c,
+                    "SELECT ri.status, ri.result::text, ri.error::text, "
+                    "json_build_object('id', ri.instance_id, 'status', ri.status, 'result', "
+                    "ri.result, 'error', ri.error)::text "
+                    "FROM cairn.runner_instances ri WHERE ri.instance_id = $1",
+                    1, params, &r, &em);
+    if (rv != CN_OK) {
+        return db_error(o, rv, &em);
+    }
+    if (PQntuples(r) == 0) {
+        fprintf(stderr, "cairnctl %s: no instance %s\n", o->cmd, id);
+        PQclear(r);
+        return EXIT_REJECTED;
+    }
+    st = PQgetvalue(r, 0, 0);
+    if (strcmp(st, "completed") == 0) {
+        printf("%s\n", o->json ? PQgetvalue(r, 0, 3) : PQgetvalue(r, 0, 1));
+    } else if (strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0) {
+        if (o->json) {
+            printf("%s\n", PQgetvalue(r, 0, 3));
+        } else {
+            fprintf(stderr, "%s %s: %s\n", id, st,
+                    PQgetisnull(r, 0, 2) ? "(no error recorded)" : PQgetvalue(r, 0, 2));
+        }
+        status = EXIT_FAILED;
+    } else {
+        if (o->json) {
+            printf("%s\n", PQgetvalue(r, 0, 3));
+        } else {
+            fprintf(stderr, "%s has not finished (status %s)\n", id, st);
+        }
+        status = EXIT_PENDING;
+    }
+    PQclear(r);
+    return status;
+}
+
+int
+ctl_cmd_result(int argc, char **argv)
+{
+    struct opts o;
+    PGconn *c = NULL;
+    int status;
+
+    if (!parse_opts("result", argc, argv, "json", 1, &o)) {
+        return EXIT_USAGE;
+    }
+    if (!check_uuid("result", o.positional[0])) {
+        return EXIT_USAGE;
+    }
+    if ((status = db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    status = print_result(&o, c, o.positional[0]);
+    PQfinish(c);
+    return status;
+}
+
+int
+ctl_cmd_list(int argc, char **argv)
+{
+    static const char *const statuses[] = {"queued", "running", "completed", "failed", "cancelled"};
+    struct opts o;
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    const char *params[3];
+    char lim[24];
+    long limit = 20;
+    int status, i, n;
+    size_t k;
+    cn_err rv;
+
+    if (!parse_opts("list", argc, argv, "status,workflow,limit,json", 0, &o)) {
+        return EXIT_USAGE;
+    }
+    if (o.limit != NULL && !parse_int("list", "limit", o.limit, 1, 100000, &limit)) {
+        return EXIT_USAGE;
+    }
+    if (o.status != NULL) {
+        for (k = 0; k < sizeof(statuses) / sizeof(statuses[0]); k++) {
+            if (strcmp(o.status, statuses[k]) == 0) {
+                break;
+            }
+        }
+        if (k == sizeof(statuses) / sizeof(statuses[0])) {
+            fprintf(stderr, "cairnctl list: --status must be queued, running, completed, failed or "
+                            "cancelled\n");
+            return EXIT_USAGE;
+        }
+    }
+    if ((status = db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    (void) snprintf(lim, sizeof(lim), "%ld", limit);
+    params[0] = o.status;
+    params[1] = o.workflow;
+    params[2] = lim;
+    rv = rn_db_exec(c,
+                    "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, ri.status, "
+                    "ri.created_at " INSTANCE_FROM "WHERE ($1::text IS NULL OR ri.status = $1) AND "
+                    "($2::text IS NULL OR ri.workflow_name = $2) "
+                    "ORDER BY ri.created_at DESC LIMIT $3::integer",
+                    3, params, &r, &em);
+    if (rv != CN_OK) {
+        status = db_error(&o, rv, &em);
+        PQfinish(c);
+        return status;
+    }
+    n = PQntuples(r);
+    if (o.json) {
+        printf("[");
+        for (i = 0; i < n; i++) {
+            printf("%s%s", i ? ",\n " : "", PQgetvalue(r, i, 0));
+        }
+        printf("]\n");
+    } else {
+        printf("%-36s  %-24s  %-9s  %s\n", "ID", "WORKFLOW", "STATUS", "CREATED");
+        for (i = 0; i < n; i++) {
+            printf("%-36s  %-24s  %-9s  %s\n", PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+                   PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+        }
+    }
+    PQclear(r);
+    PQfinish(c);
+    return EXIT_OK;
+}

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/* libpq helpers (see db.h). */
+#include "runner/db.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *
+rn_db_url(const char *url)
+{
+    const char *env;
+
+    if (url != NULL && *url != '\0') {
+        return url;
+    }
+    env = getenv("CAIRN_DATABASE_URL");
+    return env != NULL && *env != '\0' ? env : NULL;
+}
+
+/* libpq messages end with a newline; err gets the first line only. */
+static cn_err
+db_fail(struct cn_errmsg *err, cn_err e, const char *what, const char *msg)
+{
+    size_t n = strcspn(msg != NULL ? msg : "", "\n");
+
+    return cn_errmsg_set(err, e, "%s%.*s", what, (int) n, msg != NULL ? msg : "");
+}
+
+cn_err
+rn_db_connect(const char *url, PGconn **out, struct cn_errmsg *err)
+{
+    PGconn *c;
+
+    url = rn_db_url(url);
+    *out = NULL;
+    if (url == NULL) {
+        return cn_errmsg_set(err, CN_INVAL,
+                             "no database: set CAIRN_DATABASE_URL or pass --database-url");
+    }
+    c = PQconnectdb(url);
+    if (c == NULL) {
+        return cn_errmsg_set(err, CN_NOMEM, "out of memory");
+    }
+    if (PQstatus(c) != CONNECTION_OK) {
+        cn_err rv = db_fail(err, CN_IO, "cannot connect to the database: ", PQerrorMessage(c));
+        PQfinish(c);
+        return rv;
+    }
+    *out = c;
+    return CN_OK;
+}
+
+cn_err
+rn_db_exec(PGconn *c, const char *sql, int n, const char *const *params, PGresult **out,
+           struct cn_errmsg *err)
+{
+    PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = r != NULL ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    const char *state, *msg;
+    cn_err e;
+
+    if (out != NULL) {
+        *out = NULL;
+    }
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        if (out != NULL) {
+            *out = r;
+        } else {
+            PQclear(r);
+        }
+        return CN_OK;
+    }
+    state = r != NULL ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    msg = r != NULL ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    if (msg == NULL) {
+        msg = PQerrorMessage(c);
+    }
+    if (PQstatus(c) != CONNECTION_OK) {
+        e = CN_IO;
+    } else if (state != NULL && (strcmp(state, "42704") == 0 || strcmp(state, "P0002") == 0)) {
+        e = CN_NOTFOUND;
+    } else if (state != NULL && (strncmp(state, "22", 2) == 0 || strcmp(state, "23514") == 0)) {
+        e = CN_INVAL;
+    } else {
+        e = CN_DB;
+    }
+    e = db_fail(err, e, "", msg);
+    PQclear(r);
+    return e;
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Thin libpq helpers shared by cairnctl and the PostgreSQL backend: connecting (URL or
+ * CAIRN_DATABASE_URL), running one parameterised statement, and turning a failure into a cn_err
+ * plus the server's own message. Every statement takes its values as parameters; no SQL is ever
+ * built from user data. A PGconn is used by one thread at a time.
+ */
+#ifndef RUNNER_DB_H
+#define RUNNER_DB_H
+
+#include <libpq-fe.h>
+
+#include "ir/base/err.h"
+
+/* The URL to use: url when not NULL, else $CAIRN_DATABASE_URL, else NULL. */
+const char *rn_db_url(const char *url);
+
+/* Connects. Returns CN_OK, CN_INVAL (no URL given or configured), CN_IO (cannot connect; err
+ * says why, e.g. "connection to server ... failed"). */
+CN_MUST_CHECK cn_err rn_db_connect(const char *url, PGconn **out, struct cn_errmsg *err);
+
+/* Runs sql with n text parameters (NULL entries are SQL NULL). On CN_OK *out (when out is not
+ * NULL) holds the result (PQclear it). Errors, with the server's message in err: CN_NOTFOUND
+ * (SQLSTATE 42704 undefined_object, P0002 no_data_found), CN_INVAL (class 22, data
+ * exceptions, and 23514 check_violation), CN_IO (the connection is gone), CN_DB (any other). */
+CN_MUST_CHECK cn_err rn_db_exec(PGconn *c, const char *sql, int n, const char *const *params,
+                                PGresult **out, struct cn_errmsg *err);
+
+#endif

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Meson test (suite db): cairnctl's database commands against the real PostgreSQL that
+# scripts/test starts: migrate (also three at once), register, run, status, result, list, and
+# their errors and exit codes (TAP output). Each run works in fresh databases of its own (created on the
+# server of CAIRN_TEST_DATABASE_URL and dropped at the end), so it never disturbs other tests.
+# Arguments: CAIRNCTL SOURCE_ROOT. Without CAIRN_TEST_DATABASE_URL it reports a TAP skip.
+set -uo pipefail
+
+ctl=${1:?usage: test_cairnctl_db.sh CAIRNCTL SOURCE_ROOT}
+root=${2:?usage: test_cairnctl_db.sh CAIRNCTL SOURCE_ROOT}
+base_url=${CAIRN_TEST_DATABASE_URL:-}
+if [[ -z "$base_url" ]]; then
+    echo "1..0 # SKIP CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)"
+    exit 0
+fi
+psql_bin=${PSQL:-}
+if [[ -z "$psql_bin" ]]; then
+    if command -v psql >/dev/null 2>&1; then psql_bin=psql; else psql_bin=/usr/lib/postgresql/15/bin/psql; fi
+fi
+
+failures=0
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+fail() { n=$((n + 1)); echo "not ok $n - $1"; failures=$((failures + 1)); }
+check() { if [[ "$2" == "$3" ]]; then ok "$1"; else fail "$1: got '$2', want '$3'"; fi; }
+contains() { if [[ "$2" == *"$3"* ]]; then ok "$1"; else fail "$1: '$3' not in: $2"; fi; }
+
+# URL of database $1 on the same server: replace the path of the test URL.
+db_url() { printf '%s\n' "$base_url" | sed -E "s#^(postgresql://[^/]*/)[^?]*#\1$1#"; }
+q() { "$psql_bin" -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -c "$2" </dev/null; }
+
+suffix=$$_$RANDOM
+db1=ctl_a_$suffix
+db2=ctl_b_$suffix
+cleanup() {
+    q "$base_url" "DROP DATABASE IF EXISTS $db1" >/dev/null 2>&1
+    q "$base_url" "DROP DATABASE IF EXISTS $db2" >/dev/null 2>&1
+    rm -f "$tmp"/* 2>/dev/null
+    rmdir "$tmp" 2>/dev/null
+}
+tmp=$(mktemp -d)
+trap cleanup EXIT
+q "$base_url" "CREATE DATABASE $db1" || { echo "not ok - cannot create a database"; exit 1; }
+q "$base_url" "CREATE DATABASE $db2" || { echo "not ok - cannot create a database"; exit 1; }
+url=$(db_url "$db1")
+export CAIRN_DATABASE_URL=$url
+
+# ---- migrate ------------------------------------------------------------------------------
+nfiles=$(find "$root/sql" -maxdepth 1 -name '[0-9][0-9][0-9][0-9]_*.sql' | wc -l)
+for i in 1 2 3; do "$ctl" migrate >"$tmp/m$i" 2>&1 & done
+wait
+applied=$(cat "$tmp"/m1 "$tmp"/m2 "$tmp"/m3 | grep -c '^applied ')
+check "three concurrent migrates apply each file exactly once" "$applied" "$nfiles"
+contains "migrate reports the schema version" "$(cat "$tmp/m1")" "schema at version"
+check "every file recorded" "$(q "$url" "SELECT count(*) FROM cairn.schema_migrations")" "$nfiles"
+out=$("$ctl" migrate 2>&1); rc=$?
+check "migrate again: exit 0" "$rc" 0
+contains "migrate again applies nothing" "$out" "(0 migrations applied now)"
+# Same contract as scripts/migrate-sql: a database it migrated needs nothing from cairnctl.
+"$root/scripts/migrate-sql" "$(db_url "$db2")" >/dev/null 2>&1
+out=$("$ctl" migrate --database-url "$(db_url "$db2")" 2>&1)
+contains "cairnctl migrate after migrate-sql applies nothing" "$out" "(0 migrations applied now)"
+
+# ---- register -----------------------------------------------------------------------------
+for f in "$root"/examples/*.cairn; do
+    out=$("$ctl" register "$f" 2>&1); rc=$?
+    check "register $(basename "$f"): exit 0" "$rc" 0
+done
+out=$("$ctl" register "$root/examples/hello.cairn" 2>&1); rc=$?
+check "register unchanged source: exit 0" "$rc" 0
+contains "register unchanged source is a no-op" "$out" "already registered, unchanged"
+check "one version per example" "$(q "$url" "SELECT count(*) FROM cairn.workflow_versions WHERE workflow_name = 'hello'")" 1
+out=$("$ctl" register "$root/examples/hello.cairn" --version v1 --json 2>&1)
+contains "register --version --json" "$out" '"version": "v1"'
+out=$("$ctl" register "$root/examples/welcome.cairn" --name hello --version v1 2>&1); rc=$?
+check "same name and version, other source: exit 1" "$rc" 1
+contains "same name and version, other source: says so" "$out" "already registered with different source"
+broken=$(find "$root/tests/cli/broken" -name '*.cairn' | sort | head -n 1)
+out=$("$ctl" register "$broken" --name broken 2>&1); rc=$?
+check "register a file that does not compile: exit 1" "$rc" 1
+if [[ "$out" =~ :[0-9]+:[0-9]+: ]]; then ok "compile errors carry line:col"; else fail "no line:col in: $out"; fi
+check "nothing stored for it" "$(q "$url" "SELECT count(*) FROM cairn.workflow_versions WHERE workflow_name = 'broken'")" 0
+out=$("$ctl" register "$root/examples/hello.cairn" --name '9bad' 2>&1); rc=$?
+check "invalid workflow name: exit 1" "$rc" 1
+
+# ---- run ----------------------------------------------------------------------------------
+id=$("$ctl" run hello --input '{"name": "Ada"}' 2>&1); rc=$?
+check "run: exit 0" "$rc" 0
+if [[ "$id" =~ ^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$ ]]; then ok "run prints the instance id"; else fail "run printed: $id"; fi
+check "the newest version runs" "$(q "$url" "SELECT v.workflow_version FROM cairn.runner_instances r JOIN cairn.workflow_versions v ON v.id = r.workflow_version_id WHERE r.instance_id = '$id'")" v1
+check "instance queued with its input" "$(q "$url" "SELECT status || ' ' || (input->>'name') FROM cairn.runner_instances WHERE instance_id = '$id'")" "queued Ada"
+check "and in the claim queue" "$(q "$url" "SELECT count(*) FROM cairn.queued_instances WHERE instance_id = '$id'")" 1
+k1=$("$ctl" run hello --idempotency-key order-7 2>&1)
+k2=$("$ctl" run hello --idempotency-key order-7 --input '{"other": 1}' 2>&1)
+check "the same idempotency key gives the same instance" "$k2" "$k1"
+check "and one instance only" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE idempotency_key = 'order-7'")" 1
+out=$("$ctl" run hello --input '{"name": }' 2>&1); rc=$?
+check "invalid input JSON: exit 1" "$rc" 1
+contains "invalid input JSON: says where" "$out" "line 1, column"
+out=$("$ctl" run hello --input '[1, 2]' 2>&1); rc=$?
+check "input that is not an object: exit 1" "$rc" 1
+contains "input that is not an object: says so" "$out" "must be a JSON object"
+out=$("$ctl" run no_such_flow 2>&1); rc=$?
+check "unknown workflow: exit 1" "$rc" 1
+contains "unknown workflow: names it" "$out" 'unknown workflow "no_such_flow"'
+out=$("$ctl" run hello --version nope 2>&1); rc=$?
+check "unknown version: exit 1" "$rc" 1
+out=$("$ctl" run hello --at 'yesterday-ish' 2>&1); rc=$?
+check "bad --at: exit 1" "$rc" 1
+later=$("$ctl" run hello --at '2999-01-01T00:00:00Z' --priority 5 2>&1)
+check "--at and --priority are stored" "$(q "$url" "SELECT extract(year FROM scheduled_at)::int || ' ' || priority FROM cairn.queued_instances WHERE instance_id = '$later'")" "2999 5"
+out=$("$ctl" run hello --priority x 2>&1); rc=$?
+check "bad --priority: exit 2" "$rc" 2
+
+# ---- status, result, list -----------------------------------------------------------------
+out=$("$ctl" status "$id" 2>&1); rc=$?
+check "status: exit 0" "$rc" 0
+contains "status shows the state" "$out" "status     queued"
+st=$("$ctl" status "$id" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["status"], d["input"]["name"], d["workflow"])')
+check "status --json" "$st" "queued Ada hello"
+out=$("$ctl" result "$id" 2>&1); rc=$?
+check "result of an unfinished instance: exit 5" "$rc" 5
+q "$url" "UPDATE cairn.runner_instances SET status = 'completed', result = '{\"greeting\": \"hi Ada\"}' WHERE instance_id = '$id'" >/dev/null
+out=$("$ctl" result "$id" 2>&1); rc=$?
+check "result of a completed instance: exit 0" "$rc" 0
+check "result prints the value" "$out" '{"greeting": "hi Ada"}'
+q "$url" "UPDATE cairn.runner_instances SET status = 'failed', error = '{\"type\": \"KeyError\", \"message\": \"x\"}' WHERE instance_id = '$k1'" >/dev/null
+out=$("$ctl" result "$k1" 2>&1); rc=$?
+check "result of a failed instance: exit 4" "$rc" 4
+contains "result of a failed instance: the error" "$out" "KeyError"
+out=$("$ctl" run hello --wait --timeout 1 2>/dev/null); rc=$?
+check "run --wait times out: exit 5" "$rc" 5
+# run --wait returns when the instance finishes (here: finished by hand, as a runner would).
+"$ctl" run hello --input '{"name": "Bo"}' --wait --timeout 20 >"$tmp/wout" 2>"$tmp/werr" &
+wpid=$!
+wid=
+for _ in $(seq 1 200); do
+    wid=$(head -n 1 "$tmp/werr" 2>/dev/null)
+    [[ -n "$wid" ]] && break
+    sleep 0.05
+done
+q "$url" "UPDATE cairn.runner_instances SET status = 'completed', result = '[1, 2]' WHERE instance_id = '$wid'" >/dev/null
+wait "$wpid"; rc=$?
+check "run --wait: exit 0 once finished" "$rc" 0
+check "run --wait prints the result" "$(cat "$tmp/wout")" "[1, 2]"
+out=$("$ctl" list --status completed 2>&1)
+contains "list --status" "$out" "$wid"
+n_json=$("$ctl" list --workflow hello --limit 3 --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+check "list --limit --json" "$n_json" 3
+out=$("$ctl" list --status bogus 2>&1); rc=$?
+check "list --status bogus: exit 2" "$rc" 2
+out=$("$ctl" status not-a-uuid 2>&1); rc=$?
+check "status of a non-UUID: exit 2" "$rc" 2
+out=$("$ctl" status 00000000-0000-0000-0000-000000000000 2>&1); rc=$?
+check "status of an unknown instance: exit 1" "$rc" 1
+
+# ---- the database itself ------------------------------------------------------------------
+out=$(CAIRN_DATABASE_URL='' "$ctl" list 2>&1); rc=$?
+check "no database configured: exit 2" "$rc" 2
+contains "no database configured: says how" "$out" "CAIRN_DATABASE_URL"
+out=$("$ctl" list --database-url 'postgresql://postgres@/nope?host=/nonexistent&port=1' 2>&1); rc=$?
+check "unreachable database: exit 3" "$rc" 3
+out=$("$ctl" list --database-url "$(db_url postgres)" 2>&1); rc=$?
+check "database without the schema: exit 3" "$rc" 3
+contains "database without the schema: suggests migrate" "$out" "cairnctl migrate"
+
+echo "1..$n"
+if [[ $failures -ne 0 ]]; then
+    echo "test_cairnctl_db: $failures check(s) failed"
+    exit 1
+fi
