@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The runner's storage interface (DESIGN.md sections 4-6): claiming due instances under a
+ * lease, loading workflow versions, writing progress in the fixed order, and keeping leases.
+ * Two implementations: PostgreSQL (backend_pg.c) and in memory (later, for tests and
+ * `cairnctl exec`), with the same semantics.
+ *
+ * Fencing: every claim gets a fresh lock token. Every write names the token it was made under
+ * and is applied only while the instance's queue row still carries that token, under a row
+ * lock for the whole transaction; a write whose token is gone is dropped and reported as lost,
+ * so a runner that lost a lease can never land a stale write.
+ *
+ * Threads: a backend object is used by one thread at a time (the runner opens one per thread
+ * that talks to storage: claimer, persister, lease keeper).
+ */
+#ifndef RUNNER_BACKEND_H
+#define RUNNER_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/base/err.h"
+#include "ir/value.h"
+#include "runner/exec.h"
+
+/* A claimed instance, ready to hydrate. Owned by the array it is in (rn_claimed_free). */
+struct rn_claimed {
+    uint8_t instance_id[16];
+    uint8_t lock[16];       /* this claim's token */
+    uint8_t version_id[16]; /* workflow_versions.id */
+    char *workflow;         /* name, for logs */
+    struct ir_val input;    /* the input object */
+    void *state;            /* the last committed snapshot; NULL for a fresh instance */
+    size_t state_len;
+    struct rn_done *done; /* the latest recorded result per execution id (values owned) */
+    size_t ndone;
+};
+
+void rn_claimed_free(struct rn_claimed *c, size_t n);
+
+/* One instance's progress in a persist batch, written in the fixed order: done records, then
+ * the snapshot, then the queue row; a finished instance also gets its outcome and loses its
+ * queue row. Everything is borrowed from the caller. */
+struct rn_write {
+    uint8_t instance_id[16];
+    uint8_t lock[16];
+    const struct rn_done *done; /* action results to record (insert first) */
+    size_t ndone;
+    const void *state; /* the new snapshot, or NULL to keep the stored one */
+    size_t state_len;
+    enum rn_outcome outcome; /* RN_RUNNING: not finished */
+    struct ir_val result;    /* COMPLETED: the value; FAILED: the error map */
+    int64_t wake_at_ms;      /* with release: when to claim it again (wall ms); else unused */
+    bool release;            /* hand the instance back (eviction): clear the lease */
+    /* set by persist: */
+    bool lost; /* the lease was gone: nothing was written for this instance */
+};
+
+struct rn_backend;
+
+struct rn_backend_ops {
+    /* Claims up to max due instances, leasing each for lease_ms, marks them running and loads
+     * their input, snapshot and recorded results. */
+    cn_err (*claim)(struct rn_backend *b, size_t max, int64_t lease_ms, struct rn_claimed **out,
+                    size_t *n, struct cn_errmsg *err);
+    /* The source of a workflow version (malloc'd, NUL-terminated). CN_NOTFOUND if none. */
+    cn_err (*version_source)(struct rn_backend *b, const uint8_t version_id[16], char **src,
+                             struct cn_errmsg *err);
+    /* Writes a batch in one transaction (see struct rn_write); sets w[i].lost. On an error
+     * return nothing was written (the transaction rolled back). */
+    cn_err (*persist)(struct rn_backend *b, struct rn_write *w, size_t n, struct cn_errmsg *err);
+    /* Extends the leases of locks[0..n) to lease_ms from now; lost[i] is set for a lock that
+     * is no longer held. */
+    cn_err (*heartbeat)(struct rn_backend *b, const uint8_t (*locks)[16], size_t n,
+                        int64_t lease_ms, bool *lost, struct cn_errmsg *err);
+    /* Hands instances back at once (shutdown): clears the leases still held by locks. */
+    cn_err (*release)(struct rn_backend *b, const uint8_t (*locks)[16], size_t n,
+                      struct cn_errmsg *err);
+    /* Marks an instance that cannot run (its version does not compile, its snapshot does not
+     * decode) as failed with error, if the lock is still held. */
+    cn_err (*fail)(struct rn_backend *b, const uint8_t instance_id[16], const uint8_t lock[16],
+                   struct ir_val error, struct cn_errmsg *err);
+    void (*close)(struct rn_backend *b);
+};
+
+struct rn_backend {
+    const struct rn_backend_ops *ops;
+};
+
+/* Opens a PostgreSQL backend on url (NULL: CAIRN_DATABASE_URL). Returns CN_OK, CN_INVAL (no
+ * URL), CN_IO (cannot connect), CN_NOMEM; err says why. */
+CN_MUST_CHECK cn_err rn_backend_pg_open(const char *url, struct rn_backend **out,
+                                        struct cn_errmsg *err);
+
+#endif

@@ -1,0 +1,815 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The PostgreSQL backend (backend.h) over one libpq connection. Every statement is
+ * parameterised; batches travel as array parameters (text array literals built here, every
+ * element quoted), so a batch of any size is a handful of statements, not one per instance.
+ * Results come back in binary format where ids and bytes are involved (uuid = 16 raw bytes,
+ * bytea = raw bytes). A lost connection is reported as CN_IO; the next call reconnects.
+ * Used by one thread at a time.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "ir/base/buf.h"
+#include "runner/backend.h"
+#include "runner/db.h"
+
+struct pg_backend {
+    struct rn_backend base;
+    char *url;
+    PGconn *c;
+};
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static cn_err
+pg_conn(struct pg_backend *b, struct cn_errmsg *err)
+{
+    if (b->c != NULL && PQstatus(b->c) == CONNECTION_OK) {
+        return CN_OK;
+    }
+    if (b->c != NULL) {
+        PQfinish(b->c);
+        b->c = NULL;
+    }
+    return rn_db_connect(b->url, &b->c, err);
+}
+
+/* Runs sql with text parameters and binary results. */
+static cn_err
+pg_exec_bin(struct pg_backend *b, const char *sql, int n, const char *const *params, PGresult **out,
+            struct cn_errmsg *err)
+{
+    PGresult *r = PQexecParams(b->c, sql, n, NULL, params, NULL, NULL, 1);
+    ExecStatusType st = r != NULL ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    const char *msg;
+
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        *out = r;
+        return CN_OK;
+    }
+    msg = r != NULL ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    (void) cn_errmsg_set(err, PQstatus(b->c) == CONNECTION_OK ? CN_DB : CN_IO, "%s",
+                         msg != NULL ? msg : PQerrorMessage(b->c));
+    PQclear(r);
+    *out = NULL;
+    return PQstatus(b->c) == CONNECTION_OK ? CN_DB : CN_IO;
+}
+
+static cn_err
+pg_simple(struct pg_backend *b, const char *sql, struct cn_errmsg *err)
+{
+    return rn_db_exec(b->c, sql, 0, NULL, NULL, err);
+}
+
+static void
+pg_rollback(struct pg_backend *b)
+{
+    struct cn_errmsg e2;
+
+    if (pg_simple(b, "ROLLBACK", &e2) != CN_OK) {
+        /* the connection is gone: the server rolled back by itself */
+    }
+}
+
+static bool
+hex_append(struct cn_buf *out, const void *p, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *s = p;
+    size_t i;
+
+    if (cn_buf_reserve(out, n * 2) != CN_OK) {
+        return false;
+    }
+    for (i = 0; i < n; i++) {
+        out->data[out->len++] = digits[s[i] >> 4];
+        out->data[out->len++] = digits[s[i] & 15];
+    }
+    return true;
+}
+
+/* A text array literal, built one element at a time; every element is quoted, so any text is
+ * safe in it. */
+struct arr {
+    struct cn_buf b;
+    size_t n;
+    bool bad;
+};
+
+static void
+arr_begin(struct arr *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->bad = cn_buf_putc(&a->b, '{') != CN_OK;
+}
+
+static void
+arr_sep(struct arr *a)
+{
+    if (a->n++ > 0) {
+        a->bad |= cn_buf_putc(&a->b, ',') != CN_OK;
+    }
+}
+
+static void
+arr_text(struct arr *a, const char *s, size_t len)
+{
+    size_t i;
+
+    arr_sep(a);
+    a->bad |= cn_buf_putc(&a->b, '"') != CN_OK;
+    for (i = 0; i < len && !a->bad; i++) {
+        if (s[i] == '"' || s[i] == '\\') {
+            a->bad |= cn_buf_putc(&a->b, '\\') != CN_OK;
+        }
+        a->bad |= cn_buf_putc(&a->b, s[i]) != CN_OK;
+    }
+    a->bad |= cn_buf_putc(&a->b, '"') != CN_OK;
+}
+
+static void
+arr_null(struct arr *a)
+{
+    arr_sep(a);
+    a->bad |= cn_buf_puts(&a->b, "NULL") != CN_OK;
+}
+
+static void
+arr_uuid(struct arr *a, const uint8_t id[16])
+{
+    char text[37];
+
+    rn_uuid_format(id, text);
+    arr_text(a, text, 36);
+}
+
+static void
+arr_hex(struct arr *a, const void *p, size_t n)
+{
+    arr_sep(a);
+    a->bad |= cn_buf_putc(&a->b, '"') != CN_OK || !hex_append(&a->b, p, n) ||
+              cn_buf_putc(&a->b, '"') != CN_OK;
+}
+
+static void
+arr_i64(struct arr *a, int64_t v)
+{
+    arr_sep(a);
+    a->bad |= cn_buf_printf(&a->b, "%lld", (long long) v) != CN_OK;
+}
+
+static const char *
+arr_end(struct arr *a)
+{
+    a->bad |= cn_buf_putc(&a->b, '}') != CN_OK;
+    return a->bad ? NULL : a->b.data;
+}
+
+static void
+arr_fini(struct arr *a)
+{
+    cn_buf_fini(&a->b);
+}
+
+static uint32_t
+be32(const char *p)
+{
+    uint32_t v;
+
+    memcpy(&v, p, 4);
+    return ntohl(v);
+}
+
+/* Binary uuid column -> 16 bytes. */
+static bool
+get_uuid(PGresult *r, int row, int col, uint8_t out[16])
+{
+    if (PQgetisnull(r, row, col) || PQgetlength(r, row, col) != 16) {
+        return false;
+    }
+    memcpy(out, PQgetvalue(r, row, col), 16);
+    return true;
+}
+
+/* ---- claim -------------------------------------------------------------------------------- */
+
+static const char *claim_sql =
+    "WITH c AS ("
+    "  SELECT instance_id FROM cairn.queued_instances"
+    "   WHERE scheduled_at <= clock_timestamp()"
+    "     AND (lock_uuid IS NULL OR lock_expires_at < clock_timestamp())"
+    "   ORDER BY priority DESC, scheduled_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
+    " q AS ("
+    "  UPDATE cairn.queued_instances q SET lock_uuid = gen_random_uuid(),"
+    "         lock_expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond'"
+    "    FROM c WHERE q.instance_id = c.instance_id"
+    "  RETURNING q.instance_id, q.lock_uuid, q.workflow_version_id),"
+    " r AS ("
+    "  UPDATE cairn.runner_instances ri SET status = 'running',"
+    "         started_at = coalesce(ri.started_at, clock_timestamp())"
+    "    FROM q WHERE ri.instance_id = q.instance_id"
+    "  RETURNING ri.instance_id, ri.workflow_name, ri.input::text AS input, ri.state)"
+    " SELECT q.instance_id, q.lock_uuid, q.workflow_version_id, r.workflow_name, r.input,"
+    "        r.state"
+    "   FROM q JOIN r ON r.instance_id = q.instance_id";
+
+static const char *done_sql =
+    "SELECT DISTINCT ON (instance_id, execution_id) instance_id, execution_id, attempt,"
+    "       status = 'ok', result"
+    "  FROM cairn.runner_actions_done WHERE instance_id = ANY($1::uuid[])"
+    " ORDER BY instance_id, execution_id, attempt DESC, id DESC";
+
+void
+rn_claimed_free(struct rn_claimed *c, size_t n)
+{
+    size_t i, k;
+
+    for (i = 0; c != NULL && i < n; i++) {
+        free(c[i].workflow);
+        ir_val_release(c[i].input);
+        free(c[i].state);
+        for (k = 0; k < c[i].ndone; k++) {
+            ir_val_release(c[i].done[k].value);
+        }
+        free(c[i].done);
+    }
+    free(c);
+}
+
+/* Adds the recorded results of r (done_sql) to the claimed instances. */
+static cn_err
+attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
+{
+    int row, rows = PQntuples(r);
+    size_t i;
+
+    for (row = 0; row < rows; row++) {
+        uint8_t iid[16];
+        struct rn_done *d;
+        struct rn_claimed *c = NULL;
+        struct cn_errmsg em;
+
+        if (!get_uuid(r, row, 0, iid)) {
+            return cn_errmsg_set(err, CN_DB, "bad instance id in runner_actions_done");
+        }
+        for (i = 0; i < n && c == NULL; i++) {
+            if (memcmp(cl[i].instance_id, iid, 16) == 0) {
+                c = &cl[i];
+            }
+        }
+        if (c == NULL) {
+            continue;
+        }
+        d = realloc(c->done, (c->ndone + 1) * sizeof(*d));
+        if (d == NULL) {
+            return CN_NOMEM;
+        }
+        c->done = d;
+        d = &c->done[c->ndone];
+        memset(d, 0, sizeof(*d));
+        if (!get_uuid(r, row, 1, d->exec_id) || PQgetlength(r, row, 2) != 4) {
+            return cn_errmsg_set(err, CN_DB, "bad row in runner_actions_done");
+        }
+        d->attempt = be32(PQgetvalue(r, row, 2));
+        d->ok = PQgetvalue(r, row, 3)[0] != 0;
+        if (ir_val_from_msgpack(PQgetvalue(r, row, 4), (size_t) PQgetlength(r, row, 4),
+                                IR_MP_INTERNAL, &d->value, &em) != CN_OK) {
+            /* A result that does not decode is skipped: hydration then runs that attempt
+             * again (at least once), rather than failing the instance. */
+            continue;
+        }
+        c->ndone++;
+    }
+    return CN_OK;
+}
+
+static cn_err
+pg_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claimed **out,
+         size_t *nout, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    char maxs[24], leases[24];
+    const char *params[2] = {maxs, leases};
+    struct rn_claimed *cl = NULL;
+    PGresult *r = NULL, *d = NULL;
+    struct arr ids;
+    size_t n = 0;
+    int rows, row;
+    cn_err rv;
+
+    *out = NULL;
+    *nout = 0;
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    (void) snprintf(maxs, sizeof(maxs), "%zu", max);
+    (void) snprintf(leases, sizeof(leases), "%lld", (long long) lease_ms);
+    if ((rv = pg_exec_bin(b, claim_sql, 2, params, &r, err)) != CN_OK) {
+        return rv;
+    }
+    rows = PQntuples(r);
+    if (rows == 0) {
+        PQclear(r);
+        return CN_OK;
+    }
+    cl = calloc((size_t) rows, sizeof(*cl));
+    if (cl == NULL) {
+        PQclear(r);
+        return CN_NOMEM;
+    }
+    arr_begin(&ids);
+    for (row = 0; row < rows; row++) {
+        struct rn_claimed *c = &cl[n];
+        struct cn_errmsg em;
+
+        c->input = ir_null();
+        if (!get_uuid(r, row, 0, c->instance_id) || !get_uuid(r, row, 1, c->lock) ||
+            !get_uuid(r, row, 2, c->version_id)) {
+            continue;
+        }
+        c->workflow = strndup(PQgetvalue(r, row, 3), (size_t) PQgetlength(r, row, 3));
+        if (ir_val_from_json(PQgetvalue(r, row, 4), (size_t) PQgetlength(r, row, 4), &c->input,
+                             &em) != CN_OK) {
+            c->input = ir_null(); /* the executor fails a non-dict input with a TypeError */
+        }
+        if (!PQgetisnull(r, row, 5)) {
+            c->state_len = (size_t) PQgetlength(r, row, 5);
+            c->state = malloc(c->state_len ? c->state_len : 1);
+            if (c->state == NULL) {
+                rv = CN_NOMEM;
+                break;
+            }
+            memcpy(c->state, PQgetvalue(r, row, 5), c->state_len);
+        }
+        arr_uuid(&ids, c->instance_id);
+        n++;
+    }
+    PQclear(r);
+    if (rv == CN_OK && n > 0) {
+        const char *p[1] = {arr_end(&ids)};
+        if (p[0] == NULL) {
+            rv = CN_NOMEM;
+        } else if ((rv = pg_exec_bin(b, done_sql, 1, p, &d, err)) == CN_OK) {
+            rv = attach_done(d, cl, n, err);
+            PQclear(d);
+        }
+    }
+    arr_fini(&ids);
+    if (rv != CN_OK) {
+        /* The leases were taken: they expire and another claim takes the instances. */
+        rn_claimed_free(cl, n);
+        return rv;
+    }
+    *out = cl;
+    *nout = n;
+    return CN_OK;
+}
+
+static cn_err
+pg_version_source(struct rn_backend *base, const uint8_t version_id[16], char **src,
+                  struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    char id[37];
+    const char *params[1] = {id};
+    PGresult *r = NULL;
+    cn_err rv;
+
+    *src = NULL;
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    rn_uuid_format(version_id, id);
+    if ((rv = pg_exec_bin(b, "SELECT source FROM cairn.workflow_versions WHERE id = $1::uuid", 1,
+                          params, &r, err)) != CN_OK) {
+        return rv;
+    }
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return cn_errmsg_set(err, CN_NOTFOUND, "workflow version %s not found", id);
+    }
+    *src = strndup(PQgetvalue(r, 0, 0), (size_t) PQgetlength(r, 0, 0));
+    PQclear(r);
+    return *src != NULL ? CN_OK : CN_NOMEM;
+}
+
+/* ---- persist ------------------------------------------------------------------------------ */
+
+/* JSON text of a value for a jsonb column (an error keeps its map form). */
+static bool
+json_text(struct ir_val v, struct cn_buf *out)
+{
+    struct cn_errmsg em;
+
+    cn_buf_clear(out);
+    if (ir_val_to_json(v, out, &em) == CN_OK) {
+        return true;
+    }
+    /* Not representable as JSON (NaN...): keep its repr as a string so nothing is lost. */
+    cn_buf_clear(out);
+    return cn_buf_puts(out, "null") == CN_OK;
+}
+
+static cn_err
+pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    struct arr ids, locks, d_inst, d_exec, d_att, d_st, d_res, s_inst, s_state, f_inst, f_st, f_res,
+        f_err, r_inst, r_wake;
+    struct cn_buf tmp = CN_BUF_INIT, js = CN_BUF_INIT;
+    PGresult *r = NULL;
+    bool *valid = NULL;
+    size_t i, k, nvalid = 0;
+    int row;
+    cn_err rv;
+
+    if (n == 0) {
+        return CN_OK;
+    }
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    valid = calloc(n, sizeof(*valid));
+    if (valid == NULL) {
+        return CN_NOMEM;
+    }
+    arr_begin(&ids);
+    arr_begin(&locks);
+    for (i = 0; i < n; i++) {
+        arr_uuid(&ids, w[i].instance_id);
+        w[i].lost = true;
+    }
+    if ((rv = pg_simple(b, "BEGIN", err)) != CN_OK) {
+        goto out;
+    }
+    /* Fence: lock the queue rows and keep the writes whose claim token is still current. */
+    {
+        const char *p[1] = {arr_end(&ids)};
+        rv = p[0] == NULL ? CN_NOMEM
+                          : pg_exec_bin(b,
+                                        "SELECT instance_id, lock_uuid FROM cairn.queued_instances"
+                                        " WHERE instance_id = ANY($1::uuid[]) FOR UPDATE",
+                                        1, p, &r, err);
+    }
+    if (rv != CN_OK) {
+        goto rollback;
+    }
+    for (row = 0; row < PQntuples(r); row++) {
+        uint8_t iid[16], lock[16];
+
+        if (!get_uuid(r, row, 0, iid) || !get_uuid(r, row, 1, lock)) {
+            continue; /* no lease at all: not ours */
+        }
+        for (i = 0; i < n; i++) {
+            if (!valid[i] && memcmp(w[i].instance_id, iid, 16) == 0 &&
+                memcmp(w[i].lock, lock, 16) == 0) {
+                valid[i] = true;
+                nvalid++;
+            }
+        }
+    }
+    PQclear(r);
+    r = NULL;
+    if (nvalid == 0) {
+        rv = pg_simple(b, "COMMIT", err);
+        goto out;
+    }
+    arr_begin(&d_inst);
+    arr_begin(&d_exec);
+    arr_begin(&d_att);
+    arr_begin(&d_st);
+    arr_begin(&d_res);
+    arr_begin(&s_inst);
+    arr_begin(&s_state);
+    arr_begin(&f_inst);
+    arr_begin(&f_st);
+    arr_begin(&f_res);
+    arr_begin(&f_err);
+    arr_begin(&r_inst);
+    arr_begin(&r_wake);
+    for (i = 0; i < n; i++) {
+        if (!valid[i]) {
+            continue;
+        }
+        for (k = 0; k < w[i].ndone; k++) {
+            const struct rn_done *d = &w[i].done[k];
+            cn_buf_clear(&tmp);
+            if (ir_val_to_msgpack(d->value, IR_MP_INTERNAL, &tmp) != CN_OK) {
+                /* Not storable (too deep): record an error in its place, so replay agrees. */
+                cn_buf_clear(&tmp);
+                d_res.bad |= cn_buf_putc(&tmp, (char) 0xc0) != CN_OK; /* nil */
+            }
+            arr_uuid(&d_inst, w[i].instance_id);
+            arr_uuid(&d_exec, d->exec_id);
+            arr_i64(&d_att, d->attempt);
+            arr_text(&d_st, d->ok ? "ok" : "error", d->ok ? 2 : 5);
+            arr_hex(&d_res, tmp.data, tmp.len);
+        }
+        if (w[i].state != NULL) {
+            arr_uuid(&s_inst, w[i].instance_id);
+            arr_hex(&s_state, w[i].state, w[i].state_len);
+        }
+        if (w[i].outcome != RN_RUNNING) {
+            static const char *const names[] = {"running", "completed", "failed", "cancelled"};
+            arr_uuid(&f_inst, w[i].instance_id);
+            arr_text(&f_st, names[w[i].outcome], strlen(names[w[i].outcome]));
+            if (w[i].outcome == RN_COMPLETED && json_text(w[i].result, &js)) {
+                arr_text(&f_res, js.data, js.len);
+                arr_null(&f_err);
+            } else {
+                arr_null(&f_res);
+                if (w[i].outcome != RN_COMPLETED && w[i].result.type != IR_T_NULL &&
+                    json_text(w[i].result, &js)) {
+                    arr_text(&f_err, js.data, js.len);
+                } else {
+                    arr_null(&f_err);
+                }
+            }
+        } else if (w[i].release) {
+            arr_uuid(&r_inst, w[i].instance_id);
+            arr_i64(&r_wake, w[i].wake_at_ms);
+        }
+    }
+    /* The fixed write order: results, snapshots, queue rows, outcomes. */
+    if (d_inst.n > 0) {
+        const char *p[5] = {arr_end(&d_inst), arr_end(&d_exec), arr_end(&d_att), arr_end(&d_st),
+                            arr_end(&d_res)};
+        rv = (p[0] && p[1] && p[2] && p[3] && p[4])
+                 ? pg_exec_bin(b,
+                               "INSERT INTO cairn.runner_actions_done"
+                               " (instance_id, execution_id, attempt, status, result)"
+                               " SELECT i, e, a, s, decode(x, 'hex') FROM unnest($1::uuid[],"
+                               " $2::uuid[], $3::integer[], $4::text[], $5::text[])"
+                               " AS t(i, e, a, s, x)",
+                               5, p, &r, err)
+                 : CN_NOMEM;
+        PQclear(r);
+        r = NULL;
+    }
+    if (rv == CN_OK && s_inst.n > 0) {
+        const char *p[2] = {arr_end(&s_inst), arr_end(&s_state)};
+        rv = (p[0] && p[1]) ? pg_exec_bin(b,
+                                          "UPDATE cairn.runner_instances ri SET state ="
+                                          " decode(t.s, 'hex') FROM unnest($1::uuid[],"
+                                          " $2::text[]) AS t(i, s) WHERE ri.instance_id = t.i",
+                                          2, p, &r, err)
+                            : CN_NOMEM;
+        PQclear(r);
+        r = NULL;
+    }
+    if (rv == CN_OK && r_inst.n > 0) {
+        const char *p[2] = {arr_end(&r_inst), arr_end(&r_wake)};
+        rv = (p[0] && p[1])
+                 ? pg_exec_bin(b,
+                               "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::bigint[])"
+                               " AS t(i, w)), q AS (UPDATE cairn.queued_instances q SET"
+                               " lock_uuid = NULL, lock_expires_at = NULL, scheduled_at ="
+                               " to_timestamp(t.w / 1000.0) FROM t WHERE q.instance_id = t.i"
+                               " RETURNING q.instance_id) UPDATE cairn.runner_instances ri"
+                               " SET status = 'queued' FROM q WHERE ri.instance_id ="
+                               " q.instance_id",
+                               2, p, &r, err)
+                 : CN_NOMEM;
+        PQclear(r);
+        r = NULL;
+    }
+    if (rv == CN_OK && f_inst.n > 0) {
+        const char *p[4] = {arr_end(&f_inst), arr_end(&f_st), arr_end(&f_res), arr_end(&f_err)};
+        rv = (p[0] && p[1] && p[2] && p[3])
+                 ? pg_exec_bin(b,
+                               "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::text[],"
+                               " $3::text[], $4::text[]) AS t(i, st, res, er)),"
+                               " u AS (UPDATE cairn.runner_instances ri SET status = t.st,"
+                               " result = t.res::jsonb, error = t.er::jsonb, completed_at ="
+                               " clock_timestamp() FROM t WHERE ri.instance_id = t.i"
+                               " RETURNING ri.instance_id)"
+                               " DELETE FROM cairn.queued_instances q USING u"
+                               " WHERE q.instance_id = u.instance_id",
+                               4, p, &r, err)
+                 : CN_NOMEM;
+        PQclear(r);
+        r = NULL;
+    }
+    arr_fini(&d_inst);
+    arr_fini(&d_exec);
+    arr_fini(&d_att);
+    arr_fini(&d_st);
+    arr_fini(&d_res);
+    arr_fini(&s_inst);
+    arr_fini(&s_state);
+    arr_fini(&f_inst);
+    arr_fini(&f_st);
+    arr_fini(&f_res);
+    arr_fini(&f_err);
+    arr_fini(&r_inst);
+    arr_fini(&r_wake);
+    if (rv != CN_OK) {
+        goto rollback;
+    }
+    if ((rv = pg_simple(b, "COMMIT", err)) != CN_OK) {
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        w[i].lost = !valid[i];
+    }
+    goto out;
+rollback:
+    pg_rollback(b);
+out:
+    if (rv != CN_OK) {
+        for (i = 0; i < n; i++) {
+            w[i].lost = false; /* not written, not known lost: the caller retries or evicts */
+        }
+    }
+    arr_fini(&ids);
+    arr_fini(&locks);
+    cn_buf_fini(&tmp);
+    cn_buf_fini(&js);
+    free(valid);
+    return rv;
+}
+
+/* ---- leases ------------------------------------------------------------------------------- */
+
+static cn_err
+pg_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int64_t lease_ms,
+             bool *lost, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    char leases[24];
+    const char *p[2];
+    PGresult *r = NULL;
+    struct arr a;
+    size_t i;
+    int row;
+    cn_err rv;
+
+    for (i = 0; i < n; i++) {
+        lost[i] = true;
+    }
+    if (n == 0) {
+        return CN_OK;
+    }
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        for (i = 0; i < n; i++) {
+            lost[i] = false;
+        }
+        return rv;
+    }
+    arr_begin(&a);
+    for (i = 0; i < n; i++) {
+        arr_uuid(&a, locks[i]);
+    }
+    (void) snprintf(leases, sizeof(leases), "%lld", (long long) lease_ms);
+    p[0] = arr_end(&a);
+    p[1] = leases;
+    rv = p[0] == NULL ? CN_NOMEM
+                      : pg_exec_bin(b,
+                                    "UPDATE cairn.queued_instances SET lock_expires_at ="
+                                    " clock_timestamp() + $2::bigint * interval '1 millisecond'"
+                                    " WHERE lock_uuid = ANY($1::uuid[]) RETURNING lock_uuid",
+                                    2, p, &r, err);
+    arr_fini(&a);
+    if (rv != CN_OK) {
+        for (i = 0; i < n; i++) {
+            lost[i] = false; /* unknown: try again at the next beat */
+        }
+        return rv;
+    }
+    for (row = 0; row < PQntuples(r); row++) {
+        uint8_t lock[16];
+        if (!get_uuid(r, row, 0, lock)) {
+            continue;
+        }
+        for (i = 0; i < n; i++) {
+            if (memcmp(locks[i], lock, 16) == 0) {
+                lost[i] = false;
+            }
+        }
+    }
+    PQclear(r);
+    return CN_OK;
+}
+
+static cn_err
+pg_release(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    const char *p[1];
+    PGresult *r = NULL;
+    struct arr a;
+    size_t i;
+    cn_err rv;
+
+    if (n == 0) {
+        return CN_OK;
+    }
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    arr_begin(&a);
+    for (i = 0; i < n; i++) {
+        arr_uuid(&a, locks[i]);
+    }
+    p[0] = arr_end(&a);
+    rv = p[0] == NULL ? CN_NOMEM
+                      : pg_exec_bin(b,
+                                    "WITH q AS (UPDATE cairn.queued_instances SET lock_uuid ="
+                                    " NULL, lock_expires_at = NULL WHERE lock_uuid ="
+                                    " ANY($1::uuid[]) RETURNING instance_id)"
+                                    " UPDATE cairn.runner_instances ri SET status = 'queued'"
+                                    " FROM q WHERE ri.instance_id = q.instance_id",
+                                    1, p, &r, err);
+    PQclear(r);
+    arr_fini(&a);
+    return rv;
+}
+
+static cn_err
+pg_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t lock[16],
+        struct ir_val error, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    char iid[37], lk[37];
+    struct cn_buf js = CN_BUF_INIT;
+    const char *p[3];
+    PGresult *r = NULL;
+    cn_err rv;
+
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    rn_uuid_format(instance_id, iid);
+    rn_uuid_format(lock, lk);
+    if (!json_text(error, &js)) {
+        return CN_NOMEM;
+    }
+    p[0] = iid;
+    p[1] = lk;
+    p[2] = js.data;
+    rv = pg_exec_bin(b,
+                     "WITH q AS (DELETE FROM cairn.queued_instances WHERE instance_id = $1::uuid"
+                     " AND lock_uuid = $2::uuid RETURNING instance_id)"
+                     " UPDATE cairn.runner_instances ri SET status = 'failed', error = $3::jsonb,"
+                     " completed_at = clock_timestamp() FROM q WHERE ri.instance_id ="
+                     " q.instance_id",
+                     3, p, &r, err);
+    PQclear(r);
+    cn_buf_fini(&js);
+    return rv;
+}
+
+static void
+pg_close(struct rn_backend *base)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+
+    if (b == NULL) {
+        return;
+    }
+    if (b->c != NULL) {
+        PQfinish(b->c);
+    }
+    free(b->url);
+    free(b);
+}
+
+static const struct rn_backend_ops pg_ops = {
+    .claim = pg_claim,
+    .version_source = pg_version_source,
+    .persist = pg_persist,
+    .heartbeat = pg_heartbeat,
+    .release = pg_release,
+    .fail = pg_fail,
+    .close = pg_close,
+};
+
+cn_err
+rn_backend_pg_open(const char *url, struct rn_backend **out, struct cn_errmsg *err)
+{
+    struct pg_backend *b;
+    const char *u = rn_db_url(url);
+    cn_err rv;
+
+    *out = NULL;
+    if (u == NULL) {
+        return cn_errmsg_set(err, CN_INVAL, "no database: set CAIRN_DATABASE_URL");
+    }
+    b = calloc(1, sizeof(*b));
+    if (b == NULL || (b->url = strdup(u)) == NULL) {
+        free(b);
+        return CN_NOMEM;
+    }
+    b->base.ops = &pg_ops;
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        pg_close(&b->base);
+        return rv;
+    }
+    *out = &b->base;
+    return CN_OK;
+}
