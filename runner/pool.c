@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The worker pool (see pool.h for the contract). One nng REP socket; every request arrives on
- * one of a few receiving contexts. A `ready` that finds no work is parked on its context and a
- * fresh context takes over receiving, so any number of idle slots can wait without blocking
- * other requests; submitting work answers a parked context of a worker that serves the action.
+ * one of a few receiving contexts. A `ready` that finds no work is parked on its context and
+ * another context takes over receiving, so idle workers wait without blocking other requests;
+ * submitting work answers the parked `ready` of a worker that serves the action and has room.
+ * Contexts are reused: one whose reply went out becomes a spare when enough others receive.
  *
  * DESIGN
  * - Lock order: only `p->mtx`. The result callback and every nng call that may block run with
@@ -38,7 +39,7 @@
  * once can drop the reply still queued on the pipe. */
 #define REFUSE_GRACE_MS 500
 
-enum pctx_state { PC_RECV = 0, PC_SEND, PC_PARKED, PC_DEAD };
+enum pctx_state { PC_RECV = 0, PC_SEND, PC_PARKED, PC_SPARE, PC_DEAD };
 
 struct pctx {
     struct rn_pool *p;
@@ -47,8 +48,9 @@ struct pctx {
     enum pctx_state state;
     uint32_t pipe;
     bool control;
-    int64_t parked_at; /* monotonic ms */
-    struct pctx *next; /* in p->all */
+    int64_t parked_at;       /* monotonic ms */
+    struct pctx *next;       /* in p->all */
+    struct pctx *next_spare; /* in p->spare, while PC_SPARE */
 };
 
 struct worker {
@@ -100,7 +102,9 @@ struct rn_pool {
     void *arg;
     char *credential;
     uint32_t idle_ms;
-    struct pctx *all; /* every context */
+    struct pctx *all;   /* every context */
+    struct pctx *spare; /* contexts with nothing to do (PC_SPARE) */
+    size_t nrecv;       /* contexts receiving now */
     struct worker *workers;
     struct {
         uint32_t pipe;
@@ -141,6 +145,8 @@ struct results {
     size_t len, cap;
 };
 
+/* Adds a result for delivery. Out of memory it is lost: the attempt then never completes in
+ * the caller's eyes, which only a restart recovers (the executor re-dispatches it). */
 static void
 results_add(struct results *rs, const uint8_t id[16], uint32_t attempt, bool ok, struct ir_val v)
 {
@@ -154,7 +160,7 @@ results_add(struct results *rs, const uint8_t id[16], uint32_t attempt, bool ok,
         size_t ncap = rs->cap ? rs->cap * 2 : 8;
         struct out_result *n = realloc(rs->items, ncap * sizeof(*n));
         if (n == NULL) {
-            ir_val_release(v); /* out of memory: the attempt will time out instead */
+            ir_val_release(v);
             return;
         }
         rs->items = n;
@@ -256,28 +262,58 @@ flight_release_locked(struct rn_pool *p, size_t i)
 
 static void pctx_cb(void *arg);
 
+/* Starts receiving on c. Call with the lock held. */
+static void
+pctx_recv_locked(struct rn_pool *p, struct pctx *c)
+{
+    c->state = PC_RECV;
+    p->nrecv++;
+    nng_ctx_recv(c->ctx, c->aio);
+}
+
+/* c has nothing more to do: it receives again, or becomes a spare when enough others do. */
+static void
+pctx_idle_locked(struct rn_pool *p, struct pctx *c)
+{
+    if (p->nrecv >= POOL_RECEIVERS) {
+        c->state = PC_SPARE;
+        c->next_spare = p->spare;
+        p->spare = c;
+        return;
+    }
+    pctx_recv_locked(p, c);
+}
+
+/* c is about to stop being parked: its worker no longer points at it. */
+static void
+unpark_locked(struct rn_pool *p, struct pctx *c)
+{
+    struct worker *w;
+
+    if (c->state != PC_PARKED || (w = worker_find(p, c->pipe)) == NULL) {
+        return;
+    }
+    if (w->parked == c) {
+        w->parked = NULL;
+    }
+    if (w->ctl == c) {
+        w->ctl = NULL;
+    }
+}
+
 /* Sends len bytes as the reply on c (asynchronous). Call with the lock held. */
 static void
 reply_bytes_locked(struct rn_pool *p, struct pctx *c, const void *data, size_t len)
 {
     nng_msg *msg = NULL;
 
-    if (c->state == PC_PARKED) {
-        struct worker *w = worker_find(p, c->pipe);
-        if (w != NULL && w->parked == c) {
-            w->parked = NULL;
-        }
-        if (w != NULL && w->ctl == c) {
-            w->ctl = NULL;
-        }
-    }
+    unpark_locked(p, c);
     if (nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, data, len) != 0) {
         /* Cannot answer: abandon the request; the worker's REQ will see the pipe close. */
         if (msg != NULL) {
             nng_msg_free(msg);
         }
-        c->state = PC_RECV;
-        nng_ctx_recv(c->ctx, c->aio);
+        pctx_idle_locked(p, c);
         return;
     }
     c->state = PC_SEND;
@@ -293,8 +329,8 @@ reply_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
 
     if (wp_msg_encode(m, &b) != CN_OK) {
         cn_buf_fini(&b);
-        c->state = PC_RECV; /* abandoned, as above */
-        nng_ctx_recv(c->ctx, c->aio);
+        unpark_locked(p, c);
+        pctx_idle_locked(p, c); /* abandoned, as above */
         return;
     }
     reply_bytes_locked(p, c, b.data, b.len);
@@ -502,12 +538,18 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
     return true;
 }
 
+/* One more receiving context: a spare if there is one, else a new one. */
 static struct pctx *
 pctx_new_locked(struct rn_pool *p)
 {
-    struct pctx *c = calloc(1, sizeof(*c));
+    struct pctx *c = p->spare;
 
-    if (c == NULL) {
+    if (c != NULL) {
+        p->spare = c->next_spare;
+        pctx_recv_locked(p, c);
+        return c;
+    }
+    if ((c = calloc(1, sizeof(*c))) == NULL) {
         return NULL;
     }
     c->p = p;
@@ -517,8 +559,7 @@ pctx_new_locked(struct rn_pool *p)
     }
     c->next = p->all;
     p->all = c;
-    c->state = PC_RECV;
-    nng_ctx_recv(c->ctx, c->aio);
+    pctx_recv_locked(p, c);
     return c;
 }
 
@@ -533,8 +574,29 @@ close_pipe(uint32_t id)
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
+/* The attempts in flight on pipe id fail with WorkerLost (those not already timed out) and
+ * are forgotten. Call with the lock held. */
 static void
-on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
+fail_pipe_flights_locked(struct rn_pool *p, uint32_t id, struct results *rs)
+{
+    size_t i;
+
+    for (i = 0; i < p->nfl; i++) {
+        struct flight *f = &p->fl[i];
+        if (!f->used || f->pipe != id) {
+            continue;
+        }
+        if (!f->done) {
+            synthetic_error(rs, f->exec_id, f->attempt, "WorkerLost",
+                            "the worker running this attempt disconnected");
+            p->st.lost++;
+        }
+        flight_release_locked(p, i);
+    }
+}
+
+static void
+on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struct results *rs)
 {
     struct worker *w;
     struct wp_msg r;
@@ -570,6 +632,17 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
         p->workers = w;
         p->st.workers++;
     } else {
+        /* A new session on the same connection: the worker dropped everything of the old one
+         * (it says hello again only after losing track of it), so that is lost too. */
+        fail_pipe_flights_locked(p, c->pipe, rs);
+        w->inflight = 0;
+        w->leaving = false;
+        if (w->parked != NULL) {
+            reply_kind_locked(p, w->parked, WP_NOOP);
+        }
+        if (w->ctl != NULL) {
+            reply_kind_locked(p, w->ctl, WP_NOOP);
+        }
         for (i = 0; i < w->nactions; i++) {
             free(w->actions[i]);
         }
@@ -632,8 +705,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
     for (size_t i = 0; i < p->nrefused; i++) {
         if (p->refused[i].pipe == c->pipe) {
             /* Refused at hello: nothing more is answered on this connection. */
-            c->state = PC_RECV;
-            nng_ctx_recv(c->ctx, c->aio);
+            pctx_recv_locked(p, c);
             return;
         }
     }
@@ -641,8 +713,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         fprintf(stderr, "cairn pool: dropping worker connection %u: %s\n", c->pipe, em.text);
         p->st.bad_messages++;
         close_pipe(c->pipe);
-        c->state = PC_RECV;
-        nng_ctx_recv(c->ctx, c->aio);
+        pctx_recv_locked(p, c);
         return;
     }
     w = worker_find(p, c->pipe);
@@ -653,14 +724,13 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         /* Everything but hello needs a welcomed worker. */
         p->st.bad_messages++;
         close_pipe(c->pipe);
-        c->state = PC_RECV;
-        nng_ctx_recv(c->ctx, c->aio);
+        pctx_recv_locked(p, c);
         wp_msg_fini(&m);
         return;
     }
     switch (m.kind) {
     case WP_HELLO:
-        on_hello_locked(p, c, &m);
+        on_hello_locked(p, c, &m, rs);
         break;
     case WP_READY:
         for (uint32_t i = 0; i < m.noutcomes; i++) {
@@ -706,8 +776,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         /* A runner-to-worker kind sent by a worker. */
         p->st.bad_messages++;
         close_pipe(c->pipe);
-        c->state = PC_RECV;
-        nng_ctx_recv(c->ctx, c->aio);
+        pctx_recv_locked(p, c);
         break;
     }
     wp_msg_fini(&m);
@@ -723,6 +792,9 @@ pctx_cb(void *arg)
     nng_msg *msg;
 
     pthread_mutex_lock(&p->mtx);
+    if (c->state == PC_RECV) {
+        p->nrecv--; /* this receive is over, whatever happens next */
+    }
     if (rv == NNG_ECLOSED || rv == NNG_ECANCELED || p->stopping) {
         if (c->state == PC_SEND && (msg = nng_aio_get_msg(c->aio)) != NULL && rv != 0) {
             nng_msg_free(msg);
@@ -735,11 +807,10 @@ pctx_cb(void *arg)
         if (rv != 0 && (msg = nng_aio_get_msg(c->aio)) != NULL) {
             nng_msg_free(msg); /* the worker went away; its pipe callback handles the rest */
         }
-        c->state = PC_RECV;
-        nng_ctx_recv(c->ctx, c->aio);
+        pctx_idle_locked(p, c);
     } else if (c->state == PC_RECV) {
         if (rv != 0) {
-            nng_ctx_recv(c->ctx, c->aio);
+            pctx_recv_locked(p, c);
         } else {
             msg = nng_aio_get_msg(c->aio);
             c->pipe = nng_pipe_id(nng_msg_get_pipe(msg));
@@ -783,23 +854,11 @@ pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
             break;
         }
     }
-    for (i = 0; i < p->nfl; i++) {
-        struct flight *f = &p->fl[i];
-        if (!f->used || f->pipe != id) {
-            continue;
-        }
-        if (!f->done) {
-            synthetic_error(&rs, f->exec_id, f->attempt, "WorkerLost",
-                            "the worker running this attempt disconnected");
-            p->st.lost++;
-        }
-        flight_release_locked(p, i);
-    }
+    fail_pipe_flights_locked(p, id, &rs);
     for (c = p->all; c != NULL; c = c->next) {
         if (c->state == PC_PARKED && c->pipe == id) {
-            /* Nothing can answer it any more: let it receive again. */
-            c->state = PC_RECV;
-            nng_ctx_recv(c->ctx, c->aio);
+            /* Nothing can answer it any more: it is free for other requests. */
+            pctx_idle_locked(p, c);
         }
     }
     pthread_mutex_unlock(&p->mtx);
@@ -832,8 +891,12 @@ timer_main(void *arg)
         }
         for (w = p->workers; w != NULL; w = w->next) {
             /* Heartbeat: a live worker re-parks each request the idle cycle answers, so three
-             * periods of silence mean its host is gone with the connection still open. */
+             * periods of silence mean its host is gone with the connection still open. A
+             * worker draining after goodbye parks nothing; its attempts' deadlines bound it. */
             int64_t limit = w->last_seen + 3 * (int64_t) p->idle_ms + 1000;
+            if (w->leaving) {
+                continue;
+            }
             if (mono >= limit) {
                 fprintf(stderr, "cairn pool: worker %s silent for %lld ms: dropping it\n",
                         w->name != NULL ? w->name : "?", (long long) (mono - w->last_seen));
@@ -1044,8 +1107,14 @@ rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt)
 void
 rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st)
 {
+    struct pctx *c;
+
     pthread_mutex_lock(&p->mtx);
     *st = p->st;
+    st->contexts = 0;
+    for (c = p->all; c != NULL; c = c->next) {
+        st->contexts++;
+    }
     pthread_mutex_unlock(&p->mtx);
 }
 

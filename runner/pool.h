@@ -66,6 +66,7 @@ struct rn_pool_stats {
     uint64_t refused;       /* hellos refused */
     uint64_t silent;        /* connections dropped after 3 idle periods without a request */
     uint64_t queued;        /* submitted attempts waiting for a worker now */
+    uint64_t contexts;      /* nng contexts open now (receiving, parked, replying, spare) */
 };
 
 /* Creates and starts a pool listening on cfg->listen_url. Returns CN_OK, CN_IO (cannot

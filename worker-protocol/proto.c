@@ -206,7 +206,7 @@ batch_add(struct wp_batch *b, void (*fn)(struct wenc *, const void *), const voi
     msgpack_packer_init(&e.pk, &b->buf, wenc_write);
     fn(&e, entry);
     b->tmp = e.tmp;
-    if (e.bad || b->buf.len > WP_MAX_MSG) {
+    if (e.bad || b->buf.len > WP_MAX_BODY) {
         b->buf.len = mark;
         return e.bad ? (e.rv != CN_OK ? e.rv : CN_NOMEM) : CN_TOOBIG;
     }

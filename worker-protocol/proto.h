@@ -24,8 +24,11 @@
 #include "ir/value.h"
 
 #define WP_PROTOCOL_VERSION 1
-/* Largest message either side accepts (set as NNG_OPT_RECVMAXSZ on every socket). */
-#define WP_MAX_MSG (16u << 20)
+/* Largest message either side accepts (set as NNG_OPT_RECVMAXSZ on every socket). nng counts
+ * its own header (the REQ/REP request id, a few bytes) against that limit, so senders keep
+ * message bodies to WP_MAX_BODY. */
+#define WP_MAX_MSG  (16u << 20)
+#define WP_MAX_BODY (WP_MAX_MSG - 64u)
 /* Longest worker name, action name, SDK version or credential accepted. */
 #define WP_MAX_NAME 256
 /* Most actions one worker may declare, most slots, most prefetched attempts. */
@@ -102,7 +105,7 @@ struct wp_msg {
 };
 
 /* Builds a `ready` or `dispatch` one entry at a time, refusing an entry that would take the
- * message past WP_MAX_MSG or WP_MAX_BATCH, so a sender fills a message and keeps the rest for
+ * message past WP_MAX_BODY or WP_MAX_BATCH, so a sender fills a message and keeps the rest for
  * the next one. */
 struct wp_batch {
     struct cn_buf buf; /* the message so far; complete after wp_batch_finish */
@@ -134,7 +137,7 @@ CN_MUST_CHECK cn_err wp_msg_decode(const void *buf, size_t len, struct wp_msg *m
 /* Starts a batch message of kind WP_READY or WP_DISPATCH (else CN_INVAL). CN_NOMEM. */
 CN_MUST_CHECK cn_err wp_batch_begin(struct wp_batch *b, enum wp_kind kind);
 /* Appends one entry to a batch begun with the matching kind. Returns CN_OK; CN_TOOBIG when
- * the entry would take the message past WP_MAX_MSG or WP_MAX_BATCH entries (the batch is
+ * the entry would take the message past WP_MAX_BODY or WP_MAX_BATCH entries (the batch is
  * unchanged: send it and add the entry to the next one; alone in a batch, the entry can never
  * be sent); CN_INVAL when its value cannot be encoded (too deep, not a plain value) or a
  * dispatch has no action or kwargs that are not a map (unchanged too); CN_NOMEM. */

@@ -21,7 +21,8 @@
  *   nothing is left for nng's REQ to re-send on the next pipe before the new `hello`.
  *   Outcomes of an older generation are dropped (the runner failed them with WorkerLost).
  * - REQ re-sends are off (NNG_OPT_REQ_RESENDTIME infinite): a parked `ready` may wait long.
- * - A reply that does not decode is logged and treated as a noop.
+ * - A reply to `control` that does not decode is logged and treated as a noop; one to `ready`
+ *   drops the session (it may have carried attempts we could never report).
  * - A cancel is matched against running and queued attempts, and remembered (a few, per
  *   session) for a dispatch still on its way: a cancelled attempt that has not started is
  *   not run at all.
@@ -134,8 +135,10 @@ struct cairn_worker {
     nng_dialer dialer;
     nng_ctx ctl_ctx;
     nng_aio *ctl_aio;
-    nng_pipe ctl_pipe; /* connection of the latest control reply; protected by mtx */
-    uint32_t idle_ms;  /* from welcome: the runner answers a parked request within it */
+    nng_pipe ctl_pipe;     /* connection of the latest control reply; protected by mtx */
+    nng_pipe session_pipe; /* connection of the current session (its welcome); mtx */
+    bool drop;             /* the session must be dropped (see sdk_drop_locked); mtx */
+    uint32_t idle_ms;      /* from welcome: the runner answers a parked request within it */
     pthread_t ctl_thread;
     struct sdk_fetch fetch[SDK_FETCHES];
     struct sdk_slot *slots;
@@ -268,7 +271,7 @@ sdk_msg_new(const struct wp_msg *m, nng_msg **out)
     if ((rv = wp_msg_encode(m, &b)) != CN_OK) {
         goto out;
     }
-    if (b.len > WP_MAX_MSG) {
+    if (b.len > WP_MAX_BODY) {
         rv = CN_TOOBIG;
         goto out;
     }
@@ -396,6 +399,7 @@ sdk_hello(struct cairn_worker *w, uint64_t gen)
     case WP_WELCOME:
         sdk_lock(w);
         w->idle_ms = r.idle_ms;
+        w->session_pipe = w->ctl_pipe;
         sdk_unlock(w);
         rv = CN_OK;
         break;
@@ -474,6 +478,13 @@ sdk_run(struct sdk_slot *s, const struct sdk_item *it, struct wp_outcome *o)
         sdk_set_error(&v, "WorkerError", text);
     } else if (ir_val_deeper_than(v, IR_VALUE_MAX_DEPTH)) {
         sdk_set_error(&v, "ValueError", "action result nests deeper than 32 levels");
+    } else if (ir_is_error(v)) {
+        /* The runner refuses an error without a string "type" (and drops the connection,
+         * with everything else in flight on it): fix it here. */
+        const struct ir_val *t = v.type == IR_T_MAP ? ir_map_get(v, "type", 4) : NULL;
+        if (t == NULL || t->type != IR_T_STR) {
+            sdk_set_error(&v, "WorkerError", "the handler returned an error without a type");
+        }
     }
     o->ok = !ir_is_error(v);
     o->value = v;
@@ -602,16 +613,18 @@ sdk_item_free(struct sdk_item *it)
  * an attempt wakes the next while more are queued. Waking one per attempt instead would wake
  * slots that find the queue already drained by a faster one: with short actions most wake-ups
  * would be wasted, and on a small machine they cost more than the actions. */
-static void
+static bool
 sdk_enqueue_locked(struct cairn_worker *w, const struct wp_msg *r)
 {
+    bool all = true;
     uint32_t i;
 
     for (i = 0; i < r->nitems; i++) {
         struct sdk_item *it = calloc(1, sizeof(*it));
 
         if (it == NULL || (it->action = sdk_strdup(r->items[i].action)) == NULL) {
-            free(it); /* out of memory: the runner times the attempt out */
+            free(it);
+            all = false;
             continue;
         }
         it->d = r->items[i];
@@ -629,6 +642,36 @@ sdk_enqueue_locked(struct cairn_worker *w, const struct wp_msg *r)
     if (w->nidle > 0 && w->rq_head != NULL) {
         (void) pthread_cond_signal(&w->work);
     }
+    return all;
+}
+
+/* An attempt of this session can no longer be reported (a dispatch that did not decode, out
+ * of memory): drop the session, so that the runner fails what it holds here with WorkerLost
+ * and frees its room, instead of keeping that room taken for good. The pipe is closed by
+ * sdk_drop_flush, outside the lock. */
+static void
+sdk_drop_locked(struct cairn_worker *w, const char *why)
+{
+    if (!w->drop && w->sock_open && !w->need_hello) {
+        sdk_log(w, "dropping the connection", why);
+        w->drop = true;
+    }
+}
+
+static void
+sdk_drop_flush(struct cairn_worker *w)
+{
+    nng_pipe pp;
+    bool drop;
+
+    sdk_lock(w);
+    drop = w->drop;
+    w->drop = false;
+    pp = w->session_pipe;
+    sdk_unlock(w);
+    if (drop) {
+        (void) nng_pipe_close(pp);
+    }
 }
 
 /* nng callback for a fetch's aio: never blocks for long (decodes, queues, pumps). */
@@ -643,6 +686,8 @@ sdk_fetch_cb(void *arg)
     struct wp_msg r;
     nng_msg *msg;
 
+    bool undecodable = false;
+
     wp_msg_init(&r, WP_NOOP);
     sdk_lock(w);
     st = f->st;
@@ -651,8 +696,9 @@ sdk_fetch_cb(void *arg)
         msg = nng_aio_get_msg(f->aio);
         nng_aio_set_msg(f->aio, NULL);
         if (wp_msg_decode(nng_msg_body(msg), nng_msg_len(msg), &r, &em) != CN_OK) {
-            sdk_log(w, "undecodable reply, treated as noop", em.text);
+            sdk_log(w, "undecodable reply to ready", em.text);
             wp_msg_init(&r, WP_NOOP);
+            undecodable = true; /* it may have carried attempts we can never report */
         }
         nng_msg_free(msg);
     }
@@ -673,12 +719,16 @@ sdk_fetch_cb(void *arg)
         }
     } else if (st == FE_RECV) {
         f->st = FE_IDLE;
-        if (r.kind == WP_DISPATCH) {
+        if (undecodable && f->gen == w->gen) {
+            sdk_drop_locked(w, "a reply to ready did not decode");
+        } else if (r.kind == WP_DISPATCH) {
             /* Run even while stopping: the runner assigned it before it saw our goodbye,
-             * and stop() waits for it. Not from an older session: the runner failed those
-             * with WorkerLost when that connection dropped. */
-            if (f->gen == w->gen) {
-                sdk_enqueue_locked(w, &r);
+             * and stop() waits for it. Not from an older session (the runner failed those
+             * with WorkerLost when that connection dropped), nor once teardown began. */
+            if (f->gen == w->gen && w->sock_open) {
+                if (!sdk_enqueue_locked(w, &r)) {
+                    sdk_drop_locked(w, "out of memory queueing a dispatch");
+                }
             } else {
                 sdk_log(w, "dispatch from a previous connection: not run", NULL);
             }
@@ -692,6 +742,7 @@ sdk_fetch_cb(void *arg)
     sdk_broadcast(w);
     sdk_unlock(w);
     wp_msg_fini(&r);
+    sdk_drop_flush(w);
 }
 
 /* ---- threads ------------------------------------------------------------------------------- */
@@ -713,7 +764,7 @@ sdk_slot_main(void *arg)
             }
             w->nidle--;
         }
-        if ((it = w->rq_head) == NULL) {
+        if (w->slots_exit || (it = w->rq_head) == NULL) {
             break;
         }
         if ((w->rq_head = it->next) == NULL) {
@@ -745,12 +796,16 @@ sdk_slot_main(void *arg)
             w->outbox[w->nout].gen = it->gen;
             w->nout++;
         } else {
-            ir_val_release(o.value); /* out of memory: the runner times the attempt out */
+            ir_val_release(o.value);
+            if (it->gen == w->gen) {
+                sdk_drop_locked(w, "out of memory keeping an outcome");
+            }
         }
         sdk_pump_locked(w);
         sdk_broadcast(w);
         sdk_unlock(w);
         sdk_item_free(it);
+        sdk_drop_flush(w);
         sdk_lock(w);
     }
     sdk_unlock(w);
@@ -898,8 +953,11 @@ sdk_ctl_main(void *arg)
          * connection looks open (its host vanished). Drop the connection: the dialer makes a
          * new one and the next session starts with a hello. */
         sdk_lock(w);
-        silence = w->idle_ms != 0 ? (nng_duration) (3 * (int64_t) w->idle_ms + 1000)
-                                  : NNG_DURATION_INFINITE;
+        silence = NNG_DURATION_INFINITE;
+        if (w->idle_ms != 0) {
+            int64_t ms = 3 * (int64_t) w->idle_ms + 1000;
+            silence = (nng_duration) (ms < INT32_MAX ? ms : INT32_MAX);
+        }
         sdk_unlock(w);
         nng_aio_set_timeout(w->ctl_aio, silence);
         nrv = sdk_op(w, w->ctl_ctx, w->ctl_aio, msg, gen, false, &w->ctl_busy);
@@ -915,7 +973,7 @@ sdk_ctl_main(void *arg)
 
             sdk_log(w, "runner silent for three idle periods: reconnecting", NULL);
             sdk_lock(w);
-            pp = w->ctl_pipe;
+            pp = w->session_pipe;
             sdk_session_lost_locked(w);
             sdk_fetches_idle_locked(w);
             sdk_unlock(w);
@@ -941,12 +999,20 @@ sdk_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     struct cairn_worker *w = arg;
 
-    (void) p;
     (void) ev;
     sdk_lock(w);
-    if (w->sock_open) { /* else closing: teardown aborts everything itself */
+    if (!w->sock_open) {
+        /* closing: teardown aborts everything itself */
+    } else if (w->need_hello) {
+        /* No session yet: a hello in flight goes again on the next connection. */
+        if (w->ctl_busy) {
+            nng_aio_cancel(w->ctl_aio);
+        }
+    } else if (nng_pipe_id(p) == nng_pipe_id(w->session_pipe)) {
         sdk_session_lost_locked(w);
     }
+    /* else an older connection closing late (after the heartbeat dropped it and a new session
+     * began): nothing of the current session was on it. */
     sdk_unlock(w);
 }
 

@@ -978,3 +978,135 @@ Test(pool, arguments_too_large_for_any_message_fail_that_attempt_only)
     rn_pool_stop(p);
     got_fini(&g);
 }
+
+/* Bytes a dispatch of one attempt with kwargs {"data": <len bytes>} takes beyond len. */
+static size_t
+dispatch_overhead(uint64_t token)
+{
+    struct wp_dispatch d;
+    struct wp_msg m;
+    struct cn_buf b = CN_BUF_INIT;
+    char *text = calloc(1, 1u << 20);
+    size_t over;
+
+    cr_assert_not_null(text);
+    memset(text, 'q', 1u << 20);
+    memset(&d, 0, sizeof(d));
+    d.attempt = 1;
+    d.token = token;
+    d.action = "t.x";
+    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
+    {
+        struct ir_val s;
+        cr_assert_eq(ir_str_new(text, 1u << 20, &s), CN_OK);
+        cr_assert_eq(ir_map_set_cstr(&d.kwargs, "data", s), CN_OK);
+    }
+    wp_msg_init(&m, WP_DISPATCH);
+    m.items = &d;
+    m.nitems = 1;
+    cr_assert_eq(wp_msg_encode(&m, &b), CN_OK);
+    over = b.len - (1u << 20);
+    cn_buf_fini(&b);
+    ir_val_release(d.kwargs);
+    free(text);
+    return over;
+}
+
+static void
+submit_data(struct rn_pool *p, uint8_t idbyte, size_t len)
+{
+    struct rn_pool_dispatch d;
+    struct ir_val s;
+    char *text = malloc(len);
+
+    cr_assert_not_null(text);
+    memset(text, 'q', len);
+    memset(&d, 0, sizeof(d));
+    memset(d.exec_id, idbyte, 16);
+    d.attempt = 1;
+    d.action = "t.x";
+    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
+    cr_assert_eq(ir_str_new(text, len, &s), CN_OK);
+    cr_assert_eq(ir_map_set_cstr(&d.kwargs, "data", s), CN_OK);
+    free(text);
+    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
+    ir_val_release(d.kwargs);
+}
+
+/* nng counts its own header against the receive limit, so a message body must stay a little
+ * under 16 MiB: a dispatch exactly at WP_MAX_BODY arrives, one byte more is refused before it
+ * is sent (a ValueError for that attempt) and the connection stays up. */
+Test(pool, a_dispatch_at_the_size_limit_arrives_and_one_byte_more_is_refused, .timeout = 120)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+    struct wp_outcome o;
+    size_t over = dispatch_overhead(1);
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 2);
+    cr_assert_eq(nng_socket_set_size(w.s, NNG_OPT_RECVMAXSZ, WP_MAX_MSG), 0);
+    tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 1, 0);
+    submit_data(p, 1, WP_MAX_BODY - over); /* token 1: exactly WP_MAX_BODY */
+    submit_data(p, 2, WP_MAX_BODY - over + 1);
+    tw_ready(&w, 1, NULL);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0, "the largest allowed dispatch did not arrive");
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 1);
+    cr_assert_eq(r.items[0].exec_id[0], 1);
+    o = outcome_for(&r.items[0], ir_null());
+    wp_msg_fini(&r);
+    nng_aio_set_timeout(w.aio[1], 500);
+    tw_ready(&w, 1, &o); /* room again: the next one cannot be sent at all */
+    cr_assert(got_wait(&g, 2, 5000));
+    cr_assert(g.r[0].ok);
+    cr_assert_eq(g.r[1].id[0], 2);
+    cr_assert_str_eq(g.r[1].type, "ValueError");
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), NNG_ETIMEDOUT); /* parked: connection still up */
+    cr_assert_eq(__atomic_load_n(&w.removed, __ATOMIC_SEQ_CST), 0);
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+/* Contexts are reused: a worker cycling through many idle periods (each parks a request, then
+ * gets a noop and parks a new one) does not make the pool open a context per cycle. */
+Test(pool, idle_cycles_reuse_contexts)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg m, r;
+    struct rn_pool_stats st;
+    int i;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 20);
+    tw_open(&w, url, 2);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    wp_msg_init(&m, WP_CONTROL);
+    for (i = 0; i < 40; i++) {
+        tw_ready(&w, 0, NULL);
+        tw_send(&w, 1, &m);
+        tw_recv_start(&w, 1);
+        cr_assert_eq(tw_recv_wait(&w, 0, &r), 0);
+        cr_assert_eq(r.kind, WP_NOOP);
+        wp_msg_fini(&r);
+        cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+        cr_assert_eq(r.kind, WP_NOOP);
+        wp_msg_fini(&r);
+    }
+    rn_pool_stats(p, &st);
+    cr_assert_leq(st.contexts, 8, "%llu contexts after 40 idle cycles",
+                  (unsigned long long) st.contexts);
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}

@@ -478,7 +478,7 @@ Test(wp_proto, batches_stop_at_the_size_limit_and_stay_valid)
     T_ERR(rv, CN_TOOBIG);
     cr_assert_eq(added, 5);
     len = b.buf.len;
-    cr_assert_leq(len, WP_MAX_MSG);
+    cr_assert_leq(len, WP_MAX_BODY);
     wp_batch_finish(&b);
     cr_assert_eq(b.buf.len, len, "a refused entry left bytes behind");
     cr_assert_eq(wp_msg_decode(b.buf.data, b.buf.len, &r, &em), CN_OK, "%s", em.text);

@@ -67,6 +67,7 @@ struct fr {
     struct wp_msg cancel; /* to send on the parked control request */
     bool cancel_pending;
     bool left;        /* goodbye received: readies get a noop at once */
+    bool garbage;     /* answer the next ready with bytes that do not decode */
     uint32_t idle_ms; /* sent in welcome (default 20000) */
     bool answer_idle; /* answer a control parked for idle_ms with a noop */
     int64_t ctl_parked_at[FR_CTXS];
@@ -245,7 +246,21 @@ fr_main(void *arg)
             pthread_mutex_lock(&f->mtx);
             break;
         case WP_READY:
-            if (f->noops > 0 || f->left) {
+            if (f->garbage) {
+                nng_msg *g;
+
+                f->garbage = false;
+                pthread_mutex_unlock(&f->mtx);
+                FR_CHECK(nng_msg_alloc(&g, 0) == 0 && nng_msg_append(g, "\xc1", 1) == 0);
+                nng_aio_set_msg(f->tx[pick], g);
+                nng_ctx_send(f->ctx[pick], f->tx[pick]);
+                nng_aio_wait(f->tx[pick]);
+                if (nng_aio_result(f->tx[pick]) != 0) {
+                    nng_msg_free(nng_aio_get_msg(f->tx[pick]));
+                }
+                nng_ctx_recv(f->ctx[pick], f->rx[pick]);
+                pthread_mutex_lock(&f->mtx);
+            } else if (f->noops > 0 || f->left) {
                 f->noops -= f->noops > 0;
                 pthread_mutex_unlock(&f->mtx);
                 fr_reply_kind(f, pick, WP_NOOP);
@@ -503,6 +518,19 @@ h_block(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, str
     return CN_OK;
 }
 
+/* Returns an error value that lacks its "type". */
+static cn_err
+h_typeless(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, struct ir_val *out)
+{
+    (void) ctx;
+    (void) kwargs;
+    (void) arg;
+    T_OK(ir_map_new(1, out));
+    T_OK(ir_map_set_cstr(out, "message", ir_int(1)));
+    ir_map_set_error(out, true);
+    return CN_OK;
+}
+
 static struct cairn_worker *
 worker_new_pf(struct fr *f, uint32_t slots, uint32_t prefetch)
 {
@@ -522,6 +550,7 @@ worker_new_pf(struct fr *f, uint32_t slots, uint32_t prefetch)
     T_OK(cairn_worker_register(w, "t.fail", h_fail, NULL));
     T_OK(cairn_worker_register(w, "t.gate", h_gate, w));
     T_OK(cairn_worker_register(w, "t.block", h_block, NULL));
+    T_OK(cairn_worker_register(w, "t.typeless", h_typeless, NULL));
     return w;
 }
 
@@ -548,7 +577,7 @@ Test(wp_sdk, hello_carries_identity)
     cr_assert_str_eq(f->log[h].credential, "tok");
     cr_assert_eq(f->log[h].slots, 2);
     cr_assert_eq(f->log[h].prefetch, 5);
-    cr_assert_eq(f->log[h].nactions, 4);
+    cr_assert_eq(f->log[h].nactions, 5);
     cr_assert_str_eq(f->log[h].actions[0], "t.echo");
     cr_assert_str_eq(f->log[h].actions[2], "t.gate");
     cr_assert_not_null(strstr(f->log[h].sdk, "libcairn-worker"));
@@ -876,6 +905,44 @@ Test(wp_sdk, a_runner_answering_the_idle_cycle_is_kept)
     }
     cr_assert_geq(fr_count(f, WP_CONTROL), 5, "the idle cycle did not run");
     cr_assert_eq(fr_count(f, WP_HELLO), 1, "a live runner was dropped");
+    cairn_worker_stop(w, 1000);
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+/* A handler's error without a "type" would make the runner drop the connection (and all in
+ * flight on it): the SDK reports a WorkerError instead. */
+Test(wp_sdk, an_error_without_a_type_is_reported_as_a_worker_error)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new(f, 1);
+    const struct wp_outcome *o;
+
+    T_OK(cairn_worker_start(w));
+    fr_dispatch(f, "t.typeless", "{}", 0x51, 1, 51);
+    o = fr_await_outcome(f, 51);
+    cr_assert_not_null(o);
+    cr_assert(!o->ok);
+    cr_assert_str_eq(ir_error_type(o->value), "WorkerError");
+    cairn_worker_stop(w, 1000);
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+/* A reply to ready that does not decode may have carried attempts the worker can never report;
+ * the worker drops the connection (the runner then fails them with WorkerLost and frees their
+ * room) and starts a new session. */
+Test(wp_sdk, an_undecodable_reply_to_ready_drops_the_session)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new(f, 1);
+
+    pthread_mutex_lock(&f->mtx);
+    f->garbage = true;
+    pthread_mutex_unlock(&f->mtx);
+    T_OK(cairn_worker_start(w));
+    cr_assert_geq(fr_await(f, WP_HELLO, -1, 1), 0, "no new session after a garbage reply");
+    cr_assert(cairn_worker_running(w));
     cairn_worker_stop(w, 1000);
     cairn_worker_free(w);
     fr_free(f);
