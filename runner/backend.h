@@ -81,6 +81,9 @@ struct rn_backend_ops {
      * decode) as failed with error, if the lock is still held. */
     cn_err (*fail)(struct rn_backend *b, const uint8_t instance_id[16], const uint8_t lock[16],
                    struct ir_val error, struct cn_errmsg *err);
+    /* Waits up to timeout_ms for a hint that instances were enqueued (NOTIFY cairn_enqueue);
+     * returns early when one comes. A hint only: callers poll anyway. */
+    cn_err (*wait_enqueue)(struct rn_backend *b, int timeout_ms, struct cn_errmsg *err);
     void (*close)(struct rn_backend *b);
 };
 

@@ -8,6 +8,8 @@
  * Used by one thread at a time.
  */
 #include <arpa/inet.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,7 @@ struct pg_backend {
     struct rn_backend base;
     char *url;
     PGconn *c;
+    bool listening; /* LISTEN cairn_enqueue issued on c */
 };
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -36,6 +39,7 @@ pg_conn(struct pg_backend *b, struct cn_errmsg *err)
         PQfinish(b->c);
         b->c = NULL;
     }
+    b->listening = false; /* a new session listens afresh */
     return rn_db_connect(b->url, &b->c, err);
 }
 
@@ -764,6 +768,45 @@ pg_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t lo
     return rv;
 }
 
+static cn_err
+pg_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    struct pollfd pfd;
+    PGnotify *nt;
+    cn_err rv;
+
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    if (!b->listening) {
+        if ((rv = pg_simple(b, "LISTEN cairn_enqueue", err)) != CN_OK) {
+            return rv;
+        }
+        b->listening = true;
+    }
+    /* Notifications that came with earlier results count too. */
+    if ((nt = PQnotifies(b->c)) != NULL) {
+        do {
+            PQfreemem(nt);
+        } while ((nt = PQnotifies(b->c)) != NULL);
+        return CN_OK;
+    }
+    pfd.fd = PQsocket(b->c);
+    pfd.events = POLLIN;
+    pfd.revents = 0;
+    if (pfd.fd < 0 || poll(&pfd, 1, timeout_ms) < 0) {
+        return CN_OK; /* EINTR or no socket: the caller polls again */
+    }
+    if (pfd.revents != 0 && PQconsumeInput(b->c) == 0) {
+        return cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
+    }
+    while ((nt = PQnotifies(b->c)) != NULL) {
+        PQfreemem(nt);
+    }
+    return CN_OK;
+}
+
 static void
 pg_close(struct rn_backend *base)
 {
@@ -786,6 +829,7 @@ static const struct rn_backend_ops pg_ops = {
     .heartbeat = pg_heartbeat,
     .release = pg_release,
     .fail = pg_fail,
+    .wait_enqueue = pg_wait_enqueue,
     .close = pg_close,
 };
 

@@ -72,6 +72,7 @@ struct flight {
     bool done; /* its ActionTimeout was delivered; kept until the worker reports back, so that a
                 * worker stuck on hung attempts is not sent more work in their place */
     uint64_t token;
+    uint8_t instance_id[16];
     uint8_t exec_id[16];
     uint32_t attempt;
     uint32_t pipe;
@@ -148,10 +149,12 @@ struct results {
 /* Adds a result for delivery. Out of memory it is lost: the attempt then never completes in
  * the caller's eyes, which only a restart recovers (the executor re-dispatches it). */
 static void
-results_add(struct results *rs, const uint8_t id[16], uint32_t attempt, bool ok, struct ir_val v)
+results_add(struct results *rs, const uint8_t iid[16], const uint8_t id[16], uint32_t attempt,
+            bool ok, struct ir_val v)
 {
     struct out_result o;
 
+    memcpy(o.r.instance_id, iid, 16);
     memcpy(o.r.exec_id, id, 16);
     o.r.attempt = attempt;
     o.r.ok = ok;
@@ -185,13 +188,13 @@ results_deliver(struct rn_pool *p, struct results *rs)
 }
 
 static void
-synthetic_error(struct results *rs, const uint8_t id[16], uint32_t attempt, const char *type,
-                const char *msg)
+synthetic_error(struct results *rs, const uint8_t iid[16], const uint8_t id[16], uint32_t attempt,
+                const char *type, const char *msg)
 {
     struct ir_val e;
 
     if (ir_raise(&e, type, "%s", msg) == CN_RAISED) {
-        results_add(rs, id, attempt, false, e);
+        results_add(rs, iid, id, attempt, false, e);
     }
 }
 
@@ -454,6 +457,7 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     memset(f, 0, sizeof(*f));
     f->used = true;
     f->token = p->next_token + 1;
+    memcpy(f->instance_id, q->d.instance_id, 16);
     memcpy(f->exec_id, q->d.exec_id, 16);
     f->attempt = q->d.attempt;
     f->pipe = w->pipe;
@@ -511,7 +515,7 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
         }
         if (b.n == 0 && (rv == CN_TOOBIG || rv == CN_INVAL)) {
             /* Alone in a message and still not sendable: no worker can ever take it. */
-            synthetic_error(rs, q->d.exec_id, q->d.attempt, "ValueError",
+            synthetic_error(rs, q->d.instance_id, q->d.exec_id, q->d.attempt, "ValueError",
                             rv == CN_TOOBIG ? "the action's arguments are too large to send "
                                               "to a worker (over 16 MiB)"
                                             : "the action's arguments cannot be encoded");
@@ -587,7 +591,7 @@ fail_pipe_flights_locked(struct rn_pool *p, uint32_t id, struct results *rs)
             continue;
         }
         if (!f->done) {
-            synthetic_error(rs, f->exec_id, f->attempt, "WorkerLost",
+            synthetic_error(rs, f->instance_id, f->exec_id, f->attempt, "WorkerLost",
                             "the worker running this attempt disconnected");
             p->st.lost++;
         }
@@ -687,7 +691,7 @@ on_outcome_locked(struct rn_pool *p, struct worker *w, const struct wp_outcome *
     if (f->done) {
         p->st.stale++;
     } else {
-        results_add(rs, f->exec_id, f->attempt, o->ok, ir_val_retain(o->value));
+        results_add(rs, f->instance_id, f->exec_id, f->attempt, o->ok, ir_val_retain(o->value));
         p->st.results++;
     }
     flight_release_locked(p, i);
@@ -923,7 +927,7 @@ timer_main(void *arg)
                 continue;
             }
             if (wall >= f->deadline) {
-                synthetic_error(&rs, f->exec_id, f->attempt, "ActionTimeout",
+                synthetic_error(&rs, f->instance_id, f->exec_id, f->attempt, "ActionTimeout",
                                 "the attempt did not finish before its deadline");
                 f->done = true;
                 p->st.timeouts++;
@@ -1088,7 +1092,8 @@ rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt)
     for (i = 0; i < p->nfl; i++) {
         struct flight *f = &p->fl[i];
         struct worker *w;
-        if (!f->used || f->done || f->attempt != attempt || memcmp(f->exec_id, exec_id, 16) != 0) {
+        if (!f->used || f->done || (attempt != 0 && f->attempt != attempt) ||
+            memcmp(f->exec_id, exec_id, 16) != 0) {
             continue;
         }
         rv = CN_OK;
@@ -1146,8 +1151,8 @@ rn_pool_stop(struct rn_pool *p)
     }
     for (i = 0; i < p->nfl; i++) {
         if (p->fl[i].used && !p->fl[i].done) {
-            synthetic_error(&rs, p->fl[i].exec_id, p->fl[i].attempt, "WorkerLost",
-                            "the worker pool stopped");
+            synthetic_error(&rs, p->fl[i].instance_id, p->fl[i].exec_id, p->fl[i].attempt,
+                            "WorkerLost", "the worker pool stopped");
         }
     }
     results_deliver(p, &rs);

@@ -44,6 +44,7 @@ struct rn_pool_dispatch {
 };
 
 struct rn_pool_result {
+    uint8_t instance_id[16]; /* as submitted */
     uint8_t exec_id[16];
     uint32_t attempt;
     bool ok;
@@ -80,7 +81,7 @@ int rn_pool_port(const struct rn_pool *p);
 /* Queues an attempt for a worker serving d->action. Thread-safe. Returns CN_OK or CN_NOMEM. */
 CN_MUST_CHECK cn_err rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d);
 
-/* Asks the worker running (exec_id, attempt) to stop it, over that worker's parked control
+/* Asks the worker running (exec_id, attempt) (attempt 0: whichever is in flight) to stop it, over that worker's parked control
  * request, or over its next one when none is parked right now (a worker answers one cancel per
  * control request and re-parks at once). Best effort: returns CN_NOTFOUND when the attempt is
  * not in flight, else CN_OK. The attempt's result, if one still comes, is delivered as usual.

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/* Log lines (see log.h). The settings are written once, before any thread starts. */
+#include "runner/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <jansson.h>
+
+static enum rn_log_level log_min = RN_LOG_INFO;
+static bool log_json;
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+void
+rn_log_setup(enum rn_log_level min, bool json)
+{
+    log_min = min;
+    log_json = json;
+}
+
+void
+rn_log(enum rn_log_level level, const char *fmt, ...)
+{
+    char msg[1024], ts[64], line[1400];
+    struct timespec now;
+    struct tm tm;
+    va_list ap;
+
+    if (level < log_min) {
+        return;
+    }
+    va_start(ap, fmt);
+    (void) vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    (void) snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+                    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                    (long) (now.tv_nsec / 1000000) % 1000);
+    if (log_json) {
+        json_t *o = json_pack("{s:s, s:s, s:s}", "ts", ts, "level", level_names[level], "msg", msg);
+        char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+
+        if (text != NULL) {
+            (void) fprintf(stderr, "%s\n", text);
+            free(text);
+        }
+        json_decref(o);
+        return;
+    }
+    (void) snprintf(line, sizeof(line), "%s %-5s %s\n", ts, level_names[level], msg);
+    (void) fputs(line, stderr);
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The runner engine (DESIGN.md section 4): claims due instances from a backend, runs each on
+ * the shard that owns it, dispatches its actions to workers through the worker pool, and
+ * persists progress in the fixed write order with a commit barrier: an action is dispatched,
+ * a timer armed and an instance released only after the write that records it has committed.
+ *
+ * Threads: a claimer, CAIRN_SHARDS shards (each owns its instances exclusively; the executor
+ * runs there), a persister (batches writes from every shard into one transaction), a lease
+ * keeper (extends the leases of every owned instance; a lost lease evicts the instance), and
+ * the worker pool's own threads. Shards talk to the others through mutex-protected queues;
+ * no lock is held across storage or network calls.
+ */
+#ifndef RUNNER_RUNNER_H
+#define RUNNER_RUNNER_H
+
+#include <stdint.h>
+
+#include "ir/base/err.h"
+
+struct rn_runner_cfg {
+    const char *database_url;          /* NULL: CAIRN_DATABASE_URL */
+    const char *worker_listen;         /* the pool's listen URL */
+    const char *worker_credential;     /* required in worker hellos when not NULL */
+    uint32_t shards;                   /* executor threads */
+    uint32_t max_instances;            /* most instances held at once */
+    uint32_t poll_interval_ms;         /* claim poll when no NOTIFY comes */
+    uint32_t lock_ttl_ms;              /* lease length */
+    uint32_t lock_heartbeat_ms;        /* lease renewal period */
+    uint32_t evict_sleep_threshold_ms; /* sleeps longer than this are handed back */
+    uint32_t default_action_timeout_ms;
+    uint32_t worker_idle_ms; /* the pool's idle cycle (0: its default) */
+};
+
+struct rn_runner_stats {
+    uint64_t claimed;    /* instances claimed */
+    uint64_t completed;  /* instances finished: completed */
+    uint64_t failed;     /* finished: failed or cancelled */
+    uint64_t evicted;    /* handed back while sleeping */
+    uint64_t lost;       /* evicted because the lease was lost */
+    uint64_t writes;     /* instance writes committed */
+    uint64_t batches;    /* persist transactions committed */
+    uint64_t dispatched; /* actions handed to the pool */
+    uint64_t active;     /* instances held now */
+};
+
+struct rn_runner;
+
+/* Connects to storage, starts the pool and every thread. Returns CN_OK, or CN_IO/CN_INVAL/
+ * CN_NOMEM with err saying why (cannot connect, cannot listen). */
+CN_MUST_CHECK cn_err rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out,
+                                     struct cn_errmsg *err);
+
+/* Graceful stop: claims nothing more, waits up to grace_ms for actions in flight to report
+ * and for their writes to commit, hands every instance still held back (their leases are
+ * cleared, so another runner continues them at once), stops and frees everything. */
+void rn_runner_stop(struct rn_runner *r, uint32_t grace_ms);
+
+void rn_runner_stats(struct rn_runner *r, struct rn_runner_stats *st);
+
+#endif
