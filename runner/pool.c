@@ -78,11 +78,13 @@ struct flight {
     uint32_t pipe;
     int64_t deadline;    /* wall ms; 0 = none */
     bool cancel_pending; /* asked while the worker had no control request parked */
+    struct queued *q;    /* the submitted dispatch, kept to queue it again (requeue_lost) */
 };
 
 struct queued {
     struct rn_pool_dispatch d; /* d.action points at `action`; kwargs retained */
     char *action;
+    uint32_t requeues; /* times a dropped worker gave it back */
     struct queued *next;
 };
 
@@ -103,6 +105,7 @@ struct rn_pool {
     void *arg;
     char *credential;
     uint32_t idle_ms;
+    uint32_t requeue_lost;
     struct pctx *all;   /* every context */
     struct pctx *spare; /* contexts with nothing to do (PC_SPARE) */
     size_t nrecv;       /* contexts receiving now */
@@ -240,6 +243,8 @@ worker_free(struct worker *w)
     free(w);
 }
 
+static void queued_free(struct queued *q);
+
 /* Returns flight entry i to the free stack. Call with the lock held. */
 static void
 flight_release_locked(struct rn_pool *p, size_t i)
@@ -249,6 +254,10 @@ flight_release_locked(struct rn_pool *p, size_t i)
     token_key(p->fl[i].token, key);
     rn_idmap_del(&p->tokens, key);
     p->fl[i].used = false;
+    if (p->fl[i].q != NULL) {
+        queued_free(p->fl[i].q);
+        p->fl[i].q = NULL;
+    }
     if (p->nfree == p->capfree) {
         size_t ncap = p->capfree ? p->capfree * 2 : 64;
         uint32_t *n = realloc(p->fl_free, ncap * sizeof(*n));
@@ -486,7 +495,7 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     w->inflight++;
     p->st.dispatched++;
     p->st.queued--;
-    queued_free(q);
+    f->q = q; /* kept while in flight */
     return CN_OK;
 }
 
@@ -508,6 +517,17 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
         return false;
     }
     while (w->inflight < w->cap && (q != NULL || (q = take_for_locked(p, w)) != NULL)) {
+        if (q->requeues > 0 && q->d.deadline_ms != 0 &&
+            now_ms(CLOCK_REALTIME) >= q->d.deadline_ms) {
+            /* Given back by a dropped worker after its deadline passed. */
+            synthetic_error(rs, q->d.instance_id, q->d.exec_id, q->d.attempt, "ActionTimeout",
+                            "the attempt did not finish before its deadline");
+            p->st.timeouts++;
+            p->st.queued--;
+            queued_free(q);
+            q = NULL;
+            continue;
+        }
         rv = dispatch_one_locked(p, w, &b, q);
         if (rv == CN_OK) {
             q = NULL;
@@ -583,6 +603,8 @@ close_pipe(uint32_t id)
 static void
 fail_pipe_flights_locked(struct rn_pool *p, uint32_t id, struct results *rs)
 {
+    struct worker *w;
+    bool requeued = false;
     size_t i;
 
     for (i = 0; i < p->nfl; i++) {
@@ -590,12 +612,28 @@ fail_pipe_flights_locked(struct rn_pool *p, uint32_t id, struct results *rs)
         if (!f->used || f->pipe != id) {
             continue;
         }
-        if (!f->done) {
+        if (!f->done && f->q != NULL && f->q->requeues < p->requeue_lost) {
+            /* Dispatched again, same execution id and attempt (at least once). */
+            struct queued *q = f->q;
+            f->q = NULL;
+            q->requeues++;
+            queue_push_front_locked(p, q);
+            p->st.queued++;
+            p->st.requeued++;
+            requeued = true;
+        } else if (!f->done) {
             synthetic_error(rs, f->instance_id, f->exec_id, f->attempt, "WorkerLost",
                             "the worker running this attempt disconnected");
             p->st.lost++;
         }
         flight_release_locked(p, i);
+    }
+    if (requeued) {
+        for (w = p->workers; w != NULL; w = w->next) {
+            if (w->pipe != id && w->parked != NULL && w->inflight < w->cap) {
+                (void) dispatch_locked(p, w, w->parked, NULL, rs);
+            }
+        }
     }
 }
 
@@ -1003,6 +1041,7 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
     p->fn = fn;
     p->arg = arg;
     p->idle_ms = cfg->idle_ms ? cfg->idle_ms : 20000;
+    p->requeue_lost = cfg->requeue_lost;
     p->credential = cfg->credential ? strdup(cfg->credential) : NULL;
     pthread_mutex_init(&p->mtx, NULL);
     pthread_cond_init(&p->cond, NULL);
@@ -1153,6 +1192,9 @@ rn_pool_stop(struct rn_pool *p)
         if (p->fl[i].used && !p->fl[i].done) {
             synthetic_error(&rs, p->fl[i].instance_id, p->fl[i].exec_id, p->fl[i].attempt,
                             "WorkerLost", "the worker pool stopped");
+        }
+        if (p->fl[i].used && p->fl[i].q != NULL) {
+            queued_free(p->fl[i].q);
         }
     }
     results_deliver(p, &rs);

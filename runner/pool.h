@@ -28,6 +28,8 @@ struct rn_pool_cfg {
     const char *listen_url; /* ipc://PATH, tcp://HOST:PORT (port 0: any; see rn_pool_port) */
     const char *credential; /* required in hello when not NULL */
     uint32_t idle_ms;       /* parked requests are answered with noop after this; 0 = 20000 */
+    uint32_t requeue_lost;  /* a dropped worker's attempts are dispatched again up to this many
+                               times each before failing with WorkerLost (0: fail at once) */
     /* For tls+tcp:// (PEM files): */
     const char *tls_cert_key_file; /* the runner's certificate and key, one file */
     const char *tls_ca_file;       /* CA for worker certificates */
@@ -63,6 +65,7 @@ struct rn_pool_stats {
     uint64_t stale;         /* outcomes dropped: unknown, late or duplicate */
     uint64_t timeouts;      /* ActionTimeout delivered */
     uint64_t lost;          /* WorkerLost delivered */
+    uint64_t requeued;      /* attempts given back by a dropped worker and queued again */
     uint64_t bad_messages;  /* connections dropped for a malformed message */
     uint64_t refused;       /* hellos refused */
     uint64_t silent;        /* connections dropped after 3 idle periods without a request */
@@ -81,11 +84,11 @@ int rn_pool_port(const struct rn_pool *p);
 /* Queues an attempt for a worker serving d->action. Thread-safe. Returns CN_OK or CN_NOMEM. */
 CN_MUST_CHECK cn_err rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d);
 
-/* Asks the worker running (exec_id, attempt) (attempt 0: whichever is in flight) to stop it, over that worker's parked control
- * request, or over its next one when none is parked right now (a worker answers one cancel per
- * control request and re-parks at once). Best effort: returns CN_NOTFOUND when the attempt is
- * not in flight, else CN_OK. The attempt's result, if one still comes, is delivered as usual.
- * Thread-safe. */
+/* Asks the worker running (exec_id, attempt) (attempt 0: whichever is in flight) to stop it, over
+ * that worker's parked control request, or over its next one when none is parked right now (a
+ * worker answers one cancel per control request and re-parks at once). Best effort: returns
+ * CN_NOTFOUND when the attempt is not in flight, else CN_OK. The attempt's result, if one still
+ * comes, is delivered as usual. Thread-safe. */
 CN_MUST_CHECK cn_err rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt);
 
 void rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st);

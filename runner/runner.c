@@ -1244,6 +1244,9 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     pcfg.listen_url = cfg->worker_listen;
     pcfg.credential = cfg->worker_credential;
     pcfg.idle_ms = cfg->worker_idle_ms;
+    /* A crashed worker is an infrastructure failure, not the action's: its attempts go to
+     * another worker (same execution id and attempt) before the workflow sees WorkerLost. */
+    pcfg.requeue_lost = 3;
     if ((rv = rn_pool_start(&pcfg, on_pool_result, r, &r->pool, err)) != CN_OK) {
         runner_free(r);
         return rv;

@@ -12,6 +12,8 @@
 
 #include <criterion/criterion.h>
 
+#include <jansson.h>
+
 #include "tests/support/compile_util.h"
 #include "tests/support/exec_driver.h"
 #include "tests/support/leak.h"
@@ -68,61 +70,53 @@ expect_failure(const char *src, const char *input, const char *type)
 
 /* ---- the examples ------------------------------------------------------------------------- */
 
-static const struct {
+/* The example cases (workflow, input, exact result) live in tests/fixtures/example_cases.json,
+ * shared with the end-to-end test that runs them through cairn-runner and real workers. */
+struct example_case {
     const char *name, *input, *want;
-} example_cases[] = {
-    {"hello", "{\"name\": \"Ada\"}", "\"Hello, Ada!\""},
-    {"hello", "{\"name\": \"\"}", "\"Hello, !\""},
-    {"welcome",
-     "{\"users\": [{\"email\": \"a@x\", \"active\": true}, {\"email\": \"b@x\", \"active\": "
-     "false}, {\"email\": \"c@x\", \"active\": true}]}",
-     "[{\"to\": \"a@x\", \"sent\": true}, {\"to\": \"c@x\", \"sent\": true}]"},
-    {"welcome", "{\"users\": []}", "[]"},
-    {"welcome", "{\"users\": [{\"email\": \"z@x\", \"active\": false}]}", "[]"},
-    {"orders",
-     "{\"order\": {\"id\": \"o1\", \"items\": [{\"price\": 10, \"qty\": 2}, {\"price\": 2.5, "
-     "\"qty\": 4}], \"coupon\": \"TENOFF\"}}",
-     "{\"order\": \"o1\", \"total\": 20.0, \"status\": \"paid\", \"charge\": {\"key\": \"o1\", "
-     "\"attempt\": 2}}"},
-    {"orders",
-     "{\"order\": {\"id\": \"o2\", \"items\": [{\"price\": 3, \"qty\": 1}], \"coupon\": "
-     "\"HALF\"}}",
-     "{\"order\": \"o2\", \"total\": 1.5, \"status\": \"paid\", \"charge\": {\"key\": \"o2\", "
-     "\"attempt\": 2}}"},
-    {"orders",
-     "{\"order\": {\"id\": \"o3\", \"items\": [{\"price\": 4, \"qty\": 2}], \"coupon\": "
-     "\"TENOFF\"}}",
-     "{\"order\": \"o3\", \"total\": 8, \"status\": \"paid\", \"charge\": {\"key\": \"o3\", "
-     "\"attempt\": 2}}"},
-    {"poll", "{\"job_id\": \"j1\", \"max_polls\": 5}", "{\"state\": \"done\", \"polls\": 3}"},
-    {"poll", "{\"job_id\": \"j1\", \"max_polls\": 2}", "{\"state\": \"unknown\", \"polls\": 2}"},
-    {"poll", "{\"job_id\": \"j1\", \"max_polls\": 0}", "{\"state\": \"unknown\", \"polls\": 0}"},
-    {"report", "{\"numbers\": [3, 1, 2], \"chunks\": [\"ab\", \"cde\"]}",
-     "{\"sorted\": [1, 2, 3], \"sizes\": [2, 1], \"stats\": {\"count\": 3, \"sum\": 6, \"min\": "
-     "1, \"max\": 3}, \"digests\": 2, \"keys\": [\"count\", \"max\", \"min\", \"sum\"]}"},
-    {"report", "{\"numbers\": [], \"chunks\": []}",
-     "{\"sorted\": [], \"sizes\": [0, 0], \"stats\": {\"count\": 0}, \"digests\": 0, \"keys\": "
-     "[\"count\"]}"},
-    {"cleanup",
-     "{\"backups\": [\"b1\", \"b2\", \"b3\", \"b4\"], \"keep\": 2, \"protected\": [\"b1\"]}",
-     "{\"deleted\": [\"b2\"], \"first\": \"b2\", \"kept\": 3, \"protected\": [\"b1\"]}"},
-    /* keep > len(backups): newest is every backup, so nothing is deleted */
-    {"cleanup", "{\"backups\": [\"b1\"], \"keep\": 5, \"protected\": []}",
-     "{\"deleted\": [], \"first\": null, \"kept\": 1, \"protected\": []}"},
-    {"cleanup", "{\"backups\": [], \"keep\": 0, \"protected\": []}",
-     "{\"deleted\": [], \"first\": null, \"kept\": 0, \"protected\": []}"},
 };
-#define NEXAMPLE_CASES (sizeof(example_cases) / sizeof(example_cases[0]))
+
+static json_t *
+example_cases(size_t *n)
+{
+    char *text = t_read_source_file("tests/fixtures/example_cases.json", NULL);
+    json_error_t je;
+    json_t *cases;
+
+    cr_assert_not_null(text, "cannot read tests/fixtures/example_cases.json");
+    cases = json_loads(text, 0, &je);
+    free(text);
+    cr_assert_not_null(cases, "example_cases.json: %s (line %d)", je.text, je.line);
+    cr_assert(json_is_array(cases) && json_array_size(cases) > 0);
+    *n = json_array_size(cases);
+    return cases;
+}
+
+static struct example_case
+example_case(json_t *cases, size_t i)
+{
+    json_t *c = json_array_get(cases, i);
+    struct example_case ec;
+
+    ec.name = json_string_value(json_object_get(c, "workflow"));
+    ec.input = json_string_value(json_object_get(c, "input"));
+    ec.want = json_string_value(json_object_get(c, "want"));
+    cr_assert(ec.name != NULL && ec.input != NULL && ec.want != NULL, "case %zu is incomplete", i);
+    return ec;
+}
 
 Test(exec, examples_with_several_inputs)
 {
-    size_t i;
+    size_t i, n;
+    json_t *cases = example_cases(&n);
 
-    for (i = 0; i < NEXAMPLE_CASES; i++) {
-        char *src = example(example_cases[i].name);
-        expect_result(src, example_cases[i].input, example_cases[i].want);
+    for (i = 0; i < n; i++) {
+        struct example_case ec = example_case(cases, i);
+        char *src = example(ec.name);
+        expect_result(src, ec.input, ec.want);
         free(src);
     }
+    json_decref(cases);
 }
 
 Test(exec, examples_answering_one_action_per_step)
@@ -130,12 +124,17 @@ Test(exec, examples_answering_one_action_per_step)
     struct t_opts o = {0};
     size_t i;
 
+    size_t n;
+    json_t *cases = example_cases(&n);
+
     o.one_at_a_time = true;
-    for (i = 0; i < NEXAMPLE_CASES; i++) {
-        char *src = example(example_cases[i].name);
-        expect_result_opts(src, example_cases[i].input, example_cases[i].want, &o);
+    for (i = 0; i < n; i++) {
+        struct example_case ec = example_case(cases, i);
+        char *src = example(ec.name);
+        expect_result_opts(src, ec.input, ec.want, &o);
         free(src);
     }
+    json_decref(cases);
 }
 
 /* ---- crash replay -------------------------------------------------------------------------- */
@@ -172,13 +171,16 @@ replay_everywhere(const char *src, const char *input)
 
 Test(exec, crash_replay_of_every_example)
 {
-    size_t i;
+    size_t i, n;
+    json_t *cases = example_cases(&n);
 
-    for (i = 0; i < NEXAMPLE_CASES; i++) {
-        char *src = example(example_cases[i].name);
-        replay_everywhere(src, example_cases[i].input);
+    for (i = 0; i < n; i++) {
+        struct example_case ec = example_case(cases, i);
+        char *src = example(ec.name);
+        replay_everywhere(src, ec.input);
         free(src);
     }
+    json_decref(cases);
 }
 
 Test(exec, crash_replay_of_retries_sleeps_fanout_and_failures)

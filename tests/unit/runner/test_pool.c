@@ -288,7 +288,8 @@ wall_ms(void)
 }
 
 static struct rn_pool *
-pool_up(struct got *g, char *url, size_t n, const char *cred, uint32_t idle_ms)
+pool_up_requeue(struct got *g, char *url, size_t n, const char *cred, uint32_t idle_ms,
+                uint32_t requeue_lost)
 {
     struct rn_pool_cfg cfg;
     struct rn_pool *p = NULL;
@@ -300,8 +301,15 @@ pool_up(struct got *g, char *url, size_t n, const char *cred, uint32_t idle_ms)
     cfg.listen_url = url;
     cfg.credential = cred;
     cfg.idle_ms = idle_ms;
+    cfg.requeue_lost = requeue_lost;
     cr_assert_eq(rn_pool_start(&cfg, on_result, g, &p, &em), CN_OK, "%s", em.text);
     return p;
+}
+
+static struct rn_pool *
+pool_up(struct got *g, char *url, size_t n, const char *cred, uint32_t idle_ms)
+{
+    return pool_up_requeue(g, url, n, cred, idle_ms, 0);
 }
 
 /* ---- tests -------------------------------------------------------------------------------- */
@@ -1107,6 +1115,47 @@ Test(pool, idle_cycles_reuse_contexts)
     cr_assert_leq(st.contexts, 8, "%llu contexts after 40 idle cycles",
                   (unsigned long long) st.contexts);
     tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+/* With requeue_lost, a dropped worker's attempt is dispatched again (same execution id and
+ * attempt) to another worker, up to the limit; then it fails with WorkerLost. */
+Test(pool, a_dropped_workers_attempts_are_dispatched_again_up_to_the_limit)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw a, b;
+    struct wp_msg r;
+    struct rn_pool_stats st;
+
+    got_init(&g);
+    p = pool_up_requeue(&g, url, sizeof(url), NULL, 0, 1);
+    tw_open(&a, url, 2);
+    tw_hello(&a, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&a, 1, NULL);
+    submit(p, "t.x", 7, 0);
+    cr_assert_eq(tw_recv_wait(&a, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    wp_msg_fini(&r);
+    tw_open(&b, url, 2);
+    tw_hello(&b, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&b, 1, NULL); /* parked: the attempt is on a */
+    tw_close(&a, 2);       /* a dies: the attempt goes to b */
+    cr_assert_eq(tw_recv_wait(&b, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.items[0].exec_id[0], 7);
+    cr_assert_eq(r.items[0].attempt, 1, "the same attempt again");
+    wp_msg_fini(&r);
+    cr_assert_eq(g.n, 0, "no result yet");
+    tw_close(&b, 2); /* b dies too: the limit (1) is reached */
+    cr_assert(got_wait(&g, 1, 2000));
+    cr_assert_str_eq(g.r[0].type, "WorkerLost");
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.requeued, 1);
+    cr_assert_eq(st.lost, 1);
     rn_pool_stop(p);
     got_fini(&g);
 }
