@@ -48,14 +48,13 @@ static struct setting settings[] = {
     {"CAIRN_POLL_INTERVAL_MS", "poll-interval-ms", S_U32, "500", 10, 3600000,
      "claim poll period (an enqueue NOTIFY wakes the claimer sooner)", NULL},
     {"CAIRN_LOCK_TTL_MS", "lock-ttl-ms", S_U32, "30000", 1000, 86400000,
-     "lease length: how long a crashed runner's instances wait before another takes them",
-     NULL},
+     "lease length: how long a crashed runner's instances wait before another takes them", NULL},
     {"CAIRN_LOCK_HEARTBEAT_MS", "lock-heartbeat-ms", S_U32, "10000", 100, 86400000,
      "lease renewal period (below CAIRN_LOCK_TTL_MS)", NULL},
-    {"CAIRN_EVICT_SLEEP_THRESHOLD_MS", "evict-sleep-threshold-ms", S_U32, "60000", 0,
-     UINT32_MAX, "an instance sleeping longer than this is handed back until it is due", NULL},
-    {"CAIRN_DEFAULT_ACTION_TIMEOUT_MS", "default-action-timeout-ms", S_U32, "300000", 1,
-     UINT32_MAX, "per-attempt deadline of actions without [timeout: D]", NULL},
+    {"CAIRN_EVICT_SLEEP_THRESHOLD_MS", "evict-sleep-threshold-ms", S_U32, "60000", 0, UINT32_MAX,
+     "an instance sleeping longer than this is handed back until it is due", NULL},
+    {"CAIRN_DEFAULT_ACTION_TIMEOUT_MS", "default-action-timeout-ms", S_U32, "300000", 1, UINT32_MAX,
+     "per-attempt deadline of actions without [timeout: D]", NULL},
     {"CAIRN_SHUTDOWN_GRACE_MS", "shutdown-grace-ms", S_U32, "30000", 0, UINT32_MAX,
      "on SIGTERM/SIGINT: how long running actions get to report before instances are handed "
      "back",
@@ -151,7 +150,8 @@ resolve(int argc, char **argv)
         u = strtoull(s->value, &end, 10);
         if (errno != 0 || end == s->value || *end != '\0' || s->value[0] == '-' || u < s->min ||
             u > s->max) {
-            (void) fprintf(stderr, "cairn-runner: %s (--%s) must be an integer in %u..%u, got '%s'\n",
+            (void) fprintf(stderr,
+                           "cairn-runner: %s (--%s) must be an integer in %u..%u, got '%s'\n",
                            s->env, s->flag, s->min, s->max, s->value);
             return false;
         }

@@ -112,13 +112,13 @@ struct inst {
     char *workflow;
     const struct ir_dag *dag;
     struct rn_instance *ex;
-    bool writing;              /* a write is in flight: actions/timers wait in held */
-    bool evicting;             /* the in-flight write hands the instance back */
-    struct rn_step_out held;   /* the output whose write is in flight */
-    struct held_ev *waiting;   /* events that came while writing */
+    bool writing;            /* a write is in flight: actions/timers wait in held */
+    bool evicting;           /* the in-flight write hands the instance back */
+    struct rn_step_out held; /* the output whose write is in flight */
+    struct held_ev *waiting; /* events that came while writing */
     size_t nwaiting, capwaiting;
-    size_t inflight;           /* actions dispatched and not reported back (approximate) */
-    uint32_t slot;             /* index in shard->insts */
+    size_t inflight; /* actions dispatched and not reported back (approximate) */
+    uint32_t slot;   /* index in shard->insts */
 };
 
 struct timer {
@@ -610,10 +610,10 @@ on_new(struct shard *sh, struct sev *e)
         return; /* already ours (a duplicate claim cannot happen, but never run it twice) */
     }
     in = calloc(1, sizeof(*in));
-    if (in == NULL || (sh->ninsts == sh->capinsts &&
-                       (sh->capinsts = sh->capinsts ? sh->capinsts * 2 : 64,
-                        sh->insts = realloc(sh->insts, sh->capinsts * sizeof(*sh->insts))) ==
-                           NULL)) {
+    if (in == NULL ||
+        (sh->ninsts == sh->capinsts &&
+         (sh->capinsts = sh->capinsts ? sh->capinsts * 2 : 64,
+          sh->insts = realloc(sh->insts, sh->capinsts * sizeof(*sh->insts))) == NULL)) {
         rn_log(RN_LOG_ERROR, "out of memory taking an instance");
         free(in);
         atomic_fetch_sub(&r->active, 1);
@@ -651,8 +651,8 @@ on_new(struct shard *sh, struct sev *e)
         rn_step_out_clear(&sh->out);
         /* A poison instance fails alone, through the fenced write path. */
         if (rv != CN_NOMEM &&
-            ir_error_new("StateError", em.text[0] ? em.text : cn_strerror(rv), ir_null(),
-                         ir_null(), &err) == CN_OK &&
+            ir_error_new("StateError", em.text[0] ? em.text : cn_strerror(rv), ir_null(), ir_null(),
+                         &err) == CN_OK &&
             (q = calloc(1, sizeof(*q))) != NULL) {
             q->sh = sh;
             memcpy(q->w.instance_id, in->id, 16);
@@ -747,6 +747,10 @@ on_ack(struct shard *sh, struct sev *e)
         if (wake - wall_ms() > (int64_t) r->cfg.evict_sleep_threshold_ms) {
             struct preq *q = calloc(1, sizeof(*q));
             if (q != NULL) {
+                char id[37];
+                rn_uuid_format(in->id, id);
+                rn_log(RN_LOG_INFO, "instance %s: sleeping %lld ms, handed back until due", id,
+                       (long long) (wake - wall_ms()));
                 q->sh = sh;
                 q->w.result = ir_null();
                 memcpy(q->w.instance_id, in->id, 16);
@@ -1062,8 +1066,8 @@ claimer_main(void *arg)
         if (room > 0) {
             rv = r->claim_b->ops->claim(r->claim_b, room, r->cfg.lock_ttl_ms, &cl, &n, &em);
             if (rv != CN_OK) {
-                rn_log(RN_LOG_ERROR, "claim failed (retrying in %lld ms): %s",
-                       (long long) backoff, em.text);
+                rn_log(RN_LOG_ERROR, "claim failed (retrying in %lld ms): %s", (long long) backoff,
+                       em.text);
                 struct timespec ts = {(time_t) (backoff / 1000),
                                       (long) (backoff % 1000) * 1000000L};
                 nanosleep(&ts, NULL);
@@ -1310,8 +1314,9 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
         nanosleep(&ts, NULL);
     }
     if (busy_total(r) > 0) {
-        rn_log(RN_LOG_WARN, "shutdown: %zu instance(s) still busy after the grace period; "
-                            "handing them back",
+        rn_log(RN_LOG_WARN,
+               "shutdown: %zu instance(s) still busy after the grace period; "
+               "handing them back",
                busy_total(r));
     }
     for (i = 0; i < r->nshards; i++) {
@@ -1349,10 +1354,11 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
             for (k = 0; k < r->nreg; k++) {
                 memcpy(locks[k], r->reg[k].lock, 16);
             }
-            if (r->lease_b->ops->release(r->lease_b, (const uint8_t(*)[16]) locks, r->nreg,
-                                         &em) != CN_OK) {
-                rn_log(RN_LOG_ERROR, "could not hand back %zu instance(s): %s (their leases "
-                                     "expire instead)",
+            if (r->lease_b->ops->release(r->lease_b, (const uint8_t(*)[16]) locks, r->nreg, &em) !=
+                CN_OK) {
+                rn_log(RN_LOG_ERROR,
+                       "could not hand back %zu instance(s): %s (their leases "
+                       "expire instead)",
                        r->nreg, em.text);
             } else {
                 rn_log(RN_LOG_INFO, "handed back %zu instance(s)", r->nreg);

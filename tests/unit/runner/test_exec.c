@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include <criterion/criterion.h>
-
 #include <jansson.h>
 
 #include "tests/support/compile_util.h"
