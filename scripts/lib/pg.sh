@@ -9,11 +9,12 @@
 #   cn_pg_start                   # sets CN_PG_DIR, CN_PG_PORT, CN_PG_URL
 #   cn_pg_createdb cairn_test     # creates a database
 #   cn_pg_url cairn_test          # prints its URL
+#   cn_pg_restart                 # fast stop and start again, same port and data (fault tests)
 #   cn_pg_stop                    # immediate stop and rm -rf of the directory; safe to repeat
 #
 # The cluster listens on a unix socket only (listen_addresses=''), in a fresh `mktemp -d`
 # directory that also holds the data directory and the server log, with fsync and
-# synchronous_commit off. As root, initdb/pg_ctl run as the `postgres` OS user through
+# synchronous_commit off (unless CN_PG_DURABLE=1: benchmarks measure durable writes). As root, initdb/pg_ctl run as the `postgres` OS user through
 # `runuser -u postgres --` (initdb refuses root); otherwise they run as the current user. Either
 # way the database superuser is `postgres`, with trust authentication.
 #
@@ -113,7 +114,10 @@ cn_pg_start()
     fi
     # -o goes through a shell in pg_ctl, hence the inner single quotes.
     local opts="-k '$dir' -p $port -c listen_addresses=''"
-    opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    if [[ "${CN_PG_DURABLE:-0}" != 1 ]]; then
+        opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    fi
+    _CN_PG_OPTS=$opts
     if ! _cn_pg_as_owner "$CN_PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
         -o "$opts" start >/dev/null 2>&1; then
         echo "cn_pg: pg_ctl start failed (port $port, dir $dir)" >&2
@@ -125,6 +129,23 @@ cn_pg_start()
     CN_PG_PID=$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null || true)
     # shellcheck disable=SC2034  # set for the caller
     CN_PG_URL=$(cn_pg_url postgres)
+}
+
+# Stops the cluster (fast: clients are disconnected) and starts it again with the same data,
+# port and settings: what a database restart looks like to its clients.
+cn_pg_restart()
+{
+    local dir=${_CN_PG_OWNED:-}
+    if [[ -z "$dir" ]]; then
+        echo "cn_pg: no cluster running (call cn_pg_start first)" >&2
+        return 1
+    fi
+    _cn_pg_as_owner "$CN_PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null 2>&1 ||
+        { echo "cn_pg: pg_ctl stop failed" >&2; _cn_pg_log_tail; return 1; }
+    _cn_pg_as_owner "$CN_PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+        -o "$_CN_PG_OPTS" start >/dev/null 2>&1 ||
+        { echo "cn_pg: pg_ctl start failed" >&2; _cn_pg_log_tail; return 1; }
+    CN_PG_PID=$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null || true)
 }
 
 # Prints the URL of database NAME on the running cluster.
