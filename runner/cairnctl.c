@@ -40,6 +40,9 @@ static const struct command commands[] = {
     {"result", "ID [--json]", "print a finished instance's result", ctl_cmd_result},
     {"list", "[--status S] [--workflow W] [--limit N] [--json]", "list instances, newest first",
      ctl_cmd_list},
+    {"inspect", "ID [--json]",
+     "show an instance's live graph (what it waits on) and its recorded action results",
+     ctl_cmd_inspect},
     {"help", "[COMMAND]", "show this help", cmd_help},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

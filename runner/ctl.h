@@ -34,5 +34,6 @@ int ctl_cmd_run(int argc, char **argv);
 int ctl_cmd_status(int argc, char **argv);
 int ctl_cmd_result(int argc, char **argv);
 int ctl_cmd_list(int argc, char **argv);
+int ctl_cmd_inspect(int argc, char **argv);
 
 #endif

@@ -16,8 +16,11 @@
 #include <uuid/uuid.h>
 
 #include "ir/base/buf.h"
+#include "ir/compile.h"
+#include "ir/eval.h"
 #include "runner/ctl.h"
 #include "runner/db.h"
+#include "runner/exec.h"
 #include "runner/migrate.h"
 
 #define WAIT_POLL_MS 50
@@ -729,4 +732,301 @@ ctl_cmd_list(int argc, char **argv)
     PQclear(r);
     PQfinish(c);
     return EXIT_OK;
+}
+
+/* ---- inspect ------------------------------------------------------------------------------ */
+
+static int
+hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Decodes \x-less hex text into a new buffer. */
+static unsigned char *
+unhex(const char *text, size_t *len)
+{
+    size_t n = strlen(text) / 2, i;
+    unsigned char *out = malloc(n ? n : 1);
+
+    if (out == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        int hi = hexval(text[2 * i]), lo = hexval(text[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            free(out);
+            return NULL;
+        }
+        out[i] = (unsigned char) (hi << 4 | lo);
+    }
+    *len = n;
+    return out;
+}
+
+static void
+kv_set(struct ir_val *m, const char *key, struct ir_val v, bool *ok)
+{
+    if (*ok && ir_map_set_cstr(m, key, v) != CN_OK) {
+        *ok = false;
+    } else if (!*ok) {
+        ir_val_release(v);
+    }
+}
+
+static void
+kv_str(struct ir_val *m, const char *key, const char *s, bool *ok)
+{
+    struct ir_val v;
+
+    if (s == NULL) {
+        kv_set(m, key, ir_null(), ok);
+    } else if (ir_str_from_cstr(s, &v) == CN_OK) {
+        kv_set(m, key, v, ok);
+    } else {
+        *ok = false;
+    }
+}
+
+/* A jsonb column (text) as a value; NULL stays None. */
+static void
+kv_json(struct ir_val *m, const char *key, PGresult *r, int row, int col, bool *ok)
+{
+    struct ir_val v = ir_null();
+    struct cn_errmsg em;
+
+    if (!PQgetisnull(r, row, col) &&
+        ir_val_from_json(PQgetvalue(r, row, col), (size_t) PQgetlength(r, row, col), &v, &em) !=
+            CN_OK) {
+        v = ir_null();
+    }
+    kv_set(m, key, v, ok);
+}
+
+/* The text form of a value, cut to max bytes. */
+static void
+short_json(struct ir_val v, size_t max, struct cn_buf *out)
+{
+    struct cn_errmsg em;
+
+    cn_buf_clear(out);
+    if (ir_val_to_json(v, out, &em) != CN_OK) {
+        cn_buf_clear(out);
+    }
+    if (out->len > max) {
+        out->len = max - 3;
+        memcpy(out->data + out->len, "...", 4); /* fits: the buffer held more than max */
+        out->len += 3;
+    }
+    if (out->len == 0 && cn_buf_puts(out, "?") != CN_OK) {
+        /* out of memory: print nothing for this value */
+    }
+}
+
+static void
+print_live(struct ir_val live)
+{
+    struct cn_buf b = CN_BUF_INIT;
+    size_t i;
+
+    if (ir_list_len(live) == 0) {
+        printf("waiting on  nothing (finished, or not started yet)\n");
+        return;
+    }
+    printf("waiting on:\n");
+    for (i = 0; i < ir_list_len(live); i++) {
+        struct ir_val n = ir_list_items(live)[i];
+        const struct ir_val *st = ir_map_get(n, "status", 6), *kind = ir_map_get(n, "kind", 4),
+                            *act = ir_map_get(n, "action", 6), *line = ir_map_get(n, "line", 4),
+                            *att = ir_map_get(n, "attempt", 7), *wake = ir_map_get(n, "wake_ms", 7),
+                            *pend = ir_map_get(n, "pending", 7), *br = ir_map_get(n, "branches", 8),
+                            *id = ir_map_get(n, "exec_id", 7), *item = ir_map_get(n, "item", 4);
+
+        printf("  %-8s %-7s line %-4lld", st != NULL ? ir_str_data(*st) : "?",
+               kind != NULL ? ir_str_data(*kind) : "?", line != NULL ? (long long) line->u.i : 0);
+        if (act != NULL) {
+            printf(" %s", ir_str_data(*act));
+        }
+        if (att != NULL) {
+            printf(" attempt %lld", (long long) att->u.i);
+        }
+        if (wake != NULL) {
+            time_t t = (time_t) (wake->u.i / 1000);
+            struct tm tm;
+            char when[32];
+            gmtime_r(&t, &tm);
+            strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+            printf(" until %s", when);
+        }
+        if (pend != NULL && br != NULL) {
+            printf(" %lld of %lld branches done", (long long) (br->u.i - pend->u.i),
+                   (long long) br->u.i);
+        }
+        if (item != NULL) {
+            short_json(*item, 40, &b);
+            printf(" item %s", b.data);
+        }
+        if (id != NULL) {
+            printf(" (exec %s)", ir_str_data(*id));
+        }
+        printf("\n");
+    }
+    cn_buf_fini(&b);
+}
+
+int
+ctl_cmd_inspect(int argc, char **argv)
+{
+    static const char *inst_sql =
+        "SELECT ri.status, ri.workflow_name, wv.workflow_version, wv.source,"
+        " encode(ri.state, 'hex'), ri.result::text, ri.error::text, ri.created_at,"
+        " ri.started_at, ri.completed_at, q.scheduled_at, coalesce(q.lock_expires_at > now(),"
+        " false), ri.input::text FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv"
+        " ON wv.id = ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id"
+        " = ri.instance_id WHERE ri.instance_id = $1";
+    static const char *done_sql =
+        "SELECT execution_id, attempt, status, completed_at, encode(result, 'hex')"
+        " FROM cairn.runner_actions_done WHERE instance_id = $1 ORDER BY id";
+    struct opts o;
+    struct cn_errmsg em = {{0}};
+    PGconn *c = NULL;
+    PGresult *r = NULL, *d = NULL;
+    const char *params[1];
+    struct ir_dag *dag = NULL;
+    struct ir_val live = ir_null(), doc = ir_null(), acts = ir_null();
+    struct cn_buf b = CN_BUF_INIT;
+    bool ok = true;
+    int status, row, nd;
+    cn_err rv;
+
+    if (!parse_opts("inspect", argc, argv, "json", 1, &o)) {
+        return EXIT_USAGE;
+    }
+    if (!check_uuid("inspect", o.positional[0])) {
+        return EXIT_USAGE;
+    }
+    if ((status = db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    params[0] = o.positional[0];
+    if ((rv = rn_db_exec(c, inst_sql, 1, params, &r, &em)) != CN_OK ||
+        (rv = rn_db_exec(c, done_sql, 1, params, &d, &em)) != CN_OK) {
+        status = db_error(&o, rv, &em);
+        goto out;
+    }
+    if (PQntuples(r) == 0) {
+        fprintf(stderr, "cairnctl inspect: no instance %s\n", o.positional[0]);
+        status = EXIT_REJECTED;
+        goto out;
+    }
+    /* The live graph, decoded against the instance's own version. */
+    if (!PQgetisnull(r, 0, 4)) {
+        struct ir_diags diags;
+        const char *src = PQgetvalue(r, 0, 3);
+        unsigned char *snap;
+        size_t len = 0;
+
+        ir_diags_init(&diags, "source", src, strlen(src));
+        rv = ir_compile_source(src, strlen(src), &diags, &dag);
+        ir_diags_fini(&diags);
+        snap = rv == CN_OK ? unhex(PQgetvalue(r, 0, 4), &len) : NULL;
+        if (snap == NULL || rn_snapshot_describe(dag, snap, len, &live, &em) != CN_OK) {
+            fprintf(stderr, "cairnctl inspect: the stored state cannot be decoded: %s\n",
+                    rv != CN_OK ? "its version does not compile" : em.text);
+            live = ir_null();
+        }
+        free(snap);
+    }
+    if (ir_list_new((size_t) PQntuples(d), &acts) != CN_OK) {
+        status = EXIT_USAGE;
+        goto out;
+    }
+    nd = PQntuples(d);
+    for (row = 0; row < nd; row++) {
+        struct ir_val m, v = ir_null();
+        unsigned char *raw;
+        size_t len = 0;
+
+        if (ir_map_new(6, &m) != CN_OK) {
+            ok = false;
+            break;
+        }
+        kv_str(&m, "exec_id", PQgetvalue(d, row, 0), &ok);
+        kv_set(&m, "attempt", ir_int(strtoll(PQgetvalue(d, row, 1), NULL, 10)), &ok);
+        kv_str(&m, "status", PQgetvalue(d, row, 2), &ok);
+        kv_str(&m, "completed_at", PQgetvalue(d, row, 3), &ok);
+        raw = unhex(PQgetvalue(d, row, 4), &len);
+        if (raw == NULL || ir_val_from_msgpack(raw, len, IR_MP_INTERNAL, &v, &em) != CN_OK) {
+            v = ir_null();
+        }
+        free(raw);
+        kv_set(&m, "value", v, &ok);
+        ir_list_items(acts)[row] = m;
+    }
+    if (!ok || ir_map_new(16, &doc) != CN_OK) {
+        fprintf(stderr, "cairnctl inspect: out of memory\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    kv_str(&doc, "id", o.positional[0], &ok);
+    kv_str(&doc, "workflow", PQgetvalue(r, 0, 1), &ok);
+    kv_str(&doc, "version", PQgetvalue(r, 0, 2), &ok);
+    kv_str(&doc, "status", PQgetvalue(r, 0, 0), &ok);
+    kv_json(&doc, "input", r, 0, 12, &ok);
+    kv_str(&doc, "created_at", PQgetvalue(r, 0, 7), &ok);
+    kv_str(&doc, "started_at", PQgetisnull(r, 0, 8) ? NULL : PQgetvalue(r, 0, 8), &ok);
+    kv_str(&doc, "completed_at", PQgetisnull(r, 0, 9) ? NULL : PQgetvalue(r, 0, 9), &ok);
+    kv_str(&doc, "due_at", PQgetisnull(r, 0, 10) ? NULL : PQgetvalue(r, 0, 10), &ok);
+    kv_set(&doc, "leased", ir_bool(strcmp(PQgetvalue(r, 0, 11), "t") == 0), &ok);
+    kv_set(&doc, "waiting_on", ir_val_retain(live), &ok);
+    kv_set(&doc, "actions", ir_val_retain(acts), &ok);
+    kv_json(&doc, "result", r, 0, 5, &ok);
+    kv_json(&doc, "error", r, 0, 6, &ok);
+    if (!ok) {
+        fprintf(stderr, "cairnctl inspect: out of memory\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if (o.json) {
+        if (ir_val_to_json(doc, &b, &em) != CN_OK) {
+            fprintf(stderr, "cairnctl inspect: %s\n", em.text);
+            status = EXIT_USAGE;
+            goto out;
+        }
+        printf("%s\n", b.data);
+        goto out;
+    }
+    printf("instance    %s\nworkflow    %s (version %s)\nstatus      %s%s\n", o.positional[0],
+           PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 0),
+           strcmp(PQgetvalue(r, 0, 11), "t") == 0 ? " (leased by a runner)" : "");
+    if (!PQgetisnull(r, 0, 10)) {
+        printf("due         %s\n", PQgetvalue(r, 0, 10));
+    }
+    if (live.type == IR_T_LIST) {
+        print_live(live);
+    }
+    printf("action results recorded: %d\n", nd);
+    for (row = 0; row < nd; row++) {
+        struct ir_val a = ir_list_items(acts)[row];
+        const struct ir_val *val = ir_map_get(a, "value", 5);
+        short_json(val != NULL ? *val : ir_null(), 60, &b);
+        printf("  %s attempt %s %-5s %s\n", PQgetvalue(d, row, 0), PQgetvalue(d, row, 1),
+               PQgetvalue(d, row, 2), b.data);
+    }
+    if (!PQgetisnull(r, 0, 5)) {
+        printf("result      %s\n", PQgetvalue(r, 0, 5));
+    }
+    if (!PQgetisnull(r, 0, 6)) {
+        printf("error       %s\n", PQgetvalue(r, 0, 6));
+    }
+out:
+    ir_val_release(live);
+    ir_val_release(doc);
+    ir_val_release(acts);
+    ir_dag_free(dag);
+    cn_buf_fini(&b);
+    PQclear(r);
+    PQclear(d);
+    PQfinish(c);
+    return status;
 }

@@ -148,6 +148,15 @@ CN_MUST_CHECK cn_err rn_instance_hydrate(const struct ir_dag *dag, const void *s
                                          struct rn_instance **out, struct rn_step_out *o,
                                          struct cn_errmsg *err);
 
+/* Describes a snapshot for people (cairnctl inspect): a list with one map per live execution
+ * node: exec_id, status (running, backoff, sleeping, waiting), kind (the template node's kind:
+ * action, sleep, spread...), node, line, and as they apply action, attempt, deadline_ms,
+ * wake_ms (backoff and sleep), branches and pending (aggregates), branch_of and branch (a node
+ * inside a fan-out), item (a spread's item). Returns CN_OK, CN_NOMEM, or the decode errors of
+ * rn_instance_hydrate. */
+CN_MUST_CHECK cn_err rn_snapshot_describe(const struct ir_dag *dag, const void *snap, size_t len,
+                                          struct ir_val *out, struct cn_errmsg *err);
+
 /* Frees the instance. NULL is a no-op. */
 void rn_instance_free(struct rn_instance *in);
 

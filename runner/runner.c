@@ -91,6 +91,7 @@ struct sev {
     /* NEW */
     struct rn_claimed claimed; /* owned */
     const struct ir_dag *dag;
+    int64_t claimed_at; /* monotonic ms */
     /* RESULT */
     uint8_t exec_id[16];
     uint32_t attempt;
@@ -117,8 +118,9 @@ struct inst {
     struct rn_step_out held; /* the output whose write is in flight */
     struct held_ev *waiting; /* events that came while writing */
     size_t nwaiting, capwaiting;
-    size_t inflight; /* actions dispatched and not reported back (approximate) */
-    uint32_t slot;   /* index in shard->insts */
+    size_t inflight;    /* actions dispatched and not reported back (approximate) */
+    int64_t claimed_at; /* monotonic ms of the claim, until the first dispatch */
+    uint32_t slot;      /* index in shard->insts */
 };
 
 struct timer {
@@ -144,6 +146,9 @@ struct shard {
     size_t nheap, capheap;
     struct rn_step_out out;
     _Atomic size_t busy; /* instances writing or with actions in flight (for shutdown) */
+    /* claim-to-first-dispatch latencies (ms), reported at stop; owned by the shard thread */
+    int64_t *lat;
+    size_t nlat, caplat;
 };
 
 /* A write on its way to storage. Owns copies of everything rn_write points at. */
@@ -437,10 +442,23 @@ release_output(struct shard *sh, struct inst *in, struct rn_step_out *o)
             /* not in flight (already reported): nothing to stop */
         }
     }
+    if (o->actions.len > 0 && in->claimed_at != 0) {
+        if (sh->nlat == sh->caplat && sh->caplat < (1u << 20)) {
+            size_t ncap = sh->caplat ? sh->caplat * 2 : 1024;
+            int64_t *n = realloc(sh->lat, ncap * sizeof(*n));
+            if (n != NULL) {
+                sh->lat = n;
+                sh->caplat = ncap;
+            }
+        }
+        if (sh->nlat < sh->caplat) {
+            sh->lat[sh->nlat++] = clock_ms(CLOCK_MONOTONIC) - in->claimed_at;
+        }
+        in->claimed_at = 0;
+    }
     for (i = 0; i < o->actions.len; i++) {
         const struct rn_action_req *a = &o->actions.items[i];
         struct rn_pool_dispatch d;
-
         memcpy(d.instance_id, in->id, 16);
         memcpy(d.exec_id, a->exec_id, 16);
         d.attempt = a->attempt;
@@ -624,6 +642,7 @@ on_new(struct shard *sh, struct sev *e)
     in->workflow = c->workflow;
     c->workflow = NULL;
     in->dag = e->dag;
+    in->claimed_at = e->claimed_at;
     in->slot = (uint32_t) sh->ninsts;
     if (rn_idmap_put(&sh->byid, in->id, in->slot) != CN_OK) {
         free(in->workflow);
@@ -1108,6 +1127,7 @@ claimer_main(void *arg)
             memset(c, 0, sizeof(*c)); /* moved */
             c->input = ir_null();
             e->dag = dag;
+            e->claimed_at = clock_ms(CLOCK_MONOTONIC);
             memcpy(e->iid, e->claimed.instance_id, 16);
             atomic_fetch_add(&r->active, 1);
             atomic_fetch_add(&r->claimed, 1);
@@ -1293,6 +1313,40 @@ busy_total(struct rn_runner *r)
     return n;
 }
 
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
+
+    return (x > y) - (x < y);
+}
+
+/* Logs the claim-to-first-dispatch latency over this runner's life (shards are stopped). */
+static void
+report_latency(struct rn_runner *r)
+{
+    size_t n = 0, k = 0, i;
+    int64_t *all;
+    uint32_t s;
+
+    for (s = 0; s < r->nshards; s++) {
+        n += r->shards[s].nlat;
+    }
+    if (n == 0 || (all = malloc(n * sizeof(*all))) == NULL) {
+        return;
+    }
+    for (s = 0; s < r->nshards; s++) {
+        for (i = 0; i < r->shards[s].nlat; i++) {
+            all[k++] = r->shards[s].lat[i];
+        }
+    }
+    qsort(all, n, sizeof(*all), cmp_i64);
+    rn_log(RN_LOG_INFO,
+           "claim-to-first-dispatch: p50 %lld ms, p99 %lld ms, max %lld ms over %zu instances",
+           (long long) all[n / 2], (long long) all[(n * 99) / 100], (long long) all[n - 1], n);
+    free(all);
+}
+
 void
 rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
 {
@@ -1346,6 +1400,7 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
         pthread_join(r->keeper, NULL);
         r->keeper_started = false;
     }
+    report_latency(r);
     /* Hand back everything still held: another runner continues it at once. */
     if (r->nreg > 0 && r->lease_b != NULL) {
         uint8_t(*locks)[16] = malloc(r->nreg * 16);
@@ -1391,6 +1446,7 @@ runner_free(struct rn_runner *r)
         free(sh->insts);
         rn_idmap_fini(&sh->byid);
         free(sh->heap);
+        free(sh->lat);
         rn_step_out_fini(&sh->out);
         pthread_mutex_destroy(&sh->mtx);
         pthread_cond_destroy(&sh->cond);

@@ -257,6 +257,19 @@ def run_all(url, env, tmp):
              f"cairn.queued_instances USING (instance_id) WHERE instance_id = '{nap}'") ==
         "queued true true", 10)
     check("long sleep: handed back (queued, no lease, due later)", evicted)
+    r = ctl(env, "inspect", nap, "--json")
+    try:
+        ins = json.loads(r.stdout)
+    except ValueError:
+        ins = {}
+    check("inspect: the evicted instance waits on its sleep",
+          [n.get("status") for n in ins.get("waiting_on", [])] == ["sleeping"] and
+          ins.get("waiting_on", [{}])[0].get("kind") == "sleep", r.stdout[-300:])
+    check("inspect: its first action's result is recorded",
+          [a.get("status") for a in ins.get("actions", [])] == ["ok"], r.stdout[-300:])
+    r = ctl(env, "inspect", nap)
+    check("inspect (text) says what it waits on", "sleeping" in r.stdout and "until" in r.stdout,
+          r.stdout[-300:])
     r = ctl(env, "run", "nap", "--idempotency-key", "nap-" + nap, "--input", '{"seconds": 0}',
             "--wait", "--timeout", "30")
     check("long sleep: a short one meanwhile completes", r.returncode == 0, r.stderr)
@@ -264,6 +277,11 @@ def run_all(url, env, tmp):
         url, f"SELECT status FROM cairn.runner_instances WHERE instance_id = '{nap}'") ==
         "completed", 30)
     check("long sleep: claimed again when due, and completed", ok)
+    r = ctl(env, "inspect", nap, "--json")
+    ins = json.loads(r.stdout) if r.returncode == 0 else {}
+    check("inspect: a completed instance waits on nothing and shows its result",
+          ins.get("waiting_on") == [] and ins.get("result") == "awake" and
+          len(ins.get("actions", [])) == 2, r.stdout[-300:])
     check("long sleep: the runner logged the hand-back", f"instance {nap}: sleeping" in r3.text())
 
     # ---- a lease taken away ----------------------------------------------------------
