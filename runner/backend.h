@@ -96,4 +96,22 @@ struct rn_backend {
 CN_MUST_CHECK cn_err rn_backend_pg_open(const char *url, struct rn_backend **out,
                                         struct cn_errmsg *err);
 
+/* The in-memory backend: one thread-safe object, shared by every runner thread (pass it in
+ * rn_runner_cfg.backend). Not durable; for `cairnctl exec` and tests. */
+CN_MUST_CHECK cn_err rn_backend_mem_new(struct rn_backend **out);
+/* Registers source as the newest version of workflow name. */
+CN_MUST_CHECK cn_err rn_backend_mem_register(struct rn_backend *b, const char *name,
+                                             const char *source, uint8_t version_id[16]);
+/* Enqueues an instance of the newest version of name (input: a map, retained); 0 for now.
+ * Returns CN_OK, CN_NOTFOUND (no such workflow), CN_TYPE (input not a map), CN_NOMEM. */
+CN_MUST_CHECK cn_err rn_backend_mem_enqueue(struct rn_backend *b, const char *name,
+                                            struct ir_val input, int64_t scheduled_at_ms,
+                                            uint8_t instance_id[16]);
+/* The instance's outcome (RN_RUNNING until it finishes), its result or error (retained), and
+ * how many action results were recorded for it. CN_NOTFOUND for an unknown id. */
+CN_MUST_CHECK cn_err rn_backend_mem_outcome(struct rn_backend *b, const uint8_t instance_id[16],
+                                            enum rn_outcome *outcome, struct ir_val *result,
+                                            size_t *nresults);
+void rn_backend_mem_free(struct rn_backend *b);
+
 #endif

@@ -43,6 +43,8 @@ static const struct command commands[] = {
     {"inspect", "ID [--json]",
      "show an instance's live graph (what it waits on) and its recorded action results",
      ctl_cmd_inspect},
+    {"exec", "FILE [--input JSON] [--timeout S] [--json]",
+     "run one instance in this process, without a database (std.* actions built in)", ctl_cmd_exec},
     {"help", "[COMMAND]", "show this help", cmd_help},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

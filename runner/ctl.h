@@ -35,5 +35,6 @@ int ctl_cmd_status(int argc, char **argv);
 int ctl_cmd_result(int argc, char **argv);
 int ctl_cmd_list(int argc, char **argv);
 int ctl_cmd_inspect(int argc, char **argv);
+int ctl_cmd_exec(int argc, char **argv);
 
 #endif

@@ -119,6 +119,7 @@ struct inst {
     struct held_ev *waiting; /* events that came while writing */
     size_t nwaiting, capwaiting;
     size_t inflight;    /* actions dispatched and not reported back (approximate) */
+    bool counted;       /* counted in shard->busy */
     int64_t claimed_at; /* monotonic ms of the claim, until the first dispatch */
     uint32_t slot;      /* index in shard->insts */
 };
@@ -383,22 +384,19 @@ inst_find(struct shard *sh, const uint8_t iid[16])
     return rn_idmap_get(&sh->byid, iid, &i) ? sh->insts[i] : NULL;
 }
 
+/* Keeps sh->busy (instances writing or with actions in flight; shutdown waits for it) in step
+ * with the instance's state; in->counted says whether it is counted now. */
 static void
-busy_update(struct shard *sh, struct inst *in, bool was_busy)
+busy_sync(struct shard *sh, struct inst *in)
 {
-    bool now_busy = in != NULL && (in->writing || in->inflight > 0);
+    bool now = in->writing || in->inflight > 0;
 
-    if (was_busy && !now_busy) {
-        atomic_fetch_sub(&sh->busy, 1);
-    } else if (!was_busy && now_busy) {
+    if (now && !in->counted) {
         atomic_fetch_add(&sh->busy, 1);
+    } else if (!now && in->counted) {
+        atomic_fetch_sub(&sh->busy, 1);
     }
-}
-
-static bool
-inst_busy(const struct inst *in)
-{
-    return in->writing || in->inflight > 0;
+    in->counted = now;
 }
 
 /* Forgets an instance (finished, evicted or lost). */
@@ -408,7 +406,9 @@ inst_remove(struct shard *sh, struct inst *in)
     size_t k;
     uint32_t slot = in->slot;
 
-    busy_update(sh, NULL, inst_busy(in));
+    if (in->counted) {
+        atomic_fetch_sub(&sh->busy, 1);
+    }
     reg_del(sh->r, in->id);
     rn_idmap_del(&sh->byid, in->id);
     if (slot != sh->ninsts - 1) {
@@ -521,14 +521,13 @@ static void
 handle_output(struct shard *sh, struct inst *in)
 {
     struct rn_step_out *o = &sh->out;
-    bool was_busy = inst_busy(in);
     struct preq *q;
     size_t k;
 
     if (o->done.len == 0 && !o->snapshot_needed && o->outcome == RN_RUNNING) {
         release_output(sh, in, o);
         rn_step_out_clear(o);
-        busy_update(sh, in, was_busy);
+        busy_sync(sh, in);
         return;
     }
     q = calloc(1, sizeof(*q));
@@ -571,7 +570,7 @@ handle_output(struct shard *sh, struct inst *in)
     in->held = *o;
     memset(o, 0, sizeof(*o));
     in->writing = true;
-    busy_update(sh, in, was_busy);
+    busy_sync(sh, in);
     persist_post(sh->r, q);
     return;
 lost:
@@ -680,7 +679,7 @@ on_new(struct shard *sh, struct sev *e)
             q->w.result = err;
             in->writing = true;
             in->held.outcome = RN_FAILED;
-            busy_update(sh, in, false);
+            busy_sync(sh, in);
             persist_post(r, q);
             return;
         }
@@ -696,12 +695,10 @@ on_result(struct shard *sh, struct sev *e)
 {
     struct inst *in = inst_find(sh, e->iid);
     struct rn_event ev;
-    bool was_busy;
 
     if (in == NULL) {
         return; /* finished, evicted or lost meanwhile: the result is stale */
     }
-    was_busy = inst_busy(in);
     if (in->inflight > 0) {
         in->inflight--;
     }
@@ -710,7 +707,7 @@ on_result(struct shard *sh, struct sev *e)
     memcpy(ev.exec_id, e->exec_id, 16);
     ev.attempt = e->attempt;
     ev.value = e->value;
-    busy_update(sh, in, was_busy);
+    busy_sync(sh, in);
     step_events(sh, in, &ev, 1);
 }
 
@@ -722,12 +719,10 @@ on_ack(struct shard *sh, struct sev *e)
     struct inst *in = inst_find(sh, e->iid);
     struct held_ev *waiting;
     size_t nwaiting, k;
-    bool was_busy;
 
     if (in == NULL) {
         return;
     }
-    was_busy = inst_busy(in);
     in->writing = false;
     if (e->lost || e->write_failed) {
         char id[37];
@@ -779,14 +774,14 @@ on_ack(struct shard *sh, struct sev *e)
                 in->writing = true;
                 in->evicting = true;
                 rn_step_out_clear(&in->held);
-                busy_update(sh, in, was_busy);
+                busy_sync(sh, in);
                 persist_post(r, q);
                 return;
             }
         }
     }
     rn_step_out_clear(&in->held);
-    busy_update(sh, in, was_busy);
+    busy_sync(sh, in);
     if (in->nwaiting > 0) {
         waiting = in->waiting;
         nwaiting = in->nwaiting;
@@ -1258,9 +1253,11 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         pthread_cond_init(&r->shards[i].cond, NULL);
         atomic_init(&r->shards[i].busy, 0);
     }
-    if ((rv = rn_backend_pg_open(cfg->database_url, &r->claim_b, err)) != CN_OK ||
-        (rv = rn_backend_pg_open(cfg->database_url, &r->persist_b, err)) != CN_OK ||
-        (rv = rn_backend_pg_open(cfg->database_url, &r->lease_b, err)) != CN_OK) {
+    if (cfg->backend != NULL) {
+        r->claim_b = r->persist_b = r->lease_b = cfg->backend;
+    } else if ((rv = rn_backend_pg_open(cfg->database_url, &r->claim_b, err)) != CN_OK ||
+               (rv = rn_backend_pg_open(cfg->database_url, &r->persist_b, err)) != CN_OK ||
+               (rv = rn_backend_pg_open(cfg->database_url, &r->lease_b, err)) != CN_OK) {
         runner_free(r);
         return rv;
     }
@@ -1463,14 +1460,16 @@ runner_free(struct rn_runner *r)
     free(r->dags);
     free(r->reg);
     rn_idmap_fini(&r->reg_byid);
-    if (r->claim_b != NULL) {
-        r->claim_b->ops->close(r->claim_b);
-    }
-    if (r->persist_b != NULL) {
-        r->persist_b->ops->close(r->persist_b);
-    }
-    if (r->lease_b != NULL) {
-        r->lease_b->ops->close(r->lease_b);
+    if (r->cfg.backend == NULL) {
+        if (r->claim_b != NULL) {
+            r->claim_b->ops->close(r->claim_b);
+        }
+        if (r->persist_b != NULL) {
+            r->persist_b->ops->close(r->persist_b);
+        }
+        if (r->lease_b != NULL) {
+            r->lease_b->ops->close(r->lease_b);
+        }
     }
     pthread_mutex_destroy(&r->pmtx);
     pthread_cond_destroy(&r->pcond);

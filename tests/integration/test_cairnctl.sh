@@ -80,6 +80,38 @@ grep -q "cannot open" "$tmp/err" || fail "missing file: no 'cannot open' message
 [ $? -eq 1 ] || fail "mixed good and bad files: want exit 1"
 printf 'fn main():\n    return 1\n' | "$ctl" check - >/dev/null || fail "check - (stdin) failed"
 
+# 5. cairnctl exec: every example case of tests/fixtures/example_cases.json runs in process (the
+#    engine on the in-memory backend, std.* actions built in) and returns its expected result;
+#    a failing instance exits 4 with its error; bad input exits 1.
+python3 - "$ctl" "$root/tests/fixtures/example_cases.json" "$root" >"$tmp/exec.out" 2>&1 <<'PY'
+import json, subprocess, sys
+ctl, cases_file, root = sys.argv[1:4]
+bad = 0
+for c in json.load(open(cases_file)):
+    r = subprocess.run([ctl, "exec", f"{root}/examples/{c['workflow']}.cairn", "--input",
+                        c["input"], "--timeout", "60"], capture_output=True, text=True)
+    try:
+        got = json.loads(r.stdout)
+    except ValueError:
+        got = None
+    if r.returncode != 0 or got != json.loads(c["want"]):
+        bad += 1
+        print(f"exec {c['workflow']} {c['input']}: exit {r.returncode}, got {r.stdout!r}, "
+              f"want {c['want']}, stderr {r.stderr[-200:]!r}")
+sys.exit(1 if bad else 0)
+PY
+[ $? -eq 0 ] || fail "cairnctl exec of the example cases: $(cat "$tmp/exec.out")"
+"$ctl" exec "$root/examples/hello.cairn" --input '{}' >/dev/null 2>"$tmp/err"
+[ $? -eq 4 ] || fail "exec of a failing instance: want exit 4"
+grep -q "TypeError" "$tmp/err" || fail "exec of a failing instance: no TypeError in $(cat "$tmp/err")"
+"$ctl" exec "$root/examples/hello.cairn" --input '[1' >/dev/null 2>&1
+[ $? -eq 1 ] || fail "exec with bad input JSON: want exit 1"
+"$ctl" exec "$root/tests/cli/broken/tabs.cairn" >/dev/null 2>&1
+[ $? -eq 1 ] || fail "exec of a file that does not compile: want exit 1"
+out=$("$ctl" exec "$root/tests/integration/workflows/spread.cairn" --input '{"n": 200}' --json)
+[ "$out" = '{"status": "completed", "result": 200, "actions": 200}' ] ||
+    fail "exec --json of a 200-branch spread: $out"
+
 if [ "$fails" -ne 0 ]; then
     echo "$fails failure(s)"
     exit 1

@@ -1,0 +1,503 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The in-memory backend (backend.h): the same claim, lease, fencing and write semantics as the
+ * PostgreSQL one, with nothing durable. Used by `cairnctl exec` (try a workflow without a
+ * database) and by tests. Thread-safe: one object is shared by every runner thread (a mutex;
+ * wait_enqueue sleeps on a condition variable that enqueues signal).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ir/base/buf.h"
+#include "runner/backend.h"
+
+struct mem_version {
+    uint8_t id[16];
+    char *name;
+    char *source;
+};
+
+struct mem_instance {
+    uint8_t id[16];
+    uint8_t version_id[16];
+    char *workflow;
+    struct ir_val input;
+    struct cn_buf state; /* len 0: none yet */
+    enum rn_outcome outcome;
+    bool running;         /* claimed (status running) */
+    struct ir_val result; /* COMPLETED: the value; FAILED: the error */
+    bool queued;          /* has a queue row */
+    int priority;
+    int64_t scheduled_at; /* wall ms */
+    bool locked;
+    uint8_t lock[16];
+    int64_t lock_expires; /* wall ms */
+    struct rn_done *done; /* recorded results (values owned), in order */
+    size_t ndone, capdone;
+};
+
+struct mem_backend {
+    struct rn_backend base;
+    pthread_mutex_t mtx;
+    pthread_cond_t enqueued;
+    uint64_t seq; /* id generator */
+    struct mem_version *versions;
+    size_t nversions;
+    struct mem_instance **insts;
+    size_t ninsts, capinsts;
+    uint64_t enqueue_count;
+};
+
+static int64_t
+mem_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A fresh, unique 16-byte id: random bits plus a counter (uniqueness matters, not secrecy). */
+static void
+mem_id(struct mem_backend *b, uint8_t out[16])
+{
+    uint64_t r = ((uint64_t) rand() << 32) ^ (uint64_t) rand() ^ (uint64_t) mem_now();
+    uint64_t s = ++b->seq;
+
+    memcpy(out, &r, 8);
+    memcpy(out + 8, &s, 8);
+    out[6] = (uint8_t) ((out[6] & 0x0f) | 0x40); /* looks like a v4 UUID */
+    out[8] = (uint8_t) ((out[8] & 0x3f) | 0x80);
+}
+
+static struct mem_instance *
+mem_find(struct mem_backend *b, const uint8_t id[16])
+{
+    size_t i;
+
+    for (i = 0; i < b->ninsts; i++) {
+        if (memcmp(b->insts[i]->id, id, 16) == 0) {
+            return b->insts[i];
+        }
+    }
+    return NULL;
+}
+
+static bool
+claimable(const struct mem_instance *in, int64_t now)
+{
+    return in->queued && in->scheduled_at <= now && (!in->locked || in->lock_expires < now);
+}
+
+static cn_err
+mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claimed **out,
+          size_t *nout, struct cn_errmsg *err)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    struct rn_claimed *cl;
+    int64_t now = mem_now();
+    size_t n = 0, k;
+
+    (void) err;
+    *out = NULL;
+    *nout = 0;
+    pthread_mutex_lock(&b->mtx);
+    cl = calloc(max ? max : 1, sizeof(*cl));
+    if (cl == NULL) {
+        pthread_mutex_unlock(&b->mtx);
+        return CN_NOMEM;
+    }
+    while (n < max) {
+        struct mem_instance *best = NULL;
+        size_t i;
+
+        /* ORDER BY priority DESC, scheduled_at, as the SQL claim does */
+        for (i = 0; i < b->ninsts; i++) {
+            struct mem_instance *in = b->insts[i];
+            if (claimable(in, now) &&
+                (best == NULL || in->priority > best->priority ||
+                 (in->priority == best->priority && in->scheduled_at < best->scheduled_at))) {
+                best = in;
+            }
+        }
+        if (best == NULL) {
+            break;
+        }
+        best->locked = true;
+        mem_id(b, best->lock);
+        best->lock_expires = now + lease_ms;
+        best->running = true;
+        memcpy(cl[n].instance_id, best->id, 16);
+        memcpy(cl[n].lock, best->lock, 16);
+        memcpy(cl[n].version_id, best->version_id, 16);
+        cl[n].workflow = strdup(best->workflow);
+        cl[n].input = ir_val_retain(best->input);
+        if (best->state.len > 0 && (cl[n].state = malloc(best->state.len)) != NULL) {
+            memcpy(cl[n].state, best->state.data, best->state.len);
+            cl[n].state_len = best->state.len;
+        }
+        /* The latest result per execution id. */
+        cl[n].done = calloc(best->ndone ? best->ndone : 1, sizeof(*cl[n].done));
+        for (k = best->ndone; cl[n].done != NULL && k > 0; k--) {
+            const struct rn_done *d = &best->done[k - 1];
+            size_t j;
+            bool seen = false;
+            for (j = 0; j < cl[n].ndone && !seen; j++) {
+                seen = memcmp(cl[n].done[j].exec_id, d->exec_id, 16) == 0;
+            }
+            if (!seen) {
+                cl[n].done[cl[n].ndone] = *d;
+                cl[n].done[cl[n].ndone].value = ir_val_retain(d->value);
+                cl[n].ndone++;
+            }
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&b->mtx);
+    *out = cl;
+    *nout = n;
+    return CN_OK;
+}
+
+static cn_err
+mem_version_source(struct rn_backend *base, const uint8_t version_id[16], char **src,
+                   struct cn_errmsg *err)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    size_t i;
+
+    *src = NULL;
+    pthread_mutex_lock(&b->mtx);
+    for (i = 0; i < b->nversions; i++) {
+        if (memcmp(b->versions[i].id, version_id, 16) == 0) {
+            *src = strdup(b->versions[i].source);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&b->mtx);
+    if (i == b->nversions) {
+        return cn_errmsg_set(err, CN_NOTFOUND, "workflow version not found");
+    }
+    return *src != NULL ? CN_OK : CN_NOMEM;
+}
+
+static bool
+holds(const struct mem_instance *in, const uint8_t lock[16])
+{
+    return in != NULL && in->queued && in->locked && memcmp(in->lock, lock, 16) == 0;
+}
+
+static cn_err
+mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errmsg *err)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    size_t i, k;
+
+    (void) err;
+    pthread_mutex_lock(&b->mtx);
+    for (i = 0; i < n; i++) {
+        struct mem_instance *in = mem_find(b, w[i].instance_id);
+
+        w[i].lost = !holds(in, w[i].lock);
+        if (w[i].lost) {
+            continue;
+        }
+        for (k = 0; k < w[i].ndone; k++) {
+            if (in->ndone == in->capdone) {
+                size_t ncap = in->capdone ? in->capdone * 2 : 8;
+                struct rn_done *nd = realloc(in->done, ncap * sizeof(*nd));
+                if (nd == NULL) {
+                    pthread_mutex_unlock(&b->mtx);
+                    return CN_NOMEM; /* like a failed transaction: the caller retries */
+                }
+                in->done = nd;
+                in->capdone = ncap;
+            }
+            in->done[in->ndone] = w[i].done[k];
+            in->done[in->ndone].value = ir_val_retain(w[i].done[k].value);
+            in->ndone++;
+        }
+        if (w[i].state != NULL) {
+            cn_buf_clear(&in->state);
+            if (cn_buf_append(&in->state, w[i].state, w[i].state_len) != CN_OK) {
+                pthread_mutex_unlock(&b->mtx);
+                return CN_NOMEM;
+            }
+        }
+        if (w[i].outcome != RN_RUNNING) {
+            in->outcome = w[i].outcome;
+            ir_val_release(in->result);
+            in->result = ir_val_retain(w[i].result);
+            in->queued = false;
+            in->running = false;
+            in->locked = false;
+        } else if (w[i].release) {
+            in->locked = false;
+            in->running = false;
+            in->scheduled_at = w[i].wake_at_ms;
+        }
+    }
+    pthread_mutex_unlock(&b->mtx);
+    return CN_OK;
+}
+
+static cn_err
+mem_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int64_t lease_ms,
+              bool *lost, struct cn_errmsg *err)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    int64_t now = mem_now();
+    size_t i, j;
+
+    (void) err;
+    pthread_mutex_lock(&b->mtx);
+    for (i = 0; i < n; i++) {
+        lost[i] = true;
+        for (j = 0; j < b->ninsts; j++) {
+            if (holds(b->insts[j], locks[i])) {
+                b->insts[j]->lock_expires = now + lease_ms;
+                lost[i] = false;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&b->mtx);
+    return CN_OK;
+}
+
+static cn_err
+mem_release(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, struct cn_errmsg *err)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    size_t i, j;
+
+    (void) err;
+    pthread_mutex_lock(&b->mtx);
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < b->ninsts; j++) {
+            if (holds(b->insts[j], locks[i])) {
+                b->insts[j]->locked = false;
+                b->insts[j]->running = false;
+            }
+        }
+    }
+    pthread_mutex_unlock(&b->mtx);
+    return CN_OK;
+}
+
+static cn_err
+mem_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t lock[16],
+         struct ir_val error, struct cn_errmsg *err)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    struct mem_instance *in;
+
+    (void) err;
+    pthread_mutex_lock(&b->mtx);
+    in = mem_find(b, instance_id);
+    if (holds(in, lock)) {
+        in->outcome = RN_FAILED;
+        ir_val_release(in->result);
+        in->result = ir_val_retain(error);
+        in->queued = false;
+        in->running = false;
+        in->locked = false;
+    }
+    pthread_mutex_unlock(&b->mtx);
+    return CN_OK;
+}
+
+static cn_err
+mem_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    int64_t at = mem_now() + timeout_ms;
+    struct timespec ts;
+    uint64_t seen;
+
+    (void) err;
+    ts.tv_sec = (time_t) (at / 1000);
+    ts.tv_nsec = (long) (at % 1000) * 1000000L;
+    pthread_mutex_lock(&b->mtx);
+    seen = b->enqueue_count;
+    while (b->enqueue_count == seen) {
+        if (pthread_cond_timedwait(&b->enqueued, &b->mtx, &ts) != 0) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&b->mtx);
+    return CN_OK;
+}
+
+/* The shared object outlives the runner that uses it: close does nothing; rn_backend_mem_free
+ * frees it. */
+static void
+mem_close(struct rn_backend *base)
+{
+    (void) base;
+}
+
+static const struct rn_backend_ops mem_ops = {
+    .claim = mem_claim,
+    .version_source = mem_version_source,
+    .persist = mem_persist,
+    .heartbeat = mem_heartbeat,
+    .release = mem_release,
+    .fail = mem_fail,
+    .wait_enqueue = mem_wait_enqueue,
+    .close = mem_close,
+};
+
+cn_err
+rn_backend_mem_new(struct rn_backend **out)
+{
+    struct mem_backend *b = calloc(1, sizeof(*b));
+
+    *out = NULL;
+    if (b == NULL) {
+        return CN_NOMEM;
+    }
+    b->base.ops = &mem_ops;
+    pthread_mutex_init(&b->mtx, NULL);
+    pthread_cond_init(&b->enqueued, NULL);
+    srand((unsigned) mem_now());
+    *out = &b->base;
+    return CN_OK;
+}
+
+cn_err
+rn_backend_mem_register(struct rn_backend *base, const char *name, const char *source,
+                        uint8_t version_id[16])
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    struct mem_version *n;
+
+    pthread_mutex_lock(&b->mtx);
+    n = realloc(b->versions, (b->nversions + 1) * sizeof(*n));
+    if (n == NULL) {
+        pthread_mutex_unlock(&b->mtx);
+        return CN_NOMEM;
+    }
+    b->versions = n;
+    n = &b->versions[b->nversions];
+    mem_id(b, n->id);
+    n->name = strdup(name);
+    n->source = strdup(source);
+    if (n->name == NULL || n->source == NULL) {
+        free(n->name);
+        free(n->source);
+        pthread_mutex_unlock(&b->mtx);
+        return CN_NOMEM;
+    }
+    memcpy(version_id, n->id, 16);
+    b->nversions++;
+    pthread_mutex_unlock(&b->mtx);
+    return CN_OK;
+}
+
+cn_err
+rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val input,
+                       int64_t scheduled_at_ms, uint8_t instance_id[16])
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    struct mem_instance *in;
+    const struct mem_version *v = NULL;
+    size_t i;
+
+    if (input.type != IR_T_MAP) {
+        return CN_TYPE;
+    }
+    pthread_mutex_lock(&b->mtx);
+    for (i = b->nversions; i > 0 && v == NULL; i--) { /* the newest version */
+        if (strcmp(b->versions[i - 1].name, name) == 0) {
+            v = &b->versions[i - 1];
+        }
+    }
+    if (v == NULL) {
+        pthread_mutex_unlock(&b->mtx);
+        return CN_NOTFOUND;
+    }
+    if (b->ninsts == b->capinsts) {
+        size_t ncap = b->capinsts ? b->capinsts * 2 : 16;
+        struct mem_instance **n = realloc(b->insts, ncap * sizeof(*n));
+        if (n == NULL) {
+            pthread_mutex_unlock(&b->mtx);
+            return CN_NOMEM;
+        }
+        b->insts = n;
+        b->capinsts = ncap;
+    }
+    if ((in = calloc(1, sizeof(*in))) == NULL || (in->workflow = strdup(name)) == NULL) {
+        free(in);
+        pthread_mutex_unlock(&b->mtx);
+        return CN_NOMEM;
+    }
+    mem_id(b, in->id);
+    memcpy(in->version_id, v->id, 16);
+    in->input = ir_val_retain(input);
+    in->result = ir_null();
+    in->queued = true;
+    in->scheduled_at = scheduled_at_ms != 0 ? scheduled_at_ms : mem_now();
+    b->insts[b->ninsts++] = in;
+    memcpy(instance_id, in->id, 16);
+    b->enqueue_count++;
+    pthread_cond_broadcast(&b->enqueued);
+    pthread_mutex_unlock(&b->mtx);
+    return CN_OK;
+}
+
+cn_err
+rn_backend_mem_outcome(struct rn_backend *base, const uint8_t instance_id[16],
+                       enum rn_outcome *outcome, struct ir_val *result, size_t *nresults)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    struct mem_instance *in;
+
+    pthread_mutex_lock(&b->mtx);
+    in = mem_find(b, instance_id);
+    if (in == NULL) {
+        pthread_mutex_unlock(&b->mtx);
+        return CN_NOTFOUND;
+    }
+    *outcome = in->outcome;
+    *result = ir_val_retain(in->result);
+    if (nresults != NULL) {
+        *nresults = in->ndone;
+    }
+    pthread_mutex_unlock(&b->mtx);
+    return CN_OK;
+}
+
+void
+rn_backend_mem_free(struct rn_backend *base)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    size_t i, k;
+
+    if (b == NULL) {
+        return;
+    }
+    for (i = 0; i < b->nversions; i++) {
+        free(b->versions[i].name);
+        free(b->versions[i].source);
+    }
+    free(b->versions);
+    for (i = 0; i < b->ninsts; i++) {
+        struct mem_instance *in = b->insts[i];
+        for (k = 0; k < in->ndone; k++) {
+            ir_val_release(in->done[k].value);
+        }
+        free(in->done);
+        free(in->workflow);
+        ir_val_release(in->input);
+        ir_val_release(in->result);
+        cn_buf_fini(&in->state);
+        free(in);
+    }
+    free(b->insts);
+    pthread_mutex_destroy(&b->mtx);
+    pthread_cond_destroy(&b->enqueued);
+    free(b);
+}

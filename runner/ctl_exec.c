@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `cairnctl exec FILE --input JSON`: runs one workflow instance without a database. The whole
+ * engine runs in this process — the runner (runner/runner.h) on the in-memory backend, its
+ * worker pool on an ipc socket in a temp directory, and one in-process SDK worker serving the
+ * std.* actions — then prints the result. For trying a workflow; nothing is kept.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cairn/worker.h"
+#include "ir/eval.h"
+#include "runner/backend.h"
+#include "runner/ctl.h"
+#include "runner/log.h"
+#include "runner/runner.h"
+#include "worker-protocol/std_actions.h"
+
+static int64_t
+mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+ctl_cmd_exec(int argc, char **argv)
+{
+    const char *file = NULL, *input_text = "{}";
+    long timeout_s = 300;
+    bool json_out = false;
+    struct rn_backend *mem = NULL;
+    struct rn_runner *r = NULL;
+    struct cairn_worker *w = NULL;
+    struct rn_runner_cfg cfg;
+    struct cairn_worker_options wo;
+    struct cn_errmsg em = {{0}};
+    struct ir_dag *dag = NULL;
+    struct ir_val input = ir_null(), result = ir_null();
+    struct cn_buf out = CN_BUF_INIT;
+    enum rn_outcome outcome = RN_RUNNING;
+    char dir[] = "/tmp/cairnctl-exec-XXXXXX", url[160], sock[128];
+    uint8_t vid[16], iid[16];
+    char *src = NULL;
+    size_t src_len = 0, i, nresults = 0;
+    int status = EXIT_OK, k;
+    bool made_dir = false;
+    int64_t deadline;
+    json_error_t je;
+    json_t *parsed;
+
+    for (k = 0; k < argc; k++) {
+        if (strcmp(argv[k], "--input") == 0 && k + 1 < argc) {
+            input_text = argv[++k];
+        } else if (strcmp(argv[k], "--timeout") == 0 && k + 1 < argc) {
+            char *end;
+            timeout_s = strtol(argv[++k], &end, 10);
+            if (*end != '\0' || timeout_s < 1 || timeout_s > 86400) {
+                fprintf(stderr, "cairnctl exec: --timeout must be 1..86400 seconds\n");
+                return EXIT_USAGE;
+            }
+        } else if (strcmp(argv[k], "--json") == 0) {
+            json_out = true;
+        } else if (argv[k][0] == '-' && argv[k][1] != '\0') {
+            fprintf(stderr, "cairnctl exec: unknown option %s\n", argv[k]);
+            return EXIT_USAGE;
+        } else if (file == NULL) {
+            file = argv[k];
+        } else {
+            fprintf(stderr, "cairnctl exec: unexpected argument '%s'\n", argv[k]);
+            return EXIT_USAGE;
+        }
+    }
+    if (file == NULL) {
+        fprintf(stderr, "usage: cairnctl exec FILE [--input JSON] [--timeout S] [--json]\n");
+        return EXIT_USAGE;
+    }
+    parsed = json_loads(input_text, JSON_REJECT_DUPLICATES, &je);
+    if (parsed == NULL || !json_is_object(parsed)) {
+        if (parsed == NULL) {
+            fprintf(stderr, "cairnctl exec: --input is not valid JSON: %s (line %d, column %d)\n",
+                    je.text, je.line, je.column);
+        } else {
+            fprintf(stderr, "cairnctl exec: --input must be a JSON object\n");
+        }
+        json_decref(parsed);
+        return EXIT_REJECTED;
+    }
+    json_decref(parsed);
+    if (ir_val_from_json(input_text, strlen(input_text), &input, &em) != CN_OK) {
+        fprintf(stderr, "cairnctl exec: --input: %s\n", em.text);
+        return EXIT_REJECTED;
+    }
+    if ((status = ctl_compile_file(file, &dag, &src, &src_len)) != EXIT_OK) {
+        ir_val_release(input);
+        return status;
+    }
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "cairnctl exec: cannot make a temp directory\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    made_dir = true;
+    (void) snprintf(sock, sizeof(sock), "%s/w.sock", dir);
+    (void) snprintf(url, sizeof(url), "ipc://%s", sock);
+    rn_log_setup(RN_LOG_WARN, false);
+    if (rn_backend_mem_new(&mem) != CN_OK ||
+        rn_backend_mem_register(mem, "main", src, vid) != CN_OK ||
+        rn_backend_mem_enqueue(mem, "main", input, 0, iid) != CN_OK) {
+        fprintf(stderr, "cairnctl exec: out of memory\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.backend = mem;
+    cfg.worker_listen = url;
+    cfg.shards = 1;
+    cfg.max_instances = 16;
+    cfg.poll_interval_ms = 20;
+    cfg.lock_ttl_ms = 30000;
+    cfg.lock_heartbeat_ms = 10000;
+    cfg.evict_sleep_threshold_ms = UINT32_MAX; /* in memory, a sleeping instance just waits */
+    cfg.default_action_timeout_ms = 300000;
+    if (rn_runner_start(&cfg, &r, &em) != CN_OK) {
+        fprintf(stderr, "cairnctl exec: cannot start the engine: %s\n", em.text);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    memset(&wo, 0, sizeof(wo));
+    wo.name = "cairnctl-exec";
+    wo.slots = 8;
+    wo.start_timeout_ms = 10000;
+    if (cairn_worker_new(url, &wo, &w) != CN_OK) {
+        status = EXIT_USAGE;
+        goto out;
+    }
+    for (i = 0; i < cairn_n_std; i++) {
+        if (cairn_worker_register(w, cairn_std_actions[i].name, cairn_std_actions[i].fn, NULL) !=
+            CN_OK) {
+            status = EXIT_USAGE;
+            goto out;
+        }
+    }
+    if (cairn_worker_start(w) != CN_OK) {
+        fprintf(stderr, "cairnctl exec: the built-in worker did not start: %s\n",
+                cairn_worker_error(w));
+        status = EXIT_USAGE;
+        goto out;
+    }
+    deadline = mono_ms() + timeout_s * 1000;
+    for (;;) {
+        struct timespec ts = {0, 5 * 1000000L};
+
+        ir_val_release(result);
+        result = ir_null();
+        if (rn_backend_mem_outcome(mem, iid, &outcome, &result, &nresults) != CN_OK ||
+            outcome != RN_RUNNING || mono_ms() >= deadline) {
+            break;
+        }
+        nanosleep(&ts, NULL);
+    }
+    if (outcome == RN_RUNNING) {
+        fprintf(stderr, "cairnctl exec: %s did not finish within %ld s\n", file, timeout_s);
+        status = EXIT_PENDING;
+        goto out;
+    }
+    if (ir_val_to_json(result, &out, &em) != CN_OK) {
+        cn_buf_clear(&out);
+        if (cn_buf_puts(&out, "null") != CN_OK) {
+            status = EXIT_USAGE;
+            goto out;
+        }
+    }
+    if (json_out) {
+        printf("{\"status\": \"%s\", \"%s\": %s, \"actions\": %zu}\n",
+               outcome == RN_COMPLETED ? "completed"
+               : outcome == RN_FAILED  ? "failed"
+                                       : "cancelled",
+               outcome == RN_COMPLETED ? "result" : "error", out.data, nresults);
+    } else if (outcome == RN_COMPLETED) {
+        printf("%s\n", out.data);
+    } else {
+        fprintf(stderr, "%s %s: %s\n", file, outcome == RN_FAILED ? "failed" : "was cancelled",
+                out.data);
+    }
+    status = outcome == RN_COMPLETED ? EXIT_OK : EXIT_FAILED;
+out:
+    if (w != NULL) {
+        cairn_worker_stop(w, 1000);
+        cairn_worker_free(w);
+    }
+    rn_runner_stop(r, 2000); /* the finished instance's last acknowledgement, at most */
+    rn_backend_mem_free(mem);
+    if (made_dir) {
+        (void) unlink(sock);
+        (void) rmdir(dir);
+    }
+    ir_val_release(result);
+    ir_val_release(input);
+    cn_buf_fini(&out);
+    ir_dag_free(dag);
+    free(src);
+    return status;
+}

@@ -1,0 +1,333 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Backend conformance: the same checks against the in-memory backend and, when
+ * CAIRN_TEST_DATABASE_URL is set (scripts/test sets it), the PostgreSQL backend in a fresh
+ * database of its own. Claims lease an instance once; writes are fenced by the claim token;
+ * finished instances leave the queue; released ones come back with their state and the latest
+ * result per execution id; heartbeats find lost leases; a failed instance is never claimed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <libpq-fe.h>
+
+#include "ir/eval.h"
+#include "runner/backend.h"
+#include "runner/db.h"
+#include "runner/migrate.h"
+#include "tests/support/leak.h"
+
+TestSuite(backend, .fini = t_leak_check, .timeout = 60);
+
+struct fx {
+    struct rn_backend *b;
+    bool pg;
+    PGconn *admin; /* pg: the test database */
+    char dbname[64];
+    char *base_url;
+};
+
+static const char *src = "fn main(input: [n], output: [r]):\n    r = @std.echo(value=n)\n"
+                         "    return r\n";
+
+/* A database URL naming another database on the same server. */
+static char *
+url_for(const char *base, const char *db)
+{
+    const char *slash = strstr(base, "://"), *path, *query;
+    size_t head;
+    char *out;
+
+    path = slash != NULL ? strchr(slash + 3, '/') : NULL;
+    cr_assert_not_null(path, "unexpected URL %s", base);
+    query = strchr(path, '?');
+    head = (size_t) (path - base) + 1;
+    out = malloc(head + strlen(db) + (query ? strlen(query) : 0) + 1);
+    cr_assert_not_null(out);
+    memcpy(out, base, head);
+    strcpy(out + head, db);
+    if (query != NULL) {
+        strcat(out, query);
+    }
+    return out;
+}
+
+static void
+pg_exec_ok(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+
+    cr_assert(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+}
+
+static void
+fx_open(struct fx *f, bool pg)
+{
+    struct cn_errmsg em = {{0}};
+
+    memset(f, 0, sizeof(*f));
+    f->pg = pg;
+    if (!pg) {
+        uint8_t vid[16];
+        cr_assert_eq(rn_backend_mem_new(&f->b), CN_OK);
+        cr_assert_eq(rn_backend_mem_register(f->b, "t", src, vid), CN_OK);
+        return;
+    }
+    {
+        const char *base = getenv("CAIRN_TEST_DATABASE_URL");
+        PGconn *root;
+        char sql[128], *url;
+        size_t applied;
+
+        if (base == NULL || *base == '\0') {
+            cr_skip_test("CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)");
+        }
+        f->base_url = strdup(base);
+        (void) snprintf(f->dbname, sizeof(f->dbname), "backend_%ld_%d", (long) getpid(),
+                        rand() % 100000);
+        cr_assert_eq(rn_db_connect(base, &root, &em), CN_OK, "%s", em.text);
+        (void) snprintf(sql, sizeof(sql), "CREATE DATABASE %s", f->dbname);
+        pg_exec_ok(root, sql);
+        PQfinish(root);
+        url = url_for(base, f->dbname);
+        cr_assert_eq(rn_db_connect(url, &f->admin, &em), CN_OK, "%s", em.text);
+        cr_assert_eq(rn_migrate(f->admin, NULL, NULL, &applied, &em), CN_OK, "%s", em.text);
+        {
+            const char *p[1] = {src};
+            PGresult *r = PQexecParams(f->admin,
+                                       "INSERT INTO cairn.workflow_versions (workflow_name,"
+                                       " workflow_version, ir_hash, source) VALUES ('t', 'v1',"
+                                       " 'h', $1)",
+                                       1, NULL, p, NULL, NULL, 0);
+            cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(f->admin));
+            PQclear(r);
+        }
+        cr_assert_eq(rn_backend_pg_open(url, &f->b, &em), CN_OK, "%s", em.text);
+        free(url);
+    }
+}
+
+static void
+fx_close(struct fx *f)
+{
+    if (!f->pg) {
+        rn_backend_mem_free(f->b);
+        return;
+    }
+    f->b->ops->close(f->b);
+    PQfinish(f->admin);
+    {
+        struct cn_errmsg em;
+        PGconn *root;
+        char sql[128];
+        cr_assert_eq(rn_db_connect(f->base_url, &root, &em), CN_OK);
+        (void) snprintf(sql, sizeof(sql), "DROP DATABASE %s WITH (FORCE)", f->dbname);
+        pg_exec_ok(root, sql);
+        PQfinish(root);
+    }
+    free(f->base_url);
+}
+
+/* Enqueues an instance of "t" with input {"n": n}. */
+static void
+fx_enqueue(struct fx *f, int n, uint8_t id[16])
+{
+    if (!f->pg) {
+        struct ir_val in;
+        cr_assert_eq(ir_map_new(1, &in), CN_OK);
+        cr_assert_eq(ir_map_set_cstr(&in, "n", ir_int(n)), CN_OK);
+        cr_assert_eq(rn_backend_mem_enqueue(f->b, "t", in, 0, id), CN_OK);
+        ir_val_release(in);
+        return;
+    }
+    {
+        char input[64];
+        const char *p[1] = {input};
+        PGresult *r;
+
+        (void) snprintf(input, sizeof(input), "{\"n\": %d}", n);
+        r = PQexecParams(f->admin, "SELECT cairn.enqueue('t', $1::jsonb)", 1, NULL, p, NULL, NULL,
+                         1);
+        cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(f->admin));
+        cr_assert_eq(PQgetlength(r, 0, 0), 16);
+        memcpy(id, PQgetvalue(r, 0, 0), 16);
+        PQclear(r);
+    }
+}
+
+static size_t
+claim(struct fx *f, int64_t lease_ms, struct rn_claimed **out)
+{
+    struct cn_errmsg em = {{0}};
+    size_t n = 0;
+
+    cr_assert_eq(f->b->ops->claim(f->b, 10, lease_ms, out, &n, &em), CN_OK, "%s", em.text);
+    return n;
+}
+
+static void
+persist(struct fx *f, struct rn_write *w, size_t n)
+{
+    struct cn_errmsg em = {{0}};
+
+    cr_assert_eq(f->b->ops->persist(f->b, w, n, &em), CN_OK, "%s", em.text);
+}
+
+static struct rn_write
+write_for(const struct rn_claimed *c)
+{
+    struct rn_write w;
+
+    memset(&w, 0, sizeof(w));
+    memcpy(w.instance_id, c->instance_id, 16);
+    memcpy(w.lock, c->lock, 16);
+    w.result = ir_null();
+    return w;
+}
+
+static void
+sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long) (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void
+claims_are_leased_and_writes_fenced(bool pg)
+{
+    struct fx f;
+    struct rn_claimed *c = NULL, *c2 = NULL;
+    struct rn_done d[2];
+    struct rn_write w[2];
+    uint8_t id[16], wrong[16];
+    const struct ir_val *n;
+
+    fx_open(&f, pg);
+    fx_enqueue(&f, 7, id);
+    cr_assert_eq(claim(&f, 30000, &c), 1);
+    cr_assert(memcmp(c[0].instance_id, id, 16) == 0);
+    cr_assert_null(c[0].state, "a fresh instance has no state");
+    n = ir_map_get(c[0].input, "n", 1);
+    cr_assert(n != NULL && n->u.i == 7);
+    cr_assert_eq(claim(&f, 30000, &c2), 0, "a leased instance was claimed twice");
+    rn_claimed_free(c2, 0);
+
+    /* A result and a snapshot under the claim token; the same under a wrong token. */
+    memset(d, 0, sizeof(d));
+    memset(d[0].exec_id, 0xE1, 16);
+    d[0].attempt = 1;
+    d[0].ok = true;
+    d[0].value = ir_int(70);
+    w[0] = write_for(&c[0]);
+    w[0].done = &d[0];
+    w[0].ndone = 1;
+    w[0].state = "\x91\x01";
+    w[0].state_len = 2;
+    w[1] = w[0];
+    memset(wrong, 0x77, 16);
+    memcpy(w[1].lock, wrong, 16);
+    d[1] = d[0];
+    d[1].attempt = 2;
+    w[1].done = &d[1];
+    persist(&f, w, 2);
+    cr_assert(!w[0].lost, "the holder's write was refused");
+    cr_assert(w[1].lost, "a write under another token was accepted");
+
+    /* Hand it back; claimed again it has the state and exactly the holder's result. */
+    w[0] = write_for(&c[0]);
+    w[0].release = true;
+    w[0].wake_at_ms = 1;
+    persist(&f, w, 1);
+    cr_assert(!w[0].lost);
+    rn_claimed_free(c, 1);
+    cr_assert_eq(claim(&f, 30000, &c), 1);
+    cr_assert_eq(c[0].state_len, 2);
+    cr_assert_eq(memcmp(c[0].state, "\x91\x01", 2), 0);
+    cr_assert_eq(c[0].ndone, 1);
+    cr_assert_eq(c[0].done[0].attempt, 1, "the fenced-off write left a result behind");
+    cr_assert_eq(c[0].done[0].value.u.i, 70);
+
+    /* Finished: it leaves the queue for good. */
+    w[0] = write_for(&c[0]);
+    w[0].outcome = RN_COMPLETED;
+    w[0].result = ir_int(70);
+    persist(&f, w, 1);
+    cr_assert(!w[0].lost);
+    rn_claimed_free(c, 1);
+    cr_assert_eq(claim(&f, 1, &c), 0, "a finished instance was claimed");
+    rn_claimed_free(c, 0);
+    fx_close(&f);
+}
+
+Test(backend, memory_claims_are_leased_and_writes_fenced)
+{
+    claims_are_leased_and_writes_fenced(false);
+}
+
+Test(backend, postgres_claims_are_leased_and_writes_fenced)
+{
+    claims_are_leased_and_writes_fenced(true);
+}
+
+static void
+expired_leases_move_and_the_old_holder_is_fenced(bool pg)
+{
+    struct fx f;
+    struct rn_claimed *c = NULL, *c2 = NULL;
+    struct rn_write w;
+    struct cn_errmsg em = {{0}};
+    uint8_t id[16], locks[2][16];
+    bool lost[2];
+
+    fx_open(&f, pg);
+    fx_enqueue(&f, 1, id);
+    cr_assert_eq(claim(&f, 50, &c), 1);
+    memcpy(locks[0], c[0].lock, 16);
+    cr_assert_eq(f.b->ops->heartbeat(f.b, (const uint8_t(*)[16]) locks, 1, 50, lost, &em), CN_OK);
+    cr_assert(!lost[0], "a held lease reported lost");
+    sleep_ms(120); /* the lease expires: another claim takes it with a new token */
+    cr_assert_eq(claim(&f, 30000, &c2), 1);
+    cr_assert(memcmp(c2[0].lock, c[0].lock, 16) != 0, "a new claim reused the token");
+    memcpy(locks[1], c2[0].lock, 16);
+    cr_assert_eq(f.b->ops->heartbeat(f.b, (const uint8_t(*)[16]) locks, 2, 30000, lost, &em),
+                 CN_OK);
+    cr_assert(lost[0], "the old holder still holds it");
+    cr_assert(!lost[1]);
+    w = write_for(&c[0]);
+    w.state = "\x90";
+    w.state_len = 1;
+    persist(&f, &w, 1);
+    cr_assert(w.lost, "the old holder could still write");
+    /* A failed instance is never claimed again. */
+    cr_assert_eq(f.b->ops->fail(f.b, c2[0].instance_id, c2[0].lock, ir_null(), &em), CN_OK);
+    rn_claimed_free(c, 1);
+    rn_claimed_free(c2, 1);
+    sleep_ms(10);
+    cr_assert_eq(claim(&f, 30000, &c), 0);
+    rn_claimed_free(c, 0);
+    /* release hands a lease back at once */
+    fx_enqueue(&f, 2, id);
+    cr_assert_eq(claim(&f, 30000, &c), 1);
+    memcpy(locks[0], c[0].lock, 16);
+    cr_assert_eq(f.b->ops->release(f.b, (const uint8_t(*)[16]) locks, 1, &em), CN_OK);
+    rn_claimed_free(c, 1);
+    cr_assert_eq(claim(&f, 30000, &c), 1, "a released instance was not claimable");
+    rn_claimed_free(c, 1);
+    fx_close(&f);
+}
+
+Test(backend, memory_expired_leases_move_and_the_old_holder_is_fenced)
+{
+    expired_leases_move_and_the_old_holder_is_fenced(false);
+}
+
+Test(backend, postgres_expired_leases_move_and_the_old_holder_is_fenced)
+{
+    expired_leases_move_and_the_old_holder_is_fenced(true);
+}
