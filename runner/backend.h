@@ -79,8 +79,14 @@ struct rn_backend_ops {
                       struct cn_errmsg *err);
     /* Marks an instance that cannot run (its version does not compile, its snapshot does not
      * decode) as failed with error, if the lock is still held. */
-    cn_err (*fail)(struct rn_backend *b, const uint8_t instance_id[16], const uint8_t lock[16],
-                   struct ir_val error, struct cn_errmsg *err);
+    cn_err (*fail)(
+        struct rn_backend *b, const uint8_t instance_id[16], const uint8_t lock[16],
+        struct ir_val error,
+        struct cn_errmsg
+            *err); /* Clears up to max leases that have expired (their runner died or stalled) and
+                    * marks those instances queued again; *n says how many. The claim takes expired
+                    * leases anyway; this keeps the status of a dead runner's instances truthful. */
+    cn_err (*reclaim)(struct rn_backend *b, size_t max, size_t *n, struct cn_errmsg *err);
     /* Waits up to timeout_ms for a hint that instances were enqueued (NOTIFY cairn_enqueue);
      * returns early when one comes. A hint only: callers poll anyway. */
     cn_err (*wait_enqueue)(struct rn_backend *b, int timeout_ms, struct cn_errmsg *err);

@@ -310,6 +310,28 @@ mem_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t l
 }
 
 static cn_err
+mem_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *err)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    int64_t now = mem_now();
+    size_t i;
+
+    (void) err;
+    *n = 0;
+    pthread_mutex_lock(&b->mtx);
+    for (i = 0; i < b->ninsts && *n < max; i++) {
+        struct mem_instance *in = b->insts[i];
+        if (in->queued && in->locked && in->lock_expires < now) {
+            in->locked = false;
+            in->running = false;
+            (*n)++;
+        }
+    }
+    pthread_mutex_unlock(&b->mtx);
+    return CN_OK;
+}
+
+static cn_err
 mem_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
@@ -346,6 +368,7 @@ static const struct rn_backend_ops mem_ops = {
     .heartbeat = mem_heartbeat,
     .release = mem_release,
     .fail = mem_fail,
+    .reclaim = mem_reclaim,
     .wait_enqueue = mem_wait_enqueue,
     .close = mem_close,
 };

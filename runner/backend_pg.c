@@ -769,6 +769,37 @@ pg_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t lo
 }
 
 static cn_err
+pg_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    char maxs[24];
+    const char *p[1] = {maxs};
+    PGresult *r = NULL;
+    cn_err rv;
+
+    *n = 0;
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    (void) snprintf(maxs, sizeof(maxs), "%zu", max);
+    rv = pg_exec_bin(b,
+                     "WITH e AS (SELECT instance_id FROM cairn.queued_instances"
+                     " WHERE lock_uuid IS NOT NULL AND lock_expires_at < clock_timestamp()"
+                     " LIMIT $1 FOR UPDATE SKIP LOCKED),"
+                     " q AS (UPDATE cairn.queued_instances q SET lock_uuid = NULL,"
+                     " lock_expires_at = NULL FROM e WHERE q.instance_id = e.instance_id"
+                     " RETURNING q.instance_id)"
+                     " UPDATE cairn.runner_instances ri SET status = 'queued' FROM q"
+                     " WHERE ri.instance_id = q.instance_id",
+                     1, p, &r, err);
+    if (rv == CN_OK) {
+        *n = (size_t) strtoull(PQcmdTuples(r), NULL, 10);
+    }
+    PQclear(r);
+    return rv;
+}
+
+static cn_err
 pg_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
@@ -829,6 +860,7 @@ static const struct rn_backend_ops pg_ops = {
     .heartbeat = pg_heartbeat,
     .release = pg_release,
     .fail = pg_fail,
+    .reclaim = pg_reclaim,
     .wait_enqueue = pg_wait_enqueue,
     .close = pg_close,
 };

@@ -51,6 +51,10 @@ static struct setting settings[] = {
      "lease length: how long a crashed runner's instances wait before another takes them", NULL},
     {"CAIRN_LOCK_HEARTBEAT_MS", "lock-heartbeat-ms", S_U32, "10000", 100, 86400000,
      "lease renewal period (below CAIRN_LOCK_TTL_MS)", NULL},
+    {"CAIRN_RECLAIM_INTERVAL_MS", "reclaim-interval-ms", S_U32, "10000", 0, 86400000,
+     "how often expired leases (of runners that died) are cleared, 0 = never (the claim takes "
+     "them anyway; this keeps their status truthful)",
+     NULL},
     {"CAIRN_EVICT_SLEEP_THRESHOLD_MS", "evict-sleep-threshold-ms", S_U32, "60000", 0, UINT32_MAX,
      "an instance sleeping longer than this is handed back until it is due", NULL},
     {"CAIRN_DEFAULT_ACTION_TIMEOUT_MS", "default-action-timeout-ms", S_U32, "300000", 1, UINT32_MAX,
@@ -239,6 +243,7 @@ main(int argc, char **argv)
     cfg.poll_interval_ms = u32("CAIRN_POLL_INTERVAL_MS");
     cfg.lock_ttl_ms = u32("CAIRN_LOCK_TTL_MS");
     cfg.lock_heartbeat_ms = u32("CAIRN_LOCK_HEARTBEAT_MS");
+    cfg.reclaim_interval_ms = u32("CAIRN_RECLAIM_INTERVAL_MS");
     cfg.evict_sleep_threshold_ms = u32("CAIRN_EVICT_SLEEP_THRESHOLD_MS");
     cfg.default_action_timeout_ms = u32("CAIRN_DEFAULT_ACTION_TIMEOUT_MS");
     cfg.worker_idle_ms = u32("CAIRN_WORKER_IDLE_MS");

@@ -1144,10 +1144,31 @@ claimer_main(void *arg)
 
 /* ---- lease keeper ------------------------------------------------------------------------- */
 
+/* The reclaimer's part of the keeper thread: clears expired leases (runners that died) so their
+ * instances show as queued again, in batches. */
+static void
+reclaim_expired(struct rn_runner *r)
+{
+    struct cn_errmsg em = {{0}};
+    size_t n = 0, total = 0;
+
+    do {
+        if (r->lease_b->ops->reclaim(r->lease_b, 1000, &n, &em) != CN_OK) {
+            rn_log(RN_LOG_ERROR, "reclaiming expired leases failed: %s", em.text);
+            return;
+        }
+        total += n;
+    } while (n == 1000);
+    if (total > 0) {
+        rn_log(RN_LOG_INFO, "reclaimed %zu expired lease(s)", total);
+    }
+}
+
 static void *
 keeper_main(void *arg)
 {
     struct rn_runner *r = arg;
+    int64_t next_reclaim = clock_ms(CLOCK_MONOTONIC) + r->cfg.reclaim_interval_ms;
 
     pthread_mutex_lock(&r->kmtx);
     while (!r->kstop) {
@@ -1192,6 +1213,10 @@ keeper_main(void *arg)
         free(copy);
         free(locks);
         free(lost);
+        if (r->cfg.reclaim_interval_ms != 0 && clock_ms(CLOCK_MONOTONIC) >= next_reclaim) {
+            reclaim_expired(r);
+            next_reclaim = clock_ms(CLOCK_MONOTONIC) + r->cfg.reclaim_interval_ms;
+        }
         pthread_mutex_lock(&r->kmtx);
     }
     pthread_mutex_unlock(&r->kmtx);

@@ -7,7 +7,8 @@
  *
  * Threads: a claimer, CAIRN_SHARDS shards (each owns its instances exclusively; the executor
  * runs there), a persister (batches writes from every shard into one transaction), a lease
- * keeper (extends the leases of every owned instance; a lost lease evicts the instance), and
+ * keeper (extends the leases of every owned instance; a lost lease evicts the instance; it
+ * also runs the reclaimer, which clears expired leases of dead runners), and
  * the worker pool's own threads. Shards talk to the others through mutex-protected queues;
  * no lock is held across storage or network calls.
  */
@@ -31,6 +32,7 @@ struct rn_runner_cfg {
     uint32_t poll_interval_ms;     /* claim poll when no NOTIFY comes */
     uint32_t lock_ttl_ms;          /* lease length */
     uint32_t lock_heartbeat_ms;    /* lease renewal period */
+    uint32_t reclaim_interval_ms;  /* expired-lease sweep period (0: never) */
     uint32_t evict_sleep_threshold_ms; /* sleeps longer than this are handed back */
     uint32_t default_action_timeout_ms;
     uint32_t worker_idle_ms; /* the pool's idle cycle (0: its default) */

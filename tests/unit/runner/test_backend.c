@@ -331,3 +331,46 @@ Test(backend, postgres_expired_leases_move_and_the_old_holder_is_fenced)
 {
     expired_leases_move_and_the_old_holder_is_fenced(true);
 }
+
+static void
+the_reclaimer_clears_expired_leases(bool pg)
+{
+    struct fx f;
+    struct rn_claimed *c = NULL;
+    struct cn_errmsg em = {{0}};
+    uint8_t id[16], held[16];
+    bool lost;
+    size_t n = 99;
+
+    fx_open(&f, pg);
+    fx_enqueue(&f, 1, id);
+    fx_enqueue(&f, 2, id);
+    cr_assert_eq(claim(&f, 50, &c), 2);
+    memcpy(held, c[1].lock, 16);
+    rn_claimed_free(c, 2);
+    cr_assert_eq(f.b->ops->reclaim(f.b, 10, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(n, 0, "a live lease was reclaimed");
+    sleep_ms(120);
+    cr_assert_eq(f.b->ops->reclaim(f.b, 1, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(n, 1, "the batch limit was not kept");
+    cr_assert_eq(f.b->ops->reclaim(f.b, 10, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(f.b->ops->reclaim(f.b, 10, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(f.b->ops->heartbeat(f.b, (const uint8_t(*)[16]) & held, 1, 30000, &lost, &em),
+                 CN_OK);
+    cr_assert(lost, "a reclaimed lease can still be renewed");
+    cr_assert_eq(claim(&f, 30000, &c), 2, "reclaimed instances are claimable");
+    rn_claimed_free(c, 2);
+    fx_close(&f);
+}
+
+Test(backend, memory_the_reclaimer_clears_expired_leases)
+{
+    the_reclaimer_clears_expired_leases(false);
+}
+
+Test(backend, postgres_the_reclaimer_clears_expired_leases)
+{
+    the_reclaimer_clears_expired_leases(true);
+}
