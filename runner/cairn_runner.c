@@ -42,6 +42,8 @@ static struct setting settings[] = {
      "where workers connect: tcp://HOST:PORT, ipc://PATH, tls+tcp://HOST:PORT", NULL},
     {"CAIRN_WORKER_CREDENTIAL", "worker-credential", S_STR, NULL, 0, 0,
      "shared token workers must send in hello (none: not checked)", NULL},
+    {"CAIRN_HTTP_LISTEN", "http-listen", S_STR, NULL, 0, 0,
+     "HOST:PORT for /metrics (Prometheus), /healthz and /readyz (none: no HTTP)", NULL},
     {"CAIRN_SHARDS", "shards", S_U32, "2", 1, 256, "executor threads", NULL},
     {"CAIRN_MAX_INSTANCES", "max-instances", S_U32, "10000", 1, 10000000,
      "most instances held at once", NULL},
@@ -238,6 +240,7 @@ main(int argc, char **argv)
     cfg.database_url = get("CAIRN_DATABASE_URL");
     cfg.worker_listen = get("CAIRN_WORKER_LISTEN");
     cfg.worker_credential = get("CAIRN_WORKER_CREDENTIAL");
+    cfg.http_listen = get("CAIRN_HTTP_LISTEN");
     cfg.shards = u32("CAIRN_SHARDS");
     cfg.max_instances = u32("CAIRN_MAX_INSTANCES");
     cfg.poll_interval_ms = u32("CAIRN_POLL_INTERVAL_MS");

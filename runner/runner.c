@@ -22,9 +22,13 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <nng/nng.h>
+#include <nng/supplemental/http/http.h>
 
 #include "ir/compile.h"
 #include "ir/eval.h"
@@ -33,7 +37,6 @@
 #include "runner/idmap.h"
 #include "runner/log.h"
 #include "runner/pool.h"
-
 #define CLAIM_BATCH   256
 #define PERSIST_BATCH 1024
 
@@ -213,6 +216,11 @@ struct rn_runner {
     pthread_mutex_t dmtx;
     struct dag_entry *dags;
     size_t ndags, capdags;
+
+    /* HTTP endpoints (/metrics, /healthz, /readyz) when configured */
+    nng_http_server *http;
+    nng_url *http_url;
+    atomic_bool ready; /* started and not stopping */
 
     _Atomic uint64_t claimed, completed, failed, evicted, lost, writes, batches, dispatched;
     _Atomic size_t active;
@@ -1241,6 +1249,136 @@ rn_runner_stats(struct rn_runner *r, struct rn_runner_stats *st)
 
 static void runner_free(struct rn_runner *r);
 
+/* ---- HTTP: /metrics, /healthz, /readyz ---------------------------------------------------- */
+
+/* Appends one Prometheus sample with its HELP and TYPE lines. */
+static bool
+metric(struct cn_buf *b, const char *name, const char *type, const char *help, uint64_t v)
+{
+    return cn_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name,
+                         (unsigned long long) v) == CN_OK;
+}
+
+static void
+http_reply(nng_aio *aio, uint16_t status, const char *type, const void *body, size_t len)
+{
+    nng_http_res *res = NULL;
+
+    if (nng_http_res_alloc(&res) != 0 || nng_http_res_set_status(res, status) != 0 ||
+        nng_http_res_set_header(res, "Content-Type", type) != 0 ||
+        nng_http_res_copy_data(res, body, len) != 0) {
+        if (res != NULL) {
+            nng_http_res_free(res);
+        }
+        nng_aio_finish(aio, NNG_ENOMEM);
+        return;
+    }
+    nng_aio_set_output(aio, 0, res);
+    nng_aio_finish(aio, 0);
+}
+
+static void
+http_metrics(nng_aio *aio)
+{
+    struct rn_runner *r = nng_http_handler_get_data(nng_aio_get_input(aio, 1));
+    struct rn_runner_stats st;
+    struct rn_pool_stats ps;
+    struct cn_buf b = CN_BUF_INIT;
+    bool ok;
+
+    rn_runner_stats(r, &st);
+    rn_pool_stats(r->pool, &ps);
+    ok = metric(&b, "cairn_instances_claimed_total", "counter", "Instances claimed.", st.claimed) &&
+         metric(&b, "cairn_instances_completed_total", "counter", "Instances completed.",
+                st.completed) &&
+         metric(&b, "cairn_instances_failed_total", "counter", "Instances failed or cancelled.",
+                st.failed) &&
+         metric(&b, "cairn_instances_evicted_total", "counter",
+                "Instances handed back while sleeping.", st.evicted) &&
+         metric(&b, "cairn_leases_lost_total", "counter", "Instances evicted for a lost lease.",
+                st.lost) &&
+         metric(&b, "cairn_instances_active", "gauge", "Instances held now.", st.active) &&
+         metric(&b, "cairn_writes_total", "counter", "Instance writes committed.", st.writes) &&
+         metric(&b, "cairn_write_batches_total", "counter", "Persist transactions committed.",
+                st.batches) &&
+         metric(&b, "cairn_actions_dispatched_total", "counter", "Actions handed to the pool.",
+                st.dispatched) &&
+         metric(&b, "cairn_workers", "gauge", "Workers connected.", ps.workers) &&
+         metric(&b, "cairn_pool_queued", "gauge", "Attempts waiting for a worker.", ps.queued) &&
+         metric(&b, "cairn_pool_results_total", "counter", "Worker outcomes accepted.",
+                ps.results) &&
+         metric(&b, "cairn_pool_stale_total", "counter", "Late or duplicate outcomes dropped.",
+                ps.stale) &&
+         metric(&b, "cairn_pool_timeouts_total", "counter", "Attempts past their deadline.",
+                ps.timeouts) &&
+         metric(&b, "cairn_pool_lost_total", "counter", "Attempts failed with WorkerLost.",
+                ps.lost) &&
+         metric(&b, "cairn_pool_requeued_total", "counter",
+                "Attempts of a dropped worker dispatched again.", ps.requeued) &&
+         metric(&b, "cairn_pool_bad_messages_total", "counter",
+                "Worker connections dropped for a malformed message.", ps.bad_messages) &&
+         metric(&b, "cairn_pool_silent_total", "counter", "Worker connections dropped for silence.",
+                ps.silent);
+    if (!ok) {
+        cn_buf_fini(&b);
+        nng_aio_finish(aio, NNG_ENOMEM);
+        return;
+    }
+    http_reply(aio, 200, "text/plain; version=0.0.4", b.data, b.len);
+    cn_buf_fini(&b);
+}
+
+static void
+http_healthz(nng_aio *aio)
+{
+    http_reply(aio, 200, "text/plain", "ok\n", 3);
+}
+
+static void
+http_readyz(nng_aio *aio)
+{
+    struct rn_runner *r = nng_http_handler_get_data(nng_aio_get_input(aio, 1));
+
+    if (atomic_load(&r->ready)) {
+        http_reply(aio, 200, "text/plain", "ready\n", 6);
+    } else {
+        http_reply(aio, 503, "text/plain", "stopping\n", 9);
+    }
+}
+
+static cn_err
+http_start(struct rn_runner *r, const char *listen, struct cn_errmsg *err)
+{
+    static const struct {
+        const char *path;
+        void (*fn)(nng_aio *);
+    } routes[] = {{"/metrics", http_metrics}, {"/healthz", http_healthz}, {"/readyz", http_readyz}};
+    char url[300];
+    size_t i;
+    int rv;
+
+    (void) snprintf(url, sizeof(url), "%s%s", strncmp(listen, "http://", 7) == 0 ? "" : "http://",
+                    listen);
+    if ((rv = nng_url_parse(&r->http_url, url)) != 0 ||
+        (rv = nng_http_server_hold(&r->http, r->http_url)) != 0) {
+        return cn_errmsg_set(err, CN_INVAL, "CAIRN_HTTP_LISTEN %s: %s", listen, nng_strerror(rv));
+    }
+    for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        nng_http_handler *h;
+        if ((rv = nng_http_handler_alloc(&h, routes[i].path, routes[i].fn)) != 0) {
+            return cn_errmsg_set(err, CN_NOMEM, "http: %s", nng_strerror(rv));
+        }
+        if ((rv = nng_http_handler_set_data(h, r, NULL)) != 0 ||
+            (rv = nng_http_server_add_handler(r->http, h)) != 0) {
+            nng_http_handler_free(h);
+            return cn_errmsg_set(err, CN_NOMEM, "http: %s", nng_strerror(rv));
+        }
+    }
+    if ((rv = nng_http_server_start(r->http)) != 0) {
+        return cn_errmsg_set(err, CN_IO, "cannot listen on %s: %s", url, nng_strerror(rv));
+    }
+    return CN_OK;
+}
 cn_err
 rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct cn_errmsg *err)
 {
@@ -1297,6 +1435,11 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         runner_free(r);
         return rv;
     }
+    if (cfg->http_listen != NULL && *cfg->http_listen != '\0' &&
+        (rv = http_start(r, cfg->http_listen, err)) != CN_OK) {
+        runner_free(r);
+        return rv;
+    }
     for (i = 0; i < r->nshards; i++) {
         if (pthread_create(&r->shards[i].thread, NULL, shard_main, &r->shards[i]) != 0) {
             rn_runner_stop(r, 0);
@@ -1319,6 +1462,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         return cn_errmsg_set(err, CN_NOMEM, "cannot start the claimer");
     }
     r->claimer_started = true;
+    atomic_store(&r->ready, true);
     *out = r;
     return CN_OK;
 }
@@ -1379,6 +1523,7 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
     if (r == NULL) {
         return;
     }
+    atomic_store(&r->ready, false);
     atomic_store(&r->stop_claiming, true);
     if (r->claimer_started) {
         pthread_join(r->claimer, NULL);
@@ -1452,6 +1597,15 @@ runner_free(struct rn_runner *r)
     uint32_t i;
     size_t k;
 
+    if (r->http != NULL) {
+        nng_http_server_stop(r->http);
+        nng_http_server_release(r->http);
+        r->http = NULL;
+    }
+    if (r->http_url != NULL) {
+        nng_url_free(r->http_url);
+        r->http_url = NULL;
+    }
     rn_pool_stop(r->pool); /* WorkerLost results go to shard inboxes, freed below */
     r->pool = NULL;
     for (i = 0; r->shards != NULL && i < r->nshards; i++) {

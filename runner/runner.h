@@ -27,6 +27,7 @@ struct rn_runner_cfg {
     const char *database_url;      /* NULL: CAIRN_DATABASE_URL */
     const char *worker_listen;     /* the pool's listen URL */
     const char *worker_credential; /* required in worker hellos when not NULL */
+    const char *http_listen;       /* HOST:PORT for /metrics, /healthz, /readyz; NULL: none */
     uint32_t shards;               /* executor threads */
     uint32_t max_instances;        /* most instances held at once */
     uint32_t poll_interval_ms;     /* claim poll when no NOTIFY comes */

@@ -24,10 +24,12 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 RUNNER, WORKER, CTL, ROOT = sys.argv[1:5]
 BASE = os.environ.get("CAIRN_TEST_DATABASE_URL", "")
@@ -171,7 +173,10 @@ def run_all(url, env, tmp):
 
     sock1 = f"ipc://{tmp}/r1.sock"
     sock2 = f"ipc://{tmp}/r2.sock"
-    r1 = runner(env, tmp, "runner1", sock1)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        http_port = probe.getsockname()[1]
+    r1 = runner(env, tmp, "runner1", sock1, "--http-listen", f"127.0.0.1:{http_port}")
     w1 = worker(env, tmp, "worker1a", sock1)
     w2 = worker(env, tmp, "worker1b", sock1)
 
@@ -188,6 +193,24 @@ def run_all(url, env, tmp):
         check(f"example {c['workflow']} {c['input'][:50]}",
               r.returncode == 0 and got == json.loads(c["want"]),
               f"exit {r.returncode}, got {r.stdout.strip()!r}, want {c['want']}, {r.stderr[-200:]}")
+
+    # ---- the HTTP endpoints --------------------------------------------------------------
+    def get(path):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}{path}", timeout=5) as f:
+                return f.status, f.read().decode()
+        except OSError as e:
+            return 0, str(e)
+    check("/healthz answers ok", get("/healthz") == (200, "ok\n"))
+    check("/readyz answers ready", get("/readyz") == (200, "ready\n"))
+    st, text = get("/metrics")
+    samples = dict(line.split(" ", 1) for line in text.splitlines()
+                   if line and not line.startswith("#"))
+    check("/metrics counts the completed examples",
+          st == 200 and int(samples.get("cairn_instances_completed_total", "0")) >= len(cases),
+          text[:300])
+    check("/metrics counts the two workers", samples.get("cairn_workers") == "2", text[:300])
+    check("/metrics is Prometheus text", "# TYPE cairn_actions_dispatched_total counter" in text)
 
     # ---- two runners, 1000 instances -------------------------------------------------
     r2 = runner(env, tmp, "runner2", sock2)
