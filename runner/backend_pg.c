@@ -2,7 +2,8 @@
 /*
  * The PostgreSQL backend (backend.h) over one libpq connection. Every statement is
  * parameterised; batches travel as array parameters (text array literals built here, every
- * element quoted), so a batch of any size is a handful of statements, not one per instance.
+ * element quoted), so a batch of any size is a handful of statements, not one per instance, and
+ * a persist batch is those statements prepared once and sent as one pipeline (one round trip).
  * Results come back in binary format where ids and bytes are involved (uuid = 16 raw bytes,
  * bytea = raw bytes). A lost connection is reported as CN_IO; the next call reconnects.
  * Used by one thread at a time.
@@ -25,6 +26,7 @@ struct pg_backend {
     char *url;
     PGconn *c;
     bool listening; /* LISTEN cairn_enqueue issued on c */
+    bool prepared;  /* the persist statements are prepared on c */
 };
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -39,7 +41,8 @@ pg_conn(struct pg_backend *b, struct cn_errmsg *err)
         PQfinish(b->c);
         b->c = NULL;
     }
-    b->listening = false; /* a new session listens afresh */
+    b->listening = false; /* a new session listens afresh, and prepares afresh */
+    b->prepared = false;
     return rn_db_connect(b->url, &b->c, err);
 }
 
@@ -419,222 +422,249 @@ json_text(struct ir_val v, struct cn_buf *out)
     return cn_buf_puts(out, "null") == CN_OK;
 }
 
+/* The persist statements, prepared once per connection and sent as one pipeline (one round
+ * trip per batch). Each write statement fences itself: it joins the queue row on (instance,
+ * claim token), and the first statement locks those rows FOR UPDATE for the transaction, so a
+ * write whose token is gone touches nothing. The fence's result says which writes were lost. */
+static const struct {
+    const char *name;
+    const char *sql;
+    int nparams;
+} persist_stmts[] = {
+    {"cairn_fence",
+     "SELECT q.instance_id, q.lock_uuid FROM cairn.queued_instances q JOIN unnest($1::uuid[],"
+     " $2::uuid[])"
+     " AS t(i, l) ON q.instance_id = t.i AND q.lock_uuid = t.l FOR UPDATE OF q",
+     2},
+    {"cairn_done",
+     "INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status, result)"
+     " SELECT t.i, t.e, t.a, t.s, decode(t.x, 'hex') FROM unnest($1::uuid[], $2::uuid[],"
+     " $3::uuid[], $4::integer[], $5::text[], $6::text[]) AS t(i, l, e, a, s, x)"
+     " JOIN cairn.queued_instances q ON q.instance_id = t.i AND q.lock_uuid = t.l",
+     6},
+    {"cairn_state",
+     "UPDATE cairn.runner_instances ri SET state = decode(t.s, 'hex') FROM unnest($1::uuid[],"
+     " $2::uuid[], $3::text[]) AS t(i, l, s) JOIN cairn.queued_instances q ON q.instance_id ="
+     " t.i AND q.lock_uuid = t.l WHERE ri.instance_id = t.i",
+     3},
+    {"cairn_release",
+     "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS t(i, l, w)),"
+     " q AS (UPDATE cairn.queued_instances q SET lock_uuid = NULL, lock_expires_at = NULL,"
+     " scheduled_at = to_timestamp(t.w / 1000.0) FROM t WHERE q.instance_id = t.i AND"
+     " q.lock_uuid = t.l RETURNING q.instance_id)"
+     " UPDATE cairn.runner_instances ri SET status = 'queued' FROM q WHERE ri.instance_id ="
+     " q.instance_id",
+     3},
+    {"cairn_finish",
+     "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
+     " $5::text[]) AS t(i, l, st, res, er) JOIN cairn.queued_instances q ON q.instance_id = t.i"
+     " AND q.lock_uuid = t.l), u AS (UPDATE cairn.runner_instances ri SET status = t.st, result"
+     " = t.res::jsonb, error = t.er::jsonb, completed_at = clock_timestamp() FROM t WHERE"
+     " ri.instance_id = t.i RETURNING ri.instance_id)"
+     " DELETE FROM cairn.queued_instances q USING u WHERE q.instance_id = u.instance_id",
+     5},
+};
+#define NPERSIST (sizeof(persist_stmts) / sizeof(persist_stmts[0]))
+
+/* Prepares the persist statements on a new connection. */
+static cn_err
+pg_prepare(struct pg_backend *b, struct cn_errmsg *err)
+{
+    size_t i;
+
+    if (b->prepared) {
+        return CN_OK;
+    }
+    for (i = 0; i < NPERSIST; i++) {
+        PGresult *r = PQprepare(b->c, persist_stmts[i].name, persist_stmts[i].sql,
+                                persist_stmts[i].nparams, NULL);
+        bool ok = r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK;
+
+        if (!ok) {
+            const char *msg = r != NULL ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+            cn_err rv = cn_errmsg_set(err, PQstatus(b->c) == CONNECTION_OK ? CN_DB : CN_IO,
+                                      "prepare %s: %s", persist_stmts[i].name,
+                                      msg != NULL ? msg : PQerrorMessage(b->c));
+            PQclear(r);
+            return rv;
+        }
+        PQclear(r);
+    }
+    b->prepared = true;
+    return CN_OK;
+}
+
+/* Reads one command's results in pipeline mode: the result, then the NULL that ends it. Returns
+ * the result when it succeeded (the caller PQclears it), else NULL with err set. */
+static PGresult *
+pipe_result(struct pg_backend *b, struct cn_errmsg *err, cn_err *rv)
+{
+    PGresult *r = PQgetResult(b->c), *end;
+    ExecStatusType st = r != NULL ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+
+    while ((end = PQgetResult(b->c)) != NULL) {
+        PQclear(end);
+    }
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        return r;
+    }
+    if (*rv == CN_OK) {
+        const char *msg = r != NULL ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+        *rv = cn_errmsg_set(err, PQstatus(b->c) == CONNECTION_OK ? CN_DB : CN_IO, "%s",
+                            st == PGRES_PIPELINE_ABORTED ? "aborted"
+                            : msg != NULL                ? msg
+                                                         : PQerrorMessage(b->c));
+    }
+    PQclear(r);
+    return NULL;
+}
+
 static cn_err
 pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    struct arr ids, locks, d_inst, d_exec, d_att, d_st, d_res, s_inst, s_state, f_inst, f_st, f_res,
-        f_err, r_inst, r_wake;
+    struct arr a[NPERSIST][6]; /* per statement, its array parameters */
     struct cn_buf tmp = CN_BUF_INIT, js = CN_BUF_INIT;
-    PGresult *r = NULL;
-    bool *valid = NULL;
-    size_t i, k, nvalid = 0;
+    const char *params[6];
+    PGresult *r;
+    size_t i, k, s;
     int row;
+    bool sent = false;
     cn_err rv;
 
     if (n == 0) {
         return CN_OK;
     }
-    if ((rv = pg_conn(b, err)) != CN_OK) {
+    if ((rv = pg_conn(b, err)) != CN_OK || (rv = pg_prepare(b, err)) != CN_OK) {
         return rv;
     }
-    valid = calloc(n, sizeof(*valid));
-    if (valid == NULL) {
-        return CN_NOMEM;
+    for (s = 0; s < NPERSIST; s++) {
+        for (k = 0; k < 6; k++) {
+            arr_begin(&a[s][k]);
+        }
     }
-    arr_begin(&ids);
-    arr_begin(&locks);
     for (i = 0; i < n; i++) {
-        arr_uuid(&ids, w[i].instance_id);
         w[i].lost = true;
-    }
-    if ((rv = pg_simple(b, "BEGIN", err)) != CN_OK) {
-        goto out;
-    }
-    /* Fence: lock the queue rows and keep the writes whose claim token is still current. */
-    {
-        const char *p[1] = {arr_end(&ids)};
-        rv = p[0] == NULL ? CN_NOMEM
-                          : pg_exec_bin(b,
-                                        "SELECT instance_id, lock_uuid FROM cairn.queued_instances"
-                                        " WHERE instance_id = ANY($1::uuid[]) FOR UPDATE",
-                                        1, p, &r, err);
-    }
-    if (rv != CN_OK) {
-        goto rollback;
-    }
-    for (row = 0; row < PQntuples(r); row++) {
-        uint8_t iid[16], lock[16];
-
-        if (!get_uuid(r, row, 0, iid) || !get_uuid(r, row, 1, lock)) {
-            continue; /* no lease at all: not ours */
-        }
-        for (i = 0; i < n; i++) {
-            if (!valid[i] && memcmp(w[i].instance_id, iid, 16) == 0 &&
-                memcmp(w[i].lock, lock, 16) == 0) {
-                valid[i] = true;
-                nvalid++;
-            }
-        }
-    }
-    PQclear(r);
-    r = NULL;
-    if (nvalid == 0) {
-        rv = pg_simple(b, "COMMIT", err);
-        goto out;
-    }
-    arr_begin(&d_inst);
-    arr_begin(&d_exec);
-    arr_begin(&d_att);
-    arr_begin(&d_st);
-    arr_begin(&d_res);
-    arr_begin(&s_inst);
-    arr_begin(&s_state);
-    arr_begin(&f_inst);
-    arr_begin(&f_st);
-    arr_begin(&f_res);
-    arr_begin(&f_err);
-    arr_begin(&r_inst);
-    arr_begin(&r_wake);
-    for (i = 0; i < n; i++) {
-        if (!valid[i]) {
-            continue;
-        }
+        arr_uuid(&a[0][0], w[i].instance_id);
+        arr_uuid(&a[0][1], w[i].lock);
         for (k = 0; k < w[i].ndone; k++) {
             const struct rn_done *d = &w[i].done[k];
             cn_buf_clear(&tmp);
             if (ir_val_to_msgpack(d->value, IR_MP_INTERNAL, &tmp) != CN_OK) {
-                /* Not storable (too deep): record an error in its place, so replay agrees. */
-                cn_buf_clear(&tmp);
-                d_res.bad |= cn_buf_putc(&tmp, (char) 0xc0) != CN_OK; /* nil */
+                cn_buf_clear(&tmp); /* not storable (too deep): nil in its place */
+                a[1][5].bad |= cn_buf_putc(&tmp, (char) 0xc0) != CN_OK;
             }
-            arr_uuid(&d_inst, w[i].instance_id);
-            arr_uuid(&d_exec, d->exec_id);
-            arr_i64(&d_att, d->attempt);
-            arr_text(&d_st, d->ok ? "ok" : "error", d->ok ? 2 : 5);
-            arr_hex(&d_res, tmp.data, tmp.len);
+            arr_uuid(&a[1][0], w[i].instance_id);
+            arr_uuid(&a[1][1], w[i].lock);
+            arr_uuid(&a[1][2], d->exec_id);
+            arr_i64(&a[1][3], d->attempt);
+            arr_text(&a[1][4], d->ok ? "ok" : "error", d->ok ? 2 : 5);
+            arr_hex(&a[1][5], tmp.data, tmp.len);
         }
         if (w[i].state != NULL) {
-            arr_uuid(&s_inst, w[i].instance_id);
-            arr_hex(&s_state, w[i].state, w[i].state_len);
+            arr_uuid(&a[2][0], w[i].instance_id);
+            arr_uuid(&a[2][1], w[i].lock);
+            arr_hex(&a[2][2], w[i].state, w[i].state_len);
         }
         if (w[i].outcome != RN_RUNNING) {
             static const char *const names[] = {"running", "completed", "failed", "cancelled"};
-            arr_uuid(&f_inst, w[i].instance_id);
-            arr_text(&f_st, names[w[i].outcome], strlen(names[w[i].outcome]));
+            arr_uuid(&a[4][0], w[i].instance_id);
+            arr_uuid(&a[4][1], w[i].lock);
+            arr_text(&a[4][2], names[w[i].outcome], strlen(names[w[i].outcome]));
             if (w[i].outcome == RN_COMPLETED && json_text(w[i].result, &js)) {
-                arr_text(&f_res, js.data, js.len);
-                arr_null(&f_err);
+                arr_text(&a[4][3], js.data, js.len);
+                arr_null(&a[4][4]);
             } else {
-                arr_null(&f_res);
-                if (w[i].outcome != RN_COMPLETED && w[i].result.type != IR_T_NULL &&
-                    json_text(w[i].result, &js)) {
-                    arr_text(&f_err, js.data, js.len);
+                arr_null(&a[4][3]);
+                if (w[i].result.type != IR_T_NULL && json_text(w[i].result, &js)) {
+                    arr_text(&a[4][4], js.data, js.len);
                 } else {
-                    arr_null(&f_err);
+                    arr_null(&a[4][4]);
                 }
             }
         } else if (w[i].release) {
-            arr_uuid(&r_inst, w[i].instance_id);
-            arr_i64(&r_wake, w[i].wake_at_ms);
+            arr_uuid(&a[3][0], w[i].instance_id);
+            arr_uuid(&a[3][1], w[i].lock);
+            arr_i64(&a[3][2], w[i].wake_at_ms);
         }
     }
-    /* The fixed write order: results, snapshots, queue rows, outcomes. */
-    if (d_inst.n > 0) {
-        const char *p[5] = {arr_end(&d_inst), arr_end(&d_exec), arr_end(&d_att), arr_end(&d_st),
-                            arr_end(&d_res)};
-        rv = (p[0] && p[1] && p[2] && p[3] && p[4])
-                 ? pg_exec_bin(b,
-                               "INSERT INTO cairn.runner_actions_done"
-                               " (instance_id, execution_id, attempt, status, result)"
-                               " SELECT i, e, a, s, decode(x, 'hex') FROM unnest($1::uuid[],"
-                               " $2::uuid[], $3::integer[], $4::text[], $5::text[])"
-                               " AS t(i, e, a, s, x)",
-                               5, p, &r, err)
-                 : CN_NOMEM;
+    /* One pipeline: BEGIN, the fence, the writes in the fixed order, COMMIT, sync. */
+    rv = PQenterPipelineMode(b->c) == 1 ? CN_OK
+                                        : cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
+    if (rv == CN_OK && PQsendQueryParams(b->c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) != 1) {
+        rv = cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
+    }
+    for (s = 0; rv == CN_OK && s < NPERSIST; s++) {
+        for (k = 0; k < (size_t) persist_stmts[s].nparams; k++) {
+            if ((params[k] = arr_end(&a[s][k])) == NULL) {
+                rv = CN_NOMEM;
+            }
+        }
+        if (rv == CN_OK &&
+            PQsendQueryPrepared(b->c, persist_stmts[s].name, persist_stmts[s].nparams, params, NULL,
+                                NULL, 1) != 1) {
+            rv = cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
+        }
+    }
+    if (rv == CN_OK && (PQsendQueryParams(b->c, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) != 1 ||
+                        PQpipelineSync(b->c) != 1)) {
+        rv = cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
+    }
+    sent = rv == CN_OK;
+    if (sent) {
+        /* BEGIN, the statements, COMMIT: every result in order, then the sync. */
+        PQclear(pipe_result(b, err, &rv));
+        r = pipe_result(b, err, &rv);
+        if (r != NULL) {
+            for (row = 0; row < PQntuples(r); row++) {
+                uint8_t iid[16], lock[16];
+                if (!get_uuid(r, row, 0, iid) || !get_uuid(r, row, 1, lock)) {
+                    continue;
+                }
+                for (i = 0; i < n; i++) {
+                    if (memcmp(w[i].instance_id, iid, 16) == 0 &&
+                        memcmp(w[i].lock, lock, 16) == 0) {
+                        w[i].lost = false;
+                    }
+                }
+            }
+            PQclear(r);
+        }
+        for (s = 1; s < NPERSIST; s++) {
+            PQclear(pipe_result(b, err, &rv));
+        }
+        PQclear(pipe_result(b, err, &rv)); /* COMMIT */
+        r = PQgetResult(b->c);
+        if (r == NULL || PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
+            if (rv == CN_OK) {
+                rv = cn_errmsg_set(err, CN_IO, "pipeline: no sync (%s)", PQerrorMessage(b->c));
+            }
+        }
         PQclear(r);
-        r = NULL;
     }
-    if (rv == CN_OK && s_inst.n > 0) {
-        const char *p[2] = {arr_end(&s_inst), arr_end(&s_state)};
-        rv = (p[0] && p[1]) ? pg_exec_bin(b,
-                                          "UPDATE cairn.runner_instances ri SET state ="
-                                          " decode(t.s, 'hex') FROM unnest($1::uuid[],"
-                                          " $2::text[]) AS t(i, s) WHERE ri.instance_id = t.i",
-                                          2, p, &r, err)
-                            : CN_NOMEM;
-        PQclear(r);
-        r = NULL;
+    if (PQpipelineStatus(b->c) != PQ_PIPELINE_OFF && PQexitPipelineMode(b->c) != 1) {
+        /* results left unread: the connection cannot be trusted any more */
+        PQfinish(b->c);
+        b->c = NULL;
+        if (rv == CN_OK) {
+            rv = cn_errmsg_set(err, CN_IO, "pipeline did not end cleanly");
+        }
     }
-    if (rv == CN_OK && r_inst.n > 0) {
-        const char *p[2] = {arr_end(&r_inst), arr_end(&r_wake)};
-        rv = (p[0] && p[1])
-                 ? pg_exec_bin(b,
-                               "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::bigint[])"
-                               " AS t(i, w)), q AS (UPDATE cairn.queued_instances q SET"
-                               " lock_uuid = NULL, lock_expires_at = NULL, scheduled_at ="
-                               " to_timestamp(t.w / 1000.0) FROM t WHERE q.instance_id = t.i"
-                               " RETURNING q.instance_id) UPDATE cairn.runner_instances ri"
-                               " SET status = 'queued' FROM q WHERE ri.instance_id ="
-                               " q.instance_id",
-                               2, p, &r, err)
-                 : CN_NOMEM;
-        PQclear(r);
-        r = NULL;
+    if (rv != CN_OK && b->c != NULL && PQstatus(b->c) == CONNECTION_OK) {
+        pg_rollback(b); /* an error inside the explicit transaction left it aborted */
     }
-    if (rv == CN_OK && f_inst.n > 0) {
-        const char *p[4] = {arr_end(&f_inst), arr_end(&f_st), arr_end(&f_res), arr_end(&f_err)};
-        rv = (p[0] && p[1] && p[2] && p[3])
-                 ? pg_exec_bin(b,
-                               "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::text[],"
-                               " $3::text[], $4::text[]) AS t(i, st, res, er)),"
-                               " u AS (UPDATE cairn.runner_instances ri SET status = t.st,"
-                               " result = t.res::jsonb, error = t.er::jsonb, completed_at ="
-                               " clock_timestamp() FROM t WHERE ri.instance_id = t.i"
-                               " RETURNING ri.instance_id)"
-                               " DELETE FROM cairn.queued_instances q USING u"
-                               " WHERE q.instance_id = u.instance_id",
-                               4, p, &r, err)
-                 : CN_NOMEM;
-        PQclear(r);
-        r = NULL;
+    for (s = 0; s < NPERSIST; s++) {
+        for (k = 0; k < 6; k++) {
+            arr_fini(&a[s][k]);
+        }
     }
-    arr_fini(&d_inst);
-    arr_fini(&d_exec);
-    arr_fini(&d_att);
-    arr_fini(&d_st);
-    arr_fini(&d_res);
-    arr_fini(&s_inst);
-    arr_fini(&s_state);
-    arr_fini(&f_inst);
-    arr_fini(&f_st);
-    arr_fini(&f_res);
-    arr_fini(&f_err);
-    arr_fini(&r_inst);
-    arr_fini(&r_wake);
-    if (rv != CN_OK) {
-        goto rollback;
-    }
-    if ((rv = pg_simple(b, "COMMIT", err)) != CN_OK) {
-        goto out;
-    }
-    for (i = 0; i < n; i++) {
-        w[i].lost = !valid[i];
-    }
-    goto out;
-rollback:
-    pg_rollback(b);
-out:
+    cn_buf_fini(&tmp);
+    cn_buf_fini(&js);
     if (rv != CN_OK) {
         for (i = 0; i < n; i++) {
             w[i].lost = false; /* not written, not known lost: the caller retries or evicts */
         }
     }
-    arr_fini(&ids);
-    arr_fini(&locks);
-    cn_buf_fini(&tmp);
-    cn_buf_fini(&js);
-    free(valid);
     return rv;
 }
 
