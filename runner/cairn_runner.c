@@ -226,6 +226,7 @@ main(int argc, char **argv)
     pthread_t stopper;
     bool stopping = false;
     sigset_t sigs;
+    cn_err rv;
 
     if (!resolve(argc, argv)) {
         return 2;
@@ -250,9 +251,9 @@ main(int argc, char **argv)
     cfg.evict_sleep_threshold_ms = u32("CAIRN_EVICT_SLEEP_THRESHOLD_MS");
     cfg.default_action_timeout_ms = u32("CAIRN_DEFAULT_ACTION_TIMEOUT_MS");
     cfg.worker_idle_ms = u32("CAIRN_WORKER_IDLE_MS");
-    if (rn_runner_start(&cfg, &r, &em) != CN_OK) {
+    if ((rv = rn_runner_start(&cfg, &r, &em)) != CN_OK) {
         rn_log(RN_LOG_ERROR, "cannot start: %s", em.text);
-        return 1;
+        return rv == CN_INVAL ? 2 : 1; /* a setting the engine refused (an address) */
     }
     rn_log(RN_LOG_INFO, "started: %u shard(s), workers on %s, pid %ld", cfg.shards,
            cfg.worker_listen, (long) getpid());

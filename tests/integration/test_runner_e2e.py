@@ -330,8 +330,44 @@ def run_all(url, env, tmp):
     check("no duplicate action results anywhere", duplicate_done(url) == "0")
     rc = r3.term()
     check("SIGTERM: runner3 exits 0", rc == 0, f"exit {rc}")
+
+    # ---- a second signal exits at once; JSON logs ----------------------------------------
+    r4 = runner(env, tmp, "runner4", sock2, "--log-format", "json", "--shutdown-grace-ms", "60000")
+    long_one = ctl(env, "run", "sleepy", "--input", '{"n": 1, "ms": 20000}').stdout.strip()
+    busy = wait_until("running", lambda: q(
+        url, f"SELECT lock_uuid IS NOT NULL FROM cairn.queued_instances WHERE instance_id = "
+             f"'{long_one}'") == "t", 10) and wait_until("dispatched", lambda: "started" in r4.text(), 5)
+    time.sleep(0.5)  # let the action reach the worker (the check below does not depend on it)
+    t0 = time.monotonic()
+    r4.p.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    r4.p.send_signal(signal.SIGTERM)
+    try:
+        rc = r4.p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check("a second SIGTERM exits at once with status 3",
+          busy and rc == 3 and time.monotonic() - t0 < 5, f"exit {rc}")
+    lines = [line for line in r4.text().splitlines() if line.strip()]
+    try:
+        parsed = [json.loads(line) for line in lines]
+    except ValueError:
+        parsed = []
+    check("CAIRN_LOG_FORMAT=json: every log line is a JSON object with ts, level and msg",
+          len(parsed) >= 2 and all({"ts", "level", "msg"} <= set(p) for p in parsed),
+          "\n".join(lines[:3]))
     for w in (w1, w2, w4):
         w.term()
+
+    # ---- the README's configuration table is what cairn-runner accepts -------------------
+    help_text = subprocess.run([RUNNER, "--help"], capture_output=True, text=True).stdout
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    section = readme[readme.index("## Configuration"):readme.index("The tools and scripts read")]
+    documented = set(re.findall(r"^\| `(CAIRN_[A-Z_]+)` \| `--", section, re.M))
+    accepted = set(re.findall(r"(CAIRN_[A-Z_]+)", help_text))
+    check("README configuration table lists exactly the settings of cairn-runner --help",
+          documented == accepted and len(documented) > 10,
+          f"only in README: {documented - accepted}, only in --help: {accepted - documented}")
 
 
 if __name__ == "__main__":

@@ -67,7 +67,6 @@ struct fr {
     struct wp_msg cancel; /* to send on the parked control request */
     bool cancel_pending;
     bool left;        /* goodbye received: readies get a noop at once */
-    bool garbage;     /* answer the next ready with bytes that do not decode */
     uint32_t idle_ms; /* sent in welcome (default 20000) */
     bool answer_idle; /* answer a control parked for idle_ms with a noop */
     int64_t ctl_parked_at[FR_CTXS];
@@ -246,21 +245,7 @@ fr_main(void *arg)
             pthread_mutex_lock(&f->mtx);
             break;
         case WP_READY:
-            if (f->garbage) {
-                nng_msg *g;
-
-                f->garbage = false;
-                pthread_mutex_unlock(&f->mtx);
-                FR_CHECK(nng_msg_alloc(&g, 0) == 0 && nng_msg_append(g, "\xc1", 1) == 0);
-                nng_aio_set_msg(f->tx[pick], g);
-                nng_ctx_send(f->ctx[pick], f->tx[pick]);
-                nng_aio_wait(f->tx[pick]);
-                if (nng_aio_result(f->tx[pick]) != 0) {
-                    nng_msg_free(nng_aio_get_msg(f->tx[pick]));
-                }
-                nng_ctx_recv(f->ctx[pick], f->rx[pick]);
-                pthread_mutex_lock(&f->mtx);
-            } else if (f->noops > 0 || f->left) {
+            if (f->noops > 0 || f->left) {
                 f->noops -= f->noops > 0;
                 pthread_mutex_unlock(&f->mtx);
                 fr_reply_kind(f, pick, WP_NOOP);
@@ -931,19 +916,63 @@ Test(wp_sdk, an_error_without_a_type_is_reported_as_a_worker_error)
 
 /* A reply to ready that does not decode may have carried attempts the worker can never report;
  * the worker drops the connection (the runner then fails them with WorkerLost and frees their
- * room) and starts a new session. */
+ * room) and starts a new session. The runner here is silent-runner in `garbage` mode, a process
+ * of its own: it garbles the first ready of each connection and prints "hello" per session. */
 Test(wp_sdk, an_undecodable_reply_to_ready_drops_the_session)
 {
-    struct fr *f = fr_start();
-    struct cairn_worker *w = worker_new(f, 1);
+    const char *bin = getenv("CAIRN_SILENT_RUNNER_BIN");
+    struct cairn_worker_options o;
+    struct cairn_worker *w;
+    char url[128], buf[256] = "";
+    int64_t deadline;
+    size_t len = 0;
+    int status, p[2], hellos = 0;
+    pid_t pid;
+    ssize_t n;
 
-    pthread_mutex_lock(&f->mtx);
-    f->garbage = true;
-    pthread_mutex_unlock(&f->mtx);
+    cr_assert_not_null(bin, "CAIRN_SILENT_RUNNER_BIN not set (run through meson)");
+    snprintf(url, sizeof(url), "ipc:///tmp/cairn-sdk-garbage-%ld.sock", (long) getpid());
+    unlink(url + strlen("ipc://"));
+    cr_assert_eq(pipe(p), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        execl(bin, bin, url, "20000", "garbage", (char *) NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    (void) fcntl(p[0], F_SETFL, O_NONBLOCK);
+    memset(&o, 0, sizeof(o));
+    o.name = "w-garbage";
+    o.reconnect_min_ms = 10;
+    o.reconnect_max_ms = 50;
+    o.start_timeout_ms = WAIT_MS;
+    T_OK(cairn_worker_new(url, &o, &w));
+    T_OK(cairn_worker_register(w, "t.echo", h_echo, NULL));
     T_OK(cairn_worker_start(w));
-    cr_assert_geq(fr_await(f, WP_HELLO, -1, 1), 0, "no new session after a garbage reply");
+    deadline = now_ms() + WAIT_MS;
+    while (hellos < 2 && now_ms() < deadline) {
+        struct timespec ts = {0, 10000000};
+        char *q;
+
+        nanosleep(&ts, NULL);
+        while (len < sizeof(buf) - 1 && (n = read(p[0], buf + len, sizeof(buf) - 1 - len)) > 0) {
+            len += (size_t) n;
+        }
+        buf[len] = '\0';
+        for (hellos = 0, q = buf; (q = strstr(q, "hello")) != NULL; q += 5) {
+            hellos++;
+        }
+    }
+    cr_assert_geq(hellos, 2, "no new session after a garbage reply (%d hello)", hellos);
     cr_assert(cairn_worker_running(w));
-    cairn_worker_stop(w, 1000);
+    cairn_worker_stop(w, 200);
     cairn_worker_free(w);
-    fr_free(f);
+    close(p[0]);
+    kill(pid, SIGKILL);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    unlink(url + strlen("ipc://"));
 }
