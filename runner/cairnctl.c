@@ -31,7 +31,7 @@ static const struct command commands[] = {
     {"check", "[--quiet] FILE...", "compile workflow files and report every error", cmd_check},
     {"dag", "FILE [--format text|dot|summary|msgpack]",
      "print the compiled graph of a workflow file", cmd_dag},
-    {"migrate", "[--database-url URL]", "apply pending schema migrations", ctl_cmd_migrate},
+    {"migrate", "[--json]", "apply pending schema migrations", ctl_cmd_migrate},
     {"register", "FILE [--name N] [--version V] [--json]",
      "compile a workflow and store it as a version", ctl_cmd_register},
     {"run", "NAME [--input JSON] [--idempotency-key K] [--priority P] [--at TIME] [--wait]",

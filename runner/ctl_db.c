@@ -202,8 +202,13 @@ db_error(const struct opts *o, cn_err rv, const struct cn_errmsg *em)
 static void
 print_migration(void *arg, const struct rn_migration *m)
 {
-    (void) arg;
-    printf("applied %s\n", m->file);
+    struct cn_buf *json = arg;
+
+    if (json == NULL) {
+        printf("applied %s\n", m->file);
+    } else if (cn_buf_printf(json, "%s\"%s\"", json->len > 0 ? ", " : "", m->file) != CN_OK) {
+        /* out of memory: the list is shorter; the version line below is still right */
+    }
 }
 
 int
@@ -217,22 +222,28 @@ ctl_cmd_migrate(int argc, char **argv)
     int status;
     cn_err rv;
 
-    if (!parse_opts("migrate", argc, argv, "", 0, &o)) {
+    struct cn_buf files = CN_BUF_INIT;
+
+    if (!parse_opts("migrate", argc, argv, "json", 0, &o)) {
         return EXIT_USAGE;
     }
     if ((status = db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    rv = rn_migrate(c, print_migration, NULL, &applied, &em);
+    rv = rn_migrate(c, print_migration, o.json ? &files : NULL, &applied, &em);
     if (rv == CN_OK) {
         rv = rn_migrate_current(c, current, sizeof(current), &em);
     }
     if (rv != CN_OK) {
         status = db_error(&o, rv, &em);
+    } else if (o.json) {
+        printf("{\"version\": \"%s\", \"applied\": [%s]}\n", current,
+               files.data != NULL ? files.data : "");
     } else {
         printf("schema at version %s (%zu migration%s applied now)\n", current, applied,
                applied == 1 ? "" : "s");
     }
+    cn_buf_fini(&files);
     PQfinish(c);
     return status;
 }

@@ -36,6 +36,7 @@ db2=ctl_b_$suffix
 cleanup() {
     q "$base_url" "DROP DATABASE IF EXISTS $db1" >/dev/null 2>&1
     q "$base_url" "DROP DATABASE IF EXISTS $db2" >/dev/null 2>&1
+    q "$base_url" "DROP DATABASE IF EXISTS ${db2}_sql" >/dev/null 2>&1
     rm -f "$tmp"/* 2>/dev/null
     rmdir "$tmp" 2>/dev/null
 }
@@ -57,9 +58,14 @@ check "every file recorded" "$(q "$url" "SELECT count(*) FROM cairn.schema_migra
 out=$("$ctl" migrate 2>&1); rc=$?
 check "migrate again: exit 0" "$rc" 0
 contains "migrate again applies nothing" "$out" "(0 migrations applied now)"
+out=$("$ctl" migrate --json --database-url "$(db_url "$db2")")
+check "migrate --json on a fresh database lists what it applied" \
+    "$(printf '%s' "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["applied"]), d["version"] != "")')" \
+    "$nfiles True"
 # Same contract as scripts/migrate-sql: a database it migrated needs nothing from cairnctl.
-"$root/scripts/migrate-sql" "$(db_url "$db2")" >/dev/null 2>&1
-out=$("$ctl" migrate --database-url "$(db_url "$db2")" 2>&1)
+q "$base_url" "CREATE DATABASE ${db2}_sql" >/dev/null
+"$root/scripts/migrate-sql" "$(db_url "${db2}_sql")" >/dev/null 2>&1
+out=$("$ctl" migrate --database-url "$(db_url "${db2}_sql")" 2>&1)
 contains "cairnctl migrate after migrate-sql applies nothing" "$out" "(0 migrations applied now)"
 
 # ---- register -----------------------------------------------------------------------------

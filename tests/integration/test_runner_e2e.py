@@ -307,6 +307,23 @@ def run_all(url, env, tmp):
           len(ins.get("actions", [])) == 2, r.stdout[-300:])
     check("long sleep: the runner logged the hand-back", f"instance {nap}: sleeping" in r3.text())
 
+    # ---- a snapshot that does not decode fails that instance alone ---------------------
+    bad = ctl(env, "run", "nap", "--input", '{"seconds": 2}').stdout.strip()
+    handed_back = wait_until("evicted", lambda: q(
+        url, f"SELECT (lock_uuid IS NULL)::text FROM cairn.queued_instances WHERE instance_id = "
+             f"'{bad}' AND scheduled_at > now()") == "true", 10)
+    q(url, f"UPDATE cairn.runner_instances SET state = '\\x00ff'::bytea WHERE instance_id = '{bad}'")
+    failed = wait_until("poisoned", lambda: q(
+        url, f"SELECT status FROM cairn.runner_instances WHERE instance_id = '{bad}'") == "failed", 15)
+    check("poison: an instance whose snapshot does not decode fails",
+          handed_back and failed, q(url, f"SELECT status FROM cairn.runner_instances WHERE "
+                                         f"instance_id = '{bad}'"))
+    check("poison: with a StateError", q(
+        url, f"SELECT error->>'type' FROM cairn.runner_instances WHERE instance_id = '{bad}'") ==
+        "StateError")
+    r = ctl(env, "run", "hello", "--input", '{"name": "after"}', "--wait", "--timeout", "20")
+    check("poison: the runner keeps running other instances", r.returncode == 0, r.stderr)
+
     # ---- a lease taken away ----------------------------------------------------------
     stolen = ctl(env, "run", "nap", "--input", '{"seconds": 0.8}').stdout.strip()
     leased = wait_until("leased", lambda: q(
