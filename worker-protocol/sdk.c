@@ -22,7 +22,7 @@
  *   Outcomes of an older generation are dropped (the runner failed them with WorkerLost).
  * - REQ re-sends are off (NNG_OPT_REQ_RESENDTIME infinite): a parked `ready` may wait long.
  * - A reply to `control` that does not decode is logged and treated as a noop; one to `ready`
- *   drops the session (it may have carried attempts we could never report).
+ *   starts a new session (it may have carried attempts we could never report).
  * - A cancel is matched against running and queued attempts, and remembered (a few, per
  *   session) for a dispatch still on its way: a cancelled attempt that has not started is
  *   not run at all.
@@ -137,7 +137,6 @@ struct cairn_worker {
     nng_aio *ctl_aio;
     nng_pipe ctl_pipe;     /* connection of the latest control reply; protected by mtx */
     nng_pipe session_pipe; /* connection of the current session (its welcome); mtx */
-    bool drop;             /* the session must be dropped (see sdk_drop_locked); mtx */
     uint32_t idle_ms;      /* from welcome: the runner answers a parked request within it */
     pthread_t ctl_thread;
     struct sdk_fetch fetch[SDK_FETCHES];
@@ -645,32 +644,19 @@ sdk_enqueue_locked(struct cairn_worker *w, const struct wp_msg *r)
     return all;
 }
 
+static void sdk_session_lost_locked(struct cairn_worker *w);
+
 /* An attempt of this session can no longer be reported (a dispatch that did not decode, out
- * of memory): drop the session, so that the runner fails what it holds here with WorkerLost
- * and frees its room, instead of keeping that room taken for good. The pipe is closed by
- * sdk_drop_flush, outside the lock. */
+ * of memory): end the session and say hello again on the same connection. The runner treats a
+ * hello on a connection that has a session as a new session and fails what the old one held
+ * with WorkerLost, freeing its room, instead of keeping that room taken for good. (Closing the
+ * pipe would do the same, but nng 1.5.2 can hang in a later nng_close after nng_pipe_close.) */
 static void
 sdk_drop_locked(struct cairn_worker *w, const char *why)
 {
-    if (!w->drop && w->sock_open && !w->need_hello) {
-        sdk_log(w, "dropping the connection", why);
-        w->drop = true;
-    }
-}
-
-static void
-sdk_drop_flush(struct cairn_worker *w)
-{
-    nng_pipe pp;
-    bool drop;
-
-    sdk_lock(w);
-    drop = w->drop;
-    w->drop = false;
-    pp = w->session_pipe;
-    sdk_unlock(w);
-    if (drop) {
-        (void) nng_pipe_close(pp);
+    if (w->sock_open && !w->need_hello) {
+        sdk_log(w, "starting a new session", why);
+        sdk_session_lost_locked(w);
     }
 }
 
@@ -742,7 +728,6 @@ sdk_fetch_cb(void *arg)
     sdk_broadcast(w);
     sdk_unlock(w);
     wp_msg_fini(&r);
-    sdk_drop_flush(w);
 }
 
 /* ---- threads ------------------------------------------------------------------------------- */
@@ -805,7 +790,6 @@ sdk_slot_main(void *arg)
         sdk_broadcast(w);
         sdk_unlock(w);
         sdk_item_free(it);
-        sdk_drop_flush(w);
         sdk_lock(w);
     }
     sdk_unlock(w);
@@ -1130,6 +1114,14 @@ sdk_teardown(struct cairn_worker *w)
     sdk_fetches_idle_locked(w);
     sdk_unlock(w);
     if (was_open) {
+        /* Contexts and the dialer first, then the socket: nng 1.5.2 can hang in nng_close when
+         * it has to tear those down itself after requests were withdrawn (seen about once in
+         * 25 stops after a session reset under ASan). */
+        for (i = 0; i < SDK_FETCHES; i++) {
+            (void) nng_ctx_close(w->fetch[i].ctx);
+        }
+        (void) nng_ctx_close(w->ctl_ctx);
+        (void) nng_dialer_close(w->dialer);
         (void) nng_close(w->sock); /* nothing is pending on it any more */
     }
     for (i = 0; w->slots != NULL && i < w->nslots; i++) {

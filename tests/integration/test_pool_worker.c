@@ -21,7 +21,7 @@
 #include "runner/pool.h"
 #include "tests/support/leak.h"
 
-TestSuite(pool_worker, .fini = t_leak_check, .timeout = 120);
+TestSuite(pool_worker, .fini = t_leak_check_nng, .timeout = 120);
 
 #define MAXN 12000
 

@@ -23,7 +23,7 @@
 #include "runner/pool.h"
 #include "tests/support/leak.h"
 
-TestSuite(tls, .fini = t_leak_check, .timeout = 120);
+TestSuite(tls, .fini = t_leak_check_nng, .timeout = 120);
 
 static char dir[256];
 

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define T_HAVE_ASAN 1
@@ -30,3 +31,12 @@ t_leak_check(void)
 {
 }
 #endif
+
+void
+t_leak_check_nng(void)
+{
+    struct timespec ts = {0, 100 * 1000000L};
+
+    nanosleep(&ts, NULL);
+    t_leak_check();
+}

@@ -20,7 +20,7 @@
 #include "tests/support/leak.h"
 #include "worker-protocol/proto.h"
 
-TestSuite(pool, .fini = t_leak_check, .timeout = 60);
+TestSuite(pool, .fini = t_leak_check_nng, .timeout = 60);
 
 /* ---- collected results -------------------------------------------------------------------- */
 

@@ -29,7 +29,7 @@
 #include "tests/support/leak.h"
 #include "worker-protocol/proto.h"
 
-TestSuite(wp_sdk, .fini = t_leak_check, .timeout = 30);
+TestSuite(wp_sdk, .fini = t_leak_check_nng, .timeout = 30);
 
 #define FR_CTXS  8
 #define FR_LOG   64
