@@ -51,20 +51,7 @@ static cn_err
 pg_exec_bin(struct pg_backend *b, const char *sql, int n, const char *const *params, PGresult **out,
             struct cn_errmsg *err)
 {
-    PGresult *r = PQexecParams(b->c, sql, n, NULL, params, NULL, NULL, 1);
-    ExecStatusType st = r != NULL ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    const char *msg;
-
-    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
-        *out = r;
-        return CN_OK;
-    }
-    msg = r != NULL ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    (void) cn_errmsg_set(err, PQstatus(b->c) == CONNECTION_OK ? CN_DB : CN_IO, "%s",
-                         msg != NULL ? msg : PQerrorMessage(b->c));
-    PQclear(r);
-    *out = NULL;
-    return PQstatus(b->c) == CONNECTION_OK ? CN_DB : CN_IO;
+    return rn_db_exec_binary(b->c, sql, n, params, out, err);
 }
 
 static cn_err

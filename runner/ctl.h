@@ -28,6 +28,11 @@ char *ctl_read_file(const char *path, size_t *len);
  * be read. */
 int ctl_compile_file(const char *path, struct ir_dag **out, char **src, size_t *src_len);
 
+/* Checks an --input value (NULL: "{}"): valid JSON (else the error with line and column) and
+ * an object. Returns EXIT_OK with its compact text in *compact (free it), else prints why and
+ * returns EXIT_REJECTED (or EXIT_USAGE when out of memory). */
+int ctl_parse_input(const char *cmd, const char *text, char **compact);
+
 int ctl_cmd_migrate(int argc, char **argv);
 int ctl_cmd_register(int argc, char **argv);
 int ctl_cmd_run(int argc, char **argv);

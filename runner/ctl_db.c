@@ -446,12 +446,37 @@ wait_finished(const struct opts *o, PGconn *c, const char *id, long timeout_ms)
 }
 
 int
+ctl_parse_input(const char *cmd, const char *text, char **compact)
+{
+    json_error_t je;
+    json_t *input = json_loads(text != NULL ? text : "{}", JSON_REJECT_DUPLICATES, &je);
+
+    *compact = NULL;
+    if (input == NULL) {
+        fprintf(stderr, "cairnctl %s: --input is not valid JSON: %s (line %d, column %d)\n", cmd,
+                je.text, je.line, je.column);
+        return EXIT_REJECTED;
+    }
+    if (!json_is_object(input)) {
+        fprintf(stderr, "cairnctl %s: --input must be a JSON object ({\"name\": value, ...})\n",
+                cmd);
+        json_decref(input);
+        return EXIT_REJECTED;
+    }
+    *compact = json_dumps(input, JSON_COMPACT);
+    json_decref(input);
+    if (*compact == NULL) {
+        fprintf(stderr, "cairnctl %s: out of memory\n", cmd);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+int
 ctl_cmd_run(int argc, char **argv)
 {
     struct opts o;
     struct cn_errmsg em;
-    json_error_t je;
-    json_t *input = NULL;
     PGconn *c = NULL;
     PGresult *r = NULL;
     const char *params[6];
@@ -479,22 +504,8 @@ ctl_cmd_run(int argc, char **argv)
         return EXIT_USAGE;
     }
     /* The input is checked here, with a position, before the database sees it. */
-    input = json_loads(o.input != NULL ? o.input : "{}", JSON_REJECT_DUPLICATES, &je);
-    if (input == NULL) {
-        fprintf(stderr, "cairnctl run: --input is not valid JSON: %s (line %d, column %d)\n",
-                je.text, je.line, je.column);
-        return EXIT_REJECTED;
-    }
-    if (!json_is_object(input)) {
-        fprintf(stderr, "cairnctl run: --input must be a JSON object ({\"name\": value, ...})\n");
-        json_decref(input);
-        return EXIT_REJECTED;
-    }
-    input_text = json_dumps(input, JSON_COMPACT);
-    json_decref(input);
-    if (input_text == NULL) {
-        fprintf(stderr, "cairnctl run: out of memory\n");
-        return EXIT_USAGE;
+    if ((status = ctl_parse_input("run", o.input, &input_text)) != EXIT_OK) {
+        return status;
     }
     if ((status = db_open(&o, &c)) != EXIT_OK) {
         free(input_text);

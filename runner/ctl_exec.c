@@ -11,8 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "cairn/worker.h"
 #include "ir/eval.h"
 #include "runner/backend.h"
@@ -53,8 +51,7 @@ ctl_cmd_exec(int argc, char **argv)
     int status = EXIT_OK, k;
     bool made_dir = false;
     int64_t deadline;
-    json_error_t je;
-    json_t *parsed;
+    char *compact = NULL;
 
     for (k = 0; k < argc; k++) {
         if (strcmp(argv[k], "--input") == 0 && k + 1 < argc) {
@@ -82,22 +79,15 @@ ctl_cmd_exec(int argc, char **argv)
         fprintf(stderr, "usage: cairnctl exec FILE [--input JSON] [--timeout S] [--json]\n");
         return EXIT_USAGE;
     }
-    parsed = json_loads(input_text, JSON_REJECT_DUPLICATES, &je);
-    if (parsed == NULL || !json_is_object(parsed)) {
-        if (parsed == NULL) {
-            fprintf(stderr, "cairnctl exec: --input is not valid JSON: %s (line %d, column %d)\n",
-                    je.text, je.line, je.column);
-        } else {
-            fprintf(stderr, "cairnctl exec: --input must be a JSON object\n");
-        }
-        json_decref(parsed);
-        return EXIT_REJECTED;
+    if ((status = ctl_parse_input("exec", input_text, &compact)) != EXIT_OK) {
+        return status;
     }
-    json_decref(parsed);
-    if (ir_val_from_json(input_text, strlen(input_text), &input, &em) != CN_OK) {
+    if (ir_val_from_json(compact, strlen(compact), &input, &em) != CN_OK) {
         fprintf(stderr, "cairnctl exec: --input: %s\n", em.text);
+        free(compact);
         return EXIT_REJECTED;
     }
+    free(compact);
     if ((status = ctl_compile_file(file, &dag, &src, &src_len)) != EXIT_OK) {
         ir_val_release(input);
         return status;

@@ -50,11 +50,11 @@ rn_db_connect(const char *url, PGconn **out, struct cn_errmsg *err)
     return CN_OK;
 }
 
-cn_err
-rn_db_exec(PGconn *c, const char *sql, int n, const char *const *params, PGresult **out,
-           struct cn_errmsg *err)
+static cn_err
+db_exec(PGconn *c, const char *sql, int n, const char *const *params, int format, PGresult **out,
+        struct cn_errmsg *err)
 {
-    PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+    PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, format);
     ExecStatusType st = r != NULL ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     const char *state, *msg;
     cn_err e;
@@ -87,4 +87,18 @@ rn_db_exec(PGconn *c, const char *sql, int n, const char *const *params, PGresul
     e = db_fail(err, e, "", msg);
     PQclear(r);
     return e;
+}
+
+cn_err
+rn_db_exec(PGconn *c, const char *sql, int n, const char *const *params, PGresult **out,
+           struct cn_errmsg *err)
+{
+    return db_exec(c, sql, n, params, 0, out, err);
+}
+
+cn_err
+rn_db_exec_binary(PGconn *c, const char *sql, int n, const char *const *params, PGresult **out,
+                  struct cn_errmsg *err)
+{
+    return db_exec(c, sql, n, params, 1, out, err);
 }

@@ -26,4 +26,8 @@ CN_MUST_CHECK cn_err rn_db_connect(const char *url, PGconn **out, struct cn_errm
 CN_MUST_CHECK cn_err rn_db_exec(PGconn *c, const char *sql, int n, const char *const *params,
                                 PGresult **out, struct cn_errmsg *err);
 
+/* The same with results in binary format (uuid: 16 bytes, bytea: raw, int4: big-endian). */
+CN_MUST_CHECK cn_err rn_db_exec_binary(PGconn *c, const char *sql, int n, const char *const *params,
+                                       PGresult **out, struct cn_errmsg *err);
+
 #endif

@@ -310,20 +310,32 @@ sev_free(struct sev *e)
     free(e);
 }
 
+/* A new event for instance iid (its values None), or NULL when out of memory. */
+static struct sev *
+sev_new(enum sev_kind kind, const uint8_t iid[16])
+{
+    struct sev *e = calloc(1, sizeof(*e));
+
+    if (e != NULL) {
+        e->kind = kind;
+        e->value = ir_null();
+        e->claimed.input = ir_null();
+        memcpy(e->iid, iid, 16);
+    }
+    return e;
+}
+
 /* The pool's result callback: route to the owning shard (no pool lock held here). */
 static void
 on_pool_result(void *arg, const struct rn_pool_result *res)
 {
     struct rn_runner *r = arg;
-    struct sev *e = calloc(1, sizeof(*e));
+    struct sev *e = sev_new(SEV_RESULT, res->instance_id);
 
     if (e == NULL) {
         return; /* out of memory: the executor's deadline timer fails the attempt */
     }
-    e->kind = SEV_RESULT;
     e->value = ir_val_retain(res->value);
-    e->claimed.input = ir_null();
-    memcpy(e->iid, res->instance_id, 16);
     memcpy(e->exec_id, res->exec_id, 16);
     e->attempt = res->attempt;
     e->ok = res->ok;
@@ -521,6 +533,22 @@ preq_free(struct preq *q)
     free(q);
 }
 
+/* A write for instance in under its claim token, with nothing in it yet; NULL when out of
+ * memory. */
+static struct preq *
+preq_new(struct shard *sh, const struct inst *in)
+{
+    struct preq *q = calloc(1, sizeof(*q));
+
+    if (q != NULL) {
+        q->sh = sh;
+        q->w.result = ir_null();
+        memcpy(q->w.instance_id, in->id, 16);
+        memcpy(q->w.lock, in->lock, 16);
+    }
+    return q;
+}
+
 static void step_events(struct shard *sh, struct inst *in, const struct rn_event *evs, size_t n);
 
 /* Acts on the output of a step (in sh->out): writes what must be durable, holding actions and
@@ -538,15 +566,10 @@ handle_output(struct shard *sh, struct inst *in)
         busy_sync(sh, in);
         return;
     }
-    q = calloc(1, sizeof(*q));
-    if (q == NULL) {
+    if ((q = preq_new(sh, in)) == NULL) {
         rn_log(RN_LOG_ERROR, "out of memory writing an instance: handing it back");
         goto lost;
     }
-    q->sh = sh;
-    q->w.result = ir_null();
-    memcpy(q->w.instance_id, in->id, 16);
-    memcpy(q->w.lock, in->lock, 16);
     if (o->done.len > 0) {
         q->done = calloc(o->done.len, sizeof(*q->done));
         if (q->done == NULL) {
@@ -679,10 +702,7 @@ on_new(struct shard *sh, struct sev *e)
         if (rv != CN_NOMEM &&
             ir_error_new("StateError", em.text[0] ? em.text : cn_strerror(rv), ir_null(), ir_null(),
                          &err) == CN_OK &&
-            (q = calloc(1, sizeof(*q))) != NULL) {
-            q->sh = sh;
-            memcpy(q->w.instance_id, in->id, 16);
-            memcpy(q->w.lock, in->lock, 16);
+            (q = preq_new(sh, in)) != NULL) {
             q->w.outcome = RN_FAILED;
             q->w.result = err;
             in->writing = true;
@@ -767,16 +787,12 @@ on_ack(struct shard *sh, struct sev *e)
             }
         }
         if (wake - wall_ms() > (int64_t) r->cfg.evict_sleep_threshold_ms) {
-            struct preq *q = calloc(1, sizeof(*q));
+            struct preq *q = preq_new(sh, in);
             if (q != NULL) {
                 char id[37];
                 rn_uuid_format(in->id, id);
                 rn_log(RN_LOG_INFO, "instance %s: sleeping %lld ms, handed back until due", id,
                        (long long) (wake - wall_ms()));
-                q->sh = sh;
-                q->w.result = ir_null();
-                memcpy(q->w.instance_id, in->id, 16);
-                memcpy(q->w.lock, in->lock, 16);
                 q->w.release = true;
                 q->w.wake_at_ms = wake;
                 in->writing = true;
@@ -970,14 +986,10 @@ persister_main(void *arg)
              * redoes this work from the last committed state. */
             while (r->phead != NULL) {
                 struct preq *q = r->phead;
-                struct sev *e = calloc(1, sizeof(*e));
+                struct sev *e = sev_new(SEV_ACK, q->w.instance_id);
                 r->phead = q->next;
                 if (e != NULL) {
-                    e->kind = SEV_ACK;
-                    e->value = ir_null();
-                    e->claimed.input = ir_null();
                     e->write_failed = true;
-                    memcpy(e->iid, q->w.instance_id, 16);
                     shard_post(q->sh, e);
                 }
                 preq_free(q);
@@ -988,13 +1000,9 @@ persister_main(void *arg)
         backoff = 200;
         atomic_fetch_add(&r->batches, 1);
         for (i = 0; i < n; i++) {
-            struct sev *e = calloc(1, sizeof(*e));
+            struct sev *e = sev_new(SEV_ACK, ws[i].instance_id);
             if (e != NULL) {
-                e->kind = SEV_ACK;
-                e->value = ir_null();
-                e->claimed.input = ir_null();
                 e->lost = ws[i].lost;
-                memcpy(e->iid, ws[i].instance_id, 16);
                 shard_post(qs[i]->sh, e);
             }
             preq_free(qs[i]);
@@ -1120,18 +1128,14 @@ claimer_main(void *arg)
                 }
                 continue;
             }
-            e = calloc(1, sizeof(*e));
-            if (e == NULL) {
+            if ((e = sev_new(SEV_NEW, c->instance_id)) == NULL) {
                 continue; /* its lease expires and it is claimed again */
             }
-            e->kind = SEV_NEW;
-            e->value = ir_null();
             e->claimed = *c;
             memset(c, 0, sizeof(*c)); /* moved */
             c->input = ir_null();
             e->dag = dag;
             e->claimed_at = clock_ms(CLOCK_MONOTONIC);
-            memcpy(e->iid, e->claimed.instance_id, 16);
             atomic_fetch_add(&r->active, 1);
             atomic_fetch_add(&r->claimed, 1);
             shard_post(shard_for(r, e->iid), e);
@@ -1208,14 +1212,9 @@ keeper_main(void *arg)
             }
             for (i = 0; i < n; i++) {
                 struct sev *e;
-                if (!lost[i] || (e = calloc(1, sizeof(*e))) == NULL) {
-                    continue;
+                if (lost[i] && (e = sev_new(SEV_LOST, copy[i].iid)) != NULL) {
+                    shard_post(&r->shards[copy[i].shard], e);
                 }
-                e->kind = SEV_LOST;
-                e->value = ir_null();
-                e->claimed.input = ir_null();
-                memcpy(e->iid, copy[i].iid, 16);
-                shard_post(&r->shards[copy[i].shard], e);
             }
         }
         free(copy);

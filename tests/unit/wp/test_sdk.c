@@ -799,64 +799,102 @@ Test(wp_sdk, a_cancelled_attempt_that_has_not_started_is_not_run)
     fr_free(f);
 }
 
-/* The worker mirrors the runner's heartbeat rule: a runner that answers nothing for three
- * idle periods (plus a second) is gone even if the connection looks open; the worker drops
- * the connection and dials again. The silent runner is a separate process (silent-runner)
- * that welcomes the worker and then never answers; after the drop it sees a second
- * connection, which it never welcomes, so the worker logs the drop and keeps trying. A
- * runner that answers the idle cycle is kept (next test). */
-Test(wp_sdk, a_silent_runner_is_dropped_and_the_worker_reconnects)
+/* ---- tests against silent-runner, a misbehaving runner in a process of its own ---------- */
+
+/* Starts silent-runner on a fresh ipc URL (written to url) with idle_ms and mode (NULL or
+ * "garbage"); its stdout goes to out_fd when that is not -1. */
+static pid_t
+silent_start(char *url, size_t n, const char *idle_ms, const char *mode, int out_fd)
 {
     const char *bin = getenv("CAIRN_SILENT_RUNNER_BIN");
-    struct cairn_worker_options o;
-    struct cairn_worker *w;
-    char url[128];
-    int64_t t0, deadline;
+    static int seq;
     pid_t pid;
-    int status, p[2];
-    char buf[4096] = "";
-    size_t len = 0;
-    ssize_t n;
 
     cr_assert_not_null(bin, "CAIRN_SILENT_RUNNER_BIN not set (run through meson)");
-    snprintf(url, sizeof(url), "ipc:///tmp/cairn-sdk-silent-%ld.sock", (long) getpid());
+    snprintf(url, n, "ipc:///tmp/cairn-sdk-silent-%ld-%d.sock", (long) getpid(), ++seq);
     unlink(url + strlen("ipc://"));
     pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
-        execl(bin, bin, url, "100", (char *) NULL);
+        if (out_fd >= 0) {
+            dup2(out_fd, 1);
+        }
+        execl(bin, bin, url, idle_ms, mode, (char *) NULL);
         _exit(127);
     }
-    /* The worker's log goes to stderr: capture it to see the drop. */
-    cr_assert_eq(pipe(p), 0);
+    return pid;
+}
+
+static void
+silent_stop(pid_t pid, const char *url)
+{
+    int status;
+
+    kill(pid, SIGKILL);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    unlink(url + strlen("ipc://"));
+}
+
+/* A started worker for url that reconnects quickly. */
+static struct cairn_worker *
+quick_worker(const char *url, const char *name)
+{
+    struct cairn_worker_options o;
+    struct cairn_worker *w;
+
     memset(&o, 0, sizeof(o));
-    o.name = "w-silent";
+    o.name = name;
     o.reconnect_min_ms = 10;
     o.reconnect_max_ms = 50;
     o.start_timeout_ms = WAIT_MS;
     T_OK(cairn_worker_new(url, &o, &w));
     T_OK(cairn_worker_register(w, "t.echo", h_echo, NULL));
-    {
-        int saved = dup(2);
+    T_OK(cairn_worker_start(w));
+    return w;
+}
 
-        cr_assert_eq(dup2(p[1], 2), 2);
-        T_OK(cairn_worker_start(w));
-        t0 = now_ms();
-        deadline = t0 + WAIT_MS;
-        while (strstr(buf, "runner silent") == NULL && now_ms() < deadline) {
-            struct timespec ts = {0, 20000000};
+/* Appends what can be read from the non-blocking fd to buf (NUL-terminated, cap bytes). */
+static void
+read_available(int fd, char *buf, size_t *len, size_t cap)
+{
+    ssize_t n;
 
-            nanosleep(&ts, NULL);
-            (void) fcntl(p[0], F_SETFL, O_NONBLOCK);
-            while (len < sizeof(buf) - 1 &&
-                   (n = read(p[0], buf + len, sizeof(buf) - 1 - len)) > 0) {
-                len += (size_t) n;
-            }
-            buf[len] = '\0';
-        }
-        cr_assert_eq(dup2(saved, 2), 2);
-        close(saved);
+    while (*len < cap - 1 && (n = read(fd, buf + *len, cap - 1 - *len)) > 0) {
+        *len += (size_t) n;
     }
+    buf[*len] = '\0';
+}
+
+/* The worker mirrors the runner's heartbeat rule: a runner that answers nothing for three
+ * idle periods (plus a second) is gone even if the connection looks open; the worker drops
+ * the connection and dials again. The silent runner welcomes the worker and then never
+ * answers; after the drop it sees a second connection, which it never welcomes, so the worker
+ * logs the drop and keeps trying. A runner that answers the idle cycle is kept (next test). */
+Test(wp_sdk, a_silent_runner_is_dropped_and_the_worker_reconnects)
+{
+    struct cairn_worker *w;
+    char url[128], buf[4096] = "";
+    int64_t t0, deadline;
+    size_t len = 0;
+    int p[2], saved;
+    pid_t pid = silent_start(url, sizeof(url), "100", NULL, -1);
+
+    /* The worker's log goes to stderr: capture it to see the drop. */
+    cr_assert_eq(pipe(p), 0);
+    (void) fcntl(p[0], F_SETFL, O_NONBLOCK);
+    saved = dup(2);
+    cr_assert_eq(dup2(p[1], 2), 2);
+    w = quick_worker(url, "w-silent");
+    t0 = now_ms();
+    deadline = t0 + WAIT_MS;
+    while (strstr(buf, "runner silent") == NULL && now_ms() < deadline) {
+        struct timespec ts = {0, 20000000};
+
+        nanosleep(&ts, NULL);
+        read_available(p[0], buf, &len, sizeof(buf));
+    }
+    cr_assert_eq(dup2(saved, 2), 2);
+    close(saved);
     cr_assert_not_null(strstr(buf, "runner silent"), "the worker kept a silent runner: %s", buf);
     cr_assert_geq(now_ms() - t0, 1200, "dropped after %lld ms", (long long) (now_ms() - t0));
     cr_assert(cairn_worker_running(w), "a dropped connection is not a stopped worker");
@@ -864,9 +902,7 @@ Test(wp_sdk, a_silent_runner_is_dropped_and_the_worker_reconnects)
     cairn_worker_free(w);
     close(p[0]);
     close(p[1]);
-    kill(pid, SIGKILL);
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    unlink(url + strlen("ipc://"));
+    silent_stop(pid, url);
 }
 
 Test(wp_sdk, a_runner_answering_the_idle_cycle_is_kept)
@@ -915,54 +951,31 @@ Test(wp_sdk, an_error_without_a_type_is_reported_as_a_worker_error)
 }
 
 /* A reply to ready that does not decode may have carried attempts the worker can never report;
- * the worker drops the connection (the runner then fails them with WorkerLost and frees their
- * room) and starts a new session. The runner here is silent-runner in `garbage` mode, a process
- * of its own: it garbles the first ready of each connection and prints "hello" per session. */
+ * the worker starts a new session (a new hello on the same connection, after which the runner
+ * fails the old session's attempts with WorkerLost and frees their room). The runner here is
+ * silent-runner in `garbage` mode: it garbles the first ready of each session and prints
+ * "hello" per session. */
 Test(wp_sdk, an_undecodable_reply_to_ready_drops_the_session)
 {
-    const char *bin = getenv("CAIRN_SILENT_RUNNER_BIN");
-    struct cairn_worker_options o;
     struct cairn_worker *w;
     char url[128], buf[256] = "";
     int64_t deadline;
     size_t len = 0;
-    int status, p[2], hellos = 0;
+    int p[2], hellos = 0;
     pid_t pid;
-    ssize_t n;
 
-    cr_assert_not_null(bin, "CAIRN_SILENT_RUNNER_BIN not set (run through meson)");
-    snprintf(url, sizeof(url), "ipc:///tmp/cairn-sdk-garbage-%ld.sock", (long) getpid());
-    unlink(url + strlen("ipc://"));
     cr_assert_eq(pipe(p), 0);
-    pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        dup2(p[1], 1);
-        close(p[0]);
-        close(p[1]);
-        execl(bin, bin, url, "20000", "garbage", (char *) NULL);
-        _exit(127);
-    }
-    close(p[1]);
     (void) fcntl(p[0], F_SETFL, O_NONBLOCK);
-    memset(&o, 0, sizeof(o));
-    o.name = "w-garbage";
-    o.reconnect_min_ms = 10;
-    o.reconnect_max_ms = 50;
-    o.start_timeout_ms = WAIT_MS;
-    T_OK(cairn_worker_new(url, &o, &w));
-    T_OK(cairn_worker_register(w, "t.echo", h_echo, NULL));
-    T_OK(cairn_worker_start(w));
+    pid = silent_start(url, sizeof(url), "20000", "garbage", p[1]);
+    close(p[1]);
+    w = quick_worker(url, "w-garbage");
     deadline = now_ms() + WAIT_MS;
     while (hellos < 2 && now_ms() < deadline) {
         struct timespec ts = {0, 10000000};
         char *q;
 
         nanosleep(&ts, NULL);
-        while (len < sizeof(buf) - 1 && (n = read(p[0], buf + len, sizeof(buf) - 1 - len)) > 0) {
-            len += (size_t) n;
-        }
-        buf[len] = '\0';
+        read_available(p[0], buf, &len, sizeof(buf));
         for (hellos = 0, q = buf; (q = strstr(q, "hello")) != NULL; q += 5) {
             hellos++;
         }
@@ -972,7 +985,5 @@ Test(wp_sdk, an_undecodable_reply_to_ready_drops_the_session)
     cairn_worker_stop(w, 200);
     cairn_worker_free(w);
     close(p[0]);
-    kill(pid, SIGKILL);
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    unlink(url + strlen("ipc://"));
+    silent_stop(pid, url);
 }
