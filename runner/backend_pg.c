@@ -4,6 +4,8 @@
  * parameterised; batches travel as array parameters (text array literals built here, every
  * element quoted), so a batch of any size is a handful of statements, not one per instance, and
  * a persist batch is those statements prepared once and sent as one pipeline (one round trip).
+ * Persisting is idempotent: when the connection drops around COMMIT the outcome is unknown and
+ * the batch is sent again, so a result already recorded is not inserted twice.
  * Results come back in binary format where ids and bytes are involved (uuid = 16 raw bytes,
  * bytea = raw bytes). A lost connection is reported as CN_IO; the next call reconnects.
  * Used by one thread at a time.
@@ -427,7 +429,9 @@ static const struct {
      "INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status, result)"
      " SELECT t.i, t.e, t.a, t.s, decode(t.x, 'hex') FROM unnest($1::uuid[], $2::uuid[],"
      " $3::uuid[], $4::integer[], $5::text[], $6::text[]) AS t(i, l, e, a, s, x)"
-     " JOIN cairn.queued_instances q ON q.instance_id = t.i AND q.lock_uuid = t.l",
+     " JOIN cairn.queued_instances q ON q.instance_id = t.i AND q.lock_uuid = t.l"
+     " WHERE NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d"
+     " WHERE d.execution_id = t.e AND d.attempt = t.a)",
      6},
     {"cairn_state",
      "UPDATE cairn.runner_instances ri SET state = decode(t.s, 'hex') FROM unnest($1::uuid[],"
