@@ -492,6 +492,9 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
             pthread_cond_signal(&p->cond);
         }
     }
+    if (q->d.ready_us != 0) {
+        rn_lathist_add(&p->st.dispatch_delay, rn_lathist_now_us() - q->d.ready_us);
+    }
     w->inflight++;
     p->st.dispatched++;
     p->st.queued--;
@@ -1099,6 +1102,7 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
     q->d.attempt = d->attempt;
     q->d.kwargs = ir_val_retain(d->kwargs);
     q->d.deadline_ms = d->deadline_ms;
+    q->d.ready_us = d->ready_us;
     pthread_mutex_lock(&p->mtx);
     p->st.queued++;
     /* A worker with a parked `ready` and room, serving the action, takes it at once (with

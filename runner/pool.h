@@ -21,6 +21,7 @@
 
 #include "ir/base/err.h"
 #include "ir/value.h"
+#include "runner/lathist.h"
 
 struct rn_pool;
 
@@ -43,6 +44,7 @@ struct rn_pool_dispatch {
     const char *action;   /* copied */
     struct ir_val kwargs; /* retained */
     int64_t deadline_ms;  /* absolute wall clock; 0 = none */
+    int64_t ready_us;     /* CLOCK_MONOTONIC µs when the action became ready; 0 = not measured */
 };
 
 struct rn_pool_result {
@@ -71,6 +73,7 @@ struct rn_pool_stats {
     uint64_t silent;        /* connections dropped after 3 idle periods without a request */
     uint64_t queued;        /* submitted attempts waiting for a worker now */
     uint64_t contexts;      /* nng contexts open now (receiving, parked, replying, spare) */
+    struct rn_lathist dispatch_delay; /* ready_us to the dispatch's send, per measured attempt */
 };
 
 /* Creates and starts a pool listening on cfg->listen_url. Returns CN_OK, CN_IO (cannot

@@ -119,6 +119,7 @@ struct inst {
     bool writing;            /* a write is in flight: actions/timers wait in held */
     bool evicting;           /* the in-flight write hands the instance back */
     struct rn_step_out held; /* the output whose write is in flight */
+    int64_t held_us;         /* when held was produced (monotonic µs): its actions' ready time */
     struct held_ev *waiting; /* events that came while writing */
     size_t nwaiting, capwaiting;
     size_t inflight;    /* actions dispatched and not reported back (approximate) */
@@ -450,9 +451,10 @@ inst_remove(struct shard *sh, struct inst *in)
     atomic_fetch_sub(&sh->r->active, 1);
 }
 
-/* Hands the held output's actions to the pool and arms its timers. */
+/* Hands the output's actions to the pool and arms its timers; ready_us is when the step made
+ * the actions ready (the pool measures from there to the dispatch). */
 static void
-release_output(struct shard *sh, struct inst *in, struct rn_step_out *o)
+release_output(struct shard *sh, struct inst *in, struct rn_step_out *o, int64_t ready_us)
 {
     struct rn_runner *r = sh->r;
     size_t i;
@@ -485,6 +487,7 @@ release_output(struct shard *sh, struct inst *in, struct rn_step_out *o)
         d.action = a->action;
         d.kwargs = a->kwargs;
         d.deadline_ms = a->deadline_ms;
+        d.ready_us = ready_us;
         if (rn_pool_submit(r->pool, &d) != CN_OK) {
             rn_log(RN_LOG_ERROR, "out of memory dispatching %s: its deadline will fail it",
                    a->action);
@@ -557,11 +560,12 @@ static void
 handle_output(struct shard *sh, struct inst *in)
 {
     struct rn_step_out *o = &sh->out;
+    int64_t ready_us = rn_lathist_now_us();
     struct preq *q;
     size_t k;
 
     if (o->done.len == 0 && !o->snapshot_needed && o->outcome == RN_RUNNING) {
-        release_output(sh, in, o);
+        release_output(sh, in, o, ready_us);
         rn_step_out_clear(o);
         busy_sync(sh, in);
         return;
@@ -599,6 +603,7 @@ handle_output(struct shard *sh, struct inst *in)
     /* Hold the rest until the write commits. */
     rn_step_out_fini(&in->held);
     in->held = *o;
+    in->held_us = ready_us;
     memset(o, 0, sizeof(*o));
     in->writing = true;
     busy_sync(sh, in);
@@ -771,12 +776,12 @@ on_ack(struct shard *sh, struct sev *e)
     }
     if (in->held.outcome != RN_RUNNING) {
         /* The outcome is committed: cancel what still runs, and forget the instance. */
-        release_output(sh, in, &(struct rn_step_out){.cancels = in->held.cancels});
+        release_output(sh, in, &(struct rn_step_out){.cancels = in->held.cancels}, 0);
         atomic_fetch_add(in->held.outcome == RN_COMPLETED ? &r->completed : &r->failed, 1);
         inst_remove(sh, in);
         return;
     }
-    release_output(sh, in, &in->held);
+    release_output(sh, in, &in->held, in->held_us);
     /* A long sleep with nothing in flight: hand the instance back until it is due. */
     if (in->inflight == 0 && in->nwaiting == 0 && in->held.timers.len > 0 &&
         in->held.actions.len == 0) {
@@ -1258,6 +1263,27 @@ metric(struct cn_buf *b, const char *name, const char *type, const char *help, u
                          (unsigned long long) v) == CN_OK;
 }
 
+/* Appends a latency histogram as a Prometheus summary: p50, p95, p99 and the max (quantile 1),
+ * over the runner's life, within the histogram's 12.5% bucket error. */
+static bool
+summary(struct cn_buf *b, const char *name, const char *help, const struct rn_lathist *h)
+{
+    static const double qs[] = {0.5, 0.95, 0.99, 1.0};
+    size_t i;
+
+    if (cn_buf_printf(b, "# HELP %s %s\n# TYPE %s summary\n", name, help, name) != CN_OK) {
+        return false;
+    }
+    for (i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+        if (cn_buf_printf(b, "%s{quantile=\"%g\"} %.6f\n", name, qs[i],
+                          (double) rn_lathist_quantile(h, qs[i]) / 1e6) != CN_OK) {
+            return false;
+        }
+    }
+    return cn_buf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name, (double) h->sum_us / 1e6, name,
+                         (unsigned long long) h->count) == CN_OK;
+}
+
 static void
 http_reply(nng_aio *aio, uint16_t status, const char *type, const void *body, size_t len)
 {
@@ -1317,7 +1343,11 @@ http_metrics(nng_aio *aio)
          metric(&b, "cairn_pool_bad_messages_total", "counter",
                 "Worker connections dropped for a malformed message.", ps.bad_messages) &&
          metric(&b, "cairn_pool_silent_total", "counter", "Worker connections dropped for silence.",
-                ps.silent);
+                ps.silent) &&
+         summary(&b, "cairn_action_dispatch_delay_seconds",
+                 "From an action becoming ready to its dispatch to a worker (commit barrier and "
+                 "waiting for a worker).",
+                 &ps.dispatch_delay);
     if (!ok) {
         cn_buf_fini(&b);
         nng_aio_finish(aio, NNG_ENOMEM);

@@ -211,6 +211,16 @@ def run_all(url, env, tmp):
           text[:300])
     check("/metrics counts the two workers", samples.get("cairn_workers") == "2", text[:300])
     check("/metrics is Prometheus text", "# TYPE cairn_actions_dispatched_total counter" in text)
+    delay = {k: float(v) for k, v in samples.items()
+             if k.startswith("cairn_action_dispatch_delay_seconds")}
+    dq = [delay.get(f'cairn_action_dispatch_delay_seconds{{quantile="{q}"}}', -1.0)
+          for q in ("0.5", "0.95", "0.99", "1")]
+    check("/metrics has the ready-to-dispatch summary: one sample per dispatched action, "
+          "ordered quantiles under 10 s",
+          delay.get("cairn_action_dispatch_delay_seconds_count") ==
+          float(samples.get("cairn_actions_dispatched_total", "-1")) and
+          delay["cairn_action_dispatch_delay_seconds_count"] > 0 and
+          0 < dq[0] <= dq[1] <= dq[2] <= dq[3] < 10, str(delay))
 
     # ---- two runners, 1000 instances -------------------------------------------------
     r2 = runner(env, tmp, "runner2", sock2)
