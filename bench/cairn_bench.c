@@ -1,23 +1,37 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cairn-bench: end-to-end benchmark harness (issue 6, first step). Against a database
- * (--database-url or CAIRN_DATABASE_URL; bench/run-e2e starts a durable throwaway one), it
- * registers the case's workflow, enqueues the instances, starts R cairn-runner processes with W
- * cairn-worker processes each, and measures the drain: from the runners' start until every
- * instance of this run has finished. Reports actions/s and instances/s, the enqueue rate,
- * enqueue-to-completion latency percentiles (from the database's timestamps), rows and WAL
- * bytes written per action (pg_stat_user_tables, the WAL position), runner CPU seconds per
- * 1 000 actions and peak RSS (from /proc, read just before the runners stop). Text, JSON,
- * Markdown or CSV; a progress line on stderr while it runs. Single-threaded.
+ * cairn-bench: the end-to-end benchmark harness. Against a database (--database-url or
+ * CAIRN_DATABASE_URL), or else a durable throwaway PostgreSQL it starts and always stops, it
+ * registers the case's workflow, enqueues the instances (all before the start, or at --rate
+ * while running), starts R cairn-runner processes with W cairn-worker processes each, and
+ * measures the drain: from the runners' start until the last instance of this run finished.
  *
- * Cases (every instance gets {"n": ACTIONS, "run": TAG}):
+ * Reports actions/s and instances/s, the enqueue rate, enqueue-to-completion latency (from the
+ * database's timestamps), action-ready-to-dispatch latency (each runner's
+ * cairn_action_dispatch_delay_seconds summary), rows and WAL bytes written per action
+ * (pg_stat_user_tables, the WAL position), runner CPU seconds per 1 000 actions and peak RSS
+ * (from /proc, read just before the runners stop). Text, JSON, Markdown or CSV; a progress line
+ * on stderr; --plot writes an SVG of throughput over time with gnuplot.
+ *
+ * Threads: one. Children: the runners, the workers, gnuplot, and the throwaway cluster's
+ * initdb/pg_ctl (through runuser as root: PostgreSQL refuses to run as root).
+ *
+ * Cases (every instance gets {"n": ACTIONS, "run": TAG}; mixed adds "seed", "fail", "timeout",
+ * "nap" in per mille):
  *   queue-noop  one std.noop per instance          sequence  ACTIONS sequential std.noop
  *   fan-out     a spread of ACTIONS std.noop       for-loop  ACTIONS std.noop with inline work
  *   cpu         a spread of ACTIONS std.hash (20 000 rounds each), to show worker scaling
+ *   mixed       ACTIONS sequential steps: a std.flaky that fails once and is retried, a
+ *               std.sleep past its timeout (retried once, then caught), a durable sleep, or a
+ *               std.noop, chosen per step at the given rates
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -25,7 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,7 +51,8 @@
 #include "runner/db.h"
 #include "runner/migrate.h"
 
-#define MAX_PROCS 256
+#define MAX_PROCS   256
+#define MAX_SAMPLES 100000
 
 struct bench_case {
     const char *name;
@@ -54,7 +71,7 @@ static const struct bench_case cases[] = {
     {"fan-out",
      "fn main(input: [n, run], output: [count]):\n    results = spread range(n):i -> "
      "@std.noop(i=i)\n    return len(results)\n",
-     10, 1000, false},
+     20, 1000, false},
     {"for-loop",
      "fn main(input: [n, run], output: [acc]):\n    acc = 0\n    for i in range(n):\n"
      "        acc = acc + i * 2 - (i % 3)\n        if acc % 7 == 0:\n            acc = acc + 1\n"
@@ -64,22 +81,69 @@ static const struct bench_case cases[] = {
      "fn main(input: [n, run], output: [count]):\n    digests = spread range(n):i -> "
      "@std.hash(data=i, iterations=20000)\n    return len(digests)\n",
      20, 50, false},
+    /* 729 is coprime with 1000: over 1000 consecutive steps every k occurs once, so the rates
+     * are exact per 1000 steps whatever the seed. */
+    {"mixed",
+     "fn main(input: [n, run, seed, fail, timeout, nap], output: [done]):\n"
+     "    done = 0\n"
+     "    for i in range(n):\n"
+     "        k = (seed * 7919 + i * 729) % 1000\n"
+     "        if k < fail:\n"
+     "            @std.flaky(key=run, failures=1) [retry: 2, backoff: 10ms]\n"
+     "        elif k < fail + timeout:\n"
+     "            try:\n"
+     "                @std.sleep(ms=200) [timeout: 20ms] [ActionTimeout -> retry: 1, "
+     "backoff: 10ms]\n"
+     "            except ActionTimeout:\n"
+     "                pass\n"
+     "        elif k < fail + timeout + nap:\n"
+     "            sleep 0.02\n"
+     "        else:\n"
+     "            @std.noop(i=i)\n"
+     "        done = done + 1\n"
+     "    return done\n",
+     500, 20, false},
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 
 struct opts {
-    const char *db_url, *case_name, *transport, *format, *bin_dir;
+    const char *db_url, *case_name, *transport, *format, *bin_dir, *plot, *pg_bin;
     long instances, actions, runners, shards, workers, slots, prefetch, timeout_s;
+    double rate;               /* instances/s while running; 0: all before the start */
+    double fail, timeout, nap; /* mixed: fractions of steps */
 };
 
 struct result {
-    double enqueue_s, drain_s;
+    double enqueue_rate, drain_s;
     long completed, failed;
-    double p50, p95, p99, max; /* enqueue to completion, ms */
-    double rows, wal;          /* per action */
-    double cpu_per_1000;       /* runner CPU seconds per 1000 actions */
-    long rss_kb;               /* largest runner peak RSS */
+    double p50, p95, p99, max;  /* enqueue to completion, ms */
+    double d50, d95, d99, dmax; /* action ready to dispatch, ms */
+    double dcount;              /* dispatches measured */
+    double rows, wal;           /* per action */
+    double cpu_per_1000;        /* runner CPU seconds per 1000 actions */
+    long rss_kb;                /* largest runner peak RSS */
 };
+
+struct sample {
+    double t, outcomes, instances;
+};
+
+/* Everything the cleanup must find, also after a signal. */
+static struct {
+    pid_t pids[MAX_PROCS];
+    int npids;
+    char tmp[64];    /* sockets and logs; "" when not made */
+    char pg_dir[64]; /* the throwaway cluster; "" when none */
+    const char *pg_bin;
+} g;
+static volatile sig_atomic_t g_stop;
+
+static void
+on_signal(int sig)
+{
+    (void) sig;
+    g_stop = 1;
+}
 
 static double
 now_s(void)
@@ -89,6 +153,8 @@ now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
+
+static void cleanup(bool keep_tmp);
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -102,6 +168,7 @@ die(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fprintf(stderr, "\n");
+    cleanup(true);
     exit(1);
 }
 
@@ -131,6 +198,36 @@ qd(PGconn *c, const char *sql, int n, const char *const *params)
     return v;
 }
 
+/* ---- child processes ---------------------------------------------------------------------- */
+
+static void
+exec_child(const char *const argv[], const char *log, bool as_postgres)
+{
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+    }
+    signal(SIGINT, SIG_IGN); /* Ctrl-C reaches the group: cairn-bench stops its children */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcast-qual"
+    if (as_postgres) {
+        const char *ra[16] = {"/usr/sbin/runuser", "-u", "postgres", "--"};
+        int i;
+        for (i = 0; argv[i] != NULL && i < 11; i++) {
+            ra[4 + i] = argv[i];
+        }
+        ra[4 + i] = NULL;
+        execv(ra[0], (char *const *) ra);
+    } else {
+        execv(argv[0], (char *const *) argv); /* execv never writes to its argv */
+    }
+#pragma GCC diagnostic pop
+    _exit(127);
+}
+
 static pid_t
 spawn(const char *const argv[], const char *log)
 {
@@ -140,19 +237,30 @@ spawn(const char *const argv[], const char *log)
         die("fork: %s", strerror(errno));
     }
     if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcast-qual"
-        execv(argv[0], (char *const *) argv); /* execv never writes to its argv */
-#pragma GCC diagnostic pop
-        _exit(127);
+        exec_child(argv, log, false);
+    }
+    if (g.npids < MAX_PROCS) {
+        g.pids[g.npids++] = pid;
     }
     return pid;
+}
+
+/* Runs a command to completion (as the postgres user when we are root); returns its status. */
+static int
+run_wait(const char *const argv[], const char *log)
+{
+    pid_t pid = fork();
+    int st = 0;
+
+    if (pid < 0) {
+        return -1;
+    }
+    if (pid == 0) {
+        exec_child(argv, log, geteuid() == 0);
+    }
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* utime + stime in seconds, and the peak RSS in kB, of a live process. */
@@ -191,21 +299,246 @@ proc_usage(pid_t pid, double *cpu, long *rss_kb)
     }
 }
 
+/* A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick; the child binds it
+ * a moment later, which is as good as a port can be promised). */
+static int
+free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *) &a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *) &a, &len) == 0) {
+        port = ntohs(a.sin_port);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (port == 0) {
+        die("no free TCP port: %s", strerror(errno));
+    }
+    return port;
+}
+
+/* ---- the throwaway cluster ---------------------------------------------------------------- */
+
+static void
+pg_stop(void)
+{
+    char data[128], log[128], cmd[160];
+
+    if (g.pg_dir[0] == '\0') {
+        return;
+    }
+    (void) snprintf(data, sizeof(data), "%s/data", g.pg_dir);
+    (void) snprintf(log, sizeof(log), "%s/stop.log", g.pg_dir);
+    {
+        char ctl[PATH_MAX];
+        (void) snprintf(ctl, sizeof(ctl), "%s/pg_ctl", g.pg_bin);
+        const char *argv[] = {ctl, "-D", data, "-m", "immediate", "-w", "-t", "30", "stop", NULL};
+        (void) run_wait(argv, log);
+    }
+    (void) snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g.pg_dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cairn-bench: could not remove %s\n", g.pg_dir);
+    }
+    g.pg_dir[0] = '\0';
+}
+
+/* Starts a durable cluster (fsync and synchronous_commit on: as a user runs it) on a unix
+ * socket in a fresh directory; returns its URL (static). */
+static const char *
+pg_start(const char *bin)
+{
+    static char url[256];
+    char data[128], log[128], opts[256], exe[PATH_MAX], slog[128];
+    int port = free_port();
+
+    g.pg_bin = bin;
+    (void) snprintf(exe, sizeof(exe), "%s/initdb", bin);
+    if (access(exe, X_OK) != 0) {
+        die("%s not found: give --database-url, or install PostgreSQL (scripts/setup-deps) or "
+            "set --pg-bin",
+            exe);
+    }
+    (void) snprintf(g.pg_dir, sizeof(g.pg_dir), "/tmp/cairn-bench-pg.XXXXXX");
+    if (mkdtemp(g.pg_dir) == NULL) {
+        g.pg_dir[0] = '\0';
+        die("mkdtemp: %s", strerror(errno));
+    }
+    if (geteuid() == 0) {
+        struct passwd *pw = getpwnam("postgres");
+        if (pw == NULL || chown(g.pg_dir, pw->pw_uid, pw->pw_gid) != 0) {
+            die("running as root needs the postgres user to own %s", g.pg_dir);
+        }
+    }
+    (void) snprintf(data, sizeof(data), "%s/data", g.pg_dir);
+    (void) snprintf(log, sizeof(log), "%s/initdb.log", g.pg_dir);
+    {
+        const char *argv[] = {exe,     "-D", data,   "-U",         "postgres",  "-A",
+                              "trust", "-E", "UTF8", "--locale=C", "--no-sync", NULL};
+        if (run_wait(argv, log) != 0) {
+            die("initdb failed (log: %s)", log);
+        }
+    }
+    (void) snprintf(exe, sizeof(exe), "%s/pg_ctl", bin);
+    (void) snprintf(log, sizeof(log), "%s/server.log", g.pg_dir);
+    (void) snprintf(slog, sizeof(slog), "%s/start.log", g.pg_dir);
+    (void) snprintf(opts, sizeof(opts),
+                    "-k '%s' -p %d -c listen_addresses='' -c fsync=on "
+                    "-c synchronous_commit=on",
+                    g.pg_dir, port);
+    {
+        const char *argv[] = {exe,  "-D", data, "-l", log,     "-w",
+                              "-t", "60", "-o", opts, "start", NULL};
+        if (run_wait(argv, slog) != 0) {
+            die("pg_ctl start failed (log: %s)", log);
+        }
+    }
+    (void) snprintf(url, sizeof(url), "postgresql://postgres@/postgres?host=%s&port=%d", g.pg_dir,
+                    port);
+    return url;
+}
+
+static void
+cleanup(bool keep_tmp)
+{
+    int i;
+
+    for (i = 0; i < g.npids; i++) {
+        kill(g.pids[i], SIGTERM);
+    }
+    for (i = 0; i < g.npids; i++) {
+        (void) waitpid(g.pids[i], NULL, 0);
+    }
+    g.npids = 0;
+    pg_stop();
+    if (g.tmp[0] != '\0') {
+        if (keep_tmp) {
+            fprintf(stderr, "cairn-bench: logs kept in %s\n", g.tmp);
+        } else {
+            char cmd[96];
+            (void) snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g.tmp);
+            if (system(cmd) != 0) {
+                fprintf(stderr, "cairn-bench: could not remove %s\n", g.tmp);
+            }
+        }
+        g.tmp[0] = '\0';
+    }
+}
+
+/* ---- runner metrics ----------------------------------------------------------------------- */
+
+/* GET /metrics from 127.0.0.1:port into buf (NUL-terminated body); false when unreachable. */
+static bool
+scrape(int port, char *buf, size_t cap)
+{
+    struct sockaddr_in a;
+    struct timeval tv = {1, 0};
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    size_t len = 0;
+    ssize_t n;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    char *body, *cl;
+    bool ok = false;
+
+    if (fd < 0) {
+        return false;
+    }
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t) port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *) &a, sizeof(a)) != 0 ||
+        write(fd, req, strlen(req)) != (ssize_t) strlen(req)) {
+        close(fd);
+        return false;
+    }
+    /* Read until the body has its Content-Length (the server may keep the connection). */
+    while (len + 1 < cap && (n = read(fd, buf + len, cap - 1 - len)) > 0) {
+        len += (size_t) n;
+        buf[len] = '\0';
+        if ((body = strstr(buf, "\r\n\r\n")) != NULL &&
+            ((cl = strstr(buf, "Content-Length:")) != NULL ||
+             (cl = strstr(buf, "content-length:")) != NULL) &&
+            cl < body && len - (size_t) (body + 4 - buf) >= (size_t) strtol(cl + 15, NULL, 10)) {
+            break;
+        }
+    }
+    close(fd);
+    buf[len] = '\0';
+    if ((body = strstr(buf, "\r\n\r\n")) != NULL && strncmp(buf, "HTTP/1.1 200", 12) == 0) {
+        memmove(buf, body + 4, strlen(body + 4) + 1);
+        ok = true;
+    }
+    return ok;
+}
+
+/* The value of sample `name` (with its labels, if any) in Prometheus text, or -1. */
+static double
+sample_value(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = text;
+
+    while (p != NULL && *p != '\0') {
+        if (strncmp(p, name, n) == 0 && p[n] == ' ') {
+            return strtod(p + n + 1, NULL);
+        }
+        p = strchr(p, '\n');
+        p = p != NULL ? p + 1 : NULL;
+    }
+    return -1;
+}
+
+/* Throughput so far: worker outcomes (results and timeouts) over every runner, instances
+ * finished. */
+static void
+take_sample(struct sample *sp, double t, const int *ports, int nports, char *buf, long done)
+{
+    int i;
+
+    sp->t = t;
+    sp->outcomes = 0;
+    sp->instances = (double) done;
+    for (i = 0; i < nports; i++) {
+        if (scrape(ports[i], buf, 1 << 16)) {
+            sp->outcomes += sample_value(buf, "cairn_pool_results_total") +
+                            sample_value(buf, "cairn_pool_timeouts_total");
+        }
+    }
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
 static void
 usage(FILE *f)
 {
     size_t i;
 
-    fprintf(f, "usage: cairn-bench [--case NAME] [--instances N] [--actions A] [--runners R]\n"
-               "                   [--shards S] [--workers W] [--slots K] [--prefetch P]\n"
-               "                   [--transport ipc|tcp] [--format text|json|markdown|csv]\n"
-               "                   [--database-url URL] [--bin-dir BUILD_DIR] [--timeout S]\n"
+    fprintf(f, "usage: cairn-bench [--case NAME] [--instances N] [--actions A] [--rate R]\n"
+               "                   [--runners R] [--shards S] [--workers W] [--slots K]\n"
+               "                   [--prefetch P] [--transport ipc|tcp]\n"
+               "                   [--fail-rate F] [--timeout-rate F] [--sleep-rate F]\n"
+               "                   [--format text|json|markdown|csv] [--plot FILE.svg]\n"
+               "                   [--database-url URL] [--pg-bin DIR] [--bin-dir BUILD_DIR]\n"
+               "                   [--timeout S]\n"
                "cases:");
     for (i = 0; i < NCASES; i++) {
         fprintf(f, " %s", cases[i].name);
     }
-    fprintf(f, "\nW is workers per runner. BUILD_DIR holds runner/cairn-runner and\n"
-               "worker-protocol/cairn-worker (default: the build this binary is in).\n");
+    fprintf(f, "\n--rate: enqueue R instances/s while the fleet runs (default: all before).\n"
+               "W is workers per runner. Rates of the mixed case are fractions of its steps\n"
+               "(defaults 0.05, 0.01, 0.02). Without --database-url or CAIRN_DATABASE_URL a\n"
+               "durable throwaway PostgreSQL is started from --pg-bin (default $CN_PG_BIN or\n"
+               "/usr/lib/postgresql/15/bin) and stopped at the end. BUILD_DIR holds\n"
+               "runner/cairn-runner and worker-protocol/cairn-worker (default: the build this\n"
+               "binary is in).\n");
 }
 
 static long
@@ -223,123 +556,253 @@ num(const char *flag, const char *v, long min, long max)
     return n;
 }
 
+static double
+fnum(const char *flag, const char *v, double min, double max)
+{
+    char *end;
+    double d;
+
+    errno = 0;
+    d = strtod(v, &end);
+    if (errno != 0 || *end != '\0' || !(d >= min && d <= max)) {
+        fprintf(stderr, "cairn-bench: %s must be %g..%g\n", flag, min, max);
+        exit(2);
+    }
+    return d;
+}
+
+static void
+parse(int argc, char **argv, struct opts *o)
+{
+    int i;
+
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (v == NULL) {
+            usage(stderr);
+            exit(2);
+        }
+        i++;
+        if (strcmp(a, "--case") == 0) {
+            o->case_name = v;
+        } else if (strcmp(a, "--instances") == 0) {
+            o->instances = num(a, v, 1, 10000000);
+        } else if (strcmp(a, "--actions") == 0) {
+            o->actions = num(a, v, 1, 100000);
+        } else if (strcmp(a, "--rate") == 0) {
+            o->rate = fnum(a, v, 0.1, 1e6);
+        } else if (strcmp(a, "--runners") == 0) {
+            o->runners = num(a, v, 1, 16);
+        } else if (strcmp(a, "--shards") == 0) {
+            o->shards = num(a, v, 1, 256);
+        } else if (strcmp(a, "--workers") == 0) {
+            o->workers = num(a, v, 1, 64);
+        } else if (strcmp(a, "--slots") == 0) {
+            o->slots = num(a, v, 1, 4096);
+        } else if (strcmp(a, "--prefetch") == 0) {
+            o->prefetch = num(a, v, 0, 4096);
+        } else if (strcmp(a, "--transport") == 0) {
+            o->transport = v;
+        } else if (strcmp(a, "--fail-rate") == 0) {
+            o->fail = fnum(a, v, 0, 1);
+        } else if (strcmp(a, "--timeout-rate") == 0) {
+            o->timeout = fnum(a, v, 0, 1);
+        } else if (strcmp(a, "--sleep-rate") == 0) {
+            o->nap = fnum(a, v, 0, 1);
+        } else if (strcmp(a, "--format") == 0) {
+            o->format = v;
+        } else if (strcmp(a, "--plot") == 0) {
+            o->plot = v;
+        } else if (strcmp(a, "--database-url") == 0) {
+            o->db_url = v;
+        } else if (strcmp(a, "--pg-bin") == 0) {
+            o->pg_bin = v;
+        } else if (strcmp(a, "--bin-dir") == 0) {
+            o->bin_dir = v;
+        } else if (strcmp(a, "--timeout") == 0) {
+            o->timeout_s = num(a, v, 1, 86400);
+        } else {
+            usage(stderr);
+            exit(2);
+        }
+    }
+    if (o->fail + o->timeout + o->nap > 1.0) {
+        fprintf(stderr, "cairn-bench: --fail-rate + --timeout-rate + --sleep-rate must be <= 1\n");
+        exit(2);
+    }
+}
+
 static void
 report(const struct opts *o, const struct bench_case *bc, long actions_total,
        const struct result *r)
 {
     double aps = r->drain_s > 0 ? (double) actions_total / r->drain_s : 0;
     double ips = r->drain_s > 0 ? (double) o->instances / r->drain_s : 0;
-    double eps = r->enqueue_s > 0 ? (double) o->instances / r->enqueue_s : 0;
+    char mode[64];
 
+    if (o->rate > 0) {
+        (void) snprintf(mode, sizeof(mode), "at %.0f/s", o->rate);
+    } else {
+        (void) snprintf(mode, sizeof(mode), "before");
+    }
     if (strcmp(o->format, "json") == 0) {
         printf("{\"case\": \"%s\", \"instances\": %ld, \"actions_per_instance\": %ld, "
                "\"runners\": %ld, \"shards\": %ld, \"workers_per_runner\": %ld, \"slots\": %ld, "
-               "\"transport\": \"%s\", \"completed\": %ld, \"failed\": %ld, "
-               "\"drain_seconds\": %.3f, \"actions_per_second\": %.0f, "
+               "\"prefetch\": %ld, \"transport\": \"%s\", \"rate\": %.1f, \"completed\": %ld, "
+               "\"failed\": %ld, \"drain_seconds\": %.3f, \"actions_per_second\": %.0f, "
                "\"instances_per_second\": %.0f, \"enqueue_per_second\": %.0f, "
-               "\"latency_ms\": {\"p50\": %.1f, \"p95\": %.1f, \"p99\": %.1f, \"max\": %.1f}, "
+               "\"latency_ms\": {\"p50\": %.2f, \"p95\": %.2f, \"p99\": %.2f, \"max\": %.2f}, "
+               "\"dispatch_delay_ms\": {\"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f, "
+               "\"max\": %.3f, \"count\": %.0f}, "
                "\"rows_per_action\": %.2f, \"wal_bytes_per_action\": %.0f, "
                "\"runner_cpu_seconds_per_1000_actions\": %.3f, \"runner_peak_rss_kb\": %ld}\n",
                bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
-               o->transport, r->completed, r->failed, r->drain_s, aps, ips, eps, r->p50, r->p95,
-               r->p99, r->max, r->rows, r->wal, r->cpu_per_1000, r->rss_kb);
+               o->prefetch, o->transport, o->rate, r->completed, r->failed, r->drain_s, aps, ips,
+               r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->d50, r->d95, r->d99, r->dmax,
+               r->dcount, r->rows, r->wal, r->cpu_per_1000, r->rss_kb);
     } else if (strcmp(o->format, "markdown") == 0) {
-        printf("| case | instances x actions | actions/s | instances/s | enqueue/s | latency p50 / "
-               "p95 / p99 / max ms | rows / action | WAL bytes / action | runner CPU s / 1000 "
-               "actions | runner peak RSS |\n|---|---|---|---|---|---|---|---|---|---|\n");
-        printf("| %s | %ld x %ld | %.0f | %.0f | %.0f | %.0f / %.0f / %.0f / %.0f | %.2f | %.0f | "
-               "%.3f | %ld MiB |\n",
-               bc->name, o->instances, o->actions, aps, ips, eps, r->p50, r->p95, r->p99, r->max,
-               r->rows, r->wal, r->cpu_per_1000, r->rss_kb / 1024);
+        printf("| case | instances x actions | enqueue | actions/s | instances/s | enqueue/s | "
+               "latency p50 / p95 / p99 / max ms | ready to dispatch p50 / p99 / max ms | "
+               "rows / action | WAL bytes / action | runner CPU s / 1000 actions | runner peak "
+               "RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        printf("| %s | %ld x %ld | %s | %.0f | %.0f | %.0f | %.1f / %.1f / %.1f / %.1f | %.2f / "
+               "%.2f / %.1f | %.2f | %.0f | %.3f | %ld MiB |\n",
+               bc->name, o->instances, o->actions, mode, aps, ips, r->enqueue_rate, r->p50, r->p95,
+               r->p99, r->max, r->d50, r->d99, r->dmax, r->rows, r->wal, r->cpu_per_1000,
+               r->rss_kb / 1024);
     } else if (strcmp(o->format, "csv") == 0) {
-        printf("case,instances,actions,runners,shards,workers,slots,transport,completed,failed,"
-               "drain_s,actions_per_s,instances_per_s,enqueue_per_s,p50_ms,p95_ms,p99_ms,max_ms,"
-               "rows_per_action,wal_bytes_per_action,cpu_s_per_1000,peak_rss_kb\n");
-        printf("%s,%ld,%ld,%ld,%ld,%ld,%ld,%s,%ld,%ld,%.3f,%.0f,%.0f,%.0f,%.1f,%.1f,%.1f,%.1f,"
-               "%.2f,%.0f,%.3f,%ld\n",
+        printf("case,instances,actions,runners,shards,workers,slots,prefetch,transport,rate,"
+               "completed,failed,drain_s,actions_per_s,instances_per_s,enqueue_per_s,p50_ms,"
+               "p95_ms,p99_ms,max_ms,dispatch_p50_ms,dispatch_p95_ms,dispatch_p99_ms,"
+               "dispatch_max_ms,rows_per_action,wal_bytes_per_action,cpu_s_per_1000,"
+               "peak_rss_kb\n");
+        printf("%s,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%s,%.1f,%ld,%ld,%.3f,%.0f,%.0f,%.0f,%.2f,%.2f,"
+               "%.2f,%.2f,%.3f,%.3f,%.3f,%.3f,%.2f,%.0f,%.3f,%ld\n",
                bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
-               o->transport, r->completed, r->failed, r->drain_s, aps, ips, eps, r->p50, r->p95,
-               r->p99, r->max, r->rows, r->wal, r->cpu_per_1000, r->rss_kb);
+               o->prefetch, o->transport, o->rate, r->completed, r->failed, r->drain_s, aps, ips,
+               r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->d50, r->d95, r->d99, r->dmax,
+               r->rows, r->wal, r->cpu_per_1000, r->rss_kb);
     } else {
         printf("case %s: %ld instances x %ld actions, %ld runner(s) x %ld shard(s), %ld "
-               "worker(s) x %ld slots, %s\n",
+               "worker(s) x %ld slots (prefetch %ld), %s, enqueued %s\n",
                bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
-               o->transport);
+               o->prefetch, o->transport, mode);
         printf("  drain        %.3f s: %.0f actions/s, %.0f instances/s (%ld completed, %ld "
                "failed)\n",
                r->drain_s, aps, ips, r->completed, r->failed);
-        printf("  enqueue      %.0f instances/s\n", eps);
-        printf("  latency      enqueue to completion p50 %.0f ms, p95 %.0f, p99 %.0f, max %.0f\n",
+        printf("  enqueue      %.0f instances/s\n", r->enqueue_rate);
+        printf("  latency      enqueue to completion p50 %.1f ms, p95 %.1f, p99 %.1f, max %.1f\n",
                r->p50, r->p95, r->p99, r->max);
+        printf("  dispatch     action ready to dispatch p50 %.2f ms, p95 %.2f, p99 %.2f, max "
+               "%.1f (%.0f dispatches)\n",
+               r->d50, r->d95, r->d99, r->dmax, r->dcount);
         printf("  database     %.2f rows and %.0f WAL bytes written per action\n", r->rows, r->wal);
         printf("  runner       %.3f CPU s per 1000 actions, peak RSS %ld MiB\n", r->cpu_per_1000,
                r->rss_kb / 1024);
     }
 }
 
+/* Enqueues instances [from, to] of this run in one statement. */
+static void
+enqueue(PGconn *c, const char *name, const char *version, const char *tag, const struct opts *o,
+        bool mixed, long from, long to)
+{
+    char n[24], f[24], t[24], fa[16], ti[16], na[16];
+    const char *p[9] = {name, version, tag, n, f, t, fa, ti, na};
+
+    (void) snprintf(n, sizeof(n), "%ld", o->actions);
+    (void) snprintf(f, sizeof(f), "%ld", from);
+    (void) snprintf(t, sizeof(t), "%ld", to);
+    (void) snprintf(fa, sizeof(fa), "%ld", lround(o->fail * 1000));
+    (void) snprintf(ti, sizeof(ti), "%ld", lround(o->timeout * 1000));
+    (void) snprintf(na, sizeof(na), "%ld", lround(o->nap * 1000));
+    free(q1(c,
+            mixed
+                ? "SELECT count(cairn.enqueue($1, jsonb_build_object('n', $4::int, 'run', $3::text,"
+                  " 'seed', g, 'fail', $7::int, 'timeout', $8::int, 'nap', $9::int), NULL, 0,"
+                  " NULL, $2)) FROM generate_series($5::int, $6::int) g"
+                : "SELECT count(cairn.enqueue($1, jsonb_build_object('n', $4::int, 'run', "
+                  "$3::text), NULL, 0, NULL, $2)) FROM generate_series($5::int, $6::int) g",
+            mixed ? 9 : 6, p));
+}
+
+/* Writes the throughput-over-time SVG with gnuplot. */
+static void
+plot(const char *path, const struct bench_case *bc, const struct opts *o, const struct sample *s,
+     size_t n)
+{
+    char dat[128], gp[128], log[128];
+    FILE *f;
+    size_t i;
+
+    if (n < 2) {
+        die("the run was too short to plot (%zu samples)", n);
+    }
+    (void) snprintf(dat, sizeof(dat), "%s/plot.dat", g.tmp);
+    (void) snprintf(gp, sizeof(gp), "%s/plot.gp", g.tmp);
+    (void) snprintf(log, sizeof(log), "%s/gnuplot.log", g.tmp);
+    if ((f = fopen(dat, "w")) == NULL) {
+        die("%s: %s", dat, strerror(errno));
+    }
+    for (i = 1; i < n; i++) {
+        double dt = s[i].t - s[i - 1].t;
+        fprintf(f, "%.3f %.1f %.1f\n", s[i].t, (s[i].outcomes - s[i - 1].outcomes) / dt,
+                (s[i].instances - s[i - 1].instances) / dt);
+    }
+    fclose(f);
+    if ((f = fopen(gp, "w")) == NULL) {
+        die("%s: %s", gp, strerror(errno));
+    }
+    fprintf(f,
+            "set terminal svg size 900,420 dynamic font 'sans,11'\n"
+            "set output '%s'\n"
+            "set title 'cairn-bench %s: %ld instances x %ld actions, %ld runner(s), %ld "
+            "worker(s) each'\n"
+            "set xlabel 'seconds since the fleet started'\nset ylabel 'per second'\n"
+            "set grid\nset key top right\nset yrange [0:*]\n"
+            "plot '%s' using 1:2 with lines lw 2 title 'worker outcomes/s', "
+            "'%s' using 1:3 with lines lw 2 title 'instances completed/s'\n",
+            path, bc->name, o->instances, o->actions, o->runners, o->workers, dat, dat);
+    fclose(f);
+    {
+        char cmd[512];
+        (void) snprintf(cmd, sizeof(cmd), "gnuplot '%s' >'%s' 2>&1", gp, log);
+        if (system(cmd) != 0) {
+            die("gnuplot failed (log: %s)", log);
+        }
+    }
+}
+
 int
 main(int argc, char **argv)
 {
-    struct opts o = {NULL, "sequence", "ipc", "text", NULL, 0, 0, 1, 2, 2, 16, 16, 600};
+    struct opts o = {NULL, "sequence", "ipc", "text", NULL, NULL, NULL, 0,    0,   1,
+                     2,    2,          16,    16,     600,  0,    0.05, 0.01, 0.02};
     const struct bench_case *bc = NULL;
     struct cn_errmsg em = {{0}};
     struct result res;
+    struct sample *samples;
+    size_t nsamples = 0, applied, k;
     PGconn *c;
-    pid_t pids[MAX_PROCS], runners[MAX_PROCS];
-    int npids = 0, nrunners = 0, i;
-    char tmp[] = "/tmp/cairn-bench-XXXXXX", tag[64], input[128], n_text[32], version[32];
+    pid_t runners[16];
+    int http_ports[16], nrunners = 0, i;
+    char tag[64], version[32], name[64], tq_db[64], t0_db[64];
     char exe[PATH_MAX], bin[PATH_MAX], runner_bin[PATH_MAX + 32], worker_bin[PATH_MAX + 32];
     const char *stats_sql = "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM "
                             "pg_stat_user_tables WHERE schemaname = 'cairn'";
-    double rows0, t0, t1, cpu_total = 0;
-    char *wal0, *s;
-    long actions_total, done = 0;
-    size_t applied, k;
+    const char *url;
+    double rows0, t0, t1, cpu_total = 0, enq_s = 0, last_poll = 0, last_progress = 0;
+    char *wal0, *s, *mtext;
+    long actions_total, done = 0, enqueued = 0;
+    bool mixed;
     uint64_t h = 1469598103934665603ULL;
 
     memset(&res, 0, sizeof(res));
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (v == NULL) {
-            usage(stderr);
-            return 2;
-        }
-        i++;
-        if (strcmp(a, "--case") == 0) {
-            o.case_name = v;
-        } else if (strcmp(a, "--instances") == 0) {
-            o.instances = num(a, v, 1, 10000000);
-        } else if (strcmp(a, "--actions") == 0) {
-            o.actions = num(a, v, 1, 100000);
-        } else if (strcmp(a, "--runners") == 0) {
-            o.runners = num(a, v, 1, 16);
-        } else if (strcmp(a, "--shards") == 0) {
-            o.shards = num(a, v, 1, 256);
-        } else if (strcmp(a, "--workers") == 0) {
-            o.workers = num(a, v, 1, 64);
-        } else if (strcmp(a, "--slots") == 0) {
-            o.slots = num(a, v, 1, 4096);
-        } else if (strcmp(a, "--prefetch") == 0) {
-            o.prefetch = num(a, v, 0, 4096);
-        } else if (strcmp(a, "--transport") == 0) {
-            o.transport = v;
-        } else if (strcmp(a, "--format") == 0) {
-            o.format = v;
-        } else if (strcmp(a, "--database-url") == 0) {
-            o.db_url = v;
-        } else if (strcmp(a, "--bin-dir") == 0) {
-            o.bin_dir = v;
-        } else if (strcmp(a, "--timeout") == 0) {
-            o.timeout_s = num(a, v, 1, 86400);
-        } else {
-            usage(stderr);
-            return 2;
-        }
-    }
+    parse(argc, argv, &o);
     for (k = 0; k < NCASES; k++) {
         if (strcmp(cases[k].name, o.case_name) == 0) {
             bc = &cases[k];
@@ -352,6 +815,11 @@ main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    mixed = strcmp(bc->name, "mixed") == 0;
+    if (o.plot != NULL && system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "cairn-bench: --plot needs gnuplot (apt-get install gnuplot-nox)\n");
+        return 2;
+    }
     if (o.instances == 0) {
         o.instances = bc->instances;
     }
@@ -359,6 +827,10 @@ main(int argc, char **argv)
         o.actions = bc->one_action ? 1 : bc->actions;
     }
     actions_total = o.instances * o.actions;
+    if ((samples = calloc(MAX_SAMPLES, sizeof(*samples))) == NULL ||
+        (mtext = malloc(1 << 16)) == NULL) {
+        die("out of memory");
+    }
     /* The binaries: --bin-dir, else the build this program sits in (BUILD/bench/cairn-bench). */
     if (o.bin_dir == NULL) {
         ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -377,7 +849,16 @@ main(int argc, char **argv)
     if (access(runner_bin, X_OK) != 0 || access(worker_bin, X_OK) != 0) {
         die("%s or %s is not built", runner_bin, worker_bin);
     }
-    if (rn_db_connect(o.db_url, &c, &em) != CN_OK) {
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    url = rn_db_url(o.db_url);
+    if (url == NULL || url[0] == '\0') {
+        const char *pgb = o.pg_bin != NULL ? o.pg_bin : getenv("CN_PG_BIN");
+        fprintf(stderr, "cairn-bench: starting a durable throwaway PostgreSQL\n");
+        url = pg_start(pgb != NULL ? pgb : "/usr/lib/postgresql/15/bin");
+    }
+    if (rn_db_connect(url, &c, &em) != CN_OK) {
         die("%s", em.text);
     }
     if (rn_migrate(c, NULL, NULL, &applied, &em) != CN_OK) {
@@ -388,129 +869,200 @@ main(int argc, char **argv)
         h = (h ^ (unsigned char) *cp) * 1099511628211ULL;
     }
     (void) snprintf(version, sizeof(version), "bench-%016llx", (unsigned long long) h);
-    {
-        char name[64];
-        const char *p[3] = {name, version, bc->source};
-        (void) snprintf(name, sizeof(name), "bench_%s", bc->name);
-        for (s = name; *s != '\0'; s++) {
-            if (*s == '-') {
-                *s = '_';
-            }
+    (void) snprintf(name, sizeof(name), "bench_%s", bc->name);
+    for (s = name; *s != '\0'; s++) {
+        if (*s == '-') {
+            *s = '_';
         }
+    }
+    {
+        const char *p[3] = {name, version, bc->source};
         free(q1(c,
                 "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash,"
                 " source) VALUES ($1, $2, $2, $3) ON CONFLICT (workflow_name, workflow_version)"
                 " DO NOTHING",
                 3, p));
-        (void) snprintf(tag, sizeof(tag), "%ld-%ld", (long) getpid(), (long) time(NULL));
-        (void) snprintf(input, sizeof(input), "{\"n\": %ld, \"run\": \"%s\"}", o.actions, tag);
-        (void) snprintf(n_text, sizeof(n_text), "%ld", o.instances);
-        {
-            const char *pe[4] = {name, input, n_text, version};
-            double e0 = now_s();
-            free(q1(c,
-                    "SELECT count(cairn.enqueue($1, $2::jsonb, NULL, 0, NULL, $4))"
-                    " FROM generate_series(1, $3::integer)",
-                    4, pe));
-            res.enqueue_s = now_s() - e0;
-        }
+    }
+    (void) snprintf(tag, sizeof(tag), "%ld-%ld", (long) getpid(), (long) time(NULL));
+    /* Rows of this run are found through (workflow_name, created_at) from here on. */
+    s = q1(c, "SELECT clock_timestamp()", 0, NULL);
+    (void) snprintf(tq_db, sizeof(tq_db), "%s", s);
+    free(s);
+    if (o.rate == 0) {
+        double e0 = now_s();
+        enqueue(c, name, version, tag, &o, mixed, 1, o.instances);
+        enq_s = now_s() - e0;
+        enqueued = o.instances;
     }
     usleep(600000); /* statistics of the enqueue settle before the baseline */
-    rows0 = qd(c, "SELECT pg_stat_force_next_flush()", 0, NULL);
+    (void) qd(c, "SELECT pg_stat_force_next_flush()", 0, NULL);
     rows0 = qd(c, stats_sql, 0, NULL);
     wal0 = q1(c, "SELECT pg_current_wal_lsn()", 0, NULL);
-    if (mkdtemp(tmp) == NULL) {
+    (void) snprintf(g.tmp, sizeof(g.tmp), "/tmp/cairn-bench-XXXXXX");
+    if (mkdtemp(g.tmp) == NULL) {
+        g.tmp[0] = '\0';
         die("mkdtemp: %s", strerror(errno));
     }
     /* The fleet: each runner with its own workers. */
+    s = q1(c, "SELECT clock_timestamp()", 0, NULL);
+    (void) snprintf(t0_db, sizeof(t0_db), "%s", s);
+    free(s);
     t0 = now_s();
     for (i = 0; i < o.runners; i++) {
-        char url[256], log[300], shards[16], sl[16], pf[16], wname[32];
+        char wurl[256], hl[64], log[300], shards[16], sl[16], pf[16], wname[32];
         int w;
 
         if (strcmp(o.transport, "ipc") == 0) {
-            (void) snprintf(url, sizeof(url), "ipc://%s/r%d.sock", tmp, i);
+            (void) snprintf(wurl, sizeof(wurl), "ipc://%s/r%d.sock", g.tmp, i);
         } else {
-            (void) snprintf(url, sizeof(url), "tcp://127.0.0.1:%d",
-                            25000 + (int) (getpid() % 1000) * 16 + i);
+            (void) snprintf(wurl, sizeof(wurl), "tcp://127.0.0.1:%d", free_port());
         }
-        (void) snprintf(log, sizeof(log), "%s/runner%d.log", tmp, i);
+        http_ports[i] = free_port();
+        (void) snprintf(hl, sizeof(hl), "127.0.0.1:%d", http_ports[i]);
+        (void) snprintf(log, sizeof(log), "%s/runner%d.log", g.tmp, i);
         (void) snprintf(shards, sizeof(shards), "%ld", o.shards);
         {
-            const char *rargv[] = {runner_bin,
-                                   "--database-url",
-                                   rn_db_url(o.db_url),
-                                   "--worker-listen",
-                                   url,
-                                   "--shards",
-                                   shards,
-                                   "--poll-interval-ms",
-                                   "50",
-                                   NULL};
-            runners[nrunners++] = pids[npids++] = spawn(rargv, log);
+            const char *rargv[] = {runner_bin, "--database-url",     url,  "--worker-listen",
+                                   wurl,       "--http-listen",      hl,   "--shards",
+                                   shards,     "--poll-interval-ms", "50", NULL};
+            runners[nrunners++] = spawn(rargv, log);
         }
         (void) snprintf(sl, sizeof(sl), "%ld", o.slots);
         (void) snprintf(pf, sizeof(pf), "%ld", o.prefetch);
         for (w = 0; w < o.workers; w++) {
-            const char *wargv[] = {worker_bin,   "--url", url,      "--slots", sl,
+            const char *wargv[] = {worker_bin,   "--url", wurl,     "--slots", sl,
                                    "--prefetch", pf,      "--name", wname,     NULL};
             (void) snprintf(wname, sizeof(wname), "bench-%d-%d", i, w);
-            (void) snprintf(log, sizeof(log), "%s/worker%d-%d.log", tmp, i, w);
-            pids[npids++] = spawn(wargv, log);
+            (void) snprintf(log, sizeof(log), "%s/worker%d-%d.log", g.tmp, i, w);
+            (void) spawn(wargv, log);
         }
     }
+    /* At --rate, the schedule starts once every worker is connected, so that the first
+     * instances do not measure the fleet's start. */
+    if (o.rate > 0) {
+        double until = now_s() + 30;
+        for (i = 0; i < nrunners && !g_stop; i++) {
+            while (!(scrape(http_ports[i], mtext, 1 << 16) &&
+                     sample_value(mtext, "cairn_workers") >= (double) o.workers)) {
+                if (now_s() > until) {
+                    die("the workers of runner %d did not connect within 30 s", i);
+                }
+                usleep(20000);
+            }
+        }
+        s = q1(c, "SELECT clock_timestamp()", 0, NULL);
+        (void) snprintf(t0_db, sizeof(t0_db), "%s", s);
+        free(s);
+        t0 = now_s();
+    }
+    /* The drain: enqueue on schedule (--rate), poll completions, sample throughput. */
     {
-        const char *p[1] = {tag};
-        double last = 0;
+        const char *p[3] = {name, tq_db, tag};
+        double next_sample = 0;
         for (;;) {
-            char *cnt = q1(c,
-                           "SELECT count(*) FILTER (WHERE status IN ('completed', 'failed',"
-                           " 'cancelled')) FROM cairn.runner_instances WHERE input->>'run' = $1",
-                           1, p);
-            done = strtol(cnt, NULL, 10);
-            free(cnt);
             t1 = now_s();
-            if (t1 - last > 0.5) {
+            if (o.rate > 0 && enqueued < o.instances) {
+                long due = (long) floor(o.rate * (t1 - t0)) + 1;
+                if (due > o.instances) {
+                    due = o.instances;
+                }
+                if (due > enqueued) {
+                    double e0 = now_s();
+                    enqueue(c, name, version, tag, &o, mixed, enqueued + 1, due);
+                    enq_s += now_s() - e0;
+                    enqueued = due;
+                }
+            }
+            if (t1 - last_poll >= 0.05) {
+                char *cnt = q1(c,
+                               "SELECT count(*) FILTER (WHERE status IN ('completed', 'failed',"
+                               " 'cancelled')) FROM cairn.runner_instances WHERE workflow_name ="
+                               " $1 AND created_at >= $2::timestamptz AND input->>'run' = $3",
+                               3, p);
+                done = strtol(cnt, NULL, 10);
+                free(cnt);
+                last_poll = t1;
+            }
+            if ((t1 >= next_sample || done >= o.instances) && nsamples < MAX_SAMPLES) {
+                take_sample(&samples[nsamples++], t1 - t0, http_ports, nrunners, mtext, done);
+                next_sample = t1 + 0.1;
+            }
+            if (t1 - last_progress > 0.5) {
                 fprintf(stderr, "\rcairn-bench %s: %ld/%ld instances, %.1f s   ", bc->name, done,
                         o.instances, t1 - t0);
-                last = t1;
+                last_progress = t1;
             }
-            if (done >= o.instances || t1 - t0 > (double) o.timeout_s) {
+            if (done >= o.instances || t1 - t0 > (double) o.timeout_s || g_stop) {
                 break;
             }
-            usleep(20000);
+            usleep(o.rate > 0 ? 2000 : 10000);
         }
         fprintf(stderr, "\n");
     }
-    res.drain_s = t1 - t0;
-    for (i = 0; i < nrunners; i++) {
-        double cpu;
-        long rss;
-        proc_usage(runners[i], &cpu, &rss);
-        cpu_total += cpu;
-        if (rss > res.rss_kb) {
-            res.rss_kb = rss;
+    if (g_stop) {
+        free(wal0);
+        PQfinish(c);
+        fprintf(stderr, "cairn-bench: interrupted\n");
+        cleanup(false);
+        free(samples);
+        free(mtext);
+        return 130;
+    }
+    res.enqueue_rate = enq_s > 0 ? (double) enqueued / enq_s : 0;
+    /* Runner figures, read while they are still up. */
+    {
+        double wsum = 0, n;
+        for (i = 0; i < nrunners; i++) {
+            double cpu;
+            long rss;
+            proc_usage(runners[i], &cpu, &rss);
+            cpu_total += cpu;
+            if (rss > res.rss_kb) {
+                res.rss_kb = rss;
+            }
+            if (!scrape(http_ports[i], mtext, 1 << 16)) {
+                continue;
+            }
+            /* One runner: its quantiles. Several: the count-weighted p50 and the largest
+             * p95/p99/max (quantiles do not add up; this bounds them from above). */
+            n = sample_value(mtext, "cairn_action_dispatch_delay_seconds_count");
+            if (n <= 0) {
+                continue;
+            }
+            res.dcount += n;
+            wsum +=
+                n * sample_value(mtext, "cairn_action_dispatch_delay_seconds{quantile=\"0.5\"}");
+            res.d95 = fmax(res.d95, 1000 * sample_value(mtext, "cairn_action_dispatch_delay_"
+                                                               "seconds{quantile=\"0.95\"}"));
+            res.d99 = fmax(res.d99, 1000 * sample_value(mtext, "cairn_action_dispatch_delay_"
+                                                               "seconds{quantile=\"0.99\"}"));
+            res.dmax = fmax(res.dmax, 1000 * sample_value(mtext, "cairn_action_dispatch_delay_"
+                                                                 "seconds{quantile=\"1\"}"));
         }
+        res.d50 = res.dcount > 0 ? 1000 * wsum / res.dcount : 0;
     }
     res.cpu_per_1000 = cpu_total * 1000.0 / (double) actions_total;
-    for (i = 0; i < npids; i++) {
-        kill(pids[i], SIGTERM);
+    for (i = 0; i < g.npids; i++) {
+        kill(g.pids[i], SIGTERM);
     }
-    for (i = 0; i < npids; i++) {
-        (void) waitpid(pids[i], NULL, 0);
+    for (i = 0; i < g.npids; i++) {
+        (void) waitpid(g.pids[i], NULL, 0);
     }
+    g.npids = 0;
     {
-        const char *p[1] = {tag};
+        const char *p[4] = {name, tq_db, tag, t0_db};
         PGresult *r = NULL;
         if (rn_db_exec(c,
                        "SELECT count(*) FILTER (WHERE status = 'completed'), count(*) FILTER"
                        " (WHERE status <> 'completed'), coalesce(percentile_cont(0.5) WITHIN"
                        " GROUP (ORDER BY ms), 0), coalesce(percentile_cont(0.95) WITHIN GROUP"
                        " (ORDER BY ms), 0), coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER"
-                       " BY ms), 0), coalesce(max(ms), 0) FROM (SELECT status, extract(epoch"
-                       " FROM completed_at - created_at) * 1000 AS ms FROM"
-                       " cairn.runner_instances WHERE input->>'run' = $1) t",
-                       1, p, &r, &em) != CN_OK) {
+                       " BY ms), 0), coalesce(max(ms), 0), coalesce(extract(epoch FROM"
+                       " max(completed_at) - $4::timestamptz), 0) FROM (SELECT status,"
+                       " completed_at, extract(epoch FROM completed_at - created_at) * 1000 AS"
+                       " ms FROM cairn.runner_instances WHERE workflow_name = $1 AND created_at"
+                       " >= $2::timestamptz AND input->>'run' = $3) t",
+                       4, p, &r, &em) != CN_OK) {
             die("%s", em.text);
         }
         res.completed = strtol(PQgetvalue(r, 0, 0), NULL, 10);
@@ -519,7 +1071,12 @@ main(int argc, char **argv)
         res.p95 = strtod(PQgetvalue(r, 0, 3), NULL);
         res.p99 = strtod(PQgetvalue(r, 0, 4), NULL);
         res.max = strtod(PQgetvalue(r, 0, 5), NULL);
+        /* The drain ends at the last completion the database recorded, not at our poll. */
+        res.drain_s = strtod(PQgetvalue(r, 0, 6), NULL);
         PQclear(r);
+    }
+    if (res.drain_s <= 0) {
+        res.drain_s = t1 - t0;
     }
     usleep(600000);
     (void) qd(c, "SELECT pg_stat_force_next_flush()", 0, NULL);
@@ -532,17 +1089,17 @@ main(int argc, char **argv)
     free(wal0);
     PQfinish(c);
     report(&o, bc, actions_total, &res);
+    if (o.plot != NULL) {
+        plot(o.plot, bc, &o, samples, nsamples);
+    }
+    free(samples);
+    free(mtext);
     if (done < o.instances) {
-        fprintf(stderr, "cairn-bench: timed out with %ld of %ld instances finished (logs in %s)\n",
-                done, o.instances, tmp);
+        fprintf(stderr, "cairn-bench: timed out with %ld of %ld instances finished\n", done,
+                o.instances);
+        cleanup(true);
         return 1;
     }
-    {
-        char cmd[PATH_MAX + 16];
-        (void) snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-        if (system(cmd) != 0) {
-            fprintf(stderr, "cairn-bench: could not remove %s\n", tmp);
-        }
-    }
+    cleanup(res.failed > 0);
     return res.failed > 0 ? 1 : 0;
 }

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 BENCH, BUILD = sys.argv[1:3]
 BASE = os.environ.get("CAIRN_TEST_DATABASE_URL", "")
@@ -58,6 +59,54 @@ def main():
                 k in d for k in ("actions_per_second", "instances_per_second", "latency_ms",
                                  "rows_per_action", "wal_bytes_per_action",
                                  "runner_cpu_seconds_per_1000_actions", "runner_peak_rss_kb")))
+            dd = d.get("dispatch_delay_ms", {})
+            check(f"{case}: ready-to-dispatch latency covers every action, quantiles in order",
+                  dd.get("count") == int(inst) * (1 if case == "queue-noop" else int(acts)) and
+                  0 <= dd.get("p50", -1) <= dd.get("p95", -1) <= dd.get("p99", -1) <=
+                  dd.get("max", -1), str(dd))
+
+        # mixed: the plan is (seed * 7919 + i * 729) % 1000 against the per-mille rates; a flaky
+        # step takes two attempts (fails once, retried), a timeout step two (times out, retried
+        # once, times out, caught), a durable sleep none, a noop one.
+        inst, acts, fail, tmo, nap = 12, 20, 100, 50, 100
+        want = 0
+        for seed in range(1, inst + 1):
+            for i in range(acts):
+                k = (seed * 7919 + i * 729) % 1000
+                want += 2 if k < fail + tmo else 0 if k < fail + tmo + nap else 1
+        r = subprocess.run([BENCH, "--database-url", url, "--bin-dir", BUILD, "--case", "mixed",
+                            "--instances", str(inst), "--actions", str(acts), "--fail-rate",
+                            str(fail / 1000), "--timeout-rate", str(tmo / 1000), "--sleep-rate",
+                            str(nap / 1000), "--format", "json", "--timeout", "60"],
+                           capture_output=True, text=True, timeout=120)
+        try:
+            d = json.loads(r.stdout)
+        except ValueError:
+            d = {}
+        check("mixed: every instance completed through retries, timeouts and sleeps",
+              r.returncode == 0 and d.get("completed") == inst and d.get("failed") == 0,
+              f"exit {r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]}")
+        check(f"mixed: {want} dispatches, retries included",
+              d.get("dispatch_delay_ms", {}).get("count") == want, str(d.get("dispatch_delay_ms")))
+
+        # --rate spreads the enqueue over the run; --plot draws it.
+        with tempfile.TemporaryDirectory() as tmp:
+            svg = os.path.join(tmp, "run.svg")
+            r = subprocess.run([BENCH, "--database-url", url, "--bin-dir", BUILD, "--case",
+                                "sequence", "--instances", "10", "--actions", "2", "--rate", "40",
+                                "--format", "json", "--plot", svg],
+                               capture_output=True, text=True, timeout=120)
+            try:
+                d = json.loads(r.stdout)
+            except ValueError:
+                d = {}
+            check("--rate 40: every instance completed, the drain lasts the schedule (>= 9/40 s)",
+                  r.returncode == 0 and d.get("completed") == 10 and d.get("rate") == 40 and
+                  d.get("drain_seconds", 0) >= 9 / 40, r.stdout + r.stderr[-300:])
+            body = open(svg).read() if os.path.exists(svg) else ""
+            check("--plot writes an SVG of throughput over time",
+                  body.lstrip().startswith("<?xml") and "<svg" in body and
+                  "worker outcomes/s" in body, body[:200])
         r = subprocess.run([BENCH, "--database-url", url, "--bin-dir", BUILD, "--case", "sequence",
                             "--instances", "4", "--actions", "2", "--format", "csv",
                             "--transport", "tcp", "--runners", "2", "--workers", "1"],
@@ -72,6 +121,26 @@ def main():
               "| queue-noop | 5 x 1 |" in r.stdout, r.stdout)
         r = subprocess.run([BENCH, "--case", "nope"], capture_output=True, text=True)
         check("an unknown case is a usage error", r.returncode == 2)
+        r = subprocess.run([BENCH, "--case", "mixed", "--fail-rate", "0.6", "--sleep-rate", "0.6"],
+                           capture_output=True, text=True)
+        check("rates over 1 in all are a usage error", r.returncode == 2 and "<= 1" in r.stderr,
+              r.stderr)
+
+        # Without a URL it starts a durable throwaway cluster of its own and removes it after.
+        env = {k: v for k, v in os.environ.items() if k != "CAIRN_DATABASE_URL"}
+        before = {e for e in os.listdir("/tmp") if e.startswith("cairn-bench-pg.")}
+        r = subprocess.run([BENCH, "--bin-dir", BUILD, "--case", "queue-noop", "--instances",
+                            "5", "--format", "json"], capture_output=True, text=True, timeout=180,
+                           env=env)
+        try:
+            d = json.loads(r.stdout)
+        except ValueError:
+            d = {}
+        after = {e for e in os.listdir("/tmp") if e.startswith("cairn-bench-pg.")}
+        check("no URL: a throwaway cluster runs the case and is removed",
+              r.returncode == 0 and d.get("completed") == 5 and
+              "starting a durable throwaway PostgreSQL" in r.stderr and after == before,
+              f"exit {r.returncode} {r.stderr[-400:]} left: {after - before}")
     finally:
         q(BASE, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     print(f"1..{n}")
