@@ -119,6 +119,7 @@ struct result {
     double p50, p95, p99, max;  /* enqueue to completion, ms */
     double d50, d95, d99, dmax; /* action ready to dispatch, ms */
     double dcount;              /* dispatches measured */
+    double c50, c99, ccount;    /* persist transactions: duration ms, count */
     double rows, wal;           /* per action */
     double cpu_per_1000;        /* runner CPU seconds per 1000 actions */
     long rss_kb;                /* largest runner peak RSS */
@@ -658,12 +659,13 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
                "\"latency_ms\": {\"p50\": %.2f, \"p95\": %.2f, \"p99\": %.2f, \"max\": %.2f}, "
                "\"dispatch_delay_ms\": {\"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f, "
                "\"max\": %.3f, \"count\": %.0f}, "
+               "\"persist_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"count\": %.0f}, "
                "\"rows_per_action\": %.2f, \"wal_bytes_per_action\": %.0f, "
                "\"runner_cpu_seconds_per_1000_actions\": %.3f, \"runner_peak_rss_kb\": %ld}\n",
                bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
                o->prefetch, o->transport, o->rate, r->completed, r->failed, r->drain_s, aps, ips,
                r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->d50, r->d95, r->d99, r->dmax,
-               r->dcount, r->rows, r->wal, r->cpu_per_1000, r->rss_kb);
+               r->dcount, r->c50, r->c99, r->ccount, r->rows, r->wal, r->cpu_per_1000, r->rss_kb);
     } else if (strcmp(o->format, "markdown") == 0) {
         printf("| case | instances x actions | enqueue | actions/s | instances/s | enqueue/s | "
                "latency p50 / p95 / p99 / max ms | ready to dispatch p50 / p99 / max ms | "
@@ -700,6 +702,8 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
         printf("  dispatch     action ready to dispatch p50 %.2f ms, p95 %.2f, p99 %.2f, max "
                "%.1f (%.0f dispatches)\n",
                r->d50, r->d95, r->d99, r->dmax, r->dcount);
+        printf("  persist      %.0f transactions, p50 %.2f ms, p99 %.2f\n", r->ccount, r->c50,
+               r->c99);
         printf("  database     %.2f rows and %.0f WAL bytes written per action\n", r->rows, r->wal);
         printf("  runner       %.3f CPU s per 1000 actions, peak RSS %ld MiB\n", r->cpu_per_1000,
                r->rss_kb / 1024);
@@ -1028,6 +1032,19 @@ main(int argc, char **argv)
             n = sample_value(mtext, "cairn_action_dispatch_delay_seconds_count");
             if (n <= 0) {
                 continue;
+            }
+            {
+                double cn = sample_value(mtext, "cairn_persist_seconds_count");
+                if (cn > 0) {
+                    res.c50 = (res.c50 * res.ccount +
+                               1000 * cn *
+                                   sample_value(mtext, "cairn_persist_seconds{quantile=\"0.5\"}")) /
+                              (res.ccount + cn);
+                    res.c99 = fmax(
+                        res.c99,
+                        1000 * sample_value(mtext, "cairn_persist_seconds{quantile=\"0.99\"}"));
+                    res.ccount += cn;
+                }
             }
             res.dcount += n;
             wsum +=

@@ -196,8 +196,9 @@ struct rn_runner {
     struct rn_backend *persist_b;
     pthread_mutex_t pmtx;
     pthread_cond_t pcond;
-    struct preq *phead, *ptail; /* protected by pmtx */
-    bool pstop;                 /* protected by pmtx */
+    struct preq *phead, *ptail;    /* protected by pmtx */
+    bool pstop;                    /* protected by pmtx */
+    struct rn_lathist persist_lat; /* protected by pmtx */
 
     /* lease keeper */
     pthread_t keeper;
@@ -948,6 +949,7 @@ persister_main(void *arg)
     for (;;) {
         struct cn_errmsg em = {{0}};
         size_t n = 0, i;
+        int64_t t_us;
         cn_err rv;
 
         while (r->phead == NULL && !r->pstop) {
@@ -966,7 +968,9 @@ persister_main(void *arg)
             r->ptail = NULL;
         }
         pthread_mutex_unlock(&r->pmtx);
+        t_us = rn_lathist_now_us();
         rv = r->persist_b->ops->persist(r->persist_b, ws, n, &em);
+        t_us = rn_lathist_now_us() - t_us;
         if (rv != CN_OK) {
             bool stopping;
 
@@ -1013,6 +1017,7 @@ persister_main(void *arg)
             preq_free(qs[i]);
         }
         pthread_mutex_lock(&r->pmtx);
+        rn_lathist_add(&r->persist_lat, t_us);
     }
     pthread_mutex_unlock(&r->pmtx);
     free(ws);
@@ -1249,6 +1254,9 @@ rn_runner_stats(struct rn_runner *r, struct rn_runner_stats *st)
     st->batches = atomic_load(&r->batches);
     st->dispatched = atomic_load(&r->dispatched);
     st->active = atomic_load(&r->active);
+    pthread_mutex_lock(&r->pmtx);
+    st->persist = r->persist_lat;
+    pthread_mutex_unlock(&r->pmtx);
 }
 
 static void runner_free(struct rn_runner *r);
@@ -1344,6 +1352,9 @@ http_metrics(nng_aio *aio)
                 "Worker connections dropped for a malformed message.", ps.bad_messages) &&
          metric(&b, "cairn_pool_silent_total", "counter", "Worker connections dropped for silence.",
                 ps.silent) &&
+         summary(&b, "cairn_persist_seconds",
+                 "Duration of each committed persist transaction (the commit barrier's floor).",
+                 &st.persist) &&
          summary(&b, "cairn_action_dispatch_delay_seconds",
                  "From an action becoming ready to its dispatch to a worker (commit barrier and "
                  "waiting for a worker).",

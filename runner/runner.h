@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "ir/base/err.h"
+#include "runner/lathist.h"
 
 struct rn_backend;
 
@@ -40,15 +41,16 @@ struct rn_runner_cfg {
 };
 
 struct rn_runner_stats {
-    uint64_t claimed;    /* instances claimed */
-    uint64_t completed;  /* instances finished: completed */
-    uint64_t failed;     /* finished: failed or cancelled */
-    uint64_t evicted;    /* handed back while sleeping */
-    uint64_t lost;       /* evicted because the lease was lost */
-    uint64_t writes;     /* instance writes committed */
-    uint64_t batches;    /* persist transactions committed */
-    uint64_t dispatched; /* actions handed to the pool */
-    uint64_t active;     /* instances held now */
+    uint64_t claimed;          /* instances claimed */
+    uint64_t completed;        /* instances finished: completed */
+    uint64_t failed;           /* finished: failed or cancelled */
+    uint64_t evicted;          /* handed back while sleeping */
+    uint64_t lost;             /* evicted because the lease was lost */
+    uint64_t writes;           /* instance writes committed */
+    uint64_t batches;          /* persist transactions committed */
+    uint64_t dispatched;       /* actions handed to the pool */
+    uint64_t active;           /* instances held now */
+    struct rn_lathist persist; /* duration of each committed persist transaction */
 };
 
 struct rn_runner;
