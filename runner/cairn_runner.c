@@ -45,6 +45,8 @@ static struct setting settings[] = {
     {"CAIRN_HTTP_LISTEN", "http-listen", S_STR, NULL, 0, 0,
      "HOST:PORT for /metrics (Prometheus), /healthz and /readyz (none: no HTTP)", NULL},
     {"CAIRN_SHARDS", "shards", S_U32, "2", 1, 256, "executor threads", NULL},
+    {"CAIRN_PERSISTERS", "persisters", S_U32, "2", 1, 8,
+     "persist threads, one database connection each (one commits while another sends)", NULL},
     {"CAIRN_MAX_INSTANCES", "max-instances", S_U32, "10000", 1, 10000000,
      "most instances held at once", NULL},
     {"CAIRN_POLL_INTERVAL_MS", "poll-interval-ms", S_U32, "500", 10, 3600000,
@@ -243,6 +245,7 @@ main(int argc, char **argv)
     cfg.worker_credential = get("CAIRN_WORKER_CREDENTIAL");
     cfg.http_listen = get("CAIRN_HTTP_LISTEN");
     cfg.shards = u32("CAIRN_SHARDS");
+    cfg.persisters = u32("CAIRN_PERSISTERS");
     cfg.max_instances = u32("CAIRN_MAX_INSTANCES");
     cfg.poll_interval_ms = u32("CAIRN_POLL_INTERVAL_MS");
     cfg.lock_ttl_ms = u32("CAIRN_LOCK_TTL_MS");

@@ -37,8 +37,9 @@
 #include "runner/idmap.h"
 #include "runner/log.h"
 #include "runner/pool.h"
-#define CLAIM_BATCH   256
-#define PERSIST_BATCH 1024
+#define CLAIM_BATCH    256
+#define PERSIST_BATCH  1024
+#define MAX_PERSISTERS 8
 
 /* ---- clocks ------------------------------------------------------------------------------- */
 
@@ -190,10 +191,16 @@ struct rn_runner {
     struct rn_backend *claim_b;
     atomic_bool stop_claiming;
 
-    /* persister */
-    pthread_t persister;
-    bool persister_started;
-    struct rn_backend *persist_b;
+    /* persisters: each takes what is queued and writes it in one transaction on its own
+     * connection, so one commits while another sends (an instance has one write in flight at a
+     * time, so no two transactions ever touch the same instance) */
+    struct persister {
+        struct rn_runner *r;
+        pthread_t thread;
+        bool started;
+        struct rn_backend *b;
+    } persisters[MAX_PERSISTERS];
+    uint32_t npersisters;
     pthread_mutex_t pmtx;
     pthread_cond_t pcond;
     struct preq *phead, *ptail;    /* protected by pmtx */
@@ -932,7 +939,8 @@ shard_main(void *arg)
 static void *
 persister_main(void *arg)
 {
-    struct rn_runner *r = arg;
+    struct persister *self = arg;
+    struct rn_runner *r = self->r;
     struct rn_write *ws = NULL;
     struct preq **qs = NULL;
     int64_t backoff = 200;
@@ -969,7 +977,7 @@ persister_main(void *arg)
         }
         pthread_mutex_unlock(&r->pmtx);
         t_us = rn_lathist_now_us();
-        rv = r->persist_b->ops->persist(r->persist_b, ws, n, &em);
+        rv = self->b->ops->persist(self->b, ws, n, &em);
         t_us = rn_lathist_now_us() - t_us;
         if (rv != CN_OK) {
             bool stopping;
@@ -1428,7 +1436,8 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     cn_err rv;
 
     *out = NULL;
-    if (cfg->shards == 0 || cfg->max_instances == 0 || cfg->worker_listen == NULL) {
+    if (cfg->shards == 0 || cfg->max_instances == 0 || cfg->worker_listen == NULL ||
+        cfg->persisters > MAX_PERSISTERS) {
         return cn_errmsg_set(err, CN_INVAL, "invalid runner configuration");
     }
     r = calloc(1, sizeof(*r));
@@ -1444,6 +1453,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     pthread_mutex_init(&r->rmtx, NULL);
     pthread_mutex_init(&r->dmtx, NULL);
     r->nshards = cfg->shards;
+    r->npersisters = cfg->persisters != 0 ? cfg->persisters : 2;
     r->shards = calloc(r->nshards, sizeof(*r->shards));
     if (r->shards == NULL) {
         free(r);
@@ -1457,12 +1467,20 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         atomic_init(&r->shards[i].busy, 0);
     }
     if (cfg->backend != NULL) {
-        r->claim_b = r->persist_b = r->lease_b = cfg->backend;
+        r->claim_b = r->lease_b = cfg->backend;
+        for (i = 0; i < r->npersisters; i++) {
+            r->persisters[i].b = cfg->backend;
+        }
     } else if ((rv = rn_backend_pg_open(cfg->database_url, &r->claim_b, err)) != CN_OK ||
-               (rv = rn_backend_pg_open(cfg->database_url, &r->persist_b, err)) != CN_OK ||
                (rv = rn_backend_pg_open(cfg->database_url, &r->lease_b, err)) != CN_OK) {
         runner_free(r);
         return rv;
+    }
+    for (i = 0; cfg->backend == NULL && i < r->npersisters; i++) {
+        if ((rv = rn_backend_pg_open(cfg->database_url, &r->persisters[i].b, err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
     }
     memset(&pcfg, 0, sizeof(pcfg));
     pcfg.listen_url = cfg->worker_listen;
@@ -1487,11 +1505,15 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         }
         r->shards[i].started = true;
     }
-    if (pthread_create(&r->persister, NULL, persister_main, r) != 0) {
-        rn_runner_stop(r, 0);
-        return cn_errmsg_set(err, CN_NOMEM, "cannot start the persister");
+    for (i = 0; i < r->npersisters; i++) {
+        r->persisters[i].r = r;
+        if (pthread_create(&r->persisters[i].thread, NULL, persister_main, &r->persisters[i]) !=
+            0) {
+            rn_runner_stop(r, 0);
+            return cn_errmsg_set(err, CN_NOMEM, "cannot start a persister");
+        }
+        r->persisters[i].started = true;
     }
-    r->persister_started = true;
     if (pthread_create(&r->keeper, NULL, keeper_main, r) != 0) {
         rn_runner_stop(r, 0);
         return cn_errmsg_set(err, CN_NOMEM, "cannot start the lease keeper");
@@ -1593,11 +1615,13 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
     }
     pthread_mutex_lock(&r->pmtx);
     r->pstop = true;
-    pthread_cond_signal(&r->pcond);
+    pthread_cond_broadcast(&r->pcond);
     pthread_mutex_unlock(&r->pmtx);
-    if (r->persister_started) {
-        pthread_join(r->persister, NULL);
-        r->persister_started = false;
+    for (i = 0; i < r->npersisters; i++) {
+        if (r->persisters[i].started) {
+            pthread_join(r->persisters[i].thread, NULL);
+            r->persisters[i].started = false;
+        }
     }
     pthread_mutex_lock(&r->kmtx);
     r->kstop = true;
@@ -1683,8 +1707,10 @@ runner_free(struct rn_runner *r)
         if (r->claim_b != NULL) {
             r->claim_b->ops->close(r->claim_b);
         }
-        if (r->persist_b != NULL) {
-            r->persist_b->ops->close(r->persist_b);
+        for (k = 0; k < r->npersisters; k++) {
+            if (r->persisters[k].b != NULL) {
+                r->persisters[k].b->ops->close(r->persisters[k].b);
+            }
         }
         if (r->lease_b != NULL) {
             r->lease_b->ops->close(r->lease_b);

@@ -30,6 +30,7 @@ struct rn_runner_cfg {
     const char *worker_credential; /* required in worker hellos when not NULL */
     const char *http_listen;       /* HOST:PORT for /metrics, /healthz, /readyz; NULL: none */
     uint32_t shards;               /* executor threads */
+    uint32_t persisters;           /* persist threads, one connection each (0: 2; at most 8) */
     uint32_t max_instances;        /* most instances held at once */
     uint32_t poll_interval_ms;     /* claim poll when no NOTIFY comes */
     uint32_t lock_ttl_ms;          /* lease length */

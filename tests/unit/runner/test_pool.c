@@ -114,6 +114,7 @@ mono_ms(void)
 
 struct tw {
     nng_socket s;
+    nng_dialer d;
     nng_ctx ctx[4];
     nng_aio *aio[4];
     int removed; /* pipes this worker lost (written by nng's callback thread) */
@@ -138,7 +139,7 @@ tw_open(struct tw *w, const char *url, int nctx)
     cr_assert_eq(nng_req0_open(&w->s), 0);
     cr_assert_eq(nng_pipe_notify(w->s, NNG_PIPE_EV_REM_POST, tw_pipe_removed, w), 0);
     cr_assert_eq(nng_socket_set_ms(w->s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE), 0);
-    cr_assert_eq(nng_dial(w->s, url, NULL, 0), 0);
+    cr_assert_eq(nng_dial(w->s, url, &w->d, 0), 0);
     for (i = 0; i < nctx; i++) {
         cr_assert_eq(nng_ctx_open(&w->ctx[i], w->s), 0);
         cr_assert_eq(nng_aio_alloc(&w->aio[i], NULL, NULL), 0);
@@ -151,6 +152,14 @@ tw_close(struct tw *w, int nctx)
 {
     int i;
 
+    /* Contexts and the dialer first, then the socket: a REQ socket whose peer dropped it keeps
+     * redialling and resending, and nng 1.5.2 can hang closing it in the middle of that (the
+     * SDK closes in the same order for the same reason). */
+    for (i = 0; i < nctx; i++) {
+        nng_aio_stop(w->aio[i]);
+        (void) nng_ctx_close(w->ctx[i]);
+    }
+    (void) nng_dialer_close(w->d);
     (void) nng_close(w->s);
     for (i = 0; i < nctx; i++) {
         nng_aio_free(w->aio[i]);
