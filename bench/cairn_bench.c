@@ -405,8 +405,9 @@ pg_start(const char *bin)
     return url;
 }
 
+/* Stops the runners and workers (SIGTERM: runners hand their leases back) and reaps them. */
 static void
-cleanup(bool keep_tmp)
+stop_fleet(void)
 {
     int i;
 
@@ -414,9 +415,16 @@ cleanup(bool keep_tmp)
         kill(g.pids[i], SIGTERM);
     }
     for (i = 0; i < g.npids; i++) {
-        (void) waitpid(g.pids[i], NULL, 0);
+        while (waitpid(g.pids[i], NULL, 0) < 0 && errno == EINTR) {
+        }
     }
     g.npids = 0;
+}
+
+static void
+cleanup(bool keep_tmp)
+{
+    stop_fleet();
     pg_stop();
     if (g.tmp[0] != '\0') {
         if (keep_tmp) {
@@ -708,6 +716,31 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
         printf("  runner       %.3f CPU s per 1000 actions, peak RSS %ld MiB\n", r->cpu_per_1000,
                r->rss_kb / 1024);
     }
+}
+
+/* After an interrupted or timed-out run, with the fleet stopped: what is left of it is taken off
+ * the queue and marked cancelled, so that it cannot run under (and distort) the next run. */
+static void
+cancel_rest(PGconn *c, const char *name, const char *since, const char *tag)
+{
+    const char *p[3] = {name, since, tag};
+    struct cn_errmsg em = {{0}};
+    PGresult *r = NULL;
+
+    if (rn_db_exec(c,
+                   "WITH r AS (SELECT instance_id FROM cairn.runner_instances WHERE workflow_name"
+                   " = $1 AND created_at >= $2::timestamptz AND input->>'run' = $3 AND status IN"
+                   " ('queued', 'running')), d AS (DELETE FROM cairn.queued_instances q USING r"
+                   " WHERE q.instance_id = r.instance_id RETURNING q.instance_id)"
+                   " UPDATE cairn.runner_instances ri SET status = 'cancelled', completed_at ="
+                   " clock_timestamp() FROM d WHERE ri.instance_id = d.instance_id",
+                   3, p, &r, &em) != CN_OK) {
+        fprintf(stderr, "cairn-bench: could not cancel the rest of the run: %s\n", em.text);
+    } else {
+        fprintf(stderr, "cairn-bench: %s unfinished instance(s) of this run cancelled\n",
+                PQcmdTuples(r));
+    }
+    PQclear(r);
 }
 
 /* Enqueues instances [from, to] of this run in one statement. */
@@ -1005,6 +1038,8 @@ main(int argc, char **argv)
     }
     if (g_stop) {
         free(wal0);
+        stop_fleet();
+        cancel_rest(c, name, tq_db, tag);
         PQfinish(c);
         fprintf(stderr, "cairn-bench: interrupted\n");
         cleanup(false);
@@ -1059,13 +1094,7 @@ main(int argc, char **argv)
         res.d50 = res.dcount > 0 ? 1000 * wsum / res.dcount : 0;
     }
     res.cpu_per_1000 = cpu_total * 1000.0 / (double) actions_total;
-    for (i = 0; i < g.npids; i++) {
-        kill(g.pids[i], SIGTERM);
-    }
-    for (i = 0; i < g.npids; i++) {
-        (void) waitpid(g.pids[i], NULL, 0);
-    }
-    g.npids = 0;
+    stop_fleet();
     {
         const char *p[4] = {name, tq_db, tag, t0_db};
         PGresult *r = NULL;
@@ -1104,6 +1133,9 @@ main(int argc, char **argv)
                   (double) actions_total;
     }
     free(wal0);
+    if (done < o.instances) {
+        cancel_rest(c, name, tq_db, tag);
+    }
     PQfinish(c);
     report(&o, bc, actions_total, &res);
     if (o.plot != NULL) {

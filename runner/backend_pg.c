@@ -448,12 +448,13 @@ static const struct {
      3},
     {"cairn_finish",
      "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
-     " $5::text[]) AS t(i, l, st, res, er) JOIN cairn.queued_instances q ON q.instance_id = t.i"
-     " AND q.lock_uuid = t.l), u AS (UPDATE cairn.runner_instances ri SET status = t.st, result"
-     " = t.res::jsonb, error = t.er::jsonb, completed_at = clock_timestamp() FROM t WHERE"
+     " $5::text[], $6::text[]) AS t(i, l, st, res, er, sx) JOIN cairn.queued_instances q ON"
+     " q.instance_id = t.i AND q.lock_uuid = t.l), u AS (UPDATE cairn.runner_instances ri SET"
+     " status = t.st, result = t.res::jsonb, error = t.er::jsonb, state ="
+     " coalesce(decode(t.sx, 'hex'), ri.state), completed_at = clock_timestamp() FROM t WHERE"
      " ri.instance_id = t.i RETURNING ri.instance_id)"
      " DELETE FROM cairn.queued_instances q USING u WHERE q.instance_id = u.instance_id",
-     5},
+     6},
 };
 #define NPERSIST (sizeof(persist_stmts) / sizeof(persist_stmts[0]))
 
@@ -568,7 +569,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             arr_text(&a[1][4], d->ok ? "ok" : "error", d->ok ? 2 : 5);
             arr_hex(&a[1][5], tmp.data, tmp.len);
         }
-        if (w[i].state != NULL) {
+        if (w[i].state != NULL && w[i].outcome == RN_RUNNING) {
             arr_uuid(&a[2][0], w[i].instance_id);
             arr_uuid(&a[2][1], w[i].lock);
             arr_hex(&a[2][2], w[i].state, w[i].state_len);
@@ -588,6 +589,12 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
                 } else {
                     arr_null(&a[4][4]);
                 }
+            }
+            /* The last snapshot rides on the outcome's update: one row version, not two. */
+            if (w[i].state != NULL) {
+                arr_hex(&a[4][5], w[i].state, w[i].state_len);
+            } else {
+                arr_null(&a[4][5]);
             }
         } else if (w[i].release) {
             arr_uuid(&a[3][0], w[i].instance_id);

@@ -11,9 +11,11 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 BENCH, BUILD = sys.argv[1:3]
 BASE = os.environ.get("CAIRN_TEST_DATABASE_URL", "")
@@ -119,6 +121,24 @@ def main():
                            capture_output=True, text=True, timeout=120)
         check("markdown", r.returncode == 0 and r.stdout.startswith("| case |") and
               "| queue-noop | 5 x 1 |" in r.stdout, r.stdout)
+        # Ctrl-C: the fleet stops, the rest of the run is cancelled, nothing stays queued.
+        proc = subprocess.Popen([BENCH, "--database-url", url, "--bin-dir", BUILD, "--case",
+                                 "sequence", "--instances", "3000", "--rate", "100"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        left = subprocess.run([PSQL, "-X", "-A", "-t", "-d", url, "-c",
+                               "SELECT count(*) FROM cairn.queued_instances"],
+                              capture_output=True, text=True).stdout.strip()
+        check("interrupted: exit 130, the unfinished instances are cancelled, none left queued",
+              proc.returncode == 130 and re.search(r"[1-9][0-9]* unfinished instance", err) and
+              left == "0", f"exit {proc.returncode}, queued {left}: {err[-300:]}")
+
         r = subprocess.run([BENCH, "--case", "nope"], capture_output=True, text=True)
         check("an unknown case is a usage error", r.returncode == 2)
         r = subprocess.run([BENCH, "--case", "mixed", "--fail-rate", "0.6", "--sleep-rate", "0.6"],
