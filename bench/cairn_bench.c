@@ -120,6 +120,7 @@ struct result {
     double d50, d95, d99, dmax; /* action ready to dispatch, ms */
     double dcount;              /* dispatches measured */
     double c50, c99, ccount;    /* persist transactions: duration ms, count */
+    double a50, a99, acount;    /* actions: dispatch to outcome ms, count */
     double rows, wal;           /* per action */
     double cpu_per_1000;        /* runner CPU seconds per 1000 actions */
     long rss_kb;                /* largest runner peak RSS */
@@ -668,12 +669,14 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
                "\"dispatch_delay_ms\": {\"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f, "
                "\"max\": %.3f, \"count\": %.0f}, "
                "\"persist_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"count\": %.0f}, "
+               "\"action_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"count\": %.0f}, "
                "\"rows_per_action\": %.2f, \"wal_bytes_per_action\": %.0f, "
                "\"runner_cpu_seconds_per_1000_actions\": %.3f, \"runner_peak_rss_kb\": %ld}\n",
                bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
                o->prefetch, o->transport, o->rate, r->completed, r->failed, r->drain_s, aps, ips,
                r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->d50, r->d95, r->d99, r->dmax,
-               r->dcount, r->c50, r->c99, r->ccount, r->rows, r->wal, r->cpu_per_1000, r->rss_kb);
+               r->dcount, r->c50, r->c99, r->ccount, r->a50, r->a99, r->acount, r->rows, r->wal,
+               r->cpu_per_1000, r->rss_kb);
     } else if (strcmp(o->format, "markdown") == 0) {
         printf("| case | instances x actions | enqueue | actions/s | instances/s | enqueue/s | "
                "latency p50 / p95 / p99 / max ms | ready to dispatch p50 / p99 / max ms | "
@@ -712,6 +715,8 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
                r->d50, r->d95, r->d99, r->dmax, r->dcount);
         printf("  persist      %.0f transactions, p50 %.2f ms, p99 %.2f\n", r->ccount, r->c50,
                r->c99);
+        printf("  actions      dispatch to outcome p50 %.2f ms, p99 %.2f (%.0f outcomes)\n", r->a50,
+               r->a99, r->acount);
         printf("  database     %.2f rows and %.0f WAL bytes written per action\n", r->rows, r->wal);
         printf("  runner       %.3f CPU s per 1000 actions, peak RSS %ld MiB\n", r->cpu_per_1000,
                r->rss_kb / 1024);
@@ -1079,6 +1084,18 @@ main(int argc, char **argv)
                         res.c99,
                         1000 * sample_value(mtext, "cairn_persist_seconds{quantile=\"0.99\"}"));
                     res.ccount += cn;
+                }
+            }
+            {
+                double an = sample_value(mtext, "cairn_action_seconds_count");
+                if (an > 0) {
+                    res.a50 = (res.a50 * res.acount +
+                               1000 * an *
+                                   sample_value(mtext, "cairn_action_seconds{quantile=\"0.5\"}")) /
+                              (res.acount + an);
+                    res.a99 = fmax(res.a99, 1000 * sample_value(mtext, "cairn_action_seconds{"
+                                                                       "quantile=\"0.99\"}"));
+                    res.acount += an;
                 }
             }
             res.dcount += n;

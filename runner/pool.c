@@ -79,6 +79,7 @@ struct flight {
     int64_t deadline;    /* wall ms; 0 = none */
     bool cancel_pending; /* asked while the worker had no control request parked */
     struct queued *q;    /* the submitted dispatch, kept to queue it again (requeue_lost) */
+    int64_t sent_us;     /* monotonic µs of the dispatch */
 };
 
 struct queued {
@@ -492,8 +493,9 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
             pthread_cond_signal(&p->cond);
         }
     }
+    f->sent_us = rn_lathist_now_us();
     if (q->d.ready_us != 0) {
-        rn_lathist_add(&p->st.dispatch_delay, rn_lathist_now_us() - q->d.ready_us);
+        rn_lathist_add(&p->st.dispatch_delay, f->sent_us - q->d.ready_us);
     }
     w->inflight++;
     p->st.dispatched++;
@@ -734,6 +736,7 @@ on_outcome_locked(struct rn_pool *p, struct worker *w, const struct wp_outcome *
     } else {
         results_add(rs, f->instance_id, f->exec_id, f->attempt, o->ok, ir_val_retain(o->value));
         p->st.results++;
+        rn_lathist_add(&p->st.action_time, rn_lathist_now_us() - f->sent_us);
     }
     flight_release_locked(p, i);
     w->inflight--;

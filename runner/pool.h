@@ -74,6 +74,7 @@ struct rn_pool_stats {
     uint64_t queued;        /* submitted attempts waiting for a worker now */
     uint64_t contexts;      /* nng contexts open now (receiving, parked, replying, spare) */
     struct rn_lathist dispatch_delay; /* ready_us to the dispatch's send, per measured attempt */
+    struct rn_lathist action_time;    /* the dispatch's send to its outcome's arrival */
 };
 
 /* Creates and starts a pool listening on cfg->listen_url. Returns CN_OK, CN_IO (cannot

@@ -10,9 +10,11 @@
  * - Commit barrier: a step whose output must be durable (results consumed, a new snapshot,
  *   an outcome) becomes one write; the instance is then `writing` and its actions and timers
  *   are held until the ACK. Events that arrive meanwhile wait on the instance, in order.
- * - The persister takes every queued write (from all shards) into one backend transaction;
+ * - A persister takes every queued write (from all shards) into one backend transaction;
  *   the backend fences each write by the claim token, so a write for a lost lease is dropped
- *   and the shard evicts that instance on the ACK.
+ *   and the shard evicts that instance on the ACK. Several persisters run at once, each on
+ *   its own connection: since an instance has at most one write in flight, no two
+ *   transactions touch the same instance, and their order does not matter.
  * - Timers (sleep, backoff, deadlines) live in a per-shard heap; a timer for an instance that
  *   is gone, or that fires early after a re-claim, is ignored (the executor checks timers).
  * - Lock order: a shard's mutex, the persister's mutex, the registry mutex and the DAG cache
@@ -1363,6 +1365,10 @@ http_metrics(nng_aio *aio)
          summary(&b, "cairn_persist_seconds",
                  "Duration of each committed persist transaction (the commit barrier's floor).",
                  &st.persist) &&
+         summary(&b, "cairn_action_seconds",
+                 "From an action's dispatch to its outcome's arrival: the worker's run time plus "
+                 "the transport.",
+                 &ps.action_time) &&
          summary(&b, "cairn_action_dispatch_delay_seconds",
                  "From an action becoming ready to its dispatch to a worker (commit barrier and "
                  "waiting for a worker).",

@@ -6,7 +6,8 @@
  * a timer armed and an instance released only after the write that records it has committed.
  *
  * Threads: a claimer, CAIRN_SHARDS shards (each owns its instances exclusively; the executor
- * runs there), a persister (batches writes from every shard into one transaction), a lease
+ * runs there), CAIRN_PERSISTERS persisters (each batches the writes queued by every shard into
+ * one transaction on its own connection; an instance has one write in flight), a lease
  * keeper (extends the leases of every owned instance; a lost lease evicts the instance; it
  * also runs the reclaimer, which clears expired leases of dead runners), and
  * the worker pool's own threads. Shards talk to the others through mutex-protected queues;

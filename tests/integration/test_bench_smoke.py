@@ -122,8 +122,10 @@ def main():
         check("markdown", r.returncode == 0 and r.stdout.startswith("| case |") and
               "| queue-noop | 5 x 1 |" in r.stdout, r.stdout)
         # Ctrl-C: the fleet stops, the rest of the run is cancelled, nothing stays queued.
+        # (every step of these instances is a durable 20 ms sleep: about 40 are in flight)
         proc = subprocess.Popen([BENCH, "--database-url", url, "--bin-dir", BUILD, "--case",
-                                 "sequence", "--instances", "3000", "--rate", "100"],
+                                 "mixed", "--instances", "3000", "--rate", "100", "--fail-rate",
+                                 "0", "--timeout-rate", "0", "--sleep-rate", "1"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(3)
         proc.send_signal(signal.SIGINT)

@@ -211,6 +211,12 @@ def run_all(url, env, tmp):
           text[:300])
     check("/metrics counts the two workers", samples.get("cairn_workers") == "2", text[:300])
     check("/metrics is Prometheus text", "# TYPE cairn_actions_dispatched_total counter" in text)
+    check("/metrics has the persist and action-time summaries",
+          float(samples.get("cairn_persist_seconds_count", "0")) > 0 and
+          float(samples.get('cairn_persist_seconds{quantile="0.5"}', "0")) > 0 and
+          float(samples.get("cairn_action_seconds_count", "-1")) ==
+          float(samples.get("cairn_pool_results_total", "-2")),
+          text[-1500:])
     delay = {k: float(v) for k, v in samples.items()
              if k.startswith("cairn_action_dispatch_delay_seconds")}
     dq = [delay.get(f'cairn_action_dispatch_delay_seconds{{quantile="{q}"}}', -1.0)
