@@ -58,9 +58,11 @@ pg_conn(struct pg_backend *b, struct cn_errmsg *err)
      * full scan and a sort for the claim, a hash join over the queue for a write) turns each
      * statement into O(queue) work; measured, a drain of 20 000 instances fell from 12 000
      * to 650 instances/s. Sorts are off so that the claim walks its ordered index rather than
-     * sorting another. The heartbeat, which has no index to use, still scans. */
+     * sorting another. The heartbeat, which has no index to use, still scans and sorts; the
+     * penalty these settings put on its plan would make PostgreSQL compile it with JIT at every
+     * beat, hence jit = off. */
     r = PQexec(b->c, "SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = "
-                     "off; SET enable_hashjoin = off; SET enable_mergejoin = off");
+                     "off; SET enable_hashjoin = off; SET enable_mergejoin = off; SET jit = off");
     ok = r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     if (!ok) {
@@ -456,9 +458,9 @@ static const struct {
     int nparams;
 } persist_stmts[] = {
     {"cairn_fence",
-     "SELECT q.instance_id, q.lock_uuid FROM cairn.queued_instances q JOIN unnest($1::uuid[],"
-     " $2::uuid[])"
-     " AS t(i, l) ON q.instance_id = t.i AND q.lock_uuid = t.l FOR UPDATE OF q",
+     "SELECT x.instance_id, x.lock_uuid FROM unnest($1::uuid[], $2::uuid[]) AS t(i, l)"
+     " CROSS JOIN LATERAL (SELECT q.instance_id, q.lock_uuid FROM cairn.queued_instances q"
+     " WHERE q.instance_id = t.i AND q.lock_uuid = t.l FOR UPDATE) x",
      2},
     {"cairn_done",
      "INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status, result)"
@@ -560,10 +562,19 @@ pipe_result(struct pg_backend *b, struct cn_errmsg *err, cn_err *rv)
     return NULL;
 }
 
+static int
+cmp_write_lock(const void *x, const void *y)
+{
+    const struct rn_write *const *a = x, *const *b = y;
+
+    return memcmp((*a)->lock, (*b)->lock, 16);
+}
+
 static cn_err
 pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
+    struct rn_write **order;
     struct arr a[NPERSIST][6]; /* per statement, its array parameters */
     struct cn_buf tmp = CN_BUF_INIT, js = CN_BUF_INIT;
     const char *params[6];
@@ -579,15 +590,28 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
     if ((rv = pg_conn(b, err)) != CN_OK || (rv = pg_prepare(b, err)) != CN_OK) {
         return rv;
     }
+    /* The fence locks its rows one by one in the order of its arrays: by claim token, the
+     * order the heartbeat locks in too, so the two never wait on each other in a cycle (they
+     * did, in unnest and table order: deadlocks, each a second's stall). */
+    if ((order = malloc(n * sizeof(*order))) == NULL) {
+        return CN_NOMEM;
+    }
     for (s = 0; s < NPERSIST; s++) {
         for (k = 0; k < 6; k++) {
             arr_begin(&a[s][k]);
         }
     }
     for (i = 0; i < n; i++) {
+        order[i] = &w[i];
+    }
+    qsort(order, n, sizeof(*order), cmp_write_lock);
+    for (i = 0; i < n; i++) {
+        arr_uuid(&a[0][0], order[i]->instance_id);
+        arr_uuid(&a[0][1], order[i]->lock);
+    }
+    free(order);
+    for (i = 0; i < n; i++) {
         w[i].lost = true;
-        arr_uuid(&a[0][0], w[i].instance_id);
-        arr_uuid(&a[0][1], w[i].lock);
         for (k = 0; k < w[i].ndone; k++) {
             const struct rn_done *d = &w[i].done[k];
             cn_buf_clear(&tmp);
@@ -756,9 +780,13 @@ pg_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int6
     p[1] = leases;
     rv = p[0] == NULL ? CN_NOMEM
                       : pg_exec_bin(b,
-                                    "UPDATE cairn.queued_instances SET lock_expires_at ="
+                                    "WITH h AS MATERIALIZED (SELECT instance_id FROM"
+                                    " cairn.queued_instances WHERE lock_uuid = ANY($1::uuid[])"
+                                    " ORDER BY lock_uuid FOR UPDATE)"
+                                    " UPDATE cairn.queued_instances q SET lock_expires_at ="
                                     " clock_timestamp() + $2::bigint * interval '1 millisecond'"
-                                    " WHERE lock_uuid = ANY($1::uuid[]) RETURNING lock_uuid",
+                                    " FROM h WHERE q.instance_id = h.instance_id"
+                                    " RETURNING q.lock_uuid",
                                     2, p, &r, err);
     arr_fini(&a);
     if (rv != CN_OK) {

@@ -6,6 +6,7 @@
  * finished instances leave the queue; released ones come back with their state and the latest
  * result per execution id; heartbeats find lost leases; a failed instance is never claimed.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,4 +374,98 @@ Test(backend, memory_the_reclaimer_clears_expired_leases)
 Test(backend, postgres_the_reclaimer_clears_expired_leases)
 {
     the_reclaimer_clears_expired_leases(true);
+}
+
+/* The lease keeper renews every lease in one statement while the persisters lock the rows of
+ * their batches: both must take row locks in one order, or they deadlock (PostgreSQL breaks
+ * the cycle after deadlock_timeout, a second in which the runner writes nothing). Here a
+ * thread renews 300 leases as fast as it can while batches of writes in reverse and shuffled
+ * order are persisted; every call must succeed. */
+struct beater {
+    struct rn_backend *b;
+    uint8_t (*locks)[16];
+    size_t n;
+    volatile int stop;
+    int failures;
+    char first_error[256];
+};
+
+static void *
+beat_loop(void *arg)
+{
+    struct beater *bt = arg;
+    bool *lost = calloc(bt->n, sizeof(*lost));
+
+    while (!bt->stop && lost != NULL) {
+        struct cn_errmsg em = {{0}};
+        if (bt->b->ops->heartbeat(bt->b, (const uint8_t(*)[16]) bt->locks, bt->n, 30000, lost,
+                                  &em) != CN_OK) {
+            if (bt->failures++ == 0) {
+                (void) snprintf(bt->first_error, sizeof(bt->first_error), "%s", em.text);
+            }
+        }
+    }
+    free(lost);
+    return NULL;
+}
+
+Test(backend, postgres_heartbeats_and_writes_never_deadlock, .timeout = 120)
+{
+    enum { N = 300 };
+    struct fx f;
+    struct rn_claimed *c = NULL;
+    struct cn_errmsg em = {{0}};
+    struct beater bt;
+    struct rn_write *w;
+    pthread_t th;
+    size_t n = 0, i, round;
+    char *url;
+
+    fx_open(&f, true);
+    pg_exec_ok(f.admin, "SELECT count(cairn.enqueue('t', jsonb_build_object('n', g)))"
+                        " FROM generate_series(1, 300) g");
+    cr_assert_eq(f.b->ops->claim(f.b, N, 30000, &c, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(n, N);
+    memset(&bt, 0, sizeof(bt));
+    bt.n = N;
+    bt.locks = calloc(N, 16);
+    w = calloc(N, sizeof(*w));
+    cr_assert(bt.locks != NULL && w != NULL);
+    for (i = 0; i < N; i++) {
+        memcpy(bt.locks[i], c[i].lock, 16);
+    }
+    url = url_for(f.base_url, f.dbname);
+    cr_assert_eq(rn_backend_pg_open(url, &bt.b, &em), CN_OK, "%s", em.text);
+    free(url);
+    cr_assert_eq(pthread_create(&th, NULL, beat_loop, &bt), 0);
+    srand(7);
+    for (round = 0; round < 60; round++) {
+        /* every write, in reverse order or shuffled, with a snapshot */
+        for (i = 0; i < N; i++) {
+            w[i] = write_for(&c[round % 2 == 0 ? N - 1 - i : i]);
+            w[i].state = "\x91\x01";
+            w[i].state_len = 2;
+        }
+        if (round % 2 == 1) {
+            for (i = N - 1; i > 0; i--) {
+                size_t j = (size_t) rand() % (i + 1);
+                struct rn_write t = w[i];
+                w[i] = w[j];
+                w[j] = t;
+            }
+        }
+        cr_assert_eq(f.b->ops->persist(f.b, w, N, &em), CN_OK, "round %zu: %s", round, em.text);
+        for (i = 0; i < N; i++) {
+            cr_assert(!w[i].lost, "round %zu: a held lease was reported lost", round);
+        }
+    }
+    bt.stop = 1;
+    pthread_join(th, NULL);
+    cr_assert_eq(bt.failures, 0, "%d heartbeats failed, the first: %s", bt.failures,
+                 bt.first_error);
+    bt.b->ops->close(bt.b);
+    free(bt.locks);
+    free(w);
+    rn_claimed_free(c, n);
+    fx_close(&f);
 }
