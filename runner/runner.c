@@ -852,13 +852,15 @@ on_lost(struct shard *sh, struct sev *e)
     if (in == NULL) {
         return;
     }
+    if (in->writing) {
+        /* Its write is in flight: the ACK says whether it was fenced off (and then evicts and
+         * counts it). Often the queue row is gone because that write finished the instance,
+         * which is no loss at all. */
+        return;
+    }
     rn_uuid_format(in->id, id);
     rn_log(RN_LOG_WARN, "instance %s: lease lost (found by heartbeat), evicted", id);
     atomic_fetch_add(&sh->r->lost, 1);
-    if (in->writing) {
-        /* Its write is in flight and will be fenced off; the ACK removes it. */
-        return;
-    }
     inst_remove(sh, in);
 }
 
