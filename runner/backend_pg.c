@@ -468,7 +468,7 @@ static const struct {
      " $3::uuid[], $4::integer[], $5::text[], $6::text[]) AS t(i, l, e, a, s, x)"
      " JOIN cairn.queued_instances q ON q.instance_id = t.i AND q.lock_uuid = t.l"
      " WHERE NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d"
-     " WHERE d.execution_id = t.e AND d.attempt = t.a)",
+     " WHERE d.instance_id = t.i AND d.execution_id = t.e AND d.attempt = t.a)",
      6},
     {"cairn_state",
      "UPDATE cairn.runner_instances ri SET state = decode(t.s, 'hex') FROM unnest($1::uuid[],"
