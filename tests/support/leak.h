@@ -11,7 +11,8 @@ void t_leak_check(void);
 
 /* The same for suites that use nng: nng frees closed pipes and endpoints on its own reaper
  * thread, moments after nng_close returns, so the check waits a little first (100 ms) instead
- * of reporting those objects as leaked. */
+ * of reporting those objects as leaked. It also removes the ipc socket files the test process
+ * named after its pid (/tmp/cairn-*-PID-*.sock, /tmp/cairn-*-PID.sock). */
 void t_leak_check_nng(void);
 
 #endif
