@@ -229,18 +229,18 @@ get_uuid(PGresult *r, int row, int col, uint8_t out[16])
  * condition, a volatile one a filter applied to every entry of the walk. */
 static const char *claim_sql =
     "WITH e AS ("
-    "  SELECT instance_id FROM cairn.queued_instances"
+    "  SELECT ctid AS tid FROM cairn.queued_instances"
     "   WHERE lock_uuid IS NOT NULL AND lock_expires_at < now() AND scheduled_at <= now()"
     "   ORDER BY lock_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
     " f AS ("
-    "  SELECT instance_id FROM cairn.queued_instances"
+    "  SELECT ctid AS tid FROM cairn.queued_instances"
     "   WHERE lock_uuid IS NULL AND scheduled_at <= now()"
     "   ORDER BY priority DESC, scheduled_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
-    " c AS (SELECT instance_id FROM e UNION ALL SELECT instance_id FROM f LIMIT $1),"
+    " c AS (SELECT tid FROM e UNION ALL SELECT tid FROM f LIMIT $1),"
     " q AS ("
     "  UPDATE cairn.queued_instances q SET lock_uuid = gen_random_uuid(),"
     "         lock_expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond'"
-    "    FROM c WHERE q.instance_id = c.instance_id"
+    "    FROM c WHERE q.ctid = c.tid"
     "  RETURNING q.instance_id, q.lock_uuid, q.workflow_version_id),"
     " r AS ("
     "  UPDATE cairn.runner_instances ri SET status = 'running',"
@@ -466,31 +466,36 @@ static const struct {
      "INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status, result)"
      " SELECT t.i, t.e, t.a, t.s, decode(t.x, 'hex') FROM unnest($1::uuid[], $2::uuid[],"
      " $3::uuid[], $4::integer[], $5::text[], $6::text[]) AS t(i, l, e, a, s, x)"
-     " JOIN cairn.queued_instances q ON q.instance_id = t.i AND q.lock_uuid = t.l"
+     " CROSS JOIN LATERAL (SELECT 1 FROM cairn.queued_instances q WHERE q.instance_id = t.i"
+     " AND q.lock_uuid = t.l OFFSET 0) ok"
      " WHERE NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d"
      " WHERE d.instance_id = t.i AND d.execution_id = t.e AND d.attempt = t.a)",
      6},
     {"cairn_state",
      "UPDATE cairn.runner_instances ri SET state = decode(t.s, 'hex') FROM unnest($1::uuid[],"
-     " $2::uuid[], $3::text[]) AS t(i, l, s) JOIN cairn.queued_instances q ON q.instance_id ="
-     " t.i AND q.lock_uuid = t.l WHERE ri.instance_id = t.i",
+     " $2::uuid[], $3::text[]) AS t(i, l, s) CROSS JOIN LATERAL (SELECT 1 FROM"
+     " cairn.queued_instances q WHERE q.instance_id = t.i AND q.lock_uuid = t.l OFFSET 0) ok"
+     " WHERE ri.instance_id = t.i",
      3},
     {"cairn_release",
-     "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS t(i, l, w)),"
+     "WITH t AS (SELECT t.w, ok.tid FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS"
+     " t(i, l, w) CROSS JOIN LATERAL (SELECT q.ctid AS tid FROM cairn.queued_instances q"
+     " WHERE q.instance_id = t.i AND q.lock_uuid = t.l OFFSET 0) ok),"
      " q AS (UPDATE cairn.queued_instances q SET lock_uuid = NULL, lock_expires_at = NULL,"
-     " scheduled_at = to_timestamp(t.w / 1000.0) FROM t WHERE q.instance_id = t.i AND"
-     " q.lock_uuid = t.l RETURNING q.instance_id)"
+     " scheduled_at = to_timestamp(t.w / 1000.0) FROM t WHERE q.ctid = t.tid"
+     " RETURNING q.instance_id)"
      " UPDATE cairn.runner_instances ri SET status = 'queued' FROM q WHERE ri.instance_id ="
      " q.instance_id",
      3},
     {"cairn_finish",
-     "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
-     " $5::text[], $6::text[]) AS t(i, l, st, res, er, sx) JOIN cairn.queued_instances q ON"
-     " q.instance_id = t.i AND q.lock_uuid = t.l), u AS (UPDATE cairn.runner_instances ri SET"
+     "WITH t AS MATERIALIZED (SELECT t.*, ok.tid FROM unnest($1::uuid[], $2::uuid[],"
+     " $3::text[], $4::text[], $5::text[], $6::text[]) AS t(i, l, st, res, er, sx) CROSS JOIN"
+     " LATERAL (SELECT q.ctid AS tid FROM cairn.queued_instances q WHERE q.instance_id = t.i"
+     " AND q.lock_uuid = t.l OFFSET 0) ok), u AS (UPDATE cairn.runner_instances ri SET"
      " status = t.st, result = t.res::jsonb, error = t.er::jsonb, state ="
      " coalesce(decode(t.sx, 'hex'), ri.state), completed_at = clock_timestamp() FROM t WHERE"
      " ri.instance_id = t.i RETURNING ri.instance_id)"
-     " DELETE FROM cairn.queued_instances q USING u WHERE q.instance_id = u.instance_id",
+     " DELETE FROM cairn.queued_instances q USING t WHERE q.ctid = t.tid",
      6},
 };
 #define NPERSIST (sizeof(persist_stmts) / sizeof(persist_stmts[0]))
@@ -780,12 +785,12 @@ pg_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int6
     p[1] = leases;
     rv = p[0] == NULL ? CN_NOMEM
                       : pg_exec_bin(b,
-                                    "WITH h AS MATERIALIZED (SELECT instance_id FROM"
+                                    "WITH h AS MATERIALIZED (SELECT ctid AS tid FROM"
                                     " cairn.queued_instances WHERE lock_uuid = ANY($1::uuid[])"
                                     " ORDER BY lock_uuid FOR UPDATE)"
                                     " UPDATE cairn.queued_instances q SET lock_expires_at ="
                                     " clock_timestamp() + $2::bigint * interval '1 millisecond'"
-                                    " FROM h WHERE q.instance_id = h.instance_id"
+                                    " FROM h WHERE q.ctid = h.tid"
                                     " RETURNING q.lock_uuid",
                                     2, p, &r, err);
     arr_fini(&a);
@@ -893,11 +898,11 @@ pg_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *err
     }
     (void) snprintf(maxs, sizeof(maxs), "%zu", max);
     rv = pg_exec_bin(b,
-                     "WITH e AS (SELECT instance_id FROM cairn.queued_instances"
+                     "WITH e AS (SELECT ctid AS tid FROM cairn.queued_instances"
                      " WHERE lock_uuid IS NOT NULL AND lock_expires_at < now()"
                      " LIMIT $1 FOR UPDATE SKIP LOCKED),"
                      " q AS (UPDATE cairn.queued_instances q SET lock_uuid = NULL,"
-                     " lock_expires_at = NULL FROM e WHERE q.instance_id = e.instance_id"
+                     " lock_expires_at = NULL FROM e WHERE q.ctid = e.tid"
                      " RETURNING q.instance_id)"
                      " UPDATE cairn.runner_instances ri SET status = 'queued' FROM q"
                      " WHERE ri.instance_id = q.instance_id",
