@@ -12,6 +12,7 @@
 
 #include "ir/base/buf.h"
 #include "runner/backend.h"
+#include "runner/clock.h"
 
 struct mem_version {
     uint8_t id[16];
@@ -50,20 +51,12 @@ struct mem_backend {
     uint64_t enqueue_count;
 };
 
-static int64_t
-mem_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A fresh, unique 16-byte id: random bits plus a counter (uniqueness matters, not secrecy). */
 static void
 mem_id(struct mem_backend *b, uint8_t out[16])
 {
-    uint64_t r = ((uint64_t) rand() << 32) ^ (uint64_t) rand() ^ (uint64_t) mem_now();
+    uint64_t r =
+        ((uint64_t) rand() << 32) ^ (uint64_t) rand() ^ (uint64_t) rn_clock_ms(CLOCK_REALTIME);
     uint64_t s = ++b->seq;
 
     memcpy(out, &r, 8);
@@ -97,7 +90,7 @@ mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claim
 {
     struct mem_backend *b = (struct mem_backend *) base;
     struct rn_claimed *cl;
-    int64_t now = mem_now();
+    int64_t now = rn_clock_ms(CLOCK_REALTIME);
     size_t n = 0, k;
 
     (void) err;
@@ -248,7 +241,7 @@ mem_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int
               bool *lost, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
-    int64_t now = mem_now();
+    int64_t now = rn_clock_ms(CLOCK_REALTIME);
     size_t i, j;
 
     (void) err;
@@ -313,7 +306,7 @@ static cn_err
 mem_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
-    int64_t now = mem_now();
+    int64_t now = rn_clock_ms(CLOCK_REALTIME);
     size_t i;
 
     (void) err;
@@ -335,7 +328,7 @@ static cn_err
 mem_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
-    int64_t at = mem_now() + timeout_ms;
+    int64_t at = rn_clock_ms(CLOCK_REALTIME) + timeout_ms;
     struct timespec ts;
     uint64_t seen;
 
@@ -385,7 +378,7 @@ rn_backend_mem_new(struct rn_backend **out)
     b->base.ops = &mem_ops;
     pthread_mutex_init(&b->mtx, NULL);
     pthread_cond_init(&b->enqueued, NULL);
-    srand((unsigned) mem_now());
+    srand((unsigned) rn_clock_ms(CLOCK_REALTIME));
     *out = &b->base;
     return CN_OK;
 }
@@ -462,7 +455,7 @@ rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val 
     in->input = ir_val_retain(input);
     in->result = ir_null();
     in->queued = true;
-    in->scheduled_at = scheduled_at_ms != 0 ? scheduled_at_ms : mem_now();
+    in->scheduled_at = scheduled_at_ms != 0 ? scheduled_at_ms : rn_clock_ms(CLOCK_REALTIME);
     b->insts[b->ninsts++] = in;
     memcpy(instance_id, in->id, 16);
     b->enqueue_count++;

@@ -18,6 +18,7 @@
 #include "ir/base/buf.h"
 #include "ir/compile.h"
 #include "ir/eval.h"
+#include "runner/clock.h"
 #include "runner/ctl.h"
 #include "runner/db.h"
 #include "runner/exec.h"
@@ -400,22 +401,13 @@ out:
 
 /* ---- run ---------------------------------------------------------------------------------- */
 
-static int64_t
-mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int print_result(const struct opts *o, PGconn *c, const char *id);
 
 /* Polls until the instance is finished or timeout_ms passes (0: no limit). */
 static int
 wait_finished(const struct opts *o, PGconn *c, const char *id, long timeout_ms)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
+    int64_t deadline = rn_clock_ms(CLOCK_MONOTONIC) + timeout_ms;
     const char *params[1] = {id};
     struct cn_errmsg em;
     PGresult *r = NULL;
@@ -436,7 +428,7 @@ wait_finished(const struct opts *o, PGconn *c, const char *id, long timeout_ms)
         if (done) {
             return print_result(o, c, id);
         }
-        if (timeout_ms > 0 && mono_ms() >= deadline) {
+        if (timeout_ms > 0 && rn_clock_ms(CLOCK_MONOTONIC) >= deadline) {
             fprintf(stderr, "cairnctl run: %s did not finish within %ld s\n", id,
                     timeout_ms / 1000);
             return EXIT_PENDING;

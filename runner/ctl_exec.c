@@ -14,19 +14,11 @@
 #include "cairn/worker.h"
 #include "ir/eval.h"
 #include "runner/backend.h"
+#include "runner/clock.h"
 #include "runner/ctl.h"
 #include "runner/log.h"
 #include "runner/runner.h"
 #include "worker-protocol/std_actions.h"
-
-static int64_t
-mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int
 ctl_cmd_exec(int argc, char **argv)
@@ -144,14 +136,14 @@ ctl_cmd_exec(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    deadline = mono_ms() + timeout_s * 1000;
+    deadline = rn_clock_ms(CLOCK_MONOTONIC) + timeout_s * 1000;
     for (;;) {
         struct timespec ts = {0, 5 * 1000000L};
 
         ir_val_release(result);
         result = ir_null();
         if (rn_backend_mem_outcome(mem, iid, &outcome, &result, &nresults) != CN_OK ||
-            outcome != RN_RUNNING || mono_ms() >= deadline) {
+            outcome != RN_RUNNING || rn_clock_ms(CLOCK_MONOTONIC) >= deadline) {
             break;
         }
         nanosleep(&ts, NULL);

@@ -3,7 +3,6 @@
 #include "runner/lathist.h"
 
 #include <math.h>
-#include <time.h>
 
 static unsigned
 bucket_of(uint64_t v)
@@ -30,15 +29,6 @@ bucket_top(unsigned idx)
     e = idx / RN_LATHIST_SUB + 2;
     sub = idx % RN_LATHIST_SUB;
     return (((uint64_t) (RN_LATHIST_SUB + sub + 1)) << (e - 3)) - 1;
-}
-
-int64_t
-rn_lathist_now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 void

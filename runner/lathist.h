@@ -20,9 +20,6 @@ struct rn_lathist {
     uint64_t b[RN_LATHIST_BUCKETS];
 };
 
-/* CLOCK_MONOTONIC in µs: the clock samples are measured with. */
-int64_t rn_lathist_now_us(void);
-
 /* Records one sample; a negative one (a clock step) counts as 0. */
 void rn_lathist_add(struct rn_lathist *h, int64_t us);
 

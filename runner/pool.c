@@ -31,6 +31,7 @@
 #include <nng/supplemental/tls/tls.h>
 
 #include "ir/eval.h"
+#include "runner/clock.h"
 #include "runner/idmap.h"
 #include "worker-protocol/proto.h"
 
@@ -128,15 +129,6 @@ struct rn_pool {
 };
 
 /* ---- clocks and small helpers ------------------------------------------------------------- */
-
-static int64_t
-now_ms(clockid_t c)
-{
-    struct timespec ts;
-
-    clock_gettime(c, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void
 token_key(uint64_t token, uint8_t key[16])
@@ -488,12 +480,12 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     p->next_token++;
     if (f->deadline != 0) {
         /* Wake the timer only when this deadline comes before its planned wake. */
-        int64_t due = now_ms(CLOCK_MONOTONIC) + (f->deadline - now_ms(CLOCK_REALTIME));
+        int64_t due = rn_clock_ms(CLOCK_MONOTONIC) + (f->deadline - rn_clock_ms(CLOCK_REALTIME));
         if (due < p->timer_wake) {
             pthread_cond_signal(&p->cond);
         }
     }
-    f->sent_us = rn_lathist_now_us();
+    f->sent_us = rn_clock_us(CLOCK_MONOTONIC);
     if (q->d.ready_us != 0) {
         rn_lathist_add(&p->st.dispatch_delay, f->sent_us - q->d.ready_us);
     }
@@ -523,7 +515,7 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
     }
     while (w->inflight < w->cap && (q != NULL || (q = take_for_locked(p, w)) != NULL)) {
         if (q->requeues > 0 && q->d.deadline_ms != 0 &&
-            now_ms(CLOCK_REALTIME) >= q->d.deadline_ms) {
+            rn_clock_ms(CLOCK_REALTIME) >= q->d.deadline_ms) {
             /* Given back by a dropped worker after its deadline passed. */
             synthetic_error(rs, q->d.instance_id, q->d.exec_id, q->d.attempt, "ActionTimeout",
                             "the attempt did not finish before its deadline");
@@ -657,12 +649,12 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
         reply_locked(p, c, &r);
         if (p->nrefused < sizeof(p->refused) / sizeof(p->refused[0])) {
             p->refused[p->nrefused].pipe = c->pipe;
-            p->refused[p->nrefused].at = now_ms(CLOCK_MONOTONIC);
+            p->refused[p->nrefused].at = rn_clock_ms(CLOCK_MONOTONIC);
             p->nrefused++;
         } else {
             close_pipe(c->pipe); /* too many at once: no grace */
         }
-        if (p->timer_wake > now_ms(CLOCK_MONOTONIC) + REFUSE_GRACE_MS) {
+        if (p->timer_wake > rn_clock_ms(CLOCK_MONOTONIC) + REFUSE_GRACE_MS) {
             pthread_cond_signal(&p->cond);
         }
         return;
@@ -674,7 +666,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
             return;
         }
         w->pipe = c->pipe;
-        w->last_seen = now_ms(CLOCK_MONOTONIC);
+        w->last_seen = rn_clock_ms(CLOCK_MONOTONIC);
         w->next = p->workers;
         p->workers = w;
         p->st.workers++;
@@ -736,7 +728,7 @@ on_outcome_locked(struct rn_pool *p, struct worker *w, const struct wp_outcome *
     } else {
         results_add(rs, f->instance_id, f->exec_id, f->attempt, o->ok, ir_val_retain(o->value));
         p->st.results++;
-        rn_lathist_add(&p->st.action_time, rn_lathist_now_us() - f->sent_us);
+        rn_lathist_add(&p->st.action_time, rn_clock_us(CLOCK_MONOTONIC) - f->sent_us);
     }
     flight_release_locked(p, i);
     w->inflight--;
@@ -766,7 +758,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
     }
     w = worker_find(p, c->pipe);
     if (w != NULL) {
-        w->last_seen = now_ms(CLOCK_MONOTONIC);
+        w->last_seen = rn_clock_ms(CLOCK_MONOTONIC);
     }
     if (m.kind != WP_HELLO && w == NULL) {
         /* Everything but hello needs a welcomed worker. */
@@ -794,7 +786,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
             }
             c->state = PC_PARKED;
             c->control = false;
-            c->parked_at = now_ms(CLOCK_MONOTONIC);
+            c->parked_at = rn_clock_ms(CLOCK_MONOTONIC);
             w->parked = c;
             (void) pctx_new_locked(p); /* keep receiving while this one waits */
         }
@@ -805,7 +797,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         }
         c->state = PC_PARKED;
         c->control = true;
-        c->parked_at = now_ms(CLOCK_MONOTONIC);
+        c->parked_at = rn_clock_ms(CLOCK_MONOTONIC);
         w->ctl = c;
         (void) pctx_new_locked(p);
         send_pending_cancel_locked(p, c);
@@ -923,7 +915,7 @@ timer_main(void *arg)
     pthread_mutex_lock(&p->mtx);
     while (!p->stopping) {
         struct results rs = {NULL, 0, 0};
-        int64_t mono = now_ms(CLOCK_MONOTONIC), wall = now_ms(CLOCK_REALTIME);
+        int64_t mono = rn_clock_ms(CLOCK_MONOTONIC), wall = rn_clock_ms(CLOCK_REALTIME);
         int64_t next = mono + p->idle_ms, wake;
         struct timespec ts;
         struct pctx *c;

@@ -35,6 +35,7 @@
 #include "ir/compile.h"
 #include "ir/eval.h"
 #include "runner/backend.h"
+#include "runner/clock.h"
 #include "runner/exec.h"
 #include "runner/idmap.h"
 #include "runner/log.h"
@@ -46,18 +47,9 @@
 /* ---- clocks ------------------------------------------------------------------------------- */
 
 static int64_t
-clock_ms(clockid_t c)
-{
-    struct timespec ts;
-
-    clock_gettime(c, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t
 wall_ms(void)
 {
-    return clock_ms(CLOCK_REALTIME);
+    return rn_clock_ms(CLOCK_REALTIME);
 }
 
 /* Waits on cond until the absolute wall-clock ms (pthread condvars use CLOCK_REALTIME). */
@@ -484,7 +476,7 @@ release_output(struct shard *sh, struct inst *in, struct rn_step_out *o, int64_t
             }
         }
         if (sh->nlat < sh->caplat) {
-            sh->lat[sh->nlat++] = clock_ms(CLOCK_MONOTONIC) - in->claimed_at;
+            sh->lat[sh->nlat++] = rn_clock_ms(CLOCK_MONOTONIC) - in->claimed_at;
         }
         in->claimed_at = 0;
     }
@@ -570,7 +562,7 @@ static void
 handle_output(struct shard *sh, struct inst *in)
 {
     struct rn_step_out *o = &sh->out;
-    int64_t ready_us = rn_lathist_now_us();
+    int64_t ready_us = rn_clock_us(CLOCK_MONOTONIC);
     struct preq *q;
     size_t k;
 
@@ -980,9 +972,9 @@ persister_main(void *arg)
             r->ptail = NULL;
         }
         pthread_mutex_unlock(&r->pmtx);
-        t_us = rn_lathist_now_us();
+        t_us = rn_clock_us(CLOCK_MONOTONIC);
         rv = self->b->ops->persist(self->b, ws, n, &em);
-        t_us = rn_lathist_now_us() - t_us;
+        t_us = rn_clock_us(CLOCK_MONOTONIC) - t_us;
         if (rv != CN_OK) {
             bool stopping;
 
@@ -1157,7 +1149,7 @@ claimer_main(void *arg)
             memset(c, 0, sizeof(*c)); /* moved */
             c->input = ir_null();
             e->dag = dag;
-            e->claimed_at = clock_ms(CLOCK_MONOTONIC);
+            e->claimed_at = rn_clock_ms(CLOCK_MONOTONIC);
             atomic_fetch_add(&r->active, 1);
             atomic_fetch_add(&r->claimed, 1);
             shard_post(shard_for(r, e->iid), e);
@@ -1202,7 +1194,7 @@ static void *
 keeper_main(void *arg)
 {
     struct rn_runner *r = arg;
-    int64_t next_reclaim = clock_ms(CLOCK_MONOTONIC) + r->cfg.reclaim_interval_ms;
+    int64_t next_reclaim = rn_clock_ms(CLOCK_MONOTONIC) + r->cfg.reclaim_interval_ms;
 
     pthread_mutex_lock(&r->kmtx);
     while (!r->kstop) {
@@ -1242,9 +1234,9 @@ keeper_main(void *arg)
         free(copy);
         free(locks);
         free(lost);
-        if (r->cfg.reclaim_interval_ms != 0 && clock_ms(CLOCK_MONOTONIC) >= next_reclaim) {
+        if (r->cfg.reclaim_interval_ms != 0 && rn_clock_ms(CLOCK_MONOTONIC) >= next_reclaim) {
             reclaim_expired(r);
-            next_reclaim = clock_ms(CLOCK_MONOTONIC) + r->cfg.reclaim_interval_ms;
+            next_reclaim = rn_clock_ms(CLOCK_MONOTONIC) + r->cfg.reclaim_interval_ms;
         }
         pthread_mutex_lock(&r->kmtx);
     }
@@ -1586,7 +1578,7 @@ report_latency(struct rn_runner *r)
 void
 rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
 {
-    int64_t deadline = clock_ms(CLOCK_MONOTONIC) + grace_ms;
+    int64_t deadline = rn_clock_ms(CLOCK_MONOTONIC) + grace_ms;
     struct cn_errmsg em;
     uint32_t i;
 
@@ -1600,7 +1592,7 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
         r->claimer_started = false;
     }
     /* Let running actions report and their writes commit, up to the grace period. */
-    while (busy_total(r) > 0 && clock_ms(CLOCK_MONOTONIC) < deadline) {
+    while (busy_total(r) > 0 && rn_clock_ms(CLOCK_MONOTONIC) < deadline) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
     }

@@ -16,6 +16,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "ir/eval.h"
+#include "runner/clock.h"
 #include "runner/pool.h"
 #include "tests/support/leak.h"
 #include "worker-protocol/proto.h"
@@ -99,15 +100,6 @@ got_wait(struct got *g, int n, int ms)
     ok = g->n >= n;
     pthread_mutex_unlock(&g->mtx);
     return ok;
-}
-
-static int64_t
-mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- a raw worker --------------------------------------------------------------------------- */
@@ -287,15 +279,6 @@ submit(struct rn_pool *p, const char *action, uint8_t idbyte, int64_t deadline)
     ir_val_release(d.kwargs);
 }
 
-static int64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static struct rn_pool *
 pool_up_requeue(struct got *g, char *url, size_t n, const char *cred, uint32_t idle_ms,
                 uint32_t requeue_lost)
@@ -410,14 +393,15 @@ Test(pool, a_dropped_worker_returns_its_attempts_as_worker_lost_at_once)
     tw_open(&w, url, 2);
     tw_hello(&w, acts, 1, NULL, WP_WELCOME);
     tw_ready(&w, 1, NULL);
-    submit(p, "t.slow", 9, wall_ms() + 60000);
+    submit(p, "t.slow", 9, rn_clock_ms(CLOCK_REALTIME) + 60000);
     cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
     wp_msg_fini(&r);
-    t0 = wall_ms();
+    t0 = rn_clock_ms(CLOCK_REALTIME);
     tw_close(&w, 2); /* the worker dies mid-action */
     cr_assert(got_wait(&g, 1, 2000), "no WorkerLost");
-    cr_assert(wall_ms() - t0 < 1000, "WorkerLost took %lld ms", (long long) (wall_ms() - t0));
+    cr_assert(rn_clock_ms(CLOCK_REALTIME) - t0 < 1000, "WorkerLost took %lld ms",
+              (long long) (rn_clock_ms(CLOCK_REALTIME) - t0));
     cr_assert(!g.r[0].ok);
     cr_assert_str_eq(g.r[0].type, "WorkerLost");
     cr_assert_eq(g.r[0].id[0], 9);
@@ -478,7 +462,7 @@ Test(pool, deadline_gives_action_timeout_and_a_late_outcome_is_stale)
     tw_open(&w, url, 2);
     tw_hello(&w, acts, 1, NULL, WP_WELCOME);
     tw_ready(&w, 1, NULL);
-    submit(p, "t.hang", 5, wall_ms() + 200);
+    submit(p, "t.hang", 5, rn_clock_ms(CLOCK_REALTIME) + 200);
     cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
     cr_assert(got_wait(&g, 1, 3000), "no timeout");
     cr_assert_str_eq(g.r[0].type, "ActionTimeout");
@@ -703,13 +687,14 @@ Test(pool, a_silent_worker_is_dropped_after_three_idle_periods)
     cr_assert_eq(tw_recv_wait(&dead, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
     wp_msg_fini(&r);
-    t0 = mono_ms();
+    t0 = rn_clock_ms(CLOCK_MONOTONIC);
     tw_open(&live, url, 2);
     tw_hello(&live, acts, 1, NULL, WP_WELCOME);
     wp_msg_init(&m, WP_CONTROL);
     /* `live` keeps a control request parked and re-parks it after each idle noop; `dead`
      * says nothing more. */
-    while (__atomic_load_n(&dead.removed, __ATOMIC_SEQ_CST) == 0 && mono_ms() - t0 < 5000) {
+    while (__atomic_load_n(&dead.removed, __ATOMIC_SEQ_CST) == 0 &&
+           rn_clock_ms(CLOCK_MONOTONIC) - t0 < 5000) {
         tw_send(&live, 1, &m);
         tw_recv_start(&live, 1);
         cr_assert_eq(tw_recv_wait(&live, 1, &r), 0);
@@ -717,7 +702,7 @@ Test(pool, a_silent_worker_is_dropped_after_three_idle_periods)
         wp_msg_fini(&r);
     }
     cr_assert_eq(__atomic_load_n(&dead.removed, __ATOMIC_SEQ_CST), 1, "silent worker kept");
-    cr_assert_geq(mono_ms() - t0, 1200, "dropped too early");
+    cr_assert_geq(rn_clock_ms(CLOCK_MONOTONIC) - t0, 1200, "dropped too early");
     cr_assert(got_wait(&g, 1, 5000));
     cr_assert(!g.r[0].ok);
     cr_assert_str_eq(g.r[0].type, "WorkerLost");
@@ -908,8 +893,8 @@ Test(pool, a_second_parked_ready_releases_the_first)
     }
     tw_ready(&w, 0, NULL);
     tw_ready(&w, 1, NULL);
-    deadline = mono_ms() + 5000;
-    while (released < 0 && mono_ms() < deadline) {
+    deadline = rn_clock_ms(CLOCK_MONOTONIC) + 5000;
+    while (released < 0 && rn_clock_ms(CLOCK_MONOTONIC) < deadline) {
         if (__atomic_load_n(&aio_done[0], __ATOMIC_SEQ_CST) >= 2) {
             released = 0;
         } else if (__atomic_load_n(&aio_done[1], __ATOMIC_SEQ_CST) >= 2) {
@@ -957,7 +942,7 @@ Test(pool, a_timed_out_attempt_holds_its_room_until_the_worker_reports_it)
     tw_open(&w, url, 2);
     tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 1, 0);
     tw_ready(&w, 1, NULL);
-    submit(p, "t.hang", 1, wall_ms() + 100);
+    submit(p, "t.hang", 1, rn_clock_ms(CLOCK_REALTIME) + 100);
     cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
     o = outcome_for(&r.items[0], ir_null());
