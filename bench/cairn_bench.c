@@ -113,17 +113,23 @@ struct opts {
     double fail, timeout, nap; /* mixed: fractions of steps */
 };
 
+/* A runner's latency summary (/metrics), in ms, over one or several runners: quantiles do not
+ * add up, so several runners give the count-weighted p50 and the largest p95/p99/max (an upper
+ * bound). */
+struct summ {
+    double p50, p95, p99, max, count;
+};
+
 struct result {
     double enqueue_rate, drain_s;
     long completed, failed;
-    double p50, p95, p99, max;  /* enqueue to completion, ms */
-    double d50, d95, d99, dmax; /* action ready to dispatch, ms */
-    double dcount;              /* dispatches measured */
-    double c50, c99, ccount;    /* persist transactions: duration ms, count */
-    double a50, a99, acount;    /* actions: dispatch to outcome ms, count */
-    double rows, wal;           /* per action */
-    double cpu_per_1000;        /* runner CPU seconds per 1000 actions */
-    long rss_kb;                /* largest runner peak RSS */
+    double p50, p95, p99, max; /* enqueue to completion, ms */
+    struct summ dispatch;      /* action ready to dispatch */
+    struct summ persist;       /* persist transactions */
+    struct summ action;        /* actions: dispatch to outcome */
+    double rows, wal;          /* per action */
+    double cpu_per_1000;       /* runner CPU seconds per 1000 actions */
+    long rss_kb;               /* largest runner peak RSS */
 };
 
 struct sample {
@@ -506,6 +512,30 @@ sample_value(const char *text, const char *name)
     return -1;
 }
 
+/* Adds the summary `name` of one runner's /metrics text to acc (see struct summ). */
+static void
+summ_merge(struct summ *acc, const char *text, const char *name)
+{
+    static const char *const qs[] = {"0.5", "0.95", "0.99", "1"};
+    double v[4], n;
+    char key[128];
+    size_t k;
+
+    (void) snprintf(key, sizeof(key), "%s_count", name);
+    if ((n = sample_value(text, key)) <= 0) {
+        return;
+    }
+    for (k = 0; k < 4; k++) {
+        (void) snprintf(key, sizeof(key), "%s{quantile=\"%s\"}", name, qs[k]);
+        v[k] = 1000 * sample_value(text, key);
+    }
+    acc->p50 = (acc->p50 * acc->count + v[0] * n) / (acc->count + n);
+    acc->p95 = fmax(acc->p95, v[1]);
+    acc->p99 = fmax(acc->p99, v[2]);
+    acc->max = fmax(acc->max, v[3]);
+    acc->count += n;
+}
+
 /* Throughput so far: worker outcomes (results and timeouts) over every runner, instances
  * finished. */
 static void
@@ -674,8 +704,9 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
                "\"runner_cpu_seconds_per_1000_actions\": %.3f, \"runner_peak_rss_kb\": %ld}\n",
                bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
                o->prefetch, o->transport, o->rate, r->completed, r->failed, r->drain_s, aps, ips,
-               r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->d50, r->d95, r->d99, r->dmax,
-               r->dcount, r->c50, r->c99, r->ccount, r->a50, r->a99, r->acount, r->rows, r->wal,
+               r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->dispatch.p50, r->dispatch.p95,
+               r->dispatch.p99, r->dispatch.max, r->dispatch.count, r->persist.p50, r->persist.p99,
+               r->persist.count, r->action.p50, r->action.p99, r->action.count, r->rows, r->wal,
                r->cpu_per_1000, r->rss_kb);
     } else if (strcmp(o->format, "markdown") == 0) {
         printf("| case | instances x actions | enqueue | actions/s | instances/s | enqueue/s | "
@@ -685,8 +716,8 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
         printf("| %s | %ld x %ld | %s | %.0f | %.0f | %.0f | %.1f / %.1f / %.1f / %.1f | %.2f / "
                "%.2f / %.1f | %.2f | %.0f | %.3f | %ld MiB |\n",
                bc->name, o->instances, o->actions, mode, aps, ips, r->enqueue_rate, r->p50, r->p95,
-               r->p99, r->max, r->d50, r->d99, r->dmax, r->rows, r->wal, r->cpu_per_1000,
-               r->rss_kb / 1024);
+               r->p99, r->max, r->dispatch.p50, r->dispatch.p99, r->dispatch.max, r->rows, r->wal,
+               r->cpu_per_1000, r->rss_kb / 1024);
     } else if (strcmp(o->format, "csv") == 0) {
         printf("case,instances,actions,runners,shards,workers,slots,prefetch,transport,rate,"
                "completed,failed,drain_s,actions_per_s,instances_per_s,enqueue_per_s,p50_ms,"
@@ -697,8 +728,8 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
                "%.2f,%.2f,%.3f,%.3f,%.3f,%.3f,%.2f,%.0f,%.3f,%ld\n",
                bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
                o->prefetch, o->transport, o->rate, r->completed, r->failed, r->drain_s, aps, ips,
-               r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->d50, r->d95, r->d99, r->dmax,
-               r->rows, r->wal, r->cpu_per_1000, r->rss_kb);
+               r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->dispatch.p50, r->dispatch.p95,
+               r->dispatch.p99, r->dispatch.max, r->rows, r->wal, r->cpu_per_1000, r->rss_kb);
     } else {
         printf("case %s: %ld instances x %ld actions, %ld runner(s) x %ld shard(s), %ld "
                "worker(s) x %ld slots (prefetch %ld), %s, enqueued %s\n",
@@ -712,11 +743,12 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
                r->p50, r->p95, r->p99, r->max);
         printf("  dispatch     action ready to dispatch p50 %.2f ms, p95 %.2f, p99 %.2f, max "
                "%.1f (%.0f dispatches)\n",
-               r->d50, r->d95, r->d99, r->dmax, r->dcount);
-        printf("  persist      %.0f transactions, p50 %.2f ms, p99 %.2f\n", r->ccount, r->c50,
-               r->c99);
-        printf("  actions      dispatch to outcome p50 %.2f ms, p99 %.2f (%.0f outcomes)\n", r->a50,
-               r->a99, r->acount);
+               r->dispatch.p50, r->dispatch.p95, r->dispatch.p99, r->dispatch.max,
+               r->dispatch.count);
+        printf("  persist      %.0f transactions, p50 %.2f ms, p99 %.2f\n", r->persist.count,
+               r->persist.p50, r->persist.p99);
+        printf("  actions      dispatch to outcome p50 %.2f ms, p99 %.2f (%.0f outcomes)\n",
+               r->action.p50, r->action.p99, r->action.count);
         printf("  database     %.2f rows and %.0f WAL bytes written per action\n", r->rows, r->wal);
         printf("  runner       %.3f CPU s per 1000 actions, peak RSS %ld MiB\n", r->cpu_per_1000,
                r->rss_kb / 1024);
@@ -1054,61 +1086,20 @@ main(int argc, char **argv)
     }
     res.enqueue_rate = enq_s > 0 ? (double) enqueued / enq_s : 0;
     /* Runner figures, read while they are still up. */
-    {
-        double wsum = 0, n;
-        for (i = 0; i < nrunners; i++) {
-            double cpu;
-            long rss;
-            proc_usage(runners[i], &cpu, &rss);
-            cpu_total += cpu;
-            if (rss > res.rss_kb) {
-                res.rss_kb = rss;
-            }
-            if (!scrape(http_ports[i], mtext, 1 << 16)) {
-                continue;
-            }
-            /* One runner: its quantiles. Several: the count-weighted p50 and the largest
-             * p95/p99/max (quantiles do not add up; this bounds them from above). */
-            n = sample_value(mtext, "cairn_action_dispatch_delay_seconds_count");
-            if (n <= 0) {
-                continue;
-            }
-            {
-                double cn = sample_value(mtext, "cairn_persist_seconds_count");
-                if (cn > 0) {
-                    res.c50 = (res.c50 * res.ccount +
-                               1000 * cn *
-                                   sample_value(mtext, "cairn_persist_seconds{quantile=\"0.5\"}")) /
-                              (res.ccount + cn);
-                    res.c99 = fmax(
-                        res.c99,
-                        1000 * sample_value(mtext, "cairn_persist_seconds{quantile=\"0.99\"}"));
-                    res.ccount += cn;
-                }
-            }
-            {
-                double an = sample_value(mtext, "cairn_action_seconds_count");
-                if (an > 0) {
-                    res.a50 = (res.a50 * res.acount +
-                               1000 * an *
-                                   sample_value(mtext, "cairn_action_seconds{quantile=\"0.5\"}")) /
-                              (res.acount + an);
-                    res.a99 = fmax(res.a99, 1000 * sample_value(mtext, "cairn_action_seconds{"
-                                                                       "quantile=\"0.99\"}"));
-                    res.acount += an;
-                }
-            }
-            res.dcount += n;
-            wsum +=
-                n * sample_value(mtext, "cairn_action_dispatch_delay_seconds{quantile=\"0.5\"}");
-            res.d95 = fmax(res.d95, 1000 * sample_value(mtext, "cairn_action_dispatch_delay_"
-                                                               "seconds{quantile=\"0.95\"}"));
-            res.d99 = fmax(res.d99, 1000 * sample_value(mtext, "cairn_action_dispatch_delay_"
-                                                               "seconds{quantile=\"0.99\"}"));
-            res.dmax = fmax(res.dmax, 1000 * sample_value(mtext, "cairn_action_dispatch_delay_"
-                                                                 "seconds{quantile=\"1\"}"));
+    for (i = 0; i < nrunners; i++) {
+        double cpu;
+        long rss;
+        proc_usage(runners[i], &cpu, &rss);
+        cpu_total += cpu;
+        if (rss > res.rss_kb) {
+            res.rss_kb = rss;
         }
-        res.d50 = res.dcount > 0 ? 1000 * wsum / res.dcount : 0;
+        if (!scrape(http_ports[i], mtext, 1 << 16)) {
+            continue;
+        }
+        summ_merge(&res.dispatch, mtext, "cairn_action_dispatch_delay_seconds");
+        summ_merge(&res.persist, mtext, "cairn_persist_seconds");
+        summ_merge(&res.action, mtext, "cairn_action_seconds");
     }
     res.cpu_per_1000 = cpu_total * 1000.0 / (double) actions_total;
     stop_fleet();

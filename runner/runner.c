@@ -146,9 +146,8 @@ struct shard {
     size_t nheap, capheap;
     struct rn_step_out out;
     _Atomic size_t busy; /* instances writing or with actions in flight (for shutdown) */
-    /* claim-to-first-dispatch latencies (ms), reported at stop; owned by the shard thread */
-    int64_t *lat;
-    size_t nlat, caplat;
+    /* claim-to-first-dispatch latencies, reported at stop; owned by the shard thread */
+    struct rn_lathist claim_lat;
 };
 
 /* A write on its way to storage. Owns copies of everything rn_write points at. */
@@ -467,17 +466,7 @@ release_output(struct shard *sh, struct inst *in, struct rn_step_out *o, int64_t
         }
     }
     if (o->actions.len > 0 && in->claimed_at != 0) {
-        if (sh->nlat == sh->caplat && sh->caplat < (1u << 20)) {
-            size_t ncap = sh->caplat ? sh->caplat * 2 : 1024;
-            int64_t *n = realloc(sh->lat, ncap * sizeof(*n));
-            if (n != NULL) {
-                sh->lat = n;
-                sh->caplat = ncap;
-            }
-        }
-        if (sh->nlat < sh->caplat) {
-            sh->lat[sh->nlat++] = rn_clock_ms(CLOCK_MONOTONIC) - in->claimed_at;
-        }
+        rn_lathist_add(&sh->claim_lat, (rn_clock_ms(CLOCK_MONOTONIC) - in->claimed_at) * 1000);
         in->claimed_at = 0;
     }
     for (i = 0; i < o->actions.len; i++) {
@@ -1541,38 +1530,25 @@ busy_total(struct rn_runner *r)
     return n;
 }
 
-static int
-cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
-
-    return (x > y) - (x < y);
-}
-
 /* Logs the claim-to-first-dispatch latency over this runner's life (shards are stopped). */
 static void
 report_latency(struct rn_runner *r)
 {
-    size_t n = 0, k = 0, i;
-    int64_t *all;
+    struct rn_lathist all;
     uint32_t s;
 
+    memset(&all, 0, sizeof(all));
     for (s = 0; s < r->nshards; s++) {
-        n += r->shards[s].nlat;
+        rn_lathist_merge(&all, &r->shards[s].claim_lat);
     }
-    if (n == 0 || (all = malloc(n * sizeof(*all))) == NULL) {
+    if (all.count == 0) {
         return;
     }
-    for (s = 0; s < r->nshards; s++) {
-        for (i = 0; i < r->shards[s].nlat; i++) {
-            all[k++] = r->shards[s].lat[i];
-        }
-    }
-    qsort(all, n, sizeof(*all), cmp_i64);
     rn_log(RN_LOG_INFO,
-           "claim-to-first-dispatch: p50 %lld ms, p99 %lld ms, max %lld ms over %zu instances",
-           (long long) all[n / 2], (long long) all[(n * 99) / 100], (long long) all[n - 1], n);
-    free(all);
+           "claim-to-first-dispatch: p50 %llu ms, p99 %llu ms, max %llu ms over %llu instances",
+           (unsigned long long) rn_lathist_quantile(&all, 0.5) / 1000,
+           (unsigned long long) rn_lathist_quantile(&all, 0.99) / 1000,
+           (unsigned long long) all.max_us / 1000, (unsigned long long) all.count);
 }
 
 void
@@ -1686,7 +1662,6 @@ runner_free(struct rn_runner *r)
         free(sh->insts);
         rn_idmap_fini(&sh->byid);
         free(sh->heap);
-        free(sh->lat);
         rn_step_out_fini(&sh->out);
         pthread_mutex_destroy(&sh->mtx);
         pthread_cond_destroy(&sh->cond);

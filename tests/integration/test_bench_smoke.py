@@ -31,6 +31,14 @@ def check(what, ok, detail=""):
     failures += 0 if ok else 1
 
 
+def report(r):
+    """The JSON report of a finished cairn-bench run, or {} when it printed none."""
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return {}
+
+
 def q(url, sql):
     subprocess.run([PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
                    check=True, capture_output=True, stdin=subprocess.DEVNULL)
@@ -50,10 +58,7 @@ def main():
             r = subprocess.run([BENCH, "--database-url", url, "--bin-dir", BUILD, "--case", case,
                                 "--instances", inst, "--actions", acts, "--format", "json",
                                 "--timeout", "60"], capture_output=True, text=True, timeout=120)
-            try:
-                d = json.loads(r.stdout)
-            except ValueError:
-                d = {}
+            d = report(r)
             check(f"{case}: every instance completed", r.returncode == 0 and
                   d.get("completed") == int(inst) and d.get("failed") == 0,
                   f"exit {r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]}")
@@ -81,10 +86,7 @@ def main():
                             str(fail / 1000), "--timeout-rate", str(tmo / 1000), "--sleep-rate",
                             str(nap / 1000), "--format", "json", "--timeout", "60"],
                            capture_output=True, text=True, timeout=120)
-        try:
-            d = json.loads(r.stdout)
-        except ValueError:
-            d = {}
+        d = report(r)
         check("mixed: every instance completed through retries, timeouts and sleeps",
               r.returncode == 0 and d.get("completed") == inst and d.get("failed") == 0,
               f"exit {r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]}")
@@ -98,10 +100,7 @@ def main():
                                 "sequence", "--instances", "10", "--actions", "2", "--rate", "40",
                                 "--format", "json", "--plot", svg],
                                capture_output=True, text=True, timeout=120)
-            try:
-                d = json.loads(r.stdout)
-            except ValueError:
-                d = {}
+            d = report(r)
             check("--rate 40: every instance completed, the drain lasts the schedule (>= 9/40 s)",
                   r.returncode == 0 and d.get("completed") == 10 and d.get("rate") == 40 and
                   d.get("drain_seconds", 0) >= 9 / 40, r.stdout + r.stderr[-300:])
@@ -154,10 +153,7 @@ def main():
         r = subprocess.run([BENCH, "--bin-dir", BUILD, "--case", "queue-noop", "--instances",
                             "5", "--format", "json"], capture_output=True, text=True, timeout=180,
                            env=env)
-        try:
-            d = json.loads(r.stdout)
-        except ValueError:
-            d = {}
+        d = report(r)
         after = {e for e in os.listdir("/tmp") if e.startswith("cairn-bench-pg.")}
         check("no URL: a throwaway cluster runs the case and is removed",
               r.returncode == 0 and d.get("completed") == 5 and
