@@ -449,9 +449,11 @@ json_text(struct ir_val v, struct cn_buf *out)
 }
 
 /* The persist statements, prepared once per connection and sent as one pipeline (one round
- * trip per batch). Each write statement fences itself: it joins the queue row on (instance,
- * claim token), and the first statement locks those rows FOR UPDATE for the transaction, so a
- * write whose token is gone touches nothing. The fence's result says which writes were lost. */
+ * trip per batch). Each write statement fences itself: it probes the queue row of each
+ * (instance, claim token) in a LATERAL subquery, and the first statement locks those rows FOR
+ * UPDATE for the transaction, so a write whose token is gone touches nothing. The fence's result
+ * says which writes were lost. Never a join with the queue table: its statistics are often those
+ * of an empty queue, and the planner would scan it once per row (RESULTS.md, step 6). */
 static const struct {
     const char *name;
     const char *sql;
