@@ -11,8 +11,8 @@
 #include <time.h>
 
 #include "ir/base/buf.h"
+#include "ir/base/clock.h"
 #include "runner/backend.h"
-#include "runner/clock.h"
 
 struct mem_version {
     uint8_t id[16];
@@ -55,8 +55,7 @@ struct mem_backend {
 static void
 mem_id(struct mem_backend *b, uint8_t out[16])
 {
-    uint64_t r =
-        ((uint64_t) rand() << 32) ^ (uint64_t) rand() ^ (uint64_t) rn_clock_ms(CLOCK_REALTIME);
+    uint64_t r = ((uint64_t) rand() << 32) ^ (uint64_t) rand() ^ (uint64_t) cn_wall_ms();
     uint64_t s = ++b->seq;
 
     memcpy(out, &r, 8);
@@ -90,7 +89,7 @@ mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claim
 {
     struct mem_backend *b = (struct mem_backend *) base;
     struct rn_claimed *cl;
-    int64_t now = rn_clock_ms(CLOCK_REALTIME);
+    int64_t now = cn_wall_ms();
     size_t n = 0, k;
 
     (void) err;
@@ -241,7 +240,7 @@ mem_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int
               bool *lost, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
-    int64_t now = rn_clock_ms(CLOCK_REALTIME);
+    int64_t now = cn_wall_ms();
     size_t i, j;
 
     (void) err;
@@ -306,7 +305,7 @@ static cn_err
 mem_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
-    int64_t now = rn_clock_ms(CLOCK_REALTIME);
+    int64_t now = cn_wall_ms();
     size_t i;
 
     (void) err;
@@ -328,7 +327,7 @@ static cn_err
 mem_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
-    int64_t at = rn_clock_ms(CLOCK_REALTIME) + timeout_ms;
+    int64_t at = cn_wall_ms() + timeout_ms;
     struct timespec ts;
     uint64_t seen;
 
@@ -378,7 +377,7 @@ rn_backend_mem_new(struct rn_backend **out)
     b->base.ops = &mem_ops;
     pthread_mutex_init(&b->mtx, NULL);
     pthread_cond_init(&b->enqueued, NULL);
-    srand((unsigned) rn_clock_ms(CLOCK_REALTIME));
+    srand((unsigned) cn_wall_ms());
     *out = &b->base;
     return CN_OK;
 }
@@ -455,7 +454,7 @@ rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val 
     in->input = ir_val_retain(input);
     in->result = ir_null();
     in->queued = true;
-    in->scheduled_at = scheduled_at_ms != 0 ? scheduled_at_ms : rn_clock_ms(CLOCK_REALTIME);
+    in->scheduled_at = scheduled_at_ms != 0 ? scheduled_at_ms : cn_wall_ms();
     b->insts[b->ninsts++] = in;
     memcpy(instance_id, in->id, 16);
     b->enqueue_count++;

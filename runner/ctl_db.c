@@ -16,9 +16,9 @@
 #include <uuid/uuid.h>
 
 #include "ir/base/buf.h"
+#include "ir/base/clock.h"
 #include "ir/compile.h"
 #include "ir/eval.h"
-#include "runner/clock.h"
 #include "runner/ctl.h"
 #include "runner/db.h"
 #include "runner/exec.h"
@@ -407,7 +407,7 @@ static int print_result(const struct opts *o, PGconn *c, const char *id);
 static int
 wait_finished(const struct opts *o, PGconn *c, const char *id, long timeout_ms)
 {
-    int64_t deadline = rn_clock_ms(CLOCK_MONOTONIC) + timeout_ms;
+    int64_t deadline = cn_mono_ms() + timeout_ms;
     const char *params[1] = {id};
     struct cn_errmsg em;
     PGresult *r = NULL;
@@ -428,7 +428,7 @@ wait_finished(const struct opts *o, PGconn *c, const char *id, long timeout_ms)
         if (done) {
             return print_result(o, c, id);
         }
-        if (timeout_ms > 0 && rn_clock_ms(CLOCK_MONOTONIC) >= deadline) {
+        if (timeout_ms > 0 && cn_mono_ms() >= deadline) {
             fprintf(stderr, "cairnctl run: %s did not finish within %ld s\n", id,
                     timeout_ms / 1000);
             return EXIT_PENDING;

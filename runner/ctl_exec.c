@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "cairn/worker.h"
+#include "ir/base/clock.h"
 #include "ir/eval.h"
 #include "runner/backend.h"
-#include "runner/clock.h"
 #include "runner/ctl.h"
 #include "runner/log.h"
 #include "runner/runner.h"
@@ -104,6 +104,7 @@ ctl_cmd_exec(int argc, char **argv)
     cfg.backend = mem;
     cfg.worker_listen = url;
     cfg.shards = 1;
+    cfg.persisters = 1;
     cfg.max_instances = 16;
     cfg.poll_interval_ms = 20;
     cfg.lock_ttl_ms = 30000;
@@ -136,14 +137,14 @@ ctl_cmd_exec(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    deadline = rn_clock_ms(CLOCK_MONOTONIC) + timeout_s * 1000;
+    deadline = cn_mono_ms() + timeout_s * 1000;
     for (;;) {
         struct timespec ts = {0, 5 * 1000000L};
 
         ir_val_release(result);
         result = ir_null();
         if (rn_backend_mem_outcome(mem, iid, &outcome, &result, &nresults) != CN_OK ||
-            outcome != RN_RUNNING || rn_clock_ms(CLOCK_MONOTONIC) >= deadline) {
+            outcome != RN_RUNNING || cn_mono_ms() >= deadline) {
             break;
         }
         nanosleep(&ts, NULL);

@@ -30,8 +30,9 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/tls/tls.h>
 
+#include "ir/base/clock.h"
+#include "ir/base/sync.h"
 #include "ir/eval.h"
-#include "runner/clock.h"
 #include "runner/idmap.h"
 #include "worker-protocol/proto.h"
 
@@ -480,12 +481,12 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     p->next_token++;
     if (f->deadline != 0) {
         /* Wake the timer only when this deadline comes before its planned wake. */
-        int64_t due = rn_clock_ms(CLOCK_MONOTONIC) + (f->deadline - rn_clock_ms(CLOCK_REALTIME));
+        int64_t due = cn_mono_ms() + (f->deadline - cn_wall_ms());
         if (due < p->timer_wake) {
-            pthread_cond_signal(&p->cond);
+            cn_cond_signal(&p->cond);
         }
     }
-    f->sent_us = rn_clock_us(CLOCK_MONOTONIC);
+    f->sent_us = cn_mono_us();
     if (q->d.ready_us != 0) {
         rn_lathist_add(&p->st.dispatch_delay, f->sent_us - q->d.ready_us);
     }
@@ -514,8 +515,7 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
         return false;
     }
     while (w->inflight < w->cap && (q != NULL || (q = take_for_locked(p, w)) != NULL)) {
-        if (q->requeues > 0 && q->d.deadline_ms != 0 &&
-            rn_clock_ms(CLOCK_REALTIME) >= q->d.deadline_ms) {
+        if (q->requeues > 0 && q->d.deadline_ms != 0 && cn_wall_ms() >= q->d.deadline_ms) {
             /* Given back by a dropped worker after its deadline passed. */
             synthetic_error(rs, q->d.instance_id, q->d.exec_id, q->d.attempt, "ActionTimeout",
                             "the attempt did not finish before its deadline");
@@ -649,13 +649,13 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
         reply_locked(p, c, &r);
         if (p->nrefused < sizeof(p->refused) / sizeof(p->refused[0])) {
             p->refused[p->nrefused].pipe = c->pipe;
-            p->refused[p->nrefused].at = rn_clock_ms(CLOCK_MONOTONIC);
+            p->refused[p->nrefused].at = cn_mono_ms();
             p->nrefused++;
         } else {
             close_pipe(c->pipe); /* too many at once: no grace */
         }
-        if (p->timer_wake > rn_clock_ms(CLOCK_MONOTONIC) + REFUSE_GRACE_MS) {
-            pthread_cond_signal(&p->cond);
+        if (p->timer_wake > cn_mono_ms() + REFUSE_GRACE_MS) {
+            cn_cond_signal(&p->cond);
         }
         return;
     }
@@ -666,7 +666,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
             return;
         }
         w->pipe = c->pipe;
-        w->last_seen = rn_clock_ms(CLOCK_MONOTONIC);
+        w->last_seen = cn_mono_ms();
         w->next = p->workers;
         p->workers = w;
         p->st.workers++;
@@ -728,7 +728,7 @@ on_outcome_locked(struct rn_pool *p, struct worker *w, const struct wp_outcome *
     } else {
         results_add(rs, f->instance_id, f->exec_id, f->attempt, o->ok, ir_val_retain(o->value));
         p->st.results++;
-        rn_lathist_add(&p->st.action_time, rn_clock_us(CLOCK_MONOTONIC) - f->sent_us);
+        rn_lathist_add(&p->st.action_time, cn_mono_us() - f->sent_us);
     }
     flight_release_locked(p, i);
     w->inflight--;
@@ -758,7 +758,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
     }
     w = worker_find(p, c->pipe);
     if (w != NULL) {
-        w->last_seen = rn_clock_ms(CLOCK_MONOTONIC);
+        w->last_seen = cn_mono_ms();
     }
     if (m.kind != WP_HELLO && w == NULL) {
         /* Everything but hello needs a welcomed worker. */
@@ -786,7 +786,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
             }
             c->state = PC_PARKED;
             c->control = false;
-            c->parked_at = rn_clock_ms(CLOCK_MONOTONIC);
+            c->parked_at = cn_mono_ms();
             w->parked = c;
             (void) pctx_new_locked(p); /* keep receiving while this one waits */
         }
@@ -797,7 +797,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         }
         c->state = PC_PARKED;
         c->control = true;
-        c->parked_at = rn_clock_ms(CLOCK_MONOTONIC);
+        c->parked_at = cn_mono_ms();
         w->ctl = c;
         (void) pctx_new_locked(p);
         send_pending_cancel_locked(p, c);
@@ -831,7 +831,7 @@ pctx_cb(void *arg)
     int rv = nng_aio_result(c->aio);
     nng_msg *msg;
 
-    pthread_mutex_lock(&p->mtx);
+    cn_mutex_lock(&p->mtx);
     if (c->state == PC_RECV) {
         p->nrecv--; /* this receive is over, whatever happens next */
     }
@@ -840,7 +840,7 @@ pctx_cb(void *arg)
             nng_msg_free(msg);
         }
         c->state = PC_DEAD;
-        pthread_mutex_unlock(&p->mtx);
+        cn_mutex_unlock(&p->mtx);
         return;
     }
     if (c->state == PC_SEND) {
@@ -858,7 +858,7 @@ pctx_cb(void *arg)
             nng_msg_free(msg);
         }
     }
-    pthread_mutex_unlock(&p->mtx);
+    cn_mutex_unlock(&p->mtx);
     results_deliver(p, &rs);
 }
 
@@ -874,10 +874,10 @@ pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
     size_t i;
 
     (void) ev;
-    pthread_mutex_lock(&p->mtx);
+    cn_mutex_lock(&p->mtx);
     if (p->stopping) {
         /* rn_pool_stop returns every attempt in flight itself. */
-        pthread_mutex_unlock(&p->mtx);
+        cn_mutex_unlock(&p->mtx);
         return;
     }
     for (i = 0; i < p->nrefused; i++) {
@@ -901,7 +901,7 @@ pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
             pctx_idle_locked(p, c);
         }
     }
-    pthread_mutex_unlock(&p->mtx);
+    cn_mutex_unlock(&p->mtx);
     results_deliver(p, &rs);
 }
 
@@ -912,12 +912,11 @@ timer_main(void *arg)
 {
     struct rn_pool *p = arg;
 
-    pthread_mutex_lock(&p->mtx);
+    cn_mutex_lock(&p->mtx);
     while (!p->stopping) {
         struct results rs = {NULL, 0, 0};
-        int64_t mono = rn_clock_ms(CLOCK_MONOTONIC), wall = rn_clock_ms(CLOCK_REALTIME);
+        int64_t mono = cn_mono_ms(), wall = cn_wall_ms();
         int64_t next = mono + p->idle_ms, wake;
-        struct timespec ts;
         struct pctx *c;
         struct worker *w;
         size_t i;
@@ -972,9 +971,9 @@ timer_main(void *arg)
             }
         }
         if (rs.len > 0) {
-            pthread_mutex_unlock(&p->mtx);
+            cn_mutex_unlock(&p->mtx);
             results_deliver(p, &rs);
-            pthread_mutex_lock(&p->mtx);
+            cn_mutex_lock(&p->mtx);
             continue;
         }
         /* Sleep until the next idle expiry or deadline, or until woken by activity. */
@@ -983,16 +982,9 @@ timer_main(void *arg)
             wake = 1;
         }
         p->timer_wake = mono + wake;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += wake / 1000;
-        ts.tv_nsec += (long) (wake % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        (void) pthread_cond_timedwait(&p->cond, &p->mtx, &ts);
+        cn_cond_wait_until(&p->cond, &p->mtx, mono + wake);
     }
-    pthread_mutex_unlock(&p->mtx);
+    cn_mutex_unlock(&p->mtx);
     return NULL;
 }
 
@@ -1041,8 +1033,8 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
     p->idle_ms = cfg->idle_ms ? cfg->idle_ms : 20000;
     p->requeue_lost = cfg->requeue_lost;
     p->credential = cfg->credential ? strdup(cfg->credential) : NULL;
-    pthread_mutex_init(&p->mtx, NULL);
-    pthread_cond_init(&p->cond, NULL);
+    cn_mutex_init(&p->mtx);
+    cn_cond_init(&p->cond);
     if ((rv = nng_rep0_open(&p->sock)) != 0) {
         free(p->credential);
         free(p);
@@ -1060,11 +1052,11 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
                              nng_strerror(rv));
     }
     (void) nng_listener_get_int(p->listener, NNG_OPT_TCP_BOUND_PORT, &p->port);
-    pthread_mutex_lock(&p->mtx);
+    cn_mutex_lock(&p->mtx);
     for (i = 0; i < POOL_RECEIVERS; i++) {
         (void) pctx_new_locked(p);
     }
-    pthread_mutex_unlock(&p->mtx);
+    cn_mutex_unlock(&p->mtx);
     if (pthread_create(&p->timer, NULL, timer_main, p) != 0) {
         rn_pool_stop(p);
         return CN_NOMEM;
@@ -1098,14 +1090,14 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
     q->d.kwargs = ir_val_retain(d->kwargs);
     q->d.deadline_ms = d->deadline_ms;
     q->d.ready_us = d->ready_us;
-    pthread_mutex_lock(&p->mtx);
+    cn_mutex_lock(&p->mtx);
     p->st.queued++;
     /* A worker with a parked `ready` and room, serving the action, takes it at once (with
      * whatever else is queued for it); else it waits for the next `ready`. */
     for (w = p->workers; w != NULL; w = w->next) {
         if (w->parked != NULL && w->inflight < w->cap && worker_serves(w, q->d.action)) {
             (void) dispatch_locked(p, w, w->parked, q, &rs);
-            pthread_mutex_unlock(&p->mtx);
+            cn_mutex_unlock(&p->mtx);
             results_deliver(p, &rs);
             return CN_OK;
         }
@@ -1116,7 +1108,7 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
         p->qhead = q;
     }
     p->qtail = q;
-    pthread_mutex_unlock(&p->mtx);
+    cn_mutex_unlock(&p->mtx);
     return CN_OK;
 }
 
@@ -1126,7 +1118,7 @@ rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt)
     size_t i;
     cn_err rv = CN_NOTFOUND;
 
-    pthread_mutex_lock(&p->mtx);
+    cn_mutex_lock(&p->mtx);
     for (i = 0; i < p->nfl; i++) {
         struct flight *f = &p->fl[i];
         struct worker *w;
@@ -1143,7 +1135,7 @@ rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt)
         }
         break;
     }
-    pthread_mutex_unlock(&p->mtx);
+    cn_mutex_unlock(&p->mtx);
     return rv;
 }
 
@@ -1152,13 +1144,13 @@ rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st)
 {
     struct pctx *c;
 
-    pthread_mutex_lock(&p->mtx);
+    cn_mutex_lock(&p->mtx);
     *st = p->st;
     st->contexts = 0;
     for (c = p->all; c != NULL; c = c->next) {
         st->contexts++;
     }
-    pthread_mutex_unlock(&p->mtx);
+    cn_mutex_unlock(&p->mtx);
 }
 
 void
@@ -1173,12 +1165,12 @@ rn_pool_stop(struct rn_pool *p)
     if (p == NULL) {
         return;
     }
-    pthread_mutex_lock(&p->mtx);
+    cn_mutex_lock(&p->mtx);
     p->stopping = true;
-    pthread_cond_signal(&p->cond);
-    pthread_mutex_unlock(&p->mtx);
+    cn_cond_signal(&p->cond);
+    cn_mutex_unlock(&p->mtx);
     if (p->timer_started) {
-        pthread_join(p->timer, NULL);
+        cn_thread_join(p->timer);
     }
     nng_close(p->sock); /* completes every aio with NNG_ECLOSED */
     for (c = p->all; c != NULL; c = next) {
@@ -1209,7 +1201,7 @@ rn_pool_stop(struct rn_pool *p)
     free(p->fl);
     free(p->fl_free);
     free(p->credential);
-    pthread_mutex_destroy(&p->mtx);
-    pthread_cond_destroy(&p->cond);
+    cn_mutex_destroy(&p->mtx);
+    cn_cond_destroy(&p->cond);
     free(p);
 }

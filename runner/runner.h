@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The runner engine (DESIGN.md section 4): claims due instances from a backend, runs each on
- * the shard that owns it, dispatches its actions to workers through the worker pool, and
- * persists progress in the fixed write order with a commit barrier: an action is dispatched,
- * a timer armed and an instance released only after the write that records it has committed.
+ * The runner engine: claims due instances from a backend, runs each on the shard that owns it,
+ * dispatches its actions to workers through the worker pool, and persists progress in the fixed
+ * write order (action results, then the snapshot, then the queue row) with a commit barrier: an
+ * action is dispatched, a timer armed and an instance released only after the write that
+ * records it has committed (shard.h states the barrier; docs/operations.md the operator's view).
  *
- * Threads: a claimer, CAIRN_SHARDS shards (each owns its instances exclusively; the executor
- * runs there), CAIRN_PERSISTERS persisters (each batches the writes queued by every shard into
- * one transaction on its own connection; an instance has one write in flight), a lease
- * keeper (extends the leases of every owned instance; a lost lease evicts the instance; it
- * also runs the reclaimer, which clears expired leases of dead runners), and
- * the worker pool's own threads. Shards talk to the others through mutex-protected queues;
- * no lock is held across storage or network calls.
+ * Threads (each module's header says more): a claimer (claimer.h), CAIRN_SHARDS shard threads
+ * (shardloop.h; each owns its instances exclusively, the executor runs there), CAIRN_PERSISTERS
+ * persisters (persister.h; each batches the writes queued by every shard into one transaction
+ * on its own connection), a lease keeper that also runs the reclaimer (keeper.h), the worker
+ * pool's threads (pool.h) and nng's HTTP threads (http.h). They talk through queues; no thread
+ * holds two locks at once and none holds a lock across storage or network calls (runner.c).
+ * rn_runner_start, rn_runner_stop and rn_runner_stats are called from one controlling thread;
+ * rn_runner_stats may also run concurrently with the engine.
  */
 #ifndef RUNNER_RUNNER_H
 #define RUNNER_RUNNER_H
@@ -31,7 +33,7 @@ struct rn_runner_cfg {
     const char *worker_credential; /* required in worker hellos when not NULL */
     const char *http_listen;       /* HOST:PORT for /metrics, /healthz, /readyz; NULL: none */
     uint32_t shards;               /* executor threads */
-    uint32_t persisters;           /* persist threads, one connection each (0: 2; at most 8) */
+    uint32_t persisters;           /* persist threads, one connection each (1 to 8) */
     uint32_t max_instances;        /* most instances held at once */
     uint32_t poll_interval_ms;     /* claim poll when no NOTIFY comes */
     uint32_t lock_ttl_ms;          /* lease length */

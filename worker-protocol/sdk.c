@@ -43,6 +43,8 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 
+#include "ir/base/clock.h"
+#include "ir/base/sync.h"
 #include "ir/eval.h"
 #include "worker-protocol/include/cairn/worker.h"
 #include "worker-protocol/proto.h"
@@ -148,58 +150,36 @@ struct cairn_worker {
 static void
 sdk_lock(struct cairn_worker *w)
 {
-    if (pthread_mutex_lock(&w->mtx) != 0) {
-        abort();
-    }
+    cn_mutex_lock(&w->mtx);
 }
 
 static void
 sdk_unlock(struct cairn_worker *w)
 {
-    if (pthread_mutex_unlock(&w->mtx) != 0) {
-        abort();
-    }
+    cn_mutex_unlock(&w->mtx);
 }
 
 static void
 sdk_broadcast(struct cairn_worker *w)
 {
-    if (pthread_cond_broadcast(&w->cond) != 0) {
-        abort();
-    }
+    cn_cond_broadcast(&w->cond);
 }
 
 static int64_t
 sdk_now_ms(void)
 {
-    struct timespec ts;
-
-    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return cn_mono_ms();
 }
 
-/* Waits on w->cond until the monotonic deadline; returns false once it has passed. */
+/* Waits on w->cond (a monotonic condition variable) until the monotonic deadline; returns
+ * false once it has passed. */
 static bool
 sdk_wait_until(struct cairn_worker *w, int64_t deadline_ms)
 {
-    struct timespec ts;
-    int64_t left = deadline_ms - sdk_now_ms();
-    int rv;
-
-    if (left <= 0) {
+    if (deadline_ms - sdk_now_ms() <= 0) {
         return false;
     }
-    (void) clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t) (left / 1000);
-    ts.tv_nsec += (long) (left % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    rv = pthread_cond_timedwait(&w->cond, &w->mtx, &ts);
-    if (rv != 0 && rv != ETIMEDOUT) {
-        abort();
-    }
+    cn_cond_wait_until(&w->cond, &w->mtx, deadline_ms);
     return true;
 }
 
@@ -639,7 +619,7 @@ sdk_enqueue_locked(struct cairn_worker *w, const struct wp_msg *r)
         w->rq_tail = it;
     }
     if (w->nidle > 0 && w->rq_head != NULL) {
-        (void) pthread_cond_signal(&w->work);
+        cn_cond_signal(&w->work);
     }
     return all;
 }
@@ -744,9 +724,7 @@ sdk_slot_main(void *arg)
     for (;;) {
         while (w->rq_head == NULL && !w->slots_exit) {
             w->nidle++;
-            if (pthread_cond_wait(&w->work, &w->mtx) != 0) {
-                abort();
-            }
+            cn_cond_wait(&w->work, &w->mtx);
             w->nidle--;
         }
         if (w->slots_exit || (it = w->rq_head) == NULL) {
@@ -755,7 +733,7 @@ sdk_slot_main(void *arg)
         if ((w->rq_head = it->next) == NULL) {
             w->rq_tail = NULL;
         } else if (w->nidle > 0) {
-            (void) pthread_cond_signal(&w->work); /* pass the baton */
+            cn_cond_signal(&w->work); /* pass the baton */
         }
         s->running = true;
         memcpy(s->exec_id, it->d.exec_id, 16);
@@ -1023,10 +1001,9 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
     if (w == NULL) {
         return CN_NOMEM;
     }
-    if (pthread_mutex_init(&w->mtx, NULL) != 0 || pthread_cond_init(&w->cond, NULL) != 0 ||
-        pthread_cond_init(&w->work, NULL) != 0) {
-        abort();
-    }
+    cn_mutex_init(&w->mtx);
+    cn_cond_init(&w->cond);
+    cn_cond_init(&w->work);
     if (opts->name == NULL) {
         if (gethostname(host, sizeof(host)) != 0) {
             (void) snprintf(host, sizeof(host), "worker");
@@ -1100,7 +1077,7 @@ sdk_teardown(struct cairn_worker *w)
     w->stopping = true;
     w->slots_exit = true;
     sdk_runq_clear_locked(w);
-    (void) pthread_cond_broadcast(&w->work);
+    cn_cond_broadcast(&w->work);
     was_open = w->sock_open;
     w->sock_open = false; /* no new operation starts from here */
     sdk_cancel_ops_locked(w);
@@ -1414,9 +1391,9 @@ cairn_worker_free(struct cairn_worker *w)
     free(w->tls_ca_file);
     free(w->tls_cert_key_file);
     free(w->tls_server_name);
-    (void) pthread_cond_destroy(&w->cond);
-    (void) pthread_cond_destroy(&w->work);
-    (void) pthread_mutex_destroy(&w->mtx);
+    cn_cond_destroy(&w->cond);
+    cn_cond_destroy(&w->work);
+    cn_mutex_destroy(&w->mtx);
     free(w);
 }
 

@@ -15,8 +15,8 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include "ir/base/clock.h"
 #include "ir/eval.h"
-#include "runner/clock.h"
 #include "runner/pool.h"
 #include "tests/support/leak.h"
 #include "worker-protocol/proto.h"
@@ -393,15 +393,14 @@ Test(pool, a_dropped_worker_returns_its_attempts_as_worker_lost_at_once)
     tw_open(&w, url, 2);
     tw_hello(&w, acts, 1, NULL, WP_WELCOME);
     tw_ready(&w, 1, NULL);
-    submit(p, "t.slow", 9, rn_clock_ms(CLOCK_REALTIME) + 60000);
+    submit(p, "t.slow", 9, cn_wall_ms() + 60000);
     cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
     wp_msg_fini(&r);
-    t0 = rn_clock_ms(CLOCK_REALTIME);
+    t0 = cn_wall_ms();
     tw_close(&w, 2); /* the worker dies mid-action */
     cr_assert(got_wait(&g, 1, 2000), "no WorkerLost");
-    cr_assert(rn_clock_ms(CLOCK_REALTIME) - t0 < 1000, "WorkerLost took %lld ms",
-              (long long) (rn_clock_ms(CLOCK_REALTIME) - t0));
+    cr_assert(cn_wall_ms() - t0 < 1000, "WorkerLost took %lld ms", (long long) (cn_wall_ms() - t0));
     cr_assert(!g.r[0].ok);
     cr_assert_str_eq(g.r[0].type, "WorkerLost");
     cr_assert_eq(g.r[0].id[0], 9);
@@ -462,7 +461,7 @@ Test(pool, deadline_gives_action_timeout_and_a_late_outcome_is_stale)
     tw_open(&w, url, 2);
     tw_hello(&w, acts, 1, NULL, WP_WELCOME);
     tw_ready(&w, 1, NULL);
-    submit(p, "t.hang", 5, rn_clock_ms(CLOCK_REALTIME) + 200);
+    submit(p, "t.hang", 5, cn_wall_ms() + 200);
     cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
     cr_assert(got_wait(&g, 1, 3000), "no timeout");
     cr_assert_str_eq(g.r[0].type, "ActionTimeout");
@@ -687,14 +686,13 @@ Test(pool, a_silent_worker_is_dropped_after_three_idle_periods)
     cr_assert_eq(tw_recv_wait(&dead, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
     wp_msg_fini(&r);
-    t0 = rn_clock_ms(CLOCK_MONOTONIC);
+    t0 = cn_mono_ms();
     tw_open(&live, url, 2);
     tw_hello(&live, acts, 1, NULL, WP_WELCOME);
     wp_msg_init(&m, WP_CONTROL);
     /* `live` keeps a control request parked and re-parks it after each idle noop; `dead`
      * says nothing more. */
-    while (__atomic_load_n(&dead.removed, __ATOMIC_SEQ_CST) == 0 &&
-           rn_clock_ms(CLOCK_MONOTONIC) - t0 < 5000) {
+    while (__atomic_load_n(&dead.removed, __ATOMIC_SEQ_CST) == 0 && cn_mono_ms() - t0 < 5000) {
         tw_send(&live, 1, &m);
         tw_recv_start(&live, 1);
         cr_assert_eq(tw_recv_wait(&live, 1, &r), 0);
@@ -702,7 +700,7 @@ Test(pool, a_silent_worker_is_dropped_after_three_idle_periods)
         wp_msg_fini(&r);
     }
     cr_assert_eq(__atomic_load_n(&dead.removed, __ATOMIC_SEQ_CST), 1, "silent worker kept");
-    cr_assert_geq(rn_clock_ms(CLOCK_MONOTONIC) - t0, 1200, "dropped too early");
+    cr_assert_geq(cn_mono_ms() - t0, 1200, "dropped too early");
     cr_assert(got_wait(&g, 1, 5000));
     cr_assert(!g.r[0].ok);
     cr_assert_str_eq(g.r[0].type, "WorkerLost");
@@ -893,8 +891,8 @@ Test(pool, a_second_parked_ready_releases_the_first)
     }
     tw_ready(&w, 0, NULL);
     tw_ready(&w, 1, NULL);
-    deadline = rn_clock_ms(CLOCK_MONOTONIC) + 5000;
-    while (released < 0 && rn_clock_ms(CLOCK_MONOTONIC) < deadline) {
+    deadline = cn_mono_ms() + 5000;
+    while (released < 0 && cn_mono_ms() < deadline) {
         if (__atomic_load_n(&aio_done[0], __ATOMIC_SEQ_CST) >= 2) {
             released = 0;
         } else if (__atomic_load_n(&aio_done[1], __ATOMIC_SEQ_CST) >= 2) {
@@ -942,7 +940,7 @@ Test(pool, a_timed_out_attempt_holds_its_room_until_the_worker_reports_it)
     tw_open(&w, url, 2);
     tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 1, 0);
     tw_ready(&w, 1, NULL);
-    submit(p, "t.hang", 1, rn_clock_ms(CLOCK_REALTIME) + 100);
+    submit(p, "t.hang", 1, cn_wall_ms() + 100);
     cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
     o = outcome_for(&r.items[0], ir_null());

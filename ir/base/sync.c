@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/* Checked pthread calls and monotonic condition waits (see sync.h). */
+#include "ir/base/sync.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Noreturn void
+sync_fail(const char *call, int rv)
+{
+    (void) fprintf(stderr, "cairn: %s failed: %s: aborting\n", call, strerror(rv));
+    abort();
+}
+
+#define CHECK(call)                \
+    do {                           \
+        int rv_ = (call);          \
+        if (rv_ != 0) {            \
+            sync_fail(#call, rv_); \
+        }                          \
+    } while (0)
+
+void
+cn_mutex_init(pthread_mutex_t *m)
+{
+    CHECK(pthread_mutex_init(m, NULL));
+}
+
+void
+cn_mutex_destroy(pthread_mutex_t *m)
+{
+    CHECK(pthread_mutex_destroy(m));
+}
+
+void
+cn_mutex_lock(pthread_mutex_t *m)
+{
+    CHECK(pthread_mutex_lock(m));
+}
+
+void
+cn_mutex_unlock(pthread_mutex_t *m)
+{
+    CHECK(pthread_mutex_unlock(m));
+}
+
+void
+cn_cond_init(pthread_cond_t *c)
+{
+    pthread_condattr_t a;
+
+    CHECK(pthread_condattr_init(&a));
+    CHECK(pthread_condattr_setclock(&a, CLOCK_MONOTONIC));
+    CHECK(pthread_cond_init(c, &a));
+    CHECK(pthread_condattr_destroy(&a));
+}
+
+void
+cn_cond_destroy(pthread_cond_t *c)
+{
+    CHECK(pthread_cond_destroy(c));
+}
+
+void
+cn_cond_signal(pthread_cond_t *c)
+{
+    CHECK(pthread_cond_signal(c));
+}
+
+void
+cn_cond_broadcast(pthread_cond_t *c)
+{
+    CHECK(pthread_cond_broadcast(c));
+}
+
+void
+cn_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+{
+    CHECK(pthread_cond_wait(c, m));
+}
+
+void
+cn_cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t at_mono_ms)
+{
+    struct timespec ts;
+    int rv;
+
+    ts.tv_sec = (time_t) (at_mono_ms / 1000);
+    ts.tv_nsec = (long) (at_mono_ms % 1000) * 1000000L;
+    rv = pthread_cond_timedwait(c, m, &ts);
+    if (rv != 0 && rv != ETIMEDOUT) {
+        sync_fail("pthread_cond_timedwait", rv);
+    }
+}
+
+void
+cn_thread_join(pthread_t t)
+{
+    CHECK(pthread_join(t, NULL));
+}

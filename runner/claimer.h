@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The claimer: one thread that claims due instances in batches (as many as the runner has room
+ * for, at most RN_CLAIM_BATCH), finds each one's compiled template in its DAG cache, and hands
+ * each to the runner as a NEW event. It waits for enqueue notifications (or the poll interval)
+ * when nothing is due, and backs off after a storage error. An instance whose version cannot
+ * be compiled is failed at once with WorkflowError, under its new lease.
+ *
+ * Threads: its own thread; rn_claimer_start/stop from the runner's. The stop flag is guarded
+ * by a mutex used only to wake the thread early from a backoff pause (no other lock is taken
+ * with it). `active` is the runner's count of held instances (atomic; shards decrement it).
+ */
+#ifndef RUNNER_CLAIMER_H
+#define RUNNER_CLAIMER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/base/err.h"
+#include "runner/shard.h"
+
+#define RN_CLAIM_BATCH 256
+
+struct rn_claimer_cfg {
+    struct rn_backend *backend; /* used by the claimer thread only */
+    uint32_t max_instances;
+    uint32_t lock_ttl_ms;
+    uint32_t poll_interval_ms;
+    _Atomic size_t *active; /* incremented here per claimed instance */
+};
+
+/* Called on the claimer thread with a NEW event (ownership passes). */
+typedef void (*rn_claim_fn)(void *arg, struct rn_sev *e);
+
+struct rn_claimer;
+
+CN_MUST_CHECK cn_err rn_claimer_start(const struct rn_claimer_cfg *cfg, rn_claim_fn deliver,
+                                      void *arg, struct rn_claimer **out, struct cn_errmsg *err);
+/* Instances claimed so far. */
+uint64_t rn_claimer_claimed(struct rn_claimer *c);
+/* Claims nothing more and joins the thread (within one poll interval). The templates stay
+ * valid until rn_claimer_free. */
+void rn_claimer_stop(struct rn_claimer *c);
+/* Frees the DAG cache: call once no instance uses a template any more. NULL: no-op. */
+void rn_claimer_free(struct rn_claimer *c);
+
+#endif

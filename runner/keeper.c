@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: MIT */
+/* The lease keeper (see keeper.h). */
+#include "runner/keeper.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/base/clock.h"
+#include "ir/base/sync.h"
+#include "ir/base/xalloc.h"
+#include "runner/idmap.h"
+#include "runner/log.h"
+
+/* Expired leases cleared per reclaim statement: small enough to keep each one short. */
+#define RECLAIM_BATCH 1000
+
+struct lease {
+    uint8_t iid[16];
+    uint8_t lock[16];
+    uint32_t shard;
+};
+
+struct rn_keeper {
+    struct rn_keeper_cfg cfg;
+    rn_lost_fn lost;
+    void *arg;
+    pthread_t thread;
+    bool started;
+
+    pthread_mutex_t reg; /* guards leases and byid */
+    struct {
+        struct lease *items;
+        size_t len, cap;
+    } leases;
+    struct rn_idmap byid; /* instance id -> index in leases */
+
+    pthread_mutex_t wake; /* guards stop */
+    pthread_cond_t cond;
+    bool stop;
+};
+
+static void
+reg_put(struct rn_keeper *k, const struct lease *l)
+{
+    uint32_t i;
+
+    if (rn_idmap_get(&k->byid, l->iid, &i)) {
+        k->leases.items[i] = *l; /* claimed again under a new token */
+        return;
+    }
+    CN_VEC_XPUSH(&k->leases, *l);
+    if (rn_idmap_put(&k->byid, l->iid, (uint32_t) (k->leases.len - 1)) != CN_OK) {
+        cn_oom("lease registry");
+    }
+}
+
+static void
+reg_del(struct rn_keeper *k, const uint8_t iid[16])
+{
+    size_t last;
+    uint32_t i;
+
+    if (!rn_idmap_get(&k->byid, iid, &i)) {
+        return;
+    }
+    rn_idmap_del(&k->byid, iid);
+    last = k->leases.len - 1;
+    if (i != last) {
+        k->leases.items[i] = k->leases.items[last];
+        if (rn_idmap_put(&k->byid, k->leases.items[i].iid, i) != CN_OK) {
+            cn_oom("lease registry"); /* cannot happen: the key was present */
+        }
+    }
+    k->leases.len--;
+}
+
+void
+rn_keeper_apply(struct rn_keeper *k, uint32_t shard, const struct rn_lease_op *ops, size_t n)
+{
+    size_t i;
+
+    if (n == 0) {
+        return;
+    }
+    cn_mutex_lock(&k->reg);
+    for (i = 0; i < n; i++) {
+        if (ops[i].take) {
+            struct lease l;
+            memcpy(l.iid, ops[i].iid, 16);
+            memcpy(l.lock, ops[i].lock, 16);
+            l.shard = shard;
+            reg_put(k, &l);
+        } else {
+            uint32_t at;
+            /* Only the lease under this token: a newer claim's entry stays. */
+            if (rn_idmap_get(&k->byid, ops[i].iid, &at) &&
+                memcmp(k->leases.items[at].lock, ops[i].lock, 16) == 0) {
+                reg_del(k, ops[i].iid);
+            }
+        }
+    }
+    cn_mutex_unlock(&k->reg);
+}
+
+size_t
+rn_keeper_count(struct rn_keeper *k)
+{
+    size_t n;
+
+    cn_mutex_lock(&k->reg);
+    n = k->leases.len;
+    cn_mutex_unlock(&k->reg);
+    return n;
+}
+
+/* Clears expired leases (runners that died) so their instances show as queued, in batches. */
+static void
+reclaim_expired(struct rn_keeper *k)
+{
+    struct rn_backend *b = k->cfg.backend;
+    struct cn_errmsg em = {{0}};
+    size_t n = 0, total = 0;
+
+    do {
+        if (b->ops->reclaim(b, RECLAIM_BATCH, &n, &em) != CN_OK) {
+            rn_log(RN_LOG_ERROR, "reclaiming expired leases failed: %s", em.text);
+            return;
+        }
+        total += n;
+    } while (n == RECLAIM_BATCH);
+    if (total > 0) {
+        rn_log(RN_LOG_INFO, "reclaimed %zu expired lease(s)", total);
+    }
+}
+
+/* Renews every lease held; reports the ones found gone. */
+static void
+renew(struct rn_keeper *k)
+{
+    struct rn_backend *b = k->cfg.backend;
+    struct cn_errmsg em = {{0}};
+    struct lease *copy;
+    uint8_t(*locks)[16];
+    bool *lost;
+    size_t n, i;
+
+    cn_mutex_lock(&k->reg);
+    n = k->leases.len;
+    copy = n > 0 ? cn_xmalloc(n * sizeof(*copy)) : NULL;
+    if (n > 0) {
+        memcpy(copy, k->leases.items, n * sizeof(*copy));
+    }
+    cn_mutex_unlock(&k->reg);
+    if (n == 0) {
+        return;
+    }
+    locks = cn_xmalloc(n * 16);
+    lost = cn_xcalloc(n, sizeof(*lost));
+    for (i = 0; i < n; i++) {
+        memcpy(locks[i], copy[i].lock, 16);
+    }
+    if (b->ops->heartbeat(b, (const uint8_t(*)[16]) locks, n, k->cfg.lock_ttl_ms, lost, &em) !=
+        CN_OK) {
+        rn_log(RN_LOG_ERROR, "lease heartbeat failed: %s", em.text);
+    } else {
+        for (i = 0; i < n; i++) {
+            if (lost[i]) {
+                struct rn_sev *e = rn_sev_new(RN_SEV_LOST, copy[i].iid);
+                memcpy(e->lock, copy[i].lock, 16);
+                k->lost(k->arg, copy[i].shard, e);
+            }
+        }
+    }
+    free(copy);
+    free(locks);
+    free(lost);
+}
+
+static void *
+keeper_main(void *arg)
+{
+    struct rn_keeper *k = arg;
+    int64_t next_beat = cn_mono_ms() + k->cfg.heartbeat_ms;
+    int64_t next_reclaim = cn_mono_ms() + k->cfg.reclaim_interval_ms;
+
+    cn_mutex_lock(&k->wake);
+    for (;;) {
+        while (!k->stop && cn_mono_ms() < next_beat) {
+            cn_cond_wait_until(&k->cond, &k->wake, next_beat);
+        }
+        if (k->stop) {
+            break;
+        }
+        cn_mutex_unlock(&k->wake);
+        renew(k);
+        next_beat = cn_mono_ms() + k->cfg.heartbeat_ms;
+        if (k->cfg.reclaim_interval_ms != 0 && cn_mono_ms() >= next_reclaim) {
+            reclaim_expired(k);
+            next_reclaim = cn_mono_ms() + k->cfg.reclaim_interval_ms;
+        }
+        cn_mutex_lock(&k->wake);
+    }
+    cn_mutex_unlock(&k->wake);
+    return NULL;
+}
+
+cn_err
+rn_keeper_start(const struct rn_keeper_cfg *cfg, rn_lost_fn lost, void *arg, struct rn_keeper **out,
+                struct cn_errmsg *err)
+{
+    struct rn_keeper *k = cn_xcalloc(1, sizeof(*k));
+
+    k->cfg = *cfg;
+    k->lost = lost;
+    k->arg = arg;
+    cn_mutex_init(&k->reg);
+    cn_mutex_init(&k->wake);
+    cn_cond_init(&k->cond);
+    if (pthread_create(&k->thread, NULL, keeper_main, k) != 0) {
+        rn_keeper_stop(k);
+        *out = NULL;
+        return cn_errmsg_set(err, CN_IO, "cannot start the lease keeper");
+    }
+    k->started = true;
+    *out = k;
+    return CN_OK;
+}
+
+void
+rn_keeper_stop(struct rn_keeper *k)
+{
+    if (k == NULL) {
+        return;
+    }
+    cn_mutex_lock(&k->wake);
+    k->stop = true;
+    cn_cond_signal(&k->cond);
+    cn_mutex_unlock(&k->wake);
+    if (k->started) {
+        cn_thread_join(k->thread);
+    }
+    free(k->leases.items);
+    rn_idmap_fini(&k->byid);
+    cn_cond_destroy(&k->cond);
+    cn_mutex_destroy(&k->wake);
+    cn_mutex_destroy(&k->reg);
+    free(k);
+}

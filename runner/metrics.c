@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/* Prometheus text for /metrics (see metrics.h). */
+#include "runner/metrics.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Appends one Prometheus sample with its HELP and TYPE lines. */
+static bool
+metric(struct cn_buf *b, const char *name, const char *type, const char *help, uint64_t v)
+{
+    return cn_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name,
+                         (unsigned long long) v) == CN_OK;
+}
+
+/* Appends a latency histogram as a Prometheus summary: p50, p95, p99 and the max (quantile 1),
+ * over the runner's life, within the histogram's 12.5% bucket error. */
+static bool
+summary(struct cn_buf *b, const char *name, const char *help, const struct rn_lathist *h)
+{
+    static const double qs[] = {0.5, 0.95, 0.99, 1.0};
+    size_t i;
+
+    if (cn_buf_printf(b, "# HELP %s %s\n# TYPE %s summary\n", name, help, name) != CN_OK) {
+        return false;
+    }
+    for (i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+        if (cn_buf_printf(b, "%s{quantile=\"%g\"} %.6f\n", name, qs[i],
+                          (double) rn_lathist_quantile(h, qs[i]) / 1e6) != CN_OK) {
+            return false;
+        }
+    }
+    return cn_buf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name, (double) h->sum_us / 1e6, name,
+                         (unsigned long long) h->count) == CN_OK;
+}
+
+bool
+rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *ps,
+                  struct cn_buf *b)
+{
+    /* name, type, help, value: one row per sample. */
+#define RN_SAMPLES(X)                                                                             \
+    X("cairn_instances_claimed_total", "counter", "Instances claimed.", st->claimed)              \
+    X("cairn_instances_completed_total", "counter", "Instances completed.", st->completed)        \
+    X("cairn_instances_failed_total", "counter", "Instances failed or cancelled.", st->failed)    \
+    X("cairn_instances_evicted_total", "counter", "Instances handed back while sleeping.",        \
+      st->evicted)                                                                                \
+    X("cairn_leases_lost_total", "counter", "Instances evicted for a lost lease.", st->lost)      \
+    X("cairn_instances_active", "gauge", "Instances held now.", st->active)                       \
+    X("cairn_writes_total", "counter", "Instance writes committed.", st->writes)                  \
+    X("cairn_write_batches_total", "counter", "Persist transactions committed.", st->batches)     \
+    X("cairn_actions_dispatched_total", "counter", "Actions handed to the pool.", st->dispatched) \
+    X("cairn_workers", "gauge", "Workers connected.", ps->workers)                                \
+    X("cairn_pool_queued", "gauge", "Attempts waiting for a worker.", ps->queued)                 \
+    X("cairn_pool_results_total", "counter", "Worker outcomes accepted.", ps->results)            \
+    X("cairn_pool_stale_total", "counter", "Late or duplicate outcomes dropped.", ps->stale)      \
+    X("cairn_pool_timeouts_total", "counter", "Attempts past their deadline.", ps->timeouts)      \
+    X("cairn_pool_lost_total", "counter", "Attempts failed with WorkerLost.", ps->lost)           \
+    X("cairn_pool_requeued_total", "counter", "Attempts of a dropped worker dispatched again.",   \
+      ps->requeued)                                                                               \
+    X("cairn_pool_bad_messages_total", "counter",                                                 \
+      "Worker connections dropped for a malformed message.", ps->bad_messages)                    \
+    X("cairn_pool_silent_total", "counter", "Worker connections dropped for silence.", ps->silent)
+#define RN_SAMPLE(name, type, help, v) ok = ok && metric(b, name, type, help, (uint64_t) (v));
+    bool ok = true;
+
+    RN_SAMPLES(RN_SAMPLE)
+#undef RN_SAMPLE
+#undef RN_SAMPLES
+    return ok &&
+           summary(b, "cairn_persist_seconds",
+                   "Duration of each committed persist transaction (the commit barrier's floor).",
+                   &st->persist) &&
+           summary(b, "cairn_action_seconds",
+                   "From an action's dispatch to its outcome's arrival: the worker's run time plus "
+                   "the transport.",
+                   &ps->action_time) &&
+           summary(b, "cairn_action_dispatch_delay_seconds",
+                   "From an action becoming ready to its dispatch to a worker (commit barrier and "
+                   "waiting for a worker).",
+                   &ps->dispatch_delay);
+}

@@ -1,0 +1,640 @@
+/* SPDX-License-Identifier: MIT */
+/* The shard core (see shard.h for the contract: commit barrier, held events, stale ACKs). */
+#include "runner/shard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/base/xalloc.h"
+#include "ir/eval.h"
+#include "runner/idmap.h"
+#include "runner/log.h"
+#include "runner/timerheap.h"
+
+struct inst {
+    uint8_t id[16];
+    uint8_t lock[16];
+    char *workflow;
+    const struct ir_dag *dag;
+    struct rn_instance *ex;
+    bool writing;            /* a write is in flight: actions and timers wait in held */
+    bool evicting;           /* the write in flight hands the instance back */
+    struct rn_step_out held; /* the output whose write is in flight */
+    int64_t held_us;         /* when held was produced (monotonic µs): its actions' ready time */
+    struct {
+        struct rn_event *items; /* events that came while writing (values retained) */
+        size_t len, cap;
+    } waiting;
+    size_t inflight;         /* actions dispatched and not reported back (approximate) */
+    bool counted;            /* counted in shard->busy */
+    int64_t claimed_mono_us; /* when claimed, until the first dispatch (then 0) */
+    uint32_t slot;           /* index in shard->insts */
+};
+
+struct rn_shard {
+    struct rn_shard_cfg cfg;
+    struct {
+        struct inst **items;
+        size_t len, cap;
+    } insts;
+    struct rn_idmap byid;
+    struct rn_timerheap timers;
+    struct rn_step_out step; /* scratch output of the executor */
+    size_t busy;             /* instances writing or with actions in flight */
+    struct rn_lathist claim_lat;
+};
+
+/* ---- events and outputs ------------------------------------------------------------------- */
+
+struct rn_sev *
+rn_sev_new(enum rn_sev_kind kind, const uint8_t iid[16])
+{
+    struct rn_sev *e = cn_xcalloc(1, sizeof(*e));
+
+    e->kind = kind;
+    e->value = ir_null();
+    e->claimed.input = ir_null();
+    memcpy(e->iid, iid, 16);
+    return e;
+}
+
+void
+rn_sev_free(struct rn_sev *e)
+{
+    size_t k;
+
+    if (e == NULL) {
+        return;
+    }
+    /* The claimed record's parts were moved out by the shard, or are freed here. */
+    free(e->claimed.workflow);
+    ir_val_release(e->claimed.input);
+    free(e->claimed.state);
+    for (k = 0; k < e->claimed.ndone; k++) {
+        ir_val_release(e->claimed.done[k].value);
+    }
+    free(e->claimed.done);
+    ir_val_release(e->value);
+    free(e);
+}
+
+void
+rn_shard_out_clear(struct rn_shard_out *o)
+{
+    size_t i;
+
+    for (i = 0; i < o->writes.len; i++) {
+        rn_wreq_free(o->writes.items[i]);
+    }
+    for (i = 0; i < o->dispatches.len; i++) {
+        ir_val_release(o->dispatches.items[i].kwargs);
+    }
+    o->writes.len = o->dispatches.len = o->cancels.len = o->leases.len = o->handed_back.len = 0;
+    o->completed = o->failed = o->evicted = o->lost = o->committed = o->removed = 0;
+}
+
+void
+rn_shard_out_fini(struct rn_shard_out *o)
+{
+    rn_shard_out_clear(o);
+    free(o->writes.items);
+    free(o->dispatches.items);
+    free(o->cancels.items);
+    free(o->leases.items);
+    free(o->handed_back.items);
+    memset(o, 0, sizeof(*o));
+}
+
+static void
+lease_op(struct rn_shard_out *o, bool take, const struct inst *in)
+{
+    struct rn_lease_op op;
+
+    op.take = take;
+    memcpy(op.iid, in->id, 16);
+    memcpy(op.lock, in->lock, 16);
+    CN_VEC_XPUSH(&o->leases, op);
+}
+
+/* ---- instances ---------------------------------------------------------------------------- */
+
+static struct inst *
+inst_find(const struct rn_shard *sh, const uint8_t iid[16])
+{
+    uint32_t i;
+
+    return rn_idmap_get(&sh->byid, iid, &i) ? sh->insts.items[i] : NULL;
+}
+
+/* Keeps sh->busy in step with the instance's state; in->counted says whether it is counted. */
+static void
+busy_sync(struct rn_shard *sh, struct inst *in)
+{
+    bool now = in->writing || in->inflight > 0;
+
+    if (now && !in->counted) {
+        sh->busy++;
+    } else if (!now && in->counted) {
+        sh->busy--;
+    }
+    in->counted = now;
+}
+
+static void
+idmap_xput(struct rn_idmap *m, const uint8_t key[16], uint32_t val)
+{
+    if (rn_idmap_put(m, key, val) != CN_OK) {
+        cn_oom("shard instance map");
+    }
+}
+
+static void
+inst_free(struct inst *in)
+{
+    size_t k;
+
+    rn_instance_free(in->ex);
+    rn_step_out_fini(&in->held);
+    for (k = 0; k < in->waiting.len; k++) {
+        ir_val_release(in->waiting.items[k].value);
+    }
+    free(in->waiting.items);
+    free(in->workflow);
+    free(in);
+}
+
+/* Forgets an instance (finished, evicted, lost or handed back); out may be NULL when the
+ * runner is gone and nothing is carried out any more. */
+static void
+inst_remove(struct rn_shard *sh, struct inst *in, struct rn_shard_out *out)
+{
+    uint32_t slot = in->slot;
+    size_t last = sh->insts.len - 1;
+
+    if (in->counted) {
+        sh->busy--;
+    }
+    if (out != NULL) {
+        lease_op(out, false, in);
+        out->removed++;
+    }
+    rn_idmap_del(&sh->byid, in->id);
+    if (slot != last) {
+        sh->insts.items[slot] = sh->insts.items[last];
+        sh->insts.items[slot]->slot = slot;
+        idmap_xput(&sh->byid, sh->insts.items[slot]->id, slot);
+    }
+    sh->insts.len--;
+    inst_free(in);
+}
+
+static void
+log_instance(enum rn_log_level level, const struct inst *in, const char *what)
+{
+    char id[37];
+
+    rn_uuid_format(in->id, id);
+    rn_log(level, "instance %s: %s", id, what);
+}
+
+/* Hands the output's actions to the caller for dispatch and arms its timers; ready_us is when
+ * the step made the actions ready (the pool measures from there to the dispatch). */
+static void
+release_output(struct rn_shard *sh, struct inst *in, const struct rn_step_out *o, int64_t ready_us,
+               struct cn_now now, struct rn_shard_out *out)
+{
+    size_t i;
+
+    for (i = 0; i < o->cancels.len; i++) {
+        CN_VEC_XPUSH(&out->cancels, o->cancels.items[i]);
+    }
+    if (o->actions.len > 0 && in->claimed_mono_us != 0) {
+        rn_lathist_add(&sh->claim_lat, now.mono_us - in->claimed_mono_us);
+        in->claimed_mono_us = 0;
+    }
+    for (i = 0; i < o->actions.len; i++) {
+        const struct rn_action_req *a = &o->actions.items[i];
+        struct rn_pool_dispatch d;
+
+        memcpy(d.instance_id, in->id, 16);
+        memcpy(d.exec_id, a->exec_id, 16);
+        d.attempt = a->attempt;
+        d.action = a->action;
+        d.kwargs = ir_val_retain(a->kwargs);
+        d.deadline_ms = a->deadline_ms;
+        d.ready_us = ready_us;
+        CN_VEC_XPUSH(&out->dispatches, d);
+        in->inflight++;
+    }
+    for (i = 0; i < o->timers.len; i++) {
+        struct rn_timer_ent t;
+
+        t.at_wall_ms = o->timers.items[i].at_ms;
+        memcpy(t.iid, in->id, 16);
+        memcpy(t.exec_id, o->timers.items[i].exec_id, 16);
+        rn_timerheap_push(&sh->timers, &t);
+    }
+}
+
+/* Starts a write of instance in; the instance is `writing` until its ACK. */
+static void
+write_begin(struct rn_shard *sh, struct inst *in, struct rn_wreq *q, struct rn_shard_out *out)
+{
+    in->writing = true;
+    busy_sync(sh, in);
+    CN_VEC_XPUSH(&out->writes, q);
+}
+
+/* Acts on the output of a step (in sh->step): writes what must be durable, holding actions and
+ * timers until it commits; releases at once what needs no write. */
+static void
+handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn_shard_out *out)
+{
+    struct rn_step_out *o = &sh->step;
+    struct rn_wreq *q;
+    size_t k;
+
+    if (o->done.len == 0 && !o->snapshot_needed && o->outcome == RN_RUNNING) {
+        release_output(sh, in, o, now.mono_us, now, out);
+        rn_step_out_clear(o);
+        busy_sync(sh, in);
+        return;
+    }
+    q = rn_wreq_new(sh->cfg.index, in->id, in->lock);
+    if (o->done.len > 0) {
+        q->done = cn_xcalloc(o->done.len, sizeof(*q->done));
+        for (k = 0; k < o->done.len; k++) {
+            q->done[k] = o->done.items[k];
+            q->done[k].value = ir_val_retain(o->done.items[k].value);
+        }
+        q->ndone = o->done.len;
+        q->w.done = q->done;
+        q->w.ndone = q->ndone;
+    }
+    if (o->snapshot_needed || o->outcome != RN_RUNNING) {
+        if (rn_instance_snapshot(in->ex, &q->state) != CN_OK) {
+            cn_oom("instance snapshot");
+        }
+        q->w.state = q->state.data;
+        q->w.state_len = q->state.len;
+    }
+    q->w.outcome = o->outcome;
+    if (o->outcome != RN_RUNNING) {
+        q->w.result = ir_val_retain(o->result);
+    }
+    /* Hold the rest until the write commits. */
+    rn_step_out_fini(&in->held);
+    in->held = *o;
+    in->held_us = now.mono_us;
+    memset(o, 0, sizeof(*o));
+    write_begin(sh, in, q, out);
+}
+
+/* Applies events to an instance now, or queues them while its write is in flight. */
+static void
+step_events(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, size_t n,
+            struct cn_now now, struct rn_shard_out *out)
+{
+    size_t k;
+
+    if (in->writing) {
+        for (k = 0; k < n; k++) {
+            struct rn_event ev = evs[k];
+
+            ev.value = ir_val_retain(evs[k].value);
+            CN_VEC_XPUSH(&in->waiting, ev);
+        }
+        return;
+    }
+    if (rn_instance_step(in->ex, evs, n, now.wall_ms, &sh->step) != CN_OK) {
+        cn_oom("instance step");
+    }
+    handle_output(sh, in, now, out);
+}
+
+/* Fails an instance that cannot resume (its snapshot does not decode or fit its version):
+ * through the fenced write path, so it fails alone and only while this runner holds it. */
+static void
+fail_unresumable(struct rn_shard *sh, struct inst *in, const char *why, struct rn_shard_out *out)
+{
+    struct ir_val err = ir_null();
+    struct rn_wreq *q;
+    cn_err rv = ir_error_new("StateError", why, ir_null(), ir_null(), &err);
+
+    if (rv == CN_UTF8) { /* the reason quotes bytes that are not text */
+        rv = ir_error_new("StateError", "the instance's snapshot cannot be resumed", ir_null(),
+                          ir_null(), &err);
+    }
+    if (rv != CN_OK) {
+        cn_oom("StateError");
+    }
+    q = rn_wreq_new(sh->cfg.index, in->id, in->lock);
+    q->w.outcome = RN_FAILED;
+    q->w.result = err;
+    in->held.outcome = RN_FAILED;
+    write_begin(sh, in, q, out);
+}
+
+/* A claimed instance arrives: hydrate it (or start it) and act on the first output. */
+static void
+on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard_out *out)
+{
+    struct rn_claimed *c = &e->claimed;
+    struct cn_errmsg em = {{0}};
+    struct inst *in = inst_find(sh, c->instance_id);
+    cn_err rv;
+
+    if (in != NULL) {
+        /* Claimed again while we still hold a copy: our lease expired (the claim only takes
+         * expired leases) and the new claim's token supersedes the old, which can no longer
+         * write. The copy is stale: drop it and run the new claim from the committed state. */
+        log_instance(RN_LOG_WARN, in,
+                     "lease lost (it expired here and was claimed again); resuming from the "
+                     "last commit");
+        out->lost++;
+        inst_remove(sh, in, out);
+    }
+    in = cn_xcalloc(1, sizeof(*in));
+    memcpy(in->id, c->instance_id, 16);
+    memcpy(in->lock, c->lock, 16);
+    in->workflow = c->workflow;
+    c->workflow = NULL;
+    in->dag = e->dag;
+    in->claimed_mono_us = e->claimed_mono_us;
+    in->slot = (uint32_t) sh->insts.len;
+    idmap_xput(&sh->byid, in->id, in->slot);
+    CN_VEC_XPUSH(&sh->insts, in);
+    lease_op(out, true, in);
+    if (c->state != NULL) {
+        rv = rn_instance_hydrate(in->dag, c->state, c->state_len, c->done, c->ndone, &sh->cfg.exec,
+                                 now.wall_ms, &in->ex, &sh->step, &em);
+    } else {
+        rv = rn_instance_start(in->dag, in->id, c->input, &sh->cfg.exec, now.wall_ms, &in->ex,
+                               &sh->step);
+    }
+    if (rv == CN_NOMEM) {
+        cn_oom("instance hydration");
+    }
+    if (rv != CN_OK) {
+        const char *why = em.text[0] ? em.text : cn_strerror(rv);
+        char id[37];
+
+        rn_uuid_format(in->id, id);
+        rn_log(RN_LOG_ERROR, "instance %s (%s) cannot resume: %s", id, in->workflow, why);
+        rn_step_out_clear(&sh->step);
+        fail_unresumable(sh, in, why, out);
+        return;
+    }
+    handle_output(sh, in, now, out);
+}
+
+static void
+on_result(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard_out *out)
+{
+    struct inst *in = inst_find(sh, e->iid);
+    struct rn_event ev;
+
+    if (in == NULL) {
+        return; /* finished, evicted or lost meanwhile: the result is stale */
+    }
+    if (in->inflight > 0) {
+        in->inflight--;
+    }
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = e->ok ? RN_EV_RESULT : RN_EV_ERROR;
+    memcpy(ev.exec_id, e->exec_id, 16);
+    ev.attempt = e->attempt;
+    ev.value = e->value;
+    busy_sync(sh, in);
+    step_events(sh, in, &ev, 1, now, out);
+}
+
+/* After a committed write that left the instance running: a long sleep with nothing in flight
+ * is handed back until it is due. Returns true when the instance is now being handed back. */
+static bool
+maybe_evict_sleeper(struct rn_shard *sh, struct inst *in, struct cn_now now,
+                    struct rn_shard_out *out)
+{
+    int64_t wake = INT64_MAX;
+    struct rn_wreq *q;
+    char msg[96];
+    size_t k;
+
+    if (in->inflight != 0 || in->waiting.len != 0 || in->held.timers.len == 0 ||
+        in->held.actions.len != 0) {
+        return false;
+    }
+    for (k = 0; k < in->held.timers.len; k++) {
+        if (in->held.timers.items[k].at_ms < wake) {
+            wake = in->held.timers.items[k].at_ms;
+        }
+    }
+    if (wake - now.wall_ms <= (int64_t) sh->cfg.evict_sleep_threshold_ms) {
+        return false;
+    }
+    (void) snprintf(msg, sizeof(msg), "sleeping %lld ms, handed back until due",
+                    (long long) (wake - now.wall_ms));
+    log_instance(RN_LOG_INFO, in, msg);
+    q = rn_wreq_new(sh->cfg.index, in->id, in->lock);
+    q->w.release = true;
+    q->w.wake_at_ms = wake;
+    in->evicting = true;
+    rn_step_out_clear(&in->held);
+    write_begin(sh, in, q, out);
+    return true;
+}
+
+/* A write committed (or was fenced off, or failed): release what it held, then what waited. */
+static void
+on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard_out *out)
+{
+    struct inst *in = inst_find(sh, e->iid);
+    struct rn_event *evs;
+    size_t nevs, k;
+
+    if (in == NULL || memcmp(in->lock, e->lock, 16) != 0) {
+        return; /* the instance is gone, or this is the ACK of a copy claimed again since */
+    }
+    in->writing = false;
+    if (e->lost || e->write_failed) {
+        if (e->lost) {
+            log_instance(RN_LOG_WARN, in, "lease lost, evicted (no more writes from here)");
+            out->lost++;
+        }
+        inst_remove(sh, in, out);
+        return;
+    }
+    out->committed++;
+    if (in->evicting) {
+        out->evicted++;
+        inst_remove(sh, in, out);
+        return;
+    }
+    if (in->held.outcome != RN_RUNNING) {
+        /* The outcome is committed: cancel what still runs, and forget the instance. */
+        for (k = 0; k < in->held.cancels.len; k++) {
+            CN_VEC_XPUSH(&out->cancels, in->held.cancels.items[k]);
+        }
+        if (in->held.outcome == RN_COMPLETED) {
+            out->completed++;
+        } else {
+            out->failed++;
+        }
+        inst_remove(sh, in, out);
+        return;
+    }
+    release_output(sh, in, &in->held, in->held_us, now, out);
+    if (maybe_evict_sleeper(sh, in, now, out)) {
+        return;
+    }
+    rn_step_out_clear(&in->held);
+    busy_sync(sh, in);
+    if (in->waiting.len > 0) {
+        evs = in->waiting.items;
+        nevs = in->waiting.len;
+        memset(&in->waiting, 0, sizeof(in->waiting));
+        step_events(sh, in, evs, nevs, now, out);
+        for (k = 0; k < nevs; k++) {
+            ir_val_release(evs[k].value);
+        }
+        free(evs);
+    }
+}
+
+static void
+on_lost(struct rn_shard *sh, struct rn_sev *e, struct rn_shard_out *out)
+{
+    struct inst *in = inst_find(sh, e->iid);
+
+    if (in == NULL || memcmp(in->lock, e->lock, 16) != 0) {
+        return; /* gone, or claimed again since under another token */
+    }
+    if (in->writing) {
+        /* Its write is in flight: the ACK says whether it was fenced off (and then evicts and
+         * counts it). Often the queue row is gone because that write finished the instance,
+         * which is no loss at all. */
+        return;
+    }
+    log_instance(RN_LOG_WARN, in, "lease lost (found by heartbeat), evicted");
+    out->lost++;
+    inst_remove(sh, in, out);
+}
+
+/* ---- public ------------------------------------------------------------------------------- */
+
+struct rn_shard *
+rn_shard_new(const struct rn_shard_cfg *cfg)
+{
+    struct rn_shard *sh = cn_xcalloc(1, sizeof(*sh));
+
+    sh->cfg = *cfg;
+    sh->step.result = ir_null();
+    return sh;
+}
+
+void
+rn_shard_free(struct rn_shard *sh)
+{
+    if (sh == NULL) {
+        return;
+    }
+    while (sh->insts.len > 0) {
+        inst_remove(sh, sh->insts.items[sh->insts.len - 1], NULL);
+    }
+    free(sh->insts.items);
+    rn_idmap_fini(&sh->byid);
+    rn_timerheap_fini(&sh->timers);
+    rn_step_out_fini(&sh->step);
+    free(sh);
+}
+
+void
+rn_shard_apply(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard_out *out)
+{
+    switch (e->kind) {
+    case RN_SEV_NEW:
+        on_new(sh, e, now, out);
+        break;
+    case RN_SEV_RESULT:
+        on_result(sh, e, now, out);
+        break;
+    case RN_SEV_ACK:
+        on_ack(sh, e, now, out);
+        break;
+    case RN_SEV_LOST:
+        on_lost(sh, e, out);
+        break;
+    }
+}
+
+void
+rn_shard_fire(struct rn_shard *sh, struct cn_now now, struct rn_shard_out *out)
+{
+    struct rn_timer_ent t;
+
+    while (rn_timerheap_pop_due(&sh->timers, now.wall_ms, &t)) {
+        struct inst *in = inst_find(sh, t.iid);
+        struct rn_event ev;
+
+        if (in == NULL) {
+            continue;
+        }
+        memset(&ev, 0, sizeof(ev));
+        ev.kind = RN_EV_TIMER;
+        memcpy(ev.exec_id, t.exec_id, 16);
+        ev.value = ir_null();
+        step_events(sh, in, &ev, 1, now, out);
+    }
+}
+
+bool
+rn_shard_next_timer(const struct rn_shard *sh, int64_t *at_wall_ms)
+{
+    return rn_timerheap_next(&sh->timers, at_wall_ms);
+}
+
+void
+rn_shard_hand_back(struct rn_shard *sh, struct rn_shard_out *out)
+{
+    while (sh->insts.len > 0) {
+        struct inst *in = sh->insts.items[sh->insts.len - 1];
+        struct rn_lease_op op;
+
+        op.take = false;
+        memcpy(op.iid, in->id, 16);
+        memcpy(op.lock, in->lock, 16);
+        CN_VEC_XPUSH(&out->handed_back, op);
+        inst_remove(sh, in, out);
+    }
+    rn_timerheap_fini(&sh->timers);
+}
+
+size_t
+rn_shard_count(const struct rn_shard *sh)
+{
+    return sh->insts.len;
+}
+
+size_t
+rn_shard_busy(const struct rn_shard *sh)
+{
+    return sh->busy;
+}
+
+bool
+rn_shard_has(const struct rn_shard *sh, const uint8_t iid[16], bool *writing)
+{
+    const struct inst *in = inst_find(sh, iid);
+
+    if (in != NULL && writing != NULL) {
+        *writing = in->writing;
+    }
+    return in != NULL;
+}
+
+const struct rn_lathist *
+rn_shard_claim_latency(const struct rn_shard *sh)
+{
+    return &sh->claim_lat;
+}

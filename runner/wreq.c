@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/* Write requests (see wreq.h). */
+#include "runner/wreq.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/base/xalloc.h"
+
+struct rn_wreq *
+rn_wreq_new(uint32_t shard, const uint8_t iid[16], const uint8_t lock[16])
+{
+    struct rn_wreq *q = cn_xcalloc(1, sizeof(*q));
+
+    q->shard = shard;
+    q->w.result = ir_null();
+    memcpy(q->w.instance_id, iid, 16);
+    memcpy(q->w.lock, lock, 16);
+    return q;
+}
+
+void
+rn_wreq_free(struct rn_wreq *q)
+{
+    size_t k;
+
+    if (q == NULL) {
+        return;
+    }
+    for (k = 0; k < q->ndone; k++) {
+        ir_val_release(q->done[k].value);
+    }
+    free(q->done);
+    cn_buf_fini(&q->state);
+    ir_val_release(q->w.result);
+    free(q);
+}
