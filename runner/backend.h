@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The runner's storage interface (DESIGN.md sections 4-6): claiming due instances under a
- * lease, loading workflow versions, writing progress in the fixed order, and keeping leases.
- * Two implementations: PostgreSQL (backend_pg.c) and in memory (later, for tests and
- * `cairnctl exec`), with the same semantics.
+ * The runner's storage interface: claiming due instances under a lease, loading workflow
+ * versions, writing progress in the fixed order, and keeping leases (docs/operations.md gives
+ * the operator's account). Two implementations with the same semantics: PostgreSQL
+ * (backend_pg.c) and in memory (backend_mem.c, for tests and `cairnctl exec`).
  *
  * Fencing: every claim gets a fresh lock token. Every write names the token it was made under
  * and is applied only while the instance's queue row still carries that token, under a row
@@ -79,13 +79,11 @@ struct rn_backend_ops {
                       struct cn_errmsg *err);
     /* Marks an instance that cannot run (its version does not compile, its snapshot does not
      * decode) as failed with error, if the lock is still held. */
-    cn_err (*fail)(
-        struct rn_backend *b, const uint8_t instance_id[16], const uint8_t lock[16],
-        struct ir_val error,
-        struct cn_errmsg
-            *err); /* Clears up to max leases that have expired (their runner died or stalled) and
-                    * marks those instances queued again; *n says how many. The claim takes expired
-                    * leases anyway; this keeps the status of a dead runner's instances truthful. */
+    cn_err (*fail)(struct rn_backend *b, const uint8_t instance_id[16], const uint8_t lock[16],
+                   struct ir_val error, struct cn_errmsg *err);
+    /* Clears up to max leases that have expired (their runner died or stalled) and marks those
+     * instances queued again; *n says how many. The claim takes expired leases anyway; this
+     * keeps the status of a dead runner's instances truthful. */
     cn_err (*reclaim)(struct rn_backend *b, size_t max, size_t *n, struct cn_errmsg *err);
     /* Waits up to timeout_ms for a hint that instances were enqueued (NOTIFY cairn_enqueue);
      * returns early when one comes. A hint only: callers poll anyway. */

@@ -13,12 +13,12 @@
  *     ACTIVE --sleep--> SLEEPING --timer--> ACTIVE
  *     ACTIVE --fork--> WAITING (aggregate) --last branch--> ACTIVE
  *
- *   transition                     function
- *   ACTIVE -> RUNNING              exec_dispatch
- *   RUNNING -> ACTIVE / BACKOFF    exec_on_result / exec_on_error
- *   BACKOFF -> RUNNING             exec_on_timer
- *   ACTIVE -> SLEEPING -> ACTIVE   exec_run_node (SLEEP) / exec_on_timer
- *   ACTIVE -> WAITING -> ACTIVE    exec_fork / exec_deliver
+ *   transition                     function (exec.c)
+ *   ACTIVE -> RUNNING              dispatch (from run_node, an ACTION node)
+ *   RUNNING -> ACTIVE / BACKOFF    apply_event: on_action_result / attempt_failed
+ *   BACKOFF -> RUNNING             apply_event (its timer) -> dispatch
+ *   ACTIVE -> SLEEPING -> ACTIVE   run_sleep / apply_event (its timer)
+ *   ACTIVE -> WAITING -> ACTIVE    run_fork / deliver -> run_aggregate_done
  * Guarantees: a RUNNING node has an execution id and a dispatched request for its current
  * attempt; a BACKOFF or SLEEPING node has a timer at scheduled_at; a WAITING node has
  * `pending` unfilled slots and that many live branches reporting to it.
