@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Semantic checks (IR.md "Compile-time checks"): names read before assignment on some path
- * (a definite-assignment analysis over the structured statements, with bitsets per function),
- * unknown functions, builtin and helper arity, helper calls in positions that cannot be
+ * Semantic checks (docs/language.md, "What the compiler checks"): names read before assignment on
+ * some path (a definite-assignment analysis over the structured statements, with bitsets per
+ * function), unknown functions, builtin and helper arity, helper calls in positions that cannot be
  * inlined, break/continue outside loops, and recursion among helpers. Also resolves builtin
  * calls (ir_expr.op) and turns `x = helper(...)` into IR_S_CALL statements for the compiler.
  */

@@ -665,7 +665,8 @@ compile_fanout(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s
         return;
     }
     /* An error in one branch does not interrupt the others: it goes to the AGGREGATE, which
-     * raises the lowest-index error once every branch has finished (IR.md spread/parallel). */
+     * raises the lowest-index error once every branch has finished (docs/semantics.md, spread and
+     * parallel). */
     fc->exc = tok;
     if (spread) {
         uint32_t act;

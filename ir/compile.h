@@ -12,9 +12,9 @@
 #include "ir/dag.h"
 #include "ir/diag.h"
 
-/* Semantic checks of IR.md "Compile-time checks" on a parsed program; resolves builtin calls
- * and marks helper-call statements (IR_S_CALL). Errors go to diags. Returns CN_OK, CN_COMPILE
- * (see diags) or CN_NOMEM. */
+/* Semantic checks of docs/language.md ("What the compiler checks") on a parsed program; resolves
+ * builtin calls and marks helper-call statements (IR_S_CALL). Errors go to diags. Returns CN_OK,
+ * CN_COMPILE (see diags) or CN_NOMEM. */
 CN_MUST_CHECK cn_err ir_check(struct ir_program *p, struct ir_diags *diags);
 
 /* Compiles a checked program into a new template (free with ir_dag_free). Takes ownership of

@@ -64,7 +64,7 @@
 
 /* Default base delay for retries without `backoff:` (documented in docs/language.md). */
 #define IR_DEFAULT_BACKOFF_MS 1000
-/* Exponential backoff is capped here (IR.md: factor 2, capped at 1h). */
+/* Exponential backoff is capped here (docs/language.md: factor 2, capped at 1h). */
 #define IR_MAX_BACKOFF_MS (3600 * 1000)
 
 #define IR_NODE_KINDS(X)            \

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Lexer for the workflow language (IR.md "Lexical rules"): turns a whole UTF-8 source into a
- * token array with Python-style NEWLINE/INDENT/DEDENT tokens (4 spaces per level, implicit line
- * joining inside brackets). Errors go to the diagnostics and lexing continues, so one run can
+ * Lexer for the workflow language (docs/language.md, "Lexical rules"): turns a whole UTF-8 source
+ * into a token array with Python-style NEWLINE/INDENT/DEDENT tokens (4 spaces per level, implicit
+ * line joining inside brackets). Errors go to the diagnostics and lexing continues, so one run can
  * report several problems. Pure function of its input; no global state.
  */
 #ifndef IR_LEXER_H

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Parser for the workflow language. Grammar (IR.md), loosest expression level first:
+ * Parser for the workflow language. Grammar (docs/language.md), loosest expression level first:
  *   program   := funcdef* EOF
  *   funcdef   := 'fn' NAME '(' ['input' ':' names] [',' 'output' ':' names] ')' ':' block
  *   block     := NEWLINE INDENT stmt+ DEDENT | simple_stmt
@@ -1251,7 +1251,8 @@ end_simple(struct parser *ps)
     return false;
 }
 
-/* Turns parsed target expressions into names, with the immutability errors IR.md asks for. */
+/* Turns parsed target expressions into names, with the immutability errors docs/language.md
+ * describes. */
 static bool
 targets_from_exprs(struct parser *ps, const struct u32_vec *ex, struct ir_names *out)
 {

@@ -11,8 +11,8 @@
  * - Reference counts are atomic, so a finished value may be shared read-only across threads
  *   (shard -> persister -> worker pool). Nothing else in here is thread-aware.
  * - Equality and hashing follow Python: 1 == 1.0 == True, and equal values hash equally.
- * - An error value (IR.md "Errors") is a map carrying the error flag; it compares and encodes
- *   like the plain map {"type", "message", "bases", "details"} except in the internal msgpack
+ * - An error value (docs/language.md, "Errors") is a map carrying the error flag; it compares and
+ * encodes like the plain map {"type", "message", "bases", "details"} except in the internal msgpack
  *   encoding, which keeps the flag (ext type IR_MP_EXT_ERROR).
  * - Nesting depth is limited to IR_VALUE_MAX_DEPTH in every decoder: msgpack-c's C unpacker has
  *   a fixed 32-level stack, and JSON follows the same limit so any value accepted at the edge
@@ -182,7 +182,7 @@ enum {
 
 /* Checks, without allocating, that buf holds exactly one well-formed msgpack object whose
  * containers each declare no more children than bytes remain, nested no deeper than
- * max_depth. This must pass before any msgpack-c unpack call (STYLE rule 25).
+ * max_depth. This must pass before any msgpack-c unpack call (msgpack-c recurses without a limit).
  * Returns CN_OK, CN_PARSE (truncated/trailing/reserved byte) or CN_DEPTH. */
 CN_MUST_CHECK cn_err ir_msgpack_shape_ok(const void *buf, size_t len, int max_depth,
                                          struct cn_errmsg *err);

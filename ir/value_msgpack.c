@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * msgpack <-> value: the non-allocating shape check that guards every msgpack-c unpack call
- * (STYLE rule 25), the encoder (msgpack_packer into a cn_buf) and the decoder (msgpack-c's
- * unpacker, then conversion of the msgpack_object tree).
+ * (msgpack-c recurses without a limit), the encoder (msgpack_packer into a cn_buf) and the decoder
+ * (msgpack-c's unpacker, then conversion of the msgpack_object tree).
  *
  * DESIGN
  * - msgpack-c 4.0 allocates, on seeing a container header, room for every element the header

@@ -17,8 +17,8 @@
  *   branch index; a scope points at its caller's scope.
  * - Push-based: an event (action result, timer, cancel) touches its node, which advances along
  *   the template's edges, running inline nodes until each thread of control blocks again.
- * - Durability contract with the persister (DESIGN.md section 4): a step reports the action
- *   results it consumed (done records, to insert first) and whether the snapshot must be
+ * - Durability contract with the persister (runner/shard.h states the barrier): a step reports the
+ * action results it consumed (done records, to insert first) and whether the snapshot must be
  *   rewritten. A step that only consumed results into aggregate slots needs no new snapshot:
  *   hydration re-applies those results. Any step that creates a dispatch, a timer or an outcome
  *   does, and its actions must not be dispatched before that snapshot is committed.

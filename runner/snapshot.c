@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Snapshot codec: the live execution state of one instance as msgpack (a GraphUpdate in
- * DESIGN.md terms). Only live execution nodes (running, backing off, sleeping, aggregating) and
- * the scopes they use are written, renumbered densely, so the size follows the live state.
+ * Snapshot codec: the live execution state of one instance as msgpack. Only live execution
+ * nodes (running, backing off, sleeping, aggregating) and the scopes they use are written,
+ * renumbered densely, so the size follows the live state.
  * Values are embedded as `bin` holding their own value document, which keeps this envelope
  * shallow and lets each value use the full nesting depth.
  *

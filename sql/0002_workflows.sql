@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: MIT
 -- 0002: workflow versions, instances, the claim queue, recorded action results, and the SQL API
--- (cairn.enqueue). DESIGN.md section 6; docs/operations.md describes the tables for operators.
+-- (cairn.enqueue). docs/operations.md describes the tables for operators.
 
 -- One row per registered (name, version). The version defaults to a prefix of ir_hash (the hash
 -- of the compiled graph), so registering unchanged source again is a no-op and changed source

@@ -531,7 +531,7 @@ r_outcome(struct wdec *d, const msgpack_object *o, struct wp_outcome *out)
         return false;
     }
     if (!out->ok) {
-        /* An error is a map with at least a string "type" (IR.md "Errors"). */
+        /* An error is a map with at least a string "type" (docs/language.md, "Errors"). */
         const struct ir_val *t =
             out->value.type == IR_T_MAP ? ir_map_get(out->value, "type", 4) : NULL;
         if (t == NULL || t->type != IR_T_STR) {

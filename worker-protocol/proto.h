@@ -6,10 +6,10 @@
  * answers each with one reply (welcome, refused, dispatch, noop, cancel, ack).
  *
  * Decoding is strict and allocation-safe: the bytes are shape-checked before msgpack-c sees
- * them (STYLE rule 25), every field is checked for presence and type, values (kwargs, results,
- * errors) are decoded as separate value documents, and anything malformed is a typed error
- * (CN_PROTO, CN_VERSION), never a crash. Unknown fields are ignored so that a newer peer can
- * add optional fields; an unknown kind is an error. Pure: no I/O, no threads.
+ * them (msgpack-c recurses without a limit), every field is checked for presence and type, values
+ * (kwargs, results, errors) are decoded as separate value documents, and anything malformed is a
+ * typed error (CN_PROTO, CN_VERSION), never a crash. Unknown fields are ignored so that a newer
+ * peer can add optional fields; an unknown kind is an error. Pure: no I/O, no threads.
  */
 #ifndef WORKER_PROTOCOL_PROTO_H
 #define WORKER_PROTOCOL_PROTO_H

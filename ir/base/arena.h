@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Bump allocator with a lifespan (rule 22): the AST of one source file, or one DAG template,
+ * Bump allocator with a lifespan: the AST of one source file, or one DAG template,
  * lives in one arena and is released by one cn_arena_free. Individual frees do not exist.
  * Not thread-safe: one owner at a time.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The one error enum of the whole program (rule 14), plus a small fixed-size message buffer
+ * The one error enum of the whole program, plus a small fixed-size message buffer
  * for the details a caller should show a human ("msgpack: truncated input at byte 12").
  * Every fallible function returns cn_err; CN_OK is zero. Pure data, no threads.
  */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Throwaway PostgreSQL 15 cluster for tests (STYLE.md 8.5). Source this file, then:
+# Throwaway PostgreSQL 15 cluster for tests and benchmarks. Source this file, then:
 #
 #   source scripts/lib/pg.sh
 #   trap cn_pg_stop EXIT          # the CALLER sets the traps (EXIT, and INT/TERM if it wants

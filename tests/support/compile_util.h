@@ -2,7 +2,7 @@
 /*
  * Helpers for compiler tests: compile a source string and get back either the DAG or the
  * formatted diagnostics, read files relative to the source tree (CAIRN_SOURCE_ROOT, set by
- * meson), and assertion macros that name the cn_err on mismatch (STYLE rule 39).
+ * meson), and assertion macros that name the cn_err on mismatch.
  */
 #ifndef TESTS_SUPPORT_COMPILE_UTIL_H
 #define TESTS_SUPPORT_COMPILE_UTIL_H

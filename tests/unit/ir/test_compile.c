@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Compiler tests: golden DAG text for every example, deterministic ids, the msgpack codec
- * (round trips, corrupt input), DAG shapes of each construct, and IR.md's compile-time checks
- * with exact positions. Set CAIRN_UPDATE_GOLDEN=1 to rewrite tests/golden/ after an intended
- * change (then review the diff). */
+ * (round trips, corrupt input), DAG shapes of each construct, and the compile-time checks of
+ * docs/language.md with exact positions. Set CAIRN_UPDATE_GOLDEN=1 to rewrite tests/golden/ after
+ * an intended change (then review the diff). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Review tests for the executor: semantics against IR.md (Python), crash replay, state bounds.
- * Each test runs its workflow plainly, one action per step, and crashing after every step.
+ * Review tests for the executor: semantics against docs/semantics.md and Python, crash replay,
+ * state bounds. Each test runs its workflow plainly, one action per step, and crashing after every
+ * step.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +64,8 @@ expect_fail_all_modes(const char *src, const char *input, const char *type)
     }
 }
 
-/* ---- falling off the end: the value is None (IR.md "Functions") --------------------------- */
+/* ---- falling off the end: the value is None (docs/language.md, "Files and functions")
+ * --------------------------- */
 
 Test(exec_scenarios, helper_falling_off_the_end_after_an_action_returns_none)
 {
