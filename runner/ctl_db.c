@@ -13,9 +13,9 @@
 #include <time.h>
 
 #include <jansson.h>
-#include <uuid/uuid.h>
 
 #include "ir/base/buf.h"
+#include "ir/base/uuid.h"
 #include "ir/compile.h"
 #include "ir/eval.h"
 #include "runner/clock.h"
@@ -123,13 +123,13 @@ parse_int(const char *cmd, const char *flag, const char *text, long min, long ma
 static bool
 check_uuid(const char *cmd, const char *id)
 {
-    uuid_t u;
+    uint8_t u[16];
 
     if (id == NULL) {
         fprintf(stderr, "cairnctl %s: an instance ID is required\n", cmd);
         return false;
     }
-    if (uuid_parse(id, u) != 0) {
+    if (!cn_uuid_parse(id, u)) {
         fprintf(stderr, "cairnctl %s: '%s' is not an instance ID (a UUID)\n", cmd, id);
         return false;
     }
