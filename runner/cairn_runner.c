@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runner/log.h"
+#include "ir/base/log.h"
 #include "runner/runner.h"
 
 #define DEFAULT_LISTEN "tcp://127.0.0.1:24118"
@@ -185,7 +185,7 @@ resolve(int argc, char **argv)
                            get("CAIRN_LOG_LEVEL"));
             return false;
         }
-        rn_log_setup((enum rn_log_level) i, strcmp(get("CAIRN_LOG_FORMAT"), "json") == 0);
+        cn_log_setup((enum cn_log_level) i, strcmp(get("CAIRN_LOG_FORMAT"), "json") == 0);
     }
     if (strtoul(get("CAIRN_LOCK_HEARTBEAT_MS"), NULL, 10) >=
         strtoul(get("CAIRN_LOCK_TTL_MS"), NULL, 10)) {
@@ -255,10 +255,10 @@ main(int argc, char **argv)
     cfg.default_action_timeout_ms = u32("CAIRN_DEFAULT_ACTION_TIMEOUT_MS");
     cfg.worker_idle_ms = u32("CAIRN_WORKER_IDLE_MS");
     if ((rv = rn_runner_start(&cfg, &r, &em)) != CN_OK) {
-        rn_log(RN_LOG_ERROR, "cannot start: %s", em.text);
+        cn_log(CN_LOG_ERROR, "cannot start: %s", em.text);
         return rv == CN_INVAL ? 2 : 1; /* a setting the engine refused (an address) */
     }
-    rn_log(RN_LOG_INFO, "started: %u shard(s), workers on %s, pid %ld", cfg.shards,
+    cn_log(CN_LOG_INFO, "started: %u shard(s), workers on %s, pid %ld", cfg.shards,
            cfg.worker_listen, (long) getpid());
     for (;;) {
         struct timespec ts = {0, 100 * 1000000L};
@@ -266,17 +266,17 @@ main(int argc, char **argv)
 
         if (stopping && st.done) {
             pthread_join(stopper, NULL);
-            rn_log(RN_LOG_INFO, "stopped");
+            cn_log(CN_LOG_INFO, "stopped");
             return 0;
         }
         if (sig < 0) {
             continue;
         }
         if (stopping) {
-            rn_log(RN_LOG_WARN, "second signal (%s): exiting now", strsignal(sig));
+            cn_log(CN_LOG_WARN, "second signal (%s): exiting now", strsignal(sig));
             _exit(3);
         }
-        rn_log(RN_LOG_INFO, "%s: stopping (grace %u ms; a second signal exits at once)",
+        cn_log(CN_LOG_INFO, "%s: stopping (grace %u ms; a second signal exits at once)",
                strsignal(sig), u32("CAIRN_SHUTDOWN_GRACE_MS"));
         stopping = true;
         st.r = r;

@@ -12,11 +12,11 @@
 #include <unistd.h>
 
 #include "cairn/worker.h"
+#include "ir/base/log.h"
 #include "ir/eval.h"
 #include "runner/backend.h"
 #include "runner/clock.h"
 #include "runner/ctl.h"
-#include "runner/log.h"
 #include "runner/runner.h"
 #include "worker-protocol/std_actions.h"
 
@@ -92,7 +92,7 @@ ctl_cmd_exec(int argc, char **argv)
     made_dir = true;
     (void) snprintf(sock, sizeof(sock), "%s/w.sock", dir);
     (void) snprintf(url, sizeof(url), "ipc://%s", sock);
-    rn_log_setup(RN_LOG_WARN, false);
+    cn_log_setup(CN_LOG_WARN, false);
     if (rn_backend_mem_new(&mem) != CN_OK ||
         rn_backend_mem_register(mem, "main", src, vid) != CN_OK ||
         rn_backend_mem_enqueue(mem, "main", input, 0, iid) != CN_OK) {

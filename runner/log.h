@@ -1,19 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Structured log lines on stderr for cairn-runner: `text` (time, level, message) or `json`
- * (one object per line: ts, level, msg), chosen by CAIRN_LOG_FORMAT; lines below
- * CAIRN_LOG_LEVEL are dropped. Thread-safe: each line is written with one call.
+ * TEMPORARY, for the merge with the runner.c split: the log moved to ir/base/log.h (cn_log);
+ * these aliases keep runner.c building under its old names until it is renamed there. Delete
+ * this file then; nothing else includes it.
  */
 #ifndef RUNNER_LOG_H
 #define RUNNER_LOG_H
 
-#include <stdbool.h>
+#include "ir/base/log.h"
 
-#include "ir/base/err.h"
-
-enum rn_log_level { RN_LOG_DEBUG = 0, RN_LOG_INFO, RN_LOG_WARN, RN_LOG_ERROR };
-
-void rn_log_setup(enum rn_log_level min, bool json);
-void rn_log(enum rn_log_level level, const char *fmt, ...) CN_PRINTF(2, 3);
+#define rn_log_level cn_log_level
+#define rn_log_setup cn_log_setup
+#define rn_log       cn_log
+#define RN_LOG_DEBUG CN_LOG_DEBUG
+#define RN_LOG_INFO  CN_LOG_INFO
+#define RN_LOG_WARN  CN_LOG_WARN
+#define RN_LOG_ERROR CN_LOG_ERROR
 
 #endif

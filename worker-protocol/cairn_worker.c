@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cairn/worker.h"
+#include "ir/base/log.h"
 #include "ir/eval.h"
 #include "worker-protocol/std_actions.h"
 
@@ -508,7 +509,7 @@ exec_scan(const char *dir, struct exec_action **out, size_t *n_out)
     cn_err rv = CN_OK;
 
     if ((d = opendir(dir)) == NULL) {
-        (void) fprintf(stderr, "cairn-worker: --exec-dir %s: %s\n", dir, strerror(errno));
+        cn_log(CN_LOG_ERROR, "--exec-dir %s: %s", dir, strerror(errno));
         return CN_IO;
     }
     while ((de = readdir(d)) != NULL) {
@@ -763,7 +764,9 @@ main(int argc, char **argv)
         return 1;
     }
     if (exec_dir != NULL && (rv = exec_scan(exec_dir, &ex, &nex)) != CN_OK) {
-        (void) fprintf(stderr, "cairn-worker: --exec-dir: %s\n", cn_strerror(rv));
+        if (rv != CN_IO) { /* CN_IO: exec_scan said why */
+            cn_log(CN_LOG_ERROR, "--exec-dir %s: %s", exec_dir, cn_strerror(rv));
+        }
         return 2;
     }
     if (once != NULL) {
@@ -785,7 +788,7 @@ main(int argc, char **argv)
     }
     opts.start_timeout_ms = 1000; /* retried below, so that a signal can interrupt */
     if ((rv = cairn_worker_new(url, &opts, &w)) != CN_OK) {
-        (void) fprintf(stderr, "cairn-worker: %s\n", cn_strerror(rv));
+        cn_log(CN_LOG_ERROR, "cannot start: %s", cn_strerror(rv));
         exec_actions_free(ex, nex);
         return 2;
     }
@@ -797,7 +800,7 @@ main(int argc, char **argv)
         rv = cairn_worker_register(w, ex[i].name, act_exec, &ex[i]);
     }
     if (rv != CN_OK) {
-        (void) fprintf(stderr, "cairn-worker: %s\n", cn_strerror(rv));
+        cn_log(CN_LOG_ERROR, "cannot start: %s", cn_strerror(rv));
         cairn_worker_free(w);
         exec_actions_free(ex, nex);
         return 1;
@@ -808,18 +811,18 @@ main(int argc, char **argv)
             break;
         }
         if (rv != CN_IO || sigtimedwait(&sigs, NULL, &(struct timespec){0, 0}) > 0) {
-            (void) fprintf(stderr, "cairn-worker: %s\n",
-                           rv == CN_IO ? "stopped before connecting" : cairn_worker_error(w));
+            cn_log(rv == CN_IO ? CN_LOG_INFO : CN_LOG_ERROR, "%s",
+                   rv == CN_IO ? "stopped before connecting" : cairn_worker_error(w));
             cairn_worker_free(w);
             exec_actions_free(ex, nex);
             return rv == CN_IO ? 0 : 1;
         }
         if (!waiting_logged) {
-            (void) fprintf(stderr, "cairn-worker: waiting for a runner at %s\n", url);
+            cn_log(CN_LOG_INFO, "waiting for a runner at %s", url);
             waiting_logged = true;
         }
     }
-    (void) fprintf(stderr, "cairn-worker: serving %zu actions at %s\n", CAIRN_N_STD + nex, url);
+    cn_log(CN_LOG_INFO, "serving %zu actions at %s", CAIRN_N_STD + nex, url);
     while (cairn_worker_running(w)) {
         sig = sigtimedwait(&sigs, NULL, &poll_ts);
         if (sig > 0) {
@@ -828,7 +831,7 @@ main(int argc, char **argv)
     }
     rv = cairn_worker_running(w) || sig > 0 ? CN_OK : CN_PROTO;
     if (sig > 0) {
-        (void) fprintf(stderr, "cairn-worker: %s, stopping\n", strsignal(sig));
+        cn_log(CN_LOG_INFO, "%s: stopping (grace %d s)", strsignal(sig), STOP_GRACE_MS / 1000);
     }
     cairn_worker_stop(w, STOP_GRACE_MS);
     cairn_worker_free(w);
