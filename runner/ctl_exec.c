@@ -17,6 +17,7 @@
 #include "runner/backend.h"
 #include "runner/clock.h"
 #include "runner/ctl.h"
+#include "runner/defaults.h"
 #include "runner/runner.h"
 #include "worker-protocol/std_actions.h"
 
@@ -100,16 +101,20 @@ ctl_cmd_exec(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
+    /* cairn-runner's defaults (runner/defaults.h), but sized for one instance in memory. */
     memset(&cfg, 0, sizeof(cfg));
     cfg.backend = mem;
     cfg.worker_listen = url;
     cfg.shards = 1;
+    cfg.persisters = RN_DEFAULT_PERSISTERS;
     cfg.max_instances = 16;
     cfg.poll_interval_ms = 20;
-    cfg.lock_ttl_ms = 30000;
-    cfg.lock_heartbeat_ms = 10000;
+    cfg.lock_ttl_ms = RN_DEFAULT_LOCK_TTL_MS;
+    cfg.lock_heartbeat_ms = RN_DEFAULT_LOCK_HEARTBEAT_MS;
+    cfg.reclaim_interval_ms = 0;               /* no other runner can die holding leases */
     cfg.evict_sleep_threshold_ms = UINT32_MAX; /* in memory, a sleeping instance just waits */
-    cfg.default_action_timeout_ms = 300000;
+    cfg.default_action_timeout_ms = RN_DEFAULT_ACTION_TIMEOUT_MS;
+    cfg.worker_idle_ms = RN_DEFAULT_WORKER_IDLE_MS;
     if (rn_runner_start(&cfg, &r, &em) != CN_OK) {
         fprintf(stderr, "cairnctl exec: cannot start the engine: %s\n", em.text);
         status = EXIT_USAGE;
