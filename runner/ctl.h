@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cairnctl's internal interface between its files: cairnctl.c (command table, check, dag) and
- * ctl_db.c (the commands that talk to the database). Single-threaded.
+ * cairnctl's internal interface between its files: cairnctl.c (command table, check, dag, the
+ * option parsing every command shares), ctl_db.c (the commands that talk to the database) and
+ * ctl_exec.c (exec). Single-threaded.
  */
 #ifndef RUNNER_CTL_H
 #define RUNNER_CTL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
+#include "ir/base/opts.h"
 #include "ir/dag.h"
 
 /* Exit codes (README "cairnctl"). */
@@ -19,6 +22,30 @@ enum {
     EXIT_FAILED = 4,   /* the instance failed or was cancelled (result, run --wait) */
     EXIT_PENDING = 5,  /* the instance has not finished (result), or --wait timed out */
 };
+
+/* A command's options (ir/base/opts.h): messages start with "cairnctl CMD" and point at
+ * `cairnctl help`; ARGS is the synopsis after the command's name; MAX, the arguments allowed. */
+#define CTL_OPTS(cmd, args, rows, max)                                                       \
+    {                                                                                        \
+        .prog = "cairnctl " cmd, .usage = "cairnctl " cmd " " args, .hint = "cairnctl help", \
+        .opts = (rows), .nopts = sizeof(rows) / sizeof((rows)[0]), .max_args = (max)         \
+    }
+
+/* Rows most commands share. */
+#define CTL_OPT_JSON                                              \
+    {                                                             \
+        .flag = "json", .kind = CN_OPT_BOOL, .help = "print JSON" \
+    }
+#define CTL_OPT_DB                                                                             \
+    {                                                                                          \
+        .flag = "database-url", .kind = CN_OPT_STR, .env = "CAIRN_DATABASE_URL", .arg = "URL", \
+        .help = "libpq URL of the database"                                                    \
+    }
+
+/* Parses a command's arguments (the positional ones end up in argv[0..s->nargs)). Returns
+ * true to go on; else false with the exit status in *status: EXIT_OK after printing the
+ * command's help for --help, EXIT_USAGE after reporting bad usage. */
+bool ctl_opts(struct cn_opts *s, int argc, char **argv, int *status);
 
 /* Reads a whole file ("-": stdin); on failure prints why and returns NULL. */
 char *ctl_read_file(const char *path, size_t *len);

@@ -24,9 +24,24 @@
 int
 ctl_cmd_exec(int argc, char **argv)
 {
-    const char *file = NULL, *input_text = "{}";
-    long timeout_s = 300;
-    bool json_out = false;
+    struct cn_opt rows[] = {
+        {.flag = "input",
+         .kind = CN_OPT_STR,
+         .def = "{}",
+         .arg = "JSON",
+         .help = "the instance's input, a JSON object"},
+        {.flag = "timeout",
+         .kind = CN_OPT_INT,
+         .def = "300",
+         .min = 1,
+         .max = 86400,
+         .arg = "S",
+         .help = "give up after S seconds (exit 5)"},
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS("exec", "FILE [--input JSON] [--timeout S] [--json]", rows, 1);
+    const char *file;
+    long long timeout_s;
     struct rn_backend *mem = NULL;
     struct rn_runner *r = NULL;
     struct cairn_worker *w = NULL;
@@ -41,38 +56,21 @@ ctl_cmd_exec(int argc, char **argv)
     uint8_t vid[16], iid[16];
     char *src = NULL;
     size_t src_len = 0, i, nresults = 0;
-    int status = EXIT_OK, k;
+    int status = EXIT_OK;
     bool made_dir = false;
     int64_t deadline;
     char *compact = NULL;
 
-    for (k = 0; k < argc; k++) {
-        if (strcmp(argv[k], "--input") == 0 && k + 1 < argc) {
-            input_text = argv[++k];
-        } else if (strcmp(argv[k], "--timeout") == 0 && k + 1 < argc) {
-            char *end;
-            timeout_s = strtol(argv[++k], &end, 10);
-            if (*end != '\0' || timeout_s < 1 || timeout_s > 86400) {
-                fprintf(stderr, "cairnctl exec: --timeout must be 1..86400 seconds\n");
-                return EXIT_USAGE;
-            }
-        } else if (strcmp(argv[k], "--json") == 0) {
-            json_out = true;
-        } else if (argv[k][0] == '-' && argv[k][1] != '\0') {
-            fprintf(stderr, "cairnctl exec: unknown option %s\n", argv[k]);
-            return EXIT_USAGE;
-        } else if (file == NULL) {
-            file = argv[k];
-        } else {
-            fprintf(stderr, "cairnctl exec: unexpected argument '%s'\n", argv[k]);
-            return EXIT_USAGE;
-        }
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
     }
-    if (file == NULL) {
-        fprintf(stderr, "usage: cairnctl exec FILE [--input JSON] [--timeout S] [--json]\n");
+    if (o.nargs == 0) {
+        fprintf(stderr, "usage: %s\n", o.usage);
         return EXIT_USAGE;
     }
-    if ((status = ctl_parse_input("exec", input_text, &compact)) != EXIT_OK) {
+    file = argv[0];
+    timeout_s = cn_opts_int(&o, "timeout");
+    if ((status = ctl_parse_input("exec", cn_opts_str(&o, "input"), &compact)) != EXIT_OK) {
         return status;
     }
     if (ir_val_from_json(compact, strlen(compact), &input, &em) != CN_OK) {
@@ -154,7 +152,7 @@ ctl_cmd_exec(int argc, char **argv)
         nanosleep(&ts, NULL);
     }
     if (outcome == RN_RUNNING) {
-        fprintf(stderr, "cairnctl exec: %s did not finish within %ld s\n", file, timeout_s);
+        fprintf(stderr, "cairnctl exec: %s did not finish within %lld s\n", file, timeout_s);
         status = EXIT_PENDING;
         goto out;
     }
@@ -165,7 +163,7 @@ ctl_cmd_exec(int argc, char **argv)
             goto out;
         }
     }
-    if (json_out) {
+    if (cn_opts_bool(&o, "json")) {
         printf("{\"status\": \"%s\", \"%s\": %s, \"actions\": %zu}\n",
                outcome == RN_COMPLETED ? "completed"
                : outcome == RN_FAILED  ? "failed"
