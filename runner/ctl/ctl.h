@@ -4,8 +4,8 @@
  * option parsing every command shares), ctl_db.c (the commands that talk to the database) and
  * ctl_exec.c (exec). Single-threaded.
  */
-#ifndef RUNNER_CTL_H
-#define RUNNER_CTL_H
+#ifndef RUNNER_CTL_CTL_H
+#define RUNNER_CTL_CTL_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,8 +2,9 @@
 /*
  * cairnctl: the operator and developer command line. This file holds the command table and
  * the commands that need no database: `check` (compile workflow files, report errors) and `dag`
- * (show the compiled graph as text, Graphviz DOT or a summary); ctl_db.c has the others.
- * Single-threaded. Exit codes: runner/ctl.h.
+ * (show the compiled graph as text, Graphviz DOT or a summary), and ctl_opts, through which
+ * every command parses its options; ctl_db.c has the database commands, ctl_exec.c `exec`.
+ * Single-threaded. Exit codes: ctl.h.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -12,7 +13,7 @@
 #include <string.h>
 
 #include "ir/compile.h"
-#include "runner/ctl.h"
+#include "runner/ctl/ctl.h"
 
 #define CTL_MAX_SOURCE (16u << 20) /* workflow sources are text; 16 MiB is far beyond any */
 

@@ -16,7 +16,7 @@
 #include "ir/eval.h"
 #include "runner/backend.h"
 #include "runner/clock.h"
-#include "runner/ctl.h"
+#include "runner/ctl/ctl.h"
 #include "runner/defaults.h"
 #include "runner/runner.h"
 #include "worker-protocol/std_actions.h"

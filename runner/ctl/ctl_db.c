@@ -4,7 +4,7 @@
  * parses its options from its own table (ir/base/opts.h, through ctl_opts) and opens one
  * libpq connection (--database-url, else CAIRN_DATABASE_URL), runs parameterised statements
  * (user data never becomes SQL text) and prints human-readable text, or JSON with --json.
- * Single-threaded. Exit codes: runner/ctl.h.
+ * Single-threaded. Exit codes: ctl.h.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,7 +19,7 @@
 #include "ir/compile.h"
 #include "ir/eval.h"
 #include "runner/clock.h"
-#include "runner/ctl.h"
+#include "runner/ctl/ctl.h"
 #include "runner/db.h"
 #include "runner/exec.h"
 #include "runner/migrate.h"
