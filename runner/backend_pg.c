@@ -20,6 +20,7 @@
 #include <libpq-fe.h>
 
 #include "ir/base/buf.h"
+#include "ir/base/uuid.h"
 #include "runner/backend.h"
 #include "runner/db.h"
 
@@ -165,10 +166,10 @@ arr_null(struct arr *a)
 static void
 arr_uuid(struct arr *a, const uint8_t id[16])
 {
-    char text[37];
+    char text[CN_UUID_TEXT_LEN + 1];
 
-    rn_uuid_format(id, text);
-    arr_text(a, text, 36);
+    cn_uuid_format(id, text);
+    arr_text(a, text, CN_UUID_TEXT_LEN);
 }
 
 static void
@@ -408,7 +409,7 @@ pg_version_source(struct rn_backend *base, const uint8_t version_id[16], char **
                   struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    char id[37];
+    char id[CN_UUID_TEXT_LEN + 1];
     const char *params[1] = {id};
     PGresult *r = NULL;
     cn_err rv;
@@ -417,7 +418,7 @@ pg_version_source(struct rn_backend *base, const uint8_t version_id[16], char **
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
-    rn_uuid_format(version_id, id);
+    cn_uuid_format(version_id, id);
     if ((rv = pg_exec_bin(b, "SELECT source FROM cairn.workflow_versions WHERE id = $1::uuid", 1,
                           params, &r, err)) != CN_OK) {
         return rv;
@@ -856,7 +857,7 @@ pg_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t lo
         struct ir_val error, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    char iid[37], lk[37];
+    char iid[CN_UUID_TEXT_LEN + 1], lk[CN_UUID_TEXT_LEN + 1];
     struct cn_buf js = CN_BUF_INIT;
     const char *p[3];
     PGresult *r = NULL;
@@ -865,8 +866,8 @@ pg_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t lo
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
-    rn_uuid_format(instance_id, iid);
-    rn_uuid_format(lock, lk);
+    cn_uuid_format(instance_id, iid);
+    cn_uuid_format(lock, lk);
     if (!json_text(error, &js)) {
         return CN_NOMEM;
     }

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cairn-runner: the runner process. Reads its settings from CAIRN_* variables, overridden by
- * flags (`cairn-runner --help` lists them with their defaults), starts the engine
+ * flags (`cairn-runner --help` lists them with their defaults; one table, parsed by
+ * ir/base/opts.h, drives variables, flags, help and range checks), starts the engine
  * (runner/runner.h) and waits for a signal: SIGTERM or SIGINT stops it gracefully within
  * CAIRN_SHUTDOWN_GRACE_MS; a second signal exits at once. The main thread is the supervisor;
  * every other thread belongs to the engine. Exit status: 0 after a graceful stop, 1 when it
  * cannot start, 2 for a bad setting, 3 on a second signal.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -18,72 +18,138 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runner/log.h"
+#include "ir/base/log.h"
+#include "ir/base/opts.h"
+#include "runner/defaults.h"
 #include "runner/runner.h"
 
-#define DEFAULT_LISTEN "tcp://127.0.0.1:24118"
+#define D(x) RN_DEFAULT_TEXT(x)
 
-enum setting_kind { S_STR, S_U32 };
-
-struct setting {
-    const char *env;
-    const char *flag;
-    enum setting_kind kind;
-    const char *def; /* default, as text; NULL: none */
-    uint32_t min, max;
-    const char *help;
-    const char *value; /* resolved */
+/* Every setting: its variable, flag, range, default (runner/defaults.h) and help line. */
+static struct cn_opt settings[] = {
+    {.env = "CAIRN_DATABASE_URL",
+     .flag = "database-url",
+     .kind = CN_OPT_STR,
+     .help = "libpq URL of the database (required)"},
+    {.env = "CAIRN_WORKER_LISTEN",
+     .flag = "worker-listen",
+     .kind = CN_OPT_STR,
+     .def = RN_DEFAULT_WORKER_LISTEN,
+     .help = "where workers connect: tcp://HOST:PORT, ipc://PATH, tls+tcp://HOST:PORT"},
+    {.env = "CAIRN_WORKER_CREDENTIAL",
+     .flag = "worker-credential",
+     .kind = CN_OPT_STR,
+     .help = "shared token workers must send in hello (none: not checked)"},
+    {.env = "CAIRN_HTTP_LISTEN",
+     .flag = "http-listen",
+     .kind = CN_OPT_STR,
+     .help = "HOST:PORT for /metrics (Prometheus), /healthz and /readyz (none: no HTTP)"},
+    {.env = "CAIRN_SHARDS",
+     .flag = "shards",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_SHARDS),
+     .min = 1,
+     .max = 256,
+     .help = "executor threads"},
+    {.env = "CAIRN_PERSISTERS",
+     .flag = "persisters",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_PERSISTERS),
+     .min = 1,
+     .max = 8,
+     .help = "persist threads, one database connection each (one commits while another sends)"},
+    {.env = "CAIRN_MAX_INSTANCES",
+     .flag = "max-instances",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_MAX_INSTANCES),
+     .min = 1,
+     .max = 10000000,
+     .help = "most instances held at once"},
+    {.env = "CAIRN_POLL_INTERVAL_MS",
+     .flag = "poll-interval-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_POLL_INTERVAL_MS),
+     .min = 10,
+     .max = 3600000,
+     .help = "claim poll period (an enqueue NOTIFY wakes the claimer sooner)"},
+    {.env = "CAIRN_LOCK_TTL_MS",
+     .flag = "lock-ttl-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_LOCK_TTL_MS),
+     .min = 1000,
+     .max = 86400000,
+     .help = "lease length: how long a crashed runner's instances wait before another takes "
+             "them"},
+    {.env = "CAIRN_LOCK_HEARTBEAT_MS",
+     .flag = "lock-heartbeat-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_LOCK_HEARTBEAT_MS),
+     .min = 100,
+     .max = 86400000,
+     .help = "lease renewal period (below CAIRN_LOCK_TTL_MS)"},
+    {.env = "CAIRN_RECLAIM_INTERVAL_MS",
+     .flag = "reclaim-interval-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_RECLAIM_INTERVAL_MS),
+     .min = 0,
+     .max = 86400000,
+     .help = "how often expired leases (of runners that died) are cleared, 0 = never (the claim "
+             "takes them anyway; this keeps their status truthful)"},
+    {.env = "CAIRN_EVICT_SLEEP_THRESHOLD_MS",
+     .flag = "evict-sleep-threshold-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_EVICT_SLEEP_THRESHOLD_MS),
+     .min = 0,
+     .max = UINT32_MAX,
+     .help = "an instance sleeping longer than this is handed back until it is due"},
+    {.env = "CAIRN_DEFAULT_ACTION_TIMEOUT_MS",
+     .flag = "default-action-timeout-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_ACTION_TIMEOUT_MS),
+     .min = 1,
+     .max = UINT32_MAX,
+     .help = "per-attempt deadline of actions without [timeout: D]"},
+    {.env = "CAIRN_SHUTDOWN_GRACE_MS",
+     .flag = "shutdown-grace-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_SHUTDOWN_GRACE_MS),
+     .min = 0,
+     .max = UINT32_MAX,
+     .help = "on SIGTERM/SIGINT: how long running actions get to report before instances are "
+             "handed back"},
+    {.env = "CAIRN_WORKER_IDLE_MS",
+     .flag = "worker-idle-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_WORKER_IDLE_MS),
+     .min = 100,
+     .max = 3600000,
+     .help = "workers' idle cycle (heartbeat): a worker silent for 3 of these plus 1 s is "
+             "dropped"},
+    CN_OPTS_LOG_ROWS,
 };
 
-static struct setting settings[] = {
-    {"CAIRN_DATABASE_URL", "database-url", S_STR, NULL, 0, 0,
-     "libpq URL of the database (required)", NULL},
-    {"CAIRN_WORKER_LISTEN", "worker-listen", S_STR, DEFAULT_LISTEN, 0, 0,
-     "where workers connect: tcp://HOST:PORT, ipc://PATH, tls+tcp://HOST:PORT", NULL},
-    {"CAIRN_WORKER_CREDENTIAL", "worker-credential", S_STR, NULL, 0, 0,
-     "shared token workers must send in hello (none: not checked)", NULL},
-    {"CAIRN_HTTP_LISTEN", "http-listen", S_STR, NULL, 0, 0,
-     "HOST:PORT for /metrics (Prometheus), /healthz and /readyz (none: no HTTP)", NULL},
-    {"CAIRN_SHARDS", "shards", S_U32, "2", 1, 256, "executor threads", NULL},
-    {"CAIRN_PERSISTERS", "persisters", S_U32, "2", 1, 8,
-     "persist threads, one database connection each (one commits while another sends)", NULL},
-    {"CAIRN_MAX_INSTANCES", "max-instances", S_U32, "10000", 1, 10000000,
-     "most instances held at once", NULL},
-    {"CAIRN_POLL_INTERVAL_MS", "poll-interval-ms", S_U32, "500", 10, 3600000,
-     "claim poll period (an enqueue NOTIFY wakes the claimer sooner)", NULL},
-    {"CAIRN_LOCK_TTL_MS", "lock-ttl-ms", S_U32, "30000", 1000, 86400000,
-     "lease length: how long a crashed runner's instances wait before another takes them", NULL},
-    {"CAIRN_LOCK_HEARTBEAT_MS", "lock-heartbeat-ms", S_U32, "10000", 100, 86400000,
-     "lease renewal period (below CAIRN_LOCK_TTL_MS)", NULL},
-    {"CAIRN_RECLAIM_INTERVAL_MS", "reclaim-interval-ms", S_U32, "10000", 0, 86400000,
-     "how often expired leases (of runners that died) are cleared, 0 = never (the claim takes "
-     "them anyway; this keeps their status truthful)",
-     NULL},
-    {"CAIRN_EVICT_SLEEP_THRESHOLD_MS", "evict-sleep-threshold-ms", S_U32, "60000", 0, UINT32_MAX,
-     "an instance sleeping longer than this is handed back until it is due", NULL},
-    {"CAIRN_DEFAULT_ACTION_TIMEOUT_MS", "default-action-timeout-ms", S_U32, "300000", 1, UINT32_MAX,
-     "per-attempt deadline of actions without [timeout: D]", NULL},
-    {"CAIRN_SHUTDOWN_GRACE_MS", "shutdown-grace-ms", S_U32, "30000", 0, UINT32_MAX,
-     "on SIGTERM/SIGINT: how long running actions get to report before instances are handed "
-     "back",
-     NULL},
-    {"CAIRN_WORKER_IDLE_MS", "worker-idle-ms", S_U32, "20000", 100, 3600000,
-     "workers' idle cycle (heartbeat): a worker silent for 3 of these plus 1 s is dropped", NULL},
-    {"CAIRN_LOG_LEVEL", "log-level", S_STR, "info", 0, 0, "debug, info, warn or error", NULL},
-    {"CAIRN_LOG_FORMAT", "log-format", S_STR, "text", 0, 0, "text or json", NULL},
+static struct cn_opts opts = {
+    .prog = "cairn-runner",
+    .usage = "cairn-runner [--FLAG VALUE]...",
+    .hint = "--help",
+    .opts = settings,
+    .nopts = sizeof(settings) / sizeof(settings[0]),
 };
-#define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 
+/* The runner's own layout of the table (variable and default on the flag's line): operators
+ * look settings up by variable. */
 static void
 usage(FILE *f)
 {
     size_t i;
 
-    (void) fprintf(f, "usage: cairn-runner [--FLAG VALUE]...\n"
-                      "Runs Cairn workflows: claims due instances from the database, runs them, "
-                      "and dispatches\ntheir actions to workers. Every setting is a CAIRN_* "
-                      "variable, overridden by its flag.\n\n");
-    for (i = 0; i < NSETTINGS; i++) {
+    (void) fprintf(f,
+                   "usage: %s\n"
+                   "Runs Cairn workflows: claims due instances from the database, runs them, "
+                   "and dispatches\ntheir actions to workers. Every setting is a CAIRN_* "
+                   "variable, overridden by its flag.\n\n",
+                   opts.usage);
+    for (i = 0; i < opts.nopts; i++) {
         (void) fprintf(f, "  --%-26s %-32s default: %s\n      %s\n", settings[i].flag,
                        settings[i].env, settings[i].def != NULL ? settings[i].def : "(none)",
                        settings[i].help);
@@ -92,114 +158,44 @@ usage(FILE *f)
                       "Exit status: 0 stopped, 1 cannot start, 2 bad setting, 3 second signal.\n");
 }
 
-static struct setting *
-setting_by_flag(const char *flag)
+static const char *
+get(const char *flag)
 {
-    size_t i;
-
-    for (i = 0; i < NSETTINGS; i++) {
-        if (strcmp(settings[i].flag, flag) == 0) {
-            return &settings[i];
-        }
-    }
-    return NULL;
+    return cn_opts_str(&opts, flag);
 }
 
-static const char *
-get(const char *env)
+static uint32_t
+u32(const char *flag)
 {
-    size_t i;
-
-    for (i = 0; i < NSETTINGS; i++) {
-        if (strcmp(settings[i].env, env) == 0) {
-            return settings[i].value;
-        }
-    }
-    return NULL;
+    return (uint32_t) cn_opts_int(&opts, flag); /* checked against its range */
 }
 
 /* Resolves and checks every setting; prints the first problem naming the variable. */
 static bool
 resolve(int argc, char **argv)
 {
-    size_t i;
-    int a;
-
-    for (i = 0; i < NSETTINGS; i++) {
-        const char *v = getenv(settings[i].env);
-        settings[i].value = v != NULL && *v != '\0' ? v : settings[i].def;
+    switch (cn_opts_parse(&opts, argc - 1, argv + 1)) {
+    case CN_OPTS_HELP:
+        usage(stdout);
+        exit(0);
+    case CN_OPTS_BAD:
+        return false;
+    case CN_OPTS_OK:
+        break;
     }
-    for (a = 1; a < argc; a++) {
-        struct setting *s;
-
-        if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
-            usage(stdout);
-            exit(0);
-        }
-        if (strncmp(argv[a], "--", 2) != 0 || (s = setting_by_flag(argv[a] + 2)) == NULL) {
-            (void) fprintf(stderr, "cairn-runner: unknown argument '%s' (see --help)\n", argv[a]);
-            return false;
-        }
-        if (a + 1 >= argc) {
-            (void) fprintf(stderr, "cairn-runner: %s needs a value\n", argv[a]);
-            return false;
-        }
-        s->value = argv[++a];
-    }
-    for (i = 0; i < NSETTINGS; i++) {
-        struct setting *s = &settings[i];
-        char *end;
-        unsigned long long u;
-
-        if (s->kind != S_U32 || s->value == NULL) {
-            continue;
-        }
-        errno = 0;
-        u = strtoull(s->value, &end, 10);
-        if (errno != 0 || end == s->value || *end != '\0' || s->value[0] == '-' || u < s->min ||
-            u > s->max) {
-            (void) fprintf(stderr,
-                           "cairn-runner: %s (--%s) must be an integer in %u..%u, got '%s'\n",
-                           s->env, s->flag, s->min, s->max, s->value);
-            return false;
-        }
-    }
-    if (get("CAIRN_DATABASE_URL") == NULL) {
+    if (get("database-url") == NULL) {
         (void) fprintf(stderr, "cairn-runner: CAIRN_DATABASE_URL (--database-url) is required\n");
         return false;
     }
-    if (strcmp(get("CAIRN_LOG_FORMAT"), "text") != 0 &&
-        strcmp(get("CAIRN_LOG_FORMAT"), "json") != 0) {
-        (void) fprintf(stderr, "cairn-runner: CAIRN_LOG_FORMAT must be text or json, got '%s'\n",
-                       get("CAIRN_LOG_FORMAT"));
+    if (!cn_opts_log_setup(&opts)) {
         return false;
     }
-    {
-        static const char *const levels[] = {"debug", "info", "warn", "error"};
-        for (i = 0; i < 4 && strcmp(get("CAIRN_LOG_LEVEL"), levels[i]) != 0; i++) {
-        }
-        if (i == 4) {
-            (void) fprintf(stderr,
-                           "cairn-runner: CAIRN_LOG_LEVEL must be debug, info, warn or error, "
-                           "got '%s'\n",
-                           get("CAIRN_LOG_LEVEL"));
-            return false;
-        }
-        rn_log_setup((enum rn_log_level) i, strcmp(get("CAIRN_LOG_FORMAT"), "json") == 0);
-    }
-    if (strtoul(get("CAIRN_LOCK_HEARTBEAT_MS"), NULL, 10) >=
-        strtoul(get("CAIRN_LOCK_TTL_MS"), NULL, 10)) {
+    if (u32("lock-heartbeat-ms") >= u32("lock-ttl-ms")) {
         (void) fprintf(stderr, "cairn-runner: CAIRN_LOCK_HEARTBEAT_MS must be below "
                                "CAIRN_LOCK_TTL_MS, or leases expire between renewals\n");
         return false;
     }
     return true;
-}
-
-static uint32_t
-u32(const char *env)
-{
-    return (uint32_t) strtoul(get(env), NULL, 10);
 }
 
 struct stopper {
@@ -240,25 +236,25 @@ main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     (void) signal(SIGPIPE, SIG_IGN);
     memset(&cfg, 0, sizeof(cfg));
-    cfg.database_url = get("CAIRN_DATABASE_URL");
-    cfg.worker_listen = get("CAIRN_WORKER_LISTEN");
-    cfg.worker_credential = get("CAIRN_WORKER_CREDENTIAL");
-    cfg.http_listen = get("CAIRN_HTTP_LISTEN");
-    cfg.shards = u32("CAIRN_SHARDS");
-    cfg.persisters = u32("CAIRN_PERSISTERS");
-    cfg.max_instances = u32("CAIRN_MAX_INSTANCES");
-    cfg.poll_interval_ms = u32("CAIRN_POLL_INTERVAL_MS");
-    cfg.lock_ttl_ms = u32("CAIRN_LOCK_TTL_MS");
-    cfg.lock_heartbeat_ms = u32("CAIRN_LOCK_HEARTBEAT_MS");
-    cfg.reclaim_interval_ms = u32("CAIRN_RECLAIM_INTERVAL_MS");
-    cfg.evict_sleep_threshold_ms = u32("CAIRN_EVICT_SLEEP_THRESHOLD_MS");
-    cfg.default_action_timeout_ms = u32("CAIRN_DEFAULT_ACTION_TIMEOUT_MS");
-    cfg.worker_idle_ms = u32("CAIRN_WORKER_IDLE_MS");
+    cfg.database_url = get("database-url");
+    cfg.worker_listen = get("worker-listen");
+    cfg.worker_credential = get("worker-credential");
+    cfg.http_listen = get("http-listen");
+    cfg.shards = u32("shards");
+    cfg.persisters = u32("persisters");
+    cfg.max_instances = u32("max-instances");
+    cfg.poll_interval_ms = u32("poll-interval-ms");
+    cfg.lock_ttl_ms = u32("lock-ttl-ms");
+    cfg.lock_heartbeat_ms = u32("lock-heartbeat-ms");
+    cfg.reclaim_interval_ms = u32("reclaim-interval-ms");
+    cfg.evict_sleep_threshold_ms = u32("evict-sleep-threshold-ms");
+    cfg.default_action_timeout_ms = u32("default-action-timeout-ms");
+    cfg.worker_idle_ms = u32("worker-idle-ms");
     if ((rv = rn_runner_start(&cfg, &r, &em)) != CN_OK) {
-        rn_log(RN_LOG_ERROR, "cannot start: %s", em.text);
+        cn_log(CN_LOG_ERROR, "cannot start: %s", em.text);
         return rv == CN_INVAL ? 2 : 1; /* a setting the engine refused (an address) */
     }
-    rn_log(RN_LOG_INFO, "started: %u shard(s), workers on %s, pid %ld", cfg.shards,
+    cn_log(CN_LOG_INFO, "started: %u shard(s), workers on %s, pid %ld", cfg.shards,
            cfg.worker_listen, (long) getpid());
     for (;;) {
         struct timespec ts = {0, 100 * 1000000L};
@@ -266,21 +262,21 @@ main(int argc, char **argv)
 
         if (stopping && st.done) {
             pthread_join(stopper, NULL);
-            rn_log(RN_LOG_INFO, "stopped");
+            cn_log(CN_LOG_INFO, "stopped");
             return 0;
         }
         if (sig < 0) {
             continue;
         }
         if (stopping) {
-            rn_log(RN_LOG_WARN, "second signal (%s): exiting now", strsignal(sig));
+            cn_log(CN_LOG_WARN, "second signal (%s): exiting now", strsignal(sig));
             _exit(3);
         }
-        rn_log(RN_LOG_INFO, "%s: stopping (grace %u ms; a second signal exits at once)",
-               strsignal(sig), u32("CAIRN_SHUTDOWN_GRACE_MS"));
+        cn_log(CN_LOG_INFO, "%s: stopping (grace %u ms; a second signal exits at once)",
+               strsignal(sig), u32("shutdown-grace-ms"));
         stopping = true;
         st.r = r;
-        st.grace = u32("CAIRN_SHUTDOWN_GRACE_MS");
+        st.grace = u32("shutdown-grace-ms");
         st.done = 0;
         if (pthread_create(&stopper, NULL, stopper_main, &st) != 0) {
             rn_runner_stop(r, st.grace);

@@ -8,12 +8,12 @@
 #include <string.h>
 
 #include "ir/base/clock.h"
+#include "ir/base/log.h"
 #include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
 #include "ir/eval.h"
 #include "runner/backoff.h"
 #include "runner/dagcache.h"
-#include "runner/log.h"
 
 struct rn_claimer {
     struct rn_claimer_cfg cfg;
@@ -62,8 +62,8 @@ fail_version(struct rn_claimer *c, const struct rn_claimed *cl, const char *why)
     char id[37];
     cn_err rv;
 
-    rn_uuid_format(cl->instance_id, id);
-    rn_log(RN_LOG_ERROR, "instance %s (%s): its workflow version cannot run: %s", id, cl->workflow,
+    cn_uuid_format(cl->instance_id, id);
+    cn_log(CN_LOG_ERROR, "instance %s (%s): its workflow version cannot run: %s", id, cl->workflow,
            why);
     rv = ir_error_new("WorkflowError", why, ir_null(), ir_null(), &err);
     if (rv == CN_UTF8) {
@@ -74,7 +74,7 @@ fail_version(struct rn_claimer *c, const struct rn_claimed *cl, const char *why)
         cn_oom("WorkflowError");
     }
     if (b->ops->fail(b, cl->instance_id, cl->lock, err, &em) != CN_OK) {
-        rn_log(RN_LOG_ERROR, "cannot mark %s failed: %s (it is retried when its lease expires)", id,
+        cn_log(CN_LOG_ERROR, "cannot mark %s failed: %s (it is retried when its lease expires)", id,
                em.text);
     }
     ir_val_release(err);
@@ -99,7 +99,7 @@ claimer_main(void *arg)
         if (room > 0) {
             if (b->ops->claim(b, room, c->cfg.lock_ttl_ms, &cl, &n, &em) != CN_OK) {
                 int64_t pause = rn_backoff_next(&backoff);
-                rn_log(RN_LOG_ERROR, "claim failed (retrying in %lld ms): %s", (long long) pause,
+                cn_log(CN_LOG_ERROR, "claim failed (retrying in %lld ms): %s", (long long) pause,
                        em.text);
                 pause_ms(c, pause);
                 continue;
@@ -131,7 +131,7 @@ claimer_main(void *arg)
             continue; /* more may be due right now */
         }
         if (b->ops->wait_enqueue(b, (int) c->cfg.poll_interval_ms, &em) != CN_OK) {
-            rn_log(RN_LOG_WARN, "waiting for enqueue notifications failed: %s", em.text);
+            cn_log(CN_LOG_WARN, "waiting for enqueue notifications failed: %s", em.text);
             pause_ms(c, RN_BACKOFF_FIRST_MS);
         }
     }

@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "ir/base/uuid.h"
 #include "runner/exec_int.h"
 
 static const char *const status_names[] = {"free",    "active",   "running",
@@ -35,9 +36,9 @@ put_str(struct ir_val *m, const char *key, const char *s, cn_err *rv)
 static void
 put_id(struct ir_val *m, const char *key, const uint8_t id[16], cn_err *rv)
 {
-    char text[37];
+    char text[CN_UUID_TEXT_LEN + 1];
 
-    rn_uuid_format(id, text);
+    cn_uuid_format(id, text);
     put_str(m, key, text, rv);
 }
 

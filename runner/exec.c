@@ -36,22 +36,6 @@ rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-void
-rn_uuid_format(const uint8_t id[16], char buf[37])
-{
-    static const char hex[] = "0123456789abcdef";
-    int i, o = 0;
-
-    for (i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) {
-            buf[o++] = '-';
-        }
-        buf[o++] = hex[id[i] >> 4];
-        buf[o++] = hex[id[i] & 15];
-    }
-    buf[o] = '\0';
-}
-
 static void
 new_uuid(struct rn_instance *in, uint8_t id[16])
 {

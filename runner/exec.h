@@ -17,11 +17,11 @@
  *   branch index; a scope points at its caller's scope.
  * - Push-based: an event (action result, timer, cancel) touches its node, which advances along
  *   the template's edges, running inline nodes until each thread of control blocks again.
- * - Durability contract with the persister (runner/shard.h states the barrier): a step reports the
- * action results it consumed (done records, to insert first) and whether the snapshot must be
- *   rewritten. A step that only consumed results into aggregate slots needs no new snapshot:
- *   hydration re-applies those results. Any step that creates a dispatch, a timer or an outcome
- *   does, and its actions must not be dispatched before that snapshot is committed.
+ * - Durability contract with the persister (the commit barrier, runner/shard.h): a step reports
+ *   the action results it consumed (done records, to insert first) and whether the snapshot
+ *   must be rewritten. A step that only consumed results into aggregate slots needs no new
+ *   snapshot: hydration re-applies those results. Any step that creates a dispatch, a timer or
+ *   an outcome does, and its actions must not be dispatched before that snapshot is committed.
  */
 #ifndef RUNNER_EXEC_H
 #define RUNNER_EXEC_H
@@ -32,6 +32,7 @@
 
 #include "ir/base/buf.h"
 #include "ir/base/err.h"
+#include "ir/base/uuid.h"
 #include "ir/dag.h"
 #include "ir/value.h"
 
@@ -169,8 +170,5 @@ struct rn_instance_stats {
     uint64_t inline_steps; /* inline nodes run so far */
 };
 void rn_instance_stats(const struct rn_instance *in, struct rn_instance_stats *st);
-
-/* Formats a 16-byte id as the canonical 36-character UUID text into buf[37]. */
-void rn_uuid_format(const uint8_t id[16], char buf[37]);
 
 #endif

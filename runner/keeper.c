@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "ir/base/clock.h"
+#include "ir/base/log.h"
 #include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
 #include "runner/idmap.h"
-#include "runner/log.h"
 
 /* Expired leases cleared per reclaim statement: small enough to keep each one short. */
 #define RECLAIM_BATCH 1000
@@ -125,13 +125,13 @@ reclaim_expired(struct rn_keeper *k)
 
     do {
         if (b->ops->reclaim(b, RECLAIM_BATCH, &n, &em) != CN_OK) {
-            rn_log(RN_LOG_ERROR, "reclaiming expired leases failed: %s", em.text);
+            cn_log(CN_LOG_ERROR, "reclaiming expired leases failed: %s", em.text);
             return;
         }
         total += n;
     } while (n == RECLAIM_BATCH);
     if (total > 0) {
-        rn_log(RN_LOG_INFO, "reclaimed %zu expired lease(s)", total);
+        cn_log(CN_LOG_INFO, "reclaimed %zu expired lease(s)", total);
     }
 }
 
@@ -163,7 +163,7 @@ renew(struct rn_keeper *k)
     }
     if (b->ops->heartbeat(b, (const uint8_t(*)[16]) locks, n, k->cfg.lock_ttl_ms, lost, &em) !=
         CN_OK) {
-        rn_log(RN_LOG_ERROR, "lease heartbeat failed: %s", em.text);
+        cn_log(CN_LOG_ERROR, "lease heartbeat failed: %s", em.text);
     } else {
         for (i = 0; i < n; i++) {
             if (lost[i]) {

@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "ir/base/clock.h"
+#include "ir/base/log.h"
 #include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
 #include "runner/backoff.h"
-#include "runner/log.h"
 
 /* Most writes in one transaction: a batch this large already amortises the commit, and a
  * bounded batch keeps one transaction's locks and WAL burst short. */
@@ -86,7 +86,7 @@ persister_main(void *arg)
         if (rv != CN_OK) {
             int64_t pause = rn_backoff_next(&backoff);
 
-            rn_log(RN_LOG_ERROR, "persist of %zu writes failed (retrying in %lld ms): %s", n,
+            cn_log(CN_LOG_ERROR, "persist of %zu writes failed (retrying in %lld ms): %s", n,
                    (long long) pause, em.text);
             cn_mutex_lock(&p->mtx);
             if (!p->stop) {

@@ -7,8 +7,9 @@
  * Contexts are reused: one whose reply went out becomes a spare when enough others receive.
  *
  * DESIGN
- * - Lock order: only `p->mtx`. The result callback and every nng call that may block run with
- *   it released; replies (nng_ctx_send) are asynchronous and safe under the lock.
+ * - Lock order: only `p->mtx`. The result callback, log lines (struct results collects both)
+ *   and every nng call that may block run with it released; replies (nng_ctx_send) are
+ *   asynchronous and safe under the lock.
  * - A context is RECV (waiting for a request), SEND (a reply in flight), or PARKED (holding a
  *   worker's request). Its aio callback sees which by `state`.
  * - Every dispatch is recorded (token -> exec id, attempt, pipe, deadline) before its reply is
@@ -21,6 +22,7 @@
 #include "runner/pool.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,7 @@
 #include <nng/supplemental/tls/tls.h>
 
 #include "ir/base/clock.h"
+#include "ir/base/log.h"
 #include "ir/base/sync.h"
 #include "ir/eval.h"
 #include "runner/idmap.h"
@@ -138,10 +141,35 @@ token_key(uint64_t token, uint8_t key[16])
     memcpy(key + 8, &token, 8);
 }
 
+/* What a callback collected under p->mtx to hand out once it is released: results for p->fn,
+ * and log lines (stderr may block; the pool must not stall behind it). */
 struct results {
     struct out_result *items;
     size_t len, cap;
+    struct cn_buf notes; /* warnings, one per line */
 };
+
+#define RESULTS_INIT            \
+    {                           \
+        NULL, 0, 0, CN_BUF_INIT \
+    }
+
+/* Adds a warning for results_deliver to log. Out of memory it is lost. */
+static void results_note(struct results *rs, const char *fmt, ...) CN_PRINTF(2, 3);
+
+static void
+results_note(struct results *rs, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void) vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (cn_buf_puts(&rs->notes, line) != CN_OK || cn_buf_putc(&rs->notes, '\n') != CN_OK) {
+        /* out of memory: this warning is not logged */
+    }
+}
 
 /* Adds a result for delivery. Out of memory it is lost: the attempt then never completes in
  * the caller's eyes, which only a restart recovers (the executor re-dispatches it). */
@@ -169,12 +197,18 @@ results_add(struct results *rs, const uint8_t iid[16], const uint8_t id[16], uin
     rs->items[rs->len++] = o;
 }
 
-/* Delivers collected results with no lock held. */
+/* Logs the collected warnings and delivers the collected results, with no lock held. */
 static void
 results_deliver(struct rn_pool *p, struct results *rs)
 {
+    const char *line = rs->notes.data, *nl;
     size_t i;
 
+    while (line != NULL && (nl = strchr(line, '\n')) != NULL) {
+        cn_log(CN_LOG_WARN, "pool: %.*s", (int) (nl - line), line);
+        line = nl + 1;
+    }
+    cn_buf_fini(&rs->notes);
     for (i = 0; i < rs->len; i++) {
         p->fn(p->arg, &rs->items[i].r);
         ir_val_release(rs->items[i].r.value);
@@ -750,7 +784,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         }
     }
     if (wp_msg_decode(buf, len, &m, &em) != CN_OK) {
-        fprintf(stderr, "cairn pool: dropping worker connection %u: %s\n", c->pipe, em.text);
+        results_note(rs, "dropping worker connection %u: %s", c->pipe, em.text);
         p->st.bad_messages++;
         close_pipe(c->pipe);
         pctx_recv_locked(p, c);
@@ -827,7 +861,7 @@ pctx_cb(void *arg)
 {
     struct pctx *c = arg;
     struct rn_pool *p = c->p;
-    struct results rs = {NULL, 0, 0};
+    struct results rs = RESULTS_INIT;
     int rv = nng_aio_result(c->aio);
     nng_msg *msg;
 
@@ -867,7 +901,7 @@ static void
 pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
 {
     struct rn_pool *p = arg;
-    struct results rs = {NULL, 0, 0};
+    struct results rs = RESULTS_INIT;
     uint32_t id = nng_pipe_id(pp);
     struct worker **wp, *w;
     struct pctx *c;
@@ -914,7 +948,7 @@ timer_main(void *arg)
 
     cn_mutex_lock(&p->mtx);
     while (!p->stopping) {
-        struct results rs = {NULL, 0, 0};
+        struct results rs = RESULTS_INIT;
         int64_t mono = cn_mono_ms(), wall = cn_wall_ms();
         int64_t next = mono + p->idle_ms, wake;
         struct pctx *c;
@@ -937,8 +971,8 @@ timer_main(void *arg)
                 continue;
             }
             if (mono >= limit) {
-                fprintf(stderr, "cairn pool: worker %s silent for %lld ms: dropping it\n",
-                        w->name != NULL ? w->name : "?", (long long) (mono - w->last_seen));
+                results_note(&rs, "worker %s silent for %lld ms: dropping it",
+                             w->name != NULL ? w->name : "?", (long long) (mono - w->last_seen));
                 p->st.silent++;
                 w->last_seen = mono; /* once: its removal callback fails what it held */
                 close_pipe(w->pipe);
@@ -970,7 +1004,7 @@ timer_main(void *arg)
                 next = mono + (f->deadline - wall);
             }
         }
-        if (rs.len > 0) {
+        if (rs.len > 0 || rs.notes.len > 0) {
             cn_mutex_unlock(&p->mtx);
             results_deliver(p, &rs);
             cn_mutex_lock(&p->mtx);
@@ -1076,7 +1110,7 @@ cn_err
 rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
 {
     struct queued *q = calloc(1, sizeof(*q));
-    struct results rs = {NULL, 0, 0};
+    struct results rs = RESULTS_INIT;
     struct worker *w;
 
     if (q == NULL || (q->action = strdup(d->action)) == NULL) {
@@ -1156,7 +1190,7 @@ rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st)
 void
 rn_pool_stop(struct rn_pool *p)
 {
-    struct results rs = {NULL, 0, 0};
+    struct results rs = RESULTS_INIT;
     struct pctx *c, *next;
     struct worker *w, *wn;
     struct queued *q, *qn;

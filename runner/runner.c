@@ -26,12 +26,12 @@
 #include <string.h>
 
 #include "ir/base/clock.h"
+#include "ir/base/log.h"
 #include "ir/base/xalloc.h"
 #include "runner/backend.h"
 #include "runner/claimer.h"
 #include "runner/http.h"
 #include "runner/keeper.h"
-#include "runner/log.h"
 #include "runner/metrics.h"
 #include "runner/persister.h"
 #include "runner/pool.h"
@@ -286,7 +286,7 @@ report_latency(struct rn_runner *r)
     if (all.count == 0) {
         return;
     }
-    rn_log(RN_LOG_INFO,
+    cn_log(CN_LOG_INFO,
            "claim-to-first-dispatch: p50 %llu ms, p99 %llu ms, max %llu ms over %llu instances",
            (unsigned long long) rn_lathist_quantile(&all, 0.5) / 1000,
            (unsigned long long) rn_lathist_quantile(&all, 0.99) / 1000,
@@ -309,10 +309,10 @@ release_handed_back(struct rn_runner *r, const struct rn_shard_out *handed)
         memcpy(locks[k], handed->handed_back.items[k].lock, 16);
     }
     if (r->lease_b->ops->release(r->lease_b, (const uint8_t(*)[16]) locks, n, &em) != CN_OK) {
-        rn_log(RN_LOG_ERROR,
+        cn_log(CN_LOG_ERROR,
                "could not hand back %zu instance(s): %s (their leases expire instead)", n, em.text);
     } else {
-        rn_log(RN_LOG_INFO, "handed back %zu instance(s)", n);
+        cn_log(CN_LOG_INFO, "handed back %zu instance(s)", n);
     }
     free(locks);
 }
@@ -332,7 +332,7 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
     /* Let running actions report and their writes commit, up to the grace period. */
     busy = rn_busy_wait_idle(&r->busy, cn_mono_ms() + grace_ms);
     if (busy > 0) {
-        rn_log(RN_LOG_WARN,
+        cn_log(CN_LOG_WARN,
                "shutdown: %lld instance(s) still busy after the grace period; handing them back",
                (long long) busy);
     }

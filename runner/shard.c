@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/base/log.h"
 #include "ir/base/xalloc.h"
 #include "ir/eval.h"
 #include "runner/idmap.h"
-#include "runner/log.h"
 #include "runner/timerheap.h"
 
 struct inst {
@@ -190,12 +190,12 @@ inst_remove(struct rn_shard *sh, struct inst *in, struct rn_shard_out *out)
 }
 
 static void
-log_instance(enum rn_log_level level, const struct inst *in, const char *what)
+log_instance(enum cn_log_level level, const struct inst *in, const char *what)
 {
     char id[37];
 
-    rn_uuid_format(in->id, id);
-    rn_log(level, "instance %s: %s", id, what);
+    cn_uuid_format(in->id, id);
+    cn_log(level, "instance %s: %s", id, what);
 }
 
 /* Hands the output's actions to the caller for dispatch and arms its timers; ready_us is when
@@ -349,7 +349,7 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         /* Claimed again while we still hold a copy: our lease expired (the claim only takes
          * expired leases) and the new claim's token supersedes the old, which can no longer
          * write. The copy is stale: drop it and run the new claim from the committed state. */
-        log_instance(RN_LOG_WARN, in,
+        log_instance(CN_LOG_WARN, in,
                      "lease lost (it expired here and was claimed again); resuming from the "
                      "last commit");
         out->lost++;
@@ -380,8 +380,8 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         const char *why = em.text[0] ? em.text : cn_strerror(rv);
         char id[37];
 
-        rn_uuid_format(in->id, id);
-        rn_log(RN_LOG_ERROR, "instance %s (%s) cannot resume: %s", id, in->workflow, why);
+        cn_uuid_format(in->id, id);
+        cn_log(CN_LOG_ERROR, "instance %s (%s) cannot resume: %s", id, in->workflow, why);
         rn_step_out_clear(&sh->step);
         fail_unresumable(sh, in, why, out);
         return;
@@ -435,7 +435,7 @@ maybe_evict_sleeper(struct rn_shard *sh, struct inst *in, struct cn_now now,
     }
     (void) snprintf(msg, sizeof(msg), "sleeping %lld ms, handed back until due",
                     (long long) (wake - now.wall_ms));
-    log_instance(RN_LOG_INFO, in, msg);
+    log_instance(CN_LOG_INFO, in, msg);
     q = rn_wreq_new(sh->cfg.index, in->id, in->lock);
     q->w.release = true;
     q->w.wake_at_ms = wake;
@@ -459,7 +459,7 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     in->writing = false;
     if (e->lost || e->write_failed) {
         if (e->lost) {
-            log_instance(RN_LOG_WARN, in, "lease lost, evicted (no more writes from here)");
+            log_instance(CN_LOG_WARN, in, "lease lost, evicted (no more writes from here)");
             out->lost++;
         }
         inst_remove(sh, in, out);
@@ -516,7 +516,7 @@ on_lost(struct rn_shard *sh, struct rn_sev *e, struct rn_shard_out *out)
          * which is no loss at all. */
         return;
     }
-    log_instance(RN_LOG_WARN, in, "lease lost (found by heartbeat), evicted");
+    log_instance(CN_LOG_WARN, in, "lease lost (found by heartbeat), evicted");
     out->lost++;
     inst_remove(sh, in, out);
 }

@@ -8,7 +8,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -22,11 +21,17 @@
 #include <unistd.h>
 
 #include "cairn/worker.h"
+#include "ir/base/log.h"
+#include "ir/base/opts.h"
 #include "ir/eval.h"
+#include "worker-protocol/proto.h"
 #include "worker-protocol/std_actions.h"
 
-#define DEFAULT_URL   "tcp://127.0.0.1:24118"
-#define STOP_GRACE_MS 10000
+#define STOP_GRACE_S  10 /* plain literal: the help text spells it */
+#define STOP_GRACE_MS (STOP_GRACE_S * 1000)
+#define STR_(x)       #x
+#define STR(x)        STR_(x)
+#define GRACE_TEXT    STR(STOP_GRACE_S)
 
 /* ---- executables as actions (--exec-dir) --------------------------------------------------- */
 
@@ -508,7 +513,7 @@ exec_scan(const char *dir, struct exec_action **out, size_t *n_out)
     cn_err rv = CN_OK;
 
     if ((d = opendir(dir)) == NULL) {
-        (void) fprintf(stderr, "cairn-worker: --exec-dir %s: %s\n", dir, strerror(errno));
+        cn_log(CN_LOG_ERROR, "--exec-dir %s: %s", dir, strerror(errno));
         return CN_IO;
     }
     while ((de = readdir(d)) != NULL) {
@@ -559,29 +564,69 @@ exec_scan(const char *dir, struct exec_action **out, size_t *n_out)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
-static void
-usage(FILE *f)
-{
-    (void) fprintf(
-        f,
-        "usage: cairn-worker [--url URL] [--name NAME] [--slots N] [--prefetch N]\n"
+/* The options: one table drives the flags, CAIRN_WORKER_URL and CAIRN_WORKER_CREDENTIAL, the
+ * log's settings, the range checks and the help text (ir/base/opts.h). */
+static struct cn_opt options[] = {
+    {.flag = "url",
+     .kind = CN_OPT_STR,
+     .env = "CAIRN_WORKER_URL",
+     .def = WP_DEFAULT_URL,
+     .arg = "URL",
+     .help = "runner address"},
+    {.flag = "name", .kind = CN_OPT_STR, .arg = "NAME", .help = "worker name (default HOST-PID)"},
+    {.flag = "slots",
+     .kind = CN_OPT_INT,
+     .def = "1",
+     .min = 1,
+     .max = WP_MAX_SLOTS,
+     .help = "actions run at once, 1.." STR(WP_MAX_SLOTS)},
+    {.flag = "prefetch",
+     .kind = CN_OPT_INT,
+     .def = "0",
+     .min = 0,
+     .max = WP_MAX_PREFETCH,
+     .help = "attempts the runner may send ahead of free slots, 0.." STR(WP_MAX_PREFETCH)},
+    {.flag = "credential",
+     .kind = CN_OPT_STR,
+     .env = "CAIRN_WORKER_CREDENTIAL",
+     .arg = "TOKEN",
+     .help = "shared token"},
+    {.flag = "exec-dir",
+     .kind = CN_OPT_STR,
+     .arg = "DIR",
+     .help = "also serve each executable DIR/NAME as action exec.NAME"},
+    {.flag = "tls-ca",
+     .kind = CN_OPT_STR,
+     .arg = "FILE",
+     .help = "tls+tcp://: PEM CA that signed the runner's certificate"},
+    {.flag = "tls-cert-key",
+     .kind = CN_OPT_STR,
+     .arg = "FILE",
+     .help = "tls+tcp://: PEM certificate and key of this worker"},
+    {.flag = "tls-server-name",
+     .kind = CN_OPT_STR,
+     .arg = "NAME",
+     .help = "tls+tcp://: name to check in the runner's certificate"},
+    CN_OPTS_LOG_ROWS,
+    /* Hidden, for tests: see run_once. */
+    {.flag = "run-once", .kind = CN_OPT_STR},
+    {.flag = "deadline-ms", .kind = CN_OPT_INT, .min = 0, .max = CAIRN_STD_MAX_SLEEP_MS},
+};
+
+static struct cn_opts opts_table = {
+    .prog = "cairn-worker",
+    .usage =
+        "cairn-worker [--url URL] [--name NAME] [--slots N] [--prefetch N]\n"
         "                    [--credential TOKEN] [--exec-dir DIR] [--tls-ca FILE]\n"
         "                    [--tls-cert-key FILE] [--tls-server-name NAME]\n"
+        "                    [--log-level LEVEL] [--log-format FORMAT]\n"
         "Serves std.noop, std.echo, std.sleep, std.fail, std.flaky and std.hash to a Cairn\n"
-        "runner. SIGTERM/SIGINT stop it after running actions finish (grace %d s).\n"
-        "  --url URL           runner address (env CAIRN_WORKER_URL; default " DEFAULT_URL ")\n"
-        "  --name NAME         worker name (default HOST-PID)\n"
-        "  --slots N           actions run at once, 1..4096 (default 1)\n"
-        "  --prefetch N        attempts the runner may send ahead of free slots, 0..4096\n"
-        "                      (default 0)\n"
-        "  --credential TOKEN  shared token (env CAIRN_WORKER_CREDENTIAL)\n"
-        "  --exec-dir DIR      also serve each executable DIR/NAME as action exec.NAME\n"
-        "  --tls-ca FILE       tls+tcp://: PEM CA that signed the runner's certificate\n"
-        "  --tls-cert-key FILE tls+tcp://: PEM certificate and key of this worker\n"
-        "  --tls-server-name NAME  tls+tcp://: name to check in the runner's certificate\n"
-        "  --help              this text\n",
-        STOP_GRACE_MS / 1000);
-}
+        "runner. SIGTERM/SIGINT stop it after running actions finish (grace " GRACE_TEXT " s).",
+    .hint = "--help",
+    .opts = options,
+    .nopts = sizeof(options) / sizeof(options[0]),
+    .max_args = 1, /* --run-once's kwargs */
+};
 
 
 /* Hidden test mode (--run-once ACTION JSON_KWARGS [--deadline-ms N]): runs one action here,
@@ -658,121 +703,66 @@ out:
 int
 main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"url", required_argument, NULL, 'u'},
-        {"name", required_argument, NULL, 'n'},
-        {"slots", required_argument, NULL, 's'},
-        {"prefetch", required_argument, NULL, 'p'},
-        {"credential", required_argument, NULL, 'c'},
-        {"exec-dir", required_argument, NULL, 'x'},
-        {"tls-ca", required_argument, NULL, 'A'},
-        {"tls-cert-key", required_argument, NULL, 'K'},
-        {"tls-server-name", required_argument, NULL, 'S'},
-        {"run-once", required_argument, NULL, 'r'},
-        {"deadline-ms", required_argument, NULL, 'd'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     struct cairn_worker_options opts;
     struct cairn_worker *w = NULL;
     struct exec_action *ex = NULL;
     size_t nex = 0;
-    const char *url = getenv("CAIRN_WORKER_URL"), *exec_dir = NULL, *once = NULL;
+    const char *url, *exec_dir, *once;
     struct timespec poll_ts = {0, 200 * 1000000L};
     sigset_t sigs;
     bool waiting_logged = false;
-    char *end;
-    long slots;
-    long long deadline_ms = 0;
     size_t i;
     cn_err rv;
-    int opt, sig = 0, code;
+    int sig = 0, code;
 
-    memset(&opts, 0, sizeof(opts));
-    opts.credential = getenv("CAIRN_WORKER_CREDENTIAL");
-    if (opts.credential != NULL && *opts.credential == '\0') {
-        opts.credential = NULL;
+    switch (cn_opts_parse(&opts_table, argc - 1, argv + 1)) {
+    case CN_OPTS_HELP:
+        cn_opts_help(stdout, &opts_table);
+        return 0;
+    case CN_OPTS_BAD:
+        return 2;
+    case CN_OPTS_OK:
+        break;
     }
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'u':
-            url = optarg;
-            break;
-        case 'n':
-            opts.name = optarg;
-            break;
-        case 's':
-            errno = 0;
-            slots = strtol(optarg, &end, 10);
-            if (errno != 0 || *end != '\0' || slots < 1 || slots > 4096) {
-                (void) fprintf(stderr, "cairn-worker: --slots must be 1..4096\n");
-                return 2;
-            }
-            opts.slots = (uint32_t) slots;
-            break;
-        case 'p':
-            errno = 0;
-            slots = strtol(optarg, &end, 10);
-            if (errno != 0 || *end != '\0' || slots < 0 || slots > 4096) {
-                (void) fprintf(stderr, "cairn-worker: --prefetch must be 0..4096\n");
-                return 2;
-            }
-            opts.prefetch = (uint32_t) slots;
-            break;
-        case 'c':
-            opts.credential = optarg;
-            break;
-        case 'x':
-            exec_dir = optarg;
-            break;
-        case 'A':
-            opts.tls_ca_file = optarg;
-            break;
-        case 'K':
-            opts.tls_cert_key_file = optarg;
-            break;
-        case 'S':
-            opts.tls_server_name = optarg;
-            break;
-        case 'r':
-            once = optarg;
-            break;
-        case 'd':
-            errno = 0;
-            deadline_ms = strtoll(optarg, &end, 10);
-            if (errno != 0 || *end != '\0' || deadline_ms < 0 ||
-                deadline_ms > CAIRN_STD_MAX_SLEEP_MS) {
-                (void) fprintf(stderr, "cairn-worker: bad --deadline-ms\n");
-                return 2;
-            }
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc - (once != NULL ? 1 : 0)) {
-        usage(stderr);
+    once = cn_opts_str(&opts_table, "run-once");
+    if (once == NULL && opts_table.nargs > 0) {
+        (void) fprintf(stderr, "cairn-worker: unexpected argument '%s' (see --help)\n", argv[1]);
         return 2;
     }
+    if (once != NULL && opts_table.nargs == 0) {
+        (void) fprintf(stderr, "cairn-worker: --run-once ACTION needs the kwargs (JSON) too\n");
+        return 2;
+    }
+    if (!cn_opts_log_setup(&opts_table)) {
+        return 2;
+    }
+    memset(&opts, 0, sizeof(opts));
+    url = cn_opts_str(&opts_table, "url");
+    opts.name = cn_opts_str(&opts_table, "name");
+    opts.slots = (uint32_t) cn_opts_int(&opts_table, "slots");
+    opts.prefetch = (uint32_t) cn_opts_int(&opts_table, "prefetch");
+    opts.credential = cn_opts_str(&opts_table, "credential");
+    opts.tls_ca_file = cn_opts_str(&opts_table, "tls-ca");
+    opts.tls_cert_key_file = cn_opts_str(&opts_table, "tls-cert-key");
+    opts.tls_server_name = cn_opts_str(&opts_table, "tls-server-name");
+    exec_dir = cn_opts_str(&opts_table, "exec-dir");
     /* A child that exits without reading its stdin must not kill us (write gets EPIPE). */
     if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
         return 1;
     }
     if (exec_dir != NULL && (rv = exec_scan(exec_dir, &ex, &nex)) != CN_OK) {
-        (void) fprintf(stderr, "cairn-worker: --exec-dir: %s\n", cn_strerror(rv));
+        if (rv != CN_IO) { /* CN_IO: exec_scan said why */
+            cn_log(CN_LOG_ERROR, "--exec-dir %s: %s", exec_dir, cn_strerror(rv));
+        }
         return 2;
     }
     if (once != NULL) {
-        code = run_once(once, argv[optind], deadline_ms, ex, nex);
+        code = run_once(once, argv[1], cn_opts_int(&opts_table, "deadline-ms"), ex, nex);
         exec_actions_free(ex, nex);
         return code;
     }
-    if (url == NULL || *url == '\0') {
-        url = DEFAULT_URL;
+    if (*url == '\0') {
+        url = WP_DEFAULT_URL; /* as when neither the flag nor the variable is set */
     }
     /* Signals are taken synchronously (sigtimedwait) by this thread; every thread the SDK
      * starts inherits the blocked mask. */
@@ -785,7 +775,7 @@ main(int argc, char **argv)
     }
     opts.start_timeout_ms = 1000; /* retried below, so that a signal can interrupt */
     if ((rv = cairn_worker_new(url, &opts, &w)) != CN_OK) {
-        (void) fprintf(stderr, "cairn-worker: %s\n", cn_strerror(rv));
+        cn_log(CN_LOG_ERROR, "cannot start: %s", cn_strerror(rv));
         exec_actions_free(ex, nex);
         return 2;
     }
@@ -797,7 +787,7 @@ main(int argc, char **argv)
         rv = cairn_worker_register(w, ex[i].name, act_exec, &ex[i]);
     }
     if (rv != CN_OK) {
-        (void) fprintf(stderr, "cairn-worker: %s\n", cn_strerror(rv));
+        cn_log(CN_LOG_ERROR, "cannot start: %s", cn_strerror(rv));
         cairn_worker_free(w);
         exec_actions_free(ex, nex);
         return 1;
@@ -808,18 +798,18 @@ main(int argc, char **argv)
             break;
         }
         if (rv != CN_IO || sigtimedwait(&sigs, NULL, &(struct timespec){0, 0}) > 0) {
-            (void) fprintf(stderr, "cairn-worker: %s\n",
-                           rv == CN_IO ? "stopped before connecting" : cairn_worker_error(w));
+            cn_log(rv == CN_IO ? CN_LOG_INFO : CN_LOG_ERROR, "%s",
+                   rv == CN_IO ? "stopped before connecting" : cairn_worker_error(w));
             cairn_worker_free(w);
             exec_actions_free(ex, nex);
             return rv == CN_IO ? 0 : 1;
         }
         if (!waiting_logged) {
-            (void) fprintf(stderr, "cairn-worker: waiting for a runner at %s\n", url);
+            cn_log(CN_LOG_INFO, "waiting for a runner at %s", url);
             waiting_logged = true;
         }
     }
-    (void) fprintf(stderr, "cairn-worker: serving %zu actions at %s\n", CAIRN_N_STD + nex, url);
+    cn_log(CN_LOG_INFO, "serving %zu actions at %s", CAIRN_N_STD + nex, url);
     while (cairn_worker_running(w)) {
         sig = sigtimedwait(&sigs, NULL, &poll_ts);
         if (sig > 0) {
@@ -828,7 +818,7 @@ main(int argc, char **argv)
     }
     rv = cairn_worker_running(w) || sig > 0 ? CN_OK : CN_PROTO;
     if (sig > 0) {
-        (void) fprintf(stderr, "cairn-worker: %s, stopping\n", strsignal(sig));
+        cn_log(CN_LOG_INFO, "%s: stopping (grace %d s)", strsignal(sig), STOP_GRACE_MS / 1000);
     }
     cairn_worker_stop(w, STOP_GRACE_MS);
     cairn_worker_free(w);

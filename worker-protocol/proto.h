@@ -6,10 +6,11 @@
  * answers each with one reply (welcome, refused, dispatch, noop, cancel, ack).
  *
  * Decoding is strict and allocation-safe: the bytes are shape-checked before msgpack-c sees
- * them (msgpack-c recurses without a limit), every field is checked for presence and type, values
- * (kwargs, results, errors) are decoded as separate value documents, and anything malformed is a
- * typed error (CN_PROTO, CN_VERSION), never a crash. Unknown fields are ignored so that a newer
- * peer can add optional fields; an unknown kind is an error. Pure: no I/O, no threads.
+ * them (ir_msgpack_shape_ok: msgpack-c trusts the sizes a message claims), every field is
+ * checked for presence and type, values (kwargs, results,
+ * errors) are decoded as separate value documents, and anything malformed is a typed error
+ * (CN_PROTO, CN_VERSION), never a crash. Unknown fields are ignored so that a newer peer can
+ * add optional fields; an unknown kind is an error. Pure: no I/O, no threads.
  */
 #ifndef WORKER_PROTOCOL_PROTO_H
 #define WORKER_PROTOCOL_PROTO_H
@@ -24,6 +25,8 @@
 #include "ir/value.h"
 
 #define WP_PROTOCOL_VERSION 1
+/* Where a worker dials, and the runner listens, when not told otherwise. */
+#define WP_DEFAULT_URL "tcp://127.0.0.1:24118"
 /* Largest message either side accepts (set as NNG_OPT_RECVMAXSZ on every socket). nng counts
  * its own header (the REQ/REP request id, a few bytes) against that limit, so senders keep
  * message bodies to WP_MAX_BODY. */

@@ -44,6 +44,7 @@
 #include <nng/supplemental/tls/tls.h>
 
 #include "ir/base/clock.h"
+#include "ir/base/log.h"
 #include "ir/base/sync.h"
 #include "ir/eval.h"
 #include "worker-protocol/include/cairn/worker.h"
@@ -220,11 +221,11 @@ sdk_nng_err(int rv)
     }
 }
 
+/* Through the host process's log (ir/base/log.h): its level and format apply. */
 static void
-sdk_log(const struct cairn_worker *w, const char *what, const char *detail)
+sdk_log(const struct cairn_worker *w, enum cn_log_level level, const char *what, const char *detail)
 {
-    (void) fprintf(stderr, "cairn worker %s: %s%s%s\n", w->name, what, detail ? ": " : "",
-                   detail ? detail : "");
+    cn_log(level, "worker %s: %s%s%s", w->name, what, detail ? ": " : "", detail ? detail : "");
 }
 
 /* Sets the error text of the last failure (start's callers read it). */
@@ -233,7 +234,7 @@ sdk_fail(struct cairn_worker *w, cn_err rv, const char *what, const char *detail
 {
     (void) snprintf(w->errtext, sizeof(w->errtext), "%s%s%s", what, detail ? ": " : "",
                     detail ? detail : "");
-    sdk_log(w, what, detail);
+    sdk_log(w, CN_LOG_ERROR, what, detail);
     return rv;
 }
 
@@ -327,7 +328,7 @@ sdk_recv(struct cairn_worker *w, nng_ctx ctx, nng_aio *aio, uint64_t gen, bool a
         sdk_unlock(w);
     }
     if (wp_msg_decode(nng_msg_body(msg), nng_msg_len(msg), out, &em) != CN_OK) {
-        sdk_log(w, "undecodable reply, treated as noop", em.text);
+        sdk_log(w, CN_LOG_WARN, "undecodable reply, treated as noop", em.text);
         wp_msg_fini(out);
         wp_msg_init(out, WP_NOOP);
     }
@@ -384,7 +385,7 @@ sdk_hello(struct cairn_worker *w, uint64_t gen)
         break;
     case WP_REFUSED:
         (void) snprintf(w->errtext, sizeof(w->errtext), "refused: %s", r.reason);
-        sdk_log(w, w->errtext, NULL);
+        sdk_log(w, CN_LOG_ERROR, w->errtext, NULL);
         rv = CN_PROTO;
         break;
     case WP_NOOP:
@@ -635,7 +636,7 @@ static void
 sdk_drop_locked(struct cairn_worker *w, const char *why)
 {
     if (w->sock_open && !w->need_hello) {
-        sdk_log(w, "starting a new session", why);
+        sdk_log(w, CN_LOG_WARN, "starting a new session", why);
         sdk_session_lost_locked(w);
     }
 }
@@ -662,7 +663,7 @@ sdk_fetch_cb(void *arg)
         msg = nng_aio_get_msg(f->aio);
         nng_aio_set_msg(f->aio, NULL);
         if (wp_msg_decode(nng_msg_body(msg), nng_msg_len(msg), &r, &em) != CN_OK) {
-            sdk_log(w, "undecodable reply to ready", em.text);
+            sdk_log(w, CN_LOG_WARN, "undecodable reply to ready", em.text);
             wp_msg_init(&r, WP_NOOP);
             undecodable = true; /* it may have carried attempts we can never report */
         }
@@ -696,10 +697,11 @@ sdk_fetch_cb(void *arg)
                     sdk_drop_locked(w, "out of memory queueing a dispatch");
                 }
             } else {
-                sdk_log(w, "dispatch from a previous connection: not run", NULL);
+                sdk_log(w, CN_LOG_INFO, "dispatch from a previous connection: not run", NULL);
             }
         } else if (rv == 0 && r.kind != WP_NOOP) {
-            sdk_log(w, "unexpected reply to ready, treated as noop", wp_kind_name(r.kind));
+            sdk_log(w, CN_LOG_WARN, "unexpected reply to ready, treated as noop",
+                    wp_kind_name(r.kind));
         }
     }
     if (rv != NNG_ECLOSED) {
@@ -907,7 +909,7 @@ sdk_ctl_main(void *arg)
         }
         wp_msg_init(&m, WP_CONTROL);
         if ((rv = sdk_msg_new(&m, &msg)) != CN_OK) {
-            sdk_log(w, "cannot build control", cn_strerror(rv));
+            sdk_log(w, CN_LOG_ERROR, "cannot build control", cn_strerror(rv));
             break;
         }
         /* Heartbeat, the runner's rule mirrored: it answers a parked request within idle_ms,
@@ -933,7 +935,7 @@ sdk_ctl_main(void *arg)
         if (nrv == NNG_ETIMEDOUT) {
             nng_pipe pp;
 
-            sdk_log(w, "runner silent for three idle periods: reconnecting", NULL);
+            sdk_log(w, CN_LOG_WARN, "runner silent for three idle periods: reconnecting", NULL);
             sdk_lock(w);
             pp = w->session_pipe;
             sdk_session_lost_locked(w);
@@ -948,7 +950,8 @@ sdk_ctl_main(void *arg)
         if (r.kind == WP_CANCEL) {
             sdk_cancel_attempt(w, &r);
         } else if (r.kind != WP_NOOP && r.kind != WP_ACK) {
-            sdk_log(w, "unexpected reply to control, treated as noop", wp_kind_name(r.kind));
+            sdk_log(w, CN_LOG_WARN, "unexpected reply to control, treated as noop",
+                    wp_kind_name(r.kind));
         }
         wp_msg_fini(&r);
     }

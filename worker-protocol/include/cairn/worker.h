@@ -18,8 +18,9 @@
  * that were running when the connection dropped are not reported (the runner has already
  * failed them with WorkerLost). Functions are not thread-safe unless marked "Thread-safe".
  *
- * ERRORS. Functions return cn_err (ir/base/err.h; CN_OK is 0). Details go to stderr and, for
- * start(), to cairn_worker_error().
+ * ERRORS. Functions return cn_err (ir/base/err.h; CN_OK is 0). Details go to the log (stderr,
+ * through ir/base/log.h: cn_log_setup chooses the level and text or JSON lines) and, for start(),
+ * to cairn_worker_error().
  */
 #ifndef CAIRN_WORKER_H
 #define CAIRN_WORKER_H

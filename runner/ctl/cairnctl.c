@@ -2,16 +2,18 @@
 /*
  * cairnctl: the operator and developer command line. This file holds the command table and
  * the commands that need no database: `check` (compile workflow files, report errors) and `dag`
- * (show the compiled graph as text, Graphviz DOT or a summary); ctl_db.c has the others.
- * Single-threaded. Exit codes: runner/ctl.h.
+ * (show the compiled graph as text, Graphviz DOT or a summary), and ctl_opts, through which
+ * every command parses its options; ctl_db.c has the database commands, ctl_exec.c `exec`.
+ * Single-threaded. Exit codes: ctl.h.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ir/compile.h"
-#include "runner/ctl.h"
+#include "runner/ctl/ctl.h"
 
 #define CTL_MAX_SOURCE (16u << 20) /* workflow sources are text; 16 MiB is far beyond any */
 
@@ -63,6 +65,23 @@ usage(FILE *to)
                 "exit status: 0 ok, 1 input rejected (compile errors, bad input, unknown name),\n"
                 "2 usage or file error, 3 database error, 4 instance failed or cancelled,\n"
                 "5 instance not finished (or --wait timed out)\n");
+}
+
+bool
+ctl_opts(struct cn_opts *s, int argc, char **argv, int *status)
+{
+    switch (cn_opts_parse(s, argc, argv)) {
+    case CN_OPTS_HELP:
+        cn_opts_help(stdout, s);
+        *status = EXIT_OK;
+        return false;
+    case CN_OPTS_BAD:
+        *status = EXIT_USAGE;
+        return false;
+    case CN_OPTS_OK:
+        break;
+    }
+    return true;
 }
 
 char *
@@ -152,24 +171,21 @@ ctl_compile_file(const char *path, struct ir_dag **out, char **src_out, size_t *
 static int
 cmd_check(int argc, char **argv)
 {
-    int i, status = EXIT_OK, nfiles = 0, r;
-    int quiet = 0;
+    struct cn_opt rows[] = {
+        {.flag = "quiet", .letter = 'q', .kind = CN_OPT_BOOL, .help = "print errors only"},
+    };
+    struct cn_opts o = CTL_OPTS("check", "[--quiet] FILE...", rows, SIZE_MAX);
+    int status = EXIT_OK, r;
+    bool quiet;
+    size_t i;
 
-    for (i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) {
-            quiet = 1;
-        }
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
     }
-    for (i = 0; i < argc; i++) {
+    quiet = cn_opts_bool(&o, "quiet");
+    for (i = 0; i < o.nargs; i++) {
         struct ir_dag *dag = NULL;
-        if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) {
-            continue;
-        }
-        if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "cairnctl check: unknown option %s\n", argv[i]);
-            return EXIT_USAGE;
-        }
-        nfiles++;
+
         r = ctl_compile_file(argv[i], &dag, NULL, NULL);
         if (r == EXIT_OK && !quiet) {
             printf("%s: ok (%u nodes, %u frame%s)\n", argv[i], dag->nnodes, dag->nframes,
@@ -180,8 +196,8 @@ cmd_check(int argc, char **argv)
             status = r;
         }
     }
-    if (nfiles == 0) {
-        fprintf(stderr, "usage: cairnctl check [--quiet] FILE...\n");
+    if (o.nargs == 0) {
+        fprintf(stderr, "usage: %s\n", o.usage);
         return EXIT_USAGE;
     }
     return status;
@@ -190,31 +206,29 @@ cmd_check(int argc, char **argv)
 static int
 cmd_dag(int argc, char **argv)
 {
-    const char *file = NULL, *format = "text";
+    struct cn_opt rows[] = {
+        {.flag = "format",
+         .kind = CN_OPT_STR,
+         .def = "text",
+         .arg = "F",
+         .help = "text, dot (Graphviz), summary or msgpack"},
+    };
+    struct cn_opts o = CTL_OPTS("dag", "FILE [--format text|dot|summary|msgpack]", rows, 1);
+    const char *file, *format;
     struct ir_dag *dag = NULL;
     struct cn_buf out = CN_BUF_INIT;
     cn_err rv;
-    int i, status;
+    int status;
 
-    for (i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
-            format = argv[++i];
-        } else if (strncmp(argv[i], "--format=", 9) == 0) {
-            format = argv[i] + 9;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "cairnctl dag: unknown option %s\n", argv[i]);
-            return EXIT_USAGE;
-        } else if (file == NULL) {
-            file = argv[i];
-        } else {
-            fprintf(stderr, "cairnctl dag: one file at a time\n");
-            return EXIT_USAGE;
-        }
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
     }
-    if (file == NULL) {
-        fprintf(stderr, "usage: cairnctl dag FILE [--format text|dot|summary|msgpack]\n");
+    if (o.nargs == 0) {
+        fprintf(stderr, "usage: %s\n", o.usage);
         return EXIT_USAGE;
     }
+    file = argv[0];
+    format = cn_opts_str(&o, "format");
     if (strcmp(format, "text") != 0 && strcmp(format, "dot") != 0 &&
         strcmp(format, "summary") != 0 && strcmp(format, "msgpack") != 0) {
         fprintf(stderr, "cairnctl dag: unknown format '%s' (text, dot, summary or msgpack)\n",

@@ -1,28 +1,53 @@
 /* SPDX-License-Identifier: MIT */
 /* Log lines (see log.h). The settings are written once, before any thread starts. */
-#include "runner/log.h"
+#include "ir/base/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <jansson.h>
 
-static enum rn_log_level log_min = RN_LOG_INFO;
+static enum cn_log_level log_min = CN_LOG_INFO;
 static bool log_json;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
 void
-rn_log_setup(enum rn_log_level min, bool json)
+cn_log_setup(enum cn_log_level min, bool json)
 {
     log_min = min;
     log_json = json;
 }
 
+bool
+cn_log_level_parse(const char *name, enum cn_log_level *out)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
+        if (strcmp(name, level_names[i]) == 0) {
+            *out = (enum cn_log_level) i;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool
+cn_log_format_parse(const char *name, bool *json)
+{
+    if (strcmp(name, "text") != 0 && strcmp(name, "json") != 0) {
+        return false;
+    }
+    *json = strcmp(name, "json") == 0;
+    return true;
+}
+
 void
-rn_log(enum rn_log_level level, const char *fmt, ...)
+cn_log(enum cn_log_level level, const char *fmt, ...)
 {
     char msg[1024], ts[64], line[1400];
     struct timespec now;

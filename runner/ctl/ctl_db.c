@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cairnctl's database commands: migrate, register, run, status, result, list. Each opens one
+ * cairnctl's database commands: migrate, register, run, status, result, list, inspect. Each
+ * parses its options from its own table (ir/base/opts.h, through ctl_opts) and opens one
  * libpq connection (--database-url, else CAIRN_DATABASE_URL), runs parameterised statements
  * (user data never becomes SQL text) and prints human-readable text, or JSON with --json.
- * Single-threaded. Exit codes: runner/ctl.h.
+ * Single-threaded. Exit codes: ctl.h.
  */
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +13,13 @@
 #include <time.h>
 
 #include <jansson.h>
-#include <uuid/uuid.h>
 
 #include "ir/base/buf.h"
 #include "ir/base/clock.h"
+#include "ir/base/uuid.h"
 #include "ir/compile.h"
 #include "ir/eval.h"
-#include "runner/ctl.h"
+#include "runner/ctl/ctl.h"
 #include "runner/db.h"
 #include "runner/exec.h"
 #include "runner/migrate.h"
@@ -28,108 +28,24 @@
 
 /* ---- options ------------------------------------------------------------------------------ */
 
-struct opts {
-    const char *cmd;
-    const char *positional[2];
-    int npositional;
-    const char *db_url, *name, *version, *input, *key, *priority, *at, *status, *workflow, *limit,
-        *timeout;
-    bool json, wait;
-};
-
-/* Parses argv for the flags a command accepts (a string like "name,version,json"). Prints a
- * usage error and returns false on anything else. */
+/* Every command's table has CTL_OPT_DB, and CTL_OPT_JSON (ctl.h). */
 static bool
-parse_opts(const char *cmd, int argc, char **argv, const char *accepted, int max_positional,
-           struct opts *o)
+json_out(const struct cn_opts *o)
 {
-    static const struct {
-        const char *flag;
-        size_t off; /* offset of the const char * field, or (size_t) -1 for bools */
-    } valued[] = {
-        {"database-url", offsetof(struct opts, db_url)},
-        {"name", offsetof(struct opts, name)},
-        {"version", offsetof(struct opts, version)},
-        {"input", offsetof(struct opts, input)},
-        {"idempotency-key", offsetof(struct opts, key)},
-        {"priority", offsetof(struct opts, priority)},
-        {"at", offsetof(struct opts, at)},
-        {"status", offsetof(struct opts, status)},
-        {"workflow", offsetof(struct opts, workflow)},
-        {"limit", offsetof(struct opts, limit)},
-        {"timeout", offsetof(struct opts, timeout)},
-    };
-    int i;
-    size_t k;
-
-    memset(o, 0, sizeof(*o));
-    o->cmd = cmd;
-    for (i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        bool found = false;
-
-        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
-            if (o->npositional >= max_positional) {
-                fprintf(stderr, "cairnctl %s: unexpected argument '%s'\n", cmd, a);
-                return false;
-            }
-            o->positional[o->npositional++] = a;
-            continue;
-        }
-        a += 2;
-        if ((strcmp(a, "json") == 0 || strcmp(a, "wait") == 0) && strstr(accepted, a) != NULL) {
-            *(strcmp(a, "json") == 0 ? &o->json : &o->wait) = true;
-            continue;
-        }
-        for (k = 0; k < sizeof(valued) / sizeof(valued[0]); k++) {
-            if (strcmp(a, valued[k].flag) != 0 ||
-                (strcmp(a, "database-url") != 0 && strstr(accepted, a) == NULL)) {
-                continue;
-            }
-            if (i + 1 >= argc) {
-                fprintf(stderr, "cairnctl %s: --%s needs a value\n", cmd, a);
-                return false;
-            }
-            *(const char **) (void *) ((char *) o + valued[k].off) = argv[++i];
-            found = true;
-            break;
-        }
-        if (!found) {
-            fprintf(stderr, "cairnctl %s: unknown option --%s (see cairnctl help)\n", cmd, a);
-            return false;
-        }
-    }
-    return true;
-}
-
-static bool
-parse_int(const char *cmd, const char *flag, const char *text, long min, long max, long *out)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(text, &end, 10);
-    if (errno != 0 || *end != '\0' || end == text || v < min || v > max) {
-        fprintf(stderr, "cairnctl %s: --%s must be an integer in %ld..%ld, got '%s'\n", cmd, flag,
-                min, max, text);
-        return false;
-    }
-    *out = v;
-    return true;
+    return cn_opts_bool(o, "json");
 }
 
 /* An instance id argument: a UUID. */
 static bool
 check_uuid(const char *cmd, const char *id)
 {
-    uuid_t u;
+    uint8_t u[16];
 
     if (id == NULL) {
         fprintf(stderr, "cairnctl %s: an instance ID is required\n", cmd);
         return false;
     }
-    if (uuid_parse(id, u) != 0) {
+    if (!cn_uuid_parse(id, u)) {
         fprintf(stderr, "cairnctl %s: '%s' is not an instance ID (a UUID)\n", cmd, id);
         return false;
     }
@@ -177,13 +93,13 @@ version_ok(const char *s)
 /* ---- database ----------------------------------------------------------------------------- */
 
 static int
-db_open(const struct opts *o, PGconn **c)
+db_open(const struct cn_opts *o, PGconn **c)
 {
     struct cn_errmsg em;
-    cn_err rv = rn_db_connect(o->db_url, c, &em);
+    cn_err rv = rn_db_connect(cn_opts_str(o, "database-url"), c, &em);
 
     if (rv != CN_OK) {
-        fprintf(stderr, "cairnctl %s: %s\n", o->cmd, em.text);
+        fprintf(stderr, "%s: %s\n", o->prog, em.text);
         return rv == CN_INVAL ? EXIT_USAGE : EXIT_DB;
     }
     return EXIT_OK;
@@ -191,11 +107,11 @@ db_open(const struct opts *o, PGconn **c)
 
 /* Maps a statement failure to an exit code, after printing it. */
 static int
-db_error(const struct opts *o, cn_err rv, const struct cn_errmsg *em)
+db_error(const struct cn_opts *o, cn_err rv, const struct cn_errmsg *em)
 {
-    fprintf(stderr, "cairnctl %s: %s\n", o->cmd, em->text);
+    fprintf(stderr, "%s: %s\n", o->prog, em->text);
     if (strstr(em->text, "does not exist") != NULL && strstr(em->text, "cairn.") != NULL) {
-        fprintf(stderr, "cairnctl %s: is the schema there? run `cairnctl migrate`\n", o->cmd);
+        fprintf(stderr, "%s: is the schema there? run `cairnctl migrate`\n", o->prog);
     }
     return rv == CN_NOTFOUND || rv == CN_INVAL ? EXIT_REJECTED : EXIT_DB;
 }
@@ -215,7 +131,8 @@ print_migration(void *arg, const struct rn_migration *m)
 int
 ctl_cmd_migrate(int argc, char **argv)
 {
-    struct opts o;
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS("migrate", "[--json]", rows, 0);
     struct cn_errmsg em;
     PGconn *c = NULL;
     size_t applied = 0;
@@ -225,19 +142,19 @@ ctl_cmd_migrate(int argc, char **argv)
 
     struct cn_buf files = CN_BUF_INIT;
 
-    if (!parse_opts("migrate", argc, argv, "json", 0, &o)) {
-        return EXIT_USAGE;
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
     }
     if ((status = db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    rv = rn_migrate(c, print_migration, o.json ? &files : NULL, &applied, &em);
+    rv = rn_migrate(c, print_migration, json_out(&o) ? &files : NULL, &applied, &em);
     if (rv == CN_OK) {
         rv = rn_migrate_current(c, current, sizeof(current), &em);
     }
     if (rv != CN_OK) {
         status = db_error(&o, rv, &em);
-    } else if (o.json) {
+    } else if (json_out(&o)) {
         printf("{\"version\": \"%s\", \"applied\": [%s]}\n", current,
                files.data != NULL ? files.data : "");
     } else {
@@ -289,7 +206,20 @@ ctl_cmd_register(int argc, char **argv)
         "FROM cairn.workflow_versions "
         "WHERE workflow_name = $1 AND workflow_version = coalesce($2, left(encode(sha256("
         "$3::bytea), 'hex'), 12))";
-    struct opts o;
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        {.flag = "name",
+         .kind = CN_OPT_STR,
+         .arg = "N",
+         .help = "workflow name (default: the file name without .cairn)"},
+        {.flag = "version",
+         .kind = CN_OPT_STR,
+         .arg = "V",
+         .help = "version (default: 12 hex digits of the graph's hash)"},
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS("register", "FILE [--name N] [--version V] [--json]", rows, 1);
+    const char *file, *version;
     struct cn_errmsg em;
     struct ir_dag *dag = NULL;
     struct cn_buf enc = CN_BUF_INIT, hex = CN_BUF_INIT;
@@ -302,14 +232,16 @@ ctl_cmd_register(int argc, char **argv)
     int status;
     cn_err rv;
 
-    if (!parse_opts("register", argc, argv, "name,version,json", 1, &o)) {
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    if (o.nargs != 1) {
+        fprintf(stderr, "usage: %s\n", o.usage);
         return EXIT_USAGE;
     }
-    if (o.npositional != 1) {
-        fprintf(stderr, "usage: cairnctl register FILE [--name N] [--version V] [--json]\n");
-        return EXIT_USAGE;
-    }
-    name = o.name != NULL ? strdup(o.name) : default_name(o.positional[0]);
+    file = argv[0];
+    version = cn_opts_str(&o, "version");
+    name = cn_opts_str(&o, "name") != NULL ? strdup(cn_opts_str(&o, "name")) : default_name(file);
     if (name == NULL || !name_ok(name)) {
         fprintf(stderr,
                 "cairnctl register: workflow name '%s' is not valid (letters, digits, _ . -; "
@@ -318,19 +250,19 @@ ctl_cmd_register(int argc, char **argv)
         free(name);
         return EXIT_REJECTED;
     }
-    if (o.version != NULL && !version_ok(o.version)) {
+    if (version != NULL && !version_ok(version)) {
         fprintf(stderr,
                 "cairnctl register: version '%s' is not valid (1-64 of letters, digits, _ . -)\n",
-                o.version);
+                version);
         free(name);
         return EXIT_REJECTED;
     }
-    if ((status = ctl_compile_file(o.positional[0], &dag, &src, &src_len)) != EXIT_OK) {
+    if ((status = ctl_compile_file(file, &dag, &src, &src_len)) != EXIT_OK) {
         free(name);
         return status;
     }
     if (strlen(src) != src_len) {
-        fprintf(stderr, "cairnctl register: %s contains a NUL byte\n", o.positional[0]);
+        fprintf(stderr, "cairnctl register: %s contains a NUL byte\n", file);
         status = EXIT_REJECTED;
         goto out;
     }
@@ -351,7 +283,7 @@ ctl_cmd_register(int argc, char **argv)
         goto out;
     }
     params[0] = name;
-    params[1] = o.version;
+    params[1] = version;
     params[2] = hex.data;
     params[3] = src;
     if ((rv = rn_db_exec(c, insert_sql, 4, params, &r, &em)) != CN_OK) {
@@ -379,7 +311,7 @@ ctl_cmd_register(int argc, char **argv)
             goto out;
         }
     }
-    if (o.json) {
+    if (json_out(&o)) {
         printf("{\"name\": \"%s\", \"version\": \"%s\", \"id\": \"%s\", \"ir_hash\": \"%s\", "
                "\"created\": %s}\n",
                name, PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 2),
@@ -401,11 +333,11 @@ out:
 
 /* ---- run ---------------------------------------------------------------------------------- */
 
-static int print_result(const struct opts *o, PGconn *c, const char *id);
+static int print_result(const struct cn_opts *o, PGconn *c, const char *id);
 
 /* Polls until the instance is finished or timeout_ms passes (0: no limit). */
 static int
-wait_finished(const struct opts *o, PGconn *c, const char *id, long timeout_ms)
+wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
 {
     int64_t deadline = cn_mono_ms() + timeout_ms;
     const char *params[1] = {id};
@@ -429,7 +361,7 @@ wait_finished(const struct opts *o, PGconn *c, const char *id, long timeout_ms)
             return print_result(o, c, id);
         }
         if (timeout_ms > 0 && cn_mono_ms() >= deadline) {
-            fprintf(stderr, "cairnctl run: %s did not finish within %ld s\n", id,
+            fprintf(stderr, "cairnctl run: %s did not finish within %lld s\n", id,
                     timeout_ms / 1000);
             return EXIT_PENDING;
         }
@@ -467,49 +399,76 @@ ctl_parse_input(const char *cmd, const char *text, char **compact)
 int
 ctl_cmd_run(int argc, char **argv)
 {
-    struct opts o;
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        {.flag = "input",
+         .kind = CN_OPT_STR,
+         .def = "{}",
+         .arg = "JSON",
+         .help = "the instance's input, a JSON object"},
+        {.flag = "idempotency-key",
+         .kind = CN_OPT_STR,
+         .arg = "K",
+         .help = "the same key returns the first instance instead of making another"},
+        {.flag = "priority",
+         .kind = CN_OPT_INT,
+         .def = "0",
+         .min = -1000000,
+         .max = 1000000,
+         .arg = "P",
+         .help = "higher runs first"},
+        {.flag = "at",
+         .kind = CN_OPT_STR,
+         .arg = "TIME",
+         .help = "not before this ISO 8601 time (2026-12-01T09:00:00Z)"},
+        {.flag = "version",
+         .kind = CN_OPT_STR,
+         .arg = "V",
+         .help = "this version of the workflow (default: the newest)"},
+        {.flag = "wait", .kind = CN_OPT_BOOL, .help = "wait until it finishes; print its result"},
+        {.flag = "timeout",
+         .kind = CN_OPT_INT,
+         .min = 1,
+         .max = 86400 * 365,
+         .arg = "S",
+         .help = "with --wait: give up after S seconds (exit 5)"},
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS("run",
+                                "NAME [--input JSON] [--idempotency-key K] [--priority P] "
+                                "[--at TIME] [--version V] [--wait [--timeout S]] [--json]",
+                                rows, 1);
     struct cn_errmsg em;
     PGconn *c = NULL;
     PGresult *r = NULL;
     const char *params[6];
     char prio[24];
-    long priority = 0, timeout = 0;
     char *input_text = NULL;
     int status;
     cn_err rv;
 
-    if (!parse_opts("run", argc, argv,
-                    "input,idempotency-key,priority,at,version,wait,timeout,json", 1, &o)) {
-        return EXIT_USAGE;
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
     }
-    if (o.npositional != 1) {
-        fprintf(stderr, "usage: cairnctl run NAME [--input JSON] [--idempotency-key K] "
-                        "[--priority P] [--at TIME] [--version V] [--wait [--timeout S]] "
-                        "[--json]\n");
-        return EXIT_USAGE;
-    }
-    if (o.priority != NULL &&
-        !parse_int("run", "priority", o.priority, -1000000, 1000000, &priority)) {
-        return EXIT_USAGE;
-    }
-    if (o.timeout != NULL && !parse_int("run", "timeout", o.timeout, 1, 86400 * 365, &timeout)) {
+    if (o.nargs != 1) {
+        fprintf(stderr, "usage: %s\n", o.usage);
         return EXIT_USAGE;
     }
     /* The input is checked here, with a position, before the database sees it. */
-    if ((status = ctl_parse_input("run", o.input, &input_text)) != EXIT_OK) {
+    if ((status = ctl_parse_input("run", cn_opts_str(&o, "input"), &input_text)) != EXIT_OK) {
         return status;
     }
     if ((status = db_open(&o, &c)) != EXIT_OK) {
         free(input_text);
         return status;
     }
-    (void) snprintf(prio, sizeof(prio), "%ld", priority);
-    params[0] = o.positional[0];
+    (void) snprintf(prio, sizeof(prio), "%lld", cn_opts_int(&o, "priority"));
+    params[0] = argv[0];
     params[1] = input_text;
-    params[2] = o.key;
+    params[2] = cn_opts_str(&o, "idempotency-key");
     params[3] = prio;
-    params[4] = o.at;
-    params[5] = o.version;
+    params[4] = cn_opts_str(&o, "at");
+    params[5] = cn_opts_str(&o, "version");
     rv = rn_db_exec(c, "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer, $5::timestamptz, $6)",
                     6, params, &r, &em);
     free(input_text);
@@ -518,19 +477,19 @@ ctl_cmd_run(int argc, char **argv)
         PQfinish(c);
         return status;
     }
-    if (o.wait) {
+    if (cn_opts_bool(&o, "wait")) {
         char id[64];
 
         (void) snprintf(id, sizeof(id), "%s", PQgetvalue(r, 0, 0));
         PQclear(r);
-        if (!o.json) {
+        if (!json_out(&o)) {
             fprintf(stderr, "%s\n", id);
         }
-        status = wait_finished(&o, c, id, timeout * 1000);
+        status = wait_finished(&o, c, id, cn_opts_int(&o, "timeout") * 1000);
         PQfinish(c);
         return status;
     }
-    if (o.json) {
+    if (json_out(&o)) {
         printf("{\"id\": \"%s\"}\n", PQgetvalue(r, 0, 0));
     } else {
         printf("%s\n", PQgetvalue(r, 0, 0));
@@ -557,7 +516,8 @@ ctl_cmd_run(int argc, char **argv)
 int
 ctl_cmd_status(int argc, char **argv)
 {
-    struct opts o;
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS("status", "ID [--json]", rows, 1);
     struct cn_errmsg em;
     PGconn *c = NULL;
     PGresult *r = NULL;
@@ -565,16 +525,16 @@ ctl_cmd_status(int argc, char **argv)
     int status;
     cn_err rv;
 
-    if (!parse_opts("status", argc, argv, "json", 1, &o)) {
-        return EXIT_USAGE;
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
     }
-    if (!check_uuid("status", o.positional[0])) {
+    if (!check_uuid("status", o.nargs > 0 ? argv[0] : NULL)) {
         return EXIT_USAGE;
     }
     if ((status = db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    params[0] = o.positional[0];
+    params[0] = argv[0];
     rv = rn_db_exec(c,
                     "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, "
                     "wv.workflow_version, ri.status, ri.created_at, ri.started_at, "
@@ -584,9 +544,9 @@ ctl_cmd_status(int argc, char **argv)
     if (rv != CN_OK) {
         status = db_error(&o, rv, &em);
     } else if (PQntuples(r) == 0) {
-        fprintf(stderr, "cairnctl status: no instance %s\n", o.positional[0]);
+        fprintf(stderr, "cairnctl status: no instance %s\n", argv[0]);
         status = EXIT_REJECTED;
-    } else if (o.json) {
+    } else if (json_out(&o)) {
         printf("%s\n", PQgetvalue(r, 0, 0));
     } else {
         printf("instance   %s\nworkflow   %s (version %s)\nstatus     %s\ncreated    %s\n",
@@ -611,7 +571,7 @@ ctl_cmd_status(int argc, char **argv)
 }
 
 static int
-print_result(const struct opts *o, PGconn *c, const char *id)
+print_result(const struct cn_opts *o, PGconn *c, const char *id)
 {
     const char *params[1] = {id};
     struct cn_errmsg em;
@@ -630,15 +590,15 @@ print_result(const struct opts *o, PGconn *c, const char *id)
         return db_error(o, rv, &em);
     }
     if (PQntuples(r) == 0) {
-        fprintf(stderr, "cairnctl %s: no instance %s\n", o->cmd, id);
+        fprintf(stderr, "%s: no instance %s\n", o->prog, id);
         PQclear(r);
         return EXIT_REJECTED;
     }
     st = PQgetvalue(r, 0, 0);
     if (strcmp(st, "completed") == 0) {
-        printf("%s\n", o->json ? PQgetvalue(r, 0, 3) : PQgetvalue(r, 0, 1));
+        printf("%s\n", json_out(o) ? PQgetvalue(r, 0, 3) : PQgetvalue(r, 0, 1));
     } else if (strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0) {
-        if (o->json) {
+        if (json_out(o)) {
             printf("%s\n", PQgetvalue(r, 0, 3));
         } else {
             fprintf(stderr, "%s %s: %s\n", id, st,
@@ -646,7 +606,7 @@ print_result(const struct opts *o, PGconn *c, const char *id)
         }
         status = EXIT_FAILED;
     } else {
-        if (o->json) {
+        if (json_out(o)) {
             printf("%s\n", PQgetvalue(r, 0, 3));
         } else {
             fprintf(stderr, "%s has not finished (status %s)\n", id, st);
@@ -660,20 +620,21 @@ print_result(const struct opts *o, PGconn *c, const char *id)
 int
 ctl_cmd_result(int argc, char **argv)
 {
-    struct opts o;
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS("result", "ID [--json]", rows, 1);
     PGconn *c = NULL;
     int status;
 
-    if (!parse_opts("result", argc, argv, "json", 1, &o)) {
-        return EXIT_USAGE;
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
     }
-    if (!check_uuid("result", o.positional[0])) {
+    if (!check_uuid("result", o.nargs > 0 ? argv[0] : NULL)) {
         return EXIT_USAGE;
     }
     if ((status = db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    status = print_result(&o, c, o.positional[0]);
+    status = print_result(&o, c, argv[0]);
     PQfinish(c);
     return status;
 }
@@ -682,26 +643,40 @@ int
 ctl_cmd_list(int argc, char **argv)
 {
     static const char *const statuses[] = {"queued", "running", "completed", "failed", "cancelled"};
-    struct opts o;
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        {.flag = "status",
+         .kind = CN_OPT_STR,
+         .arg = "S",
+         .help = "queued, running, completed, failed or cancelled"},
+        {.flag = "workflow", .kind = CN_OPT_STR, .arg = "W", .help = "this workflow's only"},
+        {.flag = "limit",
+         .kind = CN_OPT_INT,
+         .def = "20",
+         .min = 1,
+         .max = 100000,
+         .arg = "N",
+         .help = "at most N, newest first"},
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o =
+        CTL_OPTS("list", "[--status S] [--workflow W] [--limit N] [--json]", rows, 0);
+    const char *want;
     struct cn_errmsg em;
     PGconn *c = NULL;
     PGresult *r = NULL;
     const char *params[3];
     char lim[24];
-    long limit = 20;
     int status, i, n;
     size_t k;
     cn_err rv;
 
-    if (!parse_opts("list", argc, argv, "status,workflow,limit,json", 0, &o)) {
-        return EXIT_USAGE;
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
     }
-    if (o.limit != NULL && !parse_int("list", "limit", o.limit, 1, 100000, &limit)) {
-        return EXIT_USAGE;
-    }
-    if (o.status != NULL) {
+    if ((want = cn_opts_str(&o, "status")) != NULL) {
         for (k = 0; k < sizeof(statuses) / sizeof(statuses[0]); k++) {
-            if (strcmp(o.status, statuses[k]) == 0) {
+            if (strcmp(want, statuses[k]) == 0) {
                 break;
             }
         }
@@ -714,9 +689,9 @@ ctl_cmd_list(int argc, char **argv)
     if ((status = db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    (void) snprintf(lim, sizeof(lim), "%ld", limit);
-    params[0] = o.status;
-    params[1] = o.workflow;
+    (void) snprintf(lim, sizeof(lim), "%lld", cn_opts_int(&o, "limit"));
+    params[0] = want;
+    params[1] = cn_opts_str(&o, "workflow");
     params[2] = lim;
     rv = rn_db_exec(c,
                     "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, ri.status, "
@@ -730,7 +705,7 @@ ctl_cmd_list(int argc, char **argv)
         return status;
     }
     n = PQntuples(r);
-    if (o.json) {
+    if (json_out(&o)) {
         printf("[");
         for (i = 0; i < n; i++) {
             printf("%s%s", i ? ",\n " : "", PQgetvalue(r, i, 0));
@@ -901,7 +876,9 @@ ctl_cmd_inspect(int argc, char **argv)
     static const char *done_sql =
         "SELECT execution_id, attempt, status, completed_at, encode(result, 'hex')"
         " FROM cairn.runner_actions_done WHERE instance_id = $1 ORDER BY id";
-    struct opts o;
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS("inspect", "ID [--json]", rows, 1);
+    const char *id;
     struct cn_errmsg em = {{0}};
     PGconn *c = NULL;
     PGresult *r = NULL, *d = NULL;
@@ -913,23 +890,24 @@ ctl_cmd_inspect(int argc, char **argv)
     int status, row, nd;
     cn_err rv;
 
-    if (!parse_opts("inspect", argc, argv, "json", 1, &o)) {
-        return EXIT_USAGE;
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
     }
-    if (!check_uuid("inspect", o.positional[0])) {
+    id = o.nargs > 0 ? argv[0] : NULL;
+    if (!check_uuid("inspect", id)) {
         return EXIT_USAGE;
     }
     if ((status = db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    params[0] = o.positional[0];
+    params[0] = id;
     if ((rv = rn_db_exec(c, inst_sql, 1, params, &r, &em)) != CN_OK ||
         (rv = rn_db_exec(c, done_sql, 1, params, &d, &em)) != CN_OK) {
         status = db_error(&o, rv, &em);
         goto out;
     }
     if (PQntuples(r) == 0) {
-        fprintf(stderr, "cairnctl inspect: no instance %s\n", o.positional[0]);
+        fprintf(stderr, "cairnctl inspect: no instance %s\n", id);
         status = EXIT_REJECTED;
         goto out;
     }
@@ -982,7 +960,7 @@ ctl_cmd_inspect(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    kv_str(&doc, "id", o.positional[0], &ok);
+    kv_str(&doc, "id", id, &ok);
     kv_str(&doc, "workflow", PQgetvalue(r, 0, 1), &ok);
     kv_str(&doc, "version", PQgetvalue(r, 0, 2), &ok);
     kv_str(&doc, "status", PQgetvalue(r, 0, 0), &ok);
@@ -1001,7 +979,7 @@ ctl_cmd_inspect(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    if (o.json) {
+    if (json_out(&o)) {
         if (ir_val_to_json(doc, &b, &em) != CN_OK) {
             fprintf(stderr, "cairnctl inspect: %s\n", em.text);
             status = EXIT_USAGE;
@@ -1010,7 +988,7 @@ ctl_cmd_inspect(int argc, char **argv)
         printf("%s\n", b.data);
         goto out;
     }
-    printf("instance    %s\nworkflow    %s (version %s)\nstatus      %s%s\n", o.positional[0],
+    printf("instance    %s\nworkflow    %s (version %s)\nstatus      %s%s\n", id,
            PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 0),
            strcmp(PQgetvalue(r, 0, 11), "t") == 0 ? " (leased by a runner)" : "");
     if (!PQgetisnull(r, 0, 10)) {

@@ -13,19 +13,35 @@
 
 #include "cairn/worker.h"
 #include "ir/base/clock.h"
+#include "ir/base/log.h"
 #include "ir/eval.h"
 #include "runner/backend.h"
-#include "runner/ctl.h"
-#include "runner/log.h"
+#include "runner/ctl/ctl.h"
+#include "runner/defaults.h"
 #include "runner/runner.h"
 #include "worker-protocol/std_actions.h"
 
 int
 ctl_cmd_exec(int argc, char **argv)
 {
-    const char *file = NULL, *input_text = "{}";
-    long timeout_s = 300;
-    bool json_out = false;
+    struct cn_opt rows[] = {
+        {.flag = "input",
+         .kind = CN_OPT_STR,
+         .def = "{}",
+         .arg = "JSON",
+         .help = "the instance's input, a JSON object"},
+        {.flag = "timeout",
+         .kind = CN_OPT_INT,
+         .def = "300",
+         .min = 1,
+         .max = 86400,
+         .arg = "S",
+         .help = "give up after S seconds (exit 5)"},
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS("exec", "FILE [--input JSON] [--timeout S] [--json]", rows, 1);
+    const char *file;
+    long long timeout_s;
     struct rn_backend *mem = NULL;
     struct rn_runner *r = NULL;
     struct cairn_worker *w = NULL;
@@ -40,38 +56,21 @@ ctl_cmd_exec(int argc, char **argv)
     uint8_t vid[16], iid[16];
     char *src = NULL;
     size_t src_len = 0, i, nresults = 0;
-    int status = EXIT_OK, k;
+    int status = EXIT_OK;
     bool made_dir = false;
     int64_t deadline;
     char *compact = NULL;
 
-    for (k = 0; k < argc; k++) {
-        if (strcmp(argv[k], "--input") == 0 && k + 1 < argc) {
-            input_text = argv[++k];
-        } else if (strcmp(argv[k], "--timeout") == 0 && k + 1 < argc) {
-            char *end;
-            timeout_s = strtol(argv[++k], &end, 10);
-            if (*end != '\0' || timeout_s < 1 || timeout_s > 86400) {
-                fprintf(stderr, "cairnctl exec: --timeout must be 1..86400 seconds\n");
-                return EXIT_USAGE;
-            }
-        } else if (strcmp(argv[k], "--json") == 0) {
-            json_out = true;
-        } else if (argv[k][0] == '-' && argv[k][1] != '\0') {
-            fprintf(stderr, "cairnctl exec: unknown option %s\n", argv[k]);
-            return EXIT_USAGE;
-        } else if (file == NULL) {
-            file = argv[k];
-        } else {
-            fprintf(stderr, "cairnctl exec: unexpected argument '%s'\n", argv[k]);
-            return EXIT_USAGE;
-        }
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
     }
-    if (file == NULL) {
-        fprintf(stderr, "usage: cairnctl exec FILE [--input JSON] [--timeout S] [--json]\n");
+    if (o.nargs == 0) {
+        fprintf(stderr, "usage: %s\n", o.usage);
         return EXIT_USAGE;
     }
-    if ((status = ctl_parse_input("exec", input_text, &compact)) != EXIT_OK) {
+    file = argv[0];
+    timeout_s = cn_opts_int(&o, "timeout");
+    if ((status = ctl_parse_input("exec", cn_opts_str(&o, "input"), &compact)) != EXIT_OK) {
         return status;
     }
     if (ir_val_from_json(compact, strlen(compact), &input, &em) != CN_OK) {
@@ -92,7 +91,7 @@ ctl_cmd_exec(int argc, char **argv)
     made_dir = true;
     (void) snprintf(sock, sizeof(sock), "%s/w.sock", dir);
     (void) snprintf(url, sizeof(url), "ipc://%s", sock);
-    rn_log_setup(RN_LOG_WARN, false);
+    cn_log_setup(CN_LOG_WARN, false);
     if (rn_backend_mem_new(&mem) != CN_OK ||
         rn_backend_mem_register(mem, "main", src, vid) != CN_OK ||
         rn_backend_mem_enqueue(mem, "main", input, 0, iid) != CN_OK) {
@@ -100,17 +99,20 @@ ctl_cmd_exec(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
+    /* cairn-runner's defaults (runner/defaults.h), but sized for one instance in memory. */
     memset(&cfg, 0, sizeof(cfg));
     cfg.backend = mem;
     cfg.worker_listen = url;
     cfg.shards = 1;
-    cfg.persisters = 1;
+    cfg.persisters = RN_DEFAULT_PERSISTERS;
     cfg.max_instances = 16;
     cfg.poll_interval_ms = 20;
-    cfg.lock_ttl_ms = 30000;
-    cfg.lock_heartbeat_ms = 10000;
+    cfg.lock_ttl_ms = RN_DEFAULT_LOCK_TTL_MS;
+    cfg.lock_heartbeat_ms = RN_DEFAULT_LOCK_HEARTBEAT_MS;
+    cfg.reclaim_interval_ms = 0;               /* no other runner can die holding leases */
     cfg.evict_sleep_threshold_ms = UINT32_MAX; /* in memory, a sleeping instance just waits */
-    cfg.default_action_timeout_ms = 300000;
+    cfg.default_action_timeout_ms = RN_DEFAULT_ACTION_TIMEOUT_MS;
+    cfg.worker_idle_ms = RN_DEFAULT_WORKER_IDLE_MS;
     if (rn_runner_start(&cfg, &r, &em) != CN_OK) {
         fprintf(stderr, "cairnctl exec: cannot start the engine: %s\n", em.text);
         status = EXIT_USAGE;
@@ -150,7 +152,7 @@ ctl_cmd_exec(int argc, char **argv)
         nanosleep(&ts, NULL);
     }
     if (outcome == RN_RUNNING) {
-        fprintf(stderr, "cairnctl exec: %s did not finish within %ld s\n", file, timeout_s);
+        fprintf(stderr, "cairnctl exec: %s did not finish within %lld s\n", file, timeout_s);
         status = EXIT_PENDING;
         goto out;
     }
@@ -161,7 +163,7 @@ ctl_cmd_exec(int argc, char **argv)
             goto out;
         }
     }
-    if (json_out) {
+    if (cn_opts_bool(&o, "json")) {
         printf("{\"status\": \"%s\", \"%s\": %s, \"actions\": %zu}\n",
                outcome == RN_COMPLETED ? "completed"
                : outcome == RN_FAILED  ? "failed"

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cairnctl's internal interface between its files: cairnctl.c (command table, check, dag, the
+ * option parsing every command shares), ctl_db.c (the commands that talk to the database) and
+ * ctl_exec.c (exec). Single-threaded.
+ */
+#ifndef RUNNER_CTL_CTL_H
+#define RUNNER_CTL_CTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ir/base/opts.h"
+#include "ir/dag.h"
+
+/* Exit codes (README "cairnctl"). */
+enum {
+    EXIT_OK = 0,
+    EXIT_REJECTED = 1, /* the input was rejected: compile errors, bad JSON, unknown names */
+    EXIT_USAGE = 2,    /* usage error, or a file that cannot be read */
+    EXIT_DB = 3,       /* the database is unreachable or failed */
+    EXIT_FAILED = 4,   /* the instance failed or was cancelled (result, run --wait) */
+    EXIT_PENDING = 5,  /* the instance has not finished (result), or --wait timed out */
+};
+
+/* A command's options (ir/base/opts.h): messages start with "cairnctl CMD" and point at
+ * `cairnctl help`; ARGS is the synopsis after the command's name; MAX, the arguments allowed. */
+#define CTL_OPTS(cmd, args, rows, max)                                                       \
+    {                                                                                        \
+        .prog = "cairnctl " cmd, .usage = "cairnctl " cmd " " args, .hint = "cairnctl help", \
+        .opts = (rows), .nopts = sizeof(rows) / sizeof((rows)[0]), .max_args = (max)         \
+    }
+
+/* Rows most commands share. */
+#define CTL_OPT_JSON                                              \
+    {                                                             \
+        .flag = "json", .kind = CN_OPT_BOOL, .help = "print JSON" \
+    }
+#define CTL_OPT_DB                                                                             \
+    {                                                                                          \
+        .flag = "database-url", .kind = CN_OPT_STR, .env = "CAIRN_DATABASE_URL", .arg = "URL", \
+        .help = "libpq URL of the database"                                                    \
+    }
+
+/* Parses a command's arguments (the positional ones end up in argv[0..s->nargs)). Returns
+ * true to go on; else false with the exit status in *status: EXIT_OK after printing the
+ * command's help for --help, EXIT_USAGE after reporting bad usage. */
+bool ctl_opts(struct cn_opts *s, int argc, char **argv, int *status);
+
+/* Reads a whole file ("-": stdin); on failure prints why and returns NULL. */
+char *ctl_read_file(const char *path, size_t *len);
+
+/* Compiles one file. Returns EXIT_OK with *out set (and, when src is not NULL, the source in
+ * *src, malloc'd), EXIT_REJECTED after printing diagnostics, or EXIT_USAGE when the file cannot
+ * be read. */
+int ctl_compile_file(const char *path, struct ir_dag **out, char **src, size_t *src_len);
+
+/* Checks an --input value (NULL: "{}"): valid JSON (else the error with line and column) and
+ * an object. Returns EXIT_OK with its compact text in *compact (free it), else prints why and
+ * returns EXIT_REJECTED (or EXIT_USAGE when out of memory). */
+int ctl_parse_input(const char *cmd, const char *text, char **compact);
+
+int ctl_cmd_migrate(int argc, char **argv);
+int ctl_cmd_register(int argc, char **argv);
+int ctl_cmd_run(int argc, char **argv);
+int ctl_cmd_status(int argc, char **argv);
+int ctl_cmd_result(int argc, char **argv);
+int ctl_cmd_list(int argc, char **argv);
+int ctl_cmd_inspect(int argc, char **argv);
+int ctl_cmd_exec(int argc, char **argv);
+
+#endif

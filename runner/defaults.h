@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The runner engine's default settings (struct rn_runner_cfg, runner.h), defined once:
+ * cairn-runner's settings table (its CAIRN_* variables and --help) and `cairnctl exec`'s engine
+ * in process both take them from here. README's configuration table shows them to users.
+ *
+ * Plain decimal literals only: cairn-runner prints them as written (RN_DEFAULT_TEXT).
+ */
+#ifndef RUNNER_DEFAULTS_H
+#define RUNNER_DEFAULTS_H
+
+#include "worker-protocol/proto.h"
+
+#define RN_DEFAULT_WORKER_LISTEN            WP_DEFAULT_URL
+#define RN_DEFAULT_SHARDS                   2
+#define RN_DEFAULT_PERSISTERS               2
+#define RN_DEFAULT_MAX_INSTANCES            10000
+#define RN_DEFAULT_POLL_INTERVAL_MS         500
+#define RN_DEFAULT_LOCK_TTL_MS              30000
+#define RN_DEFAULT_LOCK_HEARTBEAT_MS        10000
+#define RN_DEFAULT_RECLAIM_INTERVAL_MS      10000
+#define RN_DEFAULT_EVICT_SLEEP_THRESHOLD_MS 60000
+#define RN_DEFAULT_ACTION_TIMEOUT_MS        300000
+#define RN_DEFAULT_SHUTDOWN_GRACE_MS        30000
+#define RN_DEFAULT_WORKER_IDLE_MS           20000
+
+/* A default as text, for a settings table: RN_DEFAULT_TEXT(RN_DEFAULT_SHARDS) is "2". */
+#define RN_DEFAULT_TEXT(x)  RN_DEFAULT_TEXT_(x)
+#define RN_DEFAULT_TEXT_(x) #x
+
+#endif
