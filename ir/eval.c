@@ -1,18 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The expression evaluator: IR.md "Expressions" and builtins with Python 3.11 semantics on
- * int64/float64 values, plus the error values inline code raises (ir_raise) and workers report
- * (ir_error_new). The contract, including every deliberate difference from Python, is in
- * eval.h; this file says how.
+ * The expression evaluator: expressions and builtins with Python 3.11 semantics on
+ * int64/float64 values. The contract, including every deliberate difference from Python, is in
+ * eval.h; this file says how. Error values live in error.c.
  *
  * DESIGN
  * - One recursive walk over the flat pool. Trees are at most IR_EXPR_MAX_HEIGHT tall (parser
  *   and DAG decoder enforce it), so the C stack is bounded by the tree; recursion over *values*
  *   (ordering nested lists, str() of containers) carries an explicit depth and raises
  *   RecursionError, as Python does, instead of trusting the value's depth.
- * - Every internal operation has the shape `cn_err op(..., struct ir_val *out)`: CN_OK with a
- *   new value in *out, CN_RAISED with a new error value in *out, or CN_NOMEM (also CN_INVAL
- *   for a malformed pool) with *out untouched. Operands are borrowed.
+ * - Every internal operation has the shape eval_int.h describes (CN_OK or CN_RAISED with a new
+ *   value in *out; CN_NOMEM or CN_INVAL with *out untouched).
  * - Operands are evaluated left to right before any type check, as CPython does (`{[1]: 1//0}`
  *   raises ZeroDivisionError, not TypeError). Only and/or, the conditional expression and
  *   chained comparisons skip operands.
@@ -37,14 +35,12 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ir/base/buf.h"
-
-#define EV_OVERFLOW_MSG "integer overflow: result does not fit in 64 bits"
+#include "ir/eval_int.h"
 
 /* CPython's sys.int_info.default_max_str_digits: int() refuses longer decimal strings. */
 #define EV_INT_MAX_STR_DIGITS 4300
@@ -65,59 +61,7 @@ struct ev {
 
 static cn_err ev_expr(const struct ev *x, uint32_t ei, struct ir_val *out);
 
-/* ---- small helpers ---- */
-
-static bool
-is_intlike(struct ir_val v)
-{
-    return v.type == IR_T_INT || v.type == IR_T_BOOL;
-}
-
-static bool
-is_num(struct ir_val v)
-{
-    return is_intlike(v) || v.type == IR_T_FLOAT;
-}
-
-static int64_t
-as_int(struct ir_val v)
-{
-    return v.type == IR_T_BOOL ? (int64_t) v.u.b : v.u.i;
-}
-
-static double
-as_double(struct ir_val v)
-{
-    return v.type == IR_T_FLOAT ? v.u.f : (double) as_int(v);
-}
-
-static const char *
-tname(struct ir_val v)
-{
-    return ir_type_name(v.type);
-}
-
-static bool
-is_container(struct ir_val v)
-{
-    return v.type == IR_T_LIST || v.type == IR_T_MAP;
-}
-
-static void
-release_all(struct ir_val *vals, size_t n)
-{
-    size_t i;
-
-    for (i = 0; i < n; i++) {
-        ir_val_release(vals[i]);
-    }
-}
-
-static cn_err
-raise_overflow(struct ir_val *out)
-{
-    return ir_raise(out, "OverflowError", "%s", EV_OVERFLOW_MSG);
-}
+/* ---- errors only this file raises ---- */
 
 static cn_err
 raise_unsupported(struct ir_val *out, const char *op, struct ir_val a, struct ir_val b)
@@ -127,93 +71,12 @@ raise_unsupported(struct ir_val *out, const char *op, struct ir_val a, struct ir
 }
 
 static cn_err
-raise_not_iterable(struct ir_val *out, struct ir_val v)
-{
-    return ir_raise(out, "TypeError", "'%s' object is not iterable", tname(v));
-}
-
-static cn_err
 raise_not_index(struct ir_val *out, struct ir_val v)
 {
     return ir_raise(out, "TypeError", "'%s' object cannot be interpreted as an integer", tname(v));
 }
 
-static cn_err
-raise_recursion(struct ir_val *out, const char *what)
-{
-    return ir_raise(out, "RecursionError", "maximum recursion depth exceeded %s", what);
-}
-
-static cn_err
-raise_too_many(struct ir_val *out)
-{
-    return ir_raise(out, "ValueError", "result too large: more than %u items", IR_EVAL_MAX_ITEMS);
-}
-
-/* New list of n nulls in *list, refusing sizes above the limit (raised into *out). */
-static cn_err
-list_alloc(size_t n, struct ir_val *list, struct ir_val *out)
-{
-    if (n > IR_EVAL_MAX_ITEMS) {
-        return raise_too_many(out);
-    }
-    return ir_list_new(n, list);
-}
-
-static cn_err
-raise_str_too_long(struct ir_val *out)
-{
-    return ir_raise(out, "ValueError", "result too large: more than %u bytes", IR_EVAL_MAX_STR);
-}
-
-/* A string from bytes that are valid UTF-8 by construction (slices at code point boundaries,
- * concatenations, ASCII text). */
-static cn_err
-str_make(const char *s, size_t n, struct ir_val *out)
-{
-    cn_err rv;
-
-    if (n > IR_EVAL_MAX_STR) {
-        return raise_str_too_long(out);
-    }
-    rv = ir_str_new(s, n, out);
-    assert(rv != CN_UTF8);
-    return rv == CN_UTF8 ? CN_INVAL : rv;
-}
-
 /* ---- UTF-8 ---- */
-
-/* Length of the sequence a valid lead byte starts. */
-static size_t
-utf8_seqlen(unsigned char c)
-{
-    if (c < 0x80) {
-        return 1;
-    }
-    if (c < 0xe0) {
-        return 2;
-    }
-    return c < 0xf0 ? 3 : 4;
-}
-
-/* Decodes the code point at p (valid UTF-8) and stores its byte length in *n. */
-static uint32_t
-utf8_decode(const unsigned char *p, size_t *n)
-{
-    size_t len = utf8_seqlen(p[0]), i;
-    uint32_t c;
-
-    if (len == 1) {
-        *n = 1;
-        return p[0];
-    }
-    c = (uint32_t) p[0] & (len == 2 ? 0x1fu : len == 3 ? 0x0fu : 0x07u);
-    for (i = 1; i < len; i++) {
-        c = (c << 6) | ((uint32_t) p[i] & 0x3fu);
-    }
-    *n = len;
-    return c;
-}
 
 /* Byte offset of code point index cp (0..cplen) of string s. Linear for non-ASCII strings. */
 static size_t
@@ -230,251 +93,6 @@ utf8_offset(struct ir_val s, size_t cp)
         cp--;
     }
     return off;
-}
-
-/* ---- error values ---- */
-
-struct ev_bases {
-    const char *type;
-    const char *bases[3];
-};
-
-/* Python's bases of the errors the engine itself raises (eval.h lists them). */
-static const struct ev_bases ev_known_bases[] = {
-    {"KeyError", {"LookupError", "Exception", NULL}},
-    {"IndexError", {"LookupError", "Exception", NULL}},
-    {"ZeroDivisionError", {"ArithmeticError", "Exception", NULL}},
-    {"OverflowError", {"ArithmeticError", "Exception", NULL}},
-    {"RecursionError", {"RuntimeError", "Exception", NULL}},
-    {"ActionTimeout", {"TimeoutError", "Exception", NULL}},
-};
-
-static cn_err
-bases_for(const char *type, struct ir_val *out)
-{
-    static const char *const exception_only[] = {"Exception", NULL};
-    const char *const *names = exception_only;
-    size_t i, n = 0;
-    cn_err rv;
-
-    for (i = 0; i < sizeof(ev_known_bases) / sizeof(ev_known_bases[0]); i++) {
-        if (strcmp(ev_known_bases[i].type, type) == 0) {
-            names = ev_known_bases[i].bases;
-            break;
-        }
-    }
-    while (names[n] != NULL) {
-        n++;
-    }
-    if ((rv = ir_list_new(n, out)) != CN_OK) {
-        return rv;
-    }
-    for (i = 0; i < n; i++) {
-        if ((rv = ir_str_from_cstr(names[i], &ir_list_items(*out)[i])) != CN_OK) {
-            ir_val_release(*out);
-            return rv;
-        }
-    }
-    return CN_OK;
-}
-
-/* A string value from text that may not be valid UTF-8 (a message formatted from arbitrary
- * bytes): invalid sequences become U+FFFD, so an error can always be built. */
-static cn_err
-str_lossy(const char *s, size_t n, struct ir_val *out)
-{
-    struct cn_buf b = CN_BUF_INIT;
-    size_t i = 0, k;
-    cn_err rv;
-
-    if (ir_str_new(s, n, out) == CN_OK) {
-        return CN_OK;
-    }
-    while (i < n) {
-        k = utf8_seqlen((unsigned char) s[i]);
-        if ((unsigned char) s[i] >= 0x80 && (i + k > n || !ir_utf8_valid(s + i, k, NULL))) {
-            rv = cn_buf_append(&b, "\xef\xbf\xbd", 3);
-            k = 1;
-        } else {
-            rv = cn_buf_append(&b, s + i, k);
-        }
-        if (rv != CN_OK) {
-            cn_buf_fini(&b);
-            return rv;
-        }
-        i += k;
-    }
-    rv = ir_str_new(b.data != NULL ? b.data : "", b.len, out);
-    cn_buf_fini(&b);
-    return rv;
-}
-
-/* Assembles the four-key error map; takes ownership of every value. */
-static cn_err
-error_build(struct ir_val type, struct ir_val message, struct ir_val bases, struct ir_val details,
-            struct ir_val *out)
-{
-    struct ir_val m;
-    cn_err rv;
-
-    if ((rv = ir_map_new(4, &m)) != CN_OK) {
-        ir_val_release(type);
-        ir_val_release(message);
-        ir_val_release(bases);
-        ir_val_release(details);
-        return rv;
-    }
-    /* ir_map_set_cstr takes the value even when it fails, so only later ones need release. */
-    if ((rv = ir_map_set_cstr(&m, "type", type)) != CN_OK) {
-        ir_val_release(message);
-        ir_val_release(bases);
-        ir_val_release(details);
-    } else if ((rv = ir_map_set_cstr(&m, "message", message)) != CN_OK) {
-        ir_val_release(bases);
-        ir_val_release(details);
-    } else if ((rv = ir_map_set_cstr(&m, "bases", bases)) != CN_OK) {
-        ir_val_release(details);
-    } else {
-        rv = ir_map_set_cstr(&m, "details", details);
-    }
-    if (rv != CN_OK) {
-        ir_val_release(m);
-        return rv;
-    }
-    ir_map_set_error(&m, true);
-    *out = m;
-    return CN_OK;
-}
-
-cn_err
-ir_raise(struct ir_val *out, const char *type, const char *fmt, ...)
-{
-    struct ir_val t, msg, bases;
-    char small[256], *text = small;
-    va_list ap;
-    int n;
-    cn_err rv;
-
-    va_start(ap, fmt);
-    n = vsnprintf(small, sizeof(small), fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        return CN_NOMEM; /* glibc fails only when its own buffers cannot be allocated */
-    }
-    if ((size_t) n >= sizeof(small)) {
-        if ((text = malloc((size_t) n + 1)) == NULL) {
-            return CN_NOMEM;
-        }
-        va_start(ap, fmt);
-        n = vsnprintf(text, (size_t) n + 1, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            free(text);
-            return CN_NOMEM;
-        }
-    }
-    rv = str_lossy(text, (size_t) n, &msg);
-    if (text != small) {
-        free(text);
-    }
-    if (rv != CN_OK) {
-        return rv;
-    }
-    if ((rv = str_lossy(type, strlen(type), &t)) != CN_OK) {
-        ir_val_release(msg);
-        return rv;
-    }
-    if ((rv = bases_for(type, &bases)) != CN_OK) {
-        ir_val_release(msg);
-        ir_val_release(t);
-        return rv;
-    }
-    if ((rv = error_build(t, msg, bases, ir_null(), out)) != CN_OK) {
-        return rv;
-    }
-    return CN_RAISED;
-}
-
-cn_err
-ir_error_new(const char *type, const char *message, struct ir_val bases, struct ir_val details,
-             struct ir_val *out)
-{
-    struct ir_val t = ir_null(), msg = ir_null();
-    size_t i;
-    cn_err rv;
-
-    if (bases.type == IR_T_LIST) {
-        for (i = 0; i < ir_list_len(bases); i++) {
-            if (ir_list_items(bases)[i].type != IR_T_STR) {
-                rv = CN_TYPE;
-                goto fail;
-            }
-        }
-    } else if (bases.type == IR_T_NULL) {
-        if ((rv = bases_for("", &bases)) != CN_OK) {
-            goto fail;
-        }
-    } else {
-        rv = CN_TYPE;
-        goto fail;
-    }
-    if ((rv = ir_str_from_cstr(type, &t)) != CN_OK ||
-        (rv = ir_str_from_cstr(message != NULL ? message : "", &msg)) != CN_OK) {
-        goto fail;
-    }
-    return error_build(t, msg, bases, details, out);
-fail:
-    ir_val_release(t);
-    ir_val_release(msg);
-    ir_val_release(bases);
-    ir_val_release(details);
-    return rv;
-}
-
-bool
-ir_is_error(struct ir_val v)
-{
-    return v.type == IR_T_MAP && ir_map_is_error(v);
-}
-
-const char *
-ir_error_type(struct ir_val err)
-{
-    const struct ir_val *t;
-
-    if (!ir_is_error(err)) {
-        return "";
-    }
-    t = ir_map_get(err, "type", 4);
-    return t != NULL && t->type == IR_T_STR ? ir_str_data(*t) : "";
-}
-
-bool
-ir_error_matches(struct ir_val err, const char *type)
-{
-    const struct ir_val *bases;
-    size_t i;
-
-    if (!ir_is_error(err)) {
-        return false;
-    }
-    if (type[0] == '\0') {
-        return false;
-    }
-    if (strcmp(type, "Exception") == 0 || strcmp(ir_error_type(err), type) == 0) {
-        return true;
-    }
-    bases = ir_map_get(err, "bases", 5);
-    if (bases == NULL || bases->type != IR_T_LIST) {
-        return false;
-    }
-    for (i = 0; i < ir_list_len(*bases); i++) {
-        struct ir_val b = ir_list_items(*bases)[i];
-        if (b.type == IR_T_STR && strcmp(ir_str_data(b), type) == 0) {
-            return true;
-        }
-    }
-    return false;
 }
 
 /* ---- truthiness, iteration, unpacking ---- */
@@ -500,22 +118,6 @@ ir_truthy(struct ir_val v)
     default:
         return false;
     }
-}
-
-static bool
-is_iterable(struct ir_val v)
-{
-    return v.type == IR_T_LIST || v.type == IR_T_STR || v.type == IR_T_MAP;
-}
-
-/* Number of items iterating v yields (v iterable). */
-static size_t
-iter_len(struct ir_val v)
-{
-    if (v.type == IR_T_LIST) {
-        return ir_list_len(v);
-    }
-    return v.type == IR_T_STR ? ir_str_cplen(v) : ir_map_len(v);
 }
 
 /* The items of an iterable as a list in *list: a list itself, a string's characters, a
