@@ -18,9 +18,8 @@
  *   IR_EVAL_MAX_STR bytes is ever built, whatever the operands claim.
  * - Numbers follow CPython's algorithms rather than "close enough" C: int / int is correctly
  *   rounded (128-bit long division), float // and % are float_divmod, int <-> float comparisons
- *   are exact, round(x, n) rounds the exact decimal expansion half to even (double_round), and
- *   int()/float() of strings port PyLong_FromString and PyFloat_FromString, including Unicode
- *   decimal digits and whitespace.
+ *   are exact. Number text and rounding (int()/float() of strings, round(), a float's repr)
+ *   are numtext.c's.
  * - sorted() runs CPython's own count_run + binary insertion sort below 64 items, so the
  *   comparison sequence (and therefore the TypeError wording and the order NaNs end up in) is
  *   the same as Python's; longer lists use a stable merge sort.
@@ -32,7 +31,6 @@
 #include "ir/eval.h"
 
 #include <assert.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -41,13 +39,7 @@
 
 #include "ir/base/buf.h"
 #include "ir/eval_int.h"
-
-/* CPython's sys.int_info.default_max_str_digits: int() refuses longer decimal strings. */
-#define EV_INT_MAX_STR_DIGITS 4300
-
-/* CPython's double_round bounds: beyond them round(x, n) is x itself or a signed zero. */
-#define EV_NDIGITS_MAX 323
-#define EV_NDIGITS_MIN (-308)
+#include "ir/numtext.h"
 
 /* Below this many items sorted() runs CPython's exact algorithm (timsort's minrun). */
 #define EV_SORT_EXACT_MAX 64
@@ -966,542 +958,11 @@ builtin_str(struct ir_val v, struct ir_val *out)
     }
 }
 
-/* ---- int() and float() of strings ---- */
-
-/* First code point of each run of ten Unicode decimal digits (category Nd, Unicode 14.0 as in
- * Python 3.11), generated with unicodedata.decimal(). Every run is exactly 0..9. */
-static const uint32_t ev_decimal_zeros[] = {
-    0x30,    0x660,   0x6f0,   0x7c0,   0x966,   0x9e6,   0xa66,   0xae6,   0xb66,   0xbe6,
-    0xc66,   0xce6,   0xd66,   0xde6,   0xe50,   0xed0,   0xf20,   0x1040,  0x1090,  0x17e0,
-    0x1810,  0x1946,  0x19d0,  0x1a80,  0x1a90,  0x1b50,  0x1bb0,  0x1c40,  0x1c50,  0xa620,
-    0xa8d0,  0xa900,  0xa9d0,  0xa9f0,  0xaa50,  0xabf0,  0xff10,  0x104a0, 0x10d30, 0x11066,
-    0x110f0, 0x11136, 0x111d0, 0x112f0, 0x11450, 0x114d0, 0x11650, 0x116c0, 0x11730, 0x118e0,
-    0x11950, 0x11c50, 0x11d50, 0x11da0, 0x16a60, 0x16ac0, 0x16b50, 0x1d7ce, 0x1d7d8, 0x1d7e2,
-    0x1d7ec, 0x1d7f6, 0x1e140, 0x1e2f0, 0x1e950, 0x1fbf0,
-};
-
-/* Decimal value of code point c, or -1. */
-static int
-unicode_decimal(uint32_t c)
-{
-    size_t lo = 0, hi = sizeof(ev_decimal_zeros) / sizeof(ev_decimal_zeros[0]), mid;
-
-    while (hi - lo > 1) {
-        mid = lo + (hi - lo) / 2;
-        if (ev_decimal_zeros[mid] <= c) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    return c >= ev_decimal_zeros[lo] && c - ev_decimal_zeros[lo] < 10
-               ? (int) (c - ev_decimal_zeros[lo])
-               : -1;
-}
-
-/* Python's str.isspace() for code points at or above 127 (the ASCII ones are kept as they
- * are by the transformation below). */
-static bool
-unicode_space(uint32_t c)
-{
-    return c == 0x85 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 ||
-           c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
-}
-
-/* Python's ASCII whitespace (Py_ISSPACE). */
-static bool
-ascii_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
-}
-
-/* CPython's _PyUnicode_TransformDecimalAndSpaceToASCII: a malloc'd copy where ASCII stays,
- * other whitespace becomes ' ', decimal digits become '0'..'9', and the first other character
- * becomes '?' and ends the text. */
-static cn_err
-to_ascii(struct ir_val s, char **buf, size_t *len)
-{
-    const unsigned char *p = (const unsigned char *) ir_str_data(s);
-    size_t n = ir_str_len(s), i = 0, o = 0, k;
-    uint32_t c;
-    int d;
-    char *b;
-
-    if ((b = malloc(n + 1)) == NULL) {
-        return CN_NOMEM;
-    }
-    while (i < n) {
-        c = utf8_decode(p + i, &k);
-        i += k;
-        if (c < 127) {
-            b[o++] = (char) c;
-        } else if (unicode_space(c)) {
-            b[o++] = ' ';
-        } else if ((d = unicode_decimal(c)) >= 0) {
-            b[o++] = (char) ('0' + d);
-        } else {
-            b[o++] = '?';
-            break;
-        }
-    }
-    b[o] = '\0';
-    *buf = b;
-    *len = o;
-    return CN_OK;
-}
-
-/* The repr of s cut to at most max code points (Python's %.200R), for messages. */
-static cn_err
-repr_cut(struct ir_val s, size_t max, struct cn_buf *b)
-{
-    size_t i = 0, cp = 0;
-    cn_err rv;
-
-    if ((rv = ir_val_repr(s, b)) != CN_OK) {
-        return rv;
-    }
-    while (i < b->len && cp < max) {
-        i += utf8_seqlen((unsigned char) b->data[i]);
-        cp++;
-    }
-    if (i < b->len) {
-        b->len = i;
-        b->data[i] = '\0';
-    }
-    return CN_OK;
-}
-
-static cn_err
-raise_int_literal(struct ir_val s, int64_t base, struct ir_val *out)
-{
-    struct cn_buf b = CN_BUF_INIT;
-    cn_err rv;
-
-    if ((rv = repr_cut(s, 200, &b)) == CN_OK) {
-        rv = ir_raise(out, "ValueError", "invalid literal for int() with base %" PRId64 ": %s",
-                      base, b.data);
-    }
-    cn_buf_fini(&b);
-    return rv;
-}
-
-/* CPython's _PyLong_DigitValue: 0-35 for digits and letters, 37 otherwise. */
-static unsigned
-digit_value(char c)
-{
-    if (c >= '0' && c <= '9') {
-        return (unsigned) (c - '0');
-    }
-    if (c >= 'a' && c <= 'z') {
-        return (unsigned) (c - 'a') + 10;
-    }
-    if (c >= 'A' && c <= 'Z') {
-        return (unsigned) (c - 'A') + 10;
-    }
-    return 37;
-}
-
-/* Outcome of parse_int_text. */
-enum ev_intparse { EV_INT_OK, EV_INT_INVALID, EV_INT_LIMIT, EV_INT_OVERFLOW };
-
-/* CPython's PyLong_FromString on ASCII text t[0..n) (base 0 or 2..36). On EV_INT_LIMIT,
- * *ndigits_out holds the digit count for the message. */
-static enum ev_intparse
-parse_int_text(const char *t, size_t n, unsigned base, int64_t *out, size_t *ndigits_out)
-{
-    const char *p = t, *end = t + n, *start;
-    bool neg = false, nonzero_is_error = false, ovf = false;
-    uint64_t mag = 0, limit;
-    size_t ndigits = 0;
-    char prev = '\0';
-    unsigned d;
-
-    while (p < end && ascii_space(*p)) {
-        p++;
-    }
-    if (p < end && *p == '+') {
-        p++;
-    } else if (p < end && *p == '-') {
-        neg = true;
-        p++;
-    }
-    if (base == 0) {
-        if (p >= end || p[0] != '0') {
-            base = 10;
-        } else if (p + 1 < end && (p[1] == 'x' || p[1] == 'X')) {
-            base = 16;
-        } else if (p + 1 < end && (p[1] == 'o' || p[1] == 'O')) {
-            base = 8;
-        } else if (p + 1 < end && (p[1] == 'b' || p[1] == 'B')) {
-            base = 2;
-        } else {
-            nonzero_is_error = true; /* "010": the old octal spelling */
-            base = 10;
-        }
-    }
-    if (p + 1 < end && p[0] == '0' &&
-        ((base == 16 && (p[1] == 'x' || p[1] == 'X')) ||
-         (base == 8 && (p[1] == 'o' || p[1] == 'O')) ||
-         (base == 2 && (p[1] == 'b' || p[1] == 'B')))) {
-        p += 2;
-        if (p < end && *p == '_') {
-            p++; /* one underscore may follow the prefix */
-        }
-    }
-    if (p < end && *p == '_') {
-        return EV_INT_INVALID;
-    }
-    start = p;
-    while (p < end && (digit_value(*p) < base || *p == '_')) {
-        if (*p == '_') {
-            if (prev == '_') {
-                return EV_INT_INVALID;
-            }
-        } else {
-            ndigits++;
-        }
-        prev = *p++;
-    }
-    if (prev == '_') {
-        return EV_INT_INVALID;
-    }
-    if ((base & (base - 1)) != 0 && ndigits > EV_INT_MAX_STR_DIGITS) {
-        *ndigits_out = ndigits;
-        return EV_INT_LIMIT;
-    }
-    if (ndigits == 0) {
-        return EV_INT_INVALID;
-    }
-    limit = neg ? UINT64_C(1) << 63 : (uint64_t) INT64_MAX;
-    for (; start < p; start++) {
-        if (*start == '_') {
-            continue;
-        }
-        d = digit_value(*start);
-        if (mag > (limit - d) / base) {
-            ovf = true;
-        } else {
-            mag = mag * base + d;
-        }
-    }
-    if (nonzero_is_error && (mag != 0 || ovf)) {
-        return EV_INT_INVALID;
-    }
-    while (p < end && ascii_space(*p)) {
-        p++;
-    }
-    if (p != end) {
-        return EV_INT_INVALID;
-    }
-    if (ovf) {
-        return EV_INT_OVERFLOW;
-    }
-    *out = neg ? (int64_t) ((uint64_t) 0 - mag) : (int64_t) mag;
-    return EV_INT_OK;
-}
-
-static cn_err
-int_from_str(struct ir_val s, int64_t base, struct ir_val *out)
-{
-    char *t;
-    size_t n, ndigits = 0;
-    int64_t v = 0;
-    cn_err rv;
-
-    if ((rv = to_ascii(s, &t, &n)) != CN_OK) {
-        return rv;
-    }
-    switch (parse_int_text(t, n, (unsigned) base, &v, &ndigits)) {
-    case EV_INT_OK:
-        *out = ir_int(v);
-        rv = CN_OK;
-        break;
-    case EV_INT_LIMIT:
-        rv = ir_raise(out, "ValueError",
-                      "Exceeds the limit (%d digits) for integer string conversion: value has "
-                      "%zu digits; use sys.set_int_max_str_digits() to increase the limit",
-                      EV_INT_MAX_STR_DIGITS, ndigits);
-        break;
-    case EV_INT_OVERFLOW:
-        rv = raise_overflow(out);
-        break;
-    default:
-        rv = raise_int_literal(s, base, out);
-        break;
-    }
-    free(t);
-    return rv;
-}
-
-static bool
-match_nocase(const char *p, const char *end, const char *word)
-{
-    size_t n = strlen(word), i;
-
-    if ((size_t) (end - p) != n) {
-        return false;
-    }
-    for (i = 0; i < n; i++) {
-        char c = p[i];
-        if (c >= 'A' && c <= 'Z') {
-            c = (char) (c - 'A' + 'a');
-        }
-        if (c != word[i]) {
-            return false;
-        }
-    }
-    return true;
-}
-
-static bool
-is_digit(char c)
-{
-    return c >= '0' && c <= '9';
-}
-
-enum ev_floatkind { EV_FLOAT_BAD, EV_FLOAT_NUMBER, EV_FLOAT_INF, EV_FLOAT_NAN };
-
-/* Python's float syntax on ASCII text without whitespace or underscores (_Py_dg_strtod, then
- * _Py_parse_inf_or_nan): [sign] (digits [. [digits]] | . digits) [(e|E) [sign] digits], or
- * [sign] inf, infinity or nan in any case. */
-static enum ev_floatkind
-float_syntax(const char *p, const char *end, bool *neg)
-{
-    bool mant = false;
-
-    *neg = false;
-    if (p < end && (*p == '+' || *p == '-')) {
-        *neg = *p == '-';
-        p++;
-    }
-    if (match_nocase(p, end, "inf") || match_nocase(p, end, "infinity")) {
-        return EV_FLOAT_INF;
-    }
-    if (match_nocase(p, end, "nan")) {
-        return EV_FLOAT_NAN;
-    }
-    while (p < end && is_digit(*p)) {
-        p++;
-        mant = true;
-    }
-    if (p < end && *p == '.') {
-        p++;
-        while (p < end && is_digit(*p)) {
-            p++;
-            mant = true;
-        }
-    }
-    if (!mant) {
-        return EV_FLOAT_BAD;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        p++;
-        if (p < end && (*p == '+' || *p == '-')) {
-            p++;
-        }
-        if (p >= end || !is_digit(*p)) {
-            return EV_FLOAT_BAD;
-        }
-        while (p < end && is_digit(*p)) {
-            p++;
-        }
-    }
-    return p == end ? EV_FLOAT_NUMBER : EV_FLOAT_BAD;
-}
-
-/* CPython's PyFloat_FromString: strip, check underscores (only between digits), parse. */
-static cn_err
-float_from_str(struct ir_val s, struct ir_val *out)
-{
-    struct cn_buf b = CN_BUF_INIT;
-    char *t, *begin, *p, *end, *w, prev = '\0';
-    enum ev_floatkind kind = EV_FLOAT_BAD;
-    bool ok = true, neg;
-    size_t n;
-    cn_err rv;
-
-    if ((rv = to_ascii(s, &t, &n)) != CN_OK) {
-        return rv;
-    }
-    begin = t;
-    end = t + n;
-    while (begin < end && ascii_space(*begin)) {
-        begin++;
-    }
-    while (end > begin && ascii_space(end[-1])) {
-        end--;
-    }
-    /* Drop underscores in place; each must sit between two digits. NUL is never valid. */
-    for (p = w = begin; p < end && ok; p++) {
-        if (*p == '\0') {
-            ok = false;
-        } else if (*p == '_') {
-            ok = is_digit(prev);
-        } else {
-            ok = prev != '_' || is_digit(*p);
-            *w++ = *p;
-        }
-        prev = *p;
-    }
-    if (ok && prev != '_') {
-        kind = float_syntax(begin, w, &neg);
-    }
-    if (kind == EV_FLOAT_NUMBER) {
-        *w = '\0';
-        *out = ir_float(strtod(begin, NULL)); /* correctly rounded; +-inf on overflow */
-    } else if (kind != EV_FLOAT_BAD) {
-        /* NAN and INFINITY are float constants; the casts only widen them exactly. */
-        double special = kind == EV_FLOAT_NAN ? (double) NAN : (double) INFINITY;
-        *out = ir_float(neg ? -special : special);
-    }
-    free(t);
-    if (kind != EV_FLOAT_BAD) {
-        return CN_OK;
-    }
-    if ((rv = ir_val_repr(s, &b)) == CN_OK) {
-        rv = ir_raise(out, "ValueError", "could not convert string to float: %s", b.data);
-    }
-    cn_buf_fini(&b);
-    return rv;
-}
-
 /* ---- round() ---- */
-
-/* Converts an integral double to an int value as Python's int(float) / PyLong_FromDouble. */
-static cn_err
-int_from_double(double f, struct ir_val *out)
-{
-    if (isnan(f)) {
-        return ir_raise(out, "ValueError", "cannot convert float NaN to integer");
-    }
-    if (isinf(f)) {
-        return ir_raise(out, "OverflowError", "cannot convert float infinity to integer");
-    }
-    f = trunc(f);
-    if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0)) {
-        return raise_overflow(out);
-    }
-    *out = ir_int((int64_t) f);
-    return CN_OK;
-}
-
-/* CPython's double_round: x rounded to nd decimal places, half to even on the exact binary
- * value, converted back with correct rounding. glibc's printf gives the exact decimal
- * expansion (at most 767 significant digits), which is what _Py_dg_dtoa mode 3 rounds. */
-static cn_err
-float_round(double x, int64_t nd, struct ir_val *out)
-{
-    char buf[840], d[800], res[830];
-    int exp10, keep, i, len;
-    bool up = false;
-    double r;
-
-    if (!isfinite(x) || x == 0.0 || nd > EV_NDIGITS_MAX) {
-        *out = ir_float(x);
-        return CN_OK;
-    }
-    if (nd < EV_NDIGITS_MIN) {
-        *out = ir_float(0.0 * x);
-        return CN_OK;
-    }
-    len = snprintf(buf, sizeof(buf), "%.780e", fabs(x));
-    if (len < 0) {
-        return CN_NOMEM; /* printf of many digits may allocate inside libc */
-    }
-    assert((size_t) len < sizeof(buf));
-    /* buf = "D.DDD...e+XX": d[0] is a guard '0' that absorbs a carry, then the 781 digits. */
-    d[0] = '0';
-    d[1] = buf[0];
-    memcpy(d + 2, buf + 2, 780);
-    exp10 = atoi(buf + 783);
-    keep = exp10 + 1 + (int) nd; /* digits of d[1..] that survive */
-    if (keep >= 781) {
-        *out = ir_float(x);
-        return CN_OK;
-    }
-    if (keep < 0) {
-        *out = ir_float(copysign(0.0, x));
-        return CN_OK;
-    }
-    if (d[keep + 1] > '5') {
-        up = true;
-    } else if (d[keep + 1] == '5') {
-        for (i = keep + 2; i < 782 && !up; i++) {
-            up = d[i] != '0';
-        }
-        up = up || ((d[keep] - '0') & 1) != 0;
-    }
-    if (up) {
-        for (i = keep; i >= 0; i--) {
-            if (d[i] == '9') {
-                d[i] = '0';
-            } else {
-                d[i]++;
-                break;
-            }
-        }
-    }
-    len = snprintf(res, sizeof(res), "%s%.*se%d", x < 0 ? "-" : "", keep + 1, d, (int) -nd);
-    if (len < 0) {
-        return CN_NOMEM;
-    }
-    assert((size_t) len < sizeof(res));
-    errno = 0;
-    r = strtod(res, NULL);
-    if (errno == ERANGE && fabs(r) >= 1.0) {
-        return ir_raise(out, "OverflowError", "rounded value too large to represent");
-    }
-    *out = ir_float(r);
-    return CN_OK;
-}
-
-/* round(i, nd) for an int and nd < 0: nearest multiple of 10^-nd, ties to even. */
-static cn_err
-int_round(int64_t v, int64_t nd, struct ir_val *out)
-{
-    int64_t p = 1, q, r, res;
-    int k;
-
-    if (nd >= 0) {
-        *out = ir_int(v);
-        return CN_OK;
-    }
-    if (nd < -19) {
-        *out = ir_int(0); /* |v| < 2^63 < 10^20 / 2 */
-        return CN_OK;
-    }
-    if (nd == -19) {
-        /* 10^19 does not fit: the result is 0 or +-10^19 (which overflows). */
-        if (v > INT64_C(5000000000000000000) || v < -INT64_C(5000000000000000000)) {
-            return raise_overflow(out);
-        }
-        *out = ir_int(0);
-        return CN_OK;
-    }
-    for (k = 0; k < (int) -nd; k++) {
-        p *= 10;
-    }
-    q = v / p;
-    r = v % p;
-    if (r < 0) {
-        r += p;
-        q--;
-    }
-    if (2 * r > p || (2 * r == p && (q & 1) != 0)) {
-        q++;
-    }
-    if (__builtin_mul_overflow(q, p, &res)) {
-        return raise_overflow(out);
-    }
-    *out = ir_int(res);
-    return CN_OK;
-}
 
 static cn_err
 builtin_round(const struct ir_val *a, size_t n, struct ir_val *out)
 {
-    double x, r;
-
     if (!is_num(a[0])) {
         return ir_raise(out, "TypeError", "type %s doesn't define __round__ method", tname(a[0]));
     }
@@ -1510,20 +971,15 @@ builtin_round(const struct ir_val *a, size_t n, struct ir_val *out)
             *out = ir_int(as_int(a[0]));
             return CN_OK;
         }
-        x = a[0].u.f;
-        r = round(x);
-        if (fabs(x - r) == 0.5) {
-            r = 2.0 * round(x / 2.0); /* halfway: to even */
-        }
-        return int_from_double(r, out);
+        return ir_float_round_to_int(a[0].u.f, out);
     }
     if (!is_intlike(a[1])) {
         return raise_not_index(out, a[1]);
     }
     if (is_intlike(a[0])) {
-        return int_round(as_int(a[0]), as_int(a[1]), out);
+        return ir_int_round(as_int(a[0]), as_int(a[1]), out);
     }
-    return float_round(a[0].u.f, as_int(a[1]), out);
+    return ir_float_round(a[0].u.f, as_int(a[1]), out);
 }
 
 /* ---- the other builtins ---- */
@@ -1808,7 +1264,7 @@ builtin_int(const struct ir_val *a, size_t n, struct ir_val *out)
         if (a[0].type != IR_T_STR) {
             return ir_raise(out, "TypeError", "int() can't convert non-string with explicit base");
         }
-        return int_from_str(a[0], base, out);
+        return ir_int_from_str(a[0], base, out);
     }
     switch (a[0].type) {
     case IR_T_BOOL:
@@ -1816,9 +1272,9 @@ builtin_int(const struct ir_val *a, size_t n, struct ir_val *out)
         *out = ir_int(as_int(a[0]));
         return CN_OK;
     case IR_T_FLOAT:
-        return int_from_double(a[0].u.f, out);
+        return ir_int_from_double(a[0].u.f, out);
     case IR_T_STR:
-        return int_from_str(a[0], 10, out);
+        return ir_int_from_str(a[0], 10, out);
     default:
         return ir_raise(out, "TypeError",
                         "int() argument must be a string, a bytes-like object or a real number, "
@@ -1839,7 +1295,7 @@ builtin_float(const struct ir_val *a, size_t n, struct ir_val *out)
         return CN_OK;
     }
     if (a[0].type == IR_T_STR) {
-        return float_from_str(a[0], out);
+        return ir_float_from_str(a[0], out);
     }
     return ir_raise(out, "TypeError",
                     "float() argument must be a string or a real number, not '%s'", tname(a[0]));

@@ -13,6 +13,7 @@
 
 #include <criterion/criterion.h>
 
+#include "ir/numtext.h"
 #include "ir/value.h"
 #include "tests/support/leak.h"
 
