@@ -178,4 +178,27 @@ iter_len(struct ir_val v)
     return v.type == IR_T_STR ? ir_str_cplen(v) : ir_map_len(v);
 }
 
+
+/* ---- shared between eval.c and builtins.c ---- */
+
+/* The items of an iterable as a list in *list: a list itself (a new reference), a string's
+ * characters, a dict's keys. v must be iterable (is_iterable); the size limit raises into
+ * *out. Returns CN_OK, CN_RAISED or CN_NOMEM. (eval.c) */
+CN_MUST_CHECK cn_err ir_ev_iter_items(struct ir_val v, struct ir_val *list, struct ir_val *out);
+
+/* a OP b for an ordering operator (<, <=, >, >=) as Python's rich comparison, in *res; depth
+ * is the list nesting already walked (0 at the top). Raises TypeError for unorderable types
+ * and RecursionError for lists nested deeper than IR_REPR_MAX_DEPTH. (eval.c) */
+CN_MUST_CHECK cn_err ir_ev_order(struct ir_val a, struct ir_val b, enum ir_cmpop op, unsigned depth,
+                                 bool *res, struct ir_val *out);
+
+/* a OP b for a binary operator (+, -, *, /, //, %, |). (eval.c) */
+CN_MUST_CHECK cn_err ir_ev_binop(enum ir_binop op, struct ir_val a, struct ir_val b,
+                                 struct ir_val *out);
+
+/* Calls builtin b on n evaluated arguments (borrowed); n is within b's arity (the caller
+ * checks). CN_INVAL for an unknown builtin. (builtins.c) */
+CN_MUST_CHECK cn_err ir_builtin_call(enum ir_builtin b, const struct ir_val *a, size_t n,
+                                     struct ir_val *out);
+
 #endif
