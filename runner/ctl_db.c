@@ -17,7 +17,7 @@
 
 #include "ir/base/buf.h"
 #include "ir/compile.h"
-#include "ir/eval.h"
+#include "ir/value.h"
 #include "runner/clock.h"
 #include "runner/ctl.h"
 #include "runner/db.h"

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "cairn/worker.h"
-#include "ir/eval.h"
+#include "ir/value.h"
 #include "runner/backend.h"
 #include "runner/clock.h"
 #include "runner/ctl.h"

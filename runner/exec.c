@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ir/base/vec.h"
+#include "ir/error.h"
 #include "ir/eval.h"
 #include "runner/exec_int.h"
 

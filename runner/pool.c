@@ -30,7 +30,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/tls/tls.h>
 
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "runner/clock.h"
 #include "runner/idmap.h"
 #include "worker-protocol/proto.h"

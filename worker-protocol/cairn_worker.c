@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "cairn/worker.h"
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "worker-protocol/std_actions.h"
 
 #define DEFAULT_URL   "tcp://127.0.0.1:24118"

@@ -43,7 +43,7 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "worker-protocol/include/cairn/worker.h"
 #include "worker-protocol/proto.h"
 

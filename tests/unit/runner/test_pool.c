@@ -15,7 +15,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "runner/clock.h"
 #include "runner/pool.h"
 #include "tests/support/leak.h"
