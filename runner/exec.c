@@ -21,6 +21,7 @@
 #include "ir/base/vec.h"
 #include "ir/error.h"
 #include "ir/eval.h"
+#include "runner/errors.h"
 #include "runner/exec_int.h"
 
 /* ---- small utilities ---------------------------------------------------------------------- */
@@ -674,7 +675,7 @@ retry_delay(struct rn_instance *in, uint32_t xi, struct ir_val err)
 {
     const struct rn_xnode *x = &in->x.items[xi];
     const struct ir_node *t = tnode(in, x->node);
-    bool timeout = strcmp(ir_error_type(err), RN_ACTION_TIMEOUT) == 0;
+    bool timeout = strcmp(ir_error_type(err), rn_error_name(RN_ERR_ACTION_TIMEOUT)) == 0;
     int64_t best = -1, base = 0, delay;
     uint32_t k, j;
 
@@ -1259,7 +1260,7 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
             char msg[96];
             (void) snprintf(msg, sizeof(msg), "attempt %u did not finish within %lld ms",
                             x->attempt, (long long) timeout_for(in, tnode(in, x->node)));
-            if (ir_raise(&err, RN_ACTION_TIMEOUT, "%s", msg) != CN_RAISED) {
+            if (rn_error_new(RN_ERR_ACTION_TIMEOUT, msg, &err) != CN_OK) {
                 oom(in);
                 return;
             }

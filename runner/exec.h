@@ -17,11 +17,12 @@
  *   branch index; a scope points at its caller's scope.
  * - Push-based: an event (action result, timer, cancel) touches its node, which advances along
  *   the template's edges, running inline nodes until each thread of control blocks again.
- * - Durability contract with the persister (DESIGN.md section 4): a step reports the action
- *   results it consumed (done records, to insert first) and whether the snapshot must be
- *   rewritten. A step that only consumed results into aggregate slots needs no new snapshot:
- *   hydration re-applies those results. Any step that creates a dispatch, a timer or an outcome
- *   does, and its actions must not be dispatched before that snapshot is committed.
+ * - Durability contract with the persister (docs/semantics.md "Durability and replay"): a step
+ *   reports the action results it consumed (done records, to insert first) and whether the
+ *   snapshot must be rewritten. A step that only consumed results into aggregate slots needs
+ *   no new snapshot: hydration re-applies those results. Any step that creates a dispatch, a
+ *   timer or an outcome does, and its actions must not be dispatched before that snapshot is
+ *   committed.
  */
 #ifndef RUNNER_EXEC_H
 #define RUNNER_EXEC_H
@@ -36,8 +37,6 @@
 #include "ir/value.h"
 
 #define RN_SNAPSHOT_FORMAT_VERSION 1
-/* Base types of the error an attempt gets when it runs past its deadline. */
-#define RN_ACTION_TIMEOUT "ActionTimeout"
 
 struct rn_instance;
 
