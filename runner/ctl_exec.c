@@ -16,6 +16,7 @@
 #include "runner/backend.h"
 #include "runner/clock.h"
 #include "runner/ctl.h"
+#include "runner/exec.h"
 #include "runner/log.h"
 #include "runner/runner.h"
 #include "worker-protocol/std_actions.h"
@@ -161,10 +162,7 @@ ctl_cmd_exec(int argc, char **argv)
         }
     }
     if (json_out) {
-        printf("{\"status\": \"%s\", \"%s\": %s, \"actions\": %zu}\n",
-               outcome == RN_COMPLETED ? "completed"
-               : outcome == RN_FAILED  ? "failed"
-                                       : "cancelled",
+        printf("{\"status\": \"%s\", \"%s\": %s, \"actions\": %zu}\n", rn_outcome_name(outcome),
                outcome == RN_COMPLETED ? "result" : "error", out.data, nresults);
     } else if (outcome == RN_COMPLETED) {
         printf("%s\n", out.data);

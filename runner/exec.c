@@ -1492,6 +1492,40 @@ rn_instance_free(struct rn_instance *in)
     free(in);
 }
 
+/* ---- outcome and status names ---- */
+
+#define RN_OUTCOME_NAME(e, name) [e] = name,
+static const char *const outcome_names[] = {RN_OUTCOMES(RN_OUTCOME_NAME)};
+#undef RN_OUTCOME_NAME
+
+const char *
+rn_outcome_name(enum rn_outcome o)
+{
+    return (size_t) o < RN_OUTCOME_COUNT_ ? outcome_names[o] : "";
+}
+
+bool
+rn_outcome_parse(const char *name, enum rn_outcome *o)
+{
+    size_t i;
+
+    for (i = 0; i < RN_OUTCOME_COUNT_; i++) {
+        if (strcmp(name, outcome_names[i]) == 0) {
+            *o = (enum rn_outcome) i;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool
+rn_status_valid(const char *name)
+{
+    enum rn_outcome o;
+
+    return strcmp(name, RN_STATUS_QUEUED) == 0 || rn_outcome_parse(name, &o);
+}
+
 enum rn_outcome
 rn_instance_outcome(const struct rn_instance *in)
 {

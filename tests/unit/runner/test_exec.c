@@ -559,6 +559,28 @@ Test(exec, runner_errors_carry_their_bases)
     ir_val_release(err);
 }
 
+/* One table names the outcomes: the words the database's status column and cairnctl use. */
+Test(exec, outcome_names_round_trip)
+{
+    static const char *const want[] = {"running", "completed", "failed", "cancelled"};
+    enum rn_outcome o;
+    size_t i;
+
+    cr_assert_eq(RN_OUTCOME_COUNT_, 4);
+    cr_expect_eq(RN_RUNNING, 0, "snapshots store the number");
+    for (i = 0; i < 4; i++) {
+        cr_expect_str_eq(rn_outcome_name((enum rn_outcome) i), want[i]);
+        cr_assert(rn_outcome_parse(want[i], &o));
+        cr_expect_eq(o, (enum rn_outcome) i);
+        cr_expect(rn_status_valid(want[i]));
+    }
+    cr_expect(!rn_outcome_parse("queued", &o));
+    cr_expect(rn_status_valid("queued"));
+    cr_expect(!rn_status_valid("Completed"));
+    cr_expect(!rn_status_valid(""));
+    cr_expect_str_eq(rn_outcome_name(RN_OUTCOME_COUNT_), "");
+}
+
 Test(exec, default_timeout_applies_without_a_bracket)
 {
     struct t_opts o = {0};
