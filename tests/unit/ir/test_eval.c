@@ -279,7 +279,7 @@ t_expect_repr(struct t_env *env, const char *expr, const char *want)
 
 /* ---- the Python-generated cases ---- */
 
-/* Bases eval.h promises for the inline error types. */
+/* Bases error.h promises for the inline error types. */
 static const char *
 t_bases_for(const char *type)
 {
