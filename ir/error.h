@@ -11,7 +11,8 @@
  *   ZeroDivisionError, OverflowError -> ["ArithmeticError", "Exception"]
  *   RecursionError                   -> ["RuntimeError", "Exception"]
  *   TypeError, ValueError, NameError -> ["Exception"], as any other type
- * (ActionTimeout, raised by the runner, has ["TimeoutError", "Exception"]; ir_raise knows it.)
+ * Errors raised outside expressions (by the runner, by workers) carry their own bases and are
+ * built with ir_error_new; ir/ knows none of their names.
  */
 #ifndef IR_ERROR_H
 #define IR_ERROR_H

@@ -30,8 +30,8 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/tls/tls.h>
 
-#include "ir/error.h"
 #include "runner/clock.h"
+#include "runner/errors.h"
 #include "runner/idmap.h"
 #include "worker-protocol/proto.h"
 
@@ -189,7 +189,7 @@ synthetic_error(struct results *rs, const uint8_t iid[16], const uint8_t id[16],
 {
     struct ir_val e;
 
-    if (ir_raise(&e, type, "%s", msg) == CN_RAISED) {
+    if (rn_error_raise(&e, type, msg) == CN_RAISED) {
         results_add(rs, iid, id, attempt, false, e);
     }
 }

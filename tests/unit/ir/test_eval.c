@@ -680,7 +680,6 @@ Test(ir_eval, raise_builds_flagged_map_in_key_order)
         {"ValueError", "['Exception']"},
         {"NameError", "['Exception']"},
         {"RecursionError", "['RuntimeError', 'Exception']"},
-        {"ActionTimeout", "['TimeoutError', 'Exception']"},
         {"SmtpError", "['Exception']"},
     };
     struct ir_val err;
