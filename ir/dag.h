@@ -64,7 +64,7 @@
 
 /* Default base delay for retries without `backoff:` (documented in docs/language.md). */
 #define IR_DEFAULT_BACKOFF_MS 1000
-/* Exponential backoff is capped here (docs/language.md: factor 2, capped at 1h). */
+/* Exponential backoff is capped here (factor 2, capped at 1h: docs/language.md "Policies"). */
 #define IR_MAX_BACKOFF_MS (3600 * 1000)
 
 #define IR_NODE_KINDS(X)            \
@@ -118,7 +118,7 @@ struct ir_edge {
 };
 
 struct ir_retry {
-    const char **types; /* empty: any error except ActionTimeout */
+    const char **types; /* empty: any error but the runner's attempt timeout (docs/language.md) */
     uint32_t ntypes;
     int64_t retries;
     int64_t backoff_ms;

@@ -1,17 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Expression evaluation with the semantics of IR.md (Python 3 where IR.md is silent), and the
- * error values workflow code raises and catches. Pure: no I/O, no global state; safe to call
- * from any number of threads on distinct environments.
+ * Expression evaluation with the semantics docs/language.md ("Expressions", "Builtins",
+ * "Differences from Python") gives users, and Python 3 where it is silent. Pure: no I/O, no
+ * global state; safe to call from any number of threads on distinct environments.
  *
- * Errors raised by expressions (IR.md "Errors") are not C failures: evaluation returns
- * CN_RAISED and hands back an error value, a map {"type", "message", "bases", "details"} with
- * the error flag set (ir_map_is_error). Inline error types and their bases:
- *   KeyError, IndexError            -> ["LookupError", "Exception"]
- *   ZeroDivisionError, OverflowError -> ["ArithmeticError", "Exception"]
- *   TypeError, ValueError, NameError -> ["Exception"]
- *   RecursionError                   -> ["RuntimeError", "Exception"]
- * (ActionTimeout, raised by the runner, has ["TimeoutError", "Exception"]; ir_raise knows it.)
+ * Errors raised by expressions are not C failures: evaluation returns CN_RAISED and hands
+ * back an error value (error.h, which lists the bases of the types expressions raise).
  *
  * SEMANTICS (Python 3.11 otherwise; messages are Python's word for word unless listed here)
  * - ints are int64: a result outside it raises OverflowError "integer overflow: result does not
@@ -45,6 +39,7 @@
 #include <stddef.h>
 
 #include "ir/base/err.h"
+#include "ir/error.h"
 #include "ir/expr.h"
 #include "ir/value.h"
 
@@ -76,29 +71,6 @@ CN_MUST_CHECK cn_err ir_eval(const struct ir_xpool *p, uint32_t e, const struct 
 
 /* Python truthiness: None, False, 0, 0.0, "", [], {} are false; everything else is true. */
 bool ir_truthy(struct ir_val v);
-
-/* Builds an error value of `type` with `message` (printf-style) and the bases listed above for
- * the inline types (others get ["Exception"]); details is None. Returns CN_RAISED with *out
- * set, so a raising path is `return ir_raise(out, "KeyError", "'%s'", k);`, or CN_NOMEM.
- * Bytes of the message that are not valid UTF-8 become U+FFFD. */
-cn_err ir_raise(struct ir_val *out, const char *type, const char *fmt, ...) CN_PRINTF(3, 4);
-
-/* Builds an error value from its parts (as a worker reports it). bases is a list of strings or
- * None (stored as ["Exception"]); details any value; message NULL means "". Takes ownership of
- * bases and details always; borrows the strings. Returns CN_OK or CN_NOMEM (CN_TYPE if bases
- * is not a list of strings, CN_UTF8 if type or message is not valid UTF-8). */
-CN_MUST_CHECK cn_err ir_error_new(const char *type, const char *message, struct ir_val bases,
-                                  struct ir_val details, struct ir_val *out);
-
-/* True when v is an error value (a map with the error flag; what isexception() tests). */
-bool ir_is_error(struct ir_val v);
-
-/* The error's type (borrowed C string) or "" when err is not an error value. */
-const char *ir_error_type(struct ir_val err);
-
-/* True when error `err` matches `type`: its type is `type`, `type` is one of its bases, or
- * `type` is "Exception" (which matches every error). */
-bool ir_error_matches(struct ir_val err, const char *type);
 
 /* Unpacks v into n values like Python's `a, b = v` (lists, strings, dicts' keys).
  * On CN_OK items[0..n) are new values. Raises (CN_RAISED, *err set) ValueError for a length

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The value model: constructors, reference counting, UTF-8 strings, lists, insertion-ordered
- * maps, Python-semantics equality and hashing, and Python's repr() of values and floats. The
- * codecs live in value_json.c and value_msgpack.c.
+ * maps, Python-semantics equality and hashing, and Python's repr() of values (a float's repr is
+ * numtext.c's). The codecs live in value_json.c and value_msgpack.c.
  *
  * DESIGN
  * - Heap objects start with an atomic reference count. Retain is relaxed (taking a new
@@ -24,9 +24,10 @@
 #include <assert.h>
 #include <math.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ir/numtext.h"
 
 /* Linear scan up to this many entries; the hash index exists only above it. */
 #define MAP_INDEX_MIN 8
@@ -922,166 +923,6 @@ ir_val_same(struct ir_val a, struct ir_val b)
     default:
         return false;
     }
-}
-
-/* ---- float repr ---- */
-
-/* Formats |f| (finite, non-zero) with p + 1 significant digits; returns the digits (no dot)
- * in dig and the decimal exponent of the first digit. */
-static size_t
-float_digits(double f, int p, char *dig, int *exp10)
-{
-    char tmp[40];
-    size_t n = 0, i;
-    int e = 0, sign = 1;
-
-    (void) snprintf(tmp, sizeof(tmp), "%.*e", p, f);
-    /* tmp is "d.ddde[+-]xx" (or "de[+-]xx" for p == 0); keep the digits before 'e'. */
-    for (i = 0; tmp[i] != 'e' && tmp[i] != '\0'; i++) {
-        if (tmp[i] >= '0' && tmp[i] <= '9') {
-            dig[n++] = tmp[i];
-        }
-    }
-    if (tmp[i] == 'e') {
-        i++;
-    }
-    if (tmp[i] == '-' || tmp[i] == '+') {
-        sign = tmp[i] == '-' ? -1 : 1;
-        i++;
-    }
-    for (; tmp[i] >= '0' && tmp[i] <= '9'; i++) {
-        e = e * 10 + (tmp[i] - '0');
-    }
-    *exp10 = sign * e;
-    dig[n] = '\0';
-    return n;
-}
-
-static bool
-digits_round_trip(const char *dig, size_t n, int exp10, double f)
-{
-    char tmp[64];
-
-    (void) snprintf(tmp, sizeof(tmp), "%c.%se%d", dig[0], n > 1 ? dig + 1 : "0", exp10);
-    return strtod(tmp, NULL) == f;
-}
-
-/* Adds one unit in the last place of the digit string (with carry). */
-static size_t
-digits_bump(char *dig, size_t n, int *exp10)
-{
-    size_t i = n;
-
-    while (i > 0) {
-        i--;
-        if (dig[i] != '9') {
-            dig[i]++;
-            return n;
-        }
-        dig[i] = '0';
-    }
-    /* All nines: 999 -> 1000, i.e. "1" at the next exponent (trailing zeros dropped). */
-    dig[0] = '1';
-    dig[1] = '\0';
-    (*exp10)++;
-    return 1;
-}
-
-/* Shortest digit string that strtod maps back to f (f > 0, finite), as Python's repr. The
- * correctly rounded string of each length is tried first; at a power of two the rounding
- * interval is lopsided, so the next string above may round-trip where the nearest does not,
- * and Python's dtoa would pick it. */
-static size_t
-float_shortest(double f, char *dig, int *exp10)
-{
-    char alt[40];
-    size_t n = 0, an;
-    int p, aexp;
-
-    for (p = 0; p < 17; p++) {
-        n = float_digits(f, p, dig, exp10);
-        if (digits_round_trip(dig, n, *exp10, f)) {
-            break;
-        }
-        memcpy(alt, dig, n + 1);
-        aexp = *exp10;
-        an = digits_bump(alt, n, &aexp);
-        if (digits_round_trip(alt, an, aexp, f)) {
-            memcpy(dig, alt, an + 1);
-            *exp10 = aexp;
-            n = an;
-            break;
-        }
-    }
-    while (n > 1 && dig[n - 1] == '0') {
-        dig[--n] = '\0';
-    }
-    return n;
-}
-
-size_t
-ir_float_repr(double f, char *buf)
-{
-    char dig[40];
-    size_t n, o = 0, i;
-    int exp10, decpt, k;
-
-    if (isnan(f)) {
-        memcpy(buf, "nan", 4);
-        return 3;
-    }
-    if (signbit(f)) {
-        buf[o++] = '-';
-        f = -f;
-    }
-    if (isinf(f)) {
-        memcpy(buf + o, "inf", 4);
-        return o + 3;
-    }
-    if (f == 0.0) {
-        memcpy(buf + o, "0.0", 4);
-        return o + 3;
-    }
-    n = float_shortest(f, dig, &exp10);
-    /* Python's rule (format_float_short, 'r'): value = 0.DIGITS x 10^decpt; plain notation
-     * when -4 < decpt <= 16, scientific otherwise. */
-    decpt = exp10 + 1;
-    if (decpt > -4 && decpt <= 16) {
-        if (decpt <= 0) {
-            buf[o++] = '0';
-            buf[o++] = '.';
-            for (k = decpt; k < 0; k++) {
-                buf[o++] = '0';
-            }
-            memcpy(buf + o, dig, n);
-            o += n;
-        } else if ((size_t) decpt < n) {
-            memcpy(buf + o, dig, (size_t) decpt);
-            o += (size_t) decpt;
-            buf[o++] = '.';
-            memcpy(buf + o, dig + decpt, n - (size_t) decpt);
-            o += n - (size_t) decpt;
-        } else {
-            memcpy(buf + o, dig, n);
-            o += n;
-            for (i = n; i < (size_t) decpt; i++) {
-                buf[o++] = '0';
-            }
-            buf[o++] = '.';
-            buf[o++] = '0';
-        }
-    } else {
-        buf[o++] = dig[0];
-        if (n > 1) {
-            buf[o++] = '.';
-            memcpy(buf + o, dig + 1, n - 1);
-            o += n - 1;
-        }
-        o += (size_t) snprintf(buf + o, IR_FLOAT_REPR_MAX - o, "e%c%02d", exp10 < 0 ? '-' : '+',
-                               exp10 < 0 ? -exp10 : exp10);
-    }
-    buf[o] = '\0';
-    return o;
 }
 
 /* ---- repr ---- */

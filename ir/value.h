@@ -11,9 +11,9 @@
  * - Reference counts are atomic, so a finished value may be shared read-only across threads
  *   (shard -> persister -> worker pool). Nothing else in here is thread-aware.
  * - Equality and hashing follow Python: 1 == 1.0 == True, and equal values hash equally.
- * - An error value (docs/language.md, "Errors") is a map carrying the error flag; it compares and
- * encodes like the plain map {"type", "message", "bases", "details"} except in the internal msgpack
- *   encoding, which keeps the flag (ext type IR_MP_EXT_ERROR).
+ * - An error value (error.h; docs/language.md "Errors") is a map carrying the error flag; it
+ *   compares and encodes like the plain map {"type", "message", "bases", "details"} except in
+ *   the internal msgpack encoding, which keeps the flag (ext type IR_MP_EXT_ERROR).
  * - Nesting depth is limited to IR_VALUE_MAX_DEPTH in every decoder: msgpack-c's C unpacker has
  *   a fixed 32-level stack, and JSON follows the same limit so any value accepted at the edge
  *   can be stored. Containers that embed values in larger msgpack documents (protocol messages,
@@ -145,11 +145,7 @@ bool ir_val_same(struct ir_val a, struct ir_val b);
  * (it frees iteratively), so only values built deeper than the stack allows are a problem. */
 
 /* ---- text forms ---- */
-/* Python's repr() of a float: shortest text that round-trips ("0.1", "1e+16", "3.0", "inf",
- * "nan"). buf must hold at least IR_FLOAT_REPR_MAX bytes. Returns the length written.
- * Uses snprintf/strtod, so LC_NUMERIC must be "C" (the engine never calls setlocale). */
-#define IR_FLOAT_REPR_MAX 32
-size_t ir_float_repr(double f, char *buf);
+/* A float's repr alone is ir_float_repr (numtext.h). */
 /* Appends Python's repr() of v ("None", "True", "'it\\'s'", "[1, 2.5]", "{'a': 1}").
  * Non-printable characters are escaped for the assigned code points Python 3.11 treats as
  * non-printable (controls, separators, format characters, private use); unassigned code

@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "ir/numtext.h"
 #include "ir/value.h"
 
 static cn_err

@@ -23,6 +23,7 @@
 #include "ir/base/uuid.h"
 #include "runner/backend.h"
 #include "runner/db.h"
+#include "runner/exec.h"
 
 struct pg_backend {
     struct rn_backend base;
@@ -640,10 +641,10 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             arr_hex(&a[2][2], w[i].state, w[i].state_len);
         }
         if (w[i].outcome != RN_RUNNING) {
-            static const char *const names[] = {"running", "completed", "failed", "cancelled"};
+            const char *status = rn_outcome_name(w[i].outcome);
             arr_uuid(&a[4][0], w[i].instance_id);
             arr_uuid(&a[4][1], w[i].lock);
-            arr_text(&a[4][2], names[w[i].outcome], strlen(names[w[i].outcome]));
+            arr_text(&a[4][2], status, strlen(status));
             if (w[i].outcome == RN_COMPLETED && json_text(w[i].result, &js)) {
                 arr_text(&a[4][3], js.data, js.len);
                 arr_null(&a[4][4]);

@@ -11,9 +11,9 @@
 #include "ir/base/log.h"
 #include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
-#include "ir/eval.h"
 #include "runner/backoff.h"
 #include "runner/dagcache.h"
+#include "runner/errors.h"
 
 struct rn_claimer {
     struct rn_claimer_cfg cfg;
@@ -65,10 +65,9 @@ fail_version(struct rn_claimer *c, const struct rn_claimed *cl, const char *why)
     cn_uuid_format(cl->instance_id, id);
     cn_log(CN_LOG_ERROR, "instance %s (%s): its workflow version cannot run: %s", id, cl->workflow,
            why);
-    rv = ir_error_new("WorkflowError", why, ir_null(), ir_null(), &err);
+    rv = rn_error_new(RN_ERR_WORKFLOW, why, &err);
     if (rv == CN_UTF8) {
-        rv = ir_error_new("WorkflowError", "the workflow version cannot be compiled", ir_null(),
-                          ir_null(), &err);
+        rv = rn_error_new(RN_ERR_WORKFLOW, "the workflow version cannot be compiled", &err);
     }
     if (rv != CN_OK) {
         cn_oom("WorkflowError");

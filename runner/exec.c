@@ -19,7 +19,9 @@
 #include <string.h>
 
 #include "ir/base/vec.h"
+#include "ir/error.h"
 #include "ir/eval.h"
+#include "runner/errors.h"
 #include "runner/exec_int.h"
 
 /* ---- small utilities ---------------------------------------------------------------------- */
@@ -657,7 +659,7 @@ retry_delay(struct rn_instance *in, uint32_t xi, struct ir_val err)
 {
     const struct rn_xnode *x = &in->x.items[xi];
     const struct ir_node *t = tnode(in, x->node);
-    bool timeout = strcmp(ir_error_type(err), RN_ACTION_TIMEOUT) == 0;
+    bool timeout = strcmp(ir_error_type(err), rn_error_name(RN_ERR_ACTION_TIMEOUT)) == 0;
     int64_t best = -1, base = 0, delay;
     uint32_t k, j;
 
@@ -1242,7 +1244,7 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
             char msg[96];
             (void) snprintf(msg, sizeof(msg), "attempt %u did not finish within %lld ms",
                             x->attempt, (long long) timeout_for(in, tnode(in, x->node)));
-            if (ir_raise(&err, RN_ACTION_TIMEOUT, "%s", msg) != CN_RAISED) {
+            if (rn_error_new(RN_ERR_ACTION_TIMEOUT, msg, &err) != CN_OK) {
                 oom(in);
                 return;
             }
@@ -1472,6 +1474,40 @@ rn_instance_free(struct rn_instance *in)
     rn_idmap_fini(&in->ids);
     ir_val_release(in->result);
     free(in);
+}
+
+/* ---- outcome and status names ---- */
+
+#define RN_OUTCOME_NAME(e, name) [e] = name,
+static const char *const outcome_names[] = {RN_OUTCOMES(RN_OUTCOME_NAME)};
+#undef RN_OUTCOME_NAME
+
+const char *
+rn_outcome_name(enum rn_outcome o)
+{
+    return (size_t) o < RN_OUTCOME_COUNT_ ? outcome_names[o] : "";
+}
+
+bool
+rn_outcome_parse(const char *name, enum rn_outcome *o)
+{
+    size_t i;
+
+    for (i = 0; i < RN_OUTCOME_COUNT_; i++) {
+        if (strcmp(name, outcome_names[i]) == 0) {
+            *o = (enum rn_outcome) i;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool
+rn_status_valid(const char *name)
+{
+    enum rn_outcome o;
+
+    return strcmp(name, RN_STATUS_QUEUED) == 0 || rn_outcome_parse(name, &o);
 }
 
 enum rn_outcome

@@ -37,8 +37,6 @@
 #include "ir/value.h"
 
 #define RN_SNAPSHOT_FORMAT_VERSION 1
-/* Base types of the error an attempt gets when it runs past its deadline. */
-#define RN_ACTION_TIMEOUT "ActionTimeout"
 
 struct rn_instance;
 
@@ -85,7 +83,29 @@ struct rn_done {
     struct ir_val value; /* owned by the step output */
 };
 
-enum rn_outcome { RN_RUNNING = 0, RN_COMPLETED, RN_FAILED, RN_CANCELLED };
+/* How an instance stands (running, or how it ended), with the name its status has in
+ * cairn.runner_instances.status (sql/0002_workflows.sql checks the same words) and in
+ * cairnctl's output. X(ENUM, name). Snapshots store the number: append only, RN_RUNNING
+ * stays 0. */
+#define RN_OUTCOMES(X)           \
+    X(RN_RUNNING, "running")     \
+    X(RN_COMPLETED, "completed") \
+    X(RN_FAILED, "failed")       \
+    X(RN_CANCELLED, "cancelled")
+#define RN_OUTCOME_ENUM(e, name) e,
+enum rn_outcome { RN_OUTCOMES(RN_OUTCOME_ENUM) RN_OUTCOME_COUNT_ };
+#undef RN_OUTCOME_ENUM
+
+/* The status of an instance no runner has claimed yet: stored and shown, but never an
+ * executor outcome. */
+#define RN_STATUS_QUEUED "queued"
+
+/* The status name of outcome o ("completed"); "" for a value outside the enum. */
+const char *rn_outcome_name(enum rn_outcome o);
+/* The outcome a status name stands for, in *o; false for "queued" and unknown words. */
+bool rn_outcome_parse(const char *name, enum rn_outcome *o);
+/* True when name is an instance status: "queued" or an outcome's name. */
+bool rn_status_valid(const char *name);
 
 struct rn_id {
     uint8_t b[16];

@@ -35,7 +35,8 @@
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
 #include "ir/base/sync.h"
-#include "ir/eval.h"
+#include "ir/error.h"
+#include "runner/errors.h"
 #include "runner/idmap.h"
 #include "worker-protocol/proto.h"
 
@@ -224,7 +225,7 @@ synthetic_error(struct results *rs, const uint8_t iid[16], const uint8_t id[16],
 {
     struct ir_val e;
 
-    if (ir_raise(&e, type, "%s", msg) == CN_RAISED) {
+    if (rn_error_raise(&e, type, msg) == CN_RAISED) {
         results_add(rs, iid, id, attempt, false, e);
     }
 }
@@ -551,7 +552,8 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
     while (w->inflight < w->cap && (q != NULL || (q = take_for_locked(p, w)) != NULL)) {
         if (q->requeues > 0 && q->d.deadline_ms != 0 && cn_wall_ms() >= q->d.deadline_ms) {
             /* Given back by a dropped worker after its deadline passed. */
-            synthetic_error(rs, q->d.instance_id, q->d.exec_id, q->d.attempt, "ActionTimeout",
+            synthetic_error(rs, q->d.instance_id, q->d.exec_id, q->d.attempt,
+                            rn_error_name(RN_ERR_ACTION_TIMEOUT),
                             "the attempt did not finish before its deadline");
             p->st.timeouts++;
             p->st.queued--;
@@ -653,7 +655,8 @@ fail_pipe_flights_locked(struct rn_pool *p, uint32_t id, struct results *rs)
             p->st.requeued++;
             requeued = true;
         } else if (!f->done) {
-            synthetic_error(rs, f->instance_id, f->exec_id, f->attempt, "WorkerLost",
+            synthetic_error(rs, f->instance_id, f->exec_id, f->attempt,
+                            rn_error_name(RN_ERR_WORKER_LOST),
                             "the worker running this attempt disconnected");
             p->st.lost++;
         }
@@ -996,7 +999,8 @@ timer_main(void *arg)
                 continue;
             }
             if (wall >= f->deadline) {
-                synthetic_error(&rs, f->instance_id, f->exec_id, f->attempt, "ActionTimeout",
+                synthetic_error(&rs, f->instance_id, f->exec_id, f->attempt,
+                                rn_error_name(RN_ERR_ACTION_TIMEOUT),
                                 "the attempt did not finish before its deadline");
                 f->done = true;
                 p->st.timeouts++;
@@ -1216,7 +1220,7 @@ rn_pool_stop(struct rn_pool *p)
     for (i = 0; i < p->nfl; i++) {
         if (p->fl[i].used && !p->fl[i].done) {
             synthetic_error(&rs, p->fl[i].instance_id, p->fl[i].exec_id, p->fl[i].attempt,
-                            "WorkerLost", "the worker pool stopped");
+                            rn_error_name(RN_ERR_WORKER_LOST), "the worker pool stopped");
         }
         if (p->fl[i].used && p->fl[i].q != NULL) {
             queued_free(p->fl[i].q);

@@ -8,7 +8,8 @@
 
 #include "ir/base/log.h"
 #include "ir/base/xalloc.h"
-#include "ir/eval.h"
+#include "ir/error.h"
+#include "runner/errors.h"
 #include "runner/idmap.h"
 #include "runner/timerheap.h"
 
@@ -320,11 +321,10 @@ fail_unresumable(struct rn_shard *sh, struct inst *in, const char *why, struct r
 {
     struct ir_val err = ir_null();
     struct rn_wreq *q;
-    cn_err rv = ir_error_new("StateError", why, ir_null(), ir_null(), &err);
+    cn_err rv = rn_error_new(RN_ERR_STATE, why, &err);
 
     if (rv == CN_UTF8) { /* the reason quotes bytes that are not text */
-        rv = ir_error_new("StateError", "the instance's snapshot cannot be resumed", ir_null(),
-                          ir_null(), &err);
+        rv = rn_error_new(RN_ERR_STATE, "the instance's snapshot cannot be resumed", &err);
     }
     if (rv != CN_OK) {
         cn_oom("StateError");

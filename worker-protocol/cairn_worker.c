@@ -23,7 +23,7 @@
 #include "cairn/worker.h"
 #include "ir/base/log.h"
 #include "ir/base/opts.h"
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "worker-protocol/proto.h"
 #include "worker-protocol/std_actions.h"
 

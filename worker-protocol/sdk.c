@@ -46,7 +46,7 @@
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
 #include "ir/base/sync.h"
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "worker-protocol/include/cairn/worker.h"
 #include "worker-protocol/proto.h"
 

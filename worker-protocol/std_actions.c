@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ir/eval.h"
+#include "ir/error.h"
 
 #define STD_MAX_HASH_ROUNDS 100000000LL
 

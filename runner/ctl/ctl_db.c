@@ -18,7 +18,7 @@
 #include "ir/base/clock.h"
 #include "ir/base/uuid.h"
 #include "ir/compile.h"
-#include "ir/eval.h"
+#include "ir/value.h"
 #include "runner/ctl/ctl.h"
 #include "runner/db.h"
 #include "runner/exec.h"
@@ -577,6 +577,7 @@ print_result(const struct cn_opts *o, PGconn *c, const char *id)
     struct cn_errmsg em;
     PGresult *r = NULL;
     const char *st;
+    enum rn_outcome outcome;
     int status = EXIT_OK;
     cn_err rv;
 
@@ -595,9 +596,12 @@ print_result(const struct cn_opts *o, PGconn *c, const char *id)
         return EXIT_REJECTED;
     }
     st = PQgetvalue(r, 0, 0);
-    if (strcmp(st, "completed") == 0) {
+    if (!rn_outcome_parse(st, &outcome)) {
+        outcome = RN_RUNNING; /* queued: not finished either */
+    }
+    if (outcome == RN_COMPLETED) {
         printf("%s\n", json_out(o) ? PQgetvalue(r, 0, 3) : PQgetvalue(r, 0, 1));
-    } else if (strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0) {
+    } else if (outcome == RN_FAILED || outcome == RN_CANCELLED) {
         if (json_out(o)) {
             printf("%s\n", PQgetvalue(r, 0, 3));
         } else {
@@ -642,7 +646,6 @@ ctl_cmd_result(int argc, char **argv)
 int
 ctl_cmd_list(int argc, char **argv)
 {
-    static const char *const statuses[] = {"queued", "running", "completed", "failed", "cancelled"};
     struct cn_opt rows[] = {
         CTL_OPT_DB,
         {.flag = "status",
@@ -674,17 +677,14 @@ ctl_cmd_list(int argc, char **argv)
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
     }
-    if ((want = cn_opts_str(&o, "status")) != NULL) {
-        for (k = 0; k < sizeof(statuses) / sizeof(statuses[0]); k++) {
-            if (strcmp(want, statuses[k]) == 0) {
-                break;
-            }
+    if ((want = cn_opts_str(&o, "status")) != NULL && !rn_status_valid(want)) {
+        fprintf(stderr, "cairnctl list: --status must be %s", RN_STATUS_QUEUED);
+        for (k = 0; k < RN_OUTCOME_COUNT_; k++) {
+            fprintf(stderr, "%s%s", k + 1 < RN_OUTCOME_COUNT_ ? ", " : " or ",
+                    rn_outcome_name((enum rn_outcome) k));
         }
-        if (k == sizeof(statuses) / sizeof(statuses[0])) {
-            fprintf(stderr, "cairnctl list: --status must be queued, running, completed, failed or "
-                            "cancelled\n");
-            return EXIT_USAGE;
-        }
+        fputc('\n', stderr);
+        return EXIT_USAGE;
     }
     if ((status = db_open(&o, &c)) != EXIT_OK) {
         return status;

@@ -14,10 +14,11 @@
 #include "cairn/worker.h"
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
-#include "ir/eval.h"
+#include "ir/value.h"
 #include "runner/backend.h"
 #include "runner/ctl/ctl.h"
 #include "runner/defaults.h"
+#include "runner/exec.h"
 #include "runner/runner.h"
 #include "worker-protocol/std_actions.h"
 
@@ -164,10 +165,7 @@ ctl_cmd_exec(int argc, char **argv)
         }
     }
     if (cn_opts_bool(&o, "json")) {
-        printf("{\"status\": \"%s\", \"%s\": %s, \"actions\": %zu}\n",
-               outcome == RN_COMPLETED ? "completed"
-               : outcome == RN_FAILED  ? "failed"
-                                       : "cancelled",
+        printf("{\"status\": \"%s\", \"%s\": %s, \"actions\": %zu}\n", rn_outcome_name(outcome),
                outcome == RN_COMPLETED ? "result" : "error", out.data, nresults);
     } else if (outcome == RN_COMPLETED) {
         printf("%s\n", out.data);

@@ -14,7 +14,6 @@
 
 #include <criterion/criterion.h>
 
-#include "ir/eval.h"
 #include "ir/value.h"
 #include "tests/support/leak.h"
 

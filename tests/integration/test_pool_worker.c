@@ -17,7 +17,7 @@
 
 #include <criterion/criterion.h>
 
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "runner/pool.h"
 #include "tests/support/leak.h"
 

@@ -19,7 +19,7 @@
 
 #include <criterion/criterion.h>
 
-#include "ir/eval.h"
+#include "ir/value.h"
 #include "runner/pool.h"
 #include "tests/support/leak.h"
 

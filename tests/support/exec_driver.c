@@ -9,7 +9,7 @@
 #include <criterion/criterion.h>
 
 #include "ir/base/vec.h"
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "tests/support/compile_util.h"
 
 #define T_START_MS 1700000000000LL

@@ -2,7 +2,8 @@
 /*
  * Unit tests for the value model (ir/value.c) and its codecs (ir/value_json.c,
  * ir/value_msgpack.c): constructors and reference counts, UTF-8, maps, Python equality and
- * hashing, repr, JSON and msgpack both ways, hostile msgpack, and seeded round-trip properties.
+ * hashing, repr (a float's is ir/numtext.c's), JSON and msgpack both ways, hostile msgpack, and
+ * seeded round-trip properties.
  */
 #include <math.h>
 #include <pthread.h>
@@ -13,6 +14,7 @@
 
 #include <criterion/criterion.h>
 
+#include "ir/numtext.h"
 #include "ir/value.h"
 #include "tests/support/leak.h"
 

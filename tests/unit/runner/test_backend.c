@@ -16,7 +16,7 @@
 #include <criterion/criterion.h>
 #include <libpq-fe.h>
 
-#include "ir/eval.h"
+#include "ir/value.h"
 #include "runner/backend.h"
 #include "runner/db.h"
 #include "runner/migrate.h"

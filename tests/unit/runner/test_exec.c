@@ -13,6 +13,9 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 
+#include "ir/base/buf.h"
+#include "ir/error.h"
+#include "runner/errors.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/exec_driver.h"
 #include "tests/support/leak.h"
@@ -508,6 +511,74 @@ Test(exec, timeouts_fail_the_attempt_and_are_retried_only_when_named)
                   "        r = \"timed out: \" + e.type\n"
                   "    return r\n",
                   "{}", "\"timed out: ActionTimeout\"");
+}
+
+/* The runner's own error types carry their bases from runner/errors.h (ir/ knows none of
+ * them): an ActionTimeout is a TimeoutError whichever timer raised it. */
+static void
+expect_bases(struct ir_val err, const char *type, const char *want)
+{
+    struct cn_buf b = CN_BUF_INIT;
+    const struct ir_val *bases = ir_map_get(err, "bases", 5);
+
+    cr_assert(ir_is_error(err));
+    cr_expect_str_eq(ir_error_type(err), type);
+    cr_assert_not_null(bases);
+    T_OK(ir_val_repr(*bases, &b));
+    cr_expect_str_eq(b.data, want, "%s", type);
+    cn_buf_fini(&b);
+}
+
+Test(exec, runner_errors_carry_their_bases)
+{
+    struct ir_val err;
+
+    T_OK(rn_error_new(RN_ERR_ACTION_TIMEOUT, "late", &err));
+    expect_bases(err, "ActionTimeout", "['TimeoutError', 'Exception']");
+    cr_expect(ir_error_matches(err, "TimeoutError"));
+    cr_expect(ir_error_matches(err, "ActionTimeout"));
+    cr_expect_str_eq(ir_str_data(*ir_map_get(err, "message", 7)), "late");
+    ir_val_release(err);
+    T_OK(rn_error_new(RN_ERR_WORKER_LOST, NULL, &err));
+    expect_bases(err, "WorkerLost", "['Exception']");
+    cr_expect(!ir_error_matches(err, "TimeoutError"));
+    ir_val_release(err);
+    cr_expect_str_eq(rn_error_name(RN_ERR_STATE), "StateError");
+    cr_expect_str_eq(rn_error_name(RN_ERR_WORKFLOW), "WorkflowError");
+    T_ERR(rn_error_new(RN_ERR_STATE, "bad \xff", &err), CN_UTF8);
+
+    /* By name: the table's types get its bases, others ir_raise's. */
+    T_ERR(rn_error_raise(&err, "ActionTimeout", "late"), CN_RAISED);
+    expect_bases(err, "ActionTimeout", "['TimeoutError', 'Exception']");
+    ir_val_release(err);
+    T_ERR(rn_error_raise(&err, "ValueError", "too large"), CN_RAISED);
+    expect_bases(err, "ValueError", "['Exception']");
+    ir_val_release(err);
+    T_ERR(rn_error_raise(&err, "KeyError", "'k'"), CN_RAISED);
+    expect_bases(err, "KeyError", "['LookupError', 'Exception']");
+    ir_val_release(err);
+}
+
+/* One table names the outcomes: the words the database's status column and cairnctl use. */
+Test(exec, outcome_names_round_trip)
+{
+    static const char *const want[] = {"running", "completed", "failed", "cancelled"};
+    enum rn_outcome o;
+    size_t i;
+
+    cr_assert_eq(RN_OUTCOME_COUNT_, 4);
+    cr_expect_eq(RN_RUNNING, 0, "snapshots store the number");
+    for (i = 0; i < 4; i++) {
+        cr_expect_str_eq(rn_outcome_name((enum rn_outcome) i), want[i]);
+        cr_assert(rn_outcome_parse(want[i], &o));
+        cr_expect_eq(o, (enum rn_outcome) i);
+        cr_expect(rn_status_valid(want[i]));
+    }
+    cr_expect(!rn_outcome_parse("queued", &o));
+    cr_expect(rn_status_valid("queued"));
+    cr_expect(!rn_status_valid("Completed"));
+    cr_expect(!rn_status_valid(""));
+    cr_expect_str_eq(rn_outcome_name(RN_OUTCOME_COUNT_), "");
 }
 
 Test(exec, default_timeout_applies_without_a_bracket)

@@ -10,7 +10,7 @@
 
 #include <criterion/criterion.h>
 
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/exec_driver.h"
 #include "tests/support/leak.h"

@@ -16,7 +16,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "ir/base/clock.h"
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "runner/pool.h"
 #include "tests/support/leak.h"
 #include "worker-protocol/proto.h"
@@ -465,6 +465,7 @@ Test(pool, deadline_gives_action_timeout_and_a_late_outcome_is_stale)
     cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
     cr_assert(got_wait(&g, 1, 3000), "no timeout");
     cr_assert_str_eq(g.r[0].type, "ActionTimeout");
+    cr_expect(ir_error_matches(g.r[0].value, "TimeoutError"), "an ActionTimeout is a TimeoutError");
     o = outcome_for(&r.items[0], ir_null());
     wp_msg_fini(&r);
     tw_ready(&w, 1, &o); /* too late */
@@ -947,6 +948,7 @@ Test(pool, a_timed_out_attempt_holds_its_room_until_the_worker_reports_it)
     wp_msg_fini(&r);
     cr_assert(got_wait(&g, 1, 3000), "no timeout");
     cr_assert_str_eq(g.r[0].type, "ActionTimeout");
+    cr_expect(ir_error_matches(g.r[0].value, "TimeoutError"), "an ActionTimeout is a TimeoutError");
     cr_assert_eq(rn_pool_cancel(p, o.exec_id, 1), CN_NOTFOUND, "a timed-out attempt is over");
     nng_aio_set_timeout(w.aio[0], 500); /* for the check at the end that it stays parked */
     tw_ready(&w, 0, NULL);              /* asks for work: there is some, but no room */

@@ -11,7 +11,7 @@
 
 #include <criterion/criterion.h>
 
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "runner/shard.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/leak.h"

@@ -7,7 +7,7 @@
 #include <criterion/criterion.h>
 #include <msgpack.h>
 
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/leak.h"
 #include "worker-protocol/proto.h"

@@ -24,7 +24,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 
-#include "ir/eval.h"
+#include "ir/error.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/leak.h"
 #include "worker-protocol/proto.h"

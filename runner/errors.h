@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The error types the runner raises itself, with their bases, defined once. ir/ knows only
+ * the types expressions raise (ir/error.h); these are built here with ir_error_new and an
+ * explicit bases list, so `except TimeoutError` catches an ActionTimeout because this table
+ * says so (docs/language.md "Policies", docs/semantics.md "Actions, retries and timeouts").
+ * Pure: no I/O, no state; safe from any thread.
+ *
+ * Not listed: Cancelled, which workers report (worker-protocol/, docs/protocol.md), and the
+ * inline types the runner sometimes raises too (ValueError for an attempt the pool cannot
+ * send), which ir_raise already gives Python's bases.
+ */
+#ifndef RUNNER_ERRORS_H
+#define RUNNER_ERRORS_H
+
+#include "ir/base/err.h"
+#include "ir/value.h"
+
+/* X(ENUM, type, base): the type's name and its base besides "Exception" (NULL: none).
+ *   ActionTimeout  an attempt still running at its deadline (executor timer, pool timer)
+ *   WorkerLost     the worker running an attempt disconnected, or the pool stopped
+ *   StateError     an instance cannot resume (its snapshot does not decode): a poison instance
+ *   WorkflowError  an instance's workflow version cannot run (it no longer compiles) */
+#define RN_ERRORS(X)                                          \
+    X(RN_ERR_ACTION_TIMEOUT, "ActionTimeout", "TimeoutError") \
+    X(RN_ERR_WORKER_LOST, "WorkerLost", NULL)                 \
+    X(RN_ERR_STATE, "StateError", NULL)                       \
+    X(RN_ERR_WORKFLOW, "WorkflowError", NULL)
+
+#define RN_ERROR_ENUM(e, type, base) e,
+enum rn_error { RN_ERRORS(RN_ERROR_ENUM) RN_ERROR_COUNT_ };
+#undef RN_ERROR_ENUM
+
+/* The type name of e ("ActionTimeout"); a static string. */
+const char *rn_error_name(enum rn_error e);
+
+/* Builds the error value of type e with `message` (valid UTF-8; NULL means "") and e's bases
+ * ([base, "Exception"] or ["Exception"]); details None. Borrows message. Returns CN_OK with
+ * *out a new error value, CN_NOMEM, or CN_UTF8 (message not valid UTF-8); *out is untouched
+ * on failure. */
+CN_MUST_CHECK cn_err rn_error_new(enum rn_error e, const char *message, struct ir_val *out);
+
+/* Raises an error whose type is named at run time: one of the table's types gets its bases
+ * from the table, any other type goes through ir_raise (the inline types' bases, else
+ * ["Exception"]). Returns CN_RAISED with *out set, or CN_NOMEM / CN_UTF8 with *out untouched. */
+cn_err rn_error_raise(struct ir_val *out, const char *type, const char *message);
+
+#endif
