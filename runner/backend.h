@@ -116,6 +116,11 @@ CN_MUST_CHECK cn_err rn_backend_mem_enqueue(struct rn_backend *b, const char *na
 CN_MUST_CHECK cn_err rn_backend_mem_outcome(struct rn_backend *b, const uint8_t instance_id[16],
                                             enum rn_outcome *outcome, struct ir_val *result,
                                             size_t *nresults);
+/* Like rn_backend_mem_outcome, but first waits until the instance finishes or the monotonic
+ * instant until_mono_ms (cn_mono_ms()) passes. */
+CN_MUST_CHECK cn_err rn_backend_mem_wait(struct rn_backend *b, const uint8_t instance_id[16],
+                                         int64_t until_mono_ms, enum rn_outcome *outcome,
+                                         struct ir_val *result, size_t *nresults);
 void rn_backend_mem_free(struct rn_backend *b);
 
 #endif

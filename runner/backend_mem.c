@@ -12,6 +12,8 @@
 
 #include "ir/base/buf.h"
 #include "ir/base/clock.h"
+#include "ir/base/sync.h"
+#include "ir/base/xalloc.h"
 #include "runner/backend.h"
 
 struct mem_version {
@@ -43,7 +45,8 @@ struct mem_backend {
     struct rn_backend base;
     pthread_mutex_t mtx;
     pthread_cond_t enqueued;
-    uint64_t seq; /* id generator */
+    pthread_cond_t finished; /* an instance got its outcome */
+    uint64_t seq;            /* id generator */
     struct mem_version *versions;
     size_t nversions;
     struct mem_instance **insts;
@@ -95,10 +98,10 @@ mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claim
     (void) err;
     *out = NULL;
     *nout = 0;
-    pthread_mutex_lock(&b->mtx);
+    cn_mutex_lock(&b->mtx);
     cl = calloc(max ? max : 1, sizeof(*cl));
     if (cl == NULL) {
-        pthread_mutex_unlock(&b->mtx);
+        cn_mutex_unlock(&b->mtx);
         return CN_NOMEM;
     }
     while (n < max) {
@@ -147,7 +150,7 @@ mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claim
         }
         n++;
     }
-    pthread_mutex_unlock(&b->mtx);
+    cn_mutex_unlock(&b->mtx);
     *out = cl;
     *nout = n;
     return CN_OK;
@@ -161,14 +164,14 @@ mem_version_source(struct rn_backend *base, const uint8_t version_id[16], char *
     size_t i;
 
     *src = NULL;
-    pthread_mutex_lock(&b->mtx);
+    cn_mutex_lock(&b->mtx);
     for (i = 0; i < b->nversions; i++) {
         if (memcmp(b->versions[i].id, version_id, 16) == 0) {
             *src = strdup(b->versions[i].source);
             break;
         }
     }
-    pthread_mutex_unlock(&b->mtx);
+    cn_mutex_unlock(&b->mtx);
     if (i == b->nversions) {
         return cn_errmsg_set(err, CN_NOTFOUND, "workflow version not found");
     }
@@ -188,7 +191,7 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
     size_t i, k;
 
     (void) err;
-    pthread_mutex_lock(&b->mtx);
+    cn_mutex_lock(&b->mtx);
     for (i = 0; i < n; i++) {
         struct mem_instance *in = mem_find(b, w[i].instance_id);
 
@@ -198,14 +201,8 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
         }
         for (k = 0; k < w[i].ndone; k++) {
             if (in->ndone == in->capdone) {
-                size_t ncap = in->capdone ? in->capdone * 2 : 8;
-                struct rn_done *nd = realloc(in->done, ncap * sizeof(*nd));
-                if (nd == NULL) {
-                    pthread_mutex_unlock(&b->mtx);
-                    return CN_NOMEM; /* like a failed transaction: the caller retries */
-                }
-                in->done = nd;
-                in->capdone = ncap;
+                in->capdone = in->capdone ? in->capdone * 2 : 8;
+                in->done = cn_xreallocarray(in->done, in->capdone, sizeof(*in->done));
             }
             in->done[in->ndone] = w[i].done[k];
             in->done[in->ndone].value = ir_val_retain(w[i].done[k].value);
@@ -214,11 +211,12 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
         if (w[i].state != NULL) {
             cn_buf_clear(&in->state);
             if (cn_buf_append(&in->state, w[i].state, w[i].state_len) != CN_OK) {
-                pthread_mutex_unlock(&b->mtx);
+                cn_mutex_unlock(&b->mtx);
                 return CN_NOMEM;
             }
         }
         if (w[i].outcome != RN_RUNNING) {
+            cn_cond_broadcast(&b->finished);
             in->outcome = w[i].outcome;
             ir_val_release(in->result);
             in->result = ir_val_retain(w[i].result);
@@ -231,7 +229,7 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
             in->scheduled_at = w[i].wake_at_ms;
         }
     }
-    pthread_mutex_unlock(&b->mtx);
+    cn_mutex_unlock(&b->mtx);
     return CN_OK;
 }
 
@@ -244,7 +242,7 @@ mem_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int
     size_t i, j;
 
     (void) err;
-    pthread_mutex_lock(&b->mtx);
+    cn_mutex_lock(&b->mtx);
     for (i = 0; i < n; i++) {
         lost[i] = true;
         for (j = 0; j < b->ninsts; j++) {
@@ -255,7 +253,7 @@ mem_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int
             }
         }
     }
-    pthread_mutex_unlock(&b->mtx);
+    cn_mutex_unlock(&b->mtx);
     return CN_OK;
 }
 
@@ -266,7 +264,7 @@ mem_release(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, struc
     size_t i, j;
 
     (void) err;
-    pthread_mutex_lock(&b->mtx);
+    cn_mutex_lock(&b->mtx);
     for (i = 0; i < n; i++) {
         for (j = 0; j < b->ninsts; j++) {
             if (holds(b->insts[j], locks[i])) {
@@ -275,7 +273,7 @@ mem_release(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, struc
             }
         }
     }
-    pthread_mutex_unlock(&b->mtx);
+    cn_mutex_unlock(&b->mtx);
     return CN_OK;
 }
 
@@ -287,9 +285,10 @@ mem_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t l
     struct mem_instance *in;
 
     (void) err;
-    pthread_mutex_lock(&b->mtx);
+    cn_mutex_lock(&b->mtx);
     in = mem_find(b, instance_id);
     if (holds(in, lock)) {
+        cn_cond_broadcast(&b->finished);
         in->outcome = RN_FAILED;
         ir_val_release(in->result);
         in->result = ir_val_retain(error);
@@ -297,7 +296,7 @@ mem_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t l
         in->running = false;
         in->locked = false;
     }
-    pthread_mutex_unlock(&b->mtx);
+    cn_mutex_unlock(&b->mtx);
     return CN_OK;
 }
 
@@ -310,7 +309,7 @@ mem_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *er
 
     (void) err;
     *n = 0;
-    pthread_mutex_lock(&b->mtx);
+    cn_mutex_lock(&b->mtx);
     for (i = 0; i < b->ninsts && *n < max; i++) {
         struct mem_instance *in = b->insts[i];
         if (in->queued && in->locked && in->lock_expires < now) {
@@ -319,7 +318,7 @@ mem_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *er
             (*n)++;
         }
     }
-    pthread_mutex_unlock(&b->mtx);
+    cn_mutex_unlock(&b->mtx);
     return CN_OK;
 }
 
@@ -327,21 +326,16 @@ static cn_err
 mem_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
-    int64_t at = cn_wall_ms() + timeout_ms;
-    struct timespec ts;
+    int64_t at = cn_mono_ms() + timeout_ms;
     uint64_t seen;
 
     (void) err;
-    ts.tv_sec = (time_t) (at / 1000);
-    ts.tv_nsec = (long) (at % 1000) * 1000000L;
-    pthread_mutex_lock(&b->mtx);
+    cn_mutex_lock(&b->mtx);
     seen = b->enqueue_count;
-    while (b->enqueue_count == seen) {
-        if (pthread_cond_timedwait(&b->enqueued, &b->mtx, &ts) != 0) {
-            break;
-        }
+    while (b->enqueue_count == seen && cn_mono_ms() < at) {
+        cn_cond_wait_until(&b->enqueued, &b->mtx, at);
     }
-    pthread_mutex_unlock(&b->mtx);
+    cn_mutex_unlock(&b->mtx);
     return CN_OK;
 }
 
@@ -375,8 +369,9 @@ rn_backend_mem_new(struct rn_backend **out)
         return CN_NOMEM;
     }
     b->base.ops = &mem_ops;
-    pthread_mutex_init(&b->mtx, NULL);
-    pthread_cond_init(&b->enqueued, NULL);
+    cn_mutex_init(&b->mtx);
+    cn_cond_init(&b->enqueued);
+    cn_cond_init(&b->finished);
     srand((unsigned) cn_wall_ms());
     *out = &b->base;
     return CN_OK;
@@ -389,13 +384,8 @@ rn_backend_mem_register(struct rn_backend *base, const char *name, const char *s
     struct mem_backend *b = (struct mem_backend *) base;
     struct mem_version *n;
 
-    pthread_mutex_lock(&b->mtx);
-    n = realloc(b->versions, (b->nversions + 1) * sizeof(*n));
-    if (n == NULL) {
-        pthread_mutex_unlock(&b->mtx);
-        return CN_NOMEM;
-    }
-    b->versions = n;
+    cn_mutex_lock(&b->mtx);
+    b->versions = cn_xreallocarray(b->versions, b->nversions + 1, sizeof(*b->versions));
     n = &b->versions[b->nversions];
     mem_id(b, n->id);
     n->name = strdup(name);
@@ -403,12 +393,12 @@ rn_backend_mem_register(struct rn_backend *base, const char *name, const char *s
     if (n->name == NULL || n->source == NULL) {
         free(n->name);
         free(n->source);
-        pthread_mutex_unlock(&b->mtx);
+        cn_mutex_unlock(&b->mtx);
         return CN_NOMEM;
     }
     memcpy(version_id, n->id, 16);
     b->nversions++;
-    pthread_mutex_unlock(&b->mtx);
+    cn_mutex_unlock(&b->mtx);
     return CN_OK;
 }
 
@@ -424,29 +414,23 @@ rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val 
     if (input.type != IR_T_MAP) {
         return CN_TYPE;
     }
-    pthread_mutex_lock(&b->mtx);
+    cn_mutex_lock(&b->mtx);
     for (i = b->nversions; i > 0 && v == NULL; i--) { /* the newest version */
         if (strcmp(b->versions[i - 1].name, name) == 0) {
             v = &b->versions[i - 1];
         }
     }
     if (v == NULL) {
-        pthread_mutex_unlock(&b->mtx);
+        cn_mutex_unlock(&b->mtx);
         return CN_NOTFOUND;
     }
     if (b->ninsts == b->capinsts) {
-        size_t ncap = b->capinsts ? b->capinsts * 2 : 16;
-        struct mem_instance **n = realloc(b->insts, ncap * sizeof(*n));
-        if (n == NULL) {
-            pthread_mutex_unlock(&b->mtx);
-            return CN_NOMEM;
-        }
-        b->insts = n;
-        b->capinsts = ncap;
+        b->capinsts = b->capinsts ? b->capinsts * 2 : 16;
+        b->insts = cn_xreallocarray(b->insts, b->capinsts, sizeof(*b->insts));
     }
     if ((in = calloc(1, sizeof(*in))) == NULL || (in->workflow = strdup(name)) == NULL) {
         free(in);
-        pthread_mutex_unlock(&b->mtx);
+        cn_mutex_unlock(&b->mtx);
         return CN_NOMEM;
     }
     mem_id(b, in->id);
@@ -458,8 +442,8 @@ rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val 
     b->insts[b->ninsts++] = in;
     memcpy(instance_id, in->id, 16);
     b->enqueue_count++;
-    pthread_cond_broadcast(&b->enqueued);
-    pthread_mutex_unlock(&b->mtx);
+    cn_cond_broadcast(&b->enqueued);
+    cn_mutex_unlock(&b->mtx);
     return CN_OK;
 }
 
@@ -467,21 +451,31 @@ cn_err
 rn_backend_mem_outcome(struct rn_backend *base, const uint8_t instance_id[16],
                        enum rn_outcome *outcome, struct ir_val *result, size_t *nresults)
 {
+    return rn_backend_mem_wait(base, instance_id, 0, outcome, result, nresults);
+}
+
+cn_err
+rn_backend_mem_wait(struct rn_backend *base, const uint8_t instance_id[16], int64_t until_mono_ms,
+                    enum rn_outcome *outcome, struct ir_val *result, size_t *nresults)
+{
     struct mem_backend *b = (struct mem_backend *) base;
     struct mem_instance *in;
 
-    pthread_mutex_lock(&b->mtx);
+    cn_mutex_lock(&b->mtx);
     in = mem_find(b, instance_id);
     if (in == NULL) {
-        pthread_mutex_unlock(&b->mtx);
+        cn_mutex_unlock(&b->mtx);
         return CN_NOTFOUND;
+    }
+    while (in->outcome == RN_RUNNING && cn_mono_ms() < until_mono_ms) {
+        cn_cond_wait_until(&b->finished, &b->mtx, until_mono_ms);
     }
     *outcome = in->outcome;
     *result = ir_val_retain(in->result);
     if (nresults != NULL) {
         *nresults = in->ndone;
     }
-    pthread_mutex_unlock(&b->mtx);
+    cn_mutex_unlock(&b->mtx);
     return CN_OK;
 }
 
@@ -512,7 +506,8 @@ rn_backend_mem_free(struct rn_backend *base)
         free(in);
     }
     free(b->insts);
-    pthread_mutex_destroy(&b->mtx);
-    pthread_cond_destroy(&b->enqueued);
+    cn_mutex_destroy(&b->mtx);
+    cn_cond_destroy(&b->enqueued);
+    cn_cond_destroy(&b->finished);
     free(b);
 }

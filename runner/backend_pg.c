@@ -21,6 +21,7 @@
 
 #include "ir/base/buf.h"
 #include "ir/base/uuid.h"
+#include "ir/base/xalloc.h"
 #include "runner/backend.h"
 #include "runner/db.h"
 #include "runner/exec.h"
@@ -300,11 +301,7 @@ attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
         if (c == NULL) {
             continue;
         }
-        d = realloc(c->done, (c->ndone + 1) * sizeof(*d));
-        if (d == NULL) {
-            return CN_NOMEM;
-        }
-        c->done = d;
+        c->done = cn_xreallocarray(c->done, c->ndone + 1, sizeof(*c->done));
         d = &c->done[c->ndone];
         memset(d, 0, sizeof(*d));
         if (!get_uuid(r, row, 1, d->exec_id) || PQgetlength(r, row, 2) != 4) {

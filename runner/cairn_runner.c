@@ -10,6 +10,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 
 #include "ir/base/log.h"
 #include "ir/base/opts.h"
+#include "ir/base/sync.h"
 #include "runner/defaults.h"
 #include "runner/runner.h"
 
@@ -198,10 +200,14 @@ resolve(int argc, char **argv)
     return true;
 }
 
+/* The graceful stop runs on its own thread so that the main thread stays in sigwait for a
+ * second signal; it tells the main thread it is done with SIGUSR1 (the flag tells that apart
+ * from a SIGUSR1 someone else sends). */
 struct stopper {
     struct rn_runner *r;
     uint32_t grace;
-    volatile sig_atomic_t done;
+    pthread_t main;
+    atomic_bool done;
 };
 
 static void *
@@ -210,7 +216,8 @@ stopper_main(void *arg)
     struct stopper *s = arg;
 
     rn_runner_stop(s->r, s->grace);
-    s->done = 1;
+    atomic_store(&s->done, true);
+    (void) pthread_kill(s->main, SIGUSR1);
     return NULL;
 }
 
@@ -229,10 +236,11 @@ main(int argc, char **argv)
     if (!resolve(argc, argv)) {
         return 2;
     }
-    /* Signals go to sigtimedwait below only: every thread inherits this mask. */
+    /* Signals go to sigwait below only: every thread inherits this mask. */
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     (void) signal(SIGPIPE, SIG_IGN);
     memset(&cfg, 0, sizeof(cfg));
@@ -256,17 +264,20 @@ main(int argc, char **argv)
     }
     cn_log(CN_LOG_INFO, "started: %u shard(s), workers on %s, pid %ld", cfg.shards,
            cfg.worker_listen, (long) getpid());
+    atomic_init(&st.done, false);
     for (;;) {
-        struct timespec ts = {0, 100 * 1000000L};
-        int sig = sigtimedwait(&sigs, NULL, &ts);
+        int sig = 0;
 
-        if (stopping && st.done) {
-            pthread_join(stopper, NULL);
-            cn_log(CN_LOG_INFO, "stopped");
-            return 0;
-        }
-        if (sig < 0) {
+        if (sigwait(&sigs, &sig) != 0) {
             continue;
+        }
+        if (sig == SIGUSR1) {
+            if (stopping && atomic_load(&st.done)) {
+                cn_thread_join(stopper);
+                cn_log(CN_LOG_INFO, "stopped");
+                return 0;
+            }
+            continue; /* not ours */
         }
         if (stopping) {
             cn_log(CN_LOG_WARN, "second signal (%s): exiting now", strsignal(sig));
@@ -277,7 +288,7 @@ main(int argc, char **argv)
         stopping = true;
         st.r = r;
         st.grace = u32("shutdown-grace-ms");
-        st.done = 0;
+        st.main = pthread_self();
         if (pthread_create(&stopper, NULL, stopper_main, &st) != 0) {
             rn_runner_stop(r, st.grace);
             return 0;

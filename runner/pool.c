@@ -35,6 +35,7 @@
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
 #include "ir/base/sync.h"
+#include "ir/base/xalloc.h"
 #include "ir/error.h"
 #include "runner/errors.h"
 #include "runner/idmap.h"
@@ -185,17 +186,7 @@ results_add(struct results *rs, const uint8_t iid[16], const uint8_t id[16], uin
     o.r.attempt = attempt;
     o.r.ok = ok;
     o.r.value = v;
-    if (rs->len == rs->cap) {
-        size_t ncap = rs->cap ? rs->cap * 2 : 8;
-        struct out_result *n = realloc(rs->items, ncap * sizeof(*n));
-        if (n == NULL) {
-            ir_val_release(v);
-            return;
-        }
-        rs->items = n;
-        rs->cap = ncap;
-    }
-    rs->items[rs->len++] = o;
+    CN_VEC_XPUSH(rs, o);
 }
 
 /* Logs the collected warnings and delivers the collected results, with no lock held. */
@@ -288,13 +279,8 @@ flight_release_locked(struct rn_pool *p, size_t i)
         p->fl[i].q = NULL;
     }
     if (p->nfree == p->capfree) {
-        size_t ncap = p->capfree ? p->capfree * 2 : 64;
-        uint32_t *n = realloc(p->fl_free, ncap * sizeof(*n));
-        if (n == NULL) {
-            return; /* the entry is simply not reused */
-        }
-        p->fl_free = n;
-        p->capfree = ncap;
+        p->capfree = p->capfree ? p->capfree * 2 : 64;
+        p->fl_free = cn_xreallocarray(p->fl_free, p->capfree, sizeof(*p->fl_free));
     }
     p->fl_free[p->nfree++] = (uint32_t) i;
 }
@@ -454,25 +440,18 @@ queued_free(struct queued *q)
     free(q);
 }
 
-/* A free flight entry's index, or false when out of memory. */
-static bool
-flight_alloc_locked(struct rn_pool *p, size_t *out)
+/* A free flight entry's index. */
+static size_t
+flight_alloc_locked(struct rn_pool *p)
 {
     if (p->nfree > 0) {
-        *out = p->fl_free[--p->nfree];
-        return true;
+        return p->fl_free[--p->nfree];
     }
     if (p->nfl == p->capfl) {
-        size_t ncap = p->capfl ? p->capfl * 2 : 64;
-        struct flight *n = realloc(p->fl, ncap * sizeof(*n));
-        if (n == NULL) {
-            return false;
-        }
-        p->fl = n;
-        p->capfl = ncap;
+        p->capfl = p->capfl ? p->capfl * 2 : 64;
+        p->fl = cn_xreallocarray(p->fl, p->capfl, sizeof(*p->fl));
     }
-    *out = p->nfl++;
-    return true;
+    return p->nfl++;
 }
 
 /* Adds q to batch b as an attempt in flight on worker w. Returns CN_OK (q consumed), or the
@@ -486,9 +465,7 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     size_t i;
     cn_err rv;
 
-    if (!flight_alloc_locked(p, &i)) {
-        return CN_NOMEM;
-    }
+    i = flight_alloc_locked(p);
     /* Recorded before the reply is sent: a pipe that drops from now on returns it as
      * WorkerLost. */
     f = &p->fl[i];
@@ -606,9 +583,7 @@ pctx_new_locked(struct rn_pool *p)
         pctx_recv_locked(p, c);
         return c;
     }
-    if ((c = calloc(1, sizeof(*c))) == NULL) {
-        return NULL;
-    }
+    c = cn_xcalloc(1, sizeof(*c));
     c->p = p;
     if (nng_ctx_open(&c->ctx, p->sock) != 0 || nng_aio_alloc(&c->aio, pctx_cb, c) != 0) {
         free(c);
@@ -697,11 +672,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
         return;
     }
     if ((w = worker_find(p, c->pipe)) == NULL) {
-        w = calloc(1, sizeof(*w));
-        if (w == NULL) {
-            reply_kind_locked(p, c, WP_NOOP);
-            return;
-        }
+        w = cn_xcalloc(1, sizeof(*w));
         w->pipe = c->pipe;
         w->last_seen = cn_mono_ms();
         w->next = p->workers;
@@ -725,14 +696,12 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
         free(w->actions);
         free(w->name);
     }
-    w->name = strdup(m->worker);
-    w->actions = calloc(m->nactions ? m->nactions : 1, sizeof(*w->actions));
-    w->nactions = 0;
-    for (i = 0; w->actions != NULL && i < m->nactions; i++) {
-        if ((w->actions[i] = strdup(m->actions[i])) != NULL) {
-            w->nactions++;
-        }
+    w->name = cn_xstrdup(m->worker);
+    w->actions = cn_xcalloc(m->nactions, sizeof(*w->actions));
+    for (i = 0; i < m->nactions; i++) {
+        w->actions[i] = cn_xstrdup(m->actions[i]);
     }
+    w->nactions = m->nactions;
     w->cap = m->slots + m->prefetch;
     wp_msg_init(&r, WP_WELCOME);
     r.session = ++p->next_session;
@@ -1113,14 +1082,11 @@ rn_pool_port(const struct rn_pool *p)
 cn_err
 rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
 {
-    struct queued *q = calloc(1, sizeof(*q));
+    struct queued *q = cn_xcalloc(1, sizeof(*q));
     struct results rs = RESULTS_INIT;
     struct worker *w;
 
-    if (q == NULL || (q->action = strdup(d->action)) == NULL) {
-        free(q);
-        return CN_NOMEM;
-    }
+    q->action = cn_xstrdup(d->action);
     q->d.action = q->action;
     memcpy(q->d.instance_id, d->instance_id, 16);
     memcpy(q->d.exec_id, d->exec_id, 16);

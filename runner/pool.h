@@ -85,7 +85,8 @@ CN_MUST_CHECK cn_err rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result
 /* The TCP port actually bound (for tcp://...:0), or 0. */
 int rn_pool_port(const struct rn_pool *p);
 
-/* Queues an attempt for a worker serving d->action. Thread-safe. Returns CN_OK or CN_NOMEM. */
+/* Queues an attempt for a worker serving d->action. Thread-safe. Returns CN_OK (memory
+ * exhaustion aborts the process: ir/base/xalloc.h). */
 CN_MUST_CHECK cn_err rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d);
 
 /* Asks the worker running (exec_id, attempt) (attempt 0: whichever is in flight) to stop it, over

@@ -46,6 +46,7 @@
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
 #include "ir/base/sync.h"
+#include "ir/base/xalloc.h"
 #include "ir/error.h"
 #include "worker-protocol/include/cairn/worker.h"
 #include "worker-protocol/proto.h"
@@ -749,23 +750,12 @@ sdk_slot_main(void *arg)
         s->running = false;
         w->nrunning--;
         if (w->nout == w->capout) {
-            uint32_t ncap = w->capout ? w->capout * 2 : 16;
-            struct sdk_out *n = realloc(w->outbox, ncap * sizeof(*n));
-            if (n != NULL) {
-                w->outbox = n;
-                w->capout = ncap;
-            }
+            w->capout = w->capout ? w->capout * 2 : 16;
+            w->outbox = cn_xreallocarray(w->outbox, w->capout, sizeof(*w->outbox));
         }
-        if (w->nout < w->capout) {
-            w->outbox[w->nout].o = o;
-            w->outbox[w->nout].gen = it->gen;
-            w->nout++;
-        } else {
-            ir_val_release(o.value);
-            if (it->gen == w->gen) {
-                sdk_drop_locked(w, "out of memory keeping an outcome");
-            }
-        }
+        w->outbox[w->nout].o = o;
+        w->outbox[w->nout].gen = it->gen;
+        w->nout++;
         sdk_pump_locked(w);
         sdk_broadcast(w);
         sdk_unlock(w);

@@ -141,16 +141,8 @@ ctl_cmd_exec(int argc, char **argv)
         goto out;
     }
     deadline = cn_mono_ms() + timeout_s * 1000;
-    for (;;) {
-        struct timespec ts = {0, 5 * 1000000L};
-
-        ir_val_release(result);
-        result = ir_null();
-        if (rn_backend_mem_outcome(mem, iid, &outcome, &result, &nresults) != CN_OK ||
-            outcome != RN_RUNNING || cn_mono_ms() >= deadline) {
-            break;
-        }
-        nanosleep(&ts, NULL);
+    if (rn_backend_mem_wait(mem, iid, deadline, &outcome, &result, &nresults) != CN_OK) {
+        outcome = RN_RUNNING; /* cannot happen: the instance was just enqueued */
     }
     if (outcome == RN_RUNNING) {
         fprintf(stderr, "cairnctl exec: %s did not finish within %lld s\n", file, timeout_s);
