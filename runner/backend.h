@@ -107,10 +107,16 @@ CN_MUST_CHECK cn_err rn_backend_mem_new(struct rn_backend **out);
 CN_MUST_CHECK cn_err rn_backend_mem_register(struct rn_backend *b, const char *name,
                                              const char *source, uint8_t version_id[16]);
 /* Enqueues an instance of the newest version of name (input: a map, retained); 0 for now.
- * Returns CN_OK, CN_NOTFOUND (no such workflow), CN_TYPE (input not a map), CN_NOMEM. */
+ * Returns CN_OK, CN_NOTFOUND (no such workflow), CN_TYPE (input not a map). */
 CN_MUST_CHECK cn_err rn_backend_mem_enqueue(struct rn_backend *b, const char *name,
                                             struct ir_val input, int64_t scheduled_at_ms,
                                             uint8_t instance_id[16]);
+/* Takes the instance's lease from its holder, as if another runner had claimed it and then
+ * died at once (for tests of lease loss): the holder finds the lease lost at its next write or
+ * heartbeat, and any runner may claim the instance now. *stolen says whether it was leased.
+ * CN_OK, CN_NOTFOUND. */
+CN_MUST_CHECK cn_err rn_backend_mem_steal(struct rn_backend *b, const uint8_t instance_id[16],
+                                          bool *stolen);
 /* The instance's outcome (RN_RUNNING until it finishes), its result or error (retained), and
  * how many action results were recorded for it. CN_NOTFOUND for an unknown id. */
 CN_MUST_CHECK cn_err rn_backend_mem_outcome(struct rn_backend *b, const uint8_t instance_id[16],

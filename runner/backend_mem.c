@@ -99,11 +99,7 @@ mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claim
     *out = NULL;
     *nout = 0;
     cn_mutex_lock(&b->mtx);
-    cl = calloc(max ? max : 1, sizeof(*cl));
-    if (cl == NULL) {
-        cn_mutex_unlock(&b->mtx);
-        return CN_NOMEM;
-    }
+    cl = cn_xcalloc(max ? max : 1, sizeof(*cl));
     while (n < max) {
         struct mem_instance *best = NULL;
         size_t i;
@@ -127,15 +123,16 @@ mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claim
         memcpy(cl[n].instance_id, best->id, 16);
         memcpy(cl[n].lock, best->lock, 16);
         memcpy(cl[n].version_id, best->version_id, 16);
-        cl[n].workflow = strdup(best->workflow);
+        cl[n].workflow = cn_xstrdup(best->workflow);
         cl[n].input = ir_val_retain(best->input);
-        if (best->state.len > 0 && (cl[n].state = malloc(best->state.len)) != NULL) {
+        if (best->state.len > 0) {
+            cl[n].state = cn_xmalloc(best->state.len);
             memcpy(cl[n].state, best->state.data, best->state.len);
             cl[n].state_len = best->state.len;
         }
         /* The latest result per execution id. */
-        cl[n].done = calloc(best->ndone ? best->ndone : 1, sizeof(*cl[n].done));
-        for (k = best->ndone; cl[n].done != NULL && k > 0; k--) {
+        cl[n].done = cn_xcalloc(best->ndone ? best->ndone : 1, sizeof(*cl[n].done));
+        for (k = best->ndone; k > 0; k--) {
             const struct rn_done *d = &best->done[k - 1];
             size_t j;
             bool seen = false;
@@ -165,17 +162,16 @@ mem_version_source(struct rn_backend *base, const uint8_t version_id[16], char *
 
     *src = NULL;
     cn_mutex_lock(&b->mtx);
-    for (i = 0; i < b->nversions; i++) {
+    for (i = 0; i < b->nversions && *src == NULL; i++) {
         if (memcmp(b->versions[i].id, version_id, 16) == 0) {
-            *src = strdup(b->versions[i].source);
-            break;
+            *src = cn_xstrdup(b->versions[i].source);
         }
     }
     cn_mutex_unlock(&b->mtx);
-    if (i == b->nversions) {
+    if (*src == NULL) {
         return cn_errmsg_set(err, CN_NOTFOUND, "workflow version not found");
     }
-    return *src != NULL ? CN_OK : CN_NOMEM;
+    return CN_OK;
 }
 
 static bool
@@ -362,12 +358,8 @@ static const struct rn_backend_ops mem_ops = {
 cn_err
 rn_backend_mem_new(struct rn_backend **out)
 {
-    struct mem_backend *b = calloc(1, sizeof(*b));
+    struct mem_backend *b = cn_xcalloc(1, sizeof(*b));
 
-    *out = NULL;
-    if (b == NULL) {
-        return CN_NOMEM;
-    }
     b->base.ops = &mem_ops;
     cn_mutex_init(&b->mtx);
     cn_cond_init(&b->enqueued);
@@ -388,14 +380,8 @@ rn_backend_mem_register(struct rn_backend *base, const char *name, const char *s
     b->versions = cn_xreallocarray(b->versions, b->nversions + 1, sizeof(*b->versions));
     n = &b->versions[b->nversions];
     mem_id(b, n->id);
-    n->name = strdup(name);
-    n->source = strdup(source);
-    if (n->name == NULL || n->source == NULL) {
-        free(n->name);
-        free(n->source);
-        cn_mutex_unlock(&b->mtx);
-        return CN_NOMEM;
-    }
+    n->name = cn_xstrdup(name);
+    n->source = cn_xstrdup(source);
     memcpy(version_id, n->id, 16);
     b->nversions++;
     cn_mutex_unlock(&b->mtx);
@@ -428,11 +414,8 @@ rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val 
         b->capinsts = b->capinsts ? b->capinsts * 2 : 16;
         b->insts = cn_xreallocarray(b->insts, b->capinsts, sizeof(*b->insts));
     }
-    if ((in = calloc(1, sizeof(*in))) == NULL || (in->workflow = strdup(name)) == NULL) {
-        free(in);
-        cn_mutex_unlock(&b->mtx);
-        return CN_NOMEM;
-    }
+    in = cn_xcalloc(1, sizeof(*in));
+    in->workflow = cn_xstrdup(name);
     mem_id(b, in->id);
     memcpy(in->version_id, v->id, 16);
     in->input = ir_val_retain(input);
@@ -445,6 +428,26 @@ rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val 
     cn_cond_broadcast(&b->enqueued);
     cn_mutex_unlock(&b->mtx);
     return CN_OK;
+}
+
+cn_err
+rn_backend_mem_steal(struct rn_backend *base, const uint8_t instance_id[16], bool *stolen)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    struct mem_instance *in;
+
+    *stolen = false;
+    cn_mutex_lock(&b->mtx);
+    in = mem_find(b, instance_id);
+    if (in != NULL && in->queued && in->locked) {
+        mem_id(b, in->lock); /* the thief's token, which no runner holds */
+        *stolen = true;
+        in->lock_expires = cn_wall_ms() - 1;
+        b->enqueue_count++; /* claimers waiting for work look again */
+        cn_cond_broadcast(&b->enqueued);
+    }
+    cn_mutex_unlock(&b->mtx);
+    return in != NULL ? CN_OK : CN_NOTFOUND;
 }
 
 cn_err

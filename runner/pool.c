@@ -37,6 +37,7 @@
 #include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
 #include "ir/error.h"
+#include "runner/defaults.h"
 #include "runner/errors.h"
 #include "runner/idmap.h"
 #include "worker-protocol/proto.h"
@@ -1037,7 +1038,7 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
     }
     p->fn = fn;
     p->arg = arg;
-    p->idle_ms = cfg->idle_ms ? cfg->idle_ms : 20000;
+    p->idle_ms = cfg->idle_ms ? cfg->idle_ms : RN_DEFAULT_WORKER_IDLE_MS;
     p->requeue_lost = cfg->requeue_lost;
     p->credential = cfg->credential ? strdup(cfg->credential) : NULL;
     cn_mutex_init(&p->mtx);

@@ -28,7 +28,8 @@ struct rn_pool;
 struct rn_pool_cfg {
     const char *listen_url; /* ipc://PATH, tcp://HOST:PORT (port 0: any; see rn_pool_port) */
     const char *credential; /* required in hello when not NULL */
-    uint32_t idle_ms;       /* parked requests are answered with noop after this; 0 = 20000 */
+    uint32_t idle_ms;       /* parked requests are answered with noop after this; 0:
+                               RN_DEFAULT_WORKER_IDLE_MS */
     uint32_t requeue_lost;  /* a dropped worker's attempts are dispatched again up to this many
                                times each before failing with WorkerLost (0: fail at once) */
     /* For tls+tcp:// (PEM files): */

@@ -23,6 +23,7 @@
 #include "cairn/worker.h"
 #include "ir/base/log.h"
 #include "ir/base/opts.h"
+#include "ir/base/xalloc.h"
 #include "ir/error.h"
 #include "worker-protocol/proto.h"
 #include "worker-protocol/std_actions.h"
@@ -505,7 +506,7 @@ exec_actions_free(struct exec_action *v, size_t n)
 static cn_err
 exec_scan(const char *dir, struct exec_action **out, size_t *n_out)
 {
-    struct exec_action *v = NULL, *grown;
+    struct exec_action *v = NULL;
     size_t n = 0, plen;
     struct dirent *de;
     struct stat st;
@@ -523,27 +524,14 @@ exec_scan(const char *dir, struct exec_action **out, size_t *n_out)
             continue;
         }
         plen = strlen(dir) + strlen(de->d_name) + 2;
-        if ((path = malloc(plen)) == NULL) {
-            rv = CN_NOMEM;
-            break;
-        }
+        path = cn_xmalloc(plen);
         (void) snprintf(path, plen, "%s/%s", dir, de->d_name);
         if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || access(path, X_OK) != 0) {
             free(path);
             continue;
         }
-        name = malloc(strlen(EXEC_PREFIX) + strlen(de->d_name) + 1);
-        grown = realloc(v, (n + 1) * sizeof(*v));
-        if (name == NULL || grown == NULL) {
-            free(name);
-            free(path);
-            if (grown != NULL) {
-                v = grown;
-            }
-            rv = CN_NOMEM;
-            break;
-        }
-        v = grown;
+        name = cn_xmalloc(strlen(EXEC_PREFIX) + strlen(de->d_name) + 1);
+        v = cn_xreallocarray(v, n + 1, sizeof(*v));
         (void) sprintf(name, EXEC_PREFIX "%s", de->d_name);
         v[n].name = name;
         v[n].path = path;

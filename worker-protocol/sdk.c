@@ -185,18 +185,6 @@ sdk_wait_until(struct cairn_worker *w, int64_t deadline_ms)
     return true;
 }
 
-static char *
-sdk_strdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = malloc(n);
-
-    if (p != NULL) {
-        memcpy(p, s, n);
-    }
-    return p;
-}
-
 static bool
 sdk_name_ok(const char *s)
 {
@@ -594,20 +582,15 @@ sdk_item_free(struct sdk_item *it)
  * an attempt wakes the next while more are queued. Waking one per attempt instead would wake
  * slots that find the queue already drained by a faster one: with short actions most wake-ups
  * would be wasted, and on a small machine they cost more than the actions. */
-static bool
+static void
 sdk_enqueue_locked(struct cairn_worker *w, const struct wp_msg *r)
 {
-    bool all = true;
     uint32_t i;
 
     for (i = 0; i < r->nitems; i++) {
-        struct sdk_item *it = calloc(1, sizeof(*it));
+        struct sdk_item *it = cn_xcalloc(1, sizeof(*it));
 
-        if (it == NULL || (it->action = sdk_strdup(r->items[i].action)) == NULL) {
-            free(it);
-            all = false;
-            continue;
-        }
+        it->action = cn_xstrdup(r->items[i].action);
         it->d = r->items[i];
         it->d.action = it->action;
         it->d.kwargs = ir_val_retain(r->items[i].kwargs);
@@ -623,13 +606,12 @@ sdk_enqueue_locked(struct cairn_worker *w, const struct wp_msg *r)
     if (w->nidle > 0 && w->rq_head != NULL) {
         cn_cond_signal(&w->work);
     }
-    return all;
 }
 
 static void sdk_session_lost_locked(struct cairn_worker *w);
 
-/* An attempt of this session can no longer be reported (a dispatch that did not decode, out
- * of memory): end the session and say hello again on the same connection. The runner treats a
+/* An attempt of this session can no longer be reported (a dispatch that did not decode):
+ * end the session and say hello again on the same connection. The runner treats a
  * hello on a connection that has a session as a new session and fails what the old one held
  * with WorkerLost, freeing its room, instead of keeping that room taken for good. (Closing the
  * pipe would do the same, but nng 1.5.2 can hang in a later nng_close after nng_pipe_close.) */
@@ -694,9 +676,7 @@ sdk_fetch_cb(void *arg)
              * and stop() waits for it. Not from an older session (the runner failed those
              * with WorkerLost when that connection dropped), nor once teardown began. */
             if (f->gen == w->gen && w->sock_open) {
-                if (!sdk_enqueue_locked(w, &r)) {
-                    sdk_drop_locked(w, "out of memory queueing a dispatch");
-                }
+                sdk_enqueue_locked(w, &r);
             } else {
                 sdk_log(w, CN_LOG_INFO, "dispatch from a previous connection: not run", NULL);
             }
@@ -990,10 +970,7 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
         (opts->credential != NULL && !sdk_name_ok(opts->credential))) {
         return CN_INVAL;
     }
-    w = calloc(1, sizeof(*w));
-    if (w == NULL) {
-        return CN_NOMEM;
-    }
+    w = cn_xcalloc(1, sizeof(*w));
     cn_mutex_init(&w->mtx);
     cn_cond_init(&w->cond);
     cn_cond_init(&w->work);
@@ -1004,13 +981,13 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
         host[sizeof(host) - 1] = '\0';
         (void) snprintf(name, sizeof(name), "%s-%ld", host, (long) getpid());
     }
-    w->url = sdk_strdup(url);
-    w->name = sdk_strdup(opts->name != NULL ? opts->name : name);
-    w->credential = opts->credential != NULL ? sdk_strdup(opts->credential) : NULL;
-    w->tls_ca_file = opts->tls_ca_file != NULL ? sdk_strdup(opts->tls_ca_file) : NULL;
+    w->url = cn_xstrdup(url);
+    w->name = cn_xstrdup(opts->name != NULL ? opts->name : name);
+    w->credential = opts->credential != NULL ? cn_xstrdup(opts->credential) : NULL;
+    w->tls_ca_file = opts->tls_ca_file != NULL ? cn_xstrdup(opts->tls_ca_file) : NULL;
     w->tls_cert_key_file =
-        opts->tls_cert_key_file != NULL ? sdk_strdup(opts->tls_cert_key_file) : NULL;
-    w->tls_server_name = opts->tls_server_name != NULL ? sdk_strdup(opts->tls_server_name) : NULL;
+        opts->tls_cert_key_file != NULL ? cn_xstrdup(opts->tls_cert_key_file) : NULL;
+    w->tls_server_name = opts->tls_server_name != NULL ? cn_xstrdup(opts->tls_server_name) : NULL;
     w->nslots = opts->slots != 0 ? opts->slots : 1;
     w->prefetch = opts->prefetch;
     w->reconnect_min_ms = opts->reconnect_min_ms != 0 ? opts->reconnect_min_ms : 100;
@@ -1019,10 +996,6 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
         w->reconnect_max_ms = w->reconnect_min_ms;
     }
     w->start_timeout_ms = opts->start_timeout_ms;
-    if (w->url == NULL || w->name == NULL || (opts->credential != NULL && w->credential == NULL)) {
-        cairn_worker_free(w);
-        return CN_NOMEM;
-    }
     *out = w;
     return CN_OK;
 }
@@ -1043,15 +1016,9 @@ cairn_worker_register(struct cairn_worker *w, const char *action, cairn_worker_h
             return CN_INVAL;
         }
     }
-    grown = realloc(w->actions, (w->nactions + 1) * sizeof(*grown));
-    if (grown == NULL) {
-        return CN_NOMEM;
-    }
+    grown = cn_xreallocarray(w->actions, w->nactions + 1, sizeof(*grown));
     w->actions = grown;
-    grown[w->nactions].name = sdk_strdup(action);
-    if (grown[w->nactions].name == NULL) {
-        return CN_NOMEM;
-    }
+    grown[w->nactions].name = cn_xstrdup(action);
     grown[w->nactions].fn = fn;
     grown[w->nactions].arg = arg;
     w->nactions++;

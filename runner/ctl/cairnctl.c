@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/base/xalloc.h"
 #include "ir/compile.h"
 #include "runner/ctl/ctl.h"
 
@@ -88,7 +89,7 @@ char *
 ctl_read_file(const char *path, size_t *len)
 {
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    char *buf = NULL, *p;
+    char *buf = NULL;
     size_t cap = 0, n = 0, r;
 
     if (f == NULL) {
@@ -103,12 +104,7 @@ ctl_read_file(const char *path, size_t *len)
                 goto fail;
             }
             cap = cap ? cap * 2 : 65536;
-            p = realloc(buf, cap + 1);
-            if (p == NULL) {
-                fprintf(stderr, "cairnctl: out of memory reading %s\n", path);
-                goto fail;
-            }
-            buf = p;
+            buf = cn_xrealloc(buf, cap + 1);
         }
         r = fread(buf + n, 1, cap - n, f);
         n += r;

@@ -20,7 +20,8 @@
  *
  * ERRORS. Functions return cn_err (ir/base/err.h; CN_OK is 0). Details go to the log (stderr,
  * through ir/base/log.h: cn_log_setup chooses the level and text or JSON lines) and, for start(),
- * to cairn_worker_error().
+ * to cairn_worker_error(). Running out of memory inside the SDK aborts the process with a log
+ * line (ir/base/xalloc.h) rather than dropping an attempt: run workers under a supervisor.
  */
 #ifndef CAIRN_WORKER_H
 #define CAIRN_WORKER_H
@@ -71,13 +72,12 @@ typedef cn_err (*cairn_worker_handler)(const struct cairn_worker_ctx *ctx, struc
 
 /* Creates a worker for runner url ("tcp://HOST:PORT", "ipc://PATH", "tls+tcp://HOST:PORT").
  * opts may be NULL (all defaults); borrowed. Nothing is dialled yet. Returns new in *out
- * (free with cairn_worker_free), or CN_INVAL (bad url, name, credential or slots), CN_NOMEM. */
+ * (free with cairn_worker_free), or CN_INVAL (bad url, name, credential or slots). */
 CN_MUST_CHECK cn_err cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
                                       struct cairn_worker **out);
 
 /* Serves action (copied) with fn, called with arg (borrowed, must outlive the worker). Only
- * before start(). Returns CN_OK, CN_INVAL (empty, too long or duplicate name; after start),
- * CN_NOMEM. */
+ * before start(). Returns CN_OK, CN_INVAL (empty, too long or duplicate name; after start). */
 CN_MUST_CHECK cn_err cairn_worker_register(struct cairn_worker *w, const char *action,
                                            cairn_worker_handler fn, void *arg);
 
