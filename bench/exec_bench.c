@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "ir/base/buf.h"
+#include "ir/base/xalloc.h"
 #include "ir/compile.h"
 #include "ir/value.h"
 #include "runner/exec.h"
@@ -141,10 +142,7 @@ run_case(const char *kind, long n, struct bench_result *res)
         }
         if (o.actions.len > cap) {
             cap = o.actions.len;
-            evs = realloc(evs, cap * sizeof(*evs));
-            if (evs == NULL) {
-                goto out;
-            }
+            evs = cn_xreallocarray(evs, cap, sizeof(*evs));
         }
         /* Instant actions: std.echo returns its value. */
         for (i = 0; i < o.actions.len; i++) {

@@ -635,9 +635,10 @@ static void
 check_recursion(struct checker *c)
 {
     uint32_t n = c->p->nfuncs, i;
-    uint8_t *color = calloc(n, 1); /* 0 white, 1 on stack, 2 done */
-    uint32_t *stack = calloc(n, sizeof(*stack));
-    size_t *next = calloc(n, sizeof(*next));
+    /* n + 1: calloc(0) may return NULL, which would read as out of memory. */
+    uint8_t *color = calloc(n + 1, 1); /* 0 white, 1 on stack, 2 done */
+    uint32_t *stack = calloc(n + 1, sizeof(*stack));
+    size_t *next = calloc(n + 1, sizeof(*next));
     size_t top;
 
     if (color == NULL || stack == NULL || next == NULL) {

@@ -122,7 +122,8 @@ utf8_seq(const unsigned char *p, const unsigned char *end)
 
     if (c < 0x80) {
         return 1;
-    } else if (c >= 0xC2 && c <= 0xDF) {
+    }
+    if (c >= 0xC2 && c <= 0xDF) {
         n = 2;
         cp = c & 0x1F;
     } else if (c >= 0xE0 && c <= 0xEF) {

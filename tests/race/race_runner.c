@@ -31,7 +31,7 @@
 #include "worker-protocol/std_actions.h"
 
 #define N_INSTANCES 240
-#define N_RUNNERS 2
+#define N_RUNNERS   2
 
 /* Fans out over n items, runs two calls in parallel, waits in an action, retries a call that
  * fails once, and sleeps past the eviction threshold: every path between the shard, the
@@ -100,8 +100,7 @@ start_node(struct rn_backend *mem, int idx, struct node *nd)
         }
     }
     if (cairn_worker_start(nd->worker) != CN_OK) {
-        fprintf(stderr, "race: worker %d did not start: %s\n", idx,
-                cairn_worker_error(nd->worker));
+        fprintf(stderr, "race: worker %d did not start: %s\n", idx, cairn_worker_error(nd->worker));
         return -1;
     }
     return 0;
@@ -147,13 +146,13 @@ check(int k, enum rn_outcome oc, struct ir_val r)
         fprintf(stderr, "race: instance %d ended %s\n", k, rn_outcome_name(oc));
         return -1;
     }
-    if (map_int(r, "total") != n * (n - 1) / 2 || map_int(r, "key") != k ||
-        map_int(r, "n") != n || map_int(r, "attempt") != 2) {
+    if (map_int(r, "total") != n * (n - 1) / 2 || map_int(r, "key") != k || map_int(r, "n") != n ||
+        map_int(r, "attempt") != 2) {
         fprintf(stderr,
                 "race: instance %d: total %" PRId64 " key %" PRId64 " n %" PRId64
                 " attempt %" PRId64 ", want %" PRId64 " %d %" PRId64 " 2\n",
-                k, map_int(r, "total"), map_int(r, "key"), map_int(r, "n"),
-                map_int(r, "attempt"), n * (n - 1) / 2, k, n);
+                k, map_int(r, "total"), map_int(r, "key"), map_int(r, "n"), map_int(r, "attempt"),
+                n * (n - 1) / 2, k, n);
         return -1;
     }
     return 0;
