@@ -18,6 +18,12 @@
  * network call or a callback. Routing an event (rn_shardloop_post) therefore happens with no
  * lock held: the pool calls back without its lock, the persisters acknowledge after releasing
  * theirs, the keeper reports lost leases outside the registry lock.
+ *
+ * NO HALF-ALIVE PROCESS: no engine thread returns before rn_runner_stop asks it to. Storage and
+ * network errors are retried with backoff (backoff.h) and logged; running out of memory
+ * (ir/base/xalloc.h) or a failed pthread call (ir/base/sync.h) aborts the whole process with a
+ * log line, so a supervisor sees it exit and restarts it, and another runner takes its leases
+ * when they expire.
  */
 #include "runner/runner.h"
 
