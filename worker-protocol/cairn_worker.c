@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cairn/worker.h"
+#include "ir/base/clock.h"
 #include "ir/base/log.h"
 #include "ir/base/opts.h"
 #include "ir/base/xalloc.h"
@@ -62,15 +63,6 @@ struct exec_run {
     bool deadline_hit, cancelled;
     int status; /* waitpid status */
 };
-
-static int64_t
-exec_now_ms(void)
-{
-    struct timespec ts;
-
-    (void) clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* A name part of an action name: an ASCII identifier (the language's NAME token). */
 static bool
@@ -300,7 +292,7 @@ exec_spawn(const struct cairn_worker_ctx *ctx, char *path, const struct cn_buf *
     while (rv == CN_OK && !killed && !exited) {
         struct pollfd pfd[3];
         nfds_t n = 0;
-        int64_t now = exec_now_ms();
+        int64_t now = cn_wall_ms();
         int timeout = EXEC_POLL_MS, prv;
 
         if (cairn_worker_cancelled(ctx) || (ctx->deadline_ms > 0 && now >= ctx->deadline_ms)) {
@@ -658,7 +650,7 @@ run_once(const char *action, const char *kwargs_json, int64_t deadline_ms, struc
     memset(&ctx, 0, sizeof(ctx));
     ctx.action = action;
     ctx.attempt = 1;
-    ctx.deadline_ms = deadline_ms > 0 ? exec_now_ms() + deadline_ms : 0;
+    ctx.deadline_ms = deadline_ms > 0 ? cn_wall_ms() + deadline_ms : 0;
     if ((rv = fn(&ctx, kwargs, arg, &val)) != CN_OK) {
         /* As the SDK reports a handler failure. */
         val = ir_null();

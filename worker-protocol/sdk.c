@@ -167,18 +167,12 @@ sdk_broadcast(struct cairn_worker *w)
     cn_cond_broadcast(&w->cond);
 }
 
-static int64_t
-sdk_now_ms(void)
-{
-    return cn_mono_ms();
-}
-
 /* Waits on w->cond (a monotonic condition variable) until the monotonic deadline; returns
  * false once it has passed. */
 static bool
 sdk_wait_until(struct cairn_worker *w, int64_t deadline_ms)
 {
-    if (deadline_ms - sdk_now_ms() <= 0) {
+    if (deadline_ms - cn_mono_ms() <= 0) {
         return false;
     }
     cn_cond_wait_until(&w->cond, &w->mtx, deadline_ms);
@@ -829,7 +823,7 @@ sdk_session_lost_locked(struct cairn_worker *w)
 static void
 sdk_fetches_idle_locked(struct cairn_worker *w)
 {
-    int64_t deadline = sdk_now_ms() + 2000;
+    int64_t deadline = cn_mono_ms() + 2000;
     uint32_t i;
 
     for (;;) {
@@ -871,7 +865,7 @@ sdk_ctl_main(void *arg)
             } else if (rv == CN_PROTO) {
                 w->failed = true; /* refused: serving stops; running() tells the owner */
             } else if (rv != CN_OK && !w->stopping) {
-                (void) sdk_wait_until(w, sdk_now_ms() + w->reconnect_min_ms);
+                (void) sdk_wait_until(w, cn_mono_ms() + w->reconnect_min_ms);
             }
             sdk_broadcast(w);
             sdk_unlock(w);
@@ -1182,9 +1176,9 @@ cairn_worker_start(struct cairn_worker *w)
         goto fail;
     }
     /* The first session, in the caller's thread, so that a refusal is start()'s error. */
-    deadline = w->start_timeout_ms != 0 ? sdk_now_ms() + w->start_timeout_ms : INT64_MAX;
+    deadline = w->start_timeout_ms != 0 ? cn_mono_ms() + w->start_timeout_ms : INT64_MAX;
     for (;;) {
-        int64_t left = deadline - sdk_now_ms();
+        int64_t left = deadline - cn_mono_ms();
         uint64_t gen;
 
         if (left <= 0) {
@@ -1263,7 +1257,7 @@ sdk_quiet_locked(struct cairn_worker *w, bool acked)
 void
 cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
 {
-    int64_t deadline = sdk_now_ms() + grace_ms;
+    int64_t deadline = cn_mono_ms() + grace_ms;
     struct wp_msg m, r;
     bool connected, acked = false;
     nng_msg *msg;
@@ -1288,7 +1282,7 @@ cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
     }
     /* Goodbye first, so the runner stops dispatching to us; then let what runs finish. */
     if (connected) {
-        int64_t left = deadline - sdk_now_ms();
+        int64_t left = deadline - cn_mono_ms();
 
         nng_aio_set_timeout(w->ctl_aio, (nng_duration) (left > 1000 ? left : 1000));
         wp_msg_init(&m, WP_GOODBYE);
