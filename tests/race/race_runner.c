@@ -31,7 +31,7 @@
 #include "worker-protocol/std_actions.h"
 
 #define N_INSTANCES 240
-#define N_RUNNERS 2
+#define N_RUNNERS   2
 
 /* Fans out over n items, runs two calls in parallel, waits in an action, retries a call that
  * fails once, and sleeps past the eviction threshold: every path between the shard, the
@@ -100,8 +100,7 @@ start_node(struct rn_backend *mem, int idx, struct node *nd)
         }
     }
     if (cairn_worker_start(nd->worker) != CN_OK) {
-        fprintf(stderr, "race: worker %d did not start: %s\n", idx,
-                cairn_worker_error(nd->worker));
+        fprintf(stderr, "race: worker %d did not start: %s\n", idx, cairn_worker_error(nd->worker));
         return -1;
     }
     return 0;
@@ -147,13 +146,13 @@ check(int k, enum rn_outcome oc, struct ir_val r)
         fprintf(stderr, "race: instance %d ended %s\n", k, rn_outcome_name(oc));
         return -1;
     }
-    if (map_int(r, "total") != n * (n - 1) / 2 || map_int(r, "key") != k ||
-        map_int(r, "n") != n || map_int(r, "attempt") != 2) {
+    if (map_int(r, "total") != n * (n - 1) / 2 || map_int(r, "key") != k || map_int(r, "n") != n ||
+        map_int(r, "attempt") != 2) {
         fprintf(stderr,
                 "race: instance %d: total %" PRId64 " key %" PRId64 " n %" PRId64
                 " attempt %" PRId64 ", want %" PRId64 " %d %" PRId64 " 2\n",
-                k, map_int(r, "total"), map_int(r, "key"), map_int(r, "n"),
-                map_int(r, "attempt"), n * (n - 1) / 2, k, n);
+                k, map_int(r, "total"), map_int(r, "key"), map_int(r, "n"), map_int(r, "attempt"),
+                n * (n - 1) / 2, k, n);
         return -1;
     }
     return 0;
@@ -165,8 +164,8 @@ main(int argc, char **argv)
     double seconds = argc > 1 ? atof(argv[1]) : 4.0;
     struct rn_backend *mem = NULL;
     struct node nodes[N_RUNNERS];
-    static uint8_t iids[N_INSTANCES][16];
-    uint8_t vid[16];
+    static struct rn_iid iids[N_INSTANCES];
+    struct rn_vid vid;
     int64_t t0, deadline;
     int i, failed = 0, restarted = 0, expired = 0, enqueued = 0;
     unsigned seed = 12345;
@@ -178,7 +177,7 @@ main(int argc, char **argv)
     }
     cn_log_setup(CN_LOG_ERROR, false);
     if (rn_backend_mem_new(&mem) != CN_OK ||
-        rn_backend_mem_register(mem, "race", workflow, vid) != CN_OK) {
+        rn_backend_mem_register(mem, "race", workflow, &vid) != CN_OK) {
         fprintf(stderr, "race: cannot set up the backend\n");
         return 2;
     }
@@ -201,7 +200,7 @@ main(int argc, char **argv)
             if (ir_map_new(2, &in) != CN_OK ||
                 ir_map_set_cstr(&in, "n", ir_int(3 + enqueued % 6)) != CN_OK ||
                 ir_map_set_cstr(&in, "key", ir_int(enqueued)) != CN_OK ||
-                rn_backend_mem_enqueue(mem, "race", in, 0, iids[enqueued]) != CN_OK) {
+                rn_backend_mem_enqueue(mem, "race", in, 0, &iids[enqueued]) != CN_OK) {
                 fprintf(stderr, "race: cannot enqueue\n");
                 return 2;
             }
