@@ -177,7 +177,8 @@ Test(shard, an_action_is_never_dispatched_before_its_write_commits)
         h_ack(&h, 1, 11, false);
         cr_assert_eq(h.out.committed, 1);
         cr_assert_eq(h.out.writes.len, 0);
-        cr_assert_eq(h.out.dispatches.len, 1, "step %lld: the ACK releases the action", i);
+        cr_assert_eq(h.out.dispatches.len, 1, "step %lld: the ACK releases the action",
+                     (long long) i);
         cr_expect_str_eq(h.out.dispatches.items[0].action, "t.echo");
         {
             const struct ir_val *v = ir_map_get(h.out.dispatches.items[0].kwargs, "value", 5);
@@ -191,9 +192,10 @@ Test(shard, an_action_is_never_dispatched_before_its_write_commits)
         h.now.wall_ms += 10;
         h.now.mono_us += 10000;
         h_result(&h, &d[0], i);
-        cr_assert_eq(h.out.writes.len, 1, "step %lld: the result is recorded", i);
+        cr_assert_eq(h.out.writes.len, 1, "step %lld: the result is recorded", (long long) i);
         cr_assert_eq(h.out.writes.items[0]->w.ndone, 1);
-        cr_assert_eq(h.out.dispatches.len, 0, "step %lld: dispatched before its write", i);
+        cr_assert_eq(h.out.dispatches.len, 0, "step %lld: dispatched before its write",
+                     (long long) i);
     }
     cr_expect_eq(h.out.writes.items[0]->w.outcome, RN_COMPLETED);
     cr_expect_eq(h.out.writes.items[0]->w.result.u.i, 0 + 1 + 2);
