@@ -91,7 +91,7 @@ run_case(const char *kind, long n, struct bench_result *res)
     struct cn_buf snap = CN_BUF_INIT;
     struct rn_event *evs = NULL;
     size_t cap = 0, i;
-    uint8_t id[16] = {7, 1, 2, 3};
+    struct rn_iid id = {{7, 1, 2, 3}};
     struct ir_val input;
     int64_t now = 1700000000000LL;
     double t0;
@@ -148,7 +148,7 @@ run_case(const char *kind, long n, struct bench_result *res)
         for (i = 0; i < o.actions.len; i++) {
             const struct rn_action_req *q = &o.actions.items[i];
             const struct ir_val *v = ir_map_get(q->kwargs, "value", 5);
-            memcpy(evs[i].exec_id, q->exec_id, 16);
+            evs[i].exec_id = q->exec_id;
             evs[i].kind = RN_EV_RESULT;
             evs[i].attempt = q->attempt;
             evs[i].value = v ? ir_val_retain(*v) : ir_null();

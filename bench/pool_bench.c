@@ -100,7 +100,7 @@ pool_submit_one(struct pool_run *pr, long i)
     uint32_t u = (uint32_t) i;
 
     memset(&d, 0, sizeof(d));
-    memcpy(d.exec_id, &u, sizeof(u));
+    memcpy(d.exec_id.b, &u, sizeof(u));
     d.attempt = 1;
     d.action = NOOP_ACTION;
     d.kwargs = pr->kwargs;
@@ -118,7 +118,7 @@ pool_on_result(void *arg, const struct rn_pool_result *r)
     uint32_t i;
     long nxt = -1;
 
-    memcpy(&i, r->exec_id, sizeof(i));
+    memcpy(&i, r->exec_id.b, sizeof(i));
     pthread_mutex_lock(&pr->mtx);
     if ((long) i < pr->n) {
         pr->lat[i] = now - pr->t_submit[i];

@@ -26,12 +26,12 @@
 
 /* A claimed instance, ready to hydrate. Owned by the array it is in (rn_claimed_free). */
 struct rn_claimed {
-    uint8_t instance_id[16];
-    uint8_t lock[16];       /* this claim's token */
-    uint8_t version_id[16]; /* workflow_versions.id */
-    char *workflow;         /* name, for logs */
-    struct ir_val input;    /* the input object */
-    void *state;            /* the last committed snapshot; NULL for a fresh instance */
+    struct rn_iid instance_id;
+    struct rn_token lock;     /* this claim's token */
+    struct rn_vid version_id; /* workflow_versions.id */
+    char *workflow;           /* name, for logs */
+    struct ir_val input;      /* the input object */
+    void *state;              /* the last committed snapshot; NULL for a fresh instance */
     size_t state_len;
     struct rn_done *done; /* the latest recorded result per execution id (values owned) */
     size_t ndone;
@@ -43,8 +43,8 @@ void rn_claimed_free(struct rn_claimed *c, size_t n);
  * the snapshot, then the queue row; a finished instance also gets its outcome and loses its
  * queue row. Everything is borrowed from the caller. */
 struct rn_write {
-    uint8_t instance_id[16];
-    uint8_t lock[16];
+    struct rn_iid instance_id;
+    struct rn_token lock;
     const struct rn_done *done; /* action results to record (insert first) */
     size_t ndone;
     const void *state; /* the new snapshot, or NULL to keep the stored one */
@@ -65,21 +65,21 @@ struct rn_backend_ops {
     cn_err (*claim)(struct rn_backend *b, size_t max, int64_t lease_ms, struct rn_claimed **out,
                     size_t *n, struct cn_errmsg *err);
     /* The source of a workflow version (malloc'd, NUL-terminated). CN_NOTFOUND if none. */
-    cn_err (*version_source)(struct rn_backend *b, const uint8_t version_id[16], char **src,
+    cn_err (*version_source)(struct rn_backend *b, struct rn_vid version_id, char **src,
                              struct cn_errmsg *err);
     /* Writes a batch in one transaction (see struct rn_write); sets w[i].lost. On an error
      * return nothing was written (the transaction rolled back). */
     cn_err (*persist)(struct rn_backend *b, struct rn_write *w, size_t n, struct cn_errmsg *err);
     /* Extends the leases of locks[0..n) to lease_ms from now; lost[i] is set for a lock that
      * is no longer held. */
-    cn_err (*heartbeat)(struct rn_backend *b, const uint8_t (*locks)[16], size_t n,
+    cn_err (*heartbeat)(struct rn_backend *b, const struct rn_token *locks, size_t n,
                         int64_t lease_ms, bool *lost, struct cn_errmsg *err);
     /* Hands instances back at once (shutdown): clears the leases still held by locks. */
-    cn_err (*release)(struct rn_backend *b, const uint8_t (*locks)[16], size_t n,
+    cn_err (*release)(struct rn_backend *b, const struct rn_token *locks, size_t n,
                       struct cn_errmsg *err);
     /* Marks an instance that cannot run (its version does not compile, its snapshot does not
      * decode) as failed with error, if the lock is still held. */
-    cn_err (*fail)(struct rn_backend *b, const uint8_t instance_id[16], const uint8_t lock[16],
+    cn_err (*fail)(struct rn_backend *b, struct rn_iid instance_id, struct rn_token lock,
                    struct ir_val error, struct cn_errmsg *err);
     /* Clears up to max leases that have expired (their runner died or stalled) and marks those
      * instances queued again; *n says how many. The claim takes expired leases anyway; this
@@ -105,26 +105,26 @@ CN_MUST_CHECK cn_err rn_backend_pg_open(const char *url, struct rn_backend **out
 CN_MUST_CHECK cn_err rn_backend_mem_new(struct rn_backend **out);
 /* Registers source as the newest version of workflow name. */
 CN_MUST_CHECK cn_err rn_backend_mem_register(struct rn_backend *b, const char *name,
-                                             const char *source, uint8_t version_id[16]);
+                                             const char *source, struct rn_vid *version_id);
 /* Enqueues an instance of the newest version of name (input: a map, retained); 0 for now.
  * Returns CN_OK, CN_NOTFOUND (no such workflow), CN_TYPE (input not a map). */
 CN_MUST_CHECK cn_err rn_backend_mem_enqueue(struct rn_backend *b, const char *name,
                                             struct ir_val input, int64_t scheduled_at_ms,
-                                            uint8_t instance_id[16]);
+                                            struct rn_iid *instance_id);
 /* Takes the instance's lease from its holder, as if another runner had claimed it and then
  * died at once (for tests of lease loss): the holder finds the lease lost at its next write or
  * heartbeat, and any runner may claim the instance now. *stolen says whether it was leased.
  * CN_OK, CN_NOTFOUND. */
-CN_MUST_CHECK cn_err rn_backend_mem_steal(struct rn_backend *b, const uint8_t instance_id[16],
+CN_MUST_CHECK cn_err rn_backend_mem_steal(struct rn_backend *b, struct rn_iid instance_id,
                                           bool *stolen);
 /* The instance's outcome (RN_RUNNING until it finishes), its result or error (retained), and
  * how many action results were recorded for it. CN_NOTFOUND for an unknown id. */
-CN_MUST_CHECK cn_err rn_backend_mem_outcome(struct rn_backend *b, const uint8_t instance_id[16],
+CN_MUST_CHECK cn_err rn_backend_mem_outcome(struct rn_backend *b, struct rn_iid instance_id,
                                             enum rn_outcome *outcome, struct ir_val *result,
                                             size_t *nresults);
 /* Like rn_backend_mem_outcome, but first waits until the instance finishes or the monotonic
  * instant until_mono_ms (cn_mono_ms()) passes. */
-CN_MUST_CHECK cn_err rn_backend_mem_wait(struct rn_backend *b, const uint8_t instance_id[16],
+CN_MUST_CHECK cn_err rn_backend_mem_wait(struct rn_backend *b, struct rn_iid instance_id,
                                          int64_t until_mono_ms, enum rn_outcome *outcome,
                                          struct ir_val *result, size_t *nresults);
 void rn_backend_mem_free(struct rn_backend *b);

@@ -17,14 +17,14 @@
 #include "runner/backend.h"
 
 struct mem_version {
-    uint8_t id[16];
+    struct rn_vid id;
     char *name;
     char *source;
 };
 
 struct mem_instance {
-    uint8_t id[16];
-    uint8_t version_id[16];
+    struct rn_iid id;
+    struct rn_vid version_id;
     char *workflow;
     struct ir_val input;
     struct cn_buf state; /* len 0: none yet */
@@ -35,7 +35,7 @@ struct mem_instance {
     int priority;
     int64_t scheduled_at; /* wall ms */
     bool locked;
-    uint8_t lock[16];
+    struct rn_token lock;
     int64_t lock_expires; /* wall ms */
     struct rn_done *done; /* recorded results (values owned), in order */
     size_t ndone, capdone;
@@ -54,7 +54,8 @@ struct mem_backend {
     uint64_t enqueue_count;
 };
 
-/* A fresh, unique 16-byte id: random bits plus a counter (uniqueness matters, not secrecy). */
+/* A fresh, unique 16-byte id of any kind (out: its .b): random bits plus a counter
+ * (uniqueness matters, not secrecy). */
 static void
 mem_id(struct mem_backend *b, uint8_t out[16])
 {
@@ -68,12 +69,12 @@ mem_id(struct mem_backend *b, uint8_t out[16])
 }
 
 static struct mem_instance *
-mem_find(struct mem_backend *b, const uint8_t id[16])
+mem_find(struct mem_backend *b, struct rn_iid id)
 {
     size_t i;
 
     for (i = 0; i < b->ninsts; i++) {
-        if (memcmp(b->insts[i]->id, id, 16) == 0) {
+        if (rn_iid_eq(b->insts[i]->id, id)) {
             return b->insts[i];
         }
     }
@@ -117,12 +118,12 @@ mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claim
             break;
         }
         best->locked = true;
-        mem_id(b, best->lock);
+        mem_id(b, best->lock.b);
         best->lock_expires = now + lease_ms;
         best->running = true;
-        memcpy(cl[n].instance_id, best->id, 16);
-        memcpy(cl[n].lock, best->lock, 16);
-        memcpy(cl[n].version_id, best->version_id, 16);
+        cl[n].instance_id = best->id;
+        cl[n].lock = best->lock;
+        cl[n].version_id = best->version_id;
         cl[n].workflow = cn_xstrdup(best->workflow);
         cl[n].input = ir_val_retain(best->input);
         if (best->state.len > 0) {
@@ -137,7 +138,7 @@ mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claim
             size_t j;
             bool seen = false;
             for (j = 0; j < cl[n].ndone && !seen; j++) {
-                seen = memcmp(cl[n].done[j].exec_id, d->exec_id, 16) == 0;
+                seen = rn_xid_eq(cl[n].done[j].exec_id, d->exec_id);
             }
             if (!seen) {
                 cl[n].done[cl[n].ndone] = *d;
@@ -154,7 +155,7 @@ mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claim
 }
 
 static cn_err
-mem_version_source(struct rn_backend *base, const uint8_t version_id[16], char **src,
+mem_version_source(struct rn_backend *base, struct rn_vid version_id, char **src,
                    struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
@@ -163,7 +164,7 @@ mem_version_source(struct rn_backend *base, const uint8_t version_id[16], char *
     *src = NULL;
     cn_mutex_lock(&b->mtx);
     for (i = 0; i < b->nversions && *src == NULL; i++) {
-        if (memcmp(b->versions[i].id, version_id, 16) == 0) {
+        if (rn_vid_eq(b->versions[i].id, version_id)) {
             *src = cn_xstrdup(b->versions[i].source);
         }
     }
@@ -175,9 +176,9 @@ mem_version_source(struct rn_backend *base, const uint8_t version_id[16], char *
 }
 
 static bool
-holds(const struct mem_instance *in, const uint8_t lock[16])
+holds(const struct mem_instance *in, struct rn_token lock)
 {
-    return in != NULL && in->queued && in->locked && memcmp(in->lock, lock, 16) == 0;
+    return in != NULL && in->queued && in->locked && rn_token_eq(in->lock, lock);
 }
 
 static cn_err
@@ -230,7 +231,7 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
 }
 
 static cn_err
-mem_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int64_t lease_ms,
+mem_heartbeat(struct rn_backend *base, const struct rn_token *locks, size_t n, int64_t lease_ms,
               bool *lost, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
@@ -254,7 +255,7 @@ mem_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int
 }
 
 static cn_err
-mem_release(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, struct cn_errmsg *err)
+mem_release(struct rn_backend *base, const struct rn_token *locks, size_t n, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
     size_t i, j;
@@ -274,7 +275,7 @@ mem_release(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, struc
 }
 
 static cn_err
-mem_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t lock[16],
+mem_fail(struct rn_backend *base, struct rn_iid instance_id, struct rn_token lock,
          struct ir_val error, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
@@ -371,7 +372,7 @@ rn_backend_mem_new(struct rn_backend **out)
 
 cn_err
 rn_backend_mem_register(struct rn_backend *base, const char *name, const char *source,
-                        uint8_t version_id[16])
+                        struct rn_vid *version_id)
 {
     struct mem_backend *b = (struct mem_backend *) base;
     struct mem_version *n;
@@ -379,10 +380,10 @@ rn_backend_mem_register(struct rn_backend *base, const char *name, const char *s
     cn_mutex_lock(&b->mtx);
     b->versions = cn_xreallocarray(b->versions, b->nversions + 1, sizeof(*b->versions));
     n = &b->versions[b->nversions];
-    mem_id(b, n->id);
+    mem_id(b, n->id.b);
     n->name = cn_xstrdup(name);
     n->source = cn_xstrdup(source);
-    memcpy(version_id, n->id, 16);
+    *version_id = n->id;
     b->nversions++;
     cn_mutex_unlock(&b->mtx);
     return CN_OK;
@@ -390,7 +391,7 @@ rn_backend_mem_register(struct rn_backend *base, const char *name, const char *s
 
 cn_err
 rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val input,
-                       int64_t scheduled_at_ms, uint8_t instance_id[16])
+                       int64_t scheduled_at_ms, struct rn_iid *instance_id)
 {
     struct mem_backend *b = (struct mem_backend *) base;
     struct mem_instance *in;
@@ -416,14 +417,14 @@ rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val 
     }
     in = cn_xcalloc(1, sizeof(*in));
     in->workflow = cn_xstrdup(name);
-    mem_id(b, in->id);
-    memcpy(in->version_id, v->id, 16);
+    mem_id(b, in->id.b);
+    in->version_id = v->id;
     in->input = ir_val_retain(input);
     in->result = ir_null();
     in->queued = true;
     in->scheduled_at = scheduled_at_ms != 0 ? scheduled_at_ms : cn_wall_ms();
     b->insts[b->ninsts++] = in;
-    memcpy(instance_id, in->id, 16);
+    *instance_id = in->id;
     b->enqueue_count++;
     cn_cond_broadcast(&b->enqueued);
     cn_mutex_unlock(&b->mtx);
@@ -431,7 +432,7 @@ rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val 
 }
 
 cn_err
-rn_backend_mem_steal(struct rn_backend *base, const uint8_t instance_id[16], bool *stolen)
+rn_backend_mem_steal(struct rn_backend *base, struct rn_iid instance_id, bool *stolen)
 {
     struct mem_backend *b = (struct mem_backend *) base;
     struct mem_instance *in;
@@ -440,7 +441,7 @@ rn_backend_mem_steal(struct rn_backend *base, const uint8_t instance_id[16], boo
     cn_mutex_lock(&b->mtx);
     in = mem_find(b, instance_id);
     if (in != NULL && in->queued && in->locked) {
-        mem_id(b, in->lock); /* the thief's token, which no runner holds */
+        mem_id(b, in->lock.b); /* the thief's token, which no runner holds */
         *stolen = true;
         in->lock_expires = cn_wall_ms() - 1;
         b->enqueue_count++; /* claimers waiting for work look again */
@@ -451,14 +452,14 @@ rn_backend_mem_steal(struct rn_backend *base, const uint8_t instance_id[16], boo
 }
 
 cn_err
-rn_backend_mem_outcome(struct rn_backend *base, const uint8_t instance_id[16],
-                       enum rn_outcome *outcome, struct ir_val *result, size_t *nresults)
+rn_backend_mem_outcome(struct rn_backend *base, struct rn_iid instance_id, enum rn_outcome *outcome,
+                       struct ir_val *result, size_t *nresults)
 {
     return rn_backend_mem_wait(base, instance_id, 0, outcome, result, nresults);
 }
 
 cn_err
-rn_backend_mem_wait(struct rn_backend *base, const uint8_t instance_id[16], int64_t until_mono_ms,
+rn_backend_mem_wait(struct rn_backend *base, struct rn_iid instance_id, int64_t until_mono_ms,
                     enum rn_outcome *outcome, struct ir_val *result, size_t *nresults)
 {
     struct mem_backend *b = (struct mem_backend *) base;

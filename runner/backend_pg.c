@@ -285,16 +285,16 @@ attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
     size_t i;
 
     for (row = 0; row < rows; row++) {
-        uint8_t iid[16];
+        struct rn_iid iid;
         struct rn_done *d;
         struct rn_claimed *c = NULL;
         struct cn_errmsg em;
 
-        if (!get_uuid(r, row, 0, iid)) {
+        if (!get_uuid(r, row, 0, iid.b)) {
             return cn_errmsg_set(err, CN_DB, "bad instance id in runner_actions_done");
         }
         for (i = 0; i < n && c == NULL; i++) {
-            if (memcmp(cl[i].instance_id, iid, 16) == 0) {
+            if (rn_iid_eq(cl[i].instance_id, iid)) {
                 c = &cl[i];
             }
         }
@@ -304,7 +304,7 @@ attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
         c->done = cn_xreallocarray(c->done, c->ndone + 1, sizeof(*c->done));
         d = &c->done[c->ndone];
         memset(d, 0, sizeof(*d));
-        if (!get_uuid(r, row, 1, d->exec_id) || PQgetlength(r, row, 2) != 4) {
+        if (!get_uuid(r, row, 1, d->exec_id.b) || PQgetlength(r, row, 2) != 4) {
             return cn_errmsg_set(err, CN_DB, "bad row in runner_actions_done");
         }
         d->attempt = be32(PQgetvalue(r, row, 2));
@@ -360,8 +360,8 @@ pg_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claime
         struct cn_errmsg em;
 
         c->input = ir_null();
-        if (!get_uuid(r, row, 0, c->instance_id) || !get_uuid(r, row, 1, c->lock) ||
-            !get_uuid(r, row, 2, c->version_id)) {
+        if (!get_uuid(r, row, 0, c->instance_id.b) || !get_uuid(r, row, 1, c->lock.b) ||
+            !get_uuid(r, row, 2, c->version_id.b)) {
             continue;
         }
         c->workflow = strndup(PQgetvalue(r, row, 3), (size_t) PQgetlength(r, row, 3));
@@ -378,7 +378,7 @@ pg_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claime
             }
             memcpy(c->state, PQgetvalue(r, row, 5), c->state_len);
         }
-        arr_uuid(&ids, c->instance_id);
+        arr_uuid(&ids, c->instance_id.b);
         n++;
     }
     PQclear(r);
@@ -403,7 +403,7 @@ pg_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claime
 }
 
 static cn_err
-pg_version_source(struct rn_backend *base, const uint8_t version_id[16], char **src,
+pg_version_source(struct rn_backend *base, struct rn_vid version_id, char **src,
                   struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
@@ -416,7 +416,7 @@ pg_version_source(struct rn_backend *base, const uint8_t version_id[16], char **
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
-    cn_uuid_format(version_id, id);
+    cn_uuid_format(version_id.b, id);
     if ((rv = pg_exec_bin(b, "SELECT source FROM cairn.workflow_versions WHERE id = $1::uuid", 1,
                           params, &r, err)) != CN_OK) {
         return rv;
@@ -573,7 +573,7 @@ cmp_write_lock(const void *x, const void *y)
 {
     const struct rn_write *const *a = x, *const *b = y;
 
-    return memcmp((*a)->lock, (*b)->lock, 16);
+    return memcmp((*a)->lock.b, (*b)->lock.b, sizeof((*a)->lock.b));
 }
 
 static cn_err
@@ -612,8 +612,8 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
     }
     qsort(order, n, sizeof(*order), cmp_write_lock);
     for (i = 0; i < n; i++) {
-        arr_uuid(&a[0][0], order[i]->instance_id);
-        arr_uuid(&a[0][1], order[i]->lock);
+        arr_uuid(&a[0][0], order[i]->instance_id.b);
+        arr_uuid(&a[0][1], order[i]->lock.b);
     }
     free(order);
     for (i = 0; i < n; i++) {
@@ -625,22 +625,22 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
                 cn_buf_clear(&tmp); /* not storable (too deep): nil in its place */
                 a[1][5].bad |= cn_buf_putc(&tmp, (char) 0xc0) != CN_OK;
             }
-            arr_uuid(&a[1][0], w[i].instance_id);
-            arr_uuid(&a[1][1], w[i].lock);
-            arr_uuid(&a[1][2], d->exec_id);
+            arr_uuid(&a[1][0], w[i].instance_id.b);
+            arr_uuid(&a[1][1], w[i].lock.b);
+            arr_uuid(&a[1][2], d->exec_id.b);
             arr_i64(&a[1][3], d->attempt);
             arr_text(&a[1][4], d->ok ? "ok" : "error", d->ok ? 2 : 5);
             arr_hex(&a[1][5], tmp.data, tmp.len);
         }
         if (w[i].state != NULL && w[i].outcome == RN_RUNNING) {
-            arr_uuid(&a[2][0], w[i].instance_id);
-            arr_uuid(&a[2][1], w[i].lock);
+            arr_uuid(&a[2][0], w[i].instance_id.b);
+            arr_uuid(&a[2][1], w[i].lock.b);
             arr_hex(&a[2][2], w[i].state, w[i].state_len);
         }
         if (w[i].outcome != RN_RUNNING) {
             const char *status = rn_outcome_name(w[i].outcome);
-            arr_uuid(&a[4][0], w[i].instance_id);
-            arr_uuid(&a[4][1], w[i].lock);
+            arr_uuid(&a[4][0], w[i].instance_id.b);
+            arr_uuid(&a[4][1], w[i].lock.b);
             arr_text(&a[4][2], status, strlen(status));
             if (w[i].outcome == RN_COMPLETED && json_text(w[i].result, &js)) {
                 arr_text(&a[4][3], js.data, js.len);
@@ -660,8 +660,8 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
                 arr_null(&a[4][5]);
             }
         } else if (w[i].release) {
-            arr_uuid(&a[3][0], w[i].instance_id);
-            arr_uuid(&a[3][1], w[i].lock);
+            arr_uuid(&a[3][0], w[i].instance_id.b);
+            arr_uuid(&a[3][1], w[i].lock.b);
             arr_i64(&a[3][2], w[i].wake_at_ms);
         }
     }
@@ -697,13 +697,13 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
         r = pipe_result(b, err, &rv);
         if (r != NULL) {
             for (row = 0; row < PQntuples(r); row++) {
-                uint8_t iid[16], lock[16];
-                if (!get_uuid(r, row, 0, iid) || !get_uuid(r, row, 1, lock)) {
+                struct rn_iid iid;
+                struct rn_token lock;
+                if (!get_uuid(r, row, 0, iid.b) || !get_uuid(r, row, 1, lock.b)) {
                     continue;
                 }
                 for (i = 0; i < n; i++) {
-                    if (memcmp(w[i].instance_id, iid, 16) == 0 &&
-                        memcmp(w[i].lock, lock, 16) == 0) {
+                    if (rn_iid_eq(w[i].instance_id, iid) && rn_token_eq(w[i].lock, lock)) {
                         w[i].lost = false;
                     }
                 }
@@ -753,7 +753,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
 /* ---- leases ------------------------------------------------------------------------------- */
 
 static cn_err
-pg_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int64_t lease_ms,
+pg_heartbeat(struct rn_backend *base, const struct rn_token *locks, size_t n, int64_t lease_ms,
              bool *lost, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
@@ -779,7 +779,7 @@ pg_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int6
     }
     arr_begin(&a);
     for (i = 0; i < n; i++) {
-        arr_uuid(&a, locks[i]);
+        arr_uuid(&a, locks[i].b);
     }
     (void) snprintf(leases, sizeof(leases), "%lld", (long long) lease_ms);
     p[0] = arr_end(&a);
@@ -802,12 +802,12 @@ pg_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int6
         return rv;
     }
     for (row = 0; row < PQntuples(r); row++) {
-        uint8_t lock[16];
-        if (!get_uuid(r, row, 0, lock)) {
+        struct rn_token lock;
+        if (!get_uuid(r, row, 0, lock.b)) {
             continue;
         }
         for (i = 0; i < n; i++) {
-            if (memcmp(locks[i], lock, 16) == 0) {
+            if (rn_token_eq(locks[i], lock)) {
                 lost[i] = false;
             }
         }
@@ -817,7 +817,7 @@ pg_heartbeat(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, int6
 }
 
 static cn_err
-pg_release(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, struct cn_errmsg *err)
+pg_release(struct rn_backend *base, const struct rn_token *locks, size_t n, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
     const char *p[1];
@@ -834,7 +834,7 @@ pg_release(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, struct
     }
     arr_begin(&a);
     for (i = 0; i < n; i++) {
-        arr_uuid(&a, locks[i]);
+        arr_uuid(&a, locks[i].b);
     }
     p[0] = arr_end(&a);
     rv = p[0] == NULL ? CN_NOMEM
@@ -851,7 +851,7 @@ pg_release(struct rn_backend *base, const uint8_t (*locks)[16], size_t n, struct
 }
 
 static cn_err
-pg_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t lock[16],
+pg_fail(struct rn_backend *base, struct rn_iid instance_id, struct rn_token lock,
         struct ir_val error, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
@@ -864,8 +864,8 @@ pg_fail(struct rn_backend *base, const uint8_t instance_id[16], const uint8_t lo
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
-    cn_uuid_format(instance_id, iid);
-    cn_uuid_format(lock, lk);
+    cn_uuid_format(instance_id.b, iid);
+    cn_uuid_format(lock.b, lk);
     if (!json_text(error, &js)) {
         return CN_NOMEM;
     }

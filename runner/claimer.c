@@ -62,7 +62,7 @@ fail_version(struct rn_claimer *c, const struct rn_claimed *cl, const char *why)
     char id[37];
     cn_err rv;
 
-    cn_uuid_format(cl->instance_id, id);
+    cn_uuid_format(cl->instance_id.b, id);
     cn_log(CN_LOG_ERROR, "instance %s (%s): its workflow version cannot run: %s", id, cl->workflow,
            why);
     rv = rn_error_new(RN_ERR_WORKFLOW, why, &err);

@@ -9,7 +9,7 @@
 #include "ir/compile.h"
 
 const struct ir_dag *
-rn_dagcache_get(struct rn_dagcache *c, struct rn_backend *b, const uint8_t version_id[16],
+rn_dagcache_get(struct rn_dagcache *c, struct rn_backend *b, struct rn_vid version_id,
                 const char *name, struct cn_errmsg *err)
 {
     struct rn_dagcache_entry e;
@@ -20,7 +20,7 @@ rn_dagcache_get(struct rn_dagcache *c, struct rn_backend *b, const uint8_t versi
 
     /* A linear scan: a runner sees a handful of versions, and each lookup is once per claim. */
     for (i = 0; i < c->len; i++) {
-        if (memcmp(c->items[i].version_id, version_id, 16) == 0) {
+        if (rn_vid_eq(c->items[i].version_id, version_id)) {
             return c->items[i].dag;
         }
     }
@@ -47,7 +47,7 @@ rn_dagcache_get(struct rn_dagcache *c, struct rn_backend *b, const uint8_t versi
     }
     ir_diags_fini(&diags);
     free(src);
-    memcpy(e.version_id, version_id, 16);
+    e.version_id = version_id;
     CN_VEC_XPUSH(c, e);
     return e.dag;
 }

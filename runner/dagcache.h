@@ -18,7 +18,7 @@
 
 struct rn_dagcache {
     struct rn_dagcache_entry {
-        uint8_t version_id[16];
+        struct rn_vid version_id;
         struct ir_dag *dag;
     } * items;
     size_t len, cap;
@@ -28,7 +28,7 @@ struct rn_dagcache {
  * err set when the source cannot be loaded (CN_NOTFOUND, storage errors) or does not compile
  * (CN_COMPILE, with the first diagnostics). */
 const struct ir_dag *rn_dagcache_get(struct rn_dagcache *c, struct rn_backend *b,
-                                     const uint8_t version_id[16], const char *name,
+                                     struct rn_vid version_id, const char *name,
                                      struct cn_errmsg *err);
 void rn_dagcache_fini(struct rn_dagcache *c);
 

@@ -34,11 +34,11 @@ put_str(struct ir_val *m, const char *key, const char *s, cn_err *rv)
 }
 
 static void
-put_id(struct ir_val *m, const char *key, const uint8_t id[16], cn_err *rv)
+put_id(struct ir_val *m, const char *key, struct rn_xid id, cn_err *rv)
 {
     char text[CN_UUID_TEXT_LEN + 1];
 
-    cn_uuid_format(id, text);
+    cn_uuid_format(id.b, text);
     put_str(m, key, text, rv);
 }
 

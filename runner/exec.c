@@ -39,14 +39,14 @@ rng_next(uint64_t *s)
 }
 
 static void
-new_uuid(struct rn_instance *in, uint8_t id[16])
+new_uuid(struct rn_instance *in, struct rn_xid *id)
 {
     uint64_t a = rng_next(&in->rng), b = rng_next(&in->rng);
 
-    memcpy(id, &a, 8);
-    memcpy(id + 8, &b, 8);
-    id[6] = (uint8_t) ((id[6] & 0x0f) | 0x40); /* version 4 */
-    id[8] = (uint8_t) ((id[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    memcpy(id->b, &a, 8);
+    memcpy(id->b + 8, &b, 8);
+    id->b[6] = (uint8_t) ((id->b[6] & 0x0f) | 0x40); /* version 4 */
+    id->b[8] = (uint8_t) ((id->b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
 }
 
 static void
@@ -185,7 +185,7 @@ x_free(struct rn_instance *in, uint32_t i)
     uint32_t k;
 
     if (x->has_id) {
-        rn_idmap_del(&in->ids, x->id);
+        rn_xidmap_del(&in->ids, x->id);
     }
     for (k = 0; k < x->nslots && x->slots != NULL; k++) {
         ir_val_release(x->slots[k].value);
@@ -227,9 +227,9 @@ x_ensure_id(struct rn_instance *in, uint32_t i)
     if (x->has_id) {
         return CN_OK;
     }
-    new_uuid(in, x->id);
+    new_uuid(in, &x->id);
     x->has_id = true;
-    return rn_idmap_put(&in->ids, x->id, i);
+    return rn_xidmap_put(&in->ids, x->id, i);
 }
 
 /* ---- the work queue ----------------------------------------------------------------------- */
@@ -259,7 +259,7 @@ out_timer(struct rn_instance *in, uint32_t xi, enum rn_timer_kind kind, int64_t 
 {
     struct rn_timer t;
 
-    memcpy(t.exec_id, in->x.items[xi].id, 16);
+    t.exec_id = in->x.items[xi].id;
     t.kind = kind;
     t.at_ms = at;
     if (CN_VEC_PUSH(&in->out->timers, t) != CN_OK) {
@@ -272,7 +272,7 @@ out_done(struct rn_instance *in, const struct rn_xnode *x, bool ok, struct ir_va
 {
     struct rn_done d;
 
-    memcpy(d.exec_id, x->id, 16);
+    d.exec_id = x->id;
     d.attempt = x->attempt;
     d.ok = ok;
     d.value = ir_val_retain(v);
@@ -453,9 +453,7 @@ finish(struct rn_instance *in, enum rn_outcome outcome, struct ir_val v)
             continue;
         }
         if (x->status == RN_X_RUNNING) {
-            struct rn_id id;
-            memcpy(id.b, x->id, 16);
-            if (CN_VEC_PUSH(&in->out->cancels, id) != CN_OK) {
+            if (CN_VEC_PUSH(&in->out->cancels, x->id) != CN_OK) {
                 oom(in);
             }
         }
@@ -514,7 +512,7 @@ follow(struct rn_instance *in, uint32_t xi, const struct ir_edge *edge, bool has
     }
     if (x->has_id) {
         /* An execution id names one execution of one template node. */
-        rn_idmap_del(&in->ids, x->id);
+        rn_xidmap_del(&in->ids, x->id);
         x->has_id = false;
     }
     x->node = edge->to;
@@ -557,7 +555,7 @@ raise_error(struct rn_instance *in, uint32_t xi, struct ir_val err)
         return;
     }
     if (x->has_id) {
-        rn_idmap_del(&in->ids, x->id);
+        rn_xidmap_del(&in->ids, x->id);
         x->has_id = false;
     }
     x->node = target;
@@ -636,7 +634,7 @@ dispatch(struct rn_instance *in, uint32_t xi, bool resend)
         if (!resend || x->deadline == 0) {
             x->deadline = in->now + timeout_for(in, t);
         }
-        memcpy(r.exec_id, x->id, 16);
+        r.exec_id = x->id;
         r.attempt = x->attempt;
         r.action = t->name;
         r.kwargs = kw;
@@ -1209,7 +1207,7 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
         finish(in, RN_CANCELLED, ir_null());
         return;
     }
-    if (!rn_idmap_get(&in->ids, ev->exec_id, &xi)) {
+    if (!rn_xidmap_get(&in->ids, ev->exec_id, &xi)) {
         in->stats.stale_events++;
         return;
     }
@@ -1305,7 +1303,7 @@ end_step(struct rn_instance *in)
 }
 
 cn_err
-rn_instance_start(const struct ir_dag *dag, const uint8_t instance_id[16], struct ir_val input,
+rn_instance_start(const struct ir_dag *dag, struct rn_iid instance_id, struct ir_val input,
                   const struct rn_exec_cfg *cfg, int64_t now_ms, struct rn_instance **out,
                   struct rn_step_out *o)
 {
@@ -1317,8 +1315,8 @@ rn_instance_start(const struct ir_dag *dag, const uint8_t instance_id[16], struc
     if (in == NULL) {
         return CN_NOMEM;
     }
-    memcpy(in->id, instance_id, 16);
-    memcpy(&seed, instance_id, 8);
+    in->id = instance_id;
+    memcpy(&seed, instance_id.b, 8);
     in->rng = seed ^ 0x6a09e667f3bcc909ULL;
     begin_step(in, o, now_ms);
     in->input = &input;
@@ -1362,7 +1360,7 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
 {
     struct rn_instance *in = rn_instance_alloc(dag, cfg);
     struct {
-        struct rn_id *items;
+        struct rn_xid *items;
         size_t len, cap;
     } running = {NULL, 0, 0};
     size_t i;
@@ -1380,9 +1378,7 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
      * actions started while replaying results are dispatched by that replay itself. */
     for (i = 0; i < in->x.len; i++) {
         if (in->x.items[i].status == RN_X_RUNNING) {
-            struct rn_id id;
-            memcpy(id.b, in->x.items[i].id, 16);
-            if (CN_VEC_PUSH(&running, id) != CN_OK) {
+            if (CN_VEC_PUSH(&running, in->x.items[i].id) != CN_OK) {
                 free(running.items);
                 rn_instance_free(in);
                 return CN_NOMEM;
@@ -1393,13 +1389,13 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
     for (i = 0; i < nresults && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
         struct rn_event ev;
         uint32_t xi;
-        if (!rn_idmap_get(&in->ids, results[i].exec_id, &xi) ||
+        if (!rn_xidmap_get(&in->ids, results[i].exec_id, &xi) ||
             in->x.items[xi].status != RN_X_RUNNING ||
             in->x.items[xi].attempt != results[i].attempt) {
             continue;
         }
         ev.kind = results[i].ok ? RN_EV_RESULT : RN_EV_ERROR;
-        memcpy(ev.exec_id, results[i].exec_id, 16);
+        ev.exec_id = results[i].exec_id;
         ev.attempt = results[i].attempt;
         ev.value = results[i].value;
         apply_event(in, &ev);
@@ -1409,7 +1405,7 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
      * once); sleeps and backoffs get their timers again. */
     for (i = 0; i < running.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
         uint32_t xi;
-        if (rn_idmap_get(&in->ids, running.items[i].b, &xi) &&
+        if (rn_xidmap_get(&in->ids, running.items[i], &xi) &&
             in->x.items[xi].status == RN_X_RUNNING) {
             dispatch(in, xi, true);
         }
@@ -1422,7 +1418,7 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
             continue;
         }
         for (k = 0; k < o->timers.len && !fresh; k++) {
-            fresh = memcmp(o->timers.items[k].exec_id, x->id, 16) == 0; /* set by the replay */
+            fresh = rn_xid_eq(o->timers.items[k].exec_id, x->id); /* set by the replay */
         }
         if (!fresh) {
             out_timer(in, (uint32_t) i,
@@ -1471,7 +1467,7 @@ rn_instance_free(struct rn_instance *in)
     free(in->x.items);
     free(in->s.items);
     free(in->q.items);
-    rn_idmap_fini(&in->ids);
+    rn_xidmap_fini(&in->ids);
     ir_val_release(in->result);
     free(in);
 }

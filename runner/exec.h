@@ -35,6 +35,7 @@
 #include "ir/base/uuid.h"
 #include "ir/dag.h"
 #include "ir/value.h"
+#include "runner/ids.h"
 
 #define RN_SNAPSHOT_FORMAT_VERSION 1
 
@@ -53,16 +54,16 @@ enum rn_event_kind {
 
 struct rn_event {
     enum rn_event_kind kind;
-    uint8_t exec_id[16];
+    struct rn_xid exec_id;
     uint32_t attempt;    /* RESULT/ERROR: the attempt it answers; stale ones are dropped */
     struct ir_val value; /* borrowed; the executor retains what it keeps */
 };
 
 struct rn_action_req {
-    uint8_t exec_id[16];  /* idempotency key, with the attempt */
-    uint32_t attempt;     /* 1 for the first */
-    const char *action;   /* borrowed from the template */
-    struct ir_val kwargs; /* owned by the step output */
+    struct rn_xid exec_id; /* idempotency key, with the attempt */
+    uint32_t attempt;      /* 1 for the first */
+    const char *action;    /* borrowed from the template */
+    struct ir_val kwargs;  /* owned by the step output */
     int64_t timeout_ms;
     int64_t deadline_ms; /* absolute, wall clock */
 };
@@ -70,14 +71,14 @@ struct rn_action_req {
 enum rn_timer_kind { RN_TIMER_SLEEP = 0, RN_TIMER_BACKOFF, RN_TIMER_DEADLINE };
 
 struct rn_timer {
-    uint8_t exec_id[16];
+    struct rn_xid exec_id;
     enum rn_timer_kind kind;
     int64_t at_ms; /* absolute, wall clock */
 };
 
 /* An action result the step consumed: the persister writes these before the snapshot. */
 struct rn_done {
-    uint8_t exec_id[16];
+    struct rn_xid exec_id;
     uint32_t attempt;
     bool ok;
     struct ir_val value; /* owned by the step output */
@@ -107,10 +108,6 @@ bool rn_outcome_parse(const char *name, enum rn_outcome *o);
 /* True when name is an instance status: "queued" or an outcome's name. */
 bool rn_status_valid(const char *name);
 
-struct rn_id {
-    uint8_t b[16];
-};
-
 struct rn_step_out {
     struct {
         struct rn_action_req *items;
@@ -125,7 +122,7 @@ struct rn_step_out {
         size_t len, cap;
     } done;
     struct {
-        struct rn_id *items; /* running actions to cancel (instance cancelled or failed) */
+        struct rn_xid *items; /* running actions to cancel (instance cancelled or failed) */
         size_t len, cap;
     } cancels;
     bool snapshot_needed;
@@ -143,7 +140,7 @@ void rn_step_out_fini(struct rn_step_out *o);
  * appends what it produced to *o. An input that is not a dict, or lacks an input name, fails
  * the instance at once (outcome FAILED with a TypeError/KeyError), it is not a C error.
  * Returns CN_OK, CN_NOMEM. */
-CN_MUST_CHECK cn_err rn_instance_start(const struct ir_dag *dag, const uint8_t instance_id[16],
+CN_MUST_CHECK cn_err rn_instance_start(const struct ir_dag *dag, struct rn_iid instance_id,
                                        struct ir_val input, const struct rn_exec_cfg *cfg,
                                        int64_t now_ms, struct rn_instance **out,
                                        struct rn_step_out *o);

@@ -48,7 +48,7 @@ struct rn_slot {
 };
 
 struct rn_xnode {
-    uint8_t id[16];
+    struct rn_xid id;
     bool has_id;
     uint8_t status; /* enum rn_xstatus */
     uint32_t node;  /* template node */
@@ -84,7 +84,7 @@ struct rn_work {
 struct rn_instance {
     const struct ir_dag *dag;
     struct rn_exec_cfg cfg;
-    uint8_t id[16];
+    struct rn_iid id;
     uint64_t rng;
     enum rn_outcome outcome;
     struct ir_val result;
@@ -99,7 +99,7 @@ struct rn_instance {
     } s;
     uint32_t s_free;
     size_t live_x, live_s;
-    struct rn_idmap ids;
+    struct rn_xidmap ids;
     struct {
         struct rn_work *items;
         size_t head, len, cap;

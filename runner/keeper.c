@@ -17,8 +17,8 @@
 #define RECLAIM_BATCH 1000
 
 struct lease {
-    uint8_t iid[16];
-    uint8_t lock[16];
+    struct rn_iid iid;
+    struct rn_token lock;
     uint32_t shard;
 };
 
@@ -34,7 +34,7 @@ struct rn_keeper {
         struct lease *items;
         size_t len, cap;
     } leases;
-    struct rn_idmap byid; /* instance id -> index in leases */
+    struct rn_iidmap byid; /* instance id -> index in leases */
 
     pthread_mutex_t wake; /* guards stop */
     pthread_cond_t cond;
@@ -46,30 +46,30 @@ reg_put(struct rn_keeper *k, const struct lease *l)
 {
     uint32_t i;
 
-    if (rn_idmap_get(&k->byid, l->iid, &i)) {
+    if (rn_iidmap_get(&k->byid, l->iid, &i)) {
         k->leases.items[i] = *l; /* claimed again under a new token */
         return;
     }
     CN_VEC_XPUSH(&k->leases, *l);
-    if (rn_idmap_put(&k->byid, l->iid, (uint32_t) (k->leases.len - 1)) != CN_OK) {
+    if (rn_iidmap_put(&k->byid, l->iid, (uint32_t) (k->leases.len - 1)) != CN_OK) {
         cn_oom("lease registry");
     }
 }
 
 static void
-reg_del(struct rn_keeper *k, const uint8_t iid[16])
+reg_del(struct rn_keeper *k, struct rn_iid iid)
 {
     size_t last;
     uint32_t i;
 
-    if (!rn_idmap_get(&k->byid, iid, &i)) {
+    if (!rn_iidmap_get(&k->byid, iid, &i)) {
         return;
     }
-    rn_idmap_del(&k->byid, iid);
+    rn_iidmap_del(&k->byid, iid);
     last = k->leases.len - 1;
     if (i != last) {
         k->leases.items[i] = k->leases.items[last];
-        if (rn_idmap_put(&k->byid, k->leases.items[i].iid, i) != CN_OK) {
+        if (rn_iidmap_put(&k->byid, k->leases.items[i].iid, i) != CN_OK) {
             cn_oom("lease registry"); /* cannot happen: the key was present */
         }
     }
@@ -88,15 +88,15 @@ rn_keeper_apply(struct rn_keeper *k, uint32_t shard, const struct rn_lease_op *o
     for (i = 0; i < n; i++) {
         if (ops[i].take) {
             struct lease l;
-            memcpy(l.iid, ops[i].iid, 16);
-            memcpy(l.lock, ops[i].lock, 16);
+            l.iid = ops[i].iid;
+            l.lock = ops[i].lock;
             l.shard = shard;
             reg_put(k, &l);
         } else {
             uint32_t at;
             /* Only the lease under this token: a newer claim's entry stays. */
-            if (rn_idmap_get(&k->byid, ops[i].iid, &at) &&
-                memcmp(k->leases.items[at].lock, ops[i].lock, 16) == 0) {
+            if (rn_iidmap_get(&k->byid, ops[i].iid, &at) &&
+                rn_token_eq(k->leases.items[at].lock, ops[i].lock)) {
                 reg_del(k, ops[i].iid);
             }
         }
@@ -142,7 +142,7 @@ renew(struct rn_keeper *k)
     struct rn_backend *b = k->cfg.backend;
     struct cn_errmsg em = {{0}};
     struct lease *copy;
-    uint8_t(*locks)[16];
+    struct rn_token *locks;
     bool *lost;
     size_t n, i;
 
@@ -156,19 +156,18 @@ renew(struct rn_keeper *k)
     if (n == 0) {
         return;
     }
-    locks = cn_xmalloc(n * 16);
+    locks = cn_xmalloc(n * sizeof(*locks));
     lost = cn_xcalloc(n, sizeof(*lost));
     for (i = 0; i < n; i++) {
-        memcpy(locks[i], copy[i].lock, 16);
+        locks[i] = copy[i].lock;
     }
-    if (b->ops->heartbeat(b, (const uint8_t(*)[16]) locks, n, k->cfg.lock_ttl_ms, lost, &em) !=
-        CN_OK) {
+    if (b->ops->heartbeat(b, locks, n, k->cfg.lock_ttl_ms, lost, &em) != CN_OK) {
         cn_log(CN_LOG_ERROR, "lease heartbeat failed: %s", em.text);
     } else {
         for (i = 0; i < n; i++) {
             if (lost[i]) {
                 struct rn_sev *e = rn_sev_new(RN_SEV_LOST, copy[i].iid);
-                memcpy(e->lock, copy[i].lock, 16);
+                e->lock = copy[i].lock;
                 k->lost(k->arg, copy[i].shard, e);
             }
         }
@@ -242,7 +241,7 @@ rn_keeper_stop(struct rn_keeper *k)
         cn_thread_join(k->thread);
     }
     free(k->leases.items);
-    rn_idmap_fini(&k->byid);
+    rn_iidmap_fini(&k->byid);
     cn_cond_destroy(&k->cond);
     cn_mutex_destroy(&k->wake);
     cn_mutex_destroy(&k->reg);

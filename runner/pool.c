@@ -80,8 +80,8 @@ struct flight {
     bool done; /* its ActionTimeout was delivered; kept until the worker reports back, so that a
                 * worker stuck on hung attempts is not sent more work in their place */
     uint64_t token;
-    uint8_t instance_id[16];
-    uint8_t exec_id[16];
+    struct rn_iid instance_id;
+    struct rn_xid exec_id;
     uint32_t attempt;
     uint32_t pipe;
     int64_t deadline;    /* wall ms; 0 = none */
@@ -130,7 +130,7 @@ struct rn_pool {
     uint32_t *fl_free; /* indices of unused entries below nfl (a stack) */
     size_t nfree, capfree;
     int64_t timer_wake;     /* monotonic ms the timer thread plans to wake at */
-    struct rn_idmap tokens; /* token -> index in fl */
+    struct rn_idmap tokens; /* dispatch token (token_key) -> index in fl */
     uint64_t next_token, next_session;
     struct rn_pool_stats st;
 };
@@ -177,13 +177,13 @@ results_note(struct results *rs, const char *fmt, ...)
 /* Adds a result for delivery. Out of memory it is lost: the attempt then never completes in
  * the caller's eyes, which only a restart recovers (the executor re-dispatches it). */
 static void
-results_add(struct results *rs, const uint8_t iid[16], const uint8_t id[16], uint32_t attempt,
-            bool ok, struct ir_val v)
+results_add(struct results *rs, struct rn_iid iid, struct rn_xid id, uint32_t attempt, bool ok,
+            struct ir_val v)
 {
     struct out_result o;
 
-    memcpy(o.r.instance_id, iid, 16);
-    memcpy(o.r.exec_id, id, 16);
+    o.r.instance_id = iid;
+    o.r.exec_id = id;
     o.r.attempt = attempt;
     o.r.ok = ok;
     o.r.value = v;
@@ -212,7 +212,7 @@ results_deliver(struct rn_pool *p, struct results *rs)
 }
 
 static void
-synthetic_error(struct results *rs, const uint8_t iid[16], const uint8_t id[16], uint32_t attempt,
+synthetic_error(struct results *rs, struct rn_iid iid, struct rn_xid id, uint32_t attempt,
                 const char *type, const char *msg)
 {
     struct ir_val e;
@@ -371,7 +371,7 @@ send_cancel_locked(struct rn_pool *p, struct pctx *c, struct flight *f)
     struct wp_msg m;
 
     wp_msg_init(&m, WP_CANCEL);
-    memcpy(m.exec_id, f->exec_id, 16);
+    memcpy(m.exec_id, f->exec_id.b, sizeof(m.exec_id)); /* onto the wire */
     m.attempt = f->attempt;
     m.token = f->token;
     f->cancel_pending = false;
@@ -473,14 +473,14 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     memset(f, 0, sizeof(*f));
     f->used = true;
     f->token = p->next_token + 1;
-    memcpy(f->instance_id, q->d.instance_id, 16);
-    memcpy(f->exec_id, q->d.exec_id, 16);
+    f->instance_id = q->d.instance_id;
+    f->exec_id = q->d.exec_id;
     f->attempt = q->d.attempt;
     f->pipe = w->pipe;
     f->deadline = q->d.deadline_ms;
     token_key(f->token, key);
-    memcpy(d.instance_id, q->d.instance_id, 16);
-    memcpy(d.exec_id, q->d.exec_id, 16);
+    memcpy(d.instance_id, q->d.instance_id.b, sizeof(d.instance_id)); /* onto the wire */
+    memcpy(d.exec_id, q->d.exec_id.b, sizeof(d.exec_id));
     d.attempt = q->d.attempt;
     d.token = f->token;
     d.action = q->d.action;
@@ -726,7 +726,9 @@ on_outcome_locked(struct rn_pool *p, struct worker *w, const struct wp_outcome *
         return;
     }
     f = &p->fl[i];
-    if (f->pipe != w->pipe || f->attempt != o->attempt || memcmp(f->exec_id, o->exec_id, 16) != 0) {
+    /* o->exec_id is the wire's raw bytes */
+    if (f->pipe != w->pipe || f->attempt != o->attempt ||
+        memcmp(f->exec_id.b, o->exec_id, sizeof(o->exec_id)) != 0) {
         p->st.stale++;
         return;
     }
@@ -1089,8 +1091,8 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
 
     q->action = cn_xstrdup(d->action);
     q->d.action = q->action;
-    memcpy(q->d.instance_id, d->instance_id, 16);
-    memcpy(q->d.exec_id, d->exec_id, 16);
+    q->d.instance_id = d->instance_id;
+    q->d.exec_id = d->exec_id;
     q->d.attempt = d->attempt;
     q->d.kwargs = ir_val_retain(d->kwargs);
     q->d.deadline_ms = d->deadline_ms;
@@ -1118,7 +1120,7 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
 }
 
 cn_err
-rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt)
+rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt)
 {
     size_t i;
     cn_err rv = CN_NOTFOUND;
@@ -1128,7 +1130,7 @@ rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt)
         struct flight *f = &p->fl[i];
         struct worker *w;
         if (!f->used || f->done || (attempt != 0 && f->attempt != attempt) ||
-            memcmp(f->exec_id, exec_id, 16) != 0) {
+            !rn_xid_eq(f->exec_id, exec_id)) {
             continue;
         }
         rv = CN_OK;

@@ -21,6 +21,7 @@
 
 #include "ir/base/err.h"
 #include "ir/value.h"
+#include "runner/ids.h"
 #include "runner/lathist.h"
 
 struct rn_pool;
@@ -39,8 +40,8 @@ struct rn_pool_cfg {
 };
 
 struct rn_pool_dispatch {
-    uint8_t instance_id[16];
-    uint8_t exec_id[16];
+    struct rn_iid instance_id;
+    struct rn_xid exec_id;
     uint32_t attempt;
     const char *action;   /* copied */
     struct ir_val kwargs; /* retained */
@@ -49,8 +50,8 @@ struct rn_pool_dispatch {
 };
 
 struct rn_pool_result {
-    uint8_t instance_id[16]; /* as submitted */
-    uint8_t exec_id[16];
+    struct rn_iid instance_id; /* as submitted */
+    struct rn_xid exec_id;
     uint32_t attempt;
     bool ok;
     struct ir_val value; /* borrowed for the duration of the callback */
@@ -95,7 +96,7 @@ CN_MUST_CHECK cn_err rn_pool_submit(struct rn_pool *p, const struct rn_pool_disp
  * worker answers one cancel per control request and re-parks at once). Best effort: returns
  * CN_NOTFOUND when the attempt is not in flight, else CN_OK. The attempt's result, if one still
  * comes, is delivered as usual. Thread-safe. */
-CN_MUST_CHECK cn_err rn_pool_cancel(struct rn_pool *p, const uint8_t exec_id[16], uint32_t attempt);
+CN_MUST_CHECK cn_err rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt);
 
 void rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st);
 

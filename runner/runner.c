@@ -62,13 +62,13 @@ struct rn_runner {
 /* ---- routing ------------------------------------------------------------------------------ */
 
 static uint32_t
-shard_of(const struct rn_runner *r, const uint8_t iid[16])
+shard_of(const struct rn_runner *r, struct rn_iid iid)
 {
     uint32_t h = 2166136261u; /* FNV-1a: ids are random, any mix spreads them */
     int i;
 
-    for (i = 0; i < 16; i++) {
-        h = (h ^ iid[i]) * 16777619u;
+    for (i = 0; i < (int) sizeof(iid.b); i++) {
+        h = (h ^ iid.b[i]) * 16777619u;
     }
     return h % r->nloops;
 }
@@ -81,7 +81,7 @@ on_pool_result(void *arg, const struct rn_pool_result *res)
     struct rn_sev *e = rn_sev_new(RN_SEV_RESULT, res->instance_id);
 
     e->value = ir_val_retain(res->value);
-    memcpy(e->exec_id, res->exec_id, 16);
+    e->exec_id = res->exec_id;
     e->attempt = res->attempt;
     e->ok = res->ok;
     rn_shardloop_post(r->loops[shard_of(r, res->instance_id)], e);
@@ -93,7 +93,7 @@ on_persist_ack(void *arg, const struct rn_wreq *q, bool lost, bool failed)
     struct rn_runner *r = arg;
     struct rn_sev *e = rn_sev_new(RN_SEV_ACK, q->w.instance_id);
 
-    memcpy(e->lock, q->w.lock, 16);
+    e->lock = q->w.lock;
     e->lost = lost;
     e->write_failed = failed;
     rn_shardloop_post(r->loops[q->shard], e);
@@ -305,16 +305,16 @@ release_handed_back(struct rn_runner *r, const struct rn_shard_out *handed)
 {
     size_t n = handed->handed_back.len, k;
     struct cn_errmsg em = {{0}};
-    uint8_t(*locks)[16];
+    struct rn_token *locks;
 
     if (n == 0) {
         return;
     }
-    locks = cn_xmalloc(n * 16);
+    locks = cn_xmalloc(n * sizeof(*locks));
     for (k = 0; k < n; k++) {
-        memcpy(locks[k], handed->handed_back.items[k].lock, 16);
+        locks[k] = handed->handed_back.items[k].lock;
     }
-    if (r->lease_b->ops->release(r->lease_b, (const uint8_t(*)[16]) locks, n, &em) != CN_OK) {
+    if (r->lease_b->ops->release(r->lease_b, locks, n, &em) != CN_OK) {
         cn_log(CN_LOG_ERROR,
                "could not hand back %zu instance(s): %s (their leases expire instead)", n, em.text);
     } else {

@@ -14,8 +14,8 @@
 #include "runner/timerheap.h"
 
 struct inst {
-    uint8_t id[16];
-    uint8_t lock[16];
+    struct rn_iid id;
+    struct rn_token lock;
     char *workflow;
     const struct ir_dag *dag;
     struct rn_instance *ex;
@@ -39,7 +39,7 @@ struct rn_shard {
         struct inst **items;
         size_t len, cap;
     } insts;
-    struct rn_idmap byid;
+    struct rn_iidmap byid;
     struct rn_timerheap timers;
     struct rn_step_out step; /* scratch output of the executor */
     size_t busy;             /* instances writing or with actions in flight */
@@ -49,14 +49,14 @@ struct rn_shard {
 /* ---- events and outputs ------------------------------------------------------------------- */
 
 struct rn_sev *
-rn_sev_new(enum rn_sev_kind kind, const uint8_t iid[16])
+rn_sev_new(enum rn_sev_kind kind, struct rn_iid iid)
 {
     struct rn_sev *e = cn_xcalloc(1, sizeof(*e));
 
     e->kind = kind;
     e->value = ir_null();
     e->claimed.input = ir_null();
-    memcpy(e->iid, iid, 16);
+    e->iid = iid;
     return e;
 }
 
@@ -113,19 +113,19 @@ lease_op(struct rn_shard_out *o, bool take, const struct inst *in)
     struct rn_lease_op op;
 
     op.take = take;
-    memcpy(op.iid, in->id, 16);
-    memcpy(op.lock, in->lock, 16);
+    op.iid = in->id;
+    op.lock = in->lock;
     CN_VEC_XPUSH(&o->leases, op);
 }
 
 /* ---- instances ---------------------------------------------------------------------------- */
 
 static struct inst *
-inst_find(const struct rn_shard *sh, const uint8_t iid[16])
+inst_find(const struct rn_shard *sh, struct rn_iid iid)
 {
     uint32_t i;
 
-    return rn_idmap_get(&sh->byid, iid, &i) ? sh->insts.items[i] : NULL;
+    return rn_iidmap_get(&sh->byid, iid, &i) ? sh->insts.items[i] : NULL;
 }
 
 /* Keeps sh->busy in step with the instance's state; in->counted says whether it is counted. */
@@ -143,9 +143,9 @@ busy_sync(struct rn_shard *sh, struct inst *in)
 }
 
 static void
-idmap_xput(struct rn_idmap *m, const uint8_t key[16], uint32_t val)
+idmap_xput(struct rn_iidmap *m, struct rn_iid key, uint32_t val)
 {
-    if (rn_idmap_put(m, key, val) != CN_OK) {
+    if (rn_iidmap_put(m, key, val) != CN_OK) {
         cn_oom("shard instance map");
     }
 }
@@ -180,7 +180,7 @@ inst_remove(struct rn_shard *sh, struct inst *in, struct rn_shard_out *out)
         lease_op(out, false, in);
         out->removed++;
     }
-    rn_idmap_del(&sh->byid, in->id);
+    rn_iidmap_del(&sh->byid, in->id);
     if (slot != last) {
         sh->insts.items[slot] = sh->insts.items[last];
         sh->insts.items[slot]->slot = slot;
@@ -195,7 +195,7 @@ log_instance(enum cn_log_level level, const struct inst *in, const char *what)
 {
     char id[37];
 
-    cn_uuid_format(in->id, id);
+    cn_uuid_format(in->id.b, id);
     cn_log(level, "instance %s: %s", id, what);
 }
 
@@ -218,8 +218,8 @@ release_output(struct rn_shard *sh, struct inst *in, const struct rn_step_out *o
         const struct rn_action_req *a = &o->actions.items[i];
         struct rn_pool_dispatch d;
 
-        memcpy(d.instance_id, in->id, 16);
-        memcpy(d.exec_id, a->exec_id, 16);
+        d.instance_id = in->id;
+        d.exec_id = a->exec_id;
         d.attempt = a->attempt;
         d.action = a->action;
         d.kwargs = ir_val_retain(a->kwargs);
@@ -232,8 +232,8 @@ release_output(struct rn_shard *sh, struct inst *in, const struct rn_step_out *o
         struct rn_timer_ent t;
 
         t.at_wall_ms = o->timers.items[i].at_ms;
-        memcpy(t.iid, in->id, 16);
-        memcpy(t.exec_id, o->timers.items[i].exec_id, 16);
+        t.iid = in->id;
+        t.exec_id = o->timers.items[i].exec_id;
         rn_timerheap_push(&sh->timers, &t);
     }
 }
@@ -356,8 +356,8 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         inst_remove(sh, in, out);
     }
     in = cn_xcalloc(1, sizeof(*in));
-    memcpy(in->id, c->instance_id, 16);
-    memcpy(in->lock, c->lock, 16);
+    in->id = c->instance_id;
+    in->lock = c->lock;
     in->workflow = c->workflow;
     c->workflow = NULL;
     in->dag = e->dag;
@@ -380,7 +380,7 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         const char *why = em.text[0] ? em.text : cn_strerror(rv);
         char id[37];
 
-        cn_uuid_format(in->id, id);
+        cn_uuid_format(in->id.b, id);
         cn_log(CN_LOG_ERROR, "instance %s (%s) cannot resume: %s", id, in->workflow, why);
         rn_step_out_clear(&sh->step);
         fail_unresumable(sh, in, why, out);
@@ -403,7 +403,7 @@ on_result(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_sh
     }
     memset(&ev, 0, sizeof(ev));
     ev.kind = e->ok ? RN_EV_RESULT : RN_EV_ERROR;
-    memcpy(ev.exec_id, e->exec_id, 16);
+    ev.exec_id = e->exec_id;
     ev.attempt = e->attempt;
     ev.value = e->value;
     busy_sync(sh, in);
@@ -453,7 +453,7 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     struct rn_event *evs;
     size_t nevs, k;
 
-    if (in == NULL || memcmp(in->lock, e->lock, 16) != 0) {
+    if (in == NULL || !rn_token_eq(in->lock, e->lock)) {
         return; /* the instance is gone, or this is the ACK of a copy claimed again since */
     }
     in->writing = false;
@@ -507,7 +507,7 @@ on_lost(struct rn_shard *sh, struct rn_sev *e, struct rn_shard_out *out)
 {
     struct inst *in = inst_find(sh, e->iid);
 
-    if (in == NULL || memcmp(in->lock, e->lock, 16) != 0) {
+    if (in == NULL || !rn_token_eq(in->lock, e->lock)) {
         return; /* gone, or claimed again since under another token */
     }
     if (in->writing) {
@@ -543,7 +543,7 @@ rn_shard_free(struct rn_shard *sh)
         inst_remove(sh, sh->insts.items[sh->insts.len - 1], NULL);
     }
     free(sh->insts.items);
-    rn_idmap_fini(&sh->byid);
+    rn_iidmap_fini(&sh->byid);
     rn_timerheap_fini(&sh->timers);
     rn_step_out_fini(&sh->step);
     free(sh);
@@ -582,7 +582,7 @@ rn_shard_fire(struct rn_shard *sh, struct cn_now now, struct rn_shard_out *out)
         }
         memset(&ev, 0, sizeof(ev));
         ev.kind = RN_EV_TIMER;
-        memcpy(ev.exec_id, t.exec_id, 16);
+        ev.exec_id = t.exec_id;
         ev.value = ir_null();
         step_events(sh, in, &ev, 1, now, out);
     }
@@ -602,8 +602,8 @@ rn_shard_hand_back(struct rn_shard *sh, struct rn_shard_out *out)
         struct rn_lease_op op;
 
         op.take = false;
-        memcpy(op.iid, in->id, 16);
-        memcpy(op.lock, in->lock, 16);
+        op.iid = in->id;
+        op.lock = in->lock;
         CN_VEC_XPUSH(&out->handed_back, op);
         inst_remove(sh, in, out);
     }
@@ -623,7 +623,7 @@ rn_shard_busy(const struct rn_shard *sh)
 }
 
 bool
-rn_shard_has(const struct rn_shard *sh, const uint8_t iid[16], bool *writing)
+rn_shard_has(const struct rn_shard *sh, struct rn_iid iid, bool *writing)
 {
     const struct inst *in = inst_find(sh, iid);
 

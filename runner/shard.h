@@ -51,32 +51,32 @@ enum rn_sev_kind {
  * rn_shard_apply did not take). */
 struct rn_sev {
     enum rn_sev_kind kind;
-    uint8_t iid[16];
+    struct rn_iid iid;
     struct rn_sev *next; /* the shard thread's inbox link */
     /* NEW */
     struct rn_claimed claimed; /* owned; the shard takes parts of it */
     const struct ir_dag *dag;  /* the version's template, alive until the runner stops */
     int64_t claimed_mono_us;   /* when it was claimed (for claim-to-first-dispatch) */
     /* RESULT */
-    uint8_t exec_id[16];
+    struct rn_xid exec_id;
     uint32_t attempt;
     bool ok;
     struct ir_val value; /* owned */
     /* ACK and LOST: the claim token the write was made, or the lease was held, under */
-    uint8_t lock[16];
+    struct rn_token lock;
     /* ACK */
     bool lost;         /* fenced off: the lease was gone, nothing was written */
     bool write_failed; /* not written at all (stopping with storage down) */
 };
 
-struct rn_sev *rn_sev_new(enum rn_sev_kind kind, const uint8_t iid[16]);
+struct rn_sev *rn_sev_new(enum rn_sev_kind kind, struct rn_iid iid);
 void rn_sev_free(struct rn_sev *e);
 
 /* A lease to add to or remove from the lease keeper's registry, in the order they happened. */
 struct rn_lease_op {
     bool take; /* true: now held under lock; false: forgotten */
-    uint8_t iid[16];
-    uint8_t lock[16];
+    struct rn_iid iid;
+    struct rn_token lock;
 };
 
 /* What the caller must carry out after rn_shard_apply / rn_shard_fire / rn_shard_hand_back,
@@ -91,7 +91,7 @@ struct rn_shard_out {
         size_t len, cap;
     } dispatches;
     struct {
-        struct rn_id *items; /* execution ids whose running attempts should stop */
+        struct rn_xid *items; /* execution ids whose running attempts should stop */
         size_t len, cap;
     } cancels;
     struct {
@@ -144,7 +144,7 @@ size_t rn_shard_count(const struct rn_shard *sh);
  * stop waits for. */
 size_t rn_shard_busy(const struct rn_shard *sh);
 /* Whether the shard holds instance iid, and if so whether it is writing. */
-bool rn_shard_has(const struct rn_shard *sh, const uint8_t iid[16], bool *writing);
+bool rn_shard_has(const struct rn_shard *sh, struct rn_iid iid, bool *writing);
 /* Claim-to-first-dispatch latency of this shard's instances so far. */
 const struct rn_lathist *rn_shard_claim_latency(const struct rn_shard *sh);
 

@@ -81,7 +81,7 @@ carry_out(struct rn_shardloop *l)
     rn_persister_post(l->deps.persister, o->writes.items, o->writes.len);
     o->writes.len = 0; /* the persister owns them now */
     for (i = 0; i < o->cancels.len; i++) {
-        if (rn_pool_cancel(l->deps.pool, o->cancels.items[i].b, 0) != CN_OK) {
+        if (rn_pool_cancel(l->deps.pool, o->cancels.items[i], 0) != CN_OK) {
             /* not in flight (already reported): nothing to stop */
         }
     }

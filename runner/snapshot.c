@@ -108,7 +108,7 @@ rn_instance_snapshot(const struct rn_instance *in, struct cn_buf *out)
     s_key(&e, "format");
     s_u(&e, RN_SNAPSHOT_FORMAT_VERSION);
     s_key(&e, "instance");
-    s_bin(&e, in->id, 16);
+    s_bin(&e, in->id.b, 16);
     s_key(&e, "rng");
     s_u(&e, in->rng);
     s_key(&e, "outcome");
@@ -139,7 +139,7 @@ rn_instance_snapshot(const struct rn_instance *in, struct cn_buf *out)
             continue;
         }
         e.bad |= msgpack_pack_array(&e.pk, 11);
-        s_bin(&e, x->id, 16);
+        s_bin(&e, x->id.b, 16);
         s_u(&e, x->node);
         s_u(&e, x->status);
         s_opt(&e, x->scope == RN_NONE ? RN_NONE : smap[x->scope]);
@@ -351,7 +351,7 @@ sdec_node(struct sdec *d, const msgpack_object *o, uint32_t nscopes, uint32_t nn
     if (a[0].type != MSGPACK_OBJECT_BIN || a[0].via.bin.size != 16) {
         return sfail(d, CN_PARSE, "execution id must be 16 bytes");
     }
-    memcpy(x->id, a[0].via.bin.ptr, 16);
+    memcpy(x->id.b, a[0].via.bin.ptr, 16);
     x->has_id = true;
     if (!su(d, &a[1], dag->nnodes - 1, &u, "bad template node")) {
         return false;
@@ -432,7 +432,7 @@ sdec_node(struct sdec *d, const msgpack_object *o, uint32_t nscopes, uint32_t nn
             return sfail(d, CN_RANGE, "an aggregate with every slot filled is not waiting");
         }
     }
-    return rn_idmap_put(&in->ids, x->id, xi) == CN_OK || sfail(d, CN_NOMEM, "out of memory");
+    return rn_xidmap_put(&in->ids, x->id, xi) == CN_OK || sfail(d, CN_NOMEM, "out of memory");
 }
 
 static bool
@@ -456,7 +456,7 @@ sdec_all(struct sdec *d, const msgpack_object *root)
     if (f == NULL || f->type != MSGPACK_OBJECT_BIN || f->via.bin.size != 16) {
         return sfail(d, CN_PARSE, "instance id must be 16 bytes");
     }
-    memcpy(in->id, f->via.bin.ptr, 16);
+    memcpy(in->id.b, f->via.bin.ptr, 16);
     if (!su(d, sfield(root, "rng"), UINT64_MAX, &in->rng, "missing rng") ||
         !su(d, sfield(root, "outcome"), RN_CANCELLED, &u, "bad outcome")) {
         return false;

@@ -13,10 +13,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runner/ids.h"
+
 struct rn_timer_ent {
     int64_t at_wall_ms;
-    uint8_t iid[16];
-    uint8_t exec_id[16];
+    struct rn_iid iid;
+    struct rn_xid exec_id;
 };
 
 struct rn_timerheap {

@@ -8,14 +8,14 @@
 #include "ir/base/xalloc.h"
 
 struct rn_wreq *
-rn_wreq_new(uint32_t shard, const uint8_t iid[16], const uint8_t lock[16])
+rn_wreq_new(uint32_t shard, struct rn_iid iid, struct rn_token lock)
 {
     struct rn_wreq *q = cn_xcalloc(1, sizeof(*q));
 
     q->shard = shard;
     q->w.result = ir_null();
-    memcpy(q->w.instance_id, iid, 16);
-    memcpy(q->w.lock, lock, 16);
+    q->w.instance_id = iid;
+    q->w.lock = lock;
     return q;
 }
 

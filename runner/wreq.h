@@ -24,7 +24,7 @@ struct rn_wreq {
 };
 
 /* An empty write for instance iid under claim token lock (result None, nothing to write yet). */
-struct rn_wreq *rn_wreq_new(uint32_t shard, const uint8_t iid[16], const uint8_t lock[16]);
+struct rn_wreq *rn_wreq_new(uint32_t shard, struct rn_iid iid, struct rn_token lock);
 void rn_wreq_free(struct rn_wreq *q);
 
 #endif

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * UUIDs as text: the canonical 36-character form (8-4-4-4-12 lowercase hex digits) of a
- * 16-byte id, and back. Ids are plain bytes everywhere else (the executor draws them, the
- * database stores them as uuid); this is the one place that spells them. Pure, thread-safe.
+ * 16-byte id, and back. Ids are plain bytes here and below the runner (the runner gives each
+ * kind its own type and passes its bytes in; the database stores them as uuid); this is the
+ * one place that spells them. Pure, thread-safe.
  */
 #ifndef IR_BASE_UUID_H
 #define IR_BASE_UUID_H

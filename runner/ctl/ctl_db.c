@@ -39,13 +39,13 @@ json_out(const struct cn_opts *o)
 static bool
 check_uuid(const char *cmd, const char *id)
 {
-    uint8_t u[16];
+    struct rn_iid u;
 
     if (id == NULL) {
         fprintf(stderr, "cairnctl %s: an instance ID is required\n", cmd);
         return false;
     }
-    if (!cn_uuid_parse(id, u)) {
+    if (!cn_uuid_parse(id, u.b)) {
         fprintf(stderr, "cairnctl %s: '%s' is not an instance ID (a UUID)\n", cmd, id);
         return false;
     }

@@ -54,7 +54,8 @@ ctl_cmd_exec(int argc, char **argv)
     struct cn_buf out = CN_BUF_INIT;
     enum rn_outcome outcome = RN_RUNNING;
     char dir[] = "/tmp/cairnctl-exec-XXXXXX", url[160], sock[128];
-    uint8_t vid[16], iid[16];
+    struct rn_vid vid;
+    struct rn_iid iid;
     char *src = NULL;
     size_t src_len = 0, i, nresults = 0;
     int status = EXIT_OK;
@@ -94,8 +95,8 @@ ctl_cmd_exec(int argc, char **argv)
     (void) snprintf(url, sizeof(url), "ipc://%s", sock);
     cn_log_setup(CN_LOG_WARN, false);
     if (rn_backend_mem_new(&mem) != CN_OK ||
-        rn_backend_mem_register(mem, "main", src, vid) != CN_OK ||
-        rn_backend_mem_enqueue(mem, "main", input, 0, iid) != CN_OK) {
+        rn_backend_mem_register(mem, "main", src, &vid) != CN_OK ||
+        rn_backend_mem_enqueue(mem, "main", input, 0, &iid) != CN_OK) {
         fprintf(stderr, "cairnctl exec: out of memory\n");
         status = EXIT_USAGE;
         goto out;

@@ -48,7 +48,7 @@ on_result(void *arg, const struct rn_pool_result *r)
     struct tally *t = arg;
     uint32_t i;
 
-    memcpy(&i, r->exec_id, sizeof(i));
+    memcpy(&i, r->exec_id.b, sizeof(i));
     pthread_mutex_lock(&t->mtx);
     if (i < MAXN && !t->seen[i]) {
         t->seen[i] = true;
@@ -165,7 +165,7 @@ submit(struct rn_pool *p, uint32_t i, const char *action, const char *key, int64
     struct rn_pool_dispatch d;
 
     memset(&d, 0, sizeof(d));
-    memcpy(d.exec_id, &i, sizeof(i));
+    memcpy(d.exec_id.b, &i, sizeof(i));
     d.attempt = 1;
     d.action = action;
     cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
@@ -283,12 +283,12 @@ Test(pool_worker, a_cancelled_action_stops_on_the_worker_and_reports_cancelled)
     struct rn_pool *p = pool_up(&t, url, sizeof(url));
     pid_t w = spawn_worker(url, "canceller", "1");
     uint32_t id = 9;
-    uint8_t exec_id[16] = {0};
+    struct rn_xid exec_id = {{0}};
     int64_t t0;
     int status;
 
     wait_workers(p, 1, 10000);
-    memcpy(exec_id, &id, sizeof(id));
+    memcpy(exec_id.b, &id, sizeof(id));
     cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_NOTFOUND); /* nothing in flight yet */
     submit(p, id, "std.sleep", "ms", 20000);
     cr_assert_eq(await_dispatched(p, 1), 1);
@@ -408,7 +408,7 @@ Test(pool_worker, a_slow_action_hits_its_deadline_and_its_late_result_is_dropped
 
     wait_workers(p, 1, 10000);
     memset(&d, 0, sizeof(d));
-    memcpy(d.exec_id, &id, sizeof(id));
+    memcpy(d.exec_id.b, &id, sizeof(id));
     d.attempt = 1;
     d.action = "std.sleep";
     cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
@@ -465,7 +465,7 @@ Test(pool_worker, a_cancelled_exec_action_is_killed_and_reports_cancelled)
     const char *root = getenv("CAIRN_SOURCE_ROOT");
     pid_t w;
     uint32_t id = 21;
-    uint8_t exec_id[16] = {0};
+    struct rn_xid exec_id = {{0}};
     int64_t t0;
     int status;
 
@@ -473,7 +473,7 @@ Test(pool_worker, a_cancelled_exec_action_is_killed_and_reports_cancelled)
     (void) snprintf(dir, sizeof(dir), "%s/tests/integration/exec", root);
     w = spawn_worker_args(url, "exec-canceller", "1", "0", dir);
     wait_workers(p, 1, 10000);
-    memcpy(exec_id, &id, sizeof(id));
+    memcpy(exec_id.b, &id, sizeof(id));
     submit(p, id, "exec.slow", "unused", 0); /* sleeps 30 s */
     cr_assert_eq(await_dispatched(p, 1), 1);
     usleep(200000); /* started: the cancel must kill a running process */

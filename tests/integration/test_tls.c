@@ -170,7 +170,7 @@ Test(tls, a_worker_with_a_certificate_from_the_ca_is_served)
     p = tls_pool(&o, url, sizeof(url));
     cr_assert_eq(worker_try(url, path("worker.pem"), &w), CN_OK, "%s", cairn_worker_error(w));
     memset(&d, 0, sizeof(d));
-    d.exec_id[0] = 1;
+    d.exec_id.b[0] = 1;
     d.attempt = 1;
     d.action = "t.echo";
     cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
@@ -229,7 +229,7 @@ Test(tls, the_cairn_worker_binary_connects_with_its_tls_flags)
         _exit(127);
     }
     memset(&d, 0, sizeof(d));
-    d.exec_id[0] = 2;
+    d.exec_id.b[0] = 2;
     d.attempt = 1;
     d.action = "std.echo";
     cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);

@@ -164,8 +164,8 @@ main(int argc, char **argv)
     double seconds = argc > 1 ? atof(argv[1]) : 4.0;
     struct rn_backend *mem = NULL;
     struct node nodes[N_RUNNERS];
-    static uint8_t iids[N_INSTANCES][16];
-    uint8_t vid[16];
+    static struct rn_iid iids[N_INSTANCES];
+    struct rn_vid vid;
     int64_t t0, deadline;
     int i, failed = 0, restarted = 0, expired = 0, enqueued = 0;
     unsigned seed = 12345;
@@ -177,7 +177,7 @@ main(int argc, char **argv)
     }
     cn_log_setup(CN_LOG_ERROR, false);
     if (rn_backend_mem_new(&mem) != CN_OK ||
-        rn_backend_mem_register(mem, "race", workflow, vid) != CN_OK) {
+        rn_backend_mem_register(mem, "race", workflow, &vid) != CN_OK) {
         fprintf(stderr, "race: cannot set up the backend\n");
         return 2;
     }
@@ -200,7 +200,7 @@ main(int argc, char **argv)
             if (ir_map_new(2, &in) != CN_OK ||
                 ir_map_set_cstr(&in, "n", ir_int(3 + enqueued % 6)) != CN_OK ||
                 ir_map_set_cstr(&in, "key", ir_int(enqueued)) != CN_OK ||
-                rn_backend_mem_enqueue(mem, "race", in, 0, iids[enqueued]) != CN_OK) {
+                rn_backend_mem_enqueue(mem, "race", in, 0, &iids[enqueued]) != CN_OK) {
                 fprintf(stderr, "race: cannot enqueue\n");
                 return 2;
             }

@@ -64,7 +64,7 @@ run_action(const struct rn_action_req *q, struct rn_event *ev)
     const char *a = q->action;
     const struct ir_val *v;
 
-    memcpy(ev->exec_id, q->exec_id, 16);
+    ev->exec_id = q->exec_id;
     ev->attempt = q->attempt;
     ev->kind = RN_EV_RESULT;
     if (strcmp(a, "std.echo") == 0) {
@@ -136,13 +136,12 @@ run_action(const struct rn_action_req *q, struct rn_event *ev)
 /* ---- the persister and the clock ----------------------------------------------------------- */
 
 static bool
-has_result(const struct world *w, const uint8_t id[16], uint32_t attempt)
+has_result(const struct world *w, struct rn_xid id, uint32_t attempt)
 {
     size_t i;
 
     for (i = 0; i < w->results.len; i++) {
-        if (w->results.items[i].attempt == attempt &&
-            memcmp(w->results.items[i].exec_id, id, 16) == 0) {
+        if (w->results.items[i].attempt == attempt && rn_xid_eq(w->results.items[i].exec_id, id)) {
             return true;
         }
     }
@@ -246,7 +245,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
     struct rn_step_out o;
     struct ir_val input;
     struct cn_errmsg em = {{0}};
-    uint8_t iid[16];
+    struct rn_iid iid;
     int max_steps = opts->max_steps ? opts->max_steps : 100000;
     size_t i;
 
@@ -262,7 +261,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
     w.now = T_START_MS;
     w.r = &r;
     for (i = 0; i < 16; i++) {
-        iid[i] = (uint8_t) (i * 17 + 3);
+        iid.b[i] = (uint8_t) (i * 17 + 3);
     }
     cr_assert_eq(rn_instance_start(w.dag, iid, input, &w.cfg, w.now, &w.in, &o), CN_OK);
     ir_val_release(input);
@@ -308,7 +307,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
                     struct rn_event ev;
                     memset(&ev, 0, sizeof(ev));
                     ev.kind = RN_EV_TIMER;
-                    memcpy(ev.exec_id, t->exec_id, 16);
+                    ev.exec_id = t->exec_id;
                     cr_assert_eq(CN_VEC_PUSH(&evs, ev), CN_OK);
                 } else {
                     w.timers.items[kept++] = *t;

@@ -75,9 +75,9 @@ fx_open(struct fx *f, bool pg)
     memset(f, 0, sizeof(*f));
     f->pg = pg;
     if (!pg) {
-        uint8_t vid[16];
+        struct rn_vid vid;
         cr_assert_eq(rn_backend_mem_new(&f->b), CN_OK);
-        cr_assert_eq(rn_backend_mem_register(f->b, "t", src, vid), CN_OK);
+        cr_assert_eq(rn_backend_mem_register(f->b, "t", src, &vid), CN_OK);
         return;
     }
     {
@@ -137,7 +137,7 @@ fx_close(struct fx *f)
 
 /* Enqueues an instance of "t" with input {"n": n}. */
 static void
-fx_enqueue(struct fx *f, int n, uint8_t id[16])
+fx_enqueue(struct fx *f, int n, struct rn_iid *id)
 {
     if (!f->pg) {
         struct ir_val in;
@@ -157,7 +157,7 @@ fx_enqueue(struct fx *f, int n, uint8_t id[16])
                          1);
         cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(f->admin));
         cr_assert_eq(PQgetlength(r, 0, 0), 16);
-        memcpy(id, PQgetvalue(r, 0, 0), 16);
+        memcpy(id->b, PQgetvalue(r, 0, 0), 16);
         PQclear(r);
     }
 }
@@ -186,8 +186,8 @@ write_for(const struct rn_claimed *c)
     struct rn_write w;
 
     memset(&w, 0, sizeof(w));
-    memcpy(w.instance_id, c->instance_id, 16);
-    memcpy(w.lock, c->lock, 16);
+    w.instance_id = c->instance_id;
+    w.lock = c->lock;
     w.result = ir_null();
     return w;
 }
@@ -206,13 +206,14 @@ claims_are_leased_and_writes_fenced(bool pg)
     struct rn_claimed *c = NULL, *c2 = NULL;
     struct rn_done d[2];
     struct rn_write w[2];
-    uint8_t id[16], wrong[16];
+    struct rn_iid id;
+    struct rn_token wrong;
     const struct ir_val *n;
 
     fx_open(&f, pg);
-    fx_enqueue(&f, 7, id);
+    fx_enqueue(&f, 7, &id);
     cr_assert_eq(claim(&f, 30000, &c), 1);
-    cr_assert(memcmp(c[0].instance_id, id, 16) == 0);
+    cr_assert(rn_iid_eq(c[0].instance_id, id));
     cr_assert_null(c[0].state, "a fresh instance has no state");
     n = ir_map_get(c[0].input, "n", 1);
     cr_assert(n != NULL && n->u.i == 7);
@@ -221,7 +222,7 @@ claims_are_leased_and_writes_fenced(bool pg)
 
     /* A result and a snapshot under the claim token; the same under a wrong token. */
     memset(d, 0, sizeof(d));
-    memset(d[0].exec_id, 0xE1, 16);
+    memset(d[0].exec_id.b, 0xE1, 16);
     d[0].attempt = 1;
     d[0].ok = true;
     d[0].value = ir_int(70);
@@ -231,8 +232,8 @@ claims_are_leased_and_writes_fenced(bool pg)
     w[0].state = "\x91\x01";
     w[0].state_len = 2;
     w[1] = w[0];
-    memset(wrong, 0x77, 16);
-    memcpy(w[1].lock, wrong, 16);
+    memset(wrong.b, 0x77, 16);
+    w[1].lock = wrong;
     d[1] = d[0];
     d[1].attempt = 2;
     w[1].done = &d[1];
@@ -283,21 +284,21 @@ expired_leases_move_and_the_old_holder_is_fenced(bool pg)
     struct rn_claimed *c = NULL, *c2 = NULL;
     struct rn_write w;
     struct cn_errmsg em = {{0}};
-    uint8_t id[16], locks[2][16];
+    struct rn_iid id;
+    struct rn_token locks[2];
     bool lost[2];
 
     fx_open(&f, pg);
-    fx_enqueue(&f, 1, id);
+    fx_enqueue(&f, 1, &id);
     cr_assert_eq(claim(&f, 50, &c), 1);
-    memcpy(locks[0], c[0].lock, 16);
-    cr_assert_eq(f.b->ops->heartbeat(f.b, (const uint8_t(*)[16]) locks, 1, 50, lost, &em), CN_OK);
+    locks[0] = c[0].lock;
+    cr_assert_eq(f.b->ops->heartbeat(f.b, locks, 1, 50, lost, &em), CN_OK);
     cr_assert(!lost[0], "a held lease reported lost");
     sleep_ms(120); /* the lease expires: another claim takes it with a new token */
     cr_assert_eq(claim(&f, 30000, &c2), 1);
-    cr_assert(memcmp(c2[0].lock, c[0].lock, 16) != 0, "a new claim reused the token");
-    memcpy(locks[1], c2[0].lock, 16);
-    cr_assert_eq(f.b->ops->heartbeat(f.b, (const uint8_t(*)[16]) locks, 2, 30000, lost, &em),
-                 CN_OK);
+    cr_assert(!rn_token_eq(c2[0].lock, c[0].lock), "a new claim reused the token");
+    locks[1] = c2[0].lock;
+    cr_assert_eq(f.b->ops->heartbeat(f.b, locks, 2, 30000, lost, &em), CN_OK);
     cr_assert(lost[0], "the old holder still holds it");
     cr_assert(!lost[1]);
     w = write_for(&c[0]);
@@ -313,10 +314,10 @@ expired_leases_move_and_the_old_holder_is_fenced(bool pg)
     cr_assert_eq(claim(&f, 30000, &c), 0);
     rn_claimed_free(c, 0);
     /* release hands a lease back at once */
-    fx_enqueue(&f, 2, id);
+    fx_enqueue(&f, 2, &id);
     cr_assert_eq(claim(&f, 30000, &c), 1);
-    memcpy(locks[0], c[0].lock, 16);
-    cr_assert_eq(f.b->ops->release(f.b, (const uint8_t(*)[16]) locks, 1, &em), CN_OK);
+    locks[0] = c[0].lock;
+    cr_assert_eq(f.b->ops->release(f.b, locks, 1, &em), CN_OK);
     rn_claimed_free(c, 1);
     cr_assert_eq(claim(&f, 30000, &c), 1, "a released instance was not claimable");
     rn_claimed_free(c, 1);
@@ -339,16 +340,17 @@ the_reclaimer_clears_expired_leases(bool pg)
     struct fx f;
     struct rn_claimed *c = NULL;
     struct cn_errmsg em = {{0}};
-    uint8_t id[16], held[16];
+    struct rn_iid id;
+    struct rn_token held;
     bool lost;
     size_t n = 99;
 
     fx_open(&f, pg);
-    fx_enqueue(&f, 1, id);
-    fx_enqueue(&f, 2, id);
+    fx_enqueue(&f, 1, &id);
+    fx_enqueue(&f, 2, &id);
     /* A 1 s lease: a shorter one could expire before the first check on a loaded machine. */
     cr_assert_eq(claim(&f, 1000, &c), 2);
-    memcpy(held, c[1].lock, 16);
+    held = c[1].lock;
     rn_claimed_free(c, 2);
     cr_assert_eq(f.b->ops->reclaim(f.b, 10, &n, &em), CN_OK, "%s", em.text);
     cr_assert_eq(n, 0, "a live lease was reclaimed");
@@ -359,8 +361,7 @@ the_reclaimer_clears_expired_leases(bool pg)
     cr_assert_eq(n, 1);
     cr_assert_eq(f.b->ops->reclaim(f.b, 10, &n, &em), CN_OK, "%s", em.text);
     cr_assert_eq(n, 0);
-    cr_assert_eq(f.b->ops->heartbeat(f.b, (const uint8_t(*)[16]) & held, 1, 30000, &lost, &em),
-                 CN_OK);
+    cr_assert_eq(f.b->ops->heartbeat(f.b, &held, 1, 30000, &lost, &em), CN_OK);
     cr_assert(lost, "a reclaimed lease can still be renewed");
     cr_assert_eq(claim(&f, 30000, &c), 2, "reclaimed instances are claimable");
     rn_claimed_free(c, 2);
@@ -384,7 +385,7 @@ Test(backend, postgres_the_reclaimer_clears_expired_leases)
  * order are persisted; every call must succeed. */
 struct beater {
     struct rn_backend *b;
-    uint8_t (*locks)[16];
+    struct rn_token *locks;
     size_t n;
     volatile int stop;
     int failures;
@@ -399,8 +400,7 @@ beat_loop(void *arg)
 
     while (!bt->stop && lost != NULL) {
         struct cn_errmsg em = {{0}};
-        if (bt->b->ops->heartbeat(bt->b, (const uint8_t(*)[16]) bt->locks, bt->n, 30000, lost,
-                                  &em) != CN_OK) {
+        if (bt->b->ops->heartbeat(bt->b, bt->locks, bt->n, 30000, lost, &em) != CN_OK) {
             if (bt->failures++ == 0) {
                 (void) snprintf(bt->first_error, sizeof(bt->first_error), "%s", em.text);
             }
@@ -429,11 +429,11 @@ Test(backend, postgres_heartbeats_and_writes_never_deadlock, .timeout = 120)
     cr_assert_eq(n, N);
     memset(&bt, 0, sizeof(bt));
     bt.n = N;
-    bt.locks = calloc(N, 16);
+    bt.locks = calloc(N, sizeof(*bt.locks));
     w = calloc(N, sizeof(*w));
     cr_assert(bt.locks != NULL && w != NULL);
     for (i = 0; i < N; i++) {
-        memcpy(bt.locks[i], c[i].lock, 16);
+        bt.locks[i] = c[i].lock;
     }
     url = url_for(f.base_url, f.dbname);
     cr_assert_eq(rn_backend_pg_open(url, &bt.b, &em), CN_OK, "%s", em.text);

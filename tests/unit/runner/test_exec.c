@@ -638,7 +638,7 @@ Test(exec, cancel_stops_the_instance)
     struct rn_instance *in = NULL;
     struct rn_step_out o;
     struct rn_event ev;
-    uint8_t id[16] = {1};
+    struct rn_iid id = {{1}};
 
     memset(&o, 0, sizeof(o));
     o.result = ir_null();
@@ -654,7 +654,7 @@ Test(exec, cancel_stops_the_instance)
         ir_val_release(input);
     }
     cr_assert_eq(o.actions.len, 1);
-    memcpy(ev.exec_id, o.actions.items[0].exec_id, 16);
+    ev.exec_id = o.actions.items[0].exec_id;
     rn_step_out_clear(&o);
     ev.kind = RN_EV_CANCEL;
     ev.attempt = 0;
@@ -662,7 +662,7 @@ Test(exec, cancel_stops_the_instance)
     cr_assert_eq(rn_instance_step(in, &ev, 1, 2000, &o), CN_OK);
     cr_assert_eq(o.outcome, RN_CANCELLED);
     cr_assert_eq(o.cancels.len, 1);
-    cr_assert(memcmp(o.cancels.items[0].b, ev.exec_id, 16) == 0);
+    cr_assert(rn_xid_eq(o.cancels.items[0], ev.exec_id));
     rn_step_out_fini(&o);
     rn_instance_free(in);
     t_compiled_free(&c);
@@ -677,14 +677,14 @@ Test(exec, stale_and_duplicate_results_are_dropped)
     struct rn_event ev;
     struct rn_instance_stats st;
     struct ir_val input;
-    uint8_t id[16] = {2};
+    struct rn_iid id = {{2}};
 
     memset(&o, 0, sizeof(o));
     o.result = ir_null();
     cr_assert_eq(ir_map_new(0, &input), CN_OK);
     cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
     ir_val_release(input);
-    memcpy(ev.exec_id, o.actions.items[0].exec_id, 16);
+    ev.exec_id = o.actions.items[0].exec_id;
     rn_step_out_clear(&o);
     ev.kind = RN_EV_RESULT;
     ev.attempt = 7; /* not the attempt that was dispatched */
@@ -724,7 +724,7 @@ Test(exec, corrupt_snapshots_are_rejected_not_crashed)
     struct cn_errmsg em;
     struct ir_val input;
     struct cn_errmsg jem;
-    uint8_t id[16] = {9, 9};
+    struct rn_iid id = {{9, 9}};
     size_t n, i;
     unsigned seed = 99;
     int accepted = 0;
@@ -738,7 +738,7 @@ Test(exec, corrupt_snapshots_are_rejected_not_crashed)
     {
         /* Answer the helper's action so the spread starts: three running branches. */
         struct rn_event ev;
-        memcpy(ev.exec_id, o.actions.items[0].exec_id, 16);
+        ev.exec_id = o.actions.items[0].exec_id;
         ev.kind = RN_EV_RESULT;
         ev.attempt = 1;
         ev.value = ir_int(1);

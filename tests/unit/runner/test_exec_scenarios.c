@@ -449,7 +449,7 @@ Test(exec_scenarios, cancel_mid_batch_and_after_hydration)
     struct cn_buf snap = CN_BUF_INIT;
     struct cn_errmsg em;
     struct ir_val input;
-    uint8_t id[16] = {5};
+    struct rn_iid id = {{5}};
 
     memset(&o, 0, sizeof(o));
     o.result = ir_null();
@@ -460,11 +460,11 @@ Test(exec_scenarios, cancel_mid_batch_and_after_hydration)
     cr_assert_eq(o.actions.len, 2);
     memset(ev, 0, sizeof(ev));
     /* the flaky one fails: backoff */
-    memcpy(ev[0].exec_id, o.actions.items[1].exec_id, 16);
+    ev[0].exec_id = o.actions.items[1].exec_id;
     ev[0].kind = RN_EV_ERROR;
     ev[0].attempt = 1;
     cr_assert_eq(ir_error_new("FlakyError", "x", ir_null(), ir_null(), &ev[0].value), CN_OK);
-    memcpy(ev[1].exec_id, o.actions.items[0].exec_id, 16);
+    ev[1].exec_id = o.actions.items[0].exec_id;
     rn_step_out_clear(&o);
     cr_assert_eq(rn_instance_step(in, ev, 1, 1001, &o), CN_OK);
     ir_val_release(ev[0].value);

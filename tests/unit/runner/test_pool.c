@@ -29,7 +29,7 @@ struct got {
     pthread_mutex_t mtx;
     pthread_cond_t cond;
     struct {
-        uint8_t id[16];
+        struct rn_xid id;
         uint32_t attempt;
         bool ok;
         char type[64];
@@ -45,7 +45,7 @@ on_result(void *arg, const struct rn_pool_result *r)
 
     pthread_mutex_lock(&g->mtx);
     if (g->n < 64) {
-        memcpy(g->r[g->n].id, r->exec_id, 16);
+        g->r[g->n].id = r->exec_id;
         g->r[g->n].attempt = r->attempt;
         g->r[g->n].ok = r->ok;
         (void) snprintf(g->r[g->n].type, sizeof(g->r[g->n].type), "%s",
@@ -269,7 +269,7 @@ submit(struct rn_pool *p, const char *action, uint8_t idbyte, int64_t deadline)
     struct rn_pool_dispatch d;
 
     memset(&d, 0, sizeof(d));
-    memset(d.exec_id, idbyte, 16);
+    memset(d.exec_id.b, idbyte, 16);
     d.attempt = 1;
     d.action = action;
     cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
@@ -334,7 +334,7 @@ Test(pool, handshake_dispatch_and_outcome)
     tw_ready(&w, 1, &o);
     cr_assert(got_wait(&g, 1, 5000), "no result");
     cr_assert(g.r[0].ok);
-    cr_assert_eq(g.r[0].id[0], 7);
+    cr_assert_eq(g.r[0].id.b[0], 7);
     cr_assert_eq(g.r[0].value.u.i, 42);
     /* The same outcome again is stale. */
     tw_close(&w, 2);
@@ -403,7 +403,7 @@ Test(pool, a_dropped_worker_returns_its_attempts_as_worker_lost_at_once)
     cr_assert(cn_wall_ms() - t0 < 1000, "WorkerLost took %lld ms", (long long) (cn_wall_ms() - t0));
     cr_assert(!g.r[0].ok);
     cr_assert_str_eq(g.r[0].type, "WorkerLost");
-    cr_assert_eq(g.r[0].id[0], 9);
+    cr_assert_eq(g.r[0].id.b[0], 9);
     rn_pool_stop(p);
     got_fini(&g);
 }
@@ -543,7 +543,7 @@ Test(pool, cancel_rides_on_the_parked_control_request)
     struct rn_pool *p;
     struct tw w;
     struct wp_msg m, r, c;
-    uint8_t id[16];
+    struct rn_xid id;
 
     got_init(&g);
     p = pool_up(&g, url, sizeof(url), NULL, 0);
@@ -556,12 +556,12 @@ Test(pool, cancel_rides_on_the_parked_control_request)
     submit(p, "t.long", 6, 0);
     cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
-    memset(id, 6, 16);
+    memset(id.b, 6, 16);
     cr_assert_eq(rn_pool_cancel(p, id, 2), CN_NOTFOUND); /* not that attempt */
     cr_assert_eq(rn_pool_cancel(p, id, 1), CN_OK);
     cr_assert_eq(tw_recv_wait(&w, 2, &c), 0);
     cr_assert_eq(c.kind, WP_CANCEL);
-    cr_assert(memcmp(c.exec_id, id, 16) == 0);
+    cr_assert(memcmp(c.exec_id, id.b, 16) == 0);
     cr_assert_eq(c.token, r.items[0].token);
     wp_msg_fini(&c);
     wp_msg_fini(&r);
@@ -579,7 +579,7 @@ Test(pool, cancel_asked_before_the_control_request_parks_rides_on_the_next_ones)
     struct tw w;
     struct wp_msg m, r, c;
     uint64_t t1, t2;
-    uint8_t id[16];
+    struct rn_xid id;
 
     got_init(&g);
     p = pool_up(&g, url, sizeof(url), NULL, 0);
@@ -595,9 +595,9 @@ Test(pool, cancel_asked_before_the_control_request_parks_rides_on_the_next_ones)
     t2 = r.items[1].token;
     wp_msg_fini(&r);
     /* No control request is parked yet: both cancels wait for one. */
-    memset(id, 6, 16);
+    memset(id.b, 6, 16);
     cr_assert_eq(rn_pool_cancel(p, id, 1), CN_OK);
-    memset(id, 7, 16);
+    memset(id.b, 7, 16);
     cr_assert_eq(rn_pool_cancel(p, id, 1), CN_OK);
     /* Each control request carries one of them. */
     wp_msg_init(&m, WP_CONTROL);
@@ -935,6 +935,7 @@ Test(pool, a_timed_out_attempt_holds_its_room_until_the_worker_reports_it)
     struct wp_msg r;
     struct wp_outcome o;
     struct rn_pool_stats st;
+    struct rn_xid xid;
 
     got_init(&g);
     p = pool_up(&g, url, sizeof(url), NULL, 0);
@@ -949,7 +950,8 @@ Test(pool, a_timed_out_attempt_holds_its_room_until_the_worker_reports_it)
     cr_assert(got_wait(&g, 1, 3000), "no timeout");
     cr_assert_str_eq(g.r[0].type, "ActionTimeout");
     cr_expect(ir_error_matches(g.r[0].value, "TimeoutError"), "an ActionTimeout is a TimeoutError");
-    cr_assert_eq(rn_pool_cancel(p, o.exec_id, 1), CN_NOTFOUND, "a timed-out attempt is over");
+    memcpy(xid.b, o.exec_id, 16); /* off the wire */
+    cr_assert_eq(rn_pool_cancel(p, xid, 1), CN_NOTFOUND, "a timed-out attempt is over");
     nng_aio_set_timeout(w.aio[0], 500); /* for the check at the end that it stays parked */
     tw_ready(&w, 0, NULL);              /* asks for work: there is some, but no room */
     submit(p, "t.hang", 2, 0);
@@ -990,7 +992,7 @@ Test(pool, arguments_too_large_for_any_message_fail_that_attempt_only)
     cr_assert_eq(ir_str_new(text, WP_MAX_MSG, &big), CN_OK);
     free(text);
     memset(&d, 0, sizeof(d));
-    memset(d.exec_id, 1, 16);
+    memset(d.exec_id.b, 1, 16);
     d.attempt = 1;
     d.action = "t.x";
     cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
@@ -1007,7 +1009,7 @@ Test(pool, arguments_too_large_for_any_message_fail_that_attempt_only)
     cr_assert_eq(r.items[0].exec_id[0], 2);
     wp_msg_fini(&r);
     cr_assert(got_wait(&g, 1, 2000));
-    cr_assert_eq(g.r[0].id[0], 1);
+    cr_assert_eq(g.r[0].id.b[0], 1);
     cr_assert_str_eq(g.r[0].type, "ValueError");
     tw_close(&w, 2);
     rn_pool_stop(p);
@@ -1057,7 +1059,7 @@ submit_data(struct rn_pool *p, uint8_t idbyte, size_t len)
     cr_assert_not_null(text);
     memset(text, 'q', len);
     memset(&d, 0, sizeof(d));
-    memset(d.exec_id, idbyte, 16);
+    memset(d.exec_id.b, idbyte, 16);
     d.attempt = 1;
     d.action = "t.x";
     cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
@@ -1100,7 +1102,7 @@ Test(pool, a_dispatch_at_the_size_limit_arrives_and_one_byte_more_is_refused, .t
     tw_ready(&w, 1, &o); /* room again: the next one cannot be sent at all */
     cr_assert(got_wait(&g, 2, 5000));
     cr_assert(g.r[0].ok);
-    cr_assert_eq(g.r[1].id[0], 2);
+    cr_assert_eq(g.r[1].id.b[0], 2);
     cr_assert_str_eq(g.r[1].type, "ValueError");
     cr_assert_eq(tw_recv_wait(&w, 1, &r), NNG_ETIMEDOUT); /* parked: connection still up */
     cr_assert_eq(__atomic_load_n(&w.removed, __ATOMIC_SEQ_CST), 0);

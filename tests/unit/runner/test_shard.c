@@ -66,12 +66,31 @@ h_fini(struct h *h)
     t_compiled_free(&h->c);
 }
 
+/* Test ids: the tag in the first byte. */
 static void
-id_of(uint8_t id[16], uint8_t tag)
+tag_bytes(uint8_t b[16], uint8_t tag)
 {
-    memset(id, 0, 16);
-    id[0] = tag;
-    id[15] = 0x5a;
+    memset(b, 0, 16);
+    b[0] = tag;
+    b[15] = 0x5a;
+}
+
+static struct rn_iid
+iid_of(uint8_t tag)
+{
+    struct rn_iid id;
+
+    tag_bytes(id.b, tag);
+    return id;
+}
+
+static struct rn_token
+token_of(uint8_t tag)
+{
+    struct rn_token t;
+
+    tag_bytes(t.b, tag);
+    return t;
 }
 
 /* Applies e at the harness's instant after clearing the last output. */
@@ -86,13 +105,12 @@ h_apply(struct h *h, struct rn_sev *e)
 static void
 h_claim(struct h *h, uint8_t tag, uint8_t lock_tag, const char *input_json)
 {
-    uint8_t iid[16];
+    struct rn_iid iid = iid_of(tag);
     struct rn_sev *e;
 
-    id_of(iid, tag);
     e = rn_sev_new(RN_SEV_NEW, iid);
-    memcpy(e->claimed.instance_id, iid, 16);
-    id_of(e->claimed.lock, lock_tag);
+    e->claimed.instance_id = iid;
+    e->claimed.lock = token_of(lock_tag);
     e->claimed.workflow = strdup("t");
     T_OK(ir_val_from_json(input_json, strlen(input_json), &e->claimed.input, NULL));
     e->dag = h->c.dag;
@@ -103,12 +121,10 @@ h_claim(struct h *h, uint8_t tag, uint8_t lock_tag, const char *input_json)
 static void
 h_ack(struct h *h, uint8_t tag, uint8_t lock_tag, bool lost)
 {
-    uint8_t iid[16];
     struct rn_sev *e;
 
-    id_of(iid, tag);
-    e = rn_sev_new(RN_SEV_ACK, iid);
-    id_of(e->lock, lock_tag);
+    e = rn_sev_new(RN_SEV_ACK, iid_of(tag));
+    e->lock = token_of(lock_tag);
     e->lost = lost;
     h_apply(h, e);
 }
@@ -119,7 +135,7 @@ h_result(struct h *h, const struct rn_pool_dispatch *d, int64_t value)
 {
     struct rn_sev *e = rn_sev_new(RN_SEV_RESULT, d->instance_id);
 
-    memcpy(e->exec_id, d->exec_id, 16);
+    e->exec_id = d->exec_id;
     e->attempt = d->attempt;
     e->ok = true;
     e->value = ir_int(value);
@@ -262,15 +278,15 @@ Test(shard, a_lease_lost_mid_write_evicts_without_further_writes)
  * instance at once; a LOST for another token changes nothing. */
 Test(shard, a_lost_lease_evicts_an_idle_instance_and_defers_to_a_write_in_flight)
 {
-    uint8_t iid[16];
+    struct rn_iid iid;
     struct rn_sev *e;
     struct h h;
 
     h_init(&h, steps_src, 60000);
     h_claim(&h, 4, 44, "{\"n\": 2}");
-    id_of(iid, 4);
+    iid = iid_of(4);
     e = rn_sev_new(RN_SEV_LOST, iid);
-    id_of(e->lock, 44);
+    e->lock = token_of(44);
     h_apply(&h, e);
     cr_expect_eq(h.out.lost, 0, "evicted while its write was in flight");
     cr_expect(rn_shard_has(h.sh, iid, NULL));
@@ -278,12 +294,12 @@ Test(shard, a_lost_lease_evicts_an_idle_instance_and_defers_to_a_write_in_flight
     h_ack(&h, 4, 44, false);
     cr_assert_eq(h.out.dispatches.len, 1);
     e = rn_sev_new(RN_SEV_LOST, iid);
-    id_of(e->lock, 45); /* some other claim's token */
+    e->lock = token_of(45); /* some other claim's token */
     h_apply(&h, e);
     cr_expect_eq(h.out.lost, 0, "a LOST for another token evicted the instance");
 
     e = rn_sev_new(RN_SEV_LOST, iid);
-    id_of(e->lock, 44);
+    e->lock = token_of(44);
     h_apply(&h, e);
     cr_expect_eq(h.out.lost, 1);
     cr_expect_eq(h.out.writes.len, 0);
@@ -295,12 +311,12 @@ Test(shard, a_lost_lease_evicts_an_idle_instance_and_defers_to_a_write_in_flight
  * write's ACK is ignored, and the held count stays right. */
 Test(shard, a_reclaim_replaces_the_stale_copy_and_ignores_its_acks)
 {
-    uint8_t iid[16];
+    struct rn_iid iid;
     bool writing = false;
     struct h h;
 
     h_init(&h, steps_src, 60000);
-    id_of(iid, 5);
+    iid = iid_of(5);
     h_claim(&h, 5, 50, "{\"n\": 2}");
     cr_assert_eq(h.out.writes.len, 1);
     h_claim(&h, 5, 51, "{\"n\": 2}");
@@ -309,9 +325,9 @@ Test(shard, a_reclaim_replaces_the_stale_copy_and_ignores_its_acks)
     cr_assert_eq(h.out.leases.len, 2);
     cr_expect_not(h.out.leases.items[0].take);
     cr_expect(h.out.leases.items[1].take);
-    cr_expect_eq(h.out.leases.items[1].lock[0], 51);
+    cr_expect_eq(h.out.leases.items[1].lock.b[0], 51);
     cr_assert_eq(h.out.writes.len, 1);
-    cr_expect_eq(h.out.writes.items[0]->w.lock[0], 51, "the new copy writes under the new token");
+    cr_expect_eq(h.out.writes.items[0]->w.lock.b[0], 51, "the new copy writes under the new token");
     cr_expect_eq(rn_shard_count(h.sh), 1);
 
     h_ack(&h, 5, 50, true); /* the old write, fenced off */
@@ -377,15 +393,15 @@ Test(shard, a_long_sleep_is_handed_back_until_due)
  * write: nothing is dispatched. */
 Test(shard, an_unresumable_snapshot_fails_the_instance_with_state_error)
 {
-    uint8_t iid[16];
+    struct rn_iid iid;
     struct rn_sev *e;
     struct h h;
 
     h_init(&h, steps_src, 60000);
-    id_of(iid, 8);
+    iid = iid_of(8);
     e = rn_sev_new(RN_SEV_NEW, iid);
-    memcpy(e->claimed.instance_id, iid, 16);
-    id_of(e->claimed.lock, 88);
+    e->claimed.instance_id = iid;
+    e->claimed.lock = token_of(88);
     e->claimed.workflow = strdup("t");
     e->claimed.state = strdup("not msgpack at all");
     e->claimed.state_len = strlen("not msgpack at all");
@@ -418,12 +434,12 @@ Test(shard, shutdown_hands_every_instance_back)
     /* a sleeper on a second template, in the same shard */
     h_init(&hn, nap_src, 60000);
     {
-        uint8_t iid[16];
+        struct rn_iid iid;
         struct rn_sev *e;
-        id_of(iid, 3);
+        iid = iid_of(3);
         e = rn_sev_new(RN_SEV_NEW, iid);
-        memcpy(e->claimed.instance_id, iid, 16);
-        id_of(e->claimed.lock, 103);
+        e->claimed.instance_id = iid;
+        e->claimed.lock = token_of(103);
         e->claimed.workflow = strdup("nap");
         T_OK(ir_val_from_json("{\"s\": 30}", 9, &e->claimed.input, NULL));
         e->dag = hn.c.dag;
@@ -439,9 +455,10 @@ Test(shard, shutdown_hands_every_instance_back)
     cr_assert_eq(h.out.handed_back.len, 3);
     for (i = 0; i < 3; i++) {
         const struct rn_lease_op *op = &h.out.handed_back.items[i];
-        uint8_t tag = op->iid[0];
+        uint8_t tag = op->iid.b[0];
         cr_assert(tag >= 1 && tag <= 3);
-        cr_expect_eq(op->lock[0], 100 + tag, "instance %u handed back under the wrong token", tag);
+        cr_expect_eq(op->lock.b[0], 100 + tag, "instance %u handed back under the wrong token",
+                     tag);
         seen[tag - 1] = true;
     }
     cr_expect(seen[0] && seen[1] && seen[2]);

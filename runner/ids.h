@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The runner's 16-byte ids, one distinct type per kind: an instance id, an execution id, a
+ * claim token and a workflow version id. They are all UUID-shaped bytes, and as bare
+ * `uint8_t[16]` any one converted silently into any other, so a call that swapped an instance
+ * id and a claim token compiled and fenced the wrong lease. As distinct structs a swapped
+ * argument or field does not compile (tests/support/ids_distinct.sh proves it on a real call).
+ *
+ * They are passed by value (16 bytes) or, for arrays, by const pointer. The bytes inside (.b)
+ * meet the outside world only at a few boundaries, each an explicit copy of .b: libpq's binary
+ * parameters and results (backend_pg.c), the snapshot codec (snapshot.c), the worker
+ * protocol's wire structs (pool.c; worker-protocol/ stays on raw bytes) and uuid text
+ * (cn_uuid_format(x.b, buf) from ir/base/uuid.h). Header only; pure, thread-safe.
+ */
+#ifndef RUNNER_IDS_H
+#define RUNNER_IDS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+struct rn_iid {
+    uint8_t b[16]; /* an instance id (cairn.runner_instances.instance_id) */
+};
+struct rn_xid {
+    uint8_t b[16]; /* an execution id (one live execution node of an instance) */
+};
+struct rn_token {
+    uint8_t b[16]; /* a claim token: one claim's lease on an instance */
+};
+struct rn_vid {
+    uint8_t b[16]; /* a workflow version id (cairn.workflow_versions.id) */
+};
+
+static inline bool
+rn_iid_eq(struct rn_iid a, struct rn_iid b)
+{
+    return memcmp(a.b, b.b, sizeof(a.b)) == 0;
+}
+
+static inline bool
+rn_xid_eq(struct rn_xid a, struct rn_xid b)
+{
+    return memcmp(a.b, b.b, sizeof(a.b)) == 0;
+}
+
+static inline bool
+rn_token_eq(struct rn_token a, struct rn_token b)
+{
+    return memcmp(a.b, b.b, sizeof(a.b)) == 0;
+}
+
+static inline bool
+rn_vid_eq(struct rn_vid a, struct rn_vid b)
+{
+    return memcmp(a.b, b.b, sizeof(a.b)) == 0;
+}
+
+#endif
