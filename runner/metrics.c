@@ -58,6 +58,8 @@ rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *
     X("cairn_pool_lost_total", "counter", "Attempts failed with WorkerLost.", ps->lost)           \
     X("cairn_pool_requeued_total", "counter", "Attempts of a dropped worker dispatched again.",   \
       ps->requeued)                                                                               \
+    X("cairn_pool_withdrawn_total", "counter",                                                    \
+      "Attempts withdrawn because their instance left this runner.", ps->withdrawn)               \
     X("cairn_pool_bad_messages_total", "counter",                                                 \
       "Worker connections dropped for a malformed message.", ps->bad_messages)                    \
     X("cairn_pool_silent_total", "counter", "Worker connections dropped for silence.", ps->silent)

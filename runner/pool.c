@@ -77,8 +77,9 @@ struct worker {
 
 struct flight {
     bool used;
-    bool done; /* its ActionTimeout was delivered; kept until the worker reports back, so that a
-                * worker stuck on hung attempts is not sent more work in their place */
+    bool done; /* its ActionTimeout was delivered, or it was withdrawn: nothing more is delivered
+                * for it; kept until the worker reports back, so that a worker stuck on hung
+                * attempts is not sent more work in their place */
     uint64_t token;
     struct rn_iid instance_id;
     struct rn_xid exec_id;
@@ -174,8 +175,7 @@ results_note(struct results *rs, const char *fmt, ...)
     }
 }
 
-/* Adds a result for delivery. Out of memory it is lost: the attempt then never completes in
- * the caller's eyes, which only a restart recovers (the executor re-dispatches it). */
+/* Adds a result for delivery. */
 static void
 results_add(struct results *rs, struct rn_iid iid, struct rn_xid id, uint32_t attempt, bool ok,
             struct ir_val v)
@@ -1144,6 +1144,50 @@ rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt)
     }
     cn_mutex_unlock(&p->mtx);
     return rv;
+}
+
+size_t
+rn_pool_withdraw(struct rn_pool *p, struct rn_iid iid)
+{
+    struct queued **pp, *q, *prev = NULL;
+    size_t i, n = 0;
+
+    cn_mutex_lock(&p->mtx);
+    for (pp = &p->qhead; (q = *pp) != NULL;) {
+        if (!rn_iid_eq(q->d.instance_id, iid)) {
+            prev = q;
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        if (p->qtail == q) {
+            p->qtail = prev;
+        }
+        queued_free(q);
+        p->st.queued--;
+        n++;
+    }
+    for (i = 0; i < p->nfl; i++) {
+        struct flight *f = &p->fl[i];
+        struct worker *w;
+        if (!f->used || f->done || !rn_iid_eq(f->instance_id, iid)) {
+            continue;
+        }
+        f->done = true;
+        if (f->q != NULL) {
+            queued_free(f->q); /* never dispatched again */
+            f->q = NULL;
+        }
+        if ((w = worker_find(p, f->pipe)) != NULL && w->ctl != NULL) {
+            send_cancel_locked(p, w->ctl, f);
+        } else {
+            f->cancel_pending = true;
+        }
+        n++;
+    }
+    p->st.withdrawn += n;
+    cn_mutex_unlock(&p->mtx);
+    return n;
 }
 
 void

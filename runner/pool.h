@@ -70,6 +70,7 @@ struct rn_pool_stats {
     uint64_t timeouts;      /* ActionTimeout delivered */
     uint64_t lost;          /* WorkerLost delivered */
     uint64_t requeued;      /* attempts given back by a dropped worker and queued again */
+    uint64_t withdrawn;     /* attempts withdrawn (rn_pool_withdraw): queued or in flight */
     uint64_t bad_messages;  /* connections dropped for a malformed message */
     uint64_t refused;       /* hellos refused */
     uint64_t silent;        /* connections dropped after 3 idle periods without a request */
@@ -97,6 +98,14 @@ CN_MUST_CHECK cn_err rn_pool_submit(struct rn_pool *p, const struct rn_pool_disp
  * CN_NOTFOUND when the attempt is not in flight, else CN_OK. The attempt's result, if one still
  * comes, is delivered as usual. Thread-safe. */
 CN_MUST_CHECK cn_err rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt);
+
+/* Withdraws every attempt of instance iid, because this runner no longer holds it (its lease
+ * was lost or it was handed back): attempts still queued are dropped, and attempts in flight
+ * are cancelled on their workers (as rn_pool_cancel) and forgotten: no outcome, timeout or
+ * WorkerLost is delivered for them, and a dropped worker does not give them back to be
+ * dispatched again. A withdrawn attempt keeps its room on its worker until the worker reports
+ * it. Returns how many attempts were withdrawn. Thread-safe. */
+size_t rn_pool_withdraw(struct rn_pool *p, struct rn_iid iid);
 
 void rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st);
 

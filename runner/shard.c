@@ -92,6 +92,7 @@ rn_shard_out_clear(struct rn_shard_out *o)
         ir_val_release(o->dispatches.items[i].kwargs);
     }
     o->writes.len = o->dispatches.len = o->cancels.len = o->leases.len = o->handed_back.len = 0;
+    o->withdrawals.len = 0;
     o->completed = o->failed = o->evicted = o->lost = o->committed = o->removed = 0;
 }
 
@@ -102,6 +103,7 @@ rn_shard_out_fini(struct rn_shard_out *o)
     free(o->writes.items);
     free(o->dispatches.items);
     free(o->cancels.items);
+    free(o->withdrawals.items);
     free(o->leases.items);
     free(o->handed_back.items);
     memset(o, 0, sizeof(*o));
@@ -163,6 +165,13 @@ inst_free(struct inst *in)
     free(in->waiting.items);
     free(in->workflow);
     free(in);
+}
+
+/* An instance leaves without finishing: none of its attempts may run here any more. */
+static void
+withdraw(struct rn_shard_out *out, const struct inst *in)
+{
+    CN_VEC_XPUSH(&out->withdrawals, in->id);
 }
 
 /* Forgets an instance (finished, evicted, lost or handed back); out may be NULL when the
@@ -353,6 +362,7 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
                      "lease lost (it expired here and was claimed again); resuming from the "
                      "last commit");
         out->lost++;
+        withdraw(out, in); /* before the new copy dispatches the same attempts again */
         inst_remove(sh, in, out);
     }
     in = cn_xcalloc(1, sizeof(*in));
@@ -462,6 +472,7 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
             log_instance(CN_LOG_WARN, in, "lease lost, evicted (no more writes from here)");
             out->lost++;
         }
+        withdraw(out, in);
         inst_remove(sh, in, out);
         return;
     }
@@ -518,6 +529,7 @@ on_lost(struct rn_shard *sh, struct rn_sev *e, struct rn_shard_out *out)
     }
     log_instance(CN_LOG_WARN, in, "lease lost (found by heartbeat), evicted");
     out->lost++;
+    withdraw(out, in);
     inst_remove(sh, in, out);
 }
 
@@ -605,6 +617,7 @@ rn_shard_hand_back(struct rn_shard *sh, struct rn_shard_out *out)
         op.iid = in->id;
         op.lock = in->lock;
         CN_VEC_XPUSH(&out->handed_back, op);
+        withdraw(out, in);
         inst_remove(sh, in, out);
     }
     rn_timerheap_fini(&sh->timers);

@@ -18,6 +18,10 @@
  *   runner that holds the lease now, or the next claim, continues from the last committed state.
  * - ACKs and lease losses carry the claim token they concern: one for a token the instance no
  *   longer holds (it was claimed again meanwhile) is stale and changes nothing.
+ * - An instance that leaves without finishing (lease lost, replaced by a new claim, handed
+ *   back) is withdrawn from the pool: its queued attempts never start here, its running ones
+ *   are cancelled, and their outcomes are not waited for. The runner that holds the lease
+ *   now runs them from the committed state.
  *
  * Other duties: timers (a heap on the wall clock; a timer whose instance is gone is dropped),
  * handing back a long sleep (evict_sleep_threshold_ms), failing an instance that cannot resume
@@ -80,7 +84,8 @@ struct rn_lease_op {
 };
 
 /* What the caller must carry out after rn_shard_apply / rn_shard_fire / rn_shard_hand_back,
- * in this order: lease ops, writes (to the persister), cancels, dispatches (to the pool). */
+ * in this order: lease ops, writes (to the persister), withdrawals, cancels, dispatches (to
+ * the pool). */
 struct rn_shard_out {
     struct {
         struct rn_wreq **items; /* owned: hand to the persister, or free */
@@ -90,6 +95,12 @@ struct rn_shard_out {
         struct rn_pool_dispatch *items; /* kwargs retained by the output */
         size_t len, cap;
     } dispatches;
+    struct {
+        struct rn_iid *items; /* instances this runner no longer holds (lease lost, stale copy
+                                 replaced by a new claim, handed back): every attempt of theirs
+                                 still queued or running must be withdrawn (rn_pool_withdraw) */
+        size_t len, cap;
+    } withdrawals;
     struct {
         struct rn_xid *items; /* execution ids whose running attempts should stop */
         size_t len, cap;

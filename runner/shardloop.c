@@ -80,6 +80,9 @@ carry_out(struct rn_shardloop *l)
     rn_keeper_apply(l->deps.keeper, l->cfg.index, o->leases.items, o->leases.len);
     rn_persister_post(l->deps.persister, o->writes.items, o->writes.len);
     o->writes.len = 0; /* the persister owns them now */
+    for (i = 0; i < o->withdrawals.len; i++) {
+        (void) rn_pool_withdraw(l->deps.pool, o->withdrawals.items[i]);
+    }
     for (i = 0; i < o->cancels.len; i++) {
         if (rn_pool_cancel(l->deps.pool, o->cancels.items[i], 0) != CN_OK) {
             /* not in flight (already reported): nothing to stop */
@@ -212,6 +215,9 @@ rn_shardloop_stop(struct rn_shardloop *l, struct rn_shard_out *handed)
     /* The thread is gone: the shard is ours. Anything it produced but did not carry out is
      * dropped with it (only an output of the last batch could be, and carry_out ran). */
     rn_shard_hand_back(l->sh, &l->out);
+    for (i = 0; i < l->out.withdrawals.len; i++) {
+        (void) rn_pool_withdraw(l->deps.pool, l->out.withdrawals.items[i]);
+    }
     for (i = 0; i < l->out.handed_back.len; i++) {
         CN_VEC_XPUSH(&handed->handed_back, l->out.handed_back.items[i]);
     }

@@ -12,7 +12,9 @@ that scripts/test starts. In a fresh database of its own (dropped at the end):
 - SIGTERM: a runner stops gracefully (exit 0) and hands its instances back;
 - a long sleep is handed back (evicted) and the instance is claimed again when due;
 - a lease taken away (by SQL, as another runner would) makes the old owner evict the instance
-  and write nothing more; it completes once the lease is reclaimed.
+  and write nothing more; it completes once the lease is reclaimed;
+- a runner paused (SIGSTOP) past its TTL while its pool holds a backlog: another runner takes
+  over, and after SIGCONT the stale runner runs no more than its in-flight bound again.
 
 Arguments: CAIRN_RUNNER CAIRN_WORKER CAIRNCTL SOURCE_ROOT. TAP output; without
 CAIRN_TEST_DATABASE_URL it reports a skip. Waits poll with deadlines; nothing relies on a
@@ -392,6 +394,9 @@ def run_all(url, env, tmp):
     for w in (w1, w2, w4):
         w.term()
 
+    # ---- a runner paused past its leases stops running their actions ----------------------
+    paused_runner(url, env, tmp)
+
     # ---- the README's configuration table is what cairn-runner accepts -------------------
     help_text = subprocess.run([RUNNER, "--help"], capture_output=True, text=True).stdout
     readme = open(os.path.join(ROOT, "README.md")).read()
@@ -401,6 +406,56 @@ def run_all(url, env, tmp):
     check("README configuration table lists exactly the settings of cairn-runner --help",
           documented == accepted and len(documented) > 10,
           f"only in README: {documented - accepted}, only in --help: {accepted - documented}")
+
+
+def tally(path):
+    try:
+        with open(path) as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
+
+
+def paused_runner(url, env, tmp):
+    """SIGSTOP of a runner past its TTL, then SIGCONT: another runner has taken its instances,
+    and the stale one must withdraw their attempts from its pool (queued ones never start,
+    running ones are cancelled) instead of draining its backlog for nothing."""
+    exec_dir = os.path.join(ROOT, "tests/integration/exec")
+    sock_a, sock_b = f"ipc://{tmp}/pa.sock", f"ipc://{tmp}/pb.sock"
+    tally_a, tally_b = os.path.join(tmp, "tally-a"), os.path.join(tmp, "tally-b")
+    ra = runner(env, tmp, "runner-paused", sock_a)
+    # Two slots and no prefetch: at most 2 attempts of A's are on its worker at any moment.
+    Proc("worker-paused", [WORKER, "--url", sock_a, "--slots", "2", "--exec-dir", exec_dir],
+         dict(env, CAIRN_TEST_TALLY=tally_a), tmp)
+    enqueue_many(url, "tally", "'{\"n\": 25}'::jsonb", 8)
+    started = wait_until("A runs", lambda: tally(tally_a) >= 4, 30)
+    ra.p.send_signal(signal.SIGSTOP)
+    paused_at = tally(tally_a)
+    check("paused runner: it ran some attempts, with most still queued in its pool",
+          started and paused_at < 40, f"{paused_at} executions before the pause")
+    rb = runner(env, tmp, "runner-taker", sock_b)
+    Proc("worker-taker", [WORKER, "--url", sock_b, "--slots", "8", "--exec-dir", exec_dir],
+         dict(env, CAIRN_TEST_TALLY=tally_b), tmp)
+    took = wait_until("B took over", lambda: tally(tally_b) >= 1, 30)
+    check("paused runner: another runner took its instances once the leases expired", took)
+    time.sleep(0.5)  # the worker finished what it held; A's pool still holds its backlog
+    at_cont = tally(tally_a)
+    ra.p.send_signal(signal.SIGCONT)
+    ok = wait_until("tally done", lambda: all_completed(url, "tally", 8), 60)
+    check("paused runner: every instance completed", ok, counts(url, "tally"))
+    check("paused runner: every result is right", q(
+        url, "SELECT count(*) FROM cairn.runner_instances WHERE workflow_name = 'tally' AND "
+             "result = '25'::jsonb") == "8")
+    # Let A act on whatever it still would, then count what its worker ran after SIGCONT:
+    # at most what its two slots took before it learnt of the lost leases.
+    time.sleep(1.5)
+    extra = tally(tally_a) - at_cont
+    check("paused runner: after SIGCONT it ran at most its in-flight bound (2) again",
+          0 <= extra <= 2, f"{extra} executions after SIGCONT, {at_cont} before")
+    check("paused runner: it logged the lost leases", "lease lost" in ra.text())
+    rc = ra.term()
+    check("paused runner: exits 0 on SIGTERM", rc == 0, f"exit {rc}")
+    rb.term()
 
 
 if __name__ == "__main__":

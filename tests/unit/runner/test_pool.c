@@ -1188,3 +1188,124 @@ Test(pool, a_dropped_workers_attempts_are_dispatched_again_up_to_the_limit)
     rn_pool_stop(p);
     got_fini(&g);
 }
+
+/* An attempt of instance iidbyte with execution id idbyte. */
+static void
+submit_for(struct rn_pool *p, const char *action, uint8_t idbyte, uint8_t iidbyte)
+{
+    struct rn_pool_dispatch d;
+
+    memset(&d, 0, sizeof(d));
+    memset(d.instance_id.b, iidbyte, 16);
+    memset(d.exec_id.b, idbyte, 16);
+    d.attempt = 1;
+    d.action = action;
+    cr_assert_eq(ir_map_new(0, &d.kwargs), CN_OK);
+    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
+    ir_val_release(d.kwargs);
+}
+
+Test(pool, withdrawing_an_instance_drops_its_queued_attempts_and_cancels_its_running_ones)
+{
+    static const char *acts[] = {"t.long"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg m, r, c;
+    struct wp_outcome o;
+    struct rn_pool_stats st;
+    struct rn_iid a;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 3);
+    tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 1, 0); /* room for one attempt */
+    wp_msg_init(&m, WP_CONTROL);
+    tw_send(&w, 2, &m);
+    tw_recv_start(&w, 2); /* parked control request */
+    tw_ready(&w, 1, NULL);
+    submit_for(p, "t.long", 0x11, 0xA); /* instance A: running */
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 1);
+    cr_assert_eq(r.items[0].exec_id[0], 0x11);
+    submit_for(p, "t.long", 0x12, 0xA); /* instance A: queued (no room) */
+    submit_for(p, "t.long", 0x21, 0xB); /* instance B: queued */
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.queued, 2);
+
+    memset(a.b, 0xA, 16);
+    cr_assert_eq(rn_pool_withdraw(p, a), 2, "one running, one queued");
+    cr_assert_eq(tw_recv_wait(&w, 2, &c), 0);
+    cr_assert_eq(c.kind, WP_CANCEL, "the running attempt is cancelled on its worker");
+    cr_assert_eq(c.token, r.items[0].token);
+    wp_msg_fini(&c);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.queued, 1, "only B's attempt is still queued");
+    cr_assert_eq(st.withdrawn, 2);
+
+    /* The worker reports the cancelled attempt: its outcome is not delivered, its room comes
+     * back, and the next dispatch is B's, never A's queued one. */
+    o = outcome_for(&r.items[0], ir_int(1));
+    tw_ready(&w, 1, &o);
+    wp_msg_fini(&r);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 1);
+    cr_assert_eq(r.items[0].exec_id[0], 0x21);
+    cr_assert_eq(g.n, 0, "nothing delivered for the withdrawn instance");
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.stale, 1);
+    cr_assert_eq(st.queued, 0);
+    memset(a.b, 0xA, 16);
+    cr_assert_eq(rn_pool_withdraw(p, a), 0, "nothing left to withdraw");
+    wp_msg_fini(&r);
+    tw_close(&w, 3);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+Test(pool, a_withdrawn_attempt_is_neither_dispatched_again_nor_failed_when_its_worker_drops)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw a, b;
+    struct wp_msg r;
+    struct rn_pool_stats st;
+    struct rn_iid iid;
+
+    got_init(&g);
+    p = pool_up_requeue(&g, url, sizeof(url), NULL, 0, 3);
+    tw_open(&a, url, 2);
+    tw_hello(&a, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&a, 1, NULL);
+    submit_for(p, "t.x", 7, 0xC);
+    cr_assert_eq(tw_recv_wait(&a, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    wp_msg_fini(&r);
+    memset(iid.b, 0xC, 16);
+    cr_assert_eq(rn_pool_withdraw(p, iid), 1);
+    tw_open(&b, url, 2);
+    tw_hello(&b, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&b, 1, NULL);
+    tw_close(&a, 2); /* a dies holding the withdrawn attempt */
+    /* b stays parked: nothing is given back. A marker attempt submitted afterwards proves the
+     * pool processed a's loss first (it goes to b, alone). */
+    cr_assert(!got_wait(&g, 1, 300), "no WorkerLost for a withdrawn attempt");
+    submit_for(p, "t.x", 8, 0xD);
+    cr_assert_eq(tw_recv_wait(&b, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 1);
+    cr_assert_eq(r.items[0].exec_id[0], 8);
+    wp_msg_fini(&r);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.requeued, 0);
+    cr_assert_eq(st.lost, 0);
+    cr_assert_eq(g.n, 0);
+    tw_close(&b, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}

@@ -260,6 +260,8 @@ Test(shard, a_lease_lost_mid_write_evicts_without_further_writes)
 
     h_ack(&h, 3, 33, true);
     cr_expect_eq(h.out.lost, 1);
+    cr_assert_eq(h.out.withdrawals.len, 1, "its attempts must leave the pool");
+    cr_expect(rn_iid_eq(h.out.withdrawals.items[0], iid_of(3)));
     cr_expect_eq(h.out.writes.len, 0, "a write after the lease was lost");
     cr_expect_eq(h.out.dispatches.len, 0, "a dispatch after the lease was lost");
     cr_expect_eq(h.out.committed, 0);
@@ -289,6 +291,7 @@ Test(shard, a_lost_lease_evicts_an_idle_instance_and_defers_to_a_write_in_flight
     e->lock = token_of(44);
     h_apply(&h, e);
     cr_expect_eq(h.out.lost, 0, "evicted while its write was in flight");
+    cr_expect_eq(h.out.withdrawals.len, 0);
     cr_expect(rn_shard_has(h.sh, iid, NULL));
 
     h_ack(&h, 4, 44, false);
@@ -297,11 +300,14 @@ Test(shard, a_lost_lease_evicts_an_idle_instance_and_defers_to_a_write_in_flight
     e->lock = token_of(45); /* some other claim's token */
     h_apply(&h, e);
     cr_expect_eq(h.out.lost, 0, "a LOST for another token evicted the instance");
+    cr_expect_eq(h.out.withdrawals.len, 0, "a LOST for another token withdrew the instance");
 
     e = rn_sev_new(RN_SEV_LOST, iid);
     e->lock = token_of(44);
     h_apply(&h, e);
     cr_expect_eq(h.out.lost, 1);
+    cr_assert_eq(h.out.withdrawals.len, 1, "the dispatched action must leave the pool");
+    cr_expect(rn_iid_eq(h.out.withdrawals.items[0], iid));
     cr_expect_eq(h.out.writes.len, 0);
     cr_expect_not(rn_shard_has(h.sh, iid, NULL));
     h_fini(&h);
@@ -322,6 +328,8 @@ Test(shard, a_reclaim_replaces_the_stale_copy_and_ignores_its_acks)
     h_claim(&h, 5, 51, "{\"n\": 2}");
     cr_expect_eq(h.out.removed, 1, "the stale copy is let go");
     cr_expect_eq(h.out.lost, 1);
+    cr_assert_eq(h.out.withdrawals.len, 1, "the stale copy's attempts must leave the pool");
+    cr_expect(rn_iid_eq(h.out.withdrawals.items[0], iid));
     cr_assert_eq(h.out.leases.len, 2);
     cr_expect_not(h.out.leases.items[0].take);
     cr_expect(h.out.leases.items[1].take);
@@ -462,6 +470,7 @@ Test(shard, shutdown_hands_every_instance_back)
         seen[tag - 1] = true;
     }
     cr_expect(seen[0] && seen[1] && seen[2]);
+    cr_expect_eq(h.out.withdrawals.len, 3, "handed-back instances run nothing more here");
     cr_expect_eq(h.out.removed, 3);
     cr_expect_eq(rn_shard_count(h.sh), 0);
     cr_expect_eq(rn_shard_busy(h.sh), 0);
