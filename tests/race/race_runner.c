@@ -242,6 +242,22 @@ main(int argc, char **argv)
         }
         ir_val_release(r);
     }
+    /* Every instance finished: no runner may still count one as held (a copy dropped for a
+     * lost lease or replaced by a new claim must leave the count, or the claimer would size its
+     * claims from a count that never comes down). */
+    for (i = 0; i < N_RUNNERS; i++) {
+        struct rn_runner_stats st;
+        int64_t until = cn_mono_ms() + 5000;
+
+        do {
+            rn_runner_stats(nodes[i].runner, &st);
+        } while (st.active != 0 && cn_mono_ms() < until && usleep(10000) == 0);
+        if (st.active != 0) {
+            fprintf(stderr, "race: runner %d still counts %" PRIu64 " instance(s) as held\n", i,
+                    st.active);
+            failed++;
+        }
+    }
     for (i = 0; i < N_RUNNERS; i++) {
         stop_node(&nodes[i]);
     }
