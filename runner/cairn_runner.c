@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -210,6 +211,25 @@ struct stopper {
     atomic_bool done;
 };
 
+/* Raises the soft limit on open files to the hard limit. Every worker connection and every
+ * database connection takes a descriptor, and Debian's default soft limit (1 024) is reached by
+ * a modest fleet plus a burst of connections that never say hello (the pool drops those, but
+ * only after RN_POOL_HELLO_TIMEOUT_MS); the hard limit is the operator's real ceiling. */
+static void
+raise_fd_limit(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) {
+        return;
+    }
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        cn_log(CN_LOG_WARN, "cannot raise the open-file limit to %llu",
+               (unsigned long long) rl.rlim_max);
+    }
+}
+
 static void *
 stopper_main(void *arg)
 {
@@ -243,6 +263,7 @@ main(int argc, char **argv)
     sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     (void) signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
     memset(&cfg, 0, sizeof(cfg));
     cfg.database_url = get("database-url");
     cfg.worker_listen = get("worker-listen");

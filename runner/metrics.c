@@ -39,30 +39,32 @@ rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *
                   struct cn_buf *b)
 {
     /* name, type, help, value: one row per sample. */
-#define RN_SAMPLES(X)                                                                             \
-    X("cairn_instances_claimed_total", "counter", "Instances claimed.", st->claimed)              \
-    X("cairn_instances_completed_total", "counter", "Instances completed.", st->completed)        \
-    X("cairn_instances_failed_total", "counter", "Instances failed or cancelled.", st->failed)    \
-    X("cairn_instances_evicted_total", "counter", "Instances handed back while sleeping.",        \
-      st->evicted)                                                                                \
-    X("cairn_leases_lost_total", "counter", "Instances evicted for a lost lease.", st->lost)      \
-    X("cairn_instances_active", "gauge", "Instances held now.", st->active)                       \
-    X("cairn_writes_total", "counter", "Instance writes committed.", st->writes)                  \
-    X("cairn_write_batches_total", "counter", "Persist transactions committed.", st->batches)     \
-    X("cairn_actions_dispatched_total", "counter", "Actions handed to the pool.", st->dispatched) \
-    X("cairn_workers", "gauge", "Workers connected.", ps->workers)                                \
-    X("cairn_pool_queued", "gauge", "Attempts waiting for a worker.", ps->queued)                 \
-    X("cairn_pool_results_total", "counter", "Worker outcomes accepted.", ps->results)            \
-    X("cairn_pool_stale_total", "counter", "Late or duplicate outcomes dropped.", ps->stale)      \
-    X("cairn_pool_timeouts_total", "counter", "Attempts past their deadline.", ps->timeouts)      \
-    X("cairn_pool_lost_total", "counter", "Attempts failed with WorkerLost.", ps->lost)           \
-    X("cairn_pool_requeued_total", "counter", "Attempts of a dropped worker dispatched again.",   \
-      ps->requeued)                                                                               \
-    X("cairn_pool_withdrawn_total", "counter",                                                    \
-      "Attempts withdrawn because their instance left this runner.", ps->withdrawn)               \
-    X("cairn_pool_bad_messages_total", "counter",                                                 \
-      "Worker connections dropped for a malformed message.", ps->bad_messages)                    \
-    X("cairn_pool_silent_total", "counter", "Worker connections dropped for silence.", ps->silent)
+#define RN_SAMPLES(X)                                                                              \
+    X("cairn_instances_claimed_total", "counter", "Instances claimed.", st->claimed)               \
+    X("cairn_instances_completed_total", "counter", "Instances completed.", st->completed)         \
+    X("cairn_instances_failed_total", "counter", "Instances failed or cancelled.", st->failed)     \
+    X("cairn_instances_evicted_total", "counter", "Instances handed back while sleeping.",         \
+      st->evicted)                                                                                 \
+    X("cairn_leases_lost_total", "counter", "Instances evicted for a lost lease.", st->lost)       \
+    X("cairn_instances_active", "gauge", "Instances held now.", st->active)                        \
+    X("cairn_writes_total", "counter", "Instance writes committed.", st->writes)                   \
+    X("cairn_write_batches_total", "counter", "Persist transactions committed.", st->batches)      \
+    X("cairn_actions_dispatched_total", "counter", "Actions handed to the pool.", st->dispatched)  \
+    X("cairn_workers", "gauge", "Workers connected.", ps->workers)                                 \
+    X("cairn_pool_queued", "gauge", "Attempts waiting for a worker.", ps->queued)                  \
+    X("cairn_pool_results_total", "counter", "Worker outcomes accepted.", ps->results)             \
+    X("cairn_pool_stale_total", "counter", "Late or duplicate outcomes dropped.", ps->stale)       \
+    X("cairn_pool_timeouts_total", "counter", "Attempts past their deadline.", ps->timeouts)       \
+    X("cairn_pool_lost_total", "counter", "Attempts failed with WorkerLost.", ps->lost)            \
+    X("cairn_pool_requeued_total", "counter", "Attempts of a dropped worker dispatched again.",    \
+      ps->requeued)                                                                                \
+    X("cairn_pool_withdrawn_total", "counter",                                                     \
+      "Attempts withdrawn because their instance left this runner.", ps->withdrawn)                \
+    X("cairn_pool_bad_messages_total", "counter",                                                  \
+      "Worker connections dropped for a malformed message.", ps->bad_messages)                     \
+    X("cairn_pool_silent_total", "counter", "Worker connections dropped for silence.", ps->silent) \
+    X("cairn_pool_ungreeted_total", "counter",                                                     \
+      "Connections dropped without a hello (too slow, or too many waiting).", ps->ungreeted)
 #define RN_SAMPLE(name, type, help, v) ok = ok && metric(b, name, type, help, (uint64_t) (v));
     bool ok = true;
 

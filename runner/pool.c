@@ -125,6 +125,14 @@ struct rn_pool {
         int64_t at; /* monotonic ms of the refusal */
     } refused[64];  /* refused at hello: ignored, then closed after REFUSE_GRACE_MS */
     size_t nrefused;
+    struct {
+        struct greet {
+            uint32_t pipe;
+            int64_t at; /* monotonic ms of its arrival */
+        } * items;
+        size_t len, cap;
+    } greet; /* connections that have not said hello yet */
+    uint32_t hello_timeout_ms, max_ungreeted;
     struct queued *qhead, *qtail;
     struct flight *fl; /* in-flight dispatches */
     size_t nfl, capfl;
@@ -605,6 +613,20 @@ close_pipe(uint32_t id)
     (void) nng_pipe_close(pp);
 }
 
+/* Pipe id said hello (or went away): it no longer waits for one. */
+static void
+greeted_locked(struct rn_pool *p, uint32_t id)
+{
+    size_t i;
+
+    for (i = 0; i < p->greet.len; i++) {
+        if (p->greet.items[i].pipe == id) {
+            p->greet.items[i] = p->greet.items[--p->greet.len];
+            return;
+        }
+    }
+}
+
 /* ---- requests ----------------------------------------------------------------------------- */
 
 /* The attempts in flight on pipe id fail with WorkerLost (those not already timed out) and
@@ -657,6 +679,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
     if (p->credential != NULL &&
         (m->credential == NULL || strcmp(m->credential, p->credential) != 0)) {
         p->st.refused++;
+        greeted_locked(p, c->pipe); /* the refusal's grace period closes it */
         wp_msg_init(&r, WP_REFUSED);
         r.reason = "bad credential";
         reply_locked(p, c, &r);
@@ -672,6 +695,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
         }
         return;
     }
+    greeted_locked(p, c->pipe);
     if ((w = worker_find(p, c->pipe)) == NULL) {
         w = cn_xcalloc(1, sizeof(*w));
         w->pipe = c->pipe;
@@ -871,6 +895,37 @@ pctx_cb(void *arg)
     results_deliver(p, &rs);
 }
 
+/* A connection arrived: it must say hello within hello_timeout_ms (the timer thread drops it
+ * otherwise), and only max_ungreeted may wait at once. */
+static void
+pipe_added(nng_pipe pp, nng_pipe_ev ev, void *arg)
+{
+    struct rn_pool *p = arg;
+    uint32_t id = nng_pipe_id(pp);
+    struct greet g;
+
+    (void) ev;
+    cn_mutex_lock(&p->mtx);
+    if (p->stopping || worker_find(p, id) != NULL) {
+        /* stopping; or its hello was handled before this callback ran */
+        cn_mutex_unlock(&p->mtx);
+        return;
+    }
+    if (p->greet.len >= p->max_ungreeted) {
+        p->st.ungreeted++;
+        cn_mutex_unlock(&p->mtx);
+        (void) nng_pipe_close(pp);
+        return;
+    }
+    g.pipe = id;
+    g.at = cn_mono_ms();
+    CN_VEC_XPUSH(&p->greet, g);
+    if (p->timer_wake > g.at + (int64_t) p->hello_timeout_ms) {
+        cn_cond_signal(&p->cond);
+    }
+    cn_mutex_unlock(&p->mtx);
+}
+
 /* A connection went away: its attempts fail now, its parked contexts are retired. */
 static void
 pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
@@ -895,6 +950,7 @@ pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
             break;
         }
     }
+    greeted_locked(p, id);
     for (wp = &p->workers; (w = *wp) != NULL; wp = &w->next) {
         if (w->pipe == id) {
             *wp = w->next;
@@ -928,7 +984,7 @@ timer_main(void *arg)
         int64_t next = mono + p->idle_ms, wake;
         struct pctx *c;
         struct worker *w;
-        size_t i;
+        size_t i, dropped = 0;
 
         for (i = 0; i < p->nrefused; i++) {
             if (mono - p->refused[i].at >= REFUSE_GRACE_MS) {
@@ -936,6 +992,25 @@ timer_main(void *arg)
             } else if (p->refused[i].at + REFUSE_GRACE_MS < next) {
                 next = p->refused[i].at + REFUSE_GRACE_MS;
             }
+        }
+        for (i = 0; i < p->greet.len;) {
+            int64_t limit = p->greet.items[i].at + (int64_t) p->hello_timeout_ms;
+            if (mono >= limit) {
+                /* Forgotten now: its removal callback finds nothing more to do. */
+                close_pipe(p->greet.items[i].pipe);
+                p->greet.items[i] = p->greet.items[--p->greet.len];
+                p->st.ungreeted++;
+                dropped++;
+                continue;
+            }
+            if (limit < next) {
+                next = limit;
+            }
+            i++;
+        }
+        if (dropped > 0) {
+            results_note(&rs, "dropped %zu connection(s) that said no hello within %u ms", dropped,
+                         p->hello_timeout_ms);
         }
         for (w = p->workers; w != NULL; w = w->next) {
             /* Heartbeat: a live worker re-parks each request the idle cycle answers, so three
@@ -1042,6 +1117,8 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
     p->arg = arg;
     p->idle_ms = cfg->idle_ms ? cfg->idle_ms : RN_DEFAULT_WORKER_IDLE_MS;
     p->requeue_lost = cfg->requeue_lost;
+    p->hello_timeout_ms = cfg->hello_timeout_ms ? cfg->hello_timeout_ms : RN_POOL_HELLO_TIMEOUT_MS;
+    p->max_ungreeted = cfg->max_ungreeted ? cfg->max_ungreeted : RN_POOL_MAX_UNGREETED;
     p->credential = cfg->credential ? strdup(cfg->credential) : NULL;
     cn_mutex_init(&p->mtx);
     cn_cond_init(&p->cond);
@@ -1051,6 +1128,7 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
         return cn_errmsg_set(err, CN_IO, "worker pool: %s", nng_strerror(rv));
     }
     (void) nng_socket_set_size(p->sock, NNG_OPT_RECVMAXSZ, WP_MAX_MSG);
+    (void) nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_POST, pipe_added, p);
     (void) nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, pipe_removed, p);
     if ((rv = nng_listener_create(&p->listener, p->sock, cfg->listen_url)) != 0 ||
         (rv = pool_tls_setup(p->listener, cfg)) != 0 ||
@@ -1251,6 +1329,7 @@ rn_pool_stop(struct rn_pool *p)
     rn_idmap_fini(&p->tokens);
     free(p->fl);
     free(p->fl_free);
+    free(p->greet.items);
     free(p->credential);
     cn_mutex_destroy(&p->mtx);
     cn_cond_destroy(&p->cond);

@@ -26,13 +26,26 @@
 
 struct rn_pool;
 
+/* A connection costs a file descriptor from the moment its transport handshake completes, and
+ * nothing but a `hello` proves it is a worker: without a bound, idle connections that never
+ * say hello (a port scan, a misconfigured client, an attack) exhaust the process's descriptors
+ * and with them the runner's database connections. A real worker says hello within
+ * milliseconds of connecting; 5 s covers a loaded host. 128 waiting at once is far above any
+ * fleet's reconnect burst after a runner restart (each worker connects once). */
+#define RN_POOL_HELLO_TIMEOUT_MS 5000
+#define RN_POOL_MAX_UNGREETED    128
+
 struct rn_pool_cfg {
-    const char *listen_url; /* ipc://PATH, tcp://HOST:PORT (port 0: any; see rn_pool_port) */
-    const char *credential; /* required in hello when not NULL */
-    uint32_t idle_ms;       /* parked requests are answered with noop after this; 0:
-                               RN_DEFAULT_WORKER_IDLE_MS */
-    uint32_t requeue_lost;  /* a dropped worker's attempts are dispatched again up to this many
-                               times each before failing with WorkerLost (0: fail at once) */
+    const char *listen_url;    /* ipc://PATH, tcp://HOST:PORT (port 0: any; see rn_pool_port) */
+    const char *credential;    /* required in hello when not NULL */
+    uint32_t idle_ms;          /* parked requests are answered with noop after this; 0:
+                                  RN_DEFAULT_WORKER_IDLE_MS */
+    uint32_t requeue_lost;     /* a dropped worker's attempts are dispatched again up to this many
+                                  times each before failing with WorkerLost (0: fail at once) */
+    uint32_t hello_timeout_ms; /* a connection that has not said hello by then is dropped (0:
+                                  RN_POOL_HELLO_TIMEOUT_MS) */
+    uint32_t max_ungreeted;    /* connections waiting to say hello at once; more are dropped as
+                                  they arrive (0: RN_POOL_MAX_UNGREETED) */
     /* For tls+tcp:// (PEM files): */
     const char *tls_cert_key_file; /* the runner's certificate and key, one file */
     const char *tls_ca_file;       /* CA for worker certificates */
@@ -74,6 +87,7 @@ struct rn_pool_stats {
     uint64_t bad_messages;  /* connections dropped for a malformed message */
     uint64_t refused;       /* hellos refused */
     uint64_t silent;        /* connections dropped after 3 idle periods without a request */
+    uint64_t ungreeted;     /* connections dropped without a hello: too slow, or too many */
     uint64_t queued;        /* submitted attempts waiting for a worker now */
     uint64_t contexts;      /* nng contexts open now (receiving, parked, replying, spare) */
     struct rn_lathist dispatch_delay; /* ready_us to the dispatch's send, per measured attempt */

@@ -14,7 +14,9 @@ that scripts/test starts. In a fresh database of its own (dropped at the end):
 - a lease taken away (by SQL, as another runner would) makes the old owner evict the instance
   and write nothing more; it completes once the lease is reclaimed;
 - a runner paused (SIGSTOP) past its TTL while its pool holds a backlog: another runner takes
-  over, and after SIGCONT the stale runner runs no more than its in-flight bound again.
+  over, and after SIGCONT the stale runner runs no more than its in-flight bound again;
+- 300 connections that never say hello: dropped (past the cap at once, the rest after the
+  hello timeout) while a real worker is served, and the runner's descriptors come back.
 
 Arguments: CAIRN_RUNNER CAIRN_WORKER CAIRNCTL SOURCE_ROOT. TAP output; without
 CAIRN_TEST_DATABASE_URL it reports a skip. Waits poll with deadlines; nothing relies on a
@@ -74,12 +76,12 @@ def wait_until(what, cond, timeout):
 
 
 class Proc:
-    def __init__(self, name, argv, env, log_dir):
+    def __init__(self, name, argv, env, log_dir, preexec_fn=None):
         self.name = name
         self.log = os.path.join(log_dir, name + ".log")
         self.f = open(self.log, "w")
         self.p = subprocess.Popen(argv, env=env, stdout=self.f, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
         procs.append(self)
 
     def kill9(self):
@@ -133,11 +135,11 @@ def ctl(env, *args, timeout=120):
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def runner(env, tmp, name, sock, *extra):
+def runner(env, tmp, name, sock, *extra, preexec_fn=None):
     return Proc(name, [RUNNER, "--worker-listen", sock, "--poll-interval-ms", "100",
                        "--lock-ttl-ms", "2000", "--lock-heartbeat-ms", "400",
                        "--worker-idle-ms", "1000", "--shutdown-grace-ms", "5000", *extra],
-                env, tmp)
+                env, tmp, preexec_fn=preexec_fn)
 
 
 def worker(env, tmp, name, sock, slots="8"):
@@ -397,6 +399,9 @@ def run_all(url, env, tmp):
     # ---- a runner paused past its leases stops running their actions ----------------------
     paused_runner(url, env, tmp)
 
+    # ---- connections that never say hello ------------------------------------------------
+    hello_less(url, env, tmp)
+
     # ---- the README's configuration table is what cairn-runner accepts -------------------
     help_text = subprocess.run([RUNNER, "--help"], capture_output=True, text=True).stdout
     readme = open(os.path.join(ROOT, "README.md")).read()
@@ -456,6 +461,81 @@ def paused_runner(url, env, tmp):
     rc = ra.term()
     check("paused runner: exits 0 on SIGTERM", rc == 0, f"exit {rc}")
     rb.term()
+
+
+def hello_less(url, env, tmp):
+    """300 connections that complete nng's TCP handshake but never say hello: past 128 waiting
+    at once the runner drops them as they come, the rest after its hello timeout (5 s), and a
+    real worker is served meanwhile; the runner's descriptors come back."""
+    import selectors
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    low = min(256, hard)
+    # Started with a low soft limit on open files, as Debian's default of 1 024 is for a fleet.
+    r = runner(env, tmp, "runner-greet", f"tcp://127.0.0.1:{port}",
+               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard)))
+    w = Proc("worker-greet", [WORKER, "--url", f"tcp://127.0.0.1:{port}", "--slots", "2"], env, tmp)
+    up = wait_until("worker up", lambda: "serving" in w.text(), 20)
+    ok = ctl(env, "run", "hello", "--input", '{"name": "greet"}', "--wait", "--timeout", "30")
+    check("hello-less: a worker over tcp is served", up and ok.returncode == 0, ok.stderr)
+    with open(f"/proc/{r.p.pid}/limits") as f:
+        nofile = [line.split()[3:5] for line in f if line.startswith("Max open files")][0]
+    check("hello-less: the runner raised its open-file soft limit to the hard limit",
+          nofile[0] == nofile[1] == str(hard) or hard == low, f"{nofile}, started at {low}")
+    base = fd_count(r)
+    socks = []
+    for _ in range(300):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"\x00SP\x00\x00\x30\x00\x00")  # SP header: REQ0 (0x30), as a worker's
+        s.setblocking(False)
+        socks.append(s)
+    t0 = time.monotonic()
+    during = subprocess.Popen([CTL, "run", "hello", "--input", '{"name": "during"}', "--wait",
+                               "--timeout", "30"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    sel = selectors.DefaultSelector()
+    for s in socks:
+        sel.register(s, selectors.EVENT_READ)
+    closed_at = {}
+    while len(closed_at) < len(socks) and time.monotonic() - t0 < 15:
+        for key, _ in sel.select(timeout=0.2):
+            try:
+                data = key.fileobj.recv(64)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                closed_at[key.fileobj] = time.monotonic() - t0
+                sel.unregister(key.fileobj)
+    err = during.communicate(timeout=60)[1]
+    check("hello-less: a real worker is served while they wait", during.returncode == 0, err)
+    early = sum(1 for v in closed_at.values() if v < 3)
+    check("hello-less: past 128 waiting, connections are dropped as they come",
+          early >= 300 - 128, f"{early} dropped within 3 s")
+    check("hello-less: the rest are dropped after the hello timeout (5 s)",
+          len(closed_at) == 300 and max(closed_at.values()) < 12,
+          f"{len(closed_at)} dropped, last at {max(closed_at.values(), default=-1):.1f} s")
+    for s in socks:
+        s.close()
+    back = wait_until("fds back", lambda: fd_count(r) <= base + 5, 10)
+    check("hello-less: the runner's descriptors come back", back, f"{fd_count(r)} vs {base}")
+    ok = ctl(env, "run", "hello", "--input", '{"name": "after"}', "--wait", "--timeout", "30")
+    check("hello-less: the runner still serves afterwards", ok.returncode == 0, ok.stderr)
+    check("hello-less: it logged the drops", "said no hello" in r.text())
+    w.term()
+    rc = r.term()
+    check("hello-less: exits 0 on SIGTERM", rc == 0, f"exit {rc}")
+
+
+def fd_count(proc):
+    try:
+        return len(os.listdir(f"/proc/{proc.p.pid}/fd"))
+    except OSError:
+        return -1
 
 
 if __name__ == "__main__":

@@ -1309,3 +1309,96 @@ Test(pool, a_withdrawn_attempt_is_neither_dispatched_again_nor_failed_when_its_w
     rn_pool_stop(p);
     got_fini(&g);
 }
+
+static struct rn_pool *
+pool_up_greet(struct got *g, char *url, size_t n, uint32_t hello_timeout_ms, uint32_t max_ungreeted)
+{
+    struct rn_pool_cfg cfg;
+    struct rn_pool *p = NULL;
+    struct cn_errmsg em = {{0}};
+    static int seq;
+
+    (void) snprintf(url, n, "ipc:///tmp/cairn-pool-greet-%d-%d.sock", (int) getpid(), ++seq);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.listen_url = url;
+    cfg.hello_timeout_ms = hello_timeout_ms;
+    cfg.max_ungreeted = max_ungreeted;
+    cr_assert_eq(rn_pool_start(&cfg, on_result, g, &p, &em), CN_OK, "%s", em.text);
+    return p;
+}
+
+/* Waits up to ms for worker w to have lost at least n pipes. */
+static bool
+tw_wait_removed(struct tw *w, int n, int ms)
+{
+    int i;
+
+    for (i = 0; i < ms / 10; i++) {
+        if (__atomic_load_n(&w->removed, __ATOMIC_SEQ_CST) >= n) {
+            return true;
+        }
+        usleep(10000);
+    }
+    return __atomic_load_n(&w->removed, __ATOMIC_SEQ_CST) >= n;
+}
+
+Test(pool, a_connection_that_says_no_hello_in_time_is_dropped_and_workers_are_not)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw mute, w;
+    struct wp_msg r;
+    struct rn_pool_stats st;
+
+    got_init(&g);
+    p = pool_up_greet(&g, url, sizeof(url), 300, 0);
+    tw_open(&mute, url, 1); /* connects, never says hello */
+    tw_open(&w, url, 2);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    cr_assert(tw_wait_removed(&mute, 1, 5000), "the silent connection was never dropped");
+    rn_pool_stats(p, &st);
+    cr_assert_geq(st.ungreeted, 1);
+    /* The worker that said hello outlives the timeout several times over, and still works. */
+    usleep(700000);
+    cr_assert_eq(__atomic_load_n(&w.removed, __ATOMIC_SEQ_CST), 0, "a worker was dropped");
+    tw_ready(&w, 1, NULL);
+    submit(p, "t.x", 3, 0);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    wp_msg_fini(&r);
+    tw_close(&w, 2);
+    tw_close(&mute, 1);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+Test(pool, connections_past_the_cap_of_those_waiting_to_say_hello_are_dropped_at_once)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw a, b, c;
+    struct rn_pool_stats st;
+
+    got_init(&g);
+    p = pool_up_greet(&g, url, sizeof(url), 60000, 2);
+    tw_open(&a, url, 1);
+    tw_open(&b, url, 1);
+    usleep(100000); /* both are known to the pool before the third arrives */
+    tw_open(&c, url, 1);
+    cr_assert(tw_wait_removed(&c, 1, 3000), "a connection past the cap was kept");
+    cr_assert_eq(__atomic_load_n(&a.removed, __ATOMIC_SEQ_CST), 0);
+    cr_assert_eq(__atomic_load_n(&b.removed, __ATOMIC_SEQ_CST), 0);
+    rn_pool_stats(p, &st);
+    cr_assert_geq(st.ungreeted, 1);
+    /* The ones within the cap are still served: a's hello is welcomed. */
+    tw_close(&c, 1);
+    tw_hello(&a, acts, 1, NULL, WP_WELCOME);
+    tw_close(&a, 1);
+    tw_close(&b, 1);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
