@@ -231,23 +231,20 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
 }
 
 static cn_err
-mem_heartbeat(struct rn_backend *base, const struct rn_token *locks, size_t n, int64_t lease_ms,
+mem_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, int64_t lease_ms,
               bool *lost, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
     int64_t now = cn_wall_ms();
-    size_t i, j;
+    size_t i;
 
     (void) err;
     cn_mutex_lock(&b->mtx);
     for (i = 0; i < n; i++) {
-        lost[i] = true;
-        for (j = 0; j < b->ninsts; j++) {
-            if (holds(b->insts[j], locks[i])) {
-                b->insts[j]->lock_expires = now + lease_ms;
-                lost[i] = false;
-                break;
-            }
+        struct mem_instance *in = mem_find(b, leases[i].instance_id);
+        lost[i] = !holds(in, leases[i].lock);
+        if (!lost[i]) {
+            in->lock_expires = now + lease_ms;
         }
     }
     cn_mutex_unlock(&b->mtx);

@@ -61,9 +61,9 @@ pg_conn(struct pg_backend *b, struct cn_errmsg *err)
      * full scan and a sort for the claim, a hash join over the queue for a write) turns each
      * statement into O(queue) work; measured, a drain of 20 000 instances fell from 12 000
      * to 650 instances/s. Sorts are off so that the claim walks its ordered index rather than
-     * sorting another. The heartbeat, which has no index to use, still scans and sorts; the
-     * penalty these settings put on its plan would make PostgreSQL compile it with JIT at every
-     * beat, hence jit = off. */
+     * sorting another. Every statement here runs in milliseconds, and the cost penalties these
+     * settings add to a plan can make PostgreSQL compile one with JIT at every run, for more than
+     * it saves: hence jit = off. */
     r = PQexec(b->c, "SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = "
                      "off; SET enable_hashjoin = off; SET enable_mergejoin = off; SET jit = off");
     ok = r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK;
@@ -513,8 +513,8 @@ pg_prepare(struct pg_backend *b, struct cn_errmsg *err)
     /* One plan per statement, made once: planning these joins at every bind cost more than
      * executing them (about 0.1 ms each, most of a small transaction's time). The session's
      * settings (pg_conn) make it a plan of index nested loops, right for every batch size.
-     * Only this connection's prepared statements are generic: the heartbeat's `= ANY($1)`
-     * must stay a custom plan, where PostgreSQL hashes the array. */
+     * Only this connection's prepared statements are generic: the other connections' statements
+     * (claim, heartbeat, reclaim) keep custom plans, fitted to their arrays' sizes. */
     {
         PGresult *r = PQexec(b->c, "SET plan_cache_mode = force_generic_plan");
         bool ok = r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK;
@@ -752,15 +752,24 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
 
 /* ---- leases ------------------------------------------------------------------------------- */
 
+static int
+cmp_lease_lock(const void *x, const void *y)
+{
+    const struct rn_lease *const *a = x, *const *b = y;
+
+    return memcmp((*a)->lock.b, (*b)->lock.b, sizeof((*a)->lock.b));
+}
+
 static cn_err
-pg_heartbeat(struct rn_backend *base, const struct rn_token *locks, size_t n, int64_t lease_ms,
+pg_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, int64_t lease_ms,
              bool *lost, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    char leases[24];
-    const char *p[2];
+    const struct rn_lease **order;
+    char ms[24];
+    const char *p[3];
     PGresult *r = NULL;
-    struct arr a;
+    struct arr ids, toks;
     size_t i;
     int row;
     cn_err rv;
@@ -777,24 +786,35 @@ pg_heartbeat(struct rn_backend *base, const struct rn_token *locks, size_t n, in
         }
         return rv;
     }
-    arr_begin(&a);
+    /* Rows are looked up by primary key and locked in the order of the arrays: by claim token,
+     * the order the persist fence locks in, so the two never wait on each other in a cycle. */
+    order = cn_xmalloc(n * sizeof(*order));
     for (i = 0; i < n; i++) {
-        arr_uuid(&a, locks[i].b);
+        order[i] = &leases[i];
     }
-    (void) snprintf(leases, sizeof(leases), "%lld", (long long) lease_ms);
-    p[0] = arr_end(&a);
-    p[1] = leases;
-    rv = p[0] == NULL ? CN_NOMEM
-                      : pg_exec_bin(b,
-                                    "WITH h AS MATERIALIZED (SELECT ctid AS tid FROM"
-                                    " cairn.queued_instances WHERE lock_uuid = ANY($1::uuid[])"
-                                    " ORDER BY lock_uuid FOR UPDATE)"
-                                    " UPDATE cairn.queued_instances q SET lock_expires_at ="
-                                    " clock_timestamp() + $2::bigint * interval '1 millisecond'"
-                                    " FROM h WHERE q.ctid = h.tid"
-                                    " RETURNING q.lock_uuid",
-                                    2, p, &r, err);
-    arr_fini(&a);
+    qsort(order, n, sizeof(*order), cmp_lease_lock);
+    arr_begin(&ids);
+    arr_begin(&toks);
+    for (i = 0; i < n; i++) {
+        arr_uuid(&ids, order[i]->instance_id.b);
+        arr_uuid(&toks, order[i]->lock.b);
+    }
+    free(order);
+    (void) snprintf(ms, sizeof(ms), "%lld", (long long) lease_ms);
+    p[0] = arr_end(&ids);
+    p[1] = arr_end(&toks);
+    p[2] = ms;
+    rv = p[0] == NULL || p[1] == NULL
+             ? CN_NOMEM
+             : pg_exec_bin(b,
+                           "UPDATE cairn.queued_instances q SET lock_expires_at ="
+                           " clock_timestamp() + $3::bigint * interval '1 millisecond'"
+                           " FROM unnest($1::uuid[], $2::uuid[]) AS t(iid, tok)"
+                           " WHERE q.instance_id = t.iid AND q.lock_uuid = t.tok"
+                           " RETURNING q.lock_uuid",
+                           3, p, &r, err);
+    arr_fini(&ids);
+    arr_fini(&toks);
     if (rv != CN_OK) {
         for (i = 0; i < n; i++) {
             lost[i] = false; /* unknown: try again at the next beat */
@@ -802,12 +822,12 @@ pg_heartbeat(struct rn_backend *base, const struct rn_token *locks, size_t n, in
         return rv;
     }
     for (row = 0; row < PQntuples(r); row++) {
-        struct rn_token lock;
+        struct rn_token lock; /* a claim's token names the lease: an instance's old one is lost */
         if (!get_uuid(r, row, 0, lock.b)) {
             continue;
         }
         for (i = 0; i < n; i++) {
-            if (rn_token_eq(locks[i], lock)) {
+            if (rn_token_eq(leases[i].lock, lock)) {
                 lost[i] = false;
             }
         }

@@ -135,16 +135,18 @@ reclaim_expired(struct rn_keeper *k)
     }
 }
 
-/* Renews every lease held; reports the ones found gone. */
+/* Renews every lease held, RN_HEARTBEAT_BATCH at a time (each batch its own short
+ * transaction, so no write waits long behind the renewal); reports the ones found gone. */
 static void
 renew(struct rn_keeper *k)
 {
     struct rn_backend *b = k->cfg.backend;
     struct cn_errmsg em = {{0}};
     struct lease *copy;
-    struct rn_token *locks;
+    struct rn_lease *leases;
     bool *lost;
-    size_t n, i;
+    size_t n, i, at, m;
+    int failures = 0;
 
     cn_mutex_lock(&k->reg);
     n = k->leases.len;
@@ -156,15 +158,22 @@ renew(struct rn_keeper *k)
     if (n == 0) {
         return;
     }
-    locks = cn_xmalloc(n * sizeof(*locks));
+    leases = cn_xmalloc(n * sizeof(*leases));
     lost = cn_xcalloc(n, sizeof(*lost));
     for (i = 0; i < n; i++) {
-        locks[i] = copy[i].lock;
+        leases[i].instance_id = copy[i].iid;
+        leases[i].lock = copy[i].lock;
     }
-    if (b->ops->heartbeat(b, locks, n, k->cfg.lock_ttl_ms, lost, &em) != CN_OK) {
-        cn_log(CN_LOG_ERROR, "lease heartbeat failed: %s", em.text);
-    } else {
-        for (i = 0; i < n; i++) {
+    for (at = 0; at < n; at += m) {
+        m = n - at < RN_HEARTBEAT_BATCH ? n - at : RN_HEARTBEAT_BATCH;
+        if (b->ops->heartbeat(b, leases + at, m, k->cfg.lock_ttl_ms, lost + at, &em) != CN_OK) {
+            /* Unknown: these are renewed at the next beat, or reported then. */
+            if (failures++ == 0) {
+                cn_log(CN_LOG_ERROR, "lease heartbeat failed: %s", em.text);
+            }
+            continue;
+        }
+        for (i = at; i < at + m; i++) {
             if (lost[i]) {
                 struct rn_sev *e = rn_sev_new(RN_SEV_LOST, copy[i].iid);
                 e->lock = copy[i].lock;
@@ -173,7 +182,7 @@ renew(struct rn_keeper *k)
         }
     }
     free(copy);
-    free(locks);
+    free(leases);
     free(lost);
 }
 

@@ -285,19 +285,21 @@ expired_leases_move_and_the_old_holder_is_fenced(bool pg)
     struct rn_write w;
     struct cn_errmsg em = {{0}};
     struct rn_iid id;
-    struct rn_token locks[2];
+    struct rn_lease locks[2];
     bool lost[2];
 
     fx_open(&f, pg);
     fx_enqueue(&f, 1, &id);
     cr_assert_eq(claim(&f, 50, &c), 1);
-    locks[0] = c[0].lock;
+    locks[0].instance_id = c[0].instance_id;
+    locks[0].lock = c[0].lock;
     cr_assert_eq(f.b->ops->heartbeat(f.b, locks, 1, 50, lost, &em), CN_OK);
     cr_assert(!lost[0], "a held lease reported lost");
     sleep_ms(120); /* the lease expires: another claim takes it with a new token */
     cr_assert_eq(claim(&f, 30000, &c2), 1);
     cr_assert(!rn_token_eq(c2[0].lock, c[0].lock), "a new claim reused the token");
-    locks[1] = c2[0].lock;
+    locks[1].instance_id = c2[0].instance_id;
+    locks[1].lock = c2[0].lock;
     cr_assert_eq(f.b->ops->heartbeat(f.b, locks, 2, 30000, lost, &em), CN_OK);
     cr_assert(lost[0], "the old holder still holds it");
     cr_assert(!lost[1]);
@@ -316,8 +318,7 @@ expired_leases_move_and_the_old_holder_is_fenced(bool pg)
     /* release hands a lease back at once */
     fx_enqueue(&f, 2, &id);
     cr_assert_eq(claim(&f, 30000, &c), 1);
-    locks[0] = c[0].lock;
-    cr_assert_eq(f.b->ops->release(f.b, locks, 1, &em), CN_OK);
+    cr_assert_eq(f.b->ops->release(f.b, &c[0].lock, 1, &em), CN_OK);
     rn_claimed_free(c, 1);
     cr_assert_eq(claim(&f, 30000, &c), 1, "a released instance was not claimable");
     rn_claimed_free(c, 1);
@@ -341,7 +342,7 @@ the_reclaimer_clears_expired_leases(bool pg)
     struct rn_claimed *c = NULL;
     struct cn_errmsg em = {{0}};
     struct rn_iid id;
-    struct rn_token held;
+    struct rn_lease held;
     bool lost;
     size_t n = 99;
 
@@ -350,7 +351,8 @@ the_reclaimer_clears_expired_leases(bool pg)
     fx_enqueue(&f, 2, &id);
     /* A 1 s lease: a shorter one could expire before the first check on a loaded machine. */
     cr_assert_eq(claim(&f, 1000, &c), 2);
-    held = c[1].lock;
+    held.instance_id = c[1].instance_id;
+    held.lock = c[1].lock;
     rn_claimed_free(c, 2);
     cr_assert_eq(f.b->ops->reclaim(f.b, 10, &n, &em), CN_OK, "%s", em.text);
     cr_assert_eq(n, 0, "a live lease was reclaimed");
@@ -378,14 +380,14 @@ Test(backend, postgres_the_reclaimer_clears_expired_leases)
     the_reclaimer_clears_expired_leases(true);
 }
 
-/* The lease keeper renews every lease in one statement while the persisters lock the rows of
- * their batches: both must take row locks in one order, or they deadlock (PostgreSQL breaks
+/* The lease keeper renews a batch of leases in one statement while the persisters lock the rows
+ * of their batches: both must take row locks in one order, or they deadlock (PostgreSQL breaks
  * the cycle after deadlock_timeout, a second in which the runner writes nothing). Here a
  * thread renews 300 leases as fast as it can while batches of writes in reverse and shuffled
  * order are persisted; every call must succeed. */
 struct beater {
     struct rn_backend *b;
-    struct rn_token *locks;
+    struct rn_lease *locks;
     size_t n;
     volatile int stop;
     int failures;
@@ -433,7 +435,8 @@ Test(backend, postgres_heartbeats_and_writes_never_deadlock, .timeout = 120)
     w = calloc(N, sizeof(*w));
     cr_assert(bt.locks != NULL && w != NULL);
     for (i = 0; i < N; i++) {
-        bt.locks[i] = c[i].lock;
+        bt.locks[i].instance_id = c[i].instance_id;
+        bt.locks[i].lock = c[i].lock;
     }
     url = url_for(f.base_url, f.dbname);
     cr_assert_eq(rn_backend_pg_open(url, &bt.b, &em), CN_OK, "%s", em.text);
