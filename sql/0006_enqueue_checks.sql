@@ -65,13 +65,14 @@ BEGIN
     END IF;
     -- jsonb keeps numbers exactly, the runner does not: one printed without a fraction (jsonb
     -- prints 1e19 as 10000000000000000000) must fit int64, any other a finite float64, i.e.
-    -- stay below 2^1024 - 2^970, from which strtod rounds to infinity. Only numbers outside
-    -- int64's range can fail either test, and jsonpath finds those without leaving C.
+    -- stay below 2^1024 - 2^970, from which strtod rounds to infinity. Only numbers of at least
+    -- 2^63 in magnitude can fail either test, and jsonpath finds those without leaving C (in
+    -- strict mode .abs() of anything but a number is an error, which a filter counts as false;
+    -- measured, twice as fast as testing .type() first).
     SELECT q.n::numeric INTO v_num
-      FROM jsonb_path_query(enqueue.input,
-               'strict $.** ? (@.type() == "number" && '
-               '(@ >= 9223372036854775808 || @ < -9223372036854775808))') AS q(n)
-     WHERE scale(q.n::numeric) = 0
+      FROM jsonb_path_query(enqueue.input, 'strict $.** ? (@.abs() >= 9223372036854775808)')
+           AS q(n)
+     WHERE (scale(q.n::numeric) = 0 AND q.n::numeric <> -9223372036854775808)
         OR abs(q.n::numeric) >= 2::numeric ^ 1024 - 2::numeric ^ 970
      LIMIT 1;
     IF v_num IS NOT NULL AND scale(v_num) = 0 THEN
