@@ -81,6 +81,8 @@ db_exec(PGconn *c, const char *sql, int n, const char *const *params, int format
         e = CN_NOTFOUND;
     } else if (state != NULL && (strncmp(state, "22", 2) == 0 || strcmp(state, "23514") == 0)) {
         e = CN_INVAL;
+    } else if (state != NULL && strcmp(state, "54000") == 0) {
+        e = CN_TOOBIG;
     } else {
         e = CN_DB;
     }

@@ -23,6 +23,13 @@ enum {
     EXIT_PENDING = 5,  /* the instance has not finished (result), or --wait timed out */
 };
 
+/* What cairn.enqueue accepts: the figures of cairn.limits() (sql/0006_enqueue_checks.sql,
+ * docs/operations.md "Limits"), which the database enforces for every client. `cairnctl run`
+ * checks them too, to refuse a bad request with a clear message before sending it; the depth
+ * limit is IR_VALUE_MAX_DEPTH. A test holds these to the database's figures. */
+#define CTL_INPUT_MAX_BYTES           262144 /* of JSON text as PostgreSQL prints it */
+#define CTL_IDEMPOTENCY_KEY_MAX_BYTES 255
+
 /* A command's options (ir/base/opts.h): messages start with "cairnctl CMD" and point at
  * `cairnctl help`; ARGS is the synopsis after the command's name; MAX, the arguments allowed. */
 #define CTL_OPTS(cmd, args, rows, max)                                                       \
@@ -55,9 +62,11 @@ char *ctl_read_file(const char *path, size_t *len);
  * be read. */
 int ctl_compile_file(const char *path, struct ir_dag **out, char **src, size_t *src_len);
 
-/* Checks an --input value (NULL: "{}"): valid JSON (else the error with line and column) and
- * an object. Returns EXIT_OK with its compact text in *compact (free it), else prints why and
- * returns EXIT_REJECTED (or EXIT_USAGE when out of memory). */
+/* Checks an --input value (NULL: "{}"): valid JSON (else the error with line and column), an
+ * object, numbers within int64 and float64, nesting within IR_VALUE_MAX_DEPTH. Returns EXIT_OK
+ * with its text in *compact (free it): the engine's own JSON (floats in their shortest form,
+ * ", " and ": " separators as PostgreSQL prints jsonb), else prints why and returns
+ * EXIT_REJECTED (or EXIT_USAGE when out of memory). */
 int ctl_parse_input(const char *cmd, const char *text, char **compact);
 
 int ctl_cmd_migrate(int argc, char **argv);

@@ -6,10 +6,13 @@
  * (user data never becomes SQL text) and prints human-readable text, or JSON with --json.
  * Single-threaded. Exit codes: ctl.h.
  */
+#include <ctype.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -18,6 +21,7 @@
 #include "ir/base/clock.h"
 #include "ir/base/uuid.h"
 #include "ir/compile.h"
+#include "ir/numtext.h"
 #include "ir/value.h"
 #include "runner/ctl/ctl.h"
 #include "runner/db.h"
@@ -113,7 +117,7 @@ db_error(const struct cn_opts *o, cn_err rv, const struct cn_errmsg *em)
     if (strstr(em->text, "does not exist") != NULL && strstr(em->text, "cairn.") != NULL) {
         fprintf(stderr, "%s: is the schema there? run `cairnctl migrate`\n", o->prog);
     }
-    return rv == CN_NOTFOUND || rv == CN_INVAL ? EXIT_REJECTED : EXIT_DB;
+    return rv == CN_NOTFOUND || rv == CN_INVAL || rv == CN_TOOBIG ? EXIT_REJECTED : EXIT_DB;
 }
 
 static void
@@ -372,10 +376,23 @@ wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long time
 int
 ctl_parse_input(const char *cmd, const char *text, char **compact)
 {
+    const char *src = text != NULL ? text : "{}";
     json_error_t je;
-    json_t *input = json_loads(text != NULL ? text : "{}", JSON_REJECT_DUPLICATES, &je);
+    json_t *input = json_loads(src, JSON_REJECT_DUPLICATES, &je);
+    struct cn_buf out = CN_BUF_INIT;
+    struct cn_errmsg em;
+    struct ir_val v;
+    size_t len;
+    cn_err rv;
 
     *compact = NULL;
+    if (input == NULL && json_error_code(&je) == json_error_numeric_overflow) {
+        fprintf(stderr,
+                "cairnctl %s: --input holds a number out of range (integers are 64-bit, floats "
+                "at most about 1.8e308): %s (line %d, column %d)\n",
+                cmd, je.text, je.line, je.column);
+        return EXIT_REJECTED;
+    }
     if (input == NULL) {
         fprintf(stderr, "cairnctl %s: --input is not valid JSON: %s (line %d, column %d)\n", cmd,
                 je.text, je.line, je.column);
@@ -387,11 +404,136 @@ ctl_parse_input(const char *cmd, const char *text, char **compact)
         json_decref(input);
         return EXIT_REJECTED;
     }
-    *compact = json_dumps(input, JSON_COMPACT);
     json_decref(input);
-    if (*compact == NULL) {
+    /* jansson has vouched for the syntax, the keys and the numbers, with positions; the
+     * engine's own decoder adds its depth limit, and its encoder the text that is sent. */
+    rv = ir_val_from_json(src, strlen(src), &v, &em);
+    if (rv == CN_DEPTH) {
+        fprintf(stderr,
+                "cairnctl %s: --input is nested deeper than %d levels (the top object is level "
+                "1; each array or object adds one)\n",
+                cmd, IR_VALUE_MAX_DEPTH);
+        return EXIT_REJECTED;
+    }
+    if (rv == CN_OK) {
+        rv = ir_val_to_json(v, &out, &em);
+        ir_val_release(v);
+    }
+    if (rv == CN_OK) {
+        rv = cn_buf_take(&out, compact, &len);
+    }
+    cn_buf_fini(&out);
+    if (rv == CN_NOMEM) {
         fprintf(stderr, "cairnctl %s: out of memory\n", cmd);
         return EXIT_USAGE;
+    }
+    if (rv != CN_OK) {
+        fprintf(stderr, "cairnctl %s: --input: %s\n", cmd, em.text);
+        return EXIT_REJECTED;
+    }
+    return EXIT_OK;
+}
+
+/* A float at or beyond 2^63 reaches jsonb in exponent form (1e+20), which PostgreSQL keeps as
+ * the integer 100000000000000000000: outside int64, so cairn.enqueue refuses it. Says so first,
+ * for the first one found (v is within IR_VALUE_MAX_DEPTH: the recursion is bounded). */
+static bool
+jsonb_numbers_ok(struct ir_val v)
+{
+    size_t i;
+
+    switch (v.type) {
+    case IR_T_FLOAT:
+        if (fabs(v.u.f) >= 9223372036854775808.0) {
+            char fb[IR_FLOAT_REPR_MAX];
+            (void) ir_float_repr(v.u.f, fb);
+            fprintf(stderr,
+                    "cairnctl run: --input holds %s, which PostgreSQL stores as an integer, "
+                    "outside the 64-bit range (write it with a fraction to keep a float: "
+                    "100000000000000000000.0)\n",
+                    fb);
+            return false;
+        }
+        return true;
+    case IR_T_LIST:
+        for (i = 0; i < ir_list_len(v); i++) {
+            if (!jsonb_numbers_ok(ir_list_items(v)[i])) {
+                return false;
+            }
+        }
+        return true;
+    case IR_T_MAP:
+        for (i = 0; i < ir_map_len(v); i++) {
+            if (!jsonb_numbers_ok(ir_map_val_at(v, i))) {
+                return false;
+            }
+        }
+        return true;
+    default:
+        return true;
+    }
+}
+
+/* PostgreSQL's spellings of the infinite times, 'infinity' and '-infinity', which it takes in
+ * any case, with blanks around. */
+static bool
+infinite_time(const char *s)
+{
+    size_t n;
+
+    while (isspace((unsigned char) *s)) {
+        s++;
+    }
+    if (*s == '-') {
+        s++;
+    }
+    n = strlen(s);
+    while (n > 0 && isspace((unsigned char) s[n - 1])) {
+        n--;
+    }
+    return n == 8 && strncasecmp(s, "infinity", 8) == 0;
+}
+
+/* The checks cairn.enqueue makes that can be made here (the database makes them all again). */
+static int
+check_enqueue(const char *input, const char *key, const char *at)
+{
+    struct ir_val v;
+    struct cn_errmsg em;
+    size_t n = strlen(input);
+    bool ok;
+
+    if (n > CTL_INPUT_MAX_BYTES) {
+        fprintf(stderr,
+                "cairnctl run: --input is %zu bytes of JSON, over the limit of %d bytes (pass "
+                "large data by reference: a URL, a row id)\n",
+                n, CTL_INPUT_MAX_BYTES);
+        return EXIT_REJECTED;
+    }
+    if (ir_val_from_json(input, n, &v, &em) != CN_OK) { /* ctl_parse_input made this text */
+        fprintf(stderr, "cairnctl run: --input: %s\n", em.text);
+        return EXIT_USAGE;
+    }
+    ok = jsonb_numbers_ok(v);
+    ir_val_release(v);
+    if (!ok) {
+        return EXIT_REJECTED;
+    }
+    if (key != NULL && key[0] == '\0') {
+        fprintf(stderr, "cairnctl run: --idempotency-key is empty (leave it out for no key)\n");
+        return EXIT_REJECTED;
+    }
+    if (key != NULL && strlen(key) > CTL_IDEMPOTENCY_KEY_MAX_BYTES) {
+        fprintf(stderr,
+                "cairnctl run: --idempotency-key is %zu bytes, over the limit of %d bytes (use a "
+                "digest of a longer key: a hex SHA-256 is 64 bytes)\n",
+                strlen(key), CTL_IDEMPOTENCY_KEY_MAX_BYTES);
+        return EXIT_REJECTED;
+    }
+    if (at != NULL && infinite_time(at)) {
+        fprintf(stderr,
+                "cairnctl run: --at must be a finite time (2026-12-01T09:00:00Z), not '%s'\n", at);
+        return EXIT_REJECTED;
     }
     return EXIT_OK;
 }
@@ -403,9 +545,12 @@ ctl_cmd_run(int argc, char **argv)
         CTL_OPT_DB,
         {.flag = "input",
          .kind = CN_OPT_STR,
-         .def = "{}",
          .arg = "JSON",
-         .help = "the instance's input, a JSON object"},
+         .help = "the instance's input, a JSON object (default {})"},
+        {.flag = "input-file",
+         .kind = CN_OPT_STR,
+         .arg = "FILE",
+         .help = "read the input from FILE (-: stdin), for one too long for a command line"},
         {.flag = "idempotency-key",
          .kind = CN_OPT_STR,
          .arg = "K",
@@ -435,7 +580,8 @@ ctl_cmd_run(int argc, char **argv)
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS("run",
-                                "NAME [--input JSON] [--idempotency-key K] [--priority P] "
+                                "NAME [--input JSON | --input-file FILE] [--idempotency-key K] "
+                                "[--priority P] "
                                 "[--at TIME] [--version V] [--wait [--timeout S]] [--json]",
                                 rows, 1);
     struct cn_errmsg em;
@@ -443,7 +589,9 @@ ctl_cmd_run(int argc, char **argv)
     PGresult *r = NULL;
     const char *params[6];
     char prio[24];
-    char *input_text = NULL;
+    char *input_text = NULL, *file_text = NULL;
+    const char *input, *input_file;
+    size_t file_len = 0;
     int status;
     cn_err rv;
 
@@ -454,8 +602,31 @@ ctl_cmd_run(int argc, char **argv)
         fprintf(stderr, "usage: %s\n", o.usage);
         return EXIT_USAGE;
     }
+    input = cn_opts_str(&o, "input");
+    if ((input_file = cn_opts_str(&o, "input-file")) != NULL) {
+        if (input != NULL) {
+            fprintf(stderr, "cairnctl run: give --input or --input-file, not both\n");
+            return EXIT_USAGE;
+        }
+        if ((file_text = ctl_read_file(input_file, &file_len)) == NULL) {
+            return EXIT_USAGE;
+        }
+        if (strlen(file_text) != file_len) {
+            fprintf(stderr, "cairnctl run: %s contains a NUL byte\n", input_file);
+            free(file_text);
+            return EXIT_REJECTED;
+        }
+        input = file_text;
+    }
     /* The input is checked here, with a position, before the database sees it. */
-    if ((status = ctl_parse_input("run", cn_opts_str(&o, "input"), &input_text)) != EXIT_OK) {
+    status = ctl_parse_input("run", input, &input_text);
+    free(file_text);
+    if (status != EXIT_OK) {
+        return status;
+    }
+    if ((status = check_enqueue(input_text, cn_opts_str(&o, "idempotency-key"),
+                                cn_opts_str(&o, "at"))) != EXIT_OK) {
+        free(input_text);
         return status;
     }
     if ((status = db_open(&o, &c)) != EXIT_OK) {

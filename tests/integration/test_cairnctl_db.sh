@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Meson test (suite db): cairnctl's database commands against the real PostgreSQL that
-# scripts/test starts: migrate (also three at once), register, run, status, result, list, and
-# their errors and exit codes (TAP output). Each run works in fresh databases of its own (created on the
-# server of CAIRN_TEST_DATABASE_URL and dropped at the end), so it never disturbs other tests.
+# scripts/test starts: migrate (also three at once), register, run (and the enqueue limits it
+# checks), status, result, list, and their errors and exit codes (TAP output). Each run works in
+# fresh databases of its own (created on the server of CAIRN_TEST_DATABASE_URL and dropped at
+# the end), so it never disturbs other tests.
 # Arguments: CAIRNCTL SOURCE_ROOT. Without CAIRN_TEST_DATABASE_URL it reports a TAP skip.
 set -uo pipefail
 
@@ -118,6 +119,66 @@ later=$("$ctl" run hello --at '2999-01-01T00:00:00Z' --priority 5 2>&1)
 check "--at and --priority are stored" "$(q "$url" "SELECT extract(year FROM scheduled_at)::int || ' ' || priority FROM cairn.queued_instances WHERE instance_id = '$later'")" "2999 5"
 out=$("$ctl" run hello --priority x 2>&1); rc=$?
 check "bad --priority: exit 2" "$rc" 2
+
+# ---- run: the limits of cairn.enqueue (cairn.limits()), checked before sending -------------
+check "cairn.limits() holds cairnctl's figures" \
+    "$(q "$url" "SELECT input_bytes || ' ' || value_depth || ' ' || idempotency_key_bytes FROM cairn.limits()")" \
+    "262144 32 255"
+# An object nested $1 levels deep: {"a": [[...]]} with the innermost list at level $1.
+nested() { python3 -c "import sys; d = int(sys.argv[1]); print('{\"a\": ' + '[' * (d - 1) + ']' * (d - 1) + '}')" "$1"; }
+out=$("$ctl" run hello --input "$(nested 33)" 2>&1); rc=$?
+check "input one level too deep: exit 1" "$rc" 1
+contains "input one level too deep: says so" "$out" "--input is nested deeper than 32 levels"
+deep=$("$ctl" run hello --input "$(nested 32)" 2>&1); rc=$?
+check "input at the depth limit: exit 0" "$rc" 0
+check "input at the depth limit: read back as sent" \
+    "$("$ctl" status "$deep" --json | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["input"]))')" \
+    "$(nested 32)"
+out=$("$ctl" run hello --input '{"a": 1e400}' 2>&1); rc=$?
+check "1e400: exit 1" "$rc" 1
+contains "1e400: says so" "$out" "--input holds a number out of range"
+out=$("$ctl" run hello --input '{"a": [-9223372036854775809]}' 2>&1); rc=$?
+check "an integer beyond int64: exit 1" "$rc" 1
+contains "an integer beyond int64: says so" "$out" "--input holds a number out of range"
+out=$("$ctl" run hello --input '{"a": 1e20}' 2>&1); rc=$?
+check "a float jsonb would keep as an integer beyond int64: exit 1" "$rc" 1
+contains "a float jsonb would keep as an integer beyond int64: says so" "$out" \
+    "--input holds 1e+20, which PostgreSQL stores as an integer, outside the 64-bit range"
+# {"s": "..."} is 9 bytes around the string; argv cannot hold 256 KiB, hence --input-file.
+python3 -c 'import sys; sys.stdout.write("{\"s\": \"" + "x" * 262135 + "\"}")' >"$tmp/at_limit.json"
+python3 -c 'import sys; sys.stdout.write("{\"s\": \"" + "x" * 262136 + "\"}")' >"$tmp/over_limit.json"
+out=$("$ctl" run hello --input-file "$tmp/over_limit.json" 2>&1); rc=$?
+check "input one byte over the size limit: exit 1" "$rc" 1
+contains "input one byte over the size limit: says so" "$out" \
+    "--input is 262145 bytes of JSON, over the limit of 262144 bytes"
+big=$("$ctl" run hello --input-file - <"$tmp/at_limit.json" 2>&1); rc=$?
+check "input at the size limit (from stdin): exit 0" "$rc" 0
+check "input at the size limit: stored whole" \
+    "$(q "$url" "SELECT octet_length(input::text) FROM cairn.runner_instances WHERE instance_id = '$big'")" 262144
+out=$("$ctl" run hello --input '{}' --input-file "$tmp/at_limit.json" 2>&1); rc=$?
+check "--input and --input-file: exit 2" "$rc" 2
+# 1e-05 is 5 bytes here and 0.00001, 7 bytes, in jsonb: only the database sees this one over.
+python3 -c 'import sys; sys.stdout.write("{\"a\": [" + ", ".join(["1e-05"] * 37000) + "]}")' >"$tmp/grows.json"
+out=$("$ctl" run hello --input-file "$tmp/grows.json" 2>&1); rc=$?
+check "input over the limit only once in jsonb: exit 1 (the database's 54000)" "$rc" 1
+contains "input over the limit only once in jsonb: the database's message" "$out" \
+    "cairn.enqueue: input is 333007 bytes of JSON, over the limit of 262144 bytes"
+out=$("$ctl" run hello --idempotency-key '' 2>&1); rc=$?
+check "empty idempotency key: exit 1" "$rc" 1
+contains "empty idempotency key: says so" "$out" "--idempotency-key is empty"
+out=$("$ctl" run hello --idempotency-key "$(printf 'k%.0s' {1..256})" 2>&1); rc=$?
+check "256-byte idempotency key: exit 1" "$rc" 1
+contains "256-byte idempotency key: says so" "$out" "--idempotency-key is 256 bytes, over the limit of 255 bytes"
+out=$("$ctl" run hello --idempotency-key "$(printf 'k%.0s' {1..3000})" 2>&1); rc=$?
+check "3000-byte idempotency key: exit 1" "$rc" 1
+check "3000-byte idempotency key: no index error" "$(printf '%s' "$out" | grep -ci 'btree\|index row')" 0
+out=$("$ctl" run hello --idempotency-key "$(printf 'k%.0s' {1..255})" 2>&1); rc=$?
+check "255-byte idempotency key: exit 0" "$rc" 0
+for at in infinity -infinity ' Infinity'; do
+    out=$("$ctl" run hello --at "$at" 2>&1); rc=$?
+    check "--at '$at': exit 1" "$rc" 1
+    contains "--at '$at': says so" "$out" "--at must be a finite time"
+done
 
 # ---- status, result, list -----------------------------------------------------------------
 out=$("$ctl" status "$id" 2>&1); rc=$?

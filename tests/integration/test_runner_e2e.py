@@ -5,6 +5,7 @@ that scripts/test starts. In a fresh database of its own (dropped at the end):
 
 - every example case of tests/fixtures/example_cases.json runs through cairn-runner and two
   cairn-worker processes and returns its expected result;
+- an input exactly at the enqueue size limit and one at the depth limit run and come back whole;
 - two runners share the database: 1000 instances, each completes exactly once, none lost;
 - kill -9 of a runner mid-run: the other runner finishes all its instances once the leases
   expire, and no action with a recorded result runs again;
@@ -197,6 +198,18 @@ def run_all(url, env, tmp):
         check(f"example {c['workflow']} {c['input'][:50]}",
               r.returncode == 0 and got == json.loads(c["want"]),
               f"exit {r.returncode}, got {r.stdout.strip()!r}, want {c['want']}, {r.stderr[-200:]}")
+
+    # ---- inputs at the enqueue limits run (cairn.limits(): 256 KiB of JSON, 32 levels) ----
+    deep = "[" * 30 + "]" * 30  # the list is at level 2 of the input, its innermost at 32
+    at_size = "x" * (262144 - len('{"a": ""}'))
+    for what, value in (("depth", deep), ("size", json.dumps(at_size))):
+        path = os.path.join(tmp, f"limit_{what}.json")
+        with open(path, "w") as f:
+            f.write('{"a": ' + value + '}')
+        r = ctl(env, "run", "echo_input", "--input-file", path, "--wait", "--timeout", "60")
+        check(f"an input at the {what} limit runs and comes back whole",
+              r.returncode == 0 and r.stdout.strip() == value,
+              f"exit {r.returncode}, got {r.stdout.strip()[:80]!r}, {r.stderr[-200:]}")
 
     # ---- the HTTP endpoints --------------------------------------------------------------
     def get(path):

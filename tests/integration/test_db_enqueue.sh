@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Meson test (suite db): cairn.enqueue called from SQL refuses what the engine cannot run, each
+# with its SQLSTATE and message (input not an object, over the size limit, nested too deep,
+# numbers outside int64 or float64, an empty or too long idempotency key, an infinite time),
+# and still takes an input exactly at the size limit and one exactly at the depth limit
+# (TAP output). Works in a fresh database of its own on the server of CAIRN_TEST_DATABASE_URL,
+# dropped at the end. Argument: SOURCE_ROOT. Without CAIRN_TEST_DATABASE_URL it reports a skip.
+set -uo pipefail
+
+root=${1:?usage: test_db_enqueue.sh SOURCE_ROOT}
+base_url=${CAIRN_TEST_DATABASE_URL:-}
+if [[ -z "$base_url" ]]; then
+    echo "1..0 # SKIP CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)"
+    exit 0
+fi
+psql_bin=${PSQL:-}
+if [[ -z "$psql_bin" ]]; then
+    if command -v psql >/dev/null 2>&1; then psql_bin=psql; else psql_bin=/usr/lib/postgresql/15/bin/psql; fi
+fi
+
+failures=0
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+fail() { n=$((n + 1)); echo "not ok $n - $1"; failures=$((failures + 1)); }
+check() { if [[ "$2" == "$3" ]]; then ok "$1"; else fail "$1: got '$2', want '$3'"; fi; }
+contains() { if [[ "$2" == *"$3"* ]]; then ok "$1"; else fail "$1: '$3' not in: $2"; fi; }
+
+db_url() { printf '%s\n' "$base_url" | sed -E "s#^(postgresql://[^/]*/)[^?]*#\1$1#"; }
+q() { "$psql_bin" -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -c "$2" </dev/null; }
+
+db=enq_$$_$RANDOM
+cleanup() { q "$base_url" "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1; }
+trap cleanup EXIT
+q "$base_url" "CREATE DATABASE $db" || { echo "not ok - cannot create a database"; exit 1; }
+url=$(db_url "$db")
+"$root/scripts/migrate-sql" "$url" >/dev/null || { echo "not ok - cannot migrate"; exit 1; }
+q "$url" "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source)
+          VALUES ('w', 'v1', 'h', 'fn main(input: [], output: []): return None')" >/dev/null
+# Runs one statement and prints 'SQLSTATE message', or 'no error'.
+q "$url" "CREATE FUNCTION try(stmt text) RETURNS text LANGUAGE plpgsql AS \$\$
+          BEGIN EXECUTE stmt; RETURN 'no error';
+          EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ' ' || SQLERRM; END \$\$" >/dev/null
+try() { q "$url" "SELECT try(\$s\$$1\$s\$)"; }
+# An object nested $1 levels deep: {"a": [[...]]} with the innermost list at level $1.
+nested() { python3 -c "import sys; d = int(sys.argv[1]); print('{\"a\": ' + '[' * (d - 1) + ']' * (d - 1) + '}')" "$1"; }
+
+check "cairn.limits()" "$(q "$url" "SELECT input_bytes || ' ' || value_depth || ' ' || idempotency_key_bytes FROM cairn.limits()")" \
+    "262144 32 255"
+
+# ---- refused ------------------------------------------------------------------------------
+check "input that is not an object" "$(try "SELECT cairn.enqueue('w', '[1, 2]')")" \
+    "22023 cairn.enqueue: input must be a JSON object, got array"
+check "NULL input" "$(try "SELECT cairn.enqueue('w', NULL)")" \
+    "22023 cairn.enqueue: input must be a JSON object, got NULL"
+# {"s": "..."} is 9 bytes around the string.
+check "input one byte over the size limit" \
+    "$(try "SELECT cairn.enqueue('w', jsonb_build_object('s', repeat('x', 262136)))")" \
+    "54000 cairn.enqueue: input is 262145 bytes of JSON, over the limit of 262144 bytes"
+check "a 20 MB input" "$(try "SELECT cairn.enqueue('w', jsonb_build_object('s', repeat('x', 20000000)))")" \
+    "54000 cairn.enqueue: input is 20000009 bytes of JSON, over the limit of 262144 bytes"
+check "input one level too deep (lists)" "$(try "SELECT cairn.enqueue('w', '$(nested 33)')")" \
+    "54000 cairn.enqueue: input is nested deeper than 32 levels"
+deep_obj=$(python3 -c "print('{\"a\": ' * 32 + '1' + '}' * 32)")
+check "input one level too deep (objects, a scalar at the bottom)" "$(try "SELECT cairn.enqueue('w', '$deep_obj')")" \
+    "54000 cairn.enqueue: input is nested deeper than 32 levels"
+check "1e400" "$(try "SELECT cairn.enqueue('w', '{\"a\": 1e400}')")" \
+    "22003 cairn.enqueue: input holds the integer 10000000000000000000... (401 digits), outside the 64-bit range"
+check "an integer just above int64" "$(try "SELECT cairn.enqueue('w', '{\"a\": [9223372036854775808]}')")" \
+    "22003 cairn.enqueue: input holds the integer 9223372036854775808, outside the 64-bit range"
+check "an integer just below int64" "$(try "SELECT cairn.enqueue('w', '{\"a\": {\"b\": -9223372036854775809}}')")" \
+    "22003 cairn.enqueue: input holds the integer -9223372036854775809, outside the 64-bit range"
+check "1e19, which jsonb keeps as an integer" "$(try "SELECT cairn.enqueue('w', '{\"a\": 1e19}')")" \
+    "22003 cairn.enqueue: input holds the integer 10000000000000000000, outside the 64-bit range"
+# 2^1024 - 2^970: the smallest magnitude strtod rounds to infinity.
+huge=$(python3 -c 'print(2**1024 - 2**970)')
+check "a float that overflows float64" "$(try "SELECT cairn.enqueue('w', '{\"a\": -$huge.0}')")" \
+    "22003 cairn.enqueue: input holds the number -1797693134862315807... (312 characters), beyond the largest float"
+check "the largest float in exponent form, which jsonb keeps as an integer" \
+    "$(try "SELECT cairn.enqueue('w', '{\"a\": 1.7976931348623157e308}')")" \
+    "22003 cairn.enqueue: input holds the integer 17976931348623157000... (309 digits), outside the 64-bit range"
+check "an empty idempotency key" "$(try "SELECT cairn.enqueue('w', '{}', '')")" \
+    "22023 cairn.enqueue: the idempotency key is empty"
+check "a 256-byte idempotency key" "$(try "SELECT cairn.enqueue('w', '{}', repeat('k', 256))")" \
+    "54000 cairn.enqueue: the idempotency key is 256 bytes, over the limit of 255 bytes"
+check "a 3000-byte idempotency key (no B-tree error)" "$(try "SELECT cairn.enqueue('w', '{}', repeat('k', 3000))")" \
+    "54000 cairn.enqueue: the idempotency key is 3000 bytes, over the limit of 255 bytes"
+check "the key limit counts bytes" "$(try "SELECT cairn.enqueue('w', '{}', repeat('é', 128))")" \
+    "54000 cairn.enqueue: the idempotency key is 256 bytes, over the limit of 255 bytes"
+check "scheduled at infinity" "$(try "SELECT cairn.enqueue('w', '{}', NULL, 0, 'infinity')")" \
+    "22023 cairn.enqueue: scheduled_at must be a finite time, got infinity"
+check "scheduled at -infinity" "$(try "SELECT cairn.enqueue('w', '{}', NULL, 0, '-infinity')")" \
+    "22023 cairn.enqueue: scheduled_at must be a finite time, got -infinity"
+q "$url" "SELECT cairn.enqueue('w', '{}', 'used')" >/dev/null
+check "a bad input is refused even with a key already used" "$(try "SELECT cairn.enqueue('w', '[]', 'used')")" \
+    "22023 cairn.enqueue: input must be a JSON object, got array"
+check "nothing refused was stored" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE idempotency_key IS DISTINCT FROM 'used'")" 0
+hint=$("$psql_bin" -X -q -d "$url" -c "SELECT cairn.enqueue('w', '{}', '')" 2>&1 </dev/null)
+contains "the empty key's hint" "$hint" "HINT:  Use NULL for no key."
+
+# ---- accepted -----------------------------------------------------------------------------
+id=$(q "$url" "SELECT cairn.enqueue('w', jsonb_build_object('s', repeat('x', 262135)))")
+check "input exactly at the size limit: stored whole" \
+    "$(q "$url" "SELECT octet_length(input::text) FROM cairn.runner_instances WHERE instance_id = '$id'")" 262144
+check "and queued" "$(q "$url" "SELECT count(*) FROM cairn.queued_instances WHERE instance_id = '$id'")" 1
+id=$(q "$url" "SELECT cairn.enqueue('w', '$(nested 32)')")
+check "input exactly at the depth limit: stored as sent" \
+    "$(q "$url" "SELECT input = '$(nested 32)'::jsonb FROM cairn.runner_instances WHERE instance_id = '$id'")" t
+deep_obj=$(python3 -c "print('{\"a\": ' * 31 + '1' + '}' * 31)")
+check "objects 32 levels deep with a scalar at the bottom" \
+    "$(try "SELECT cairn.enqueue('w', '$deep_obj')")" "no error"
+check "int64's bounds, a float with a fraction beyond int64, an underflow" \
+    "$(try "SELECT cairn.enqueue('w', '{\"a\": [-9223372036854775808, 9223372036854775807, 10000000000000000000.5, 1e-400]}')")" \
+    "no error"
+check "the largest finite float, written with a fraction" \
+    "$(try "SELECT cairn.enqueue('w', '{\"a\": $(python3 -c 'print(2**1024 - 2**970 - 1)').9}')")" "no error"
+check "an idempotency key of 255 bytes" "$(try "SELECT cairn.enqueue('w', '{}', repeat('k', 255))")" "no error"
+check "a finite time" "$(try "SELECT cairn.enqueue('w', '{}', NULL, 0, '2999-01-01T00:00:00Z')")" "no error"
+
+echo "1..$n"
+if [[ $failures -ne 0 ]]; then
+    echo "test_db_enqueue: $failures check(s) failed"
+    exit 1
+fi
