@@ -72,6 +72,14 @@ struct rn_backend;
  * 15 s, and half the leases expired. A few hundred rows lock and commit in milliseconds. */
 #define RN_HEARTBEAT_BATCH 500
 
+/* What a heartbeat found for one lease. */
+enum rn_lease_state {
+    RN_LEASE_RENEWED = 0, /* held, and extended */
+    RN_LEASE_LOST,        /* no longer held under this token */
+    RN_LEASE_BUSY,        /* held, but its row is being written right now: not extended; ask
+                             again shortly (renewal never waits for a write) */
+};
+
 struct rn_backend_ops {
     /* Claims up to max due instances, leasing each for lease_ms, marks them running and loads
      * their input, snapshot and recorded results. */
@@ -83,11 +91,11 @@ struct rn_backend_ops {
     /* Writes a batch in one transaction (see struct rn_write); sets w[i].lost. On an error
      * return nothing was written (the transaction rolled back). */
     cn_err (*persist)(struct rn_backend *b, struct rn_write *w, size_t n, struct cn_errmsg *err);
-    /* Extends leases[0..n) to lease_ms from now; lost[i] is set for a lease that is no longer
-     * held. Callers pass at most RN_HEARTBEAT_BATCH leases per call (each call is one short
+    /* Extends leases[0..n) to lease_ms from now and says what it found for each in st[i].
+     * Callers pass at most RN_HEARTBEAT_BATCH leases per call (each call is one short
      * transaction). */
     cn_err (*heartbeat)(struct rn_backend *b, const struct rn_lease *leases, size_t n,
-                        int64_t lease_ms, bool *lost, struct cn_errmsg *err);
+                        int64_t lease_ms, enum rn_lease_state *st, struct cn_errmsg *err);
     /* Hands instances back at once (shutdown): clears the leases still held by locks. */
     cn_err (*release)(struct rn_backend *b, const struct rn_token *locks, size_t n,
                       struct cn_errmsg *err);

@@ -232,7 +232,7 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
 
 static cn_err
 mem_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, int64_t lease_ms,
-              bool *lost, struct cn_errmsg *err)
+              enum rn_lease_state *st, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
     int64_t now = cn_wall_ms();
@@ -242,8 +242,8 @@ mem_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, 
     cn_mutex_lock(&b->mtx);
     for (i = 0; i < n; i++) {
         struct mem_instance *in = mem_find(b, leases[i].instance_id);
-        lost[i] = !holds(in, leases[i].lock);
-        if (!lost[i]) {
+        st[i] = holds(in, leases[i].lock) ? RN_LEASE_RENEWED : RN_LEASE_LOST;
+        if (st[i] == RN_LEASE_RENEWED) {
             in->lock_expires = now + lease_ms;
         }
     }

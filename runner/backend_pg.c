@@ -752,75 +752,14 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
 
 /* ---- leases ------------------------------------------------------------------------------- */
 
-static int
-cmp_lease_lock(const void *x, const void *y)
+/* Sets st[i] for every lease whose token is among the first column of r's rows to `to`. */
+static void
+mark_tokens(PGresult *r, const struct rn_lease *leases, size_t n, enum rn_lease_state *st,
+            enum rn_lease_state to)
 {
-    const struct rn_lease *const *a = x, *const *b = y;
-
-    return memcmp((*a)->lock.b, (*b)->lock.b, sizeof((*a)->lock.b));
-}
-
-static cn_err
-pg_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, int64_t lease_ms,
-             bool *lost, struct cn_errmsg *err)
-{
-    struct pg_backend *b = (struct pg_backend *) base;
-    const struct rn_lease **order;
-    char ms[24];
-    const char *p[3];
-    PGresult *r = NULL;
-    struct arr ids, toks;
-    size_t i;
     int row;
-    cn_err rv;
+    size_t i;
 
-    for (i = 0; i < n; i++) {
-        lost[i] = true;
-    }
-    if (n == 0) {
-        return CN_OK;
-    }
-    if ((rv = pg_conn(b, err)) != CN_OK) {
-        for (i = 0; i < n; i++) {
-            lost[i] = false;
-        }
-        return rv;
-    }
-    /* Rows are looked up by primary key and locked in the order of the arrays: by claim token,
-     * the order the persist fence locks in, so the two never wait on each other in a cycle. */
-    order = cn_xmalloc(n * sizeof(*order));
-    for (i = 0; i < n; i++) {
-        order[i] = &leases[i];
-    }
-    qsort(order, n, sizeof(*order), cmp_lease_lock);
-    arr_begin(&ids);
-    arr_begin(&toks);
-    for (i = 0; i < n; i++) {
-        arr_uuid(&ids, order[i]->instance_id.b);
-        arr_uuid(&toks, order[i]->lock.b);
-    }
-    free(order);
-    (void) snprintf(ms, sizeof(ms), "%lld", (long long) lease_ms);
-    p[0] = arr_end(&ids);
-    p[1] = arr_end(&toks);
-    p[2] = ms;
-    rv = p[0] == NULL || p[1] == NULL
-             ? CN_NOMEM
-             : pg_exec_bin(b,
-                           "UPDATE cairn.queued_instances q SET lock_expires_at ="
-                           " clock_timestamp() + $3::bigint * interval '1 millisecond'"
-                           " FROM unnest($1::uuid[], $2::uuid[]) AS t(iid, tok)"
-                           " WHERE q.instance_id = t.iid AND q.lock_uuid = t.tok"
-                           " RETURNING q.lock_uuid",
-                           3, p, &r, err);
-    arr_fini(&ids);
-    arr_fini(&toks);
-    if (rv != CN_OK) {
-        for (i = 0; i < n; i++) {
-            lost[i] = false; /* unknown: try again at the next beat */
-        }
-        return rv;
-    }
     for (row = 0; row < PQntuples(r); row++) {
         struct rn_token lock; /* a claim's token names the lease: an instance's old one is lost */
         if (!get_uuid(r, row, 0, lock.b)) {
@@ -828,12 +767,89 @@ pg_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, i
         }
         for (i = 0; i < n; i++) {
             if (rn_token_eq(leases[i].lock, lock)) {
-                lost[i] = false;
+                st[i] = to;
             }
         }
     }
-    PQclear(r);
-    return CN_OK;
+}
+
+static cn_err
+pg_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, int64_t lease_ms,
+             enum rn_lease_state *st, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    char ms[24];
+    const char *p[3];
+    PGresult *r = NULL;
+    struct arr ids, toks;
+    size_t i;
+    cn_err rv;
+
+    for (i = 0; i < n; i++) {
+        st[i] = RN_LEASE_BUSY; /* unknown until the database says */
+    }
+    if (n == 0) {
+        return CN_OK;
+    }
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    arr_begin(&ids);
+    arr_begin(&toks);
+    for (i = 0; i < n; i++) {
+        arr_uuid(&ids, leases[i].instance_id.b);
+        arr_uuid(&toks, leases[i].lock.b);
+    }
+    (void) snprintf(ms, sizeof(ms), "%lld", (long long) lease_ms);
+    p[0] = arr_end(&ids);
+    p[1] = arr_end(&toks);
+    p[2] = ms;
+    /* Renewal never waits for a row lock. A row locked now is being written by this runner's
+     * persister (or claimed by another runner after the lease expired): waiting for it is what
+     * made renewals and writes queue behind each other for seconds at 10 000 leases (each
+     * renewal batch waiting for writes, the writes after it waiting for the batch). Such a row
+     * is skipped here and reported busy; the keeper asks again a moment later. */
+    rv = p[0] == NULL || p[1] == NULL
+             ? CN_NOMEM
+             : pg_exec_bin(b,
+                           "WITH h AS MATERIALIZED (SELECT x.tid FROM unnest($1::uuid[],"
+                           " $2::uuid[]) AS t(iid, tok) CROSS JOIN LATERAL (SELECT q.ctid AS tid"
+                           " FROM cairn.queued_instances q WHERE q.instance_id = t.iid AND"
+                           " q.lock_uuid = t.tok FOR UPDATE SKIP LOCKED) x)"
+                           " UPDATE cairn.queued_instances q SET lock_expires_at ="
+                           " clock_timestamp() + $3::bigint * interval '1 millisecond'"
+                           " FROM h WHERE q.ctid = h.tid RETURNING q.lock_uuid",
+                           3, p, &r, err);
+    if (rv == CN_OK) {
+        mark_tokens(r, leases, n, st, RN_LEASE_RENEWED);
+        PQclear(r);
+        r = NULL;
+        /* The rest: still ours (skipped while locked), or gone. A plain read waits for no
+         * lock. */
+        rv = pg_exec_bin(b,
+                         "SELECT q.lock_uuid FROM unnest($1::uuid[], $2::uuid[]) AS t(iid, tok)"
+                         " JOIN cairn.queued_instances q ON q.instance_id = t.iid AND"
+                         " q.lock_uuid = t.tok",
+                         2, p, &r, err);
+        if (rv == CN_OK) {
+            enum rn_lease_state *renewed = cn_xmalloc(n * sizeof(*renewed));
+            memcpy(renewed, st, n * sizeof(*st));
+            for (i = 0; i < n; i++) {
+                st[i] = RN_LEASE_LOST;
+            }
+            mark_tokens(r, leases, n, st, RN_LEASE_BUSY);
+            for (i = 0; i < n; i++) {
+                if (renewed[i] == RN_LEASE_RENEWED) {
+                    st[i] = RN_LEASE_RENEWED;
+                }
+            }
+            free(renewed);
+            PQclear(r);
+        }
+    }
+    arr_fini(&ids);
+    arr_fini(&toks);
+    return rv;
 }
 
 static cn_err

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
@@ -135,8 +136,13 @@ reclaim_expired(struct rn_keeper *k)
     }
 }
 
-/* Renews every lease held, RN_HEARTBEAT_BATCH at a time (each batch its own short
- * transaction, so no write waits long behind the renewal); reports the ones found gone. */
+/* Renewal rounds per beat for leases whose rows were busy (being written): a write commits in
+ * milliseconds, so the second round almost always finds them free. */
+#define RENEW_ROUNDS   3
+#define RENEW_RETRY_MS 20
+
+/* Renews every lease held, RN_HEARTBEAT_BATCH at a time (each batch its own short transaction,
+ * which never waits for a row lock); asks again for the busy ones; reports the lost ones. */
 static void
 renew(struct rn_keeper *k)
 {
@@ -144,9 +150,10 @@ renew(struct rn_keeper *k)
     struct cn_errmsg em = {{0}};
     struct lease *copy;
     struct rn_lease *leases;
-    bool *lost;
-    size_t n, i, at, m;
-    int failures = 0;
+    enum rn_lease_state *st;
+    size_t n, i, at, m, busy = 0;
+    int failures = 0, round;
+    int64_t t0 = cn_mono_ms(), took;
 
     cn_mutex_lock(&k->reg);
     n = k->leases.len;
@@ -159,31 +166,72 @@ renew(struct rn_keeper *k)
         return;
     }
     leases = cn_xmalloc(n * sizeof(*leases));
-    lost = cn_xcalloc(n, sizeof(*lost));
+    st = cn_xmalloc(n * sizeof(*st));
     for (i = 0; i < n; i++) {
         leases[i].instance_id = copy[i].iid;
         leases[i].lock = copy[i].lock;
+        st[i] = RN_LEASE_BUSY;
     }
-    for (at = 0; at < n; at += m) {
-        m = n - at < RN_HEARTBEAT_BATCH ? n - at : RN_HEARTBEAT_BATCH;
-        if (b->ops->heartbeat(b, leases + at, m, k->cfg.lock_ttl_ms, lost + at, &em) != CN_OK) {
-            /* Unknown: these are renewed at the next beat, or reported then. */
-            if (failures++ == 0) {
-                cn_log(CN_LOG_ERROR, "lease heartbeat failed: %s", em.text);
-            }
-            continue;
-        }
-        for (i = at; i < at + m; i++) {
-            if (lost[i]) {
-                struct rn_sev *e = rn_sev_new(RN_SEV_LOST, copy[i].iid);
-                e->lock = copy[i].lock;
-                k->lost(k->arg, copy[i].shard, e);
+    for (round = 0; round < RENEW_ROUNDS; round++) {
+        struct rn_lease *todo = cn_xmalloc(n * sizeof(*todo));
+        size_t *where = cn_xmalloc(n * sizeof(*where));
+        enum rn_lease_state *got = cn_xmalloc(n * sizeof(*got));
+        size_t nt = 0;
+
+        for (i = 0; i < n; i++) {
+            if (st[i] == RN_LEASE_BUSY) {
+                todo[nt] = leases[i];
+                where[nt++] = i;
             }
         }
+        for (at = 0; at < nt; at += m) {
+            m = nt - at < RN_HEARTBEAT_BATCH ? nt - at : RN_HEARTBEAT_BATCH;
+            if (b->ops->heartbeat(b, todo + at, m, k->cfg.lock_ttl_ms, got + at, &em) != CN_OK) {
+                /* Unknown: renewed at the next beat, or reported then. */
+                if (failures++ == 0) {
+                    cn_log(CN_LOG_ERROR, "lease heartbeat failed: %s", em.text);
+                }
+                for (i = at; i < at + m; i++) {
+                    got[i] = RN_LEASE_RENEWED; /* not retried in this beat */
+                }
+            }
+        }
+        for (i = 0; i < nt; i++) {
+            st[where[i]] = got[i];
+        }
+        free(todo);
+        free(where);
+        free(got);
+        busy = 0;
+        for (i = 0; i < n; i++) {
+            busy += st[i] == RN_LEASE_BUSY;
+        }
+        if (busy == 0 || failures > 0) {
+            break;
+        }
+        if (round + 1 < RENEW_ROUNDS) {
+            struct timespec ts = {0, RENEW_RETRY_MS * 1000000L};
+            (void) nanosleep(&ts, NULL);
+        }
+    }
+    for (i = 0; i < n; i++) {
+        if (st[i] == RN_LEASE_LOST) {
+            struct rn_sev *e = rn_sev_new(RN_SEV_LOST, copy[i].iid);
+            e->lock = copy[i].lock;
+            k->lost(k->arg, copy[i].shard, e);
+        }
+    }
+    took = cn_mono_ms() - t0;
+    if (took > (int64_t) k->cfg.heartbeat_ms / 2 || busy > 0) {
+        /* Leases expire when renewal takes longer than the TTL minus the heartbeat period. */
+        cn_log(CN_LOG_WARN,
+               "renewing %zu lease(s) took %lld ms (heartbeat every %u ms, TTL %u ms); %zu "
+               "busy, left for the next beat",
+               n, (long long) took, k->cfg.heartbeat_ms, k->cfg.lock_ttl_ms, busy);
     }
     free(copy);
     free(leases);
-    free(lost);
+    free(st);
 }
 
 static void *

@@ -96,6 +96,7 @@ struct sdk_slot {
     uint32_t attempt;
     uint64_t token;
     atomic_bool cancelled; /* read by the handler without the lock; a flag only */
+    pthread_cond_t wake;   /* with w->mtx: cairn_worker_sleep waits here, a cancel signals */
 };
 
 struct sdk_cancel {
@@ -756,6 +757,7 @@ sdk_cancel_attempt(struct cairn_worker *w, const struct wp_msg *c)
             s->token == c->token) {
             /* relaxed: a flag the handler polls, no data published with it */
             atomic_store_explicit(&s->cancelled, true, memory_order_relaxed);
+            cn_cond_signal(&s->wake);
             found = true;
         }
     }
@@ -1059,6 +1061,7 @@ sdk_teardown(struct cairn_worker *w)
         if (w->slots[i].thread_started) {
             (void) pthread_join(w->slots[i].thread, NULL);
         }
+        cn_cond_destroy(&w->slots[i].wake);
     }
     for (i = 0; i < SDK_FETCHES; i++) {
         if (w->fetch[i].aio != NULL) {
@@ -1128,11 +1131,14 @@ cairn_worker_start(struct cairn_worker *w)
     if (w->started || w->nactions == 0) {
         return sdk_fail(w, CN_INVAL, "cannot start", w->started ? "already started" : "no actions");
     }
-    w->slots = calloc(w->nslots, sizeof(*w->slots));
-    if (w->slots == NULL) {
-        return CN_NOMEM;
+    w->slots = cn_xcalloc(w->nslots, sizeof(*w->slots));
+    for (i = 0; i < w->nslots; i++) {
+        cn_cond_init(&w->slots[i].wake);
     }
     if ((nrv = nng_req0_open(&w->sock)) != 0) {
+        for (i = 0; i < w->nslots; i++) {
+            cn_cond_destroy(&w->slots[i].wake);
+        }
         free(w->slots);
         w->slots = NULL;
         return sdk_fail(w, sdk_nng_err(nrv), "cannot open socket", nng_strerror(nrv));
@@ -1301,6 +1307,7 @@ cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
         for (i = 0; i < w->nslots; i++) {
             if (w->slots[i].running) {
                 atomic_store_explicit(&w->slots[i].cancelled, true, memory_order_relaxed);
+                cn_cond_signal(&w->slots[i].wake);
             }
         }
     }
@@ -1349,6 +1356,28 @@ cairn_worker_free(struct cairn_worker *w)
     cn_cond_destroy(&w->work);
     cn_mutex_destroy(&w->mtx);
     free(w);
+}
+
+bool
+cairn_worker_sleep(const struct cairn_worker_ctx *ctx, uint32_t ms)
+{
+    struct sdk_slot *s = ctx->internal;
+    int64_t until = cn_mono_ms() + ms;
+    bool cancelled;
+
+    if (s == NULL) {
+        struct timespec ts = {(time_t) (ms / 1000), (long) (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+        return true;
+    }
+    sdk_lock(s->w);
+    while (!atomic_load_explicit(&s->cancelled, memory_order_relaxed) && cn_mono_ms() < until) {
+        cn_cond_wait_until(&s->wake, &s->w->mtx, until);
+    }
+    cancelled = atomic_load_explicit(&s->cancelled, memory_order_relaxed);
+    sdk_unlock(s->w);
+    return !cancelled;
 }
 
 bool

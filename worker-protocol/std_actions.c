@@ -109,8 +109,7 @@ static cn_err
 act_sleep(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, struct ir_val *out)
 {
     struct ir_val err;
-    struct timespec ts;
-    int64_t ms, done = 0;
+    int64_t ms;
     cn_err rv;
 
     (void) arg;
@@ -122,17 +121,8 @@ act_sleep(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, s
                       (long long) CAIRN_STD_MAX_SLEEP_MS);
         return arg_done(rv == CN_RAISED ? CN_RANGE : rv, &err, out);
     }
-    while (done < ms) {
-        int64_t step = ms - done < 10 ? ms - done : 10;
-
-        if (cairn_worker_cancelled(ctx)) {
-            return cairn_worker_error_new("Cancelled", "std.sleep() cancelled", ir_null(), out);
-        }
-        ts.tv_sec = 0;
-        ts.tv_nsec = (long) step * 1000000L;
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-        }
-        done += step;
+    if (!cairn_worker_sleep(ctx, (uint32_t) ms)) {
+        return cairn_worker_error_new("Cancelled", "std.sleep() cancelled", ir_null(), out);
     }
     *out = ir_null();
     return CN_OK;

@@ -16,6 +16,8 @@
 #include <criterion/criterion.h>
 #include <libpq-fe.h>
 
+#include "ir/base/clock.h"
+#include "ir/base/uuid.h"
 #include "ir/value.h"
 #include "runner/backend.h"
 #include "runner/db.h"
@@ -286,7 +288,7 @@ expired_leases_move_and_the_old_holder_is_fenced(bool pg)
     struct cn_errmsg em = {{0}};
     struct rn_iid id;
     struct rn_lease locks[2];
-    bool lost[2];
+    enum rn_lease_state lost[2];
 
     fx_open(&f, pg);
     fx_enqueue(&f, 1, &id);
@@ -294,15 +296,15 @@ expired_leases_move_and_the_old_holder_is_fenced(bool pg)
     locks[0].instance_id = c[0].instance_id;
     locks[0].lock = c[0].lock;
     cr_assert_eq(f.b->ops->heartbeat(f.b, locks, 1, 50, lost, &em), CN_OK);
-    cr_assert(!lost[0], "a held lease reported lost");
+    cr_assert_eq(lost[0], RN_LEASE_RENEWED, "a held lease was not renewed");
     sleep_ms(120); /* the lease expires: another claim takes it with a new token */
     cr_assert_eq(claim(&f, 30000, &c2), 1);
     cr_assert(!rn_token_eq(c2[0].lock, c[0].lock), "a new claim reused the token");
     locks[1].instance_id = c2[0].instance_id;
     locks[1].lock = c2[0].lock;
     cr_assert_eq(f.b->ops->heartbeat(f.b, locks, 2, 30000, lost, &em), CN_OK);
-    cr_assert(lost[0], "the old holder still holds it");
-    cr_assert(!lost[1]);
+    cr_assert_eq(lost[0], RN_LEASE_LOST, "the old holder still holds it");
+    cr_assert_eq(lost[1], RN_LEASE_RENEWED);
     w = write_for(&c[0]);
     w.state = "\x90";
     w.state_len = 1;
@@ -343,7 +345,7 @@ the_reclaimer_clears_expired_leases(bool pg)
     struct cn_errmsg em = {{0}};
     struct rn_iid id;
     struct rn_lease held;
-    bool lost;
+    enum rn_lease_state lost;
     size_t n = 99;
 
     fx_open(&f, pg);
@@ -364,8 +366,48 @@ the_reclaimer_clears_expired_leases(bool pg)
     cr_assert_eq(f.b->ops->reclaim(f.b, 10, &n, &em), CN_OK, "%s", em.text);
     cr_assert_eq(n, 0);
     cr_assert_eq(f.b->ops->heartbeat(f.b, &held, 1, 30000, &lost, &em), CN_OK);
-    cr_assert(lost, "a reclaimed lease can still be renewed");
+    cr_assert_eq(lost, RN_LEASE_LOST, "a reclaimed lease can still be renewed");
     cr_assert_eq(claim(&f, 30000, &c), 2, "reclaimed instances are claimable");
+    rn_claimed_free(c, 2);
+    fx_close(&f);
+}
+
+/* Renewal never waits for a row lock: a lease whose row is locked (being written) is reported
+ * busy at once, the others are renewed, and once the lock is gone it is renewed too. */
+Test(backend, postgres_renewal_skips_a_row_being_written, .timeout = 60)
+{
+    struct fx f;
+    struct rn_claimed *c = NULL;
+    struct cn_errmsg em = {{0}};
+    struct rn_iid id;
+    struct rn_lease leases[2];
+    enum rn_lease_state st[2];
+    char sql[160], hex[37];
+    int64_t t0;
+
+    fx_open(&f, true);
+    fx_enqueue(&f, 1, &id);
+    fx_enqueue(&f, 2, &id);
+    cr_assert_eq(claim(&f, 30000, &c), 2);
+    leases[0].instance_id = c[0].instance_id;
+    leases[0].lock = c[0].lock;
+    leases[1].instance_id = c[1].instance_id;
+    leases[1].lock = c[1].lock;
+    cn_uuid_format(c[0].instance_id.b, hex);
+    (void) snprintf(sql, sizeof(sql),
+                    "SELECT 1 FROM cairn.queued_instances WHERE instance_id = '%s' FOR UPDATE",
+                    hex);
+    pg_exec_ok(f.admin, "BEGIN");
+    pg_exec_ok(f.admin, sql); /* as a write in progress would */
+    t0 = cn_mono_ms();
+    cr_assert_eq(f.b->ops->heartbeat(f.b, leases, 2, 30000, st, &em), CN_OK, "%s", em.text);
+    cr_assert_lt(cn_mono_ms() - t0, 5000, "the renewal waited for the row lock");
+    cr_assert_eq(st[0], RN_LEASE_BUSY, "a locked row's lease must be reported busy");
+    cr_assert_eq(st[1], RN_LEASE_RENEWED);
+    pg_exec_ok(f.admin, "COMMIT");
+    cr_assert_eq(f.b->ops->heartbeat(f.b, leases, 2, 30000, st, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(st[0], RN_LEASE_RENEWED);
+    cr_assert_eq(st[1], RN_LEASE_RENEWED);
     rn_claimed_free(c, 2);
     fx_close(&f);
 }
@@ -398,7 +440,7 @@ static void *
 beat_loop(void *arg)
 {
     struct beater *bt = arg;
-    bool *lost = calloc(bt->n, sizeof(*lost));
+    enum rn_lease_state *lost = calloc(bt->n, sizeof(*lost));
 
     while (!bt->stop && lost != NULL) {
         struct cn_errmsg em = {{0}};

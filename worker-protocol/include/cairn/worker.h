@@ -109,6 +109,12 @@ void cairn_worker_free(struct cairn_worker *w);
  * a handler should then return soon (its result is ignored). Thread-safe. */
 bool cairn_worker_cancelled(const struct cairn_worker_ctx *ctx);
 
+/* Sleeps up to ms milliseconds, waking at once when the attempt is cancelled: a condition
+ * wait, so thousands of handlers waiting cost nothing (a loop that sleeps a little and polls
+ * cairn_worker_cancelled wakes each of them a hundred times a second). Returns true after the
+ * full time, false when cancelled. Call only from the handler running ctx. */
+bool cairn_worker_sleep(const struct cairn_worker_ctx *ctx, uint32_t ms);
+
 /* Builds an error value {type, message, bases, details: None} for a handler to return.
  * bases: a list of str (the type's ancestors) or None for ["Exception"]; ownership taken
  * always. message NULL means "". Returns CN_OK, CN_NOMEM, CN_TYPE (bases not a list of str),
