@@ -132,7 +132,10 @@ static struct cn_opt settings[] = {
      .kind = CN_OPT_INT,
      .def = D(RN_DEFAULT_MAX_INLINE_STEPS),
      .min = 1000,
-     .max = 1000000000,
+     /* A step must end well within the lease (CAIRN_LOCK_TTL_MS): the leases of instances
+      * claimed while their shard is busy are renewed only once it takes them. 100 million
+      * trivial nodes take about 6 s (exec.h has the measurement). */
+     .max = 100000000,
      .help = "inline statements an instance may run between two actions, sleeps or timers; "
              "more fail it with StepLimitExceeded"},
     CN_OPTS_LOG_ROWS,
