@@ -85,7 +85,7 @@ run_case(const char *kind, long n, struct bench_result *res)
     char *src = make_source(kind, n);
     struct ir_diags d;
     struct ir_dag *dag = NULL;
-    struct rn_exec_cfg cfg = {60000};
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
     struct rn_instance *in = NULL;
     struct rn_step_out o;
     struct cn_buf snap = CN_BUF_INIT;

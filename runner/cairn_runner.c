@@ -128,6 +128,17 @@ static struct cn_opt settings[] = {
      .max = 3600000,
      .help = "workers' idle cycle (heartbeat): a worker silent for 3 of these plus 1 s is "
              "dropped"},
+    {.env = "CAIRN_MAX_INLINE_STEPS",
+     .flag = "max-inline-steps",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_MAX_INLINE_STEPS),
+     .min = 1000,
+     /* A step must end well within the lease (CAIRN_LOCK_TTL_MS): the leases of instances
+      * claimed while their shard is busy are renewed only once it takes them. 100 million
+      * trivial nodes take about 6 s (exec.h has the measurement). */
+     .max = 100000000,
+     .help = "inline statements an instance may run between two actions, sleeps or timers; "
+             "more fail it with StepLimitExceeded"},
     CN_OPTS_LOG_ROWS,
 };
 
@@ -279,6 +290,7 @@ main(int argc, char **argv)
     cfg.evict_sleep_threshold_ms = u32("evict-sleep-threshold-ms");
     cfg.default_action_timeout_ms = u32("default-action-timeout-ms");
     cfg.worker_idle_ms = u32("worker-idle-ms");
+    cfg.max_inline_steps = u32("max-inline-steps");
     if ((rv = rn_runner_start(&cfg, &r, &em)) != CN_OK) {
         cn_log(CN_LOG_ERROR, "cannot start: %s", em.text);
         return rv == CN_INVAL ? 2 : 1; /* a setting the engine refused (an address) */

@@ -4,11 +4,13 @@
  * cairn-runner's settings table (its CAIRN_* variables and --help) and `cairnctl exec`'s engine
  * in process both take them from here. README's configuration table shows them to users.
  *
- * Plain decimal literals only: cairn-runner prints them as written (RN_DEFAULT_TEXT).
+ * Plain decimal literals only, or a macro that is one (the executor's own default, next to its
+ * reasons): cairn-runner prints them as written (RN_DEFAULT_TEXT).
  */
 #ifndef RUNNER_DEFAULTS_H
 #define RUNNER_DEFAULTS_H
 
+#include "runner/exec.h"
 #include "worker-protocol/proto.h"
 
 #define RN_DEFAULT_WORKER_LISTEN            WP_DEFAULT_URL
@@ -23,6 +25,7 @@
 #define RN_DEFAULT_ACTION_TIMEOUT_MS        300000
 #define RN_DEFAULT_SHUTDOWN_GRACE_MS        30000
 #define RN_DEFAULT_WORKER_IDLE_MS           20000
+#define RN_DEFAULT_MAX_INLINE_STEPS         RN_EXEC_DEFAULT_MAX_INLINE_STEPS /* why: exec.h */
 
 /* A default as text, for a settings table: RN_DEFAULT_TEXT(RN_DEFAULT_SHARDS) is "2". */
 #define RN_DEFAULT_TEXT(x)  RN_DEFAULT_TEXT_(x)

@@ -20,12 +20,18 @@
  *   ActionTimeout  an attempt still running at its deadline (executor timer, pool timer)
  *   WorkerLost     the worker running an attempt disconnected, or the pool stopped
  *   StateError     an instance cannot resume (its snapshot does not decode): a poison instance
- *   WorkflowError  an instance's workflow version cannot run (it no longer compiles) */
+ *   WorkflowError  an instance's workflow version cannot run (it no longer compiles)
+ *   StepLimitExceeded  one step ran more inline nodes than its budget (struct rn_exec_cfg):
+ *                  the executor fails the instance with it directly, no handler ever sees it,
+ *                  so it has no base: one would only suggest that `except RuntimeError` (say)
+ *                  could catch it. Uncatchable because a catch-all `try` inside the loop would
+ *                  otherwise keep the loop, and the shard it runs on, going. */
 #define RN_ERRORS(X)                                          \
     X(RN_ERR_ACTION_TIMEOUT, "ActionTimeout", "TimeoutError") \
     X(RN_ERR_WORKER_LOST, "WorkerLost", NULL)                 \
     X(RN_ERR_STATE, "StateError", NULL)                       \
-    X(RN_ERR_WORKFLOW, "WorkflowError", NULL)
+    X(RN_ERR_WORKFLOW, "WorkflowError", NULL)                 \
+    X(RN_ERR_STEP_LIMIT, "StepLimitExceeded", NULL)
 
 #define RN_ERROR_ENUM(e, type, base) e,
 enum rn_error { RN_ERRORS(RN_ERROR_ENUM) RN_ERROR_COUNT_ };

@@ -1048,6 +1048,27 @@ run_call_exit(struct rn_instance *in, uint32_t xi, const struct ir_node *t, bool
     follow_first(in, xi, true, val);
 }
 
+/* The step ran out of inline budget at work item w (whose value it consumes): the instance
+ * fails outright, past every handler, or a catch-all `try` in the loop would keep it spinning. */
+static void
+over_budget(struct rn_instance *in, const struct rn_work *w)
+{
+    char msg[160];
+    struct ir_val err;
+
+    ir_val_release(w->val);
+    (void) snprintf(msg, sizeof(msg),
+                    "more than %llu inline steps without waiting for an action, a sleep or a "
+                    "timer (line %u)",
+                    (unsigned long long) in->cfg.max_inline_steps,
+                    (unsigned) tnode(in, in->x.items[w->x].node)->line);
+    if (rn_error_new(RN_ERR_STEP_LIMIT, msg, &err) != CN_OK) {
+        oom(in);
+        return;
+    }
+    finish(in, RN_FAILED, err);
+}
+
 /* Runs the node at the front of a work item. Consumes the carried value. */
 static void
 run_node(struct rn_instance *in, const struct rn_work *w)
@@ -1057,6 +1078,11 @@ run_node(struct rn_instance *in, const struct rn_work *w)
     struct ir_val v, err;
     cn_err rv;
 
+    /* Every work item counts, aggregates included: any cycle of inline nodes passes here. */
+    if (++in->step_nodes > in->cfg.max_inline_steps) {
+        over_budget(in, w);
+        return;
+    }
     if (w->agg_done) {
         run_aggregate_done(in, xi);
         return;
@@ -1273,6 +1299,9 @@ rn_instance_alloc(const struct ir_dag *dag, const struct rn_exec_cfg *cfg)
     if (in->cfg.default_timeout_ms <= 0) {
         in->cfg.default_timeout_ms = 300000;
     }
+    if (in->cfg.max_inline_steps == 0) {
+        in->cfg.max_inline_steps = RN_EXEC_DEFAULT_MAX_INLINE_STEPS;
+    }
     in->x_free = RN_NONE;
     in->s_free = RN_NONE;
     in->result = ir_null();
@@ -1284,6 +1313,7 @@ begin_step(struct rn_instance *in, struct rn_step_out *o, int64_t now)
 {
     in->out = o;
     in->now = now;
+    in->step_nodes = 0;
     in->rv = CN_OK;
     o->outcome = in->outcome;
 }

@@ -22,6 +22,10 @@
  *   must be rewritten. A step that only consumed results into aggregate slots needs no new
  *   snapshot: hydration re-applies those results. Any step that creates a dispatch, a timer or
  *   an outcome does, and its actions must not be dispatched before that snapshot is committed.
+ * - Inline budget: one call (start, step, hydrate) runs at most cfg.max_inline_steps inline
+ *   nodes; one more fails the instance with StepLimitExceeded (runner/errors.h), an outcome and
+ *   not an exception, since a workflow that could catch it would go on spinning: an instance
+ *   that never blocks (`while True:` without an action) must not hold its shard forever.
  */
 #ifndef RUNNER_EXEC_H
 #define RUNNER_EXEC_H
@@ -41,8 +45,22 @@
 
 struct rn_instance;
 
+/* The inline budget of one step when rn_exec_cfg.max_inline_steps is 0. A count of nodes, not
+ * CPU time, so a replay from a snapshot makes the same decision as the run it replays. Sized by
+ * timing `cairnctl exec` on the development machine (2 shared cores, gcc -O2): a poison
+ * `while True: x = x + 1` reaches 5 000 000 nodes and fails 0.25 s after it starts; `while
+ * x < n: x = x + 1` runs 16 million nodes a second; a `for` whose body indexes a dict, does
+ * arithmetic, concatenates a string and branches (8 nodes an iteration) reaches the budget in
+ * 0.45 s. So a spinning instance holds its shard for well under a second, while a `for` over
+ * 10 000 items with a few statements each (about 80 000 nodes), a 10 000-action spread (10 000)
+ * and the examples (a few hundred) stay 60 times or more below it. */
+#define RN_EXEC_DEFAULT_MAX_INLINE_STEPS 5000000
+
 struct rn_exec_cfg {
     int64_t default_timeout_ms; /* per attempt, for actions without [timeout: D] */
+    /* Inline nodes one call (start, step or hydrate) may run; past it the instance fails with
+     * StepLimitExceeded. 0: RN_EXEC_DEFAULT_MAX_INLINE_STEPS. */
+    uint64_t max_inline_steps;
 };
 
 enum rn_event_kind {

@@ -108,6 +108,7 @@ struct rn_instance {
     struct rn_step_out *out;
     int64_t now;
     const struct ir_val *input; /* only while starting */
+    uint64_t step_nodes;        /* inline nodes run in this call, against cfg.max_inline_steps */
     cn_err rv;
     struct rn_instance_stats stats;
 };

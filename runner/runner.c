@@ -257,6 +257,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         memset(&scfg, 0, sizeof(scfg));
         scfg.index = i;
         scfg.exec.default_timeout_ms = cfg->default_action_timeout_ms;
+        scfg.exec.max_inline_steps = cfg->max_inline_steps;
         scfg.evict_sleep_threshold_ms = cfg->evict_sleep_threshold_ms;
         if ((rv = rn_shardloop_start(&scfg, &deps, &r->loops[i], err)) != CN_OK) {
             runner_free(r);

@@ -115,6 +115,7 @@ ctl_cmd_exec(int argc, char **argv)
     cfg.evict_sleep_threshold_ms = UINT32_MAX; /* in memory, a sleeping instance just waits */
     cfg.default_action_timeout_ms = RN_DEFAULT_ACTION_TIMEOUT_MS;
     cfg.worker_idle_ms = RN_DEFAULT_WORKER_IDLE_MS;
+    cfg.max_inline_steps = RN_DEFAULT_MAX_INLINE_STEPS;
     if (rn_runner_start(&cfg, &r, &em) != CN_OK) {
         fprintf(stderr, "cairnctl exec: cannot start the engine: %s\n", em.text);
         status = EXIT_USAGE;

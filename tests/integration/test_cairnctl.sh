@@ -82,7 +82,8 @@ printf 'fn main():\n    return 1\n' | "$ctl" check - >/dev/null || fail "check -
 
 # 5. cairnctl exec: every example case of tests/fixtures/example_cases.json runs in process (the
 #    engine on the in-memory backend, std.* actions built in) and returns its expected result;
-#    a failing instance exits 4 with its error; bad input exits 1.
+#    a failing instance exits 4 with its error, a loop that never waits too (the inline budget,
+#    at its default); bad input exits 1.
 python3 - "$ctl" "$root/tests/fixtures/example_cases.json" "$root" >"$tmp/exec.out" 2>&1 <<'PY'
 import json, subprocess, sys
 ctl, cases_file, root = sys.argv[1:4]
@@ -104,6 +105,13 @@ PY
 "$ctl" exec "$root/examples/hello.cairn" --input '{}' >/dev/null 2>"$tmp/err"
 [ $? -eq 4 ] || fail "exec of a failing instance: want exit 4"
 grep -q "TypeError" "$tmp/err" || fail "exec of a failing instance: no TypeError in $(cat "$tmp/err")"
+start=$(date +%s)
+"$ctl" exec "$root/tests/integration/workflows/spin.cairn" --timeout 60 >/dev/null 2>"$tmp/err"
+status=$?
+[ $status -eq 4 ] || fail "exec of an inline infinite loop: exit $status, want 4: $(cat "$tmp/err")"
+grep -qF '"type": "StepLimitExceeded", "message": "more than 5000000 inline steps without waiting for an action, a sleep or a timer (line 5)"' "$tmp/err" ||
+    fail "exec of an inline infinite loop: no StepLimitExceeded at line 5 in $(cat "$tmp/err")"
+[ $(($(date +%s) - start)) -lt 30 ] || fail "exec of an inline infinite loop took $(($(date +%s) - start)) s"
 "$ctl" exec "$root/examples/hello.cairn" --input '[1' >/dev/null 2>&1
 [ $? -eq 1 ] || fail "exec with bad input JSON: want exit 1"
 "$ctl" exec "$root/tests/cli/broken/tabs.cairn" >/dev/null 2>&1

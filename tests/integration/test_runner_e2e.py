@@ -17,7 +17,10 @@ that scripts/test starts. In a fresh database of its own (dropped at the end):
 - a runner paused (SIGSTOP) past its TTL while its pool holds a backlog: another runner takes
   over, and after SIGCONT the stale runner runs no more than its in-flight bound again;
 - 300 connections that never say hello: dropped (past the cap at once, the rest after the
-  hello timeout) while a real worker is served, and the runner's descriptors come back.
+  hello timeout) while a real worker is served, and the runner's descriptors come back;
+- a loop that never waits (spin.cairn) on a runner with one shard fails alone with
+  StepLimitExceeded while the ordinary instances on that shard complete, and the runner still
+  stops promptly on SIGTERM.
 
 Arguments: CAIRN_RUNNER CAIRN_WORKER CAIRNCTL SOURCE_ROOT. TAP output; without
 CAIRN_TEST_DATABASE_URL it reports a skip. Waits poll with deadlines; nothing relies on a
@@ -380,6 +383,43 @@ def run_all(url, env, tmp):
     check("no duplicate action results anywhere", duplicate_done(url) == "0")
     rc = r3.term()
     check("SIGTERM: runner3 exits 0", rc == 0, f"exit {rc}")
+
+    # ---- a loop that never waits fails alone ------------------------------------------------
+    # One shard: the poison instances and the ordinary ones share its thread. A small budget:
+    # this runner's leases last 2 s, and a step must end well within that (an instance claimed
+    # while its shard is busy has its lease renewed only once the shard takes it), which the
+    # default's quarter second does not under a sanitizer on a loaded machine; test_cairnctl.sh
+    # runs the default.
+    r5 = runner(env, tmp, "runner5", sock2, "--shards", "1", "--max-inline-steps", "100000")
+    spins = [ctl(env, "run", "spin").stdout.strip()]
+    enqueue_many(url, "spread", "'{\"n\": 20}'::jsonb", 10)
+    spins.append(ctl(env, "run", "spin").stdout.strip())
+    ok = wait_until("spread done", lambda: all_completed(url, "spread", 10), 60)
+    check("inline loop: the ordinary instances on its shard complete", ok, counts(url, "spread"))
+    check("inline loop: with their results", q(
+        url, "SELECT count(*) FROM cairn.runner_instances WHERE workflow_name = 'spread' AND "
+             "result = '20'::jsonb") == "10")
+    in_spins = ", ".join(f"'{s}'" for s in spins)
+    ok = wait_until("spins failed", lambda: q(
+        url, f"SELECT count(*) FROM cairn.runner_instances WHERE instance_id IN ({in_spins}) "
+             "AND status = 'failed'") == "2", 30)
+    errors = q(url, "SELECT string_agg(error->>'type' || ': ' || (error->>'message'), ' | ') "
+                    f"FROM cairn.runner_instances WHERE instance_id IN ({in_spins})")
+    check("inline loop: each poison instance fails", ok, errors)
+    want = ("StepLimitExceeded: more than 100000 inline steps without waiting for an action, "
+            "a sleep or a timer (line 5)")
+    check("inline loop: with StepLimitExceeded at the loop's line", errors == f"{want} | {want}",
+          errors)
+    # A third one is claimed just before SIGTERM: the stop waits for at most one step.
+    spin = ctl(env, "run", "spin").stdout.strip()
+    claimed = wait_until("spin claimed", lambda: q(
+        url, f"SELECT count(*) FROM cairn.queued_instances WHERE instance_id = '{spin}' AND "
+             "lock_uuid IS NULL") == "0", 10)
+    t0 = time.monotonic()
+    rc = r5.term(timeout=20)
+    took = time.monotonic() - t0
+    check("inline loop: SIGTERM stops the runner promptly (exit 0)",
+          claimed and rc == 0 and took < 10, f"claimed {claimed}, exit {rc} after {took:.1f} s")
 
     # ---- a second signal exits at once; JSON logs ----------------------------------------
     r4 = runner(env, tmp, "runner4", sock2, "--log-format", "json", "--shutdown-grace-ms", "60000")

@@ -258,6 +258,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
                  em.text);
     w.dag = c.dag;
     w.cfg.default_timeout_ms = opts->default_timeout_ms ? opts->default_timeout_ms : 60000;
+    w.cfg.max_inline_steps = opts->max_inline_steps;
     w.now = T_START_MS;
     w.r = &r;
     for (i = 0; i < 16; i++) {

@@ -26,7 +26,8 @@ struct t_opts {
     bool crash_every_step; /* crash and rehydrate after every step */
     bool one_at_a_time;    /* answer one pending action per step instead of all */
     int64_t default_timeout_ms;
-    int max_steps; /* safety net; 0 = 100000 */
+    uint64_t max_inline_steps; /* the executor's budget per step; 0: its default */
+    int max_steps;             /* safety net; 0 = 100000 */
 };
 
 struct t_result {

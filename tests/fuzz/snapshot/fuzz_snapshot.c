@@ -47,7 +47,7 @@ template_dag(void)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct rn_exec_cfg cfg = {60000};
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
     struct rn_instance *a = NULL, *b = NULL;
     struct rn_step_out o;
     struct cn_buf s1 = CN_BUF_INIT, s2 = CN_BUF_INIT;

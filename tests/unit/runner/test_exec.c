@@ -545,6 +545,9 @@ Test(exec, runner_errors_carry_their_bases)
     ir_val_release(err);
     cr_expect_str_eq(rn_error_name(RN_ERR_STATE), "StateError");
     cr_expect_str_eq(rn_error_name(RN_ERR_WORKFLOW), "WorkflowError");
+    T_OK(rn_error_new(RN_ERR_STEP_LIMIT, "spinning", &err));
+    expect_bases(err, "StepLimitExceeded", "['Exception']"); /* nothing to catch it by */
+    ir_val_release(err);
     T_ERR(rn_error_new(RN_ERR_STATE, "bad \xff", &err), CN_UTF8);
 
     /* By name: the table's types get its bases, others ir_raise's. */
@@ -634,7 +637,7 @@ Test(exec, loop_and_sequence_snapshots_do_not_grow_with_completed_steps)
 Test(exec, cancel_stops_the_instance)
 {
     struct t_compiled c = t_compile("fn main():\n    r = @std.hang()\n");
-    struct rn_exec_cfg cfg = {60000};
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
     struct rn_instance *in = NULL;
     struct rn_step_out o;
     struct rn_event ev;
@@ -671,7 +674,7 @@ Test(exec, cancel_stops_the_instance)
 Test(exec, stale_and_duplicate_results_are_dropped)
 {
     struct t_compiled c = t_compile("fn main():\n    r = @std.echo(value=1)\n    return r\n");
-    struct rn_exec_cfg cfg = {60000};
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
     struct rn_instance *in = NULL;
     struct rn_step_out o;
     struct rn_event ev;
@@ -717,7 +720,7 @@ static const char snapshot_src[] = "fn h(input: [v]):\n"
 Test(exec, corrupt_snapshots_are_rejected_not_crashed)
 {
     struct t_compiled c = t_compile(snapshot_src);
-    struct rn_exec_cfg cfg = {60000};
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
     struct rn_instance *in = NULL, *back = NULL;
     struct rn_step_out o;
     struct cn_buf snap = CN_BUF_INIT;
@@ -817,4 +820,229 @@ Test(exec, values_too_deep_to_store_are_refused_where_they_would_be_stored)
         "    "
         "@std.echo(value=[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]])\n",
         "{}", "ValueError");
+}
+
+/* ---- the inline budget --------------------------------------------------------------------- */
+
+/* Runs src with a budget of `budget` inline nodes per step (0: the default) and asserts it
+ * fails with StepLimitExceeded whose message names that budget and `line`. */
+static void
+expect_step_limit(const char *src, const char *input, uint64_t budget, unsigned line)
+{
+    struct t_opts o = {0};
+    struct t_result r;
+    char want[160];
+
+    o.max_inline_steps = budget;
+    r = t_run(src, input, &o);
+    (void) snprintf(want, sizeof(want),
+                    "\"more than %llu inline steps without waiting for an action, a sleep or a "
+                    "timer (line %u)\"",
+                    (unsigned long long) (budget ? budget : RN_EXEC_DEFAULT_MAX_INLINE_STEPS),
+                    line);
+    cr_assert_eq(r.outcome, RN_FAILED, "outcome %d (%s)", r.outcome, r.json ? r.json : "-");
+    cr_expect_str_eq(r.error_type, "StepLimitExceeded", "%s", r.json);
+    cr_expect_not_null(strstr(r.json, want), "%s lacks %s", r.json, want);
+    cr_expect_not_null(strstr(r.json, "\"bases\": [\"Exception\"]"), "%s", r.json);
+    t_result_free(&r);
+}
+
+Test(exec, an_inline_infinite_loop_fails_with_step_limit_exceeded_at_its_line)
+{
+    /* After the entry and `x = 0`, nodes alternate between the condition (line 3, odd counts)
+     * and the body (line 4): the first node over the default 5 000 000 is the condition, the
+     * first over 1001 the body. */
+    expect_step_limit("fn main():\n    x = 0\n    while True:\n        x = x + 1\n", "{}", 0, 3);
+    expect_step_limit("fn main():\n    x = 0\n    while True:\n        x = x + 1\n", "{}", 1001, 4);
+    /* sleep 0 does not wait, so it does not end the step either. */
+    expect_step_limit("fn main():\n    while True:\n        sleep 0\n", "{}", 1000, 3);
+}
+
+Test(exec, the_step_limit_cannot_be_caught)
+{
+    /* A catch-all inside the loop that swallows an inline error on every turn. */
+    expect_step_limit("fn main():\n"
+                      "    n = 0\n"
+                      "    while True:\n"
+                      "        try:\n"
+                      "            n = n + 1\n"
+                      "            x = 1 / 0\n"
+                      "        except:\n"
+                      "            n = n + 1\n",
+                      "{}", 1000, 4);
+    /* Handlers around the loop, naming it or anything, do not see it either. */
+    expect_step_limit("fn main():\n"
+                      "    try:\n"
+                      "        while True:\n"
+                      "            pass\n"
+                      "    except StepLimitExceeded:\n"
+                      "        return \"caught by name\"\n"
+                      "    except Exception as e:\n"
+                      "        return e.type\n"
+                      "    except:\n"
+                      "        return \"caught\"\n",
+                      "{}", 1000, 3);
+    /* Nor does a fan-out's aggregate: a spinning parallel branch fails the whole instance. */
+    expect_step_limit("fn spin(input: [n]):\n"
+                      "    while n > 0:\n"
+                      "        n = n + 1\n"
+                      "    return n\n"
+                      "fn main():\n"
+                      "    try:\n"
+                      "        a, b = parallel:\n"
+                      "            spin(1)\n"
+                      "            @std.echo(value=2)\n"
+                      "    except Exception as e:\n"
+                      "        return e.type\n",
+                      "{}", 1000, 3);
+}
+
+Test(exec, the_budget_is_per_step_so_a_loop_with_an_action_runs_on)
+{
+    struct t_opts o = {0};
+    struct t_result r;
+
+    /* 2 000 iterations of 6 nodes: 12 000 inline nodes in all, 12 times the budget, but the
+     * action ends every step after 6 of them. */
+    o.max_inline_steps = 1000;
+    r = t_run("fn main(input: [n]):\n"
+              "    total = 0\n"
+              "    for i in range(n):\n"
+              "        v = @std.add(a=i, b=1)\n"
+              "        total = total + v\n"
+              "        total = total + 0\n"
+              "    return total\n",
+              "{\"n\": 2000}", &o);
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json ? r.json : "-");
+    cr_expect_str_eq(r.json, "2001000");
+    cr_expect_eq(r.dispatches, 2000);
+    t_result_free(&r);
+    /* The same loop without the action is over that budget. */
+    expect_step_limit("fn main(input: [n]):\n"
+                      "    total = 0\n"
+                      "    for i in range(n):\n"
+                      "        v = i + 1\n"
+                      "        total = total + v\n"
+                      "        total = total + 0\n"
+                      "    return total\n",
+                      "{\"n\": 2000}", 1000, 3);
+}
+
+Test(exec, a_workflow_at_its_budget_completes_and_one_node_over_fails)
+{
+    /* entry, x = 0, ten turns of (condition, body), the last condition, the loop exit, return
+     * and output: 26 inline nodes in the one step. */
+    static const char src[] = "fn main():\n"
+                              "    x = 0\n"
+                              "    while x < 10:\n"
+                              "        x = x + 1\n"
+                              "    return x\n";
+    struct t_opts o = {0};
+
+    o.max_inline_steps = 26;
+    expect_result_opts(src, "{}", "10", &o);
+    expect_step_limit(src, "{}", 25, 1); /* the 26th node is the output, at `fn main` */
+}
+
+Test(exec, ordinary_workflows_stay_far_below_the_default_budget)
+{
+    struct t_opts o = {0};
+    size_t i, n;
+    json_t *cases = example_cases(&n);
+
+    /* Every example within 1% of the default... */
+    o.max_inline_steps = RN_EXEC_DEFAULT_MAX_INLINE_STEPS / 100;
+    for (i = 0; i < n; i++) {
+        struct example_case ec = example_case(cases, i);
+        char *src = example(ec.name);
+        expect_result_opts(src, ec.input, ec.want, &o);
+        free(src);
+    }
+    json_decref(cases);
+    /* ...and a 10 000-item loop with a few statements each (about 80 000 nodes) within 2%. */
+    o.max_inline_steps = RN_EXEC_DEFAULT_MAX_INLINE_STEPS / 50;
+    expect_result_opts("fn main(input: [n]):\n"
+                       "    d = {\"qty\": 3, \"name\": \"abc\"}\n"
+                       "    total = 0\n"
+                       "    for i in range(n):\n"
+                       "        q = d[\"qty\"] * i\n"
+                       "        total = total + q\n"
+                       "        s = \"item \" + d[\"name\"]\n"
+                       "        if total % 7 == 0:\n"
+                       "            total = total + 1\n"
+                       "    return total\n",
+                       "{\"n\": 10000}", "149985001", &o);
+}
+
+/* The decision is a count, not a clock: replay from a snapshot taken before the loop (with or
+ * without the result that started it) fails at the same node with the same error. */
+Test(exec, replay_from_a_snapshot_before_the_loop_fails_the_same_way)
+{
+    struct t_compiled c = t_compile("fn main():\n"
+                                    "    a = @std.echo(value=1)\n"
+                                    "    x = 0\n"
+                                    "    while True:\n"
+                                    "        x = x + a\n");
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000, .max_inline_steps = 1001};
+    struct rn_instance *in = NULL, *back = NULL;
+    struct rn_step_out o;
+    struct cn_buf snap = CN_BUF_INIT, first = CN_BUF_INIT, again = CN_BUF_INIT;
+    struct cn_errmsg em = {{0}};
+    struct ir_val input;
+    struct rn_event ev;
+    struct rn_done done;
+    struct rn_iid id = {{4, 2}};
+
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    T_OK(ir_map_new(0, &input));
+    T_OK(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o));
+    ir_val_release(input);
+    cr_assert_eq(o.actions.len, 1);
+    cr_assert(o.snapshot_needed);
+    T_OK(rn_instance_snapshot(in, &snap));
+    ev.kind = RN_EV_RESULT;
+    ev.exec_id = o.actions.items[0].exec_id;
+    ev.attempt = 1;
+    ev.value = ir_int(1);
+    rn_step_out_clear(&o);
+    T_OK(rn_instance_step(in, &ev, 1, 1001, &o));
+    cr_assert_eq(o.outcome, RN_FAILED);
+    cr_assert_eq(o.done.len, 1);
+    T_OK(ir_val_repr(o.result, &first));
+    cr_assert_not_null(strstr(first.data, "StepLimitExceeded"), "%s", first.data);
+    cr_assert_not_null(strstr(first.data, "more than 1001 inline steps"), "%s", first.data);
+    done = o.done.items[0];
+    done.value = ir_val_retain(done.value);
+    rn_step_out_clear(&o);
+    rn_instance_free(in);
+
+    /* The result was recorded: hydration replays it and fails in the same call. */
+    T_OK(rn_instance_hydrate(c.dag, snap.data, snap.len, &done, 1, &cfg, 5000, &back, &o, &em));
+    cr_assert_eq(o.outcome, RN_FAILED);
+    T_OK(ir_val_repr(o.result, &again));
+    cr_expect_str_eq(again.data, first.data);
+    rn_step_out_clear(&o);
+    rn_instance_free(back);
+
+    /* The result was lost: the action is asked for again, and its result fails the same way. */
+    T_OK(rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &cfg, 5000, &back, &o, &em));
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    cr_assert_eq(o.actions.len, 1);
+    cr_assert(rn_xid_eq(o.actions.items[0].exec_id, ev.exec_id));
+    rn_step_out_clear(&o);
+    T_OK(rn_instance_step(back, &ev, 1, 5001, &o));
+    cr_assert_eq(o.outcome, RN_FAILED);
+    cn_buf_clear(&again);
+    T_OK(ir_val_repr(o.result, &again));
+    cr_expect_str_eq(again.data, first.data);
+
+    ir_val_release(done.value);
+    cn_buf_fini(&snap);
+    cn_buf_fini(&first);
+    cn_buf_fini(&again);
+    rn_step_out_fini(&o);
+    rn_instance_free(back);
+    t_compiled_free(&c);
 }

@@ -442,7 +442,7 @@ Test(exec_scenarios, cancel_mid_batch_and_after_hydration)
                   "        @std.hang()\n"
                   "        @std.flaky(key=1, failures=5) [retry: 5, backoff: 10s]\n"
                   "    return r\n");
-    struct rn_exec_cfg cfg = {60000};
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
     struct rn_instance *in = NULL, *back = NULL;
     struct rn_step_out o;
     struct rn_event ev[2];
