@@ -111,8 +111,18 @@ static void
 on_claimed(void *arg, struct rn_sev *e)
 {
     struct rn_runner *r = arg;
+    uint32_t shard = shard_of(r, e->iid);
+    struct rn_lease_op op;
 
-    rn_shardloop_post(r->loops[shard_of(r, e->iid)], e);
+    /* Renewed from the claim on, not from when its shard gets to it: a shard busy with a long
+     * step (up to CAIRN_MAX_INLINE_STEPS) must not let the leases queued behind it expire. The
+     * lease goes to the keeper before the event goes to the shard, so the shard's own "let go"
+     * for it always comes after, and removes it. */
+    op.take = true;
+    op.iid = e->iid;
+    op.lock = e->claimed.lock;
+    rn_keeper_apply(r->keeper, shard, &op, 1);
+    rn_shardloop_post(r->loops[shard], e);
 }
 
 /* ---- statistics and HTTP ------------------------------------------------------------------ */
