@@ -88,13 +88,13 @@ claimable(const struct mem_instance *in, int64_t now)
 }
 
 static cn_err
-mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claimed **out,
-          size_t *nout, struct cn_errmsg *err)
+mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, int64_t lease_ms,
+          struct rn_claimed **out, size_t *nout, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
     struct rn_claimed *cl;
     int64_t now = cn_wall_ms();
-    size_t n = 0, k;
+    size_t n = 0, k, bytes = 0;
 
     (void) err;
     *out = NULL;
@@ -114,9 +114,11 @@ mem_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claim
                 best = in;
             }
         }
-        if (best == NULL) {
+        /* Snapshots count as their size; inputs, held as values here, are not measured. */
+        if (best == NULL || (n > 0 && bytes + best->state.len > max_bytes)) {
             break;
         }
+        bytes += best->state.len;
         best->locked = true;
         mem_id(b, best->lock.b);
         best->lock_expires = now + lease_ms;

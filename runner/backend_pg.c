@@ -239,11 +239,18 @@ static const char *claim_sql =
     "  SELECT ctid AS tid FROM cairn.queued_instances"
     "   WHERE lock_uuid IS NULL AND scheduled_at <= now()"
     "   ORDER BY priority DESC, scheduled_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
-    " c AS (SELECT tid FROM e UNION ALL SELECT tid FROM f LIMIT $1),"
+    " c AS (SELECT tid, row_number() OVER () AS n"
+    "        FROM (SELECT tid FROM e UNION ALL SELECT tid FROM f LIMIT $1) u),"
+    /* the stored (possibly compressed) sizes: read from the row, nothing is decompressed */
+    " s AS (SELECT c.tid, c.n, sum(pg_column_size(ri.input) +"
+    "              coalesce(pg_column_size(ri.state), 0)) OVER (ORDER BY c.n) AS upto"
+    "        FROM c JOIN cairn.queued_instances q0 ON q0.ctid = c.tid"
+    "        JOIN cairn.runner_instances ri ON ri.instance_id = q0.instance_id),"
+    " k AS (SELECT tid FROM s WHERE s.n = 1 OR s.upto <= $3::bigint),"
     " q AS ("
     "  UPDATE cairn.queued_instances q SET lock_uuid = gen_random_uuid(),"
     "         lock_expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond'"
-    "    FROM c WHERE q.ctid = c.tid"
+    "    FROM k WHERE q.ctid = k.tid"
     "  RETURNING q.instance_id, q.lock_uuid, q.workflow_version_id),"
     " r AS ("
     "  UPDATE cairn.runner_instances ri SET status = 'running',"
@@ -321,12 +328,12 @@ attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
 }
 
 static cn_err
-pg_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claimed **out,
-         size_t *nout, struct cn_errmsg *err)
+pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, int64_t lease_ms,
+         struct rn_claimed **out, size_t *nout, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    char maxs[24], leases[24];
-    const char *params[2] = {maxs, leases};
+    char maxs[24], leases[24], bytes[24];
+    const char *params[3] = {maxs, leases, bytes};
     struct rn_claimed *cl = NULL;
     PGresult *r = NULL, *d = NULL;
     struct arr ids;
@@ -341,7 +348,9 @@ pg_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claime
     }
     (void) snprintf(maxs, sizeof(maxs), "%zu", max);
     (void) snprintf(leases, sizeof(leases), "%lld", (long long) lease_ms);
-    if ((rv = pg_exec_bin(b, claim_sql, 2, params, &r, err)) != CN_OK) {
+    (void) snprintf(bytes, sizeof(bytes), "%llu",
+                    (unsigned long long) (max_bytes > INT64_MAX ? INT64_MAX : max_bytes));
+    if ((rv = pg_exec_bin(b, claim_sql, 3, params, &r, err)) != CN_OK) {
         return rv;
     }
     rows = PQntuples(r);
@@ -349,11 +358,7 @@ pg_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claime
         PQclear(r);
         return CN_OK;
     }
-    cl = calloc((size_t) rows, sizeof(*cl));
-    if (cl == NULL) {
-        PQclear(r);
-        return CN_NOMEM;
-    }
+    cl = cn_xcalloc((size_t) rows, sizeof(*cl));
     arr_begin(&ids);
     for (row = 0; row < rows; row++) {
         struct rn_claimed *c = &cl[n];
@@ -364,18 +369,16 @@ pg_claim(struct rn_backend *base, size_t max, int64_t lease_ms, struct rn_claime
             !get_uuid(r, row, 2, c->version_id.b)) {
             continue;
         }
-        c->workflow = strndup(PQgetvalue(r, row, 3), (size_t) PQgetlength(r, row, 3));
+        c->workflow = cn_xmalloc((size_t) PQgetlength(r, row, 3) + 1);
+        memcpy(c->workflow, PQgetvalue(r, row, 3), (size_t) PQgetlength(r, row, 3));
+        c->workflow[PQgetlength(r, row, 3)] = '\0';
         if (ir_val_from_json(PQgetvalue(r, row, 4), (size_t) PQgetlength(r, row, 4), &c->input,
                              &em) != CN_OK) {
             c->input = ir_null(); /* the executor fails a non-dict input with a TypeError */
         }
         if (!PQgetisnull(r, row, 5)) {
             c->state_len = (size_t) PQgetlength(r, row, 5);
-            c->state = malloc(c->state_len ? c->state_len : 1);
-            if (c->state == NULL) {
-                rv = CN_NOMEM;
-                break;
-            }
+            c->state = cn_xmalloc(c->state_len ? c->state_len : 1);
             memcpy(c->state, PQgetvalue(r, row, 5), c->state_len);
         }
         arr_uuid(&ids, c->instance_id.b);

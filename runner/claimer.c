@@ -96,7 +96,8 @@ claimer_main(void *arg)
             room = RN_CLAIM_BATCH;
         }
         if (room > 0) {
-            if (b->ops->claim(b, room, c->cfg.lock_ttl_ms, &cl, &n, &em) != CN_OK) {
+            if (b->ops->claim(b, room, RN_CLAIM_MAX_BYTES, c->cfg.lock_ttl_ms, &cl, &n, &em) !=
+                CN_OK) {
                 int64_t pause = rn_backoff_next(&backoff);
                 cn_log(CN_LOG_ERROR, "claim failed (retrying in %lld ms): %s", (long long) pause,
                        em.text);

@@ -21,6 +21,11 @@
 #include "runner/shard.h"
 
 #define RN_CLAIM_BATCH 256
+/* Stored bytes of inputs and snapshots per claim. Without it one claim of a few instances with
+ * 20 MB inputs loaded 1.2 GB at once, held it while hydrating, and starved the runner until its
+ * leases lapsed; a batch that large buys nothing, since the claim is repeated at once when it
+ * fills. */
+#define RN_CLAIM_MAX_BYTES (64u << 20)
 
 struct rn_claimer_cfg {
     struct rn_backend *backend; /* used by the claimer thread only */

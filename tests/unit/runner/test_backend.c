@@ -7,6 +7,7 @@
  * result per execution id; heartbeats find lost leases; a failed instance is never claimed.
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +171,8 @@ claim(struct fx *f, int64_t lease_ms, struct rn_claimed **out)
     struct cn_errmsg em = {{0}};
     size_t n = 0;
 
-    cr_assert_eq(f->b->ops->claim(f->b, 10, lease_ms, out, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(f->b->ops->claim(f->b, 10, SIZE_MAX, lease_ms, out, &n, &em), CN_OK, "%s",
+                 em.text);
     return n;
 }
 
@@ -372,6 +374,37 @@ the_reclaimer_clears_expired_leases(bool pg)
     fx_close(&f);
 }
 
+/* A claim stops adding instances once their stored inputs and snapshots pass its byte budget
+ * (the first is always claimed, however large); the rest are claimed next time. */
+Test(backend, postgres_a_claim_is_bounded_by_bytes, .timeout = 60)
+{
+    struct fx f;
+    struct rn_claimed *c = NULL;
+    struct cn_errmsg em = {{0}};
+    struct rn_iid id;
+    size_t n = 0, i;
+
+    fx_open(&f, true);
+    for (i = 0; i < 4; i++) {
+        fx_enqueue(&f, (int) i, &id);
+    }
+    /* 40 kB of incompressible snapshot each, as a long-running instance would have. */
+    pg_exec_ok(f.admin, "UPDATE cairn.runner_instances SET state = (SELECT string_agg("
+                        "decode(md5(random()::text || g::text), 'hex'), '') FROM"
+                        " generate_series(1, 2500) g)");
+    cr_assert_eq(f.b->ops->claim(f.b, 10, 100000, 30000, &c, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(n, 2, "two 40 kB snapshots fit in 100 kB, a third does not (got %zu)", n);
+    cr_assert_eq(c[0].state_len, 40000);
+    rn_claimed_free(c, n);
+    cr_assert_eq(f.b->ops->claim(f.b, 10, 1000, 30000, &c, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(n, 1, "the first instance is claimed whatever its size");
+    rn_claimed_free(c, n);
+    cr_assert_eq(f.b->ops->claim(f.b, 10, SIZE_MAX, 30000, &c, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(n, 1, "the last one is left for the next claim");
+    rn_claimed_free(c, n);
+    fx_close(&f);
+}
+
 /* Renewal never waits for a row lock: a lease whose row is locked (being written) is reported
  * busy at once, the others are renewed, and once the lock is gone it is renewed too. */
 Test(backend, postgres_renewal_skips_a_row_being_written, .timeout = 60)
@@ -469,7 +502,7 @@ Test(backend, postgres_heartbeats_and_writes_never_deadlock, .timeout = 120)
     fx_open(&f, true);
     pg_exec_ok(f.admin, "SELECT count(cairn.enqueue('t', jsonb_build_object('n', g)))"
                         " FROM generate_series(1, 300) g");
-    cr_assert_eq(f.b->ops->claim(f.b, N, 30000, &c, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(f.b->ops->claim(f.b, N, SIZE_MAX, 30000, &c, &n, &em), CN_OK, "%s", em.text);
     cr_assert_eq(n, N);
     memset(&bt, 0, sizeof(bt));
     bt.n = N;
