@@ -1547,5 +1547,6 @@ rn_instance_stats(const struct rn_instance *in, struct rn_instance_stats *st)
 {
     *st = in->stats;
     st->live_nodes = in->live_x;
+    st->node_slots = in->x.len;
     st->live_scopes = in->live_s;
 }

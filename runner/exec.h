@@ -200,6 +200,7 @@ enum rn_outcome rn_instance_outcome(const struct rn_instance *in);
 
 struct rn_instance_stats {
     size_t live_nodes;     /* execution nodes in the graph now */
+    size_t node_slots;     /* node slots ever used: the most nodes live at once (the peak) */
     size_t live_scopes;    /* scopes in the graph now */
     uint64_t stale_events; /* events dropped: unknown id, stale attempt, early timer */
     uint64_t inline_steps; /* inline nodes run so far */

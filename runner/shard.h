@@ -119,6 +119,7 @@ struct rn_shard_out {
     uint64_t lost;      /* evicted for a lost lease */
     uint64_t committed; /* writes acknowledged as written */
     uint64_t removed;   /* instances this shard stopped holding (for any reason) */
+    bool large_freed;   /* a large instance was let go: give free memory back to the system */
 };
 
 /* Empties an output after it was carried out: frees writes still in it, releases kwargs. */

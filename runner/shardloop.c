@@ -4,6 +4,9 @@
 
 #include <stdbool.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h> /* malloc_trim */
+#endif
 #include <string.h>
 
 #include "ir/base/clock.h"
@@ -93,6 +96,11 @@ carry_out(struct rn_shardloop *l)
             cn_oom("dispatching an action");
         }
     }
+#ifdef __GLIBC__
+    if (o->large_freed) {
+        (void) malloc_trim(0);
+    }
+#endif
     atomic_fetch_add(&l->completed, o->completed);
     atomic_fetch_add(&l->failed, o->failed);
     atomic_fetch_add(&l->evicted, o->evicted);
