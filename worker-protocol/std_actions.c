@@ -109,7 +109,7 @@ static cn_err
 act_sleep(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, struct ir_val *out)
 {
     struct ir_val err;
-    int64_t ms;
+    int64_t ms = 0;
     cn_err rv;
 
     (void) arg;
