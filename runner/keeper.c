@@ -136,6 +136,22 @@ reclaim_expired(struct rn_keeper *k)
     }
 }
 
+/* Records a complete renewal that started at t0; reopens the pool's lease gate if it had
+ * closed. */
+static void
+confirm(struct rn_keeper *k, int64_t t0)
+{
+    int64_t before;
+
+    if (k->cfg.confirmed_ms == NULL) {
+        return;
+    }
+    before = atomic_exchange(k->cfg.confirmed_ms, t0);
+    if (k->cfg.reopened != NULL && cn_mono_ms() - before >= (int64_t) k->cfg.lock_ttl_ms) {
+        k->cfg.reopened(k->arg);
+    }
+}
+
 /* Renewal rounds per beat for leases whose rows were busy (being written): a write commits in
  * milliseconds, so the second round almost always finds them free. */
 #define RENEW_ROUNDS   3
@@ -163,6 +179,7 @@ renew(struct rn_keeper *k)
     }
     cn_mutex_unlock(&k->reg);
     if (n == 0) {
+        confirm(k, t0);
         return;
     }
     leases = cn_xmalloc(n * sizeof(*leases));
@@ -220,6 +237,11 @@ renew(struct rn_keeper *k)
             e->lock = copy[i].lock;
             k->lost(k->arg, copy[i].shard, e);
         }
+    }
+    if (failures == 0 && busy == 0) {
+        /* Every lease is accounted for, and the losses are on their way to the shards (which
+         * withdraw those instances' attempts before the pool can dispatch more of them). */
+        confirm(k, t0);
     }
     took = cn_mono_ms() - t0;
     if (took > (int64_t) k->cfg.heartbeat_ms / 2 || busy > 0) {

@@ -13,6 +13,7 @@
 #ifndef RUNNER_KEEPER_H
 #define RUNNER_KEEPER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,12 @@ struct rn_keeper_cfg {
     uint32_t lock_ttl_ms;
     uint32_t heartbeat_ms;
     uint32_t reclaim_interval_ms; /* 0: never */
+    /* Set to the monotonic instant each complete renewal started (every lease renewed or
+     * reported lost); the pool's lease gate reads it (pool.h). */
+    _Atomic int64_t *confirmed_ms;
+    /* Called on the keeper thread after a renewal that reopened the gate (the one before was
+     * more than lock_ttl_ms ago), with the lost callback's arg. NULL: none. */
+    void (*reopened)(void *arg);
 };
 
 /* Called on the keeper thread with a LOST event for shard `shard` (ownership passes). */

@@ -64,7 +64,9 @@ rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *
       "Worker connections dropped for a malformed message.", ps->bad_messages)                     \
     X("cairn_pool_silent_total", "counter", "Worker connections dropped for silence.", ps->silent) \
     X("cairn_pool_ungreeted_total", "counter",                                                     \
-      "Connections dropped without a hello (too slow, or too many waiting).", ps->ungreeted)
+      "Connections dropped without a hello (too slow, or too many waiting).", ps->ungreeted)       \
+    X("cairn_pool_dispatch_gated_total", "counter",                                                \
+      "Dispatches held while the leases were not confirmed within a lease period.", ps->gated)
 #define RN_SAMPLE(name, type, help, v) ok = ok && metric(b, name, type, help, (uint64_t) (v));
     bool ok = true;
 

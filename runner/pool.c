@@ -82,6 +82,7 @@ struct flight {
                 * attempts is not sent more work in their place */
     uint64_t token;
     struct rn_iid instance_id;
+    struct rn_token lock;
     struct rn_xid exec_id;
     uint32_t attempt;
     uint32_t pipe;
@@ -133,6 +134,8 @@ struct rn_pool {
         size_t len, cap;
     } greet; /* connections that have not said hello yet */
     uint32_t hello_timeout_ms, max_ungreeted;
+    _Atomic int64_t *confirmed; /* the lease gate (pool.h); NULL: none */
+    uint32_t lease_ttl_ms;
     struct queued *qhead, *qtail;
     struct flight *fl; /* in-flight dispatches */
     size_t nfl, capfl;
@@ -482,6 +485,7 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     f->used = true;
     f->token = p->next_token + 1;
     f->instance_id = q->d.instance_id;
+    f->lock = q->d.lock;
     f->exec_id = q->d.exec_id;
     f->attempt = q->d.attempt;
     f->pipe = w->pipe;
@@ -529,6 +533,15 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
     struct wp_batch b;
     cn_err rv;
 
+    /* Read at every dispatch, from the clock, so that threads resuming together after a pause
+     * cannot dispatch before the keeper has noticed it (pool.h, the lease gate). */
+    if (p->confirmed != NULL && cn_mono_ms() - atomic_load(p->confirmed) >= p->lease_ttl_ms) {
+        p->st.gated++;
+        if (q != NULL) {
+            queue_push_front_locked(p, q);
+        }
+        return false;
+    }
     if (w->inflight >= w->cap || wp_batch_begin(&b, WP_DISPATCH) != CN_OK) {
         if (q != NULL) {
             queue_push_front_locked(p, q);
@@ -1119,6 +1132,8 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
     p->requeue_lost = cfg->requeue_lost;
     p->hello_timeout_ms = cfg->hello_timeout_ms ? cfg->hello_timeout_ms : RN_POOL_HELLO_TIMEOUT_MS;
     p->max_ungreeted = cfg->max_ungreeted ? cfg->max_ungreeted : RN_POOL_MAX_UNGREETED;
+    p->confirmed = cfg->leases_confirmed_ms;
+    p->lease_ttl_ms = cfg->lease_ttl_ms;
     p->credential = cfg->credential ? strdup(cfg->credential) : NULL;
     cn_mutex_init(&p->mtx);
     cn_cond_init(&p->cond);
@@ -1170,6 +1185,7 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
     q->action = cn_xstrdup(d->action);
     q->d.action = q->action;
     q->d.instance_id = d->instance_id;
+    q->d.lock = d->lock;
     q->d.exec_id = d->exec_id;
     q->d.attempt = d->attempt;
     q->d.kwargs = ir_val_retain(d->kwargs);
@@ -1224,15 +1240,31 @@ rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt)
     return rv;
 }
 
+void
+rn_pool_kick(struct rn_pool *p)
+{
+    struct results rs = RESULTS_INIT;
+    struct worker *w;
+
+    cn_mutex_lock(&p->mtx);
+    for (w = p->workers; w != NULL; w = w->next) {
+        if (w->parked != NULL && w->inflight < w->cap && p->qhead != NULL) {
+            (void) dispatch_locked(p, w, w->parked, NULL, &rs);
+        }
+    }
+    cn_mutex_unlock(&p->mtx);
+    results_deliver(p, &rs);
+}
+
 size_t
-rn_pool_withdraw(struct rn_pool *p, struct rn_iid iid)
+rn_pool_withdraw(struct rn_pool *p, struct rn_iid iid, struct rn_token lock)
 {
     struct queued **pp, *q, *prev = NULL;
     size_t i, n = 0;
 
     cn_mutex_lock(&p->mtx);
     for (pp = &p->qhead; (q = *pp) != NULL;) {
-        if (!rn_iid_eq(q->d.instance_id, iid)) {
+        if (!rn_iid_eq(q->d.instance_id, iid) || !rn_token_eq(q->d.lock, lock)) {
             prev = q;
             pp = &q->next;
             continue;
@@ -1248,7 +1280,7 @@ rn_pool_withdraw(struct rn_pool *p, struct rn_iid iid)
     for (i = 0; i < p->nfl; i++) {
         struct flight *f = &p->fl[i];
         struct worker *w;
-        if (!f->used || f->done || !rn_iid_eq(f->instance_id, iid)) {
+        if (!f->used || f->done || !rn_iid_eq(f->instance_id, iid) || !rn_token_eq(f->lock, lock)) {
             continue;
         }
         f->done = true;

@@ -15,6 +15,7 @@
 #ifndef RUNNER_POOL_H
 #define RUNNER_POOL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,6 +47,13 @@ struct rn_pool_cfg {
                                   RN_POOL_HELLO_TIMEOUT_MS) */
     uint32_t max_ungreeted;    /* connections waiting to say hello at once; more are dropped as
                                   they arrive (0: RN_POOL_MAX_UNGREETED) */
+    /* The lease gate: attempts are dispatched only while *leases_confirmed_ms (the monotonic
+     * instant the runner's last complete lease renewal started) is less than lease_ttl_ms old.
+     * Past that, every lease may have expired and been claimed elsewhere (the process was
+     * paused, or could not reach the database): work is held until the next renewal says which
+     * leases are still ours, then resumes with rn_pool_kick. NULL: no gate. */
+    _Atomic int64_t *leases_confirmed_ms;
+    uint32_t lease_ttl_ms;
     /* For tls+tcp:// (PEM files): */
     const char *tls_cert_key_file; /* the runner's certificate and key, one file */
     const char *tls_ca_file;       /* CA for worker certificates */
@@ -54,6 +62,7 @@ struct rn_pool_cfg {
 
 struct rn_pool_dispatch {
     struct rn_iid instance_id;
+    struct rn_token lock; /* the claim under which it was dispatched (rn_pool_withdraw) */
     struct rn_xid exec_id;
     uint32_t attempt;
     const char *action;   /* copied */
@@ -88,6 +97,7 @@ struct rn_pool_stats {
     uint64_t refused;       /* hellos refused */
     uint64_t silent;        /* connections dropped after 3 idle periods without a request */
     uint64_t ungreeted;     /* connections dropped without a hello: too slow, or too many */
+    uint64_t gated;         /* dispatches held because the leases were not confirmed recently */
     uint64_t queued;        /* submitted attempts waiting for a worker now */
     uint64_t contexts;      /* nng contexts open now (receiving, parked, replying, spare) */
     struct rn_lathist dispatch_delay; /* ready_us to the dispatch's send, per measured attempt */
@@ -113,13 +123,18 @@ CN_MUST_CHECK cn_err rn_pool_submit(struct rn_pool *p, const struct rn_pool_disp
  * comes, is delivered as usual. Thread-safe. */
 CN_MUST_CHECK cn_err rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt);
 
-/* Withdraws every attempt of instance iid, because this runner no longer holds it (its lease
- * was lost or it was handed back): attempts still queued are dropped, and attempts in flight
+/* Withdraws every attempt dispatched for instance iid under claim token lock, because this
+ * runner no longer holds that lease (it was lost, or handed back); the attempts of a newer claim
+ * of the same instance stay. Attempts still queued are dropped, and attempts in flight
  * are cancelled on their workers (as rn_pool_cancel) and forgotten: no outcome, timeout or
  * WorkerLost is delivered for them, and a dropped worker does not give them back to be
  * dispatched again. A withdrawn attempt keeps its room on its worker until the worker reports
  * it. Returns how many attempts were withdrawn. Thread-safe. */
-size_t rn_pool_withdraw(struct rn_pool *p, struct rn_iid iid);
+size_t rn_pool_withdraw(struct rn_pool *p, struct rn_iid iid, struct rn_token lock);
+
+/* Dispatches queued attempts to every parked worker with room (after the lease gate opens
+ * again). Thread-safe. */
+void rn_pool_kick(struct rn_pool *p);
 
 void rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st);
 

@@ -56,7 +56,8 @@ struct rn_runner {
     struct rn_busy busy;
     struct rn_http *http;
     _Atomic size_t active;
-    atomic_bool ready; /* started and not stopping */
+    atomic_bool ready;                   /* started and not stopping */
+    _Atomic int64_t leases_confirmed_ms; /* the lease gate (pool.h): written by the keeper */
 };
 
 /* ---- routing ------------------------------------------------------------------------------ */
@@ -104,7 +105,24 @@ on_lease_lost(void *arg, uint32_t shard, struct rn_sev *e)
 {
     struct rn_runner *r = arg;
 
+    /* Withdrawn here, on the keeper thread, before the keeper confirms its renewal and the
+     * pool's lease gate opens again: no attempt under a lost lease can be dispatched in the
+     * moment before its shard reads this event (the shard withdraws too; the second finds
+     * nothing). */
+    (void) rn_pool_withdraw(r->pool, e->iid, e->lock);
     rn_shardloop_post(r->loops[shard], e);
+}
+
+/* The lease gate reopened after a pause or an outage longer than a lease: dispatch what
+ * waited. */
+static void
+on_leases_reopened(void *arg)
+{
+    struct rn_runner *r = arg;
+
+    cn_log(CN_LOG_WARN, "leases confirmed again after more than a lease period: dispatching "
+                        "resumes");
+    rn_pool_kick(r->pool);
 }
 
 static void
@@ -231,6 +249,9 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     /* A crashed worker is an infrastructure failure, not the action's: its attempts go to
      * another worker (same execution id and attempt) before the workflow sees WorkerLost. */
     pcfg.requeue_lost = 3;
+    atomic_store(&r->leases_confirmed_ms, cn_mono_ms());
+    pcfg.leases_confirmed_ms = &r->leases_confirmed_ms;
+    pcfg.lease_ttl_ms = cfg->lock_ttl_ms;
     /* No result can arrive before a shard dispatches, and the shards start below. */
     if ((rv = rn_pool_start(&pcfg, on_pool_result, r, &r->pool, err)) != CN_OK) {
         runner_free(r);
@@ -253,6 +274,8 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     kcfg.lock_ttl_ms = cfg->lock_ttl_ms;
     kcfg.heartbeat_ms = cfg->lock_heartbeat_ms;
     kcfg.reclaim_interval_ms = cfg->reclaim_interval_ms;
+    kcfg.confirmed_ms = &r->leases_confirmed_ms;
+    kcfg.reopened = on_leases_reopened;
     if ((rv = rn_keeper_start(&kcfg, on_lease_lost, r, &r->keeper, err)) != CN_OK) {
         runner_free(r);
         return rv;

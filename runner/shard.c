@@ -178,7 +178,11 @@ inst_free(struct inst *in)
 static void
 withdraw(struct rn_shard_out *out, const struct inst *in)
 {
-    CN_VEC_XPUSH(&out->withdrawals, in->id);
+    struct rn_lease l;
+
+    l.instance_id = in->id;
+    l.lock = in->lock;
+    CN_VEC_XPUSH(&out->withdrawals, l);
 }
 
 /* Forgets an instance (finished, evicted, lost or handed back); out may be NULL when the
@@ -241,6 +245,7 @@ release_output(struct rn_shard *sh, struct inst *in, const struct rn_step_out *o
         struct rn_pool_dispatch d;
 
         d.instance_id = in->id;
+        d.lock = in->lock;
         d.exec_id = a->exec_id;
         d.attempt = a->attempt;
         d.action = a->action;

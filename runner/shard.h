@@ -96,9 +96,10 @@ struct rn_shard_out {
         size_t len, cap;
     } dispatches;
     struct {
-        struct rn_iid *items; /* instances this runner no longer holds (lease lost, stale copy
-                                 replaced by a new claim, handed back): every attempt of theirs
-                                 still queued or running must be withdrawn (rn_pool_withdraw) */
+        struct rn_lease *items; /* leases this runner no longer holds (lost, a stale copy
+                                   replaced by a new claim, handed back): every attempt
+                                   dispatched under them, queued or running, must be
+                                   withdrawn (rn_pool_withdraw) */
         size_t len, cap;
     } withdrawals;
     struct {

@@ -84,7 +84,8 @@ carry_out(struct rn_shardloop *l)
     rn_persister_post(l->deps.persister, o->writes.items, o->writes.len);
     o->writes.len = 0; /* the persister owns them now */
     for (i = 0; i < o->withdrawals.len; i++) {
-        (void) rn_pool_withdraw(l->deps.pool, o->withdrawals.items[i]);
+        (void) rn_pool_withdraw(l->deps.pool, o->withdrawals.items[i].instance_id,
+                                o->withdrawals.items[i].lock);
     }
     for (i = 0; i < o->cancels.len; i++) {
         if (rn_pool_cancel(l->deps.pool, o->cancels.items[i], 0) != CN_OK) {
@@ -224,7 +225,8 @@ rn_shardloop_stop(struct rn_shardloop *l, struct rn_shard_out *handed)
      * dropped with it (only an output of the last batch could be, and carry_out ran). */
     rn_shard_hand_back(l->sh, &l->out);
     for (i = 0; i < l->out.withdrawals.len; i++) {
-        (void) rn_pool_withdraw(l->deps.pool, l->out.withdrawals.items[i]);
+        (void) rn_pool_withdraw(l->deps.pool, l->out.withdrawals.items[i].instance_id,
+                                l->out.withdrawals.items[i].lock);
     }
     for (i = 0; i < l->out.handed_back.len; i++) {
         CN_VEC_XPUSH(&handed->handed_back, l->out.handed_back.items[i]);

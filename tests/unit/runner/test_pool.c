@@ -1197,6 +1197,7 @@ submit_for(struct rn_pool *p, const char *action, uint8_t idbyte, uint8_t iidbyt
 
     memset(&d, 0, sizeof(d));
     memset(d.instance_id.b, iidbyte, 16);
+    memset(d.lock.b, iidbyte, 16); /* the claim token: one per instance here */
     memset(d.exec_id.b, idbyte, 16);
     d.attempt = 1;
     d.action = action;
@@ -1216,6 +1217,7 @@ Test(pool, withdrawing_an_instance_drops_its_queued_attempts_and_cancels_its_run
     struct wp_outcome o;
     struct rn_pool_stats st;
     struct rn_iid a;
+    struct rn_token la;
 
     got_init(&g);
     p = pool_up(&g, url, sizeof(url), NULL, 0);
@@ -1236,7 +1238,10 @@ Test(pool, withdrawing_an_instance_drops_its_queued_attempts_and_cancels_its_run
     cr_assert_eq(st.queued, 2);
 
     memset(a.b, 0xA, 16);
-    cr_assert_eq(rn_pool_withdraw(p, a), 2, "one running, one queued");
+    memset(la.b, 0xB, 16);
+    cr_assert_eq(rn_pool_withdraw(p, a, la), 0, "withdrawn under another claim's token");
+    memset(la.b, 0xA, 16);
+    cr_assert_eq(rn_pool_withdraw(p, a, la), 2, "one running, one queued");
     cr_assert_eq(tw_recv_wait(&w, 2, &c), 0);
     cr_assert_eq(c.kind, WP_CANCEL, "the running attempt is cancelled on its worker");
     cr_assert_eq(c.token, r.items[0].token);
@@ -1258,8 +1263,7 @@ Test(pool, withdrawing_an_instance_drops_its_queued_attempts_and_cancels_its_run
     rn_pool_stats(p, &st);
     cr_assert_eq(st.stale, 1);
     cr_assert_eq(st.queued, 0);
-    memset(a.b, 0xA, 16);
-    cr_assert_eq(rn_pool_withdraw(p, a), 0, "nothing left to withdraw");
+    cr_assert_eq(rn_pool_withdraw(p, a, la), 0, "nothing left to withdraw");
     wp_msg_fini(&r);
     tw_close(&w, 3);
     rn_pool_stop(p);
@@ -1276,6 +1280,7 @@ Test(pool, a_withdrawn_attempt_is_neither_dispatched_again_nor_failed_when_its_w
     struct wp_msg r;
     struct rn_pool_stats st;
     struct rn_iid iid;
+    struct rn_token lock;
 
     got_init(&g);
     p = pool_up_requeue(&g, url, sizeof(url), NULL, 0, 3);
@@ -1287,7 +1292,8 @@ Test(pool, a_withdrawn_attempt_is_neither_dispatched_again_nor_failed_when_its_w
     cr_assert_eq(r.kind, WP_DISPATCH);
     wp_msg_fini(&r);
     memset(iid.b, 0xC, 16);
-    cr_assert_eq(rn_pool_withdraw(p, iid), 1);
+    memset(lock.b, 0xC, 16);
+    cr_assert_eq(rn_pool_withdraw(p, iid, lock), 1);
     tw_open(&b, url, 2);
     tw_hello(&b, acts, 1, NULL, WP_WELCOME);
     tw_ready(&b, 1, NULL);

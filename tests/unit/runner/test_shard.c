@@ -261,7 +261,8 @@ Test(shard, a_lease_lost_mid_write_evicts_without_further_writes)
     h_ack(&h, 3, 33, true);
     cr_expect_eq(h.out.lost, 1);
     cr_assert_eq(h.out.withdrawals.len, 1, "its attempts must leave the pool");
-    cr_expect(rn_iid_eq(h.out.withdrawals.items[0], iid_of(3)));
+    cr_expect(rn_iid_eq(h.out.withdrawals.items[0].instance_id, iid_of(3)));
+    cr_expect(rn_token_eq(h.out.withdrawals.items[0].lock, token_of(33)));
     cr_expect_eq(h.out.writes.len, 0, "a write after the lease was lost");
     cr_expect_eq(h.out.dispatches.len, 0, "a dispatch after the lease was lost");
     cr_expect_eq(h.out.committed, 0);
@@ -307,7 +308,8 @@ Test(shard, a_lost_lease_evicts_an_idle_instance_and_defers_to_a_write_in_flight
     h_apply(&h, e);
     cr_expect_eq(h.out.lost, 1);
     cr_assert_eq(h.out.withdrawals.len, 1, "the dispatched action must leave the pool");
-    cr_expect(rn_iid_eq(h.out.withdrawals.items[0], iid));
+    cr_expect(rn_iid_eq(h.out.withdrawals.items[0].instance_id, iid));
+    cr_expect(rn_token_eq(h.out.withdrawals.items[0].lock, token_of(44)));
     cr_expect_eq(h.out.writes.len, 0);
     cr_expect_not(rn_shard_has(h.sh, iid, NULL));
     h_fini(&h);
@@ -329,7 +331,9 @@ Test(shard, a_reclaim_replaces_the_stale_copy_and_ignores_its_acks)
     cr_expect_eq(h.out.removed, 1, "the stale copy is let go");
     cr_expect_eq(h.out.lost, 1);
     cr_assert_eq(h.out.withdrawals.len, 1, "the stale copy's attempts must leave the pool");
-    cr_expect(rn_iid_eq(h.out.withdrawals.items[0], iid));
+    cr_expect(rn_iid_eq(h.out.withdrawals.items[0].instance_id, iid));
+    cr_expect(rn_token_eq(h.out.withdrawals.items[0].lock, token_of(50)),
+              "only the stale claim's attempts are withdrawn");
     cr_assert_eq(h.out.leases.len, 2);
     cr_expect_not(h.out.leases.items[0].take);
     cr_expect(h.out.leases.items[1].take);

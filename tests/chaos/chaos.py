@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The chaos suite's scenario runner and invariant checker (run through tests/chaos/run, which
+starts the durable PostgreSQL this uses and stops it after).
+
+Every scenario runs real processes: two cairn-runners, each with a cairn-worker whose only
+action (tests/chaos/exec/work) logs every real execution to the worker's own file. It enqueues
+N instances of tests/chaos/workflows/chaos.cairn (a spread of K actions whose result is the
+sum 0 + ... + K-1), fires its fault once a quarter of them have completed, waits for all of
+them, then checks:
+
+- lost: instances not completed; wrong: completed with a result other than the exact sum;
+- executions, from the workers' logs: every action ran at least once, none ran for an instance
+  that was never enqueued, and duplicates (runs beyond the first) stay within the scenario's
+  bound: what the faulted process had in flight (its worker's slots);
+- no runner exited that the scenario did not kill;
+- the fault fired while work was in progress (between 5% and 95% completed), else the run is
+  invalid, not green.
+
+Prints one Markdown row per scenario (docs/reliability.md) and exits 1 if any check fails.
+Usage: chaos.py BUILD_DIR [--instances N] [--spread K] [SCENARIO...]
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PG_BIN = os.environ["CHAOS_PG_BIN"]
+PG_DIR = os.environ["CHAOS_PG_DIR"]
+PG_PORT = os.environ["CHAOS_PG_PORT"]
+PG_OPTS = os.environ["CHAOS_PG_OPTS"]
+SLOTS = 16
+TTL_MS = 2000
+
+
+def url_of(db):
+    return f"postgresql://postgres@/{db}?host={PG_DIR}&port={PG_PORT}"
+
+
+def q(url, sql):
+    out = subprocess.run([f"{PG_BIN}/psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                          "-d", url, "-c", sql], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"psql: {out.stderr.strip()}")
+    return out.stdout.strip()
+
+
+def as_owner(*argv):
+    if os.getuid() == 0:
+        argv = ("runuser", "-u", "postgres", "--") + argv
+    return subprocess.run(argv, capture_output=True, text=True)
+
+
+class Proc:
+    def __init__(self, run, name, argv, env):
+        self.name = name
+        self.log = os.path.join(run.tmp, name + ".log")
+        self.f = open(self.log, "w")
+        self.p = subprocess.Popen(argv, env=env, stdout=self.f, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL)
+        self.killed = False
+        run.procs.append(self)
+
+    def signal(self, sig):
+        self.killed = self.killed or sig == signal.SIGKILL
+        self.p.send_signal(sig)
+        if sig == signal.SIGKILL:
+            self.p.wait()
+
+
+class Run:
+    def __init__(self, build, name, n, k):
+        self.build, self.name, self.n, self.k = build, name, n, k
+        self.db = f"chaos_{name.replace('-', '_')}_{os.getpid()}"
+        q(url_of("postgres"), f"CREATE DATABASE {self.db}")
+        self.url = url_of(self.db)
+        self.env = dict(os.environ, CAIRN_DATABASE_URL=self.url, CAIRN_CHAOS_WORK_S="0.05")
+        self.tmp = tempfile.mkdtemp(prefix=f"cairn-chaos-{name}-")
+        self.procs = []
+        ctl = f"{build}/runner/cairnctl"
+        for args in (["migrate"], ["register", f"{ROOT}/tests/chaos/workflows/chaos.cairn"]):
+            r = subprocess.run([ctl, *args], env=self.env, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"cairnctl {args[0]}: {r.stderr}")
+
+    def runner(self, name, sock=None):
+        sock = sock or f"ipc://{self.tmp}/{name}.sock"
+        p = Proc(self, name, [f"{self.build}/runner/cairn-runner", "--worker-listen", sock,
+                              "--poll-interval-ms", "100", "--lock-ttl-ms", str(TTL_MS),
+                              "--lock-heartbeat-ms", "500", "--reclaim-interval-ms", "500",
+                              "--worker-idle-ms", "1000"], self.env)
+        p.sock = sock
+        return p
+
+    def worker(self, name, runner):
+        env = dict(self.env, CAIRN_CHAOS_LOG=os.path.join(self.tmp, name + ".exec"))
+        return Proc(self, name, [f"{self.build}/worker-protocol/cairn-worker", "--url",
+                                 runner.sock, "--slots", str(SLOTS), "--exec-dir",
+                                 f"{ROOT}/tests/chaos/exec"], env)
+
+    def enqueue(self):
+        q(self.url, f"SELECT count(cairn.enqueue('chaos', jsonb_build_object('key', 'k' || g,"
+                    f" 'n', {self.k}))) FROM generate_series(1, {self.n}) g")
+
+    def completed(self):
+        return int(q(self.url, "SELECT count(*) FROM cairn.runner_instances WHERE status = "
+                               "'completed'"))
+
+    def wait(self, cond, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return True
+            time.sleep(0.1)
+        return cond()
+
+    def executions(self):
+        """(key, i) -> count of real runs, and (key, i) -> the workers that ran it."""
+        runs, where = collections.Counter(), collections.defaultdict(list)
+        for f in sorted(os.listdir(self.tmp)):
+            if f.endswith(".exec"):
+                with open(os.path.join(self.tmp, f)) as fh:
+                    for line in fh:
+                        try:
+                            kw = json.loads(line)
+                            k = (kw["key"], kw["i"])
+                        except (ValueError, KeyError):
+                            k = ("?", line.strip())
+                        runs[k] += 1
+                        where[k].append(f[:-5])
+        return runs, where
+
+    def close(self):
+        for p in self.procs:
+            if p.p.poll() is None:
+                p.p.send_signal(signal.SIGCONT)
+                p.p.kill()
+                p.p.wait()
+            p.f.close()
+        q(url_of("postgres"), f"DROP DATABASE IF EXISTS {self.db} WITH (FORCE)")
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def pg_restart():
+    r = as_owner(f"{PG_BIN}/pg_ctl", "-D", f"{PG_DIR}/data", "-m", "fast", "-w", "stop")
+    if r.returncode != 0:
+        raise RuntimeError(f"pg_ctl stop: {r.stderr}")
+    r = as_owner(f"{PG_BIN}/pg_ctl", "-D", f"{PG_DIR}/data", "-l", f"{PG_DIR}/server.log",
+                 "-w", "-o", PG_OPTS, "start")
+    if r.returncode != 0:
+        raise RuntimeError(f"pg_ctl start: {r.stderr}")
+
+
+# Each scenario gets the run and its two runner/worker pairs, fires its fault, and returns
+# (what it did, the duplicate bound, processes it killed on purpose).
+def runner_kill9(run, a, wa, b, wb):
+    a.signal(signal.SIGKILL)
+    time.sleep(1)
+    run.runner("runner-a2", a.sock)  # restarted on the same socket; its worker reconnects
+    return "kill -9 of runner A, restarted after 1 s", SLOTS
+
+
+def worker_kill9(run, a, wa, b, wb):
+    wa.signal(signal.SIGKILL)
+    run.worker("worker-a2", a)
+    return "kill -9 of runner A's worker, a new one started", SLOTS
+
+
+def sigstop(run, a, wa, b, wb):
+    a.signal(signal.SIGSTOP)
+    time.sleep(TTL_MS / 1000 + 1.5)
+    a.signal(signal.SIGCONT)
+    return "SIGSTOP of runner A for TTL + 1.5 s, then SIGCONT", SLOTS
+
+
+def pg_restart_fast(run, a, wa, b, wb):
+    pg_restart()
+    return "PostgreSQL restarted (fast shutdown)", 2 * SLOTS
+
+
+SCENARIOS = {
+    "runner-kill9": runner_kill9,
+    "worker-kill9": worker_kill9,
+    "sigstop": sigstop,
+    "pg-restart": pg_restart_fast,
+}
+
+
+def run_scenario(build, name, n, k):
+    run = Run(build, name, n, k)
+    ok, notes = True, []
+    try:
+        a = run.runner("runner-a")
+        wa = run.worker("worker-a", a)
+        b = run.runner("runner-b")
+        wb = run.worker("worker-b", b)
+        t0 = time.monotonic()
+        run.enqueue()
+        run.wait(lambda: run.completed() >= n // 4, 120)
+        at_fault = run.completed()
+        fired = 0.05 * n <= at_fault <= 0.95 * n
+        t_fault = time.monotonic()
+        what, bound = SCENARIOS[name](run, a, wa, b, wb)
+        done = run.wait(lambda: run.completed() >= n, 180)
+        t_end = time.monotonic()
+        results = q(run.url, "SELECT count(*) FILTER (WHERE status <> 'completed'), count(*) "
+                             f"FILTER (WHERE status = 'completed' AND result <> "
+                             f"'{k * (k - 1) // 2}'::jsonb) FROM cairn.runner_instances")
+        lost, wrong = (int(x) for x in results.split("|"))
+        runs, where = run.executions()
+        keys = {f"k{i}" for i in range(1, n + 1)}
+        missing = sum(1 for key in keys for i in range(k) if runs[(key, i)] == 0)
+        unexpected = sum(c for (key, _), c in runs.items() if key not in keys)
+        dups = sum(c - 1 for c in runs.values() if c > 1)
+        exits = [p.name for p in run.procs if p.p.poll() is not None and not p.killed]
+        checks = [
+            (fired, f"fault fired at {at_fault}/{n} completed"),
+            (done and lost == 0, f"lost {lost}"),
+            (wrong == 0, f"wrong {wrong}"),
+            (missing == 0, f"actions never run {missing}"),
+            (unexpected == 0, f"unexpected executions {unexpected}"),
+            (dups <= bound, f"duplicates {dups} > bound {bound}, run by: " + str(
+                collections.Counter(" + ".join(w) for k, w in where.items() if len(w) > 1))),
+            (not exits, f"unexpected exits {exits}"),
+        ]
+        for good, why in checks:
+            if not good:
+                ok = False
+                notes.append(why)
+        print(f"| {name} | {n} x {k} | {what} (at {at_fault}/{n} done) | {lost} | {wrong} | "
+              f"{dups} (bound {bound}) | {t_end - t_fault:.1f} s after the fault, "
+              f"{t_end - t0:.1f} s in all | {', '.join(exits) or 'none'} |"
+              + ("" if ok else f" FAILED: {'; '.join(notes)}"), flush=True)
+    finally:
+        run.close()
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--instances", type=int, default=500)
+    ap.add_argument("--spread", type=int, default=4)
+    ap.add_argument("scenarios", nargs="*", default=list(SCENARIOS))
+    args = ap.parse_intermixed_args()
+    for s in args.scenarios:
+        if s not in SCENARIOS:
+            ap.error(f"unknown scenario {s} (known: {', '.join(SCENARIOS)})")
+    print("| scenario | instances x actions | fault | lost | wrong | duplicate executions | "
+          "recovery | unexpected runner exits |")
+    print("|---|---|---|---|---|---|---|---|")
+    ok = all([run_scenario(args.build, s, args.instances, args.spread) for s in args.scenarios])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    random.seed(1)
+    sys.exit(main())
