@@ -15,6 +15,7 @@
 #include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
 #include "runner/backend.h"
+#include "runner/idmap.h"
 
 struct mem_version {
     struct rn_vid id;
@@ -39,6 +40,8 @@ struct mem_instance {
     int64_t lock_expires; /* wall ms */
     struct rn_done *done; /* recorded results (values owned), in order */
     size_t ndone, capdone;
+    struct rn_xidmap lastdone; /* execution id -> its latest result in done */
+    uint32_t *prevdone;        /* per result: the same id's previous one, or UINT32_MAX */
 };
 
 struct mem_backend {
@@ -183,6 +186,27 @@ holds(const struct mem_instance *in, struct rn_token lock)
     return in != NULL && in->queued && in->locked && rn_token_eq(in->lock, lock);
 }
 
+/* Whether d's execution id and attempt already have a result: a write is sent again when its
+ * outcome is unknown, and a claim re-delivers recorded results that hydration then reports
+ * again, so recording is idempotent here as in PostgreSQL (its persist skips existing rows).
+ * Looked up by execution id, then along that id's few attempts: a large fan-out records
+ * hundreds of thousands of results. */
+static bool
+mem_recorded(const struct mem_instance *in, const struct rn_done *d)
+{
+    uint32_t k;
+
+    if (!rn_xidmap_get(&in->lastdone, d->exec_id, &k)) {
+        return false;
+    }
+    for (; k != UINT32_MAX; k = in->prevdone[k]) {
+        if (in->done[k].attempt == d->attempt) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static cn_err
 mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errmsg *err)
 {
@@ -199,9 +223,20 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
             continue;
         }
         for (k = 0; k < w[i].ndone; k++) {
+            if (mem_recorded(in, &w[i].done[k])) {
+                continue;
+            }
             if (in->ndone == in->capdone) {
                 in->capdone = in->capdone ? in->capdone * 2 : 8;
                 in->done = cn_xreallocarray(in->done, in->capdone, sizeof(*in->done));
+                in->prevdone = cn_xreallocarray(in->prevdone, in->capdone, sizeof(*in->prevdone));
+            }
+            if (!rn_xidmap_get(&in->lastdone, w[i].done[k].exec_id, &in->prevdone[in->ndone])) {
+                in->prevdone[in->ndone] = UINT32_MAX;
+            }
+            if (rn_xidmap_put(&in->lastdone, w[i].done[k].exec_id, (uint32_t) in->ndone) != CN_OK) {
+                cn_mutex_unlock(&b->mtx);
+                return CN_NOMEM;
             }
             in->done[in->ndone] = w[i].done[k];
             in->done[in->ndone].value = ir_val_retain(w[i].done[k].value);
@@ -502,6 +537,8 @@ rn_backend_mem_free(struct rn_backend *base)
             ir_val_release(in->done[k].value);
         }
         free(in->done);
+        free(in->prevdone);
+        rn_xidmap_fini(&in->lastdone);
         free(in->workflow);
         ir_val_release(in->input);
         ir_val_release(in->result);
