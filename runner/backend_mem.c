@@ -57,7 +57,7 @@ struct mem_backend {
     size_t ninsts, capinsts;
     uint64_t enqueue_count;
     /* rn_backend_mem_set_clock: the wall clock lease expiry reads (NULL: cn_wall_ms), and
-     * whether ids are made from the counter alone */
+     * whether ids are made from the counter and that clock alone */
     int64_t (*clock)(void *arg);
     void *clock_arg;
 };
@@ -75,7 +75,7 @@ mem_id(struct mem_backend *b, uint8_t out[16])
 {
     uint64_t s = ++b->seq;
     uint64_t r = b->clock != NULL
-                     ? s * 0x9e3779b97f4a7c15ULL
+                     ? (s * 0x9e3779b97f4a7c15ULL) ^ (uint64_t) mem_now(b)
                      : ((uint64_t) rand() << 32) ^ (uint64_t) rand() ^ (uint64_t) cn_wall_ms();
 
     memcpy(out, &r, 8);
