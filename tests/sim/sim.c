@@ -735,15 +735,12 @@ persisted(struct sim *s, int r, const struct rn_write *w, bool expect_ok)
           w->lost ? "FENCED" : "committed");
     /* Fencing: accepted exactly when the token is the instance's current lease. */
     if (w->lost == expect_ok) {
-        violation(s,
-                  "fencing: a write for i%d under tok%04x was %s, the current lease is %s "
-                  "tok%04x",
-                  ix, short_id(w->lock.b), w->lost ? "fenced off" : "accepted",
-                  m->finished  ? "(finished)"
-                  : !m->locked ? "(none)"
-                  : m->stolen  ? "(stolen)"
-                               : "",
-                  short_id(m->lock.b));
+        violation(s, "fencing: a write for i%d under tok%04x was %s; the current lease: tok%04x%s",
+                  ix, short_id(w->lock.b), w->lost ? "fenced off" : "accepted", short_id(m->lock.b),
+                  m->finished  ? " (finished)"
+                  : !m->locked ? " (released)"
+                  : m->stolen  ? " (stolen)"
+                               : "");
     }
     if (w->lost) {
         s->fenced++;
