@@ -150,6 +150,12 @@ CN_MUST_CHECK cn_err rn_backend_mem_outcome(struct rn_backend *b, struct rn_iid 
 CN_MUST_CHECK cn_err rn_backend_mem_wait(struct rn_backend *b, struct rn_iid instance_id,
                                          int64_t until_mono_ms, enum rn_outcome *outcome,
                                          struct ir_val *result, size_t *nresults);
+/* Test seam for the deterministic simulation (tests/sim/): from now on lease expiry, claims,
+ * steals and enqueues read the wall clock from now_ms(arg) instead of cn_wall_ms, and new ids
+ * (instances, versions, claim tokens) come from a counter and that clock alone, so a
+ * single-threaded run is reproducible. NULL restores the real clock. Call before use, from the
+ * thread that uses it. */
+void rn_backend_mem_set_clock(struct rn_backend *b, int64_t (*now_ms)(void *arg), void *arg);
 void rn_backend_mem_free(struct rn_backend *b);
 
 #endif

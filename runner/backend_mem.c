@@ -3,7 +3,8 @@
  * The in-memory backend (backend.h): the same claim, lease, fencing and write semantics as the
  * PostgreSQL one, with nothing durable. Used by `cairnctl exec` (try a workflow without a
  * database) and by tests. Thread-safe: one object is shared by every runner thread (a mutex;
- * wait_enqueue sleeps on a condition variable that enqueues signal).
+ * wait_enqueue sleeps on a condition variable that enqueues signal). Lease expiry reads the wall
+ * clock, or the test clock of rn_backend_mem_set_clock (the deterministic simulation, tests/sim).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
 #include "runner/backend.h"
+#include "runner/idmap.h"
 
 struct mem_version {
     struct rn_vid id;
@@ -39,6 +41,8 @@ struct mem_instance {
     int64_t lock_expires; /* wall ms */
     struct rn_done *done; /* recorded results (values owned), in order */
     size_t ndone, capdone;
+    struct rn_xidmap lastdone; /* execution id -> its latest result in done */
+    uint32_t *prevdone;        /* per result: the same id's previous one, or UINT32_MAX */
 };
 
 struct mem_backend {
@@ -52,15 +56,27 @@ struct mem_backend {
     struct mem_instance **insts;
     size_t ninsts, capinsts;
     uint64_t enqueue_count;
+    /* rn_backend_mem_set_clock: the wall clock lease expiry reads (NULL: cn_wall_ms), and
+     * whether ids are made from the counter and that clock alone */
+    int64_t (*clock)(void *arg);
+    void *clock_arg;
 };
+
+static int64_t
+mem_now(const struct mem_backend *b)
+{
+    return b->clock != NULL ? b->clock(b->clock_arg) : cn_wall_ms();
+}
 
 /* A fresh, unique 16-byte id of any kind (out: its .b): random bits plus a counter
  * (uniqueness matters, not secrecy). */
 static void
 mem_id(struct mem_backend *b, uint8_t out[16])
 {
-    uint64_t r = ((uint64_t) rand() << 32) ^ (uint64_t) rand() ^ (uint64_t) cn_wall_ms();
     uint64_t s = ++b->seq;
+    uint64_t r = b->clock != NULL
+                     ? (s * 0x9e3779b97f4a7c15ULL) ^ (uint64_t) mem_now(b)
+                     : ((uint64_t) rand() << 32) ^ (uint64_t) rand() ^ (uint64_t) cn_wall_ms();
 
     memcpy(out, &r, 8);
     memcpy(out + 8, &s, 8);
@@ -93,7 +109,7 @@ mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, int64_t lease_m
 {
     struct mem_backend *b = (struct mem_backend *) base;
     struct rn_claimed *cl;
-    int64_t now = cn_wall_ms();
+    int64_t now = mem_now(b);
     size_t n = 0, k, bytes = 0;
 
     (void) err;
@@ -183,6 +199,27 @@ holds(const struct mem_instance *in, struct rn_token lock)
     return in != NULL && in->queued && in->locked && rn_token_eq(in->lock, lock);
 }
 
+/* Whether d's execution id and attempt already have a result: a write is sent again when its
+ * outcome is unknown, and a claim re-delivers recorded results that hydration then reports
+ * again, so recording is idempotent here as in PostgreSQL (its persist skips existing rows).
+ * Looked up by execution id, then along that id's few attempts: a large fan-out records
+ * hundreds of thousands of results. */
+static bool
+mem_recorded(const struct mem_instance *in, const struct rn_done *d)
+{
+    uint32_t k;
+
+    if (!rn_xidmap_get(&in->lastdone, d->exec_id, &k)) {
+        return false;
+    }
+    for (; k != UINT32_MAX; k = in->prevdone[k]) {
+        if (in->done[k].attempt == d->attempt) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static cn_err
 mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errmsg *err)
 {
@@ -199,9 +236,20 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
             continue;
         }
         for (k = 0; k < w[i].ndone; k++) {
+            if (mem_recorded(in, &w[i].done[k])) {
+                continue;
+            }
             if (in->ndone == in->capdone) {
                 in->capdone = in->capdone ? in->capdone * 2 : 8;
                 in->done = cn_xreallocarray(in->done, in->capdone, sizeof(*in->done));
+                in->prevdone = cn_xreallocarray(in->prevdone, in->capdone, sizeof(*in->prevdone));
+            }
+            if (!rn_xidmap_get(&in->lastdone, w[i].done[k].exec_id, &in->prevdone[in->ndone])) {
+                in->prevdone[in->ndone] = UINT32_MAX;
+            }
+            if (rn_xidmap_put(&in->lastdone, w[i].done[k].exec_id, (uint32_t) in->ndone) != CN_OK) {
+                cn_mutex_unlock(&b->mtx);
+                return CN_NOMEM;
             }
             in->done[in->ndone] = w[i].done[k];
             in->done[in->ndone].value = ir_val_retain(w[i].done[k].value);
@@ -237,7 +285,7 @@ mem_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, 
               enum rn_lease_state *st, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
-    int64_t now = cn_wall_ms();
+    int64_t now = mem_now(b);
     size_t i;
 
     (void) err;
@@ -300,7 +348,7 @@ static cn_err
 mem_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
-    int64_t now = cn_wall_ms();
+    int64_t now = mem_now(b);
     size_t i;
 
     (void) err;
@@ -369,6 +417,17 @@ rn_backend_mem_new(struct rn_backend **out)
     return CN_OK;
 }
 
+void
+rn_backend_mem_set_clock(struct rn_backend *base, int64_t (*now_ms)(void *arg), void *arg)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+
+    cn_mutex_lock(&b->mtx);
+    b->clock = now_ms;
+    b->clock_arg = arg;
+    cn_mutex_unlock(&b->mtx);
+}
+
 cn_err
 rn_backend_mem_register(struct rn_backend *base, const char *name, const char *source,
                         struct rn_vid *version_id)
@@ -421,7 +480,7 @@ rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val 
     in->input = ir_val_retain(input);
     in->result = ir_null();
     in->queued = true;
-    in->scheduled_at = scheduled_at_ms != 0 ? scheduled_at_ms : cn_wall_ms();
+    in->scheduled_at = scheduled_at_ms != 0 ? scheduled_at_ms : mem_now(b);
     b->insts[b->ninsts++] = in;
     *instance_id = in->id;
     b->enqueue_count++;
@@ -442,7 +501,7 @@ rn_backend_mem_steal(struct rn_backend *base, struct rn_iid instance_id, bool *s
     if (in != NULL && in->queued && in->locked) {
         mem_id(b, in->lock.b); /* the thief's token, which no runner holds */
         *stolen = true;
-        in->lock_expires = cn_wall_ms() - 1;
+        in->lock_expires = mem_now(b) - 1;
         b->enqueue_count++; /* claimers waiting for work look again */
         cn_cond_broadcast(&b->enqueued);
     }
@@ -502,6 +561,8 @@ rn_backend_mem_free(struct rn_backend *base)
             ir_val_release(in->done[k].value);
         }
         free(in->done);
+        free(in->prevdone);
+        rn_xidmap_fini(&in->lastdone);
         free(in->workflow);
         ir_val_release(in->input);
         ir_val_release(in->result);

@@ -281,6 +281,82 @@ Test(backend, postgres_claims_are_leased_and_writes_fenced)
     claims_are_leased_and_writes_fenced(true);
 }
 
+/* Results recorded for an instance (one row per execution id and attempt, or not). */
+static size_t
+recorded_results(struct fx *f, struct rn_iid id)
+{
+    size_t n = 0;
+
+    if (!f->pg) {
+        enum rn_outcome oc;
+        struct ir_val res;
+
+        cr_assert_eq(rn_backend_mem_outcome(f->b, id, &oc, &res, &n), CN_OK);
+        ir_val_release(res);
+        return n;
+    }
+    {
+        const char *p[1] = {(const char *) id.b};
+        int len[1] = {16}, fmt[1] = {1};
+        PGresult *r = PQexecParams(f->admin,
+                                   "SELECT count(*) FROM cairn.runner_actions_done"
+                                   " WHERE instance_id = $1",
+                                   1, NULL, p, len, fmt, 0);
+        cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(f->admin));
+        n = (size_t) strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+    }
+    return n;
+}
+
+/* A result written again (a batch resent, or reported again after a re-claim's hydration) is
+ * recorded once; another attempt of the same execution is a result of its own. */
+static void
+a_result_is_recorded_once(bool pg)
+{
+    struct fx f;
+    struct rn_claimed *c = NULL;
+    struct rn_done d[2];
+    struct rn_write w;
+    struct rn_iid id;
+
+    fx_open(&f, pg);
+    fx_enqueue(&f, 3, &id);
+    cr_assert_eq(claim(&f, 30000, &c), 1);
+    memset(d, 0, sizeof(d));
+    memset(d[0].exec_id.b, 0xE2, 16);
+    d[0].attempt = 1;
+    d[0].ok = true;
+    d[0].value = ir_int(30);
+    d[1] = d[0];
+    d[1].attempt = 2;
+    w = write_for(&c[0]);
+    w.done = &d[0];
+    w.ndone = 1;
+    persist(&f, &w, 1);
+    cr_assert(!w.lost);
+    persist(&f, &w, 1);
+    cr_assert(!w.lost);
+    cr_expect_eq(recorded_results(&f, id), 1, "the same result was recorded twice");
+    w.done = d;
+    w.ndone = 2;
+    persist(&f, &w, 1);
+    cr_assert(!w.lost);
+    cr_expect_eq(recorded_results(&f, id), 2, "the second attempt's result was not recorded");
+    rn_claimed_free(c, 1);
+    fx_close(&f);
+}
+
+Test(backend, memory_a_result_is_recorded_once)
+{
+    a_result_is_recorded_once(false);
+}
+
+Test(backend, postgres_a_result_is_recorded_once)
+{
+    a_result_is_recorded_once(true);
+}
+
 static void
 expired_leases_move_and_the_old_holder_is_fenced(bool pg)
 {
