@@ -370,11 +370,15 @@ purge(struct sim *s, int r, bool (*keep)(const struct item *, const void *), con
     }
 }
 
-/* Keeps everything but runner r's attempts of one instance (a pool withdrawal). */
+/* Keeps everything but runner r's attempts dispatched under one lease (a pool withdrawal,
+ * which names the instance and the claim token, as rn_pool_withdraw does). */
 static bool
 keep_not_work_of(const struct item *it, const void *arg)
 {
-    return it->kind != IT_WORK || !rn_iid_eq(it->d.instance_id, *(const struct rn_iid *) arg);
+    const struct rn_lease *l = arg;
+
+    return it->kind != IT_WORK || !rn_iid_eq(it->d.instance_id, l->instance_id) ||
+           !rn_token_eq(it->d.lock, l->lock);
 }
 
 static bool
@@ -522,17 +526,17 @@ carry_out(struct sim *s, int r, struct rn_shard_out *o, const struct rn_iid *ack
     }
     o->writes.len = 0; /* taken */
     for (i = 0; i < o->withdrawals.len; i++) {
-        struct rn_iid iid = o->withdrawals.items[i];
+        const struct rn_lease *wl = &o->withdrawals.items[i];
         if (faulty(s, F_LATE_RESULT)) {
             for (k = 0; k < s->items.len; k++) { /* they finish anyway and report */
                 struct item *w = &s->items.items[k];
-                if (w->r == r && w->kind == IT_WORK && rn_iid_eq(w->d.instance_id, iid)) {
+                if (w->r == r && w->kind == IT_WORK && !keep_not_work_of(w, wl)) {
                     w->late = true;
                 }
             }
             continue;
         }
-        purge(s, r, keep_not_work_of, &iid);
+        purge(s, r, keep_not_work_of, wl);
     }
     for (i = 0; i < o->cancels.len; i++) {
         purge(s, r, keep_not_work_xid, &o->cancels.items[i]);
