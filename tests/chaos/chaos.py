@@ -240,6 +240,12 @@ def run_scenario(build, name, n, k):
               f"{dups} (bound {bound}) | {t_end - t_fault:.1f} s after the fault, "
               f"{t_end - t0:.1f} s in all | {', '.join(exits) or 'none'} |"
               + ("" if ok else f" FAILED: {'; '.join(notes)}"), flush=True)
+        if not ok:
+            for p in run.procs:
+                p.f.flush()
+            keep = tempfile.mkdtemp(prefix=f"cairn-chaos-failed-{name}-")
+            shutil.copytree(run.tmp, keep, dirs_exist_ok=True)
+            print(f"chaos: {name}: logs kept in {keep}", file=sys.stderr)
     finally:
         run.close()
     return ok
