@@ -150,10 +150,11 @@ class Run:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def pg_restart():
-    r = as_owner(f"{PG_BIN}/pg_ctl", "-D", f"{PG_DIR}/data", "-m", "fast", "-w", "stop")
+def pg_restart(mode="fast", down_s=0.0):
+    r = as_owner(f"{PG_BIN}/pg_ctl", "-D", f"{PG_DIR}/data", "-m", mode, "-w", "stop")
     if r.returncode != 0:
         raise RuntimeError(f"pg_ctl stop: {r.stderr}")
+    time.sleep(down_s)
     r = as_owner(f"{PG_BIN}/pg_ctl", "-D", f"{PG_DIR}/data", "-l", f"{PG_DIR}/server.log",
                  "-w", "-o", PG_OPTS, "start")
     if r.returncode != 0:
@@ -187,11 +188,30 @@ def pg_restart_fast(run, a, wa, b, wb):
     return "PostgreSQL restarted (fast shutdown)", 2 * SLOTS
 
 
+def pg_restart_immediate(run, a, wa, b, wb):
+    pg_restart("immediate")  # a crash: no checkpoint, WAL replay at start
+    return "PostgreSQL stopped immediately (crash) and started", 2 * SLOTS
+
+
+def pg_down(run, a, wa, b, wb):
+    pg_restart("fast", 8.0)
+    return "PostgreSQL down for 8 s", 2 * SLOTS
+
+
+def pg_terminate(run, a, wa, b, wb):
+    n = q(url_of("postgres"), "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                              f" WHERE datname = '{run.db}' AND pid <> pg_backend_pid()")
+    return f"pg_terminate_backend of the runners' {n} sessions", 2 * SLOTS
+
+
 SCENARIOS = {
     "runner-kill9": runner_kill9,
     "worker-kill9": worker_kill9,
     "sigstop": sigstop,
     "pg-restart": pg_restart_fast,
+    "pg-crash": pg_restart_immediate,
+    "pg-down": pg_down,
+    "pg-terminate": pg_terminate,
 }
 
 
@@ -244,7 +264,9 @@ def run_scenario(build, name, n, k):
             for p in run.procs:
                 p.f.flush()
             keep = tempfile.mkdtemp(prefix=f"cairn-chaos-failed-{name}-")
-            shutil.copytree(run.tmp, keep, dirs_exist_ok=True)
+            for f in os.listdir(run.tmp):
+                if f.endswith((".log", ".exec")):  # not the sockets
+                    shutil.copy(os.path.join(run.tmp, f), keep)
             print(f"chaos: {name}: logs kept in {keep}", file=sys.stderr)
     finally:
         run.close()
