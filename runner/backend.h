@@ -83,9 +83,10 @@ enum rn_lease_state {
 struct rn_backend_ops {
     /* Claims up to max due instances, leasing each for lease_ms, marks them running and loads
      * their input, snapshot and recorded results. Stops adding instances once their inputs and
-     * snapshots (as stored) pass max_bytes; the first is always claimed. */
-    cn_err (*claim)(struct rn_backend *b, size_t max, size_t max_bytes, int64_t lease_ms,
-                    struct rn_claimed **out, size_t *n, struct cn_errmsg *err);
+     * snapshots (as stored) pass max_bytes; the first is always claimed. Of instances whose
+     * lease expired (their runner died or stalled) it takes at most max_orphans (0: none). */
+    cn_err (*claim)(struct rn_backend *b, size_t max, size_t max_bytes, size_t max_orphans,
+                    int64_t lease_ms, struct rn_claimed **out, size_t *n, struct cn_errmsg *err);
     /* The source of a workflow version (malloc'd, NUL-terminated). CN_NOTFOUND if none. */
     cn_err (*version_source)(struct rn_backend *b, struct rn_vid version_id, char **src,
                              struct cn_errmsg *err);

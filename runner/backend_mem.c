@@ -104,13 +104,13 @@ claimable(const struct mem_instance *in, int64_t now)
 }
 
 static cn_err
-mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, int64_t lease_ms,
-          struct rn_claimed **out, size_t *nout, struct cn_errmsg *err)
+mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orphans,
+          int64_t lease_ms, struct rn_claimed **out, size_t *nout, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
     struct rn_claimed *cl;
     int64_t now = mem_now(b);
-    size_t n = 0, k, bytes = 0;
+    size_t n = 0, k, bytes = 0, orphans = 0;
 
     (void) err;
     *out = NULL;
@@ -124,7 +124,7 @@ mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, int64_t lease_m
         /* ORDER BY priority DESC, scheduled_at, as the SQL claim does */
         for (i = 0; i < b->ninsts; i++) {
             struct mem_instance *in = b->insts[i];
-            if (claimable(in, now) &&
+            if (claimable(in, now) && (!in->locked || orphans < max_orphans) &&
                 (best == NULL || in->priority > best->priority ||
                  (in->priority == best->priority && in->scheduled_at < best->scheduled_at))) {
                 best = in;
@@ -135,6 +135,7 @@ mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, int64_t lease_m
             break;
         }
         bytes += best->state.len;
+        orphans += best->locked; /* claimable while locked: its lease expired */
         best->locked = true;
         mem_id(b, best->lock.b);
         best->lock_expires = now + lease_ms;

@@ -234,7 +234,7 @@ static const char *claim_sql =
     "WITH e AS ("
     "  SELECT ctid AS tid FROM cairn.queued_instances"
     "   WHERE lock_uuid IS NOT NULL AND lock_expires_at < now() AND scheduled_at <= now()"
-    "   ORDER BY lock_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
+    "   ORDER BY lock_expires_at LIMIT $4 FOR UPDATE SKIP LOCKED),"
     " f AS ("
     "  SELECT ctid AS tid FROM cairn.queued_instances"
     "   WHERE lock_uuid IS NULL AND scheduled_at <= now()"
@@ -328,12 +328,12 @@ attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
 }
 
 static cn_err
-pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, int64_t lease_ms,
-         struct rn_claimed **out, size_t *nout, struct cn_errmsg *err)
+pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orphans,
+         int64_t lease_ms, struct rn_claimed **out, size_t *nout, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    char maxs[24], leases[24], bytes[24];
-    const char *params[3] = {maxs, leases, bytes};
+    char maxs[24], leases[24], bytes[24], orphans[24];
+    const char *params[4] = {maxs, leases, bytes, orphans};
     struct rn_claimed *cl = NULL;
     PGresult *r = NULL, *d = NULL;
     struct arr ids;
@@ -350,7 +350,8 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, int64_t lease_ms
     (void) snprintf(leases, sizeof(leases), "%lld", (long long) lease_ms);
     (void) snprintf(bytes, sizeof(bytes), "%llu",
                     (unsigned long long) (max_bytes > INT64_MAX ? INT64_MAX : max_bytes));
-    if ((rv = pg_exec_bin(b, claim_sql, 3, params, &r, err)) != CN_OK) {
+    (void) snprintf(orphans, sizeof(orphans), "%zu", max_orphans < max ? max_orphans : max);
+    if ((rv = pg_exec_bin(b, claim_sql, 4, params, &r, err)) != CN_OK) {
         return rv;
     }
     rows = PQntuples(r);

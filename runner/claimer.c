@@ -85,26 +85,42 @@ claimer_main(void *arg)
     struct rn_claimer *c = arg;
     struct rn_backend *b = c->cfg.backend;
     struct rn_backoff backoff = RN_BACKOFF_INIT;
+    /* Orphans may be claimed from this monotonic instant on; INT64_MAX: an outage is going on */
+    int64_t orphans_from = 0;
 
     while (!stopping(c)) {
         struct cn_errmsg em = {{0}};
         struct rn_claimed *cl = NULL;
-        size_t n = 0, i, room, active = atomic_load(c->cfg.active);
+        size_t n = 0, i, room, active = atomic_load(c->cfg.active), orphans;
+        int64_t now = cn_mono_ms();
+        bool confirmed = c->cfg.leases_confirmed_ms == NULL ||
+                         now - atomic_load(c->cfg.leases_confirmed_ms) < c->cfg.lock_ttl_ms;
+
+        if (!confirmed) {
+            orphans_from = INT64_MAX;
+        } else if (orphans_from == INT64_MAX) {
+            orphans_from = now + c->cfg.heartbeat_ms + 1000;
+        }
+        orphans = confirmed && now >= orphans_from ? SIZE_MAX : 0;
 
         room = active < c->cfg.max_instances ? c->cfg.max_instances - active : 0;
         if (room > RN_CLAIM_BATCH) {
             room = RN_CLAIM_BATCH;
         }
         if (room > 0) {
-            if (b->ops->claim(b, room, RN_CLAIM_MAX_BYTES, c->cfg.lock_ttl_ms, &cl, &n, &em) !=
-                CN_OK) {
+            if (b->ops->claim(b, room, RN_CLAIM_MAX_BYTES, orphans, c->cfg.lock_ttl_ms, &cl, &n,
+                              &em) != CN_OK) {
                 int64_t pause = rn_backoff_next(&backoff);
+                orphans_from = INT64_MAX;
                 cn_log(CN_LOG_ERROR, "claim failed (retrying in %lld ms): %s", (long long) pause,
                        em.text);
                 pause_ms(c, pause);
                 continue;
             }
             rn_backoff_reset(&backoff);
+            if (orphans_from == INT64_MAX) {
+                orphans_from = cn_mono_ms() + c->cfg.heartbeat_ms + 1000;
+            }
         }
         for (i = 0; i < n; i++) {
             struct rn_claimed *one = &cl[i];

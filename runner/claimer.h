@@ -6,6 +6,14 @@
  * when nothing is due, and backs off after a storage error. An instance whose version cannot
  * be compiled is failed at once with WorkflowError, under its new lease.
  *
+ * Expired leases (orphans) are taken only while this runner's own leases are confirmed, and not
+ * until a heartbeat period plus a second after the database came back from an outage (a failed
+ * claim, or leases unconfirmed for a lease period): every live runner renews its own leases in
+ * that time. Otherwise, after an outage longer than a lease, when every lease has expired, each
+ * runner's claimer took the others' instances before their keepers could renew them, and ran
+ * their attempts again (401 duplicate executions in the chaos suite's pg-down, against 32 in
+ * flight).
+ *
  * Threads: its own thread; rn_claimer_start/stop from the runner's. The stop flag is guarded
  * by a mutex used only to wake the thread early from a backoff pause (no other lock is taken
  * with it). `active` is the runner's count of held instances (atomic; shards decrement it).
@@ -31,8 +39,11 @@ struct rn_claimer_cfg {
     struct rn_backend *backend; /* used by the claimer thread only */
     uint32_t max_instances;
     uint32_t lock_ttl_ms;
+    uint32_t heartbeat_ms;
     uint32_t poll_interval_ms;
     _Atomic size_t *active; /* incremented here per claimed instance */
+    /* The runner's lease confirmation (pool.h, the lease gate); NULL: always confirmed. */
+    _Atomic int64_t *leases_confirmed_ms;
 };
 
 /* Called on the claimer thread with a NEW event (ownership passes). */

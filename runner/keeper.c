@@ -159,7 +159,7 @@ confirm(struct rn_keeper *k, int64_t t0)
 
 /* Renews every lease held, RN_HEARTBEAT_BATCH at a time (each batch its own short transaction,
  * which never waits for a row lock); asks again for the busy ones; reports the lost ones. */
-static void
+static bool
 renew(struct rn_keeper *k)
 {
     struct rn_backend *b = k->cfg.backend;
@@ -169,6 +169,7 @@ renew(struct rn_keeper *k)
     enum rn_lease_state *st;
     size_t n, i, at, m, busy = 0;
     int failures = 0, round;
+    bool complete;
     int64_t t0 = cn_mono_ms(), took;
 
     cn_mutex_lock(&k->reg);
@@ -180,7 +181,7 @@ renew(struct rn_keeper *k)
     cn_mutex_unlock(&k->reg);
     if (n == 0) {
         confirm(k, t0);
-        return;
+        return true;
     }
     leases = cn_xmalloc(n * sizeof(*leases));
     st = cn_xmalloc(n * sizeof(*st));
@@ -238,7 +239,8 @@ renew(struct rn_keeper *k)
             k->lost(k->arg, copy[i].shard, e);
         }
     }
-    if (failures == 0 && busy == 0) {
+    complete = failures == 0 && busy == 0;
+    if (complete) {
         /* Every lease is accounted for, and the losses are on their way to the shards (which
          * withdraw those instances' attempts before the pool can dispatch more of them). */
         confirm(k, t0);
@@ -254,6 +256,7 @@ renew(struct rn_keeper *k)
     free(copy);
     free(leases);
     free(st);
+    return complete;
 }
 
 static void *
@@ -262,6 +265,11 @@ keeper_main(void *arg)
     struct rn_keeper *k = arg;
     int64_t next_beat = cn_mono_ms() + k->cfg.heartbeat_ms;
     int64_t next_reclaim = cn_mono_ms() + k->cfg.reclaim_interval_ms;
+    /* The reclaimer clears expired leases, which after an outage longer than a lease (every
+     * lease has expired) includes the leases of live runners that have not renewed yet: it
+     * waits until a heartbeat period plus a second after this keeper renewed again, as the
+     * claimer does for orphans (claimer.h). INT64_MAX: renewal is failing now. */
+    int64_t last_ok = cn_mono_ms(), reclaim_from = 0;
 
     cn_mutex_lock(&k->wake);
     for (;;) {
@@ -272,9 +280,20 @@ keeper_main(void *arg)
             break;
         }
         cn_mutex_unlock(&k->wake);
-        renew(k);
+        {
+            int64_t t0 = cn_mono_ms();
+            if (!renew(k)) {
+                reclaim_from = INT64_MAX;
+            } else {
+                if (reclaim_from == INT64_MAX || t0 - last_ok >= (int64_t) k->cfg.lock_ttl_ms) {
+                    reclaim_from = t0 + k->cfg.heartbeat_ms + 1000;
+                }
+                last_ok = t0;
+            }
+        }
         next_beat = cn_mono_ms() + k->cfg.heartbeat_ms;
-        if (k->cfg.reclaim_interval_ms != 0 && cn_mono_ms() >= next_reclaim) {
+        if (k->cfg.reclaim_interval_ms != 0 && cn_mono_ms() >= next_reclaim &&
+            cn_mono_ms() >= reclaim_from) {
             reclaim_expired(k);
             next_reclaim = cn_mono_ms() + k->cfg.reclaim_interval_ms;
         }

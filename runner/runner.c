@@ -301,6 +301,8 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     ccfg.backend = r->claim_b;
     ccfg.max_instances = cfg->max_instances;
     ccfg.lock_ttl_ms = cfg->lock_ttl_ms;
+    ccfg.heartbeat_ms = cfg->lock_heartbeat_ms;
+    ccfg.leases_confirmed_ms = &r->leases_confirmed_ms;
     ccfg.poll_interval_ms = cfg->poll_interval_ms;
     ccfg.active = &r->active;
     if ((rv = rn_claimer_start(&ccfg, on_claimed, r, &r->claimer, err)) != CN_OK) {
