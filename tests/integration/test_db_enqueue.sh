@@ -9,25 +9,8 @@
 set -uo pipefail
 
 root=${1:?usage: test_db_enqueue.sh SOURCE_ROOT}
-base_url=${CAIRN_TEST_DATABASE_URL:-}
-if [[ -z "$base_url" ]]; then
-    echo "1..0 # SKIP CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)"
-    exit 0
-fi
-psql_bin=${PSQL:-}
-if [[ -z "$psql_bin" ]]; then
-    if command -v psql >/dev/null 2>&1; then psql_bin=psql; else psql_bin=/usr/lib/postgresql/15/bin/psql; fi
-fi
-
-failures=0
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-fail() { n=$((n + 1)); echo "not ok $n - $1"; failures=$((failures + 1)); }
-check() { if [[ "$2" == "$3" ]]; then ok "$1"; else fail "$1: got '$2', want '$3'"; fi; }
-contains() { if [[ "$2" == *"$3"* ]]; then ok "$1"; else fail "$1: '$3' not in: $2"; fi; }
-
-db_url() { printf '%s\n' "$base_url" | sed -E "s#^(postgresql://[^/]*/)[^?]*#\1$1#"; }
-q() { "$psql_bin" -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -c "$2" </dev/null; }
+# shellcheck source=tests/support/tap_db.sh
+source "$root/tests/support/tap_db.sh"
 
 db=enq_$$_$RANDOM
 cleanup() { q "$base_url" "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1; }
