@@ -55,6 +55,8 @@
 #define SDK_FETCHES 2
 /* Cancels remembered per session for dispatches not yet seen. */
 #define SDK_CANCEL_MEMORY 64
+/* How long a stop waits for nng_close (see sdk_close_bounded). */
+#define SDK_CLOSE_TIMEOUT_MS 3000
 
 enum sdk_fetch_state { FE_IDLE, FE_SEND, FE_RECV };
 
@@ -120,12 +122,13 @@ struct cairn_worker {
     pthread_cond_t cond; /* state changes that stop() and the control thread wait for */
     pthread_cond_t work; /* slot threads wait here for the run queue */
     /* protected by mtx */
-    bool started;    /* between start() success and the end of stop() */
-    bool stopping;   /* stop() called: no new work asked for */
-    bool failed;     /* refused after a reconnect: serving stopped */
-    bool need_hello; /* connection lost since the last welcome */
-    bool slots_exit; /* teardown: slot threads end */
-    uint64_t gen;    /* connections lost so far */
+    bool started;            /* between start() success and the end of stop() */
+    bool stopping;           /* stop() called: no new work asked for */
+    bool failed;             /* refused after a reconnect: serving stopped */
+    bool need_hello;         /* connection lost since the last welcome */
+    uint32_t hello_delay_ms; /* wait before that hello: grows while sessions keep failing */
+    bool slots_exit;         /* teardown: slot threads end */
+    uint64_t gen;            /* connections lost so far */
     bool ctl_started;
     bool ctl_busy; /* control aio has an operation pending */
     struct sdk_item *rq_head, *rq_tail;
@@ -136,6 +139,7 @@ struct cairn_worker {
     uint32_t ncancels; /* total remembered this session; the ring holds the latest */
 
     bool sock_open;
+    uint32_t npipes; /* connections up (pipe callbacks); mtx */
     nng_socket sock;
     nng_dialer dialer;
     nng_ctx ctl_ctx;
@@ -616,6 +620,11 @@ sdk_drop_locked(struct cairn_worker *w, const char *why)
     if (w->sock_open && !w->need_hello) {
         sdk_log(w, CN_LOG_WARN, "starting a new session", why);
         sdk_session_lost_locked(w);
+        /* A runner that garbles every session would otherwise be asked a thousand times a
+         * second; back off as a reconnect does. A reply that decodes resets it. */
+        w->hello_delay_ms = w->hello_delay_ms == 0                         ? w->reconnect_min_ms
+                            : w->hello_delay_ms >= w->reconnect_max_ms / 2 ? w->reconnect_max_ms
+                                                                           : 2 * w->hello_delay_ms;
     }
 }
 
@@ -671,6 +680,7 @@ sdk_fetch_cb(void *arg)
              * and stop() waits for it. Not from an older session (the runner failed those
              * with WorkerLost when that connection dropped), nor once teardown began. */
             if (f->gen == w->gen && w->sock_open) {
+                w->hello_delay_ms = 0;
                 sdk_enqueue_locked(w, &r);
             } else {
                 sdk_log(w, CN_LOG_INFO, "dispatch from a previous connection: not run", NULL);
@@ -678,6 +688,8 @@ sdk_fetch_cb(void *arg)
         } else if (rv == 0 && r.kind != WP_NOOP) {
             sdk_log(w, CN_LOG_WARN, "unexpected reply to ready, treated as noop",
                     wp_kind_name(r.kind));
+        } else if (rv == 0 && f->gen == w->gen) {
+            w->hello_delay_ms = 0;
         }
     }
     if (rv != NNG_ECLOSED) {
@@ -859,6 +871,14 @@ sdk_ctl_main(void *arg)
             break;
         }
         if (hello) {
+            sdk_lock(w);
+            if (w->hello_delay_ms != 0) {
+                int64_t until = cn_mono_ms() + w->hello_delay_ms;
+
+                while (!w->stopping && sdk_wait_until(w, until)) {
+                }
+            }
+            sdk_unlock(w);
             rv = sdk_hello(w, gen);
             sdk_lock(w);
             if (rv == CN_OK && w->gen == gen) {
@@ -924,6 +944,19 @@ sdk_ctl_main(void *arg)
     return NULL;
 }
 
+/* nng callback on a new pipe: counts it (teardown waits for none to be left). */
+static void
+sdk_pipe_add(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    struct cairn_worker *w = arg;
+
+    (void) p;
+    (void) ev;
+    sdk_lock(w);
+    w->npipes++;
+    sdk_unlock(w);
+}
+
 /* nng callback on pipe removal: never blocks. */
 static void
 sdk_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
@@ -932,6 +965,10 @@ sdk_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
 
     (void) ev;
     sdk_lock(w);
+    if (w->npipes > 0) {
+        w->npipes--;
+    }
+    sdk_broadcast(w);
     if (!w->sock_open) {
         /* closing: teardown aborts everything itself */
     } else if (w->need_hello) {
@@ -1021,6 +1058,80 @@ cairn_worker_register(struct cairn_worker *w, const char *action, cairn_worker_h
     return CN_OK;
 }
 
+/* nng_close, bounded. nng 1.5.2 (Debian 12's) can hang for good in nng_close when a pipe is
+ * reaped while one of its internal tasks was prepared but never started (nanomsg/nng#1543,
+ * fixed in later releases); seen about once in 50 stops of a worker whose runner was
+ * resetting its session. A stop that hangs would keep a worker process from exiting on
+ * SIGTERM, so the close runs on a thread of its own and, past the deadline, is left behind:
+ * the socket (and that thread) leak, logged, and the stop goes on. */
+struct sdk_closer {
+    pthread_mutex_t mtx;
+    pthread_cond_t done_cv;
+    nng_socket sock;
+    bool done;
+    int refs; /* the closing thread and the waiter; the last one frees */
+};
+
+static void
+sdk_closer_unref(struct sdk_closer *c)
+{
+    bool last;
+
+    cn_mutex_lock(&c->mtx);
+    last = --c->refs == 0;
+    cn_mutex_unlock(&c->mtx);
+    if (last) {
+        cn_cond_destroy(&c->done_cv);
+        cn_mutex_destroy(&c->mtx);
+        free(c);
+    }
+}
+
+static void *
+sdk_closer_main(void *arg)
+{
+    struct sdk_closer *c = arg;
+
+    (void) nng_close(c->sock);
+    cn_mutex_lock(&c->mtx);
+    c->done = true;
+    cn_cond_broadcast(&c->done_cv);
+    cn_mutex_unlock(&c->mtx);
+    sdk_closer_unref(c);
+    return NULL;
+}
+
+/* Returns false when nng_close did not return within timeout_ms (it goes on in the
+ * background). */
+static bool
+sdk_close_bounded(nng_socket sock, int64_t timeout_ms)
+{
+    struct sdk_closer *c = cn_xcalloc(1, sizeof(*c));
+    int64_t deadline = cn_mono_ms() + timeout_ms;
+    pthread_t t;
+    bool done;
+
+    cn_mutex_init(&c->mtx);
+    cn_cond_init(&c->done_cv);
+    c->sock = sock;
+    c->refs = 2;
+    if (pthread_create(&t, NULL, sdk_closer_main, c) != 0) {
+        c->refs = 1;
+        (void) nng_close(sock); /* no thread to spare: close here, unbounded */
+        sdk_closer_unref(c);
+        return true;
+    }
+    (void) pthread_detach(t);
+    cn_mutex_lock(&c->mtx);
+    while (!c->done && cn_mono_ms() < deadline) {
+        cn_cond_wait_until(&c->done_cv, &c->mtx, deadline);
+    }
+    done = c->done;
+    cn_mutex_unlock(&c->mtx);
+    sdk_closer_unref(c);
+    return done;
+}
+
 /* Closes the socket (aborting every pending operation), ends and joins the threads, and
  * drops what is left (queued attempts, unsent outcomes). */
 static void
@@ -1047,15 +1158,24 @@ sdk_teardown(struct cairn_worker *w)
     sdk_fetches_idle_locked(w);
     sdk_unlock(w);
     if (was_open) {
-        /* Contexts and the dialer first, then the socket: nng 1.5.2 can hang in nng_close when
-         * it has to tear those down itself after requests were withdrawn (seen about once in
-         * 25 stops after a session reset under ASan). */
+        /* The dialer (waiting for its connection to be gone), the contexts, then the socket:
+         * nng 1.5.2 can hang in nng_close when it has to tear those down itself, more so while
+         * replies to withdrawn requests still arrive (see sdk_close_bounded). */
+        int64_t deadline = cn_mono_ms() + 1000;
+
+        (void) nng_dialer_close(w->dialer);
+        sdk_lock(w);
+        while (w->npipes > 0 && sdk_wait_until(w, deadline)) {
+        }
+        sdk_unlock(w);
         for (i = 0; i < SDK_FETCHES; i++) {
             (void) nng_ctx_close(w->fetch[i].ctx);
         }
         (void) nng_ctx_close(w->ctl_ctx);
-        (void) nng_dialer_close(w->dialer);
-        (void) nng_close(w->sock); /* nothing is pending on it any more */
+        if (!sdk_close_bounded(w->sock, SDK_CLOSE_TIMEOUT_MS)) {
+            sdk_log(w, CN_LOG_WARN, "socket close did not finish (nng 1.5.2 bug); left behind",
+                    NULL);
+        }
     }
     for (i = 0; w->slots != NULL && i < w->nslots; i++) {
         if (w->slots[i].thread_started) {
@@ -1135,6 +1255,7 @@ cairn_worker_start(struct cairn_worker *w)
     for (i = 0; i < w->nslots; i++) {
         cn_cond_init(&w->slots[i].wake);
     }
+    w->npipes = 0;
     if ((nrv = nng_req0_open(&w->sock)) != 0) {
         for (i = 0; i < w->nslots; i++) {
             cn_cond_destroy(&w->slots[i].wake);
@@ -1150,6 +1271,7 @@ cairn_worker_start(struct cairn_worker *w)
     sdk_unlock(w);
     if ((nrv = nng_socket_set_ms(w->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0 ||
         (nrv = nng_socket_set_size(w->sock, NNG_OPT_RECVMAXSZ, WP_MAX_MSG)) != 0 ||
+        (nrv = nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_POST, sdk_pipe_add, w)) != 0 ||
         (nrv = nng_pipe_notify(w->sock, NNG_PIPE_EV_REM_POST, sdk_pipe_rem, w)) != 0 ||
         (nrv = nng_ctx_open(&w->ctl_ctx, w->sock)) != 0 ||
         (nrv = nng_aio_alloc(&w->ctl_aio, NULL, NULL)) != 0) {

@@ -958,10 +958,10 @@ Test(wp_sdk, an_error_without_a_type_is_reported_as_a_worker_error)
 Test(wp_sdk, an_undecodable_reply_to_ready_drops_the_session)
 {
     struct cairn_worker *w;
-    char url[128], buf[256] = "";
+    char url[128], buf[16384] = "", *q;
     int64_t deadline;
     size_t len = 0;
-    int p[2], hellos = 0;
+    int p[2], hellos = 0, later;
     pid_t pid;
 
     cr_assert_eq(pipe(p), 0);
@@ -972,7 +972,6 @@ Test(wp_sdk, an_undecodable_reply_to_ready_drops_the_session)
     deadline = now_ms() + WAIT_MS;
     while (hellos < 2 && now_ms() < deadline) {
         struct timespec ts = {0, 10000000};
-        char *q;
 
         nanosleep(&ts, NULL);
         read_available(p[0], buf, &len, sizeof(buf));
@@ -982,6 +981,20 @@ Test(wp_sdk, an_undecodable_reply_to_ready_drops_the_session)
     }
     cr_assert_geq(hellos, 2, "no new session after a garbage reply (%d hello)", hellos);
     cr_assert(cairn_worker_running(w));
+    /* A runner that garbles every session is asked again with the reconnect backoff (10 ms
+     * doubling to 50 ms here: about a dozen sessions in half a second), not in a hot loop
+     * (thousands a second without it). */
+    deadline = now_ms() + 500;
+    while (now_ms() < deadline) {
+        struct timespec ts = {0, 20000000};
+
+        nanosleep(&ts, NULL);
+    }
+    read_available(p[0], buf, &len, sizeof(buf));
+    for (later = 0, q = buf; (q = strstr(q, "hello")) != NULL; q += 5) {
+        later++;
+    }
+    cr_assert_leq(later - hellos, 30, "%d new sessions in 500 ms", later - hellos);
     cairn_worker_stop(w, 200);
     cairn_worker_free(w);
     close(p[0]);
