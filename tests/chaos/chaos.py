@@ -37,10 +37,11 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PG_BIN = os.environ["CHAOS_PG_BIN"]
-PG_DIR = os.environ["CHAOS_PG_DIR"]
-PG_PORT = os.environ["CHAOS_PG_PORT"]
-PG_OPTS = os.environ["CHAOS_PG_OPTS"]
+# Set by tests/chaos/run; other scenario scripts import this module with their own database.
+PG_BIN = os.environ.get("CHAOS_PG_BIN", "")
+PG_DIR = os.environ.get("CHAOS_PG_DIR", "")
+PG_PORT = os.environ.get("CHAOS_PG_PORT", "")
+PG_OPTS = os.environ.get("CHAOS_PG_OPTS", "")
 SLOTS = 16
 TTL_MS = 2000
 
