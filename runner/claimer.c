@@ -26,6 +26,7 @@ struct rn_claimer {
     pthread_mutex_t mtx;
     pthread_cond_t cond;
     bool stop; /* protected by mtx */
+    bool room; /* protected by mtx: the runner said it has room again (claimer_room) */
 };
 
 static bool
@@ -79,6 +80,46 @@ fail_version(struct rn_claimer *c, const struct rn_claimed *cl, const char *why)
     ir_val_release(err);
 }
 
+/* The runner's wake when it has room again (cfg.room); called under the pool's lock, so it
+ * takes nothing but the claimer's own mutex. */
+static void
+claimer_room(void *arg)
+{
+    struct rn_claimer *c = arg;
+
+    cn_mutex_lock(&c->mtx);
+    c->room = true;
+    cn_cond_broadcast(&c->cond);
+    cn_mutex_unlock(&c->mtx);
+}
+
+/* How many instances the runner has room for by its workers' backlog (cfg.room); when none,
+ * waits until it has (or the poll interval passes: the wake is the fast path, not the only
+ * one) and returns 0. */
+static size_t
+room_or_wait(struct rn_claimer *c)
+{
+    int64_t until;
+    size_t room;
+
+    if (c->cfg.room == NULL) {
+        return SIZE_MAX;
+    }
+    cn_mutex_lock(&c->mtx);
+    c->room = false;
+    cn_mutex_unlock(&c->mtx);
+    if ((room = c->cfg.room(c->cfg.room_arg, claimer_room, c)) > 0) {
+        return room;
+    }
+    until = cn_mono_ms() + c->cfg.poll_interval_ms;
+    cn_mutex_lock(&c->mtx);
+    while (!c->stop && !c->room && cn_mono_ms() < until) {
+        cn_cond_wait_until(&c->cond, &c->mtx, until);
+    }
+    cn_mutex_unlock(&c->mtx);
+    return 0;
+}
+
 static void *
 claimer_main(void *arg)
 {
@@ -91,10 +132,17 @@ claimer_main(void *arg)
     while (!stopping(c)) {
         struct cn_errmsg em = {{0}};
         struct rn_claimed *cl = NULL;
-        size_t n = 0, i, room, active = atomic_load(c->cfg.active), orphans;
-        int64_t now = cn_mono_ms();
-        bool confirmed = c->cfg.leases_confirmed_ms == NULL ||
-                         now - atomic_load(c->cfg.leases_confirmed_ms) < c->cfg.lock_ttl_ms;
+        size_t n = 0, i, room, active, orphans, backlog_room;
+        int64_t now;
+        bool confirmed;
+
+        if ((backlog_room = room_or_wait(c)) == 0) {
+            continue;
+        }
+        active = atomic_load(c->cfg.active);
+        now = cn_mono_ms();
+        confirmed = c->cfg.leases_confirmed_ms == NULL ||
+                    now - atomic_load(c->cfg.leases_confirmed_ms) < c->cfg.lock_ttl_ms;
 
         if (!confirmed) {
             orphans_from = INT64_MAX;
@@ -106,6 +154,9 @@ claimer_main(void *arg)
         room = active < c->cfg.max_instances ? c->cfg.max_instances - active : 0;
         if (room > RN_CLAIM_BATCH) {
             room = RN_CLAIM_BATCH;
+        }
+        if (room > backlog_room) {
+            room = backlog_room;
         }
         if (room > 0) {
             if (b->ops->claim(b, room, RN_CLAIM_MAX_BYTES, orphans, c->cfg.lock_ttl_ms, &cl, &n,

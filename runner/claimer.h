@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The claimer: one thread that claims due instances in batches (as many as the runner has room
- * for, at most RN_CLAIM_BATCH), finds each one's compiled template in its DAG cache, and hands
- * each to the runner as a NEW event. It waits for enqueue notifications (or the poll interval)
- * when nothing is due, and backs off after a storage error. An instance whose version cannot
- * be compiled is failed at once with WorkflowError, under its new lease.
+ * for, at most RN_CLAIM_BATCH, and no more than its workers' backlog has room for: cfg.room), finds
+ * each one's compiled template in its DAG cache, and hands each to the runner as a NEW event. It
+ * waits for enqueue notifications (or the poll interval) when nothing is due, and backs off after a
+ * storage error. An instance whose version cannot be compiled is failed at once with WorkflowError,
+ * under its new lease.
  *
  * Expired leases (orphans) are taken only while this runner's own leases are confirmed, and not
  * until a heartbeat period plus a second after the database came back from an outage (a failed
@@ -15,8 +16,9 @@
  * flight).
  *
  * Threads: its own thread; rn_claimer_start/stop from the runner's. The stop flag is guarded
- * by a mutex used only to wake the thread early from a backoff pause (no other lock is taken
- * with it). `active` is the runner's count of held instances (atomic; shards decrement it).
+ * by a mutex used only to wake the thread early from a pause (no other lock is taken with it;
+ * the room wake takes it under the pool's lock, so it is a leaf). `active` is the runner's count of
+ * held instances (atomic; shards decrement it).
  */
 #ifndef RUNNER_CLAIMER_H
 #define RUNNER_CLAIMER_H
@@ -44,6 +46,10 @@ struct rn_claimer_cfg {
     _Atomic size_t *active; /* incremented here per claimed instance */
     /* The runner's lease confirmation (pool.h, the lease gate); NULL: always confirmed. */
     _Atomic int64_t *leases_confirmed_ms;
+    /* How many more the runner has room for by its workers' backlog (rn_pool_room); when it
+     * says 0 it calls wake(wake_arg) once it has. NULL: room is max_instances alone. */
+    size_t (*room)(void *room_arg, void (*wake)(void *), void *wake_arg);
+    void *room_arg;
 };
 
 /* Called on the claimer thread with a NEW event (ownership passes). */

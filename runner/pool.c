@@ -9,7 +9,8 @@
  * DESIGN
  * - Lock order: only `p->mtx`. The result callback, log lines (struct results collects both)
  *   and every nng call that may block run with it released; replies (nng_ctx_send) are
- *   asynchronous and safe under the lock.
+ *   asynchronous and safe under the lock. The one call out under it is the claimer's room wake
+ *   (rn_pool_room), which takes only a leaf mutex.
  * - A context is RECV (waiting for a request), SEND (a reply in flight), or PARKED (holding a
  *   worker's request). Its aio callback sees which by `state`.
  * - Every dispatch is recorded (token -> exec id, attempt, pipe, deadline) before its reply is
@@ -141,8 +142,10 @@ struct rn_pool {
     size_t nfl, capfl;
     uint32_t *fl_free; /* indices of unused entries below nfl (a stack) */
     size_t nfree, capfree;
-    int64_t timer_wake;     /* monotonic ms the timer thread plans to wake at */
-    struct rn_idmap tokens; /* dispatch token (token_key) -> index in fl */
+    int64_t timer_wake;        /* monotonic ms the timer thread plans to wake at */
+    struct rn_idmap tokens;    /* dispatch token (token_key) -> index in fl */
+    void (*room_wake)(void *); /* rn_pool_room said no: called once the backlog is low */
+    void *room_arg;
     uint64_t next_token, next_session;
     struct rn_pool_stats st;
 };
@@ -154,6 +157,41 @@ token_key(uint64_t token, uint8_t key[16])
 {
     memset(key, 0, 16);
     memcpy(key + 8, &token, 8);
+}
+
+/* Attempts queued at or above this many mean the runner has claimed more than its workers can
+ * take soon (pool.h, rn_pool_room): twice what the connected workers hold at once, and never
+ * less than a claim batch so that a runner with few or no workers still takes work. */
+static uint64_t
+backlog_cap_locked(const struct rn_pool *p)
+{
+    uint64_t cap = 0;
+    const struct worker *w;
+
+    for (w = p->workers; w != NULL; w = w->next) {
+        cap += w->cap;
+    }
+    return 2 * cap > RN_POOL_BACKLOG_MIN ? 2 * cap : RN_POOL_BACKLOG_MIN;
+}
+
+/* Wakes the claimer that was told there was no room, once the backlog is under half the cap
+ * (its wake takes only its own leaf lock). */
+static void
+room_check_locked(struct rn_pool *p)
+{
+    if (p->room_wake != NULL && p->st.queued < backlog_cap_locked(p) / 2) {
+        void (*wake)(void *) = p->room_wake;
+
+        p->room_wake = NULL;
+        wake(p->room_arg);
+    }
+}
+
+static void
+queued_dec_locked(struct rn_pool *p)
+{
+    p->st.queued--;
+    room_check_locked(p);
 }
 
 /* What a callback collected under p->mtx to hand out once it is released: results for p->fn,
@@ -517,7 +555,7 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     }
     w->inflight++;
     p->st.dispatched++;
-    p->st.queued--;
+    queued_dec_locked(p);
     f->q = q; /* kept while in flight */
     return CN_OK;
 }
@@ -555,7 +593,7 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
                             rn_error_name(RN_ERR_ACTION_TIMEOUT),
                             "the attempt did not finish before its deadline");
             p->st.timeouts++;
-            p->st.queued--;
+            queued_dec_locked(p);
             queued_free(q);
             q = NULL;
             continue;
@@ -571,7 +609,7 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
                             rv == CN_TOOBIG ? "the action's arguments are too large to send "
                                               "to a worker (over 16 MiB)"
                                             : "the action's arguments cannot be encoded");
-            p->st.queued--;
+            queued_dec_locked(p);
             queued_free(q);
             q = NULL;
             continue;
@@ -741,6 +779,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
     }
     w->nactions = m->nactions;
     w->cap = m->slots + m->prefetch;
+    room_check_locked(p); /* more room for the claimer */
     wp_msg_init(&r, WP_WELCOME);
     r.session = ++p->next_session;
     r.idle_ms = p->idle_ms;
@@ -1175,6 +1214,21 @@ rn_pool_port(const struct rn_pool *p)
     return p->port;
 }
 
+size_t
+rn_pool_room(struct rn_pool *p, void (*wake)(void *), void *arg)
+{
+    uint64_t cap;
+    size_t room;
+
+    cn_mutex_lock(&p->mtx);
+    cap = backlog_cap_locked(p);
+    room = p->st.queued < cap ? (size_t) (cap - p->st.queued) : 0;
+    p->room_wake = room > 0 ? NULL : wake;
+    p->room_arg = room > 0 ? NULL : arg;
+    cn_mutex_unlock(&p->mtx);
+    return room;
+}
+
 cn_err
 rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
 {
@@ -1274,7 +1328,7 @@ rn_pool_withdraw(struct rn_pool *p, struct rn_iid iid, struct rn_token lock)
             p->qtail = prev;
         }
         queued_free(q);
-        p->st.queued--;
+        queued_dec_locked(p);
         n++;
     }
     for (i = 0; i < p->nfl; i++) {

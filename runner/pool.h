@@ -35,6 +35,8 @@ struct rn_pool;
  * fleet's reconnect burst after a runner restart (each worker connects once). */
 #define RN_POOL_HELLO_TIMEOUT_MS 5000
 #define RN_POOL_MAX_UNGREETED    128
+/* The least backlog that rn_pool_room allows (a claim batch's worth of attempts). */
+#define RN_POOL_BACKLOG_MIN 256
 
 struct rn_pool_cfg {
     const char *listen_url;    /* ipc://PATH, tcp://HOST:PORT (port 0: any; see rn_pool_port) */
@@ -111,6 +113,15 @@ CN_MUST_CHECK cn_err rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result
 
 /* The TCP port actually bound (for tcp://...:0), or 0. */
 int rn_pool_port(const struct rn_pool *p);
+
+/* How many more instances the runner should claim: the attempts that may still queue before
+ * they reach twice what the connected workers hold at once (at least RN_POOL_BACKLOG_MIN), as
+ * an instance has at least one. Claiming past that only hoards work that other runners' idle
+ * workers could run: after a runner restart the survivor took every orphan and the restarted
+ * runner's workers sat idle. When it returns 0, wake(arg) is called once the backlog is under
+ * half that (replacing any earlier wake); wake is called with the pool's lock held and may
+ * take only a leaf lock of its own. Thread-safe. */
+size_t rn_pool_room(struct rn_pool *p, void (*wake)(void *), void *arg);
 
 /* Queues an attempt for a worker serving d->action. Thread-safe. Returns CN_OK (memory
  * exhaustion aborts the process: ir/base/xalloc.h). */

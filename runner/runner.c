@@ -11,13 +11,15 @@
  * This file routes events between them: pool results, persister ACKs, claims and lost leases
  * all go to the shard that owns the instance (chosen by a hash of its id).
  *
- * LOCK ORDER: no thread ever holds two of the engine's mutexes at once. Each one (a shard
- * inbox, the persister queue, the keeper's registry and its wake mutex, the claimer's stop
+ * LOCK ORDER: no thread holds two of the engine's mutexes at once but in one case below. Each one
+ * (a shard inbox, the persister queue, the keeper's registry and its wake mutex, the claimer's stop
  * mutex, the busy gauge, the pool's mutex, the in-memory backend's mutex) is a leaf: taken,
  * used for a short non-blocking section, released, and never held across a backend, pool or
  * network call or a callback. Routing an event (rn_shardloop_post) therefore happens with no
  * lock held: the pool calls back without its lock, the persisters acknowledge after releasing
- * theirs, the keeper reports lost leases outside the registry lock.
+ * theirs, the keeper reports lost leases outside the registry lock. One nesting, and only in
+ * this order: the pool wakes the claimer when it has room again (rn_pool_room) under its
+ * own mutex, and that wake takes the claimer's mutex, which is never held while taking another.
  *
  * NO HALF-ALIVE PROCESS: no engine thread returns before rn_runner_stop asks it to. Storage and
  * network errors are retried with backoff (backoff.h) and logged; running out of memory
@@ -216,6 +218,12 @@ open_backends(struct rn_runner *r, struct cn_errmsg *err)
     return CN_OK;
 }
 
+static size_t
+pool_room(void *pool, void (*wake)(void *), void *arg)
+{
+    return rn_pool_room(pool, wake, arg);
+}
+
 cn_err
 rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct cn_errmsg *err)
 {
@@ -305,6 +313,8 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     ccfg.leases_confirmed_ms = &r->leases_confirmed_ms;
     ccfg.poll_interval_ms = cfg->poll_interval_ms;
     ccfg.active = &r->active;
+    ccfg.room = pool_room;
+    ccfg.room_arg = r->pool;
     if ((rv = rn_claimer_start(&ccfg, on_claimed, r, &r->claimer, err)) != CN_OK) {
         runner_free(r);
         return rv;

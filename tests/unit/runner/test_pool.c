@@ -1408,3 +1408,61 @@ Test(pool, connections_past_the_cap_of_those_waiting_to_say_hello_are_dropped_at
     rn_pool_stop(p);
     got_fini(&g);
 }
+
+static void
+count_wake(void *arg)
+{
+    atomic_fetch_add((_Atomic int *) arg, 1);
+}
+
+/* The claimer asks the pool whether to claim more: not while the attempts waiting for a worker
+ * reach twice what the workers hold (at least RN_POOL_BACKLOG_MIN); the wake comes once the
+ * backlog is under half that, whether it drains, is withdrawn, or a worker with room arrives. */
+Test(pool, the_backlog_decides_whether_the_runner_claims_more)
+{
+    static const char *acts[] = {"t.room"};
+    _Atomic int wakes = 0;
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    uint32_t i;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    cr_assert_eq(rn_pool_room(p, count_wake, &wakes), RN_POOL_BACKLOG_MIN, "an empty pool");
+    /* No worker: the cap is RN_POOL_BACKLOG_MIN. Instance i % 4 + 1, so withdrawals can drain. */
+    for (i = 0; i < RN_POOL_BACKLOG_MIN - 1; i++) {
+        submit_for(p, "t.room", (uint8_t) i, (uint8_t) (i % 4 + 1));
+    }
+    cr_assert_eq(rn_pool_room(p, count_wake, &wakes), 1, "one below the cap");
+    submit_for(p, "t.room", 0xFF, 1);
+    cr_assert_eq(rn_pool_room(p, count_wake, &wakes), 0, "at the cap: claim no more");
+    {
+        struct rn_iid iid;
+        struct rn_token lock;
+
+        memset(iid.b, 1, 16);
+        memset(lock.b, 1, 16);
+        cr_assert_eq(rn_pool_withdraw(p, iid, lock), RN_POOL_BACKLOG_MIN / 4 + 1);
+    }
+    cr_assert_eq(atomic_load(&wakes), 0, "191 left: not under half the cap (128) yet");
+    /* A worker holding 150 at once raises the cap to 300: 191 is not under 150 either. */
+    tw_open(&w, url, 2);
+    tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 100, 50);
+    cr_assert_eq(atomic_load(&wakes), 0);
+    /* Its ready takes 150 of them: 41 left, and the claimer is woken. */
+    tw_ready(&w, 1, NULL);
+    {
+        struct wp_msg r;
+        cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+        cr_assert_eq(r.kind, WP_DISPATCH);
+        cr_assert_eq(r.nitems, 150);
+        wp_msg_fini(&r);
+    }
+    cr_assert_eq(atomic_load(&wakes), 1, "woken once the backlog fell under half the cap");
+    cr_assert_eq(rn_pool_room(p, count_wake, &wakes), 300 - 41, "room to the new cap");
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
