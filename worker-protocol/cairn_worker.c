@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -224,12 +225,20 @@ exec_pipe(int p[2])
 
 /* In the child between fork and exec: async-signal-safe calls only. Never returns. */
 static void
-exec_child(char *path, int in_fd, int out_fd, int err_fd)
+exec_child(char *path, int in_fd, int out_fd, int err_fd, pid_t worker)
 {
     static const char msg[] = "cairn-worker: exec failed\n";
     char *argv[2];
     sigset_t none;
 
+    /* Dies with its worker, kill -9 included: its outcome could never be reported, and the
+     * runner runs the attempt again elsewhere; left alive, the two would run side by side (the
+     * chaos suite's worker-kill9 saw an orphan write after its worker was gone). The signal
+     * comes when the forking thread ends: slot threads outlive their children. */
+    (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != worker) {
+        _exit(127); /* the worker died before the line above */
+    }
     (void) setpgid(0, 0);
     if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
         _exit(127);
@@ -256,7 +265,7 @@ exec_spawn(const struct cairn_worker_ctx *ctx, char *path, const struct cn_buf *
     size_t in_off = 0;
     bool exited = false, killed = false;
     cn_err rv = CN_OK;
-    pid_t pid, w;
+    pid_t pid, w, self = getpid();
 
     /* Under exec_fork_mtx, so no other slot forks while our pipes lack FD_CLOEXEC (its child
      * would keep our stdin pipe open and ours would never see EOF). */
@@ -268,7 +277,7 @@ exec_spawn(const struct cairn_worker_ctx *ctx, char *path, const struct cn_buf *
     }
     pid = fork();
     if (pid == 0) {
-        exec_child(path, in_p[0], out_p[1], err_p[1]);
+        exec_child(path, in_p[0], out_p[1], err_p[1], self);
     }
     exec_unlock();
     if (pid < 0) {

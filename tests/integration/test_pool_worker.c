@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -485,5 +486,79 @@ Test(pool_worker, a_cancelled_exec_action_is_killed_and_reports_cancelled)
     kill(w, SIGTERM);
     reap(w, &status);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    rn_pool_stop(p);
+}
+
+/* Whether pid is gone: no such process, or a zombie no one has reaped yet (the test may run
+ * where PID 1 does not reap orphans). */
+static bool
+process_gone(pid_t pid)
+{
+    char path[64], buf[256];
+    FILE *f;
+    char *rp;
+    bool gone = true;
+
+    if (kill(pid, 0) != 0) {
+        return true;
+    }
+    (void) snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+    if ((f = fopen(path, "r")) == NULL) {
+        return true;
+    }
+    if (fgets(buf, sizeof(buf), f) != NULL && (rp = strrchr(buf, ')')) != NULL) {
+        gone = rp[1] == ' ' && rp[2] == 'Z';
+    }
+    fclose(f);
+    return gone;
+}
+
+/* An `exec.*` action's process dies with its worker, kill -9 included: its outcome could never
+ * be reported, and the runner runs the attempt again elsewhere, so left alive it would run side
+ * by side with its own retry. */
+Test(pool_worker, an_exec_action_dies_with_its_worker)
+{
+    struct tally t;
+    char url[128], dir[4096], pidfile[128];
+    struct rn_pool *p = pool_up(&t, url, sizeof(url));
+    const char *root = getenv("CAIRN_SOURCE_ROOT");
+    int64_t deadline;
+    pid_t w, child = 0;
+    int status;
+    FILE *f;
+
+    cr_assert_not_null(root, "CAIRN_SOURCE_ROOT not set (run through meson)");
+    (void) snprintf(dir, sizeof(dir), "%s/tests/integration/exec", root);
+    (void) snprintf(pidfile, sizeof(pidfile), "/tmp/cairn-pidfile-%d", (int) getpid());
+    (void) unlink(pidfile);
+    cr_assert_eq(setenv("CAIRN_TEST_PIDFILE", pidfile, 1), 0);
+    w = spawn_worker_args(url, "exec-orphan", "1", "0", dir);
+    wait_workers(p, 1, 10000);
+    submit(p, 31, "exec.pidfile", "unused", 0);
+    cr_assert_eq(await_dispatched(p, 1), 1);
+    deadline = wall_ms() + 10000;
+    while (child <= 0 && wall_ms() < deadline) {
+        if ((f = fopen(pidfile, "r")) != NULL) {
+            if (fscanf(f, "%d", &child) != 1) {
+                child = 0;
+            }
+            fclose(f);
+        }
+        usleep(10000);
+    }
+    cr_assert_gt(child, 0, "the action did not start");
+    cr_assert(!process_gone(child));
+    kill(w, SIGKILL);
+    reap(w, &status);
+    deadline = wall_ms() + 5000;
+    while (!process_gone(child) && wall_ms() < deadline) {
+        usleep(10000);
+    }
+    if (!process_gone(child)) {
+        kill(child, SIGKILL);
+        cr_assert_fail("the action's process %d outlived its worker", (int) child);
+    }
+    cr_assert(tally_wait(&t, 1, 5000), "no WorkerLost");
+    (void) unlink(pidfile);
     rn_pool_stop(p);
 }
