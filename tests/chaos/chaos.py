@@ -18,7 +18,16 @@ them, then checks:
   0 (for SIGSTOP: what the resumed runner started again after SIGCONT);
 - no runner exited that the scenario did not kill;
 - the fault fired while work was in progress (between 5% and 95% completed), else the run is
-  invalid, not green.
+  invalid, not green;
+- writes, from audit triggers this script installs in the test database only: every write of
+  a result, a snapshot or a status was made by the runner that held the instance's lease at
+  that moment (the last to claim or clear it, told apart by each runner's application_name),
+  and no status left a terminal state.
+
+It also measures, from the workers' time-stamped logs and the audit: the share of the work
+after the fault that runner A (or its replacement) ran, how long the faulted runner's
+instances waited to be taken over, how soon a killed worker's attempts ran again, and how soon
+throughput was back to 90% of what it was before the fault.
 
 Prints one Markdown row per scenario (docs/reliability.md) and exits 1 if any check fails.
 Usage: chaos.py BUILD_DIR [--instances N] [--spread K] [SCENARIO...]
@@ -29,8 +38,10 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -64,6 +75,50 @@ def as_owner(*argv):
     return subprocess.run(argv, capture_output=True, text=True)
 
 
+# Installed in the test database only, after migrate. chaos_locks: every change of an
+# instance's claim token (a claim, a release, a reclaim) and who made it; chaos_writes: every
+# result, snapshot or status written and who wrote it; chaos_transitions: status changes.
+AUDIT_SQL = """
+CREATE TABLE chaos_locks (instance_id uuid, token uuid, app text, at timestamptz);
+CREATE TABLE chaos_writes (instance_id uuid, app text, what text, at timestamptz);
+CREATE TABLE chaos_transitions (instance_id uuid, old text, new text, app text);
+CREATE FUNCTION chaos_lock() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+    INSERT INTO chaos_locks VALUES (NEW.instance_id, NEW.lock_uuid,
+                                    current_setting('application_name'), clock_timestamp());
+    RETURN NULL; END $$;
+CREATE TRIGGER chaos_lock AFTER UPDATE OF lock_uuid ON cairn.queued_instances FOR EACH ROW
+    WHEN (NEW.lock_uuid IS DISTINCT FROM OLD.lock_uuid) EXECUTE FUNCTION chaos_lock();
+CREATE FUNCTION chaos_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+    INSERT INTO chaos_writes VALUES (NEW.instance_id, current_setting('application_name'),
+                                     TG_TABLE_NAME, clock_timestamp());
+    IF TG_TABLE_NAME = 'runner_instances' AND NEW.status IS DISTINCT FROM OLD.status THEN
+        INSERT INTO chaos_transitions VALUES (NEW.instance_id, OLD.status, NEW.status,
+                                              current_setting('application_name'));
+    END IF;
+    RETURN NULL; END $$;
+CREATE TRIGGER chaos_done AFTER INSERT ON cairn.runner_actions_done FOR EACH ROW
+    EXECUTE FUNCTION chaos_write();
+CREATE TRIGGER chaos_inst AFTER UPDATE ON cairn.runner_instances FOR EACH ROW
+    EXECUTE FUNCTION chaos_write();
+"""
+
+# A write is legitimate when the last change of the instance's token before it was made by the
+# same runner: its own claim, or its own release or reclaim just before it in that statement.
+# A runner whose lease was taken over cannot write past the new claim (its fence finds another
+# token); if it did, the new claim would come before its write here.
+AUDIT_BAD_WRITES = """
+SELECT count(*) FROM chaos_writes w
+ WHERE w.app LIKE 'runner-%' AND (SELECT l.app FROM chaos_locks l
+    WHERE l.instance_id = w.instance_id AND l.at <= w.at ORDER BY l.at DESC LIMIT 1)
+    IS DISTINCT FROM w.app
+"""
+
+# Terminal statuses are final.
+AUDIT_BAD_TRANSITIONS = """
+SELECT count(*) FROM chaos_transitions WHERE old IN ('completed', 'failed', 'cancelled')
+"""
+
+
 class Proc:
     def __init__(self, run, name, argv, env):
         self.name = name
@@ -95,13 +150,16 @@ class Run:
             r = subprocess.run([ctl, *args], env=self.env, capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"cairnctl {args[0]}: {r.stderr}")
+        q(self.url, AUDIT_SQL)
 
     def runner(self, name, sock=None):
         sock = sock or f"ipc://{self.tmp}/{name}.sock"
+        # Its sessions carry its name, so the audit tells the runners apart.
+        env = dict(self.env, CAIRN_DATABASE_URL=f"{self.url}&application_name={name}")
         p = Proc(self, name, [f"{self.build}/runner/cairn-runner", "--worker-listen", sock,
                               "--poll-interval-ms", "100", "--lock-ttl-ms", str(TTL_MS),
                               "--lock-heartbeat-ms", "500", "--reclaim-interval-ms", "500",
-                              "--worker-idle-ms", "1000"], self.env)
+                              "--worker-idle-ms", "1000"], env)
         p.sock = sock
         return p
 
@@ -137,18 +195,19 @@ class Run:
         return out
 
     def executions(self):
-        """(key, i) -> its runs, each (worker, line number in that worker's log)."""
+        """(key, i) -> its runs, each (worker, line number in that worker's log, wall time)."""
         where = collections.defaultdict(list)
         for f in sorted(os.listdir(self.tmp)):
             if f.endswith(".exec"):
                 with open(os.path.join(self.tmp, f)) as fh:
                     for n, line in enumerate(fh):
                         try:
-                            kw = json.loads(line)
-                            k = (kw["key"], kw["i"])
+                            at, kw = line.split(" ", 1)
+                            kw = json.loads(kw)
+                            k, at = (kw["key"], kw["i"]), float(at)
                         except (ValueError, KeyError):
-                            k = ("?", line.strip())
-                        where[k].append((f[:-5], n))
+                            k, at = ("?", line.strip()), 0.0
+                        where[k].append((f[:-5], n, at))
         return where
 
     def close(self):
@@ -216,6 +275,60 @@ def pg_terminate(run, a, wa, b, wb):
     return f"pg_terminate_backend of the runners' {n} sessions"
 
 
+def poison(run, a, wa, b, wb):
+    """Under load: instances that never wait, and inputs over the limit. The loops must fail
+    alone with StepLimitExceeded; the inputs must be refused at enqueue, leaving nothing."""
+    r = subprocess.run([f"{run.build}/runner/cairnctl", "register",
+                        f"{ROOT}/tests/chaos/workflows/poison.cairn"], env=run.env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"cairnctl register: {r.stderr}")
+    q(run.url, "SELECT count(cairn.enqueue('poison', jsonb_build_object('key', 'p' || g)))"
+               " FROM generate_series(1, 4) g")
+    big = os.path.join(run.tmp, "big.json")
+    with open(big, "w") as f:
+        json.dump({"key": "huge", "n": 1, "pad": "x" * (300 << 10)}, f)  # over 256 KiB
+    r = subprocess.run([f"{run.build}/runner/cairnctl", "run", "chaos", "--input-file", big],
+                       env=run.env, capture_output=True, text=True)
+    run.refused = r.returncode == 1 and "limit" in r.stderr
+    run.poison = 4
+    return "4 instances that never wait, and an input over the limit, enqueued"
+
+
+def hello_less(run, a, wa, b, wb):
+    """1 000 connections to runner A that finish the transport handshake and never say hello;
+    the runner must drop them all (past 128 at once, the rest after 5 s) while serving."""
+    path = a.sock[len("ipc://"):]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    conns = []
+    for _ in range(1000):
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(path)
+        c.sendall(b"\x00SP\x00\x00\x30\x00\x00")  # SP header of a REQ0 peer, then nothing
+        conns.append(c)
+    deadline = time.monotonic() + 8
+    open_ = list(conns)
+    while open_ and time.monotonic() < deadline:
+        still = []
+        for c in open_:
+            c.settimeout(0)
+            try:
+                data = c.recv(64)
+                if data:
+                    still.append(c)  # the runner's SP header; not closed yet
+            except BlockingIOError:
+                still.append(c)
+            except OSError:
+                pass
+        open_ = still
+        time.sleep(0.2)
+    run.hello_left = len(open_)
+    for c in conns:
+        c.close()
+    return "1 000 connections to runner A that never say hello"
+
+
 SCENARIOS = {
     "runner-kill9": runner_kill9,
     "worker-kill9": worker_kill9,
@@ -224,7 +337,53 @@ SCENARIOS = {
     "pg-crash": pg_restart_immediate,
     "pg-down": pg_down,
     "pg-terminate": pg_terminate,
+    "poison": poison,
+    "hello-less": hello_less,
 }
+
+# Targets (docs/reliability.md), checked in every run.
+TAKEOVER_S = TTL_MS / 1000 + 1.0  # a dead runner's instances run elsewhere within TTL + 1 s
+REDISPATCH_S = 0.25  # a killed worker's attempts run again within 250 ms
+THROUGHPUT_S = 10.0  # after PostgreSQL is back, 90% of the throughput within 10 s
+
+
+def takeover_s(run, fault_wall):
+    """How long runner A's instances at the fault waited to be claimed by another runner (or its
+    replacement): the longest wait, and how many there were."""
+    row = q(run.url, f"""
+        WITH held AS (SELECT DISTINCT ON (instance_id) instance_id, app, token FROM chaos_locks
+                       WHERE at <= to_timestamp({fault_wall}) ORDER BY instance_id, at DESC)
+        SELECT coalesce(max(extract(epoch FROM t.at) - {fault_wall}), 0), count(*) FROM held h
+          CROSS JOIN LATERAL (SELECT min(l.at) AS at FROM chaos_locks l
+                               WHERE l.instance_id = h.instance_id AND l.token IS NOT NULL
+                                 AND l.app <> 'runner-a' AND l.at > to_timestamp({fault_wall})) t
+         WHERE h.app = 'runner-a' AND h.token IS NOT NULL AND t.at IS NOT NULL""")
+    wait, n = row.split("|")
+    return float(wait), int(n)
+
+
+def redispatch_s(where, fault_wall):
+    """The longest time from a worker's kill until an attempt it was running started again."""
+    waits = [min(at for w, _, at in r if w != "worker-a" and at >= fault_wall) - fault_wall
+             for r in where.values()
+             if any(w == "worker-a" for w, _, _ in r)
+             and any(w != "worker-a" and at >= fault_wall for w, _, at in r)
+             and max(at for w, _, at in r if w == "worker-a") < fault_wall]
+    return max(waits) if waits else None, len(waits)
+
+
+def throughput_back_s(where, fault_wall, over_wall, end_wall):
+    """Seconds from the fault's end until executions per second were back to 90% of their rate
+    in the seconds before the fault (None if never, before the load ran out)."""
+    times = sorted(at for r in where.values() for _, _, at in r)
+    before = [t for t in times if fault_wall - 5 <= t < fault_wall]
+    rate = len(before) / 5.0
+    t = over_wall
+    while t + 1 <= end_wall - 2:  # the last seconds drain the tail, slower by nature
+        if sum(1 for x in times if t <= x < t + 1) >= 0.9 * rate:
+            return t - over_wall
+        t += 0.25
+    return None
 
 
 def run_scenario(build, name, n, k):
@@ -240,14 +399,17 @@ def run_scenario(build, name, n, k):
         run.wait(lambda: run.completed() >= n // 4, 120)
         at_fault = run.completed()
         fired = 0.05 * n <= at_fault <= 0.95 * n
-        t_fault = time.monotonic()
+        t_fault, fault_wall = time.monotonic(), time.time()
         what = SCENARIOS[name](run, a, wa, b, wb)
-        over = run.exec_lines()  # the fault is over: what starts from here is new work
-        done = run.wait(lambda: run.completed() >= n, 180)
-        t_end = time.monotonic()
+        over, over_wall = run.exec_lines(), time.time()  # what starts from here is new work
+        done = run.wait(lambda: int(q(run.url, "SELECT count(*) FROM cairn.runner_instances"
+                                               " WHERE workflow_name = 'chaos' AND status ="
+                                               " 'completed'")) >= n, 180)
+        t_end, end_wall = time.monotonic(), time.time()
         results = q(run.url, "SELECT count(*) FILTER (WHERE status <> 'completed'), count(*) "
                              f"FILTER (WHERE status = 'completed' AND result <> "
-                             f"'{k * (k - 1) // 2}'::jsonb) FROM cairn.runner_instances")
+                             f"'{k * (k - 1) // 2}'::jsonb) FROM cairn.runner_instances"
+                             " WHERE workflow_name = 'chaos'")
         lost, wrong = (int(x) for x in results.split("|"))
         where = run.executions()
         keys = {f"k{i}" for i in range(1, n + 1)}
@@ -256,8 +418,16 @@ def run_scenario(build, name, n, k):
         dups = sum(len(r) - 1 for r in where.values() if len(r) > 1)
         # A repeated attempt none of whose runs started before the fault was over.
         after = sum(len(r) - 1 for r in where.values()
-                    if len(r) > 1 and all(line >= over.get(w, 0) for w, line in r))
+                    if len(r) > 1 and all(line >= over.get(w, 0) for w, line, _ in r))
         exits = [p.name for p in run.procs if p.p.poll() is not None and not p.killed]
+        bad_writes = int(q(run.url, AUDIT_BAD_WRITES))
+        bad_transitions = int(q(run.url, AUDIT_BAD_TRANSITIONS))
+        writes = int(q(run.url, "SELECT count(*) FROM chaos_writes"))
+        # Runner A's share (its worker's, whichever runner A it serves) of the work started
+        # after the fault: work spreads over the runners instead of staying with the survivor.
+        runs_after = [w for r in where.values() for w, line, _ in r if line >= over.get(w, 0)]
+        share_a = (sum(1 for w in runs_after if w.startswith("worker-a")) /
+                   max(1, len(runs_after)))
         checks = [
             (fired, f"fault fired at {at_fault}/{n} completed"),
             (done and lost == 0, f"lost {lost}"),
@@ -265,17 +435,62 @@ def run_scenario(build, name, n, k):
             (missing == 0, f"actions never run {missing}"),
             (unexpected == 0, f"unexpected executions {unexpected}"),
             (after == 0, f"{after} duplicate runs of attempts started after the fault, by: " +
-             str(collections.Counter(" + ".join(w for w, _ in r) for r in where.values()
+             str(collections.Counter(" + ".join(w for w, _, _ in r) for r in where.values()
                                      if len(r) > 1))),
             (not exits, f"unexpected exits {exits}"),
+            (bad_writes == 0, f"{bad_writes} writes by a runner not holding the lease"),
+            (bad_transitions == 0, f"{bad_transitions} status changes out of a final state"),
         ]
+        measured = [f"A's share after the fault {100 * share_a:.0f}%"]
+        if name in ("runner-kill9", "sigstop"):
+            wait, held = takeover_s(run, fault_wall)
+            measured.append(f"A's {held} instances taken over within {wait:.1f} s")
+            # For SIGSTOP the lease must first expire on the clock: TTL + 1 s from the stop.
+            checks.append((wait <= TAKEOVER_S, f"takeover took {wait:.1f} s (target "
+                                               f"{TAKEOVER_S:.0f} s)"))
+        if name == "runner-kill9":
+            checks.append((share_a >= 0.2, f"the restarted runner ran {100 * share_a:.0f}% of "
+                                           "the work after the fault (work did not spread)"))
+        if name == "worker-kill9":
+            wait, m = redispatch_s(where, fault_wall)
+            measured.append(f"its {m} running attempts ran again within "
+                            f"{wait * 1000:.0f} ms" if wait is not None else "none re-run")
+            checks.append((wait is not None and wait <= REDISPATCH_S,
+                           f"re-dispatch took {wait} s (target {REDISPATCH_S} s)"))
+        if name.startswith("pg-"):
+            back = throughput_back_s(where, fault_wall, over_wall, end_wall)
+            measured.append(f"throughput at 90% {back:.1f} s after the database was back"
+                            if back is not None else "throughput never back to 90%")
+            checks.append((back is not None and back <= THROUGHPUT_S,
+                           f"throughput back after {back} s (target {THROUGHPUT_S:.0f} s)"))
+        if name == "poison":
+            failed = q(run.url, "SELECT count(*) FROM cairn.runner_instances WHERE workflow_name"
+                                " = 'poison' AND status = 'failed' AND error->>'type' ="
+                                " 'StepLimitExceeded'")
+            measured.append(f"{failed}/4 loops failed with StepLimitExceeded, the big input"
+                            f" {'refused' if run.refused else 'ACCEPTED'}")
+            run.wait(lambda: int(q(run.url, "SELECT count(*) FROM cairn.runner_instances WHERE"
+                                            " workflow_name = 'poison' AND status = 'failed'"))
+                     >= 4, 60)
+            failed = q(run.url, "SELECT count(*) FROM cairn.runner_instances WHERE workflow_name"
+                                " = 'poison' AND status = 'failed' AND error->>'type' ="
+                                " 'StepLimitExceeded'")
+            measured[-1] = (f"{failed}/4 loops failed with StepLimitExceeded, the big input "
+                            f"{'refused' if run.refused else 'ACCEPTED'}")
+            checks.append((failed == "4", f"{failed}/4 poison instances failed as they should"))
+            checks.append((run.refused, "an input over the limit was not refused"))
+        if name == "hello-less":
+            measured.append(f"{1000 - run.hello_left}/1000 dropped by the runner")
+            checks.append((run.hello_left == 0, f"{run.hello_left} hello-less connections "
+                                                "still open after 8 s"))
         for good, why in checks:
             if not good:
                 ok = False
                 notes.append(why)
         print(f"| {name} | {n} x {k} | {what} (at {at_fault}/{n} done) | {lost} | {wrong} | "
-              f"{dups} ({after} after the fault) | {t_end - t_fault:.1f} s after the fault, "
-              f"{t_end - t0:.1f} s in all | {', '.join(exits) or 'none'} |"
+              f"{dups} ({after} after the fault) | {bad_writes} of {writes} | "
+              f"{t_end - t_fault:.1f} s after the fault, {t_end - t0:.1f} s in all | "
+              f"{'; '.join(measured)} | {', '.join(exits) or 'none'} |"
               + ("" if ok else f" FAILED: {'; '.join(notes)}"), flush=True)
         if not ok:
             for p in run.procs:
@@ -301,8 +516,9 @@ def main():
         if s not in SCENARIOS:
             ap.error(f"unknown scenario {s} (known: {', '.join(SCENARIOS)})")
     print("| scenario | instances x actions | fault | lost | wrong | duplicate executions "
-          "(of them, after the fault) | recovery | unexpected runner exits |")
-    print("|---|---|---|---|---|---|---|---|")
+          "(of them, after the fault) | writes without the lease (of all audited) | recovery | "
+          "measured | unexpected runner exits |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     ok = all([run_scenario(args.build, s, args.instances, args.spread) for s in args.scenarios])
     return 0 if ok else 1
 
