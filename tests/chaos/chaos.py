@@ -241,6 +241,21 @@ def runner_kill9(run, a, wa, b, wb):
     return "kill -9 of runner A, restarted after 1 s"
 
 
+def runner_kill9_repeated(run, a, wa, b, wb):
+    a.signal(signal.SIGKILL)
+    time.sleep(1)
+    a2 = run.runner("runner-a2", a.sock)
+    time.sleep(2)
+    b.signal(signal.SIGKILL)
+    time.sleep(1)
+    run.runner("runner-b2", b.sock)
+    time.sleep(2)
+    a2.signal(signal.SIGKILL)
+    time.sleep(1)
+    run.runner("runner-a3", a.sock)
+    return "kill -9 of runner A, B, then A again, 3 s apart, each restarted after 1 s"
+
+
 def worker_kill9(run, a, wa, b, wb):
     wa.signal(signal.SIGKILL)
     run.worker("worker-a2", a)
@@ -331,6 +346,7 @@ def hello_less(run, a, wa, b, wb):
 
 SCENARIOS = {
     "runner-kill9": runner_kill9,
+    "runner-kill9-repeated": runner_kill9_repeated,
     "worker-kill9": worker_kill9,
     "sigstop": sigstop,
     "pg-restart": pg_restart_fast,
