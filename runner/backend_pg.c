@@ -35,7 +35,7 @@ struct pg_backend {
 };
 
 /* A persist that sent more than this reconnects afterwards (see pg_persist). */
-#define PG_BIG_WRITE (16u << 20)
+#define PG_BIG_WRITE (4u << 20)
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 

@@ -57,6 +57,9 @@ rn_timerheap_pop_due(struct rn_timerheap *h, int64_t now_wall_ms, struct rn_time
     }
     if (h->len > 0) {
         h->items[i] = last;
+    } else if (h->cap > 4096) {
+        /* Emptied after a large fan-out (a deadline per action): give its room back. */
+        rn_timerheap_fini(h);
     }
     return true;
 }
