@@ -40,6 +40,8 @@ CN_MUST_CHECK cn_err rn_persister_start(struct rn_backend *const *backends, uint
 /* Queues writes[0..n) (ownership passes) and wakes a persister. */
 void rn_persister_post(struct rn_persister *p, struct rn_wreq *const *writes, size_t n);
 /* Transactions committed, and the duration of each. */
+/* Ends a retry pause after a storage error now: the database is known to be back. */
+void rn_persister_retry_now(struct rn_persister *p);
 void rn_persister_stats(struct rn_persister *p, uint64_t *batches, struct rn_lathist *latency);
 /* Writes what is queued (or acknowledges it as failed if storage is down), joins the threads
  * and frees everything. NULL: no-op. */

@@ -125,6 +125,7 @@ on_leases_reopened(void *arg)
     cn_log(CN_LOG_WARN, "leases confirmed again after more than a lease period: dispatching "
                         "resumes");
     rn_pool_kick(r->pool);
+    rn_persister_retry_now(r->persister); /* writes waiting out a backoff pause go now */
 }
 
 static void
