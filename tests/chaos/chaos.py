@@ -262,6 +262,17 @@ def worker_kill9(run, a, wa, b, wb):
     return "kill -9 of runner A's worker, a new one started"
 
 
+def worker_sigstop(run, a, wa, b, wb):
+    """A half-open connection: runner A's worker stops answering with its connection open (as
+    when its host vanishes). The runner must drop it after three idle periods (1 s each here)
+    and give its attempts to another worker; the old one, resumed, gets no say on them."""
+    wa.signal(signal.SIGSTOP)
+    run.worker("worker-a2", a)
+    time.sleep(5)
+    wa.signal(signal.SIGCONT)
+    return "SIGSTOP of runner A's worker for 5 s (a silent peer), a new worker started"
+
+
 def sigstop(run, a, wa, b, wb):
     a.signal(signal.SIGSTOP)
     time.sleep(TTL_MS / 1000 + 1.5)
@@ -349,6 +360,7 @@ SCENARIOS = {
     "runner-kill9-repeated": runner_kill9_repeated,
     "worker-kill9": worker_kill9,
     "sigstop": sigstop,
+    "worker-sigstop": worker_sigstop,
     "pg-restart": pg_restart_fast,
     "pg-crash": pg_restart_immediate,
     "pg-down": pg_down,
