@@ -84,9 +84,11 @@ struct rn_backend_ops {
     /* Claims up to max due instances, leasing each for lease_ms, marks them running and loads
      * their input, snapshot and recorded results. Stops adding instances once their inputs and
      * snapshots (as stored) pass max_bytes; the first is always claimed. Of instances whose
-     * lease expired (their runner died or stalled) it takes at most max_orphans (0: none). */
+     * lease expired (their runner died or stalled) it takes at most max_orphans (0: none), and
+     * of instances nobody holds at most max_fresh (expired leases come first). */
     cn_err (*claim)(struct rn_backend *b, size_t max, size_t max_bytes, size_t max_orphans,
-                    int64_t lease_ms, struct rn_claimed **out, size_t *n, struct cn_errmsg *err);
+                    size_t max_fresh, int64_t lease_ms, struct rn_claimed **out, size_t *n,
+                    struct cn_errmsg *err);
     /* The source of a workflow version (malloc'd, NUL-terminated). CN_NOTFOUND if none. */
     cn_err (*version_source)(struct rn_backend *b, struct rn_vid version_id, char **src,
                              struct cn_errmsg *err);
@@ -105,10 +107,12 @@ struct rn_backend_ops {
      * decode) as failed with error, if the lock is still held. */
     cn_err (*fail)(struct rn_backend *b, struct rn_iid instance_id, struct rn_token lock,
                    struct ir_val error, struct cn_errmsg *err);
-    /* Clears up to max leases that have expired (their runner died or stalled) and marks those
-     * instances queued again; *n says how many. The claim takes expired leases anyway; this
-     * keeps the status of a dead runner's instances truthful. */
-    cn_err (*reclaim)(struct rn_backend *b, size_t max, size_t *n, struct cn_errmsg *err);
+    /* Clears up to max leases that expired more than grace_ms ago (their runner died or
+     * stalled) and marks those instances queued again; *n says how many. The claim takes
+     * expired leases anyway, whatever the claiming runner's backlog; this keeps the status of a
+     * dead runner's instances truthful once no claim has taken them for a while. */
+    cn_err (*reclaim)(struct rn_backend *b, size_t max, int64_t grace_ms, size_t *n,
+                      struct cn_errmsg *err);
     /* Waits up to timeout_ms for a hint that instances were enqueued (NOTIFY cairn_enqueue);
      * returns early when one comes. A hint only: callers poll anyway. */
     cn_err (*wait_enqueue)(struct rn_backend *b, int timeout_ms, struct cn_errmsg *err);

@@ -105,12 +105,13 @@ claimable(const struct mem_instance *in, int64_t now)
 
 static cn_err
 mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orphans,
-          int64_t lease_ms, struct rn_claimed **out, size_t *nout, struct cn_errmsg *err)
+          size_t max_fresh, int64_t lease_ms, struct rn_claimed **out, size_t *nout,
+          struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
     struct rn_claimed *cl;
     int64_t now = mem_now(b);
-    size_t n = 0, k, bytes = 0, orphans = 0;
+    size_t n = 0, k, bytes = 0, orphans = 0, fresh = 0;
 
     (void) err;
     *out = NULL;
@@ -124,7 +125,7 @@ mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orph
         /* ORDER BY priority DESC, scheduled_at, as the SQL claim does */
         for (i = 0; i < b->ninsts; i++) {
             struct mem_instance *in = b->insts[i];
-            if (claimable(in, now) && (!in->locked || orphans < max_orphans) &&
+            if (claimable(in, now) && (in->locked ? orphans < max_orphans : fresh < max_fresh) &&
                 (best == NULL || in->priority > best->priority ||
                  (in->priority == best->priority && in->scheduled_at < best->scheduled_at))) {
                 best = in;
@@ -136,6 +137,7 @@ mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orph
         }
         bytes += best->state.len;
         orphans += best->locked; /* claimable while locked: its lease expired */
+        fresh += !best->locked;
         best->locked = true;
         mem_id(b, best->lock.b);
         best->lock_expires = now + lease_ms;
@@ -346,7 +348,7 @@ mem_fail(struct rn_backend *base, struct rn_iid instance_id, struct rn_token loc
 }
 
 static cn_err
-mem_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *err)
+mem_reclaim(struct rn_backend *base, size_t max, int64_t grace_ms, size_t *n, struct cn_errmsg *err)
 {
     struct mem_backend *b = (struct mem_backend *) base;
     int64_t now = mem_now(b);
@@ -357,7 +359,7 @@ mem_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *er
     cn_mutex_lock(&b->mtx);
     for (i = 0; i < b->ninsts && *n < max; i++) {
         struct mem_instance *in = b->insts[i];
-        if (in->queued && in->locked && in->lock_expires < now) {
+        if (in->queued && in->locked && in->lock_expires < now - grace_ms) {
             in->locked = false;
             in->running = false;
             (*n)++;

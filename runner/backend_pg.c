@@ -241,7 +241,7 @@ static const char *claim_sql =
     " f AS ("
     "  SELECT ctid AS tid FROM cairn.queued_instances"
     "   WHERE lock_uuid IS NULL AND scheduled_at <= now()"
-    "   ORDER BY priority DESC, scheduled_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
+    "   ORDER BY priority DESC, scheduled_at LIMIT $5 FOR UPDATE SKIP LOCKED),"
     " c AS (SELECT tid, row_number() OVER () AS n"
     "        FROM (SELECT tid FROM e UNION ALL SELECT tid FROM f LIMIT $1) u),"
     /* the stored (possibly compressed) sizes: read from the row, nothing is decompressed */
@@ -332,11 +332,12 @@ attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
 
 static cn_err
 pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orphans,
-         int64_t lease_ms, struct rn_claimed **out, size_t *nout, struct cn_errmsg *err)
+         size_t max_fresh, int64_t lease_ms, struct rn_claimed **out, size_t *nout,
+         struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    char maxs[24], leases[24], bytes[24], orphans[24];
-    const char *params[4] = {maxs, leases, bytes, orphans};
+    char maxs[24], leases[24], bytes[24], orphans[24], fresh[24];
+    const char *params[5] = {maxs, leases, bytes, orphans, fresh};
     struct rn_claimed *cl = NULL;
     PGresult *r = NULL, *d = NULL;
     struct arr ids;
@@ -354,7 +355,8 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
     (void) snprintf(bytes, sizeof(bytes), "%llu",
                     (unsigned long long) (max_bytes > INT64_MAX ? INT64_MAX : max_bytes));
     (void) snprintf(orphans, sizeof(orphans), "%zu", max_orphans < max ? max_orphans : max);
-    if ((rv = pg_exec_bin(b, claim_sql, 4, params, &r, err)) != CN_OK) {
+    (void) snprintf(fresh, sizeof(fresh), "%zu", max_fresh < max ? max_fresh : max);
+    if ((rv = pg_exec_bin(b, claim_sql, 5, params, &r, err)) != CN_OK) {
         return rv;
     }
     rows = PQntuples(r);
@@ -937,11 +939,11 @@ pg_fail(struct rn_backend *base, struct rn_iid instance_id, struct rn_token lock
 }
 
 static cn_err
-pg_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *err)
+pg_reclaim(struct rn_backend *base, size_t max, int64_t grace_ms, size_t *n, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    char maxs[24];
-    const char *p[1] = {maxs};
+    char maxs[24], grace[24];
+    const char *p[2] = {maxs, grace};
     PGresult *r = NULL;
     cn_err rv;
 
@@ -950,16 +952,18 @@ pg_reclaim(struct rn_backend *base, size_t max, size_t *n, struct cn_errmsg *err
         return rv;
     }
     (void) snprintf(maxs, sizeof(maxs), "%zu", max);
+    (void) snprintf(grace, sizeof(grace), "%lld", (long long) grace_ms);
     rv = pg_exec_bin(b,
                      "WITH e AS (SELECT ctid AS tid FROM cairn.queued_instances"
-                     " WHERE lock_uuid IS NOT NULL AND lock_expires_at < now()"
+                     " WHERE lock_uuid IS NOT NULL AND lock_expires_at < now() -"
+                     " $2::bigint * interval '1 millisecond'"
                      " LIMIT $1 FOR UPDATE SKIP LOCKED),"
                      " q AS (UPDATE cairn.queued_instances q SET lock_uuid = NULL,"
                      " lock_expires_at = NULL FROM e WHERE q.ctid = e.tid"
                      " RETURNING q.instance_id)"
                      " UPDATE cairn.runner_instances ri SET status = 'queued' FROM q"
                      " WHERE ri.instance_id = q.instance_id",
-                     1, p, &r, err);
+                     2, p, &r, err);
     if (rv == CN_OK) {
         *n = (size_t) strtoull(PQcmdTuples(r), NULL, 10);
     }

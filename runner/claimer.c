@@ -93,31 +93,32 @@ claimer_room(void *arg)
     cn_mutex_unlock(&c->mtx);
 }
 
-/* How many instances the runner has room for by its workers' backlog (cfg.room); when none,
- * waits until it has (or the poll interval passes: the wake is the fast path, not the only
- * one) and returns 0. */
+/* How many instances the runner has room for by its workers' backlog (cfg.room). When none,
+ * the pool calls claimer_room once it has. */
 static size_t
-room_or_wait(struct rn_claimer *c)
+backlog_room(struct rn_claimer *c)
 {
-    int64_t until;
-    size_t room;
-
     if (c->cfg.room == NULL) {
         return SIZE_MAX;
     }
     cn_mutex_lock(&c->mtx);
     c->room = false;
     cn_mutex_unlock(&c->mtx);
-    if ((room = c->cfg.room(c->cfg.room_arg, claimer_room, c)) > 0) {
-        return room;
-    }
-    until = cn_mono_ms() + c->cfg.poll_interval_ms;
+    return c->cfg.room(c->cfg.room_arg, claimer_room, c);
+}
+
+/* Waits until the backlog has room again (claimer_room), or the poll interval passes (the
+ * wake is the fast path, not the only one: orphans are looked for at that pace meanwhile). */
+static void
+wait_for_room(struct rn_claimer *c)
+{
+    int64_t until = cn_mono_ms() + c->cfg.poll_interval_ms;
+
     cn_mutex_lock(&c->mtx);
     while (!c->stop && !c->room && cn_mono_ms() < until) {
         cn_cond_wait_until(&c->cond, &c->mtx, until);
     }
     cn_mutex_unlock(&c->mtx);
-    return 0;
 }
 
 static void *
@@ -132,13 +133,11 @@ claimer_main(void *arg)
     while (!stopping(c)) {
         struct cn_errmsg em = {{0}};
         struct rn_claimed *cl = NULL;
-        size_t n = 0, i, room, active, orphans, backlog_room;
+        size_t n = 0, i, room, active, orphans, fresh;
         int64_t now;
         bool confirmed;
 
-        if ((backlog_room = room_or_wait(c)) == 0) {
-            continue;
-        }
+        fresh = backlog_room(c);
         active = atomic_load(c->cfg.active);
         now = cn_mono_ms();
         confirmed = c->cfg.leases_confirmed_ms == NULL ||
@@ -155,12 +154,16 @@ claimer_main(void *arg)
         if (room > RN_CLAIM_BATCH) {
             room = RN_CLAIM_BATCH;
         }
-        if (room > backlog_room) {
-            room = backlog_room;
+        /* Expired leases are taken whatever the backlog: a dead runner's instances were
+         * already running, and waiting for room here kept some of them idle for seconds after
+         * their lease expired. What a runner holds is bounded by its own backlog, so a dead
+         * one leaves few. Instances nobody holds wait for room. */
+        if (fresh > room) {
+            fresh = room;
         }
-        if (room > 0) {
-            if (b->ops->claim(b, room, RN_CLAIM_MAX_BYTES, orphans, c->cfg.lock_ttl_ms, &cl, &n,
-                              &em) != CN_OK) {
+        if (room > 0 && (fresh > 0 || orphans > 0)) {
+            if (b->ops->claim(b, room, RN_CLAIM_MAX_BYTES, orphans, fresh, c->cfg.lock_ttl_ms, &cl,
+                              &n, &em) != CN_OK) {
                 int64_t pause = rn_backoff_next(&backoff);
                 orphans_from = INT64_MAX;
                 cn_log(CN_LOG_ERROR, "claim failed (retrying in %lld ms): %s", (long long) pause,
@@ -196,6 +199,10 @@ claimer_main(void *arg)
         rn_claimed_free(cl, n);
         if (n == room && room > 0) {
             continue; /* more may be due right now */
+        }
+        if (fresh == 0 && room > 0) {
+            wait_for_room(c); /* the backlog is full: wake when it halves */
+            continue;
         }
         if (b->ops->wait_enqueue(b, (int) c->cfg.poll_interval_ms, &em) != CN_OK) {
             cn_log(CN_LOG_WARN, "waiting for enqueue notifications failed: %s", em.text);

@@ -125,7 +125,7 @@ reclaim_expired(struct rn_keeper *k)
     size_t n = 0, total = 0;
 
     do {
-        if (b->ops->reclaim(b, RECLAIM_BATCH, &n, &em) != CN_OK) {
+        if (b->ops->reclaim(b, RECLAIM_BATCH, k->cfg.lock_ttl_ms, &n, &em) != CN_OK) {
             cn_log(CN_LOG_ERROR, "reclaiming expired leases failed: %s", em.text);
             return;
         }

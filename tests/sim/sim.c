@@ -671,7 +671,8 @@ runner_claim(struct sim *s, int r)
     if (room == 0) {
         return;
     }
-    if (s->b->ops->claim(s->b, room, (size_t) 1 << 30, room, SIM_TTL_MS, &cl, &n, &em) != CN_OK) {
+    if (s->b->ops->claim(s->b, room, (size_t) 1 << 30, room, room, SIM_TTL_MS, &cl, &n, &em) !=
+        CN_OK) {
         violation(s, "claim failed: %s", em.text);
         return;
     }

@@ -171,8 +171,8 @@ claim(struct fx *f, int64_t lease_ms, struct rn_claimed **out)
     struct cn_errmsg em = {{0}};
     size_t n = 0;
 
-    cr_assert_eq(f->b->ops->claim(f->b, 10, SIZE_MAX, SIZE_MAX, lease_ms, out, &n, &em), CN_OK,
-                 "%s", em.text);
+    cr_assert_eq(f->b->ops->claim(f->b, 10, SIZE_MAX, SIZE_MAX, SIZE_MAX, lease_ms, out, &n, &em),
+                 CN_OK, "%s", em.text);
     return n;
 }
 
@@ -434,14 +434,14 @@ the_reclaimer_clears_expired_leases(bool pg)
     held.instance_id = c[1].instance_id;
     held.lock = c[1].lock;
     rn_claimed_free(c, 2);
-    cr_assert_eq(f.b->ops->reclaim(f.b, 10, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(f.b->ops->reclaim(f.b, 10, 0, &n, &em), CN_OK, "%s", em.text);
     cr_assert_eq(n, 0, "a live lease was reclaimed");
     sleep_ms(1100);
-    cr_assert_eq(f.b->ops->reclaim(f.b, 1, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(f.b->ops->reclaim(f.b, 1, 0, &n, &em), CN_OK, "%s", em.text);
     cr_assert_eq(n, 1, "the batch limit was not kept");
-    cr_assert_eq(f.b->ops->reclaim(f.b, 10, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(f.b->ops->reclaim(f.b, 10, 0, &n, &em), CN_OK, "%s", em.text);
     cr_assert_eq(n, 1);
-    cr_assert_eq(f.b->ops->reclaim(f.b, 10, &n, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(f.b->ops->reclaim(f.b, 10, 0, &n, &em), CN_OK, "%s", em.text);
     cr_assert_eq(n, 0);
     cr_assert_eq(f.b->ops->heartbeat(f.b, &held, 1, 30000, &lost, &em), CN_OK);
     cr_assert_eq(lost, RN_LEASE_LOST, "a reclaimed lease can still be renewed");
@@ -468,17 +468,17 @@ Test(backend, postgres_a_claim_is_bounded_by_bytes, .timeout = 60)
     pg_exec_ok(f.admin, "UPDATE cairn.runner_instances SET state = (SELECT string_agg("
                         "decode(md5(random()::text || g::text), 'hex'), '') FROM"
                         " generate_series(1, 2500) g)");
-    cr_assert_eq(f.b->ops->claim(f.b, 10, 100000, SIZE_MAX, 30000, &c, &n, &em), CN_OK, "%s",
-                 em.text);
+    cr_assert_eq(f.b->ops->claim(f.b, 10, 100000, SIZE_MAX, SIZE_MAX, 30000, &c, &n, &em), CN_OK,
+                 "%s", em.text);
     cr_assert_eq(n, 2, "two 40 kB snapshots fit in 100 kB, a third does not (got %zu)", n);
     cr_assert_eq(c[0].state_len, 40000);
     rn_claimed_free(c, n);
-    cr_assert_eq(f.b->ops->claim(f.b, 10, 1000, SIZE_MAX, 30000, &c, &n, &em), CN_OK, "%s",
-                 em.text);
+    cr_assert_eq(f.b->ops->claim(f.b, 10, 1000, SIZE_MAX, SIZE_MAX, 30000, &c, &n, &em), CN_OK,
+                 "%s", em.text);
     cr_assert_eq(n, 1, "the first instance is claimed whatever its size");
     rn_claimed_free(c, n);
-    cr_assert_eq(f.b->ops->claim(f.b, 10, SIZE_MAX, SIZE_MAX, 30000, &c, &n, &em), CN_OK, "%s",
-                 em.text);
+    cr_assert_eq(f.b->ops->claim(f.b, 10, SIZE_MAX, SIZE_MAX, SIZE_MAX, 30000, &c, &n, &em), CN_OK,
+                 "%s", em.text);
     cr_assert_eq(n, 1, "the last one is left for the next claim");
     rn_claimed_free(c, n);
     fx_close(&f);
@@ -581,8 +581,8 @@ Test(backend, postgres_heartbeats_and_writes_never_deadlock, .timeout = 120)
     fx_open(&f, true);
     pg_exec_ok(f.admin, "SELECT count(cairn.enqueue('t', jsonb_build_object('n', g)))"
                         " FROM generate_series(1, 300) g");
-    cr_assert_eq(f.b->ops->claim(f.b, N, SIZE_MAX, SIZE_MAX, 30000, &c, &n, &em), CN_OK, "%s",
-                 em.text);
+    cr_assert_eq(f.b->ops->claim(f.b, N, SIZE_MAX, SIZE_MAX, SIZE_MAX, 30000, &c, &n, &em), CN_OK,
+                 "%s", em.text);
     cr_assert_eq(n, N);
     memset(&bt, 0, sizeof(bt));
     bt.n = N;
