@@ -261,7 +261,9 @@ lex_number(struct lexer *lx)
     while (q < lx->end && is_digit(*q)) {
         q++;
     }
-    if (q < lx->end && *q == '.' && !(q + 1 < lx->end && is_name_start(q[1]))) {
+    /* As in Python, a dot after digits always belongs to the number: `1.e3` is 1000.0, and
+     * `1.x` is a bad number, not an attribute of 1. */
+    if (q < lx->end && *q == '.') {
         is_float = true;
         q++;
         while (q < lx->end && is_digit(*q)) {
@@ -286,7 +288,26 @@ lex_number(struct lexer *lx)
     t.col = col;
     t.start = s;
     t.len = (uint32_t) n;
-    if (!is_float && q < lx->end && is_name_start(*q)) {
+    if (is_float && q < lx->end && is_name_char(*q)) {
+        const char *u = q;
+        size_t ul;
+
+        while (q < lx->end && is_name_char(*q)) {
+            q++;
+        }
+        ul = (size_t) (q - u);
+        t.len = (uint32_t) (q - s);
+        if ((ul == 2 && u[0] == 'm' && u[1] == 's') ||
+            (ul == 1 && (*u == 's' || *u == 'm' || *u == 'h'))) {
+            ir_diags_add(lx->diags, line, col,
+                         "invalid number '%.*s' (a duration must be a whole number with a unit "
+                         "(ms, s, m or h), e.g. 1500ms)",
+                         (int) (q - s), s);
+        } else {
+            ir_diags_add(lx->diags, line, col, "invalid number '%.*s'", (int) (q - s), s);
+        }
+        bad = true;
+    } else if (!is_float && q < lx->end && is_name_start(*q)) {
         /* A duration: 100ms, 30s, 2m, 1h (the unit must end the word). */
         const char *u = q;
         int64_t mult = 0;

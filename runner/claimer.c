@@ -154,12 +154,17 @@ claimer_main(void *arg)
         if (room > RN_CLAIM_BATCH) {
             room = RN_CLAIM_BATCH;
         }
-        /* Expired leases are taken whatever the backlog: a dead runner's instances were
-         * already running, and waiting for room here kept some of them idle for seconds after
-         * their lease expired. What a runner holds is bounded by its own backlog, so a dead
-         * one leaves few. Instances nobody holds wait for room. */
+        /* Expired leases are taken past a full backlog, a few at a time: a dead runner's
+         * instances were already running, and waiting for room kept some idle for seconds
+         * after their lease expired; but a survivor taking them all at once left nothing for
+         * a restarted runner (0% of the remaining work in the chaos suite's runner-kill9).
+         * RN_CLAIM_ORPHANS_MIN per claim is both: every runner polls, the emptiest takes most.
+         * Instances nobody holds wait for room. */
         if (fresh > room) {
             fresh = room;
+        }
+        if (orphans > (fresh > RN_CLAIM_ORPHANS_MIN ? fresh : RN_CLAIM_ORPHANS_MIN)) {
+            orphans = fresh > RN_CLAIM_ORPHANS_MIN ? fresh : RN_CLAIM_ORPHANS_MIN;
         }
         if (room > 0 && (fresh > 0 || orphans > 0)) {
             if (b->ops->claim(b, room, RN_CLAIM_MAX_BYTES, orphans, fresh, c->cfg.lock_ttl_ms, &cl,

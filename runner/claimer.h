@@ -31,6 +31,8 @@
 #include "runner/shard.h"
 
 #define RN_CLAIM_BATCH 256
+/* Expired leases a claim may take past a full backlog (claimer.c). */
+#define RN_CLAIM_ORPHANS_MIN 32
 /* Stored bytes of inputs and snapshots per claim. Without it one claim of a few instances with
  * 20 MB inputs loaded 1.2 GB at once, held it while hydrating, and starved the runner until its
  * leases lapsed; a batch that large buys nothing, since the claim is repeated at once when it

@@ -171,6 +171,22 @@ Test(ir_lexer, numbers)
     lexed_free(&l);
 }
 
+/* As in Python, a dot after digits belongs to the number, exponent included. */
+Test(ir_lexer, a_dot_then_an_exponent_is_one_float)
+{
+    struct lexed l;
+
+    lex(&l, "1.e3 2.E-1 0.e0");
+    cr_assert_eq(l.diags.len, 0);
+    cr_assert_eq(l.toks.items[0].kind, IR_TK_FLOAT);
+    cr_assert_float_eq(l.toks.items[0].v.f, 1000.0, 1e-9);
+    cr_assert_eq(l.toks.items[1].kind, IR_TK_FLOAT);
+    cr_assert_float_eq(l.toks.items[1].v.f, 0.2, 1e-12);
+    cr_assert_eq(l.toks.items[2].kind, IR_TK_FLOAT);
+    cr_assert_float_eq(l.toks.items[2].v.f, 0.0, 1e-12);
+    lexed_free(&l);
+}
+
 Test(ir_lexer, int_min_magnitude_is_kept_for_unary_minus)
 {
     struct lexed l;
@@ -231,6 +247,9 @@ Test(ir_lexer, errors_with_positions)
     expect_error("x = 99999999999999999999", 1, 5, "does not fit in 64 bits");
     expect_error("x = 1e999", 1, 5, "out of range");
     expect_error("x = 5days", 1, 5, "duration unit");
+    expect_error("x = 1.x", 1, 5, "invalid number '1.x'");
+    expect_error("x = 1.e5x", 1, 5, "invalid number '1.e5x'");
+    expect_error("x = 1.e", 1, 5, "invalid number '1.e'");
     expect_error("x = 1 $ 2", 1, 7, "unexpected character '$'");
     expect_error("x = a \\\n  + b", 1, 7, "line continuation");
     expect_error("if a:\n\tb = 1\n", 2, 1, "tab in indentation");
