@@ -656,6 +656,9 @@ ir_lex(const char *src, size_t len, struct cn_arena *arena, struct ir_diags *dia
 
     if (!lex_check_utf8(&lx)) {
         lx.p = lx.end; /* nothing else is trustworthy */
+    } else if (len >= 3 && memcmp(src, "\xEF\xBB\xBF", 3) == 0) {
+        lx.p += 3; /* a UTF-8 byte-order mark, as editors on Windows write: ignored, as Python
+                      does; columns still count from the first character after it */
     }
     while (lx.p < lx.end && lx.rv == CN_OK) {
         char c = *lx.p;

@@ -1684,7 +1684,14 @@ parse_try(struct parser *ps)
             error_at(ps, e, "a bare 'except:' must be the last handler");
             break;
         }
-        if (!at(ps, IR_TK_COLON) && !at(ps, IR_TK_AS)) {
+        if (at(ps, IR_TK_AS)) {
+            /* Python rejects it too: a handler that binds the error names what it catches. */
+            error_at(ps, peek(ps),
+                     "'except as NAME' needs an error type before 'as' (e.g. 'except ValueError "
+                     "as e:'); a bare 'except:' binds no name");
+            break;
+        }
+        if (!at(ps, IR_TK_COLON)) {
             if (!parse_types(ps, &h.types, "an error type after 'except'")) {
                 break;
             }

@@ -171,6 +171,21 @@ Test(ir_lexer, numbers)
     lexed_free(&l);
 }
 
+/* A UTF-8 byte-order mark at the start is ignored, as Python does; positions count from the
+ * first character after it. Anywhere else it is a character like any other. */
+Test(ir_lexer, a_byte_order_mark_at_the_start_is_ignored)
+{
+    struct lexed l;
+
+    lex(&l, "\xEF\xBB\xBFx = 1");
+    cr_assert_eq(l.diags.len, 0, "%s", l.diags.len ? l.diags.items[0].msg : "");
+    cr_assert_eq(l.toks.items[0].kind, IR_TK_NAME);
+    cr_assert_eq(l.toks.items[0].line, 1);
+    cr_assert_eq(l.toks.items[0].col, 1);
+    lexed_free(&l);
+    expect_error("x = 1 \xEF\xBB\xBF", 1, 7, "");
+}
+
 /* As in Python, a dot after digits belongs to the number, exponent included. */
 Test(ir_lexer, a_dot_then_an_exponent_is_one_float)
 {

@@ -320,6 +320,8 @@ static const struct err_case syntax_errors[] = {
      "expected 'except' after the try block"},
     {"fn main():\n    try:\n        y = 2\n    except E\n        z = 1\n", 4, 13,
      "expected ':' after except clause"},
+    {"fn main():\n    try:\n        y = 2\n    except as e:\n        z = 1\n", 4, 12,
+     "needs an error type before 'as'"},
     {"fn main():\n    try:\n        y = 2\n    except:\n        z = 1\n    except E:\n        z = "
      "2\n",
      6, 5, "bare 'except:' must be the last handler"},
