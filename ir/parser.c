@@ -867,12 +867,14 @@ parse_expr(struct parser *ps)
     return ps->panic ? IR_NO_EXPR : e;
 }
 
-/* expr (',' expr)*: a bare tuple becomes a list (see parse_atom). */
+/* expr (',' expr)* [',']: a bare tuple becomes a list (see parse_atom), and as in Python a
+ * trailing comma makes one of a single item (`return x,` is `[x]`). */
 static uint32_t
 parse_exprs(struct parser *ps, struct u32_vec *items)
 {
     const struct ir_token *t = peek(ps);
     uint32_t e = parse_expr(ps);
+    bool comma = false;
 
     if (ps->panic) {
         return IR_NO_EXPR;
@@ -882,6 +884,7 @@ parse_exprs(struct parser *ps, struct u32_vec *items)
         return IR_NO_EXPR;
     }
     while (accept(ps, IR_TK_COMMA)) {
+        comma = true;
         if (at(ps, IR_TK_NEWLINE) || at(ps, IR_TK_ASSIGN)) {
             break;
         }
@@ -894,7 +897,7 @@ parse_exprs(struct parser *ps, struct u32_vec *items)
             return IR_NO_EXPR;
         }
     }
-    if (items->len == 1) {
+    if (items->len == 1 && !comma) {
         return items->items[0];
     }
     return mk(ps, IR_X_LIST, 0, t, items->items, (uint32_t) items->len);

@@ -124,6 +124,9 @@ Test(ir_parser, expression_normalisations)
 {
     expect_print("(1, 2)", "[1, 2]");
     expect_print("a, b", "[a, b]");
+    expect_print("a,", "[a]"); /* a trailing comma makes a one-item tuple, as in Python */
+    expect_print("a, b,", "[a, b]");
+    expect_print("1.e3", "1000.0");
     expect_print("((a))", "a");
     expect_print("\"dq\"", "'dq'");
     expect_print("2e3", "2000.0");
