@@ -163,7 +163,7 @@ claimer_main(void *arg)
         if (fresh > room) {
             fresh = room;
         }
-        if (orphans > (fresh > RN_CLAIM_ORPHANS_MIN ? fresh : RN_CLAIM_ORPHANS_MIN)) {
+        if (orphans > fresh && orphans > RN_CLAIM_ORPHANS_MIN) {
             orphans = fresh > RN_CLAIM_ORPHANS_MIN ? fresh : RN_CLAIM_ORPHANS_MIN;
         }
         if (room > 0 && (fresh > 0 || orphans > 0)) {

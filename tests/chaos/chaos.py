@@ -414,6 +414,22 @@ def throughput_back_s(where, fault_wall, over_wall, end_wall):
     return None
 
 
+def execution_counts(where, n, k, over):
+    """From the workers' logs (Run.executions) of instances k1..kN with K actions each, and the
+    log lengths when the fault was over: actions never run, runs for instances never enqueued,
+    duplicate runs, duplicates of attempts none of whose runs started before the fault was over
+    (never allowed), and which workers ran the repeated attempts."""
+    keys = {f"k{i}" for i in range(1, n + 1)}
+    missing = sum(1 for key in keys for i in range(k) if not where.get((key, i)))
+    unexpected = sum(len(r) for (key, _), r in where.items() if key not in keys)
+    dups = sum(len(r) - 1 for r in where.values() if len(r) > 1)
+    after = sum(len(r) - 1 for r in where.values()
+                if len(r) > 1 and all(line >= over.get(w, 0) for w, line, _ in r))
+    repeats = collections.Counter(" + ".join(w for w, _, _ in r) for r in where.values()
+                                  if len(r) > 1)
+    return missing, unexpected, dups, after, dict(repeats)
+
+
 def run_scenario(build, name, n, k):
     run = Run(build, name, n, k)
     ok, notes = True, []
@@ -440,13 +456,7 @@ def run_scenario(build, name, n, k):
                              " WHERE workflow_name = 'chaos'")
         lost, wrong = (int(x) for x in results.split("|"))
         where = run.executions()
-        keys = {f"k{i}" for i in range(1, n + 1)}
-        missing = sum(1 for key in keys for i in range(k) if not where.get((key, i)))
-        unexpected = sum(len(r) for (key, _), r in where.items() if key not in keys)
-        dups = sum(len(r) - 1 for r in where.values() if len(r) > 1)
-        # A repeated attempt none of whose runs started before the fault was over.
-        after = sum(len(r) - 1 for r in where.values()
-                    if len(r) > 1 and all(line >= over.get(w, 0) for w, line, _ in r))
+        missing, unexpected, dups, after, repeats = execution_counts(where, n, k, over)
         exits = [p.name for p in run.procs if p.p.poll() is not None and not p.killed]
         bad_writes = int(q(run.url, AUDIT_BAD_WRITES))
         bad_transitions = int(q(run.url, AUDIT_BAD_TRANSITIONS))
@@ -462,9 +472,8 @@ def run_scenario(build, name, n, k):
             (wrong == 0, f"wrong {wrong}"),
             (missing == 0, f"actions never run {missing}"),
             (unexpected == 0, f"unexpected executions {unexpected}"),
-            (after == 0, f"{after} duplicate runs of attempts started after the fault, by: " +
-             str(collections.Counter(" + ".join(w for w, _, _ in r) for r in where.values()
-                                     if len(r) > 1))),
+            (after == 0, f"{after} duplicate runs of attempts started after the fault, by: "
+             f"{repeats}"),
             (not exits, f"unexpected exits {exits}"),
             (bad_writes == 0, f"{bad_writes} writes by a runner not holding the lease"),
             (bad_transitions == 0, f"{bad_transitions} status changes out of a final state"),
