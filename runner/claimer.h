@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The claimer: one thread that claims due instances in batches (as many as the runner has room
- * for, at most RN_CLAIM_BATCH, and no more than its workers' backlog has room for, expired leases
- * excepted: cfg.room), finds each one's compiled template in its DAG cache, and hands each to the
- * runner as a NEW event. It waits for enqueue notifications (or the poll interval) when nothing is
- * due, and backs off after a storage error. An instance whose version cannot be compiled is failed
- * at once with WorkflowError, under its new lease.
+ * for, at most RN_CLAIM_BATCH, and no more than its workers' backlog has room for, but for up to
+ * RN_CLAIM_ORPHANS_MIN expired leases: cfg.room), finds each one's compiled template in its DAG
+ * cache, and hands each to the runner as a NEW event. It waits for enqueue notifications (or the
+ * poll interval) when nothing is due, and backs off after a storage error. An instance whose
+ * version cannot be compiled is failed at once with WorkflowError, under its new lease.
  *
  * Expired leases (orphans) are taken only while this runner's own leases are confirmed, and not
  * until a heartbeat period plus a second after the database came back from an outage (a failed
