@@ -498,9 +498,17 @@ def run_scenario(build, name, n, k):
                            f"re-dispatch took {wait} s (target {REDISPATCH_S} s)"))
         if name.startswith("pg-"):
             back = throughput_back_s(where, fault_wall, over_wall, end_wall)
-            measured.append(f"throughput at 90% {back:.1f} s after the database was back"
-                            if back is not None else "throughput never back to 90%")
-            checks.append((back is not None and back <= THROUGHPUT_S,
+            drained = end_wall - over_wall
+            if back is not None:
+                measured.append(f"throughput at 90% {back:.1f} s after the database was back")
+            elif drained <= THROUGHPUT_S:
+                # Too little work was left to measure a rate (the smoke tier on a slow
+                # machine): every instance finishing within the target meets it all the same.
+                measured.append(f"all work done {drained:.1f} s after the database was back")
+            else:
+                measured.append("throughput never back to 90%")
+            checks.append((back is not None and back <= THROUGHPUT_S
+                           or back is None and drained <= THROUGHPUT_S,
                            f"throughput back after {back} s (target {THROUGHPUT_S:.0f} s)"))
         if name == "poison":
             failed = q(run.url, "SELECT count(*) FROM cairn.runner_instances WHERE workflow_name"
@@ -539,9 +547,50 @@ def run_scenario(build, name, n, k):
                 if f.endswith((".log", ".exec")):  # not the sockets
                     shutil.copy(os.path.join(run.tmp, f), keep)
             print(f"chaos: {name}: logs kept in {keep}", file=sys.stderr)
+            diagnose(run)
     finally:
         run.close()
     return ok
+
+
+def diagnose(run):
+    """What a failure on a machine whose logs are gone needs (CI keeps only the output): who
+    holds the unfinished instances, the stacks of the processes still alive, and the tail of
+    every log. Printed to stderr."""
+    out = sys.stderr
+    try:
+        holders = q(run.url, "SELECT coalesce((SELECT l.app FROM chaos_locks l WHERE "
+                             "l.instance_id = qi.instance_id ORDER BY l.at DESC LIMIT 1), '-') "
+                             "|| ' ' || CASE WHEN qi.lock_expires_at > now() THEN 'leased' "
+                             "ELSE 'free' END AS h, count(*) FROM cairn.queued_instances qi "
+                             "GROUP BY h ORDER BY h")
+        print(f"chaos: unfinished instances by last claimer and lease:\n{holders}", file=out)
+    except Exception as e:  # the database may be the thing that broke
+        print(f"chaos: cannot query the holders: {e}", file=out)
+    for p in run.procs:
+        alive = p.p.poll() is None
+        print(f"chaos: --- {p.name} (pid {p.p.pid}, "
+              f"{'alive' if alive else f'exited {p.p.returncode}'})", file=out)
+        if alive and shutil.which("gdb"):
+            r = subprocess.run(["gdb", "-p", str(p.p.pid), "-batch", "-ex",
+                                "thread apply all bt 12"], capture_output=True, text=True,
+                               timeout=60)
+            # One line per thread, innermost function first: enough to see a wedge.
+            threads = []
+            for ln in r.stdout.splitlines():
+                if ln.startswith("Thread"):
+                    threads.append([ln.split('"')[1] if '"' in ln else ln.split()[1]])
+                elif ln.startswith("#") and threads:
+                    m = re.search(r"(?:in |^#\d+\s+)([A-Za-z_]\w*) \(", ln)
+                    threads[-1].append(m.group(1) if m else "?")
+            for t in threads:
+                frames = [f for f in t[1:] if not f.startswith("_") and f != "?"]
+                print(f"  {t[0]}: {' < '.join(frames)}", file=out)
+        with open(p.log, errors="replace") as fh:
+            lines = fh.readlines()
+        print(f"chaos: last {min(len(lines), 40)} of {len(lines)} log lines:", file=out)
+        print("".join(lines[-40:]), end="", file=out)
+    out.flush()
 
 
 def main():
