@@ -26,6 +26,8 @@ struct ir_names {
     const char **items;
     struct ir_pos *pos;
     uint32_t len;
+    bool unpack; /* targets written as a list (`a, b = x`, `a, = x`): x is unpacked, even into
+                    one name */
 };
 
 enum ir_policy_kind { IR_POLICY_RETRY = 0, IR_POLICY_TIMEOUT };

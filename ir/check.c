@@ -480,10 +480,11 @@ walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
                                  : "not a function in this file");
             }
         }
-        if (s->targets.len > 1 && s->targets.len != s->nbranches) {
+        if (s->targets.unpack && s->targets.len != s->nbranches) {
             ir_diags_add(c->d, s->pos.line, s->pos.col,
-                         "parallel block has %u call%s but %u targets to unpack into", s->nbranches,
-                         s->nbranches == 1 ? "" : "s", s->targets.len);
+                         "parallel block has %u call%s but %u target%s to unpack into",
+                         s->nbranches, s->nbranches == 1 ? "" : "s", s->targets.len,
+                         s->targets.len == 1 ? "" : "s");
         }
         ds_set_names(c, st, &s->targets);
         break;

@@ -248,6 +248,7 @@ set_targets(struct compiler *c, uint32_t id, const struct ir_names *t)
     if (n != NULL) {
         n->targets = copy_names(c, t->items, t->len);
         n->ntargets = t->len;
+        n->unpack = t->unpack;
     }
 }
 
@@ -516,6 +517,7 @@ compile_loop(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
             const char *t[2] = {seq, idx};
             node_at(c, init)->targets = copy_names(c, t, 2);
             node_at(c, init)->ntargets = 2;
+            node_at(c, init)->unpack = true;
         }
         pend_push(c, preds, init, IR_E_NEXT, IR_NO_EXPR, 0);
         /* $iK < len($seqK) */
@@ -685,7 +687,7 @@ compile_fanout(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s
                 compile_action(c, act, &b->action);
                 pend_push(c, &br, act, IR_E_NEXT, IR_NO_EXPR, 0);
             } else {
-                struct ir_names none = {NULL, NULL, 0};
+                struct ir_names none = {NULL, NULL, 0, false};
                 inline_call(c, fc, b->call, &none, &br);
             }
             pend_move(c, &ends, &br);
@@ -765,7 +767,7 @@ compile_stmt(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
         if (s->helper_call) {
             /* return helper(...) == $retK = helper(...); return $retK */
             const char *tmp = loop_name(c, "ret", ++c->nrets);
-            struct ir_names t = {&tmp, NULL, 1};
+            struct ir_names t = {&tmp, NULL, 1, false};
             inline_call(c, fc, s->expr, &t, preds);
             id = new_node(c, fc, IR_N_RETURN, s->pos, preds);
             if (id != IR_NO_NODE) {

@@ -60,7 +60,7 @@
 #include "ir/expr.h"
 
 #define IR_NO_NODE            UINT32_MAX
-#define IR_DAG_FORMAT_VERSION 1
+#define IR_DAG_FORMAT_VERSION 2
 
 /* Default base delay for retries without `backoff:` (documented in docs/language.md). */
 #define IR_DEFAULT_BACKOFF_MS 1000
@@ -149,6 +149,7 @@ struct ir_node {
     const char *name;      /* ACTION: action name; SPREAD: item variable; CALL_*: helper */
     const char **targets;
     uint32_t ntargets;
+    bool unpack; /* the targets unpack the value, even one (`a, = x`); always when several */
     const char **argnames; /* ACTION kwargs, CALL_ENTER parameters */
     uint32_t *argexprs;
     uint32_t nargs;

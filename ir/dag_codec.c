@@ -6,14 +6,14 @@
  * sorted by source node, expression children defined before their parents (so expression trees
  * are acyclic) and no taller than IR_EXPR_MAX_HEIGHT. A corrupt blob is an error, never a crash.
  *
- *   {"format": 1, "entry_func": s, "entry": u, "output": u,
+ *   {"format": 2, "entry_func": s, "entry": u, "output": u,
  *    "frames": [[func, parent|nil, call_node|nil], ...],
  *    "exprs":  [[kind, op, line, col, nargs, args, ops, name|nil, const|nil, [kwnames]], ...],
  *    "args":   [u, ...],                               (children, then comparison ops)
  *    "nodes":  [[kind, frame, line, col, exc|nil, expr|nil, link|nil, callee_frame|nil,
  *                try_depth, loop_depth, name|nil, [targets], [argnames], [argexprs],
  *                [[[types], retries, backoff_ms], ...], timeout_ms,
- *                [[[types], bind|nil], ...]], ...],
+ *                [[[types], bind|nil], ...], unpack], ...],
  *    "edges":  [[from, to, kind, expr|nil, index], ...]}
  */
 #include <stdlib.h>
@@ -156,7 +156,7 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
     e_arr(&e, d->nnodes);
     for (i = 0; i < d->nnodes; i++) {
         const struct ir_node *n = &d->nodes[i];
-        e_arr(&e, 17);
+        e_arr(&e, 18);
         e_u(&e, n->kind);
         e_u(&e, n->frame);
         e_u(&e, n->line);
@@ -188,6 +188,7 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
             e_strs(&e, n->handlers[k].types, n->handlers[k].ntypes);
             e_str(&e, n->handlers[k].bind);
         }
+        e_u(&e, n->unpack ? 1 : 0);
     }
     e_key(&e, "edges");
     e_arr(&e, d->nedges);
@@ -473,7 +474,7 @@ static bool
 d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
 {
     struct ir_dag *d = x->d;
-    const msgpack_object *a = d_arr(x, o, 17, "node must be a 17-element array"), *b, *c;
+    const msgpack_object *a = d_arr(x, o, 18, "node must be an 18-element array"), *b, *c;
     uint32_t kind, k, cnt;
     uint64_t u;
 
@@ -565,6 +566,10 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
         }
     }
     n->nhandlers = cnt;
+    if (!d_u(x, &a[17], 1, &u, "bad unpack flag")) {
+        return false;
+    }
+    n->unpack = u == 1;
     return true;
 }
 

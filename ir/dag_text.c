@@ -67,7 +67,7 @@ put_targets(struct cn_buf *o, const struct ir_node *n)
         return CN_OK;
     }
     TRY(put_names(o, n->targets, n->ntargets, ", "));
-    return cn_buf_puts(o, " = ");
+    return cn_buf_puts(o, n->unpack && n->ntargets == 1 ? ", = " : " = ");
 }
 
 static cn_err
@@ -135,7 +135,7 @@ put_detail(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
             return cn_buf_puts(o, "(results discarded)");
         }
         TRY(put_names(o, n->targets, n->ntargets, ", "));
-        return cn_buf_puts(o, n->ntargets > 1 ? " = unpack(results)" : " = results");
+        return cn_buf_puts(o, n->unpack ? " = unpack(results)" : " = results");
     case IR_N_EXCEPT:
         for (i = 0; i < n->nhandlers; i++) {
             const struct ir_handler_info *h = &n->handlers[i];

@@ -867,6 +867,8 @@ parse_expr(struct parser *ps)
     return ps->panic ? IR_NO_EXPR : e;
 }
 
+static enum ir_binop aug_op(enum ir_tok k, bool *ok);
+
 /* expr (',' expr)* [',']: a bare tuple becomes a list (see parse_atom), and as in Python a
  * trailing comma makes one of a single item (`return x,` is `[x]`). */
 static uint32_t
@@ -884,8 +886,10 @@ parse_exprs(struct parser *ps, struct u32_vec *items)
         return IR_NO_EXPR;
     }
     while (accept(ps, IR_TK_COMMA)) {
+        bool aug;
         comma = true;
-        if (at(ps, IR_TK_NEWLINE) || at(ps, IR_TK_ASSIGN)) {
+        (void) aug_op(peek(ps)->kind, &aug);
+        if (at(ps, IR_TK_NEWLINE) || at(ps, IR_TK_ASSIGN) || aug) {
             break;
         }
         e = parse_expr(ps);
@@ -920,6 +924,7 @@ names_finish(struct parser *ps, struct name_vec *nv, struct pos_vec *pv)
 {
     struct ir_names n;
 
+    n.unpack = false;
     n.len = (uint32_t) nv->len;
     n.items = arena_copy(ps, nv->items, nv->len, sizeof(nv->items[0]));
     n.pos = arena_copy(ps, pv->items, pv->len, sizeof(pv->items[0]));
@@ -1485,7 +1490,7 @@ parse_simple_assign(struct parser *ps)
         if (!targets_from_exprs(ps, &lhs, &s->targets)) {
             goto out;
         }
-        if (s->targets.len != 1) {
+        if (s->targets.len != 1 || e != lhs.items[0]) {
             error_at(ps, opt, "augmented assignment takes exactly one name on the left");
             goto out;
         }
@@ -1506,6 +1511,8 @@ parse_simple_assign(struct parser *ps)
     if (!targets_from_exprs(ps, &lhs, &s->targets)) {
         goto out;
     }
+    /* `a, = x` unpacks as `a, b = x` does: parse_exprs made a list of the one target. */
+    s->targets.unpack = s->targets.len > 1 || e != lhs.items[0];
     t = peek(ps);
     if (t->kind == IR_TK_AT) {
         s->kind = IR_S_ACTION;
@@ -1594,7 +1601,7 @@ parse_for(struct parser *ps)
     struct name_vec nv = {0};
     struct pos_vec pv = {0};
     struct cn_strmap dup = CN_STRMAP_INIT;
-    bool paren;
+    bool paren, unpack = false;
 
     if (s == NULL) {
         return NULL;
@@ -1602,6 +1609,10 @@ parse_for(struct parser *ps)
     paren = accept(ps, IR_TK_LPAREN);
     do {
         const struct ir_token *n = peek(ps);
+        if (nv.len > 0 && (at(ps, IR_TK_IN) || (paren && at(ps, IR_TK_RPAREN)))) {
+            unpack = true; /* a trailing comma: `for a, in pairs:` unpacks each item */
+            break;
+        }
         if (n->kind != IR_TK_NAME) {
             error_at(ps, n, "expected a loop variable name after 'for'");
             goto fail;
@@ -1622,6 +1633,7 @@ parse_for(struct parser *ps)
         goto fail;
     }
     s->targets = names_finish(ps, &nv, &pv);
+    s->targets.unpack = unpack || s->targets.len > 1;
     cn_strmap_fini(&dup);
     s->expr = parse_expr(ps);
     if (ps->panic) {

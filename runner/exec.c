@@ -369,11 +369,14 @@ check_storable(struct rn_instance *in, struct ir_val v, struct ir_val *err)
     return rv;
 }
 
-/* Binds names to v in xi's scope (several names unpack v). Consumes v. CN_RAISED: *err set. */
+/* Binds t's targets to v in xi's scope (unpacking v into several, or into one as in `a, = v`).
+ * Consumes v. CN_RAISED: *err set. */
 static cn_err
-bind(struct rn_instance *in, uint32_t xi, const char *const *names, uint32_t n, struct ir_val v,
+bind(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct ir_val v,
      struct ir_val *err)
 {
+    const char *const *names = t->targets;
+    uint32_t n = t->ntargets;
     struct rn_scope *s = &in->s.items[in->x.items[xi].scope];
     struct ir_val items[16], *many = items;
     uint32_t k;
@@ -387,7 +390,7 @@ bind(struct rn_instance *in, uint32_t xi, const char *const *names, uint32_t n, 
         ir_val_release(v);
         return rv;
     }
-    if (n == 1) {
+    if (n == 1 && !t->unpack) {
         if (ir_map_set_cstr(&s->vars, names[0], v) != CN_OK) {
             oom(in);
             return CN_NOMEM;
@@ -746,7 +749,7 @@ on_action_result(struct rn_instance *in, uint32_t xi, struct ir_val result)
         return;
     }
     if (t->ntargets > 0) {
-        rv = bind(in, xi, t->targets, t->ntargets, ir_val_retain(result), &err);
+        rv = bind(in, xi, t, ir_val_retain(result), &err);
         if (rv == CN_RAISED) {
             raise_error(in, xi, err);
             return;
@@ -898,7 +901,7 @@ run_aggregate_done(struct rn_instance *in, uint32_t ai)
     free(a->slots);
     a->slots = NULL;
     a->nslots = a->pending = 0;
-    rv = bind(in, ai, t->targets, t->ntargets, ir_val_retain(list), &err);
+    rv = bind(in, ai, t, ir_val_retain(list), &err);
     if (rv == CN_RAISED) {
         ir_val_release(list);
         raise_error(in, ai, err);
@@ -1035,7 +1038,7 @@ run_call_exit(struct rn_instance *in, uint32_t xi, const struct ir_node *t, bool
     if (!has_val) {
         val = ir_null(); /* fell off the end of the helper */
     }
-    rv = bind(in, xi, t->targets, t->ntargets, ir_val_retain(val), &err);
+    rv = bind(in, xi, t, ir_val_retain(val), &err);
     if (rv == CN_RAISED) {
         ir_val_release(val);
         raise_error(in, xi, err);
@@ -1108,7 +1111,7 @@ run_node(struct rn_instance *in, const struct rn_work *w)
         if (rv != CN_OK) {
             return;
         }
-        rv = bind(in, xi, t->targets, t->ntargets, v, &err);
+        rv = bind(in, xi, t, v, &err);
         if (rv == CN_RAISED) {
             raise_error(in, xi, err);
         } else if (rv == CN_OK) {

@@ -139,7 +139,7 @@ Test(ir_compile, decode_rejects_truncated_and_corrupted_input)
     }
     cr_assert_lt(accepted, 3000);
     T_ERR(ir_dag_decode("\x81\xa6"
-                        "format\x02",
+                        "format\x01", /* an older format */
                         9, &d, &em),
           CN_VERSION);
     cn_buf_fini(&m);
@@ -471,6 +471,9 @@ static const struct check_case check_errors[] = {
     {"fn main():\n    y = {1: 2}\n", 2, 10, "dict keys must be strings, not int"},
     {"fn main():\n    a, b = parallel:\n        @m.x()\n", 2, 5,
      "parallel block has 1 call but 2 targets"},
+    /* one target with a trailing comma unpacks too, so it must match the calls */
+    {"fn main():\n    p, = parallel:\n        @m.x()\n        @m.y()\n", 2, 5,
+     "parallel block has 2 calls but 1 target to unpack into"},
 };
 
 Test(ir_compile, compile_time_checks_with_positions)

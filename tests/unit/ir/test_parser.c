@@ -348,6 +348,8 @@ static const struct err_case syntax_errors[] = {
     {"fn main():\n    a, a = [1, 2]\n", 2, 8, "appears twice in the assignment targets"},
     {"fn main():\n    a = b = 1\n", 2, 11, "chained assignment"},
     {"fn main():\n    a, b += 1\n", 2, 10, "augmented assignment takes exactly one name"},
+    {"fn main():\n    a, += 1\n", 2, 8, "augmented assignment takes exactly one name"},
+    {"fn main():\n    for , in x:\n        pass\n", 2, 9, "expected a loop variable name"},
     {"fn main():\n    x = )\n", 2, 9, "expected an expression"},
     {"fn main():\n    x = (1 + 2\n", 3, 1, "expected ')' to close '('"},
     {"fn main():\n    x = [1, 2\n", 3, 1, "expected ']' to close the list"},

@@ -245,6 +245,51 @@ Test(exec, for_over_dict_string_and_unpacking)
                   "[[\"x\", \"y\"], [\"0h\", \"1\u00e9\"], 3]");
 }
 
+/* `a, = x` unpacks, as in Python: exactly one item, not the whole list (issue found by
+ * differential testing against Python). Each binding form: assignment, for, action, spread,
+ * parallel, helper call. */
+Test(exec, a_trailing_comma_target_unpacks_exactly_one_item)
+{
+    const char *src = "fn main(input: [x]):\n"
+                      "    a, = x\n"
+                      "    return a\n";
+
+    expect_result(src, "{\"x\": [5]}", "5");
+    expect_result(src, "{\"x\": [[5, 6]]}", "[5, 6]");
+    expect_result(src, "{\"x\": \"z\"}", "\"z\"");
+    expect_failure(src, "{\"x\": [1, 2]}", "ValueError");
+    expect_failure(src, "{\"x\": []}", "ValueError");
+    expect_failure(src, "{\"x\": 5}", "TypeError");
+    expect_result("fn main(input: [x]):\n"
+                  "    t = []\n"
+                  "    for a, in x:\n"
+                  "        t = t + [a]\n"
+                  "    for (b,) in x:\n"
+                  "        t = t + [b]\n"
+                  "    return t\n",
+                  "{\"x\": [[1], [2]]}", "[1, 2, 1, 2]");
+    expect_failure("fn main(input: [x]):\n"
+                   "    for a, in x:\n"
+                   "        pass\n",
+                   "{\"x\": [[1, 2]]}", "ValueError");
+    expect_result("fn one(input: [v]):\n"
+                  "    return [v]\n"
+                  "fn main():\n"
+                  "    a, = @std.echo(value=[7])\n"
+                  "    b, = parallel:\n"
+                  "        @std.add(a=1, b=2)\n"
+                  "    c, = spread [4]:i -> @std.add(a=i, b=i)\n"
+                  "    d, = one(v=9)\n"
+                  "    return [a, b, c, d]\n",
+                  "{}", "[7, 3, 8, 9]");
+    expect_failure("fn main():\n"
+                   "    a, = @std.echo(value=[7, 8])\n",
+                   "{}", "ValueError");
+    expect_failure("fn main():\n"
+                   "    c, = spread [1, 2]:i -> @std.noop()\n",
+                   "{}", "ValueError");
+}
+
 Test(exec, return_from_nested_blocks)
 {
     const char *src = "fn find(input: [xs, want]):\n"
