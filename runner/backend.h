@@ -35,6 +35,8 @@ struct rn_claimed {
     size_t state_len;
     struct rn_done *done; /* the latest recorded result per execution id (values owned) */
     size_t ndone;
+    bool cancel;         /* a cancel was asked for (cairn.cancel) while another runner held it */
+    char *cancel_reason; /* with cancel: its reason (malloc'd), or NULL */
 };
 
 void rn_claimed_free(struct rn_claimed *c, size_t n);
@@ -64,6 +66,10 @@ struct rn_write {
 };
 
 struct rn_backend;
+
+/* Told of a cancel asked for an instance a runner holds (by whichever runner: the callee
+ * ignores instances it does not hold). reason is borrowed (NULL: none given). */
+typedef void (*rn_cancel_fn)(void *arg, struct rn_iid instance_id, const char *reason);
 
 /* Leases renewed per heartbeat call. One statement renewing every lease at once held its row
  * locks until all were taken: each write of the runner's own that touched a renewed row waited
@@ -116,6 +122,15 @@ struct rn_backend_ops {
     /* Waits up to timeout_ms for a hint that instances were enqueued (NOTIFY cairn_enqueue);
      * returns early when one comes. A hint only: callers poll anyway. */
     cn_err (*wait_enqueue)(struct rn_backend *b, int timeout_ms, struct cn_errmsg *err);
+    /* Waits up to timeout_ms for cancels of held instances (NOTIFY cairn_cancel) and calls fn
+     * for each that came. NULL in a backend without cancels. */
+    cn_err (*wait_cancels)(struct rn_backend *b, int timeout_ms, rn_cancel_fn fn, void *arg,
+                           struct cn_errmsg *err);
+    /* The cancels still waiting for a runner (missed notifications): cancels those nobody
+     * holds any more (a sleep handed back, an expired lease) itself, and calls fn for those
+     * still held. NULL in a backend without cancels. */
+    cn_err (*sweep_cancels)(struct rn_backend *b, rn_cancel_fn fn, void *arg,
+                            struct cn_errmsg *err);
     void (*close)(struct rn_backend *b);
 };
 

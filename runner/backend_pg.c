@@ -30,8 +30,9 @@ struct pg_backend {
     struct rn_backend base;
     char *url;
     PGconn *c;
-    bool listening; /* LISTEN cairn_enqueue issued on c */
-    bool prepared;  /* the persist statements are prepared on c */
+    bool listening;         /* LISTEN cairn_enqueue issued on c */
+    bool listening_cancels; /* LISTEN cairn_cancel issued on c */
+    bool prepared;          /* the persist statements are prepared on c */
 };
 
 /* A persist that sent more than this reconnects afterwards (see pg_persist). */
@@ -54,6 +55,7 @@ pg_conn(struct pg_backend *b, struct cn_errmsg *err)
         b->c = NULL;
     }
     b->listening = false; /* a new session listens afresh, and prepares afresh */
+    b->listening_cancels = false;
     b->prepared = false;
     if ((rv = rn_db_connect(b->url, &b->c, err)) != CN_OK) {
         return rv;
@@ -259,9 +261,11 @@ static const char *claim_sql =
     "  UPDATE cairn.runner_instances ri SET status = 'running',"
     "         started_at = coalesce(ri.started_at, clock_timestamp())"
     "    FROM q WHERE ri.instance_id = q.instance_id"
-    "  RETURNING ri.instance_id, ri.workflow_name, ri.input::text AS input, ri.state)"
+    "  RETURNING ri.instance_id, ri.workflow_name, ri.input::text AS input, ri.state,"
+    "            CASE WHEN ri.cancel_requested_at IS NOT NULL"
+    "                 THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel)"
     " SELECT q.instance_id, q.lock_uuid, q.workflow_version_id, r.workflow_name, r.input,"
-    "        r.state"
+    "        r.state, r.cancel"
     "   FROM q JOIN r ON r.instance_id = q.instance_id";
 
 static const char *done_sql =
@@ -277,6 +281,7 @@ rn_claimed_free(struct rn_claimed *c, size_t n)
 
     for (i = 0; c != NULL && i < n; i++) {
         free(c[i].workflow);
+        free(c[i].cancel_reason);
         ir_val_release(c[i].input);
         free(c[i].state);
         for (k = 0; k < c[i].ndone; k++) {
@@ -386,6 +391,10 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
             c->state_len = (size_t) PQgetlength(r, row, 5);
             c->state = cn_xmalloc(c->state_len ? c->state_len : 1);
             memcpy(c->state, PQgetvalue(r, row, 5), c->state_len);
+        }
+        if (!PQgetisnull(r, row, 6)) { /* cancelled while another runner held it */
+            c->cancel = true;
+            c->cancel_reason = cn_xstrndup(PQgetvalue(r, row, 6), (size_t) PQgetlength(r, row, 6));
         }
         arr_uuid(&ids, c->instance_id.b);
         n++;
@@ -1010,6 +1019,92 @@ pg_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
     return CN_OK;
 }
 
+/* ---- cancels ------------------------------------------------------------------------------- */
+
+/* A cairn_cancel payload: the instance id, a space, the reason (sql/0007_cancel.sql). */
+static void
+cancel_notice(const PGnotify *nt, rn_cancel_fn fn, void *arg)
+{
+    struct rn_iid iid;
+    char id[37];
+
+    if (strcmp(nt->relname, "cairn_cancel") != 0 || strlen(nt->extra) < 36) {
+        return;
+    }
+    memcpy(id, nt->extra, 36);
+    id[36] = '\0';
+    if (cn_uuid_parse(id, iid.b)) {
+        fn(arg, iid, nt->extra[36] == ' ' ? nt->extra + 37 : NULL);
+    }
+}
+
+static cn_err
+pg_wait_cancels(struct rn_backend *base, int timeout_ms, rn_cancel_fn fn, void *arg,
+                struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    struct pollfd pfd;
+    PGnotify *nt;
+    cn_err rv;
+
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    if (!b->listening_cancels) {
+        if ((rv = pg_simple(b, "LISTEN cairn_cancel", err)) != CN_OK) {
+            return rv;
+        }
+        b->listening_cancels = true;
+    }
+    pfd.fd = PQsocket(b->c);
+    pfd.events = POLLIN;
+    pfd.revents = 0;
+    if (PQnotifies(b->c) == NULL && pfd.fd >= 0 && poll(&pfd, 1, timeout_ms) > 0 &&
+        PQconsumeInput(b->c) == 0) {
+        return cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
+    }
+    while ((nt = PQnotifies(b->c)) != NULL) {
+        cancel_notice(nt, fn, arg);
+        PQfreemem(nt);
+    }
+    return CN_OK;
+}
+
+/* The instances whose cancel waits for a runner: those nobody holds are cancelled here by
+ * cairn.cancel (in the same statement, one function call per row); the held ones come back. */
+static const char *sweep_cancels_sql =
+    "SELECT ri.instance_id,"
+    "       CASE WHEN q.lock_uuid IS NOT NULL AND q.lock_expires_at > clock_timestamp()"
+    "            THEN ri.cancel_reason"
+    "            ELSE cairn.cancel(ri.instance_id, ri.cancel_reason) END,"
+    "       q.lock_uuid IS NOT NULL AND q.lock_expires_at > clock_timestamp()"
+    "  FROM cairn.runner_instances ri"
+    "  LEFT JOIN cairn.queued_instances q ON q.instance_id = ri.instance_id"
+    " WHERE ri.cancel_requested_at IS NOT NULL AND ri.status IN ('queued', 'running')";
+
+static cn_err
+pg_sweep_cancels(struct rn_backend *base, rn_cancel_fn fn, void *arg, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    PGresult *r = NULL;
+    int row;
+    cn_err rv;
+
+    if ((rv = pg_conn(b, err)) != CN_OK ||
+        (rv = rn_db_exec(b->c, sweep_cancels_sql, 0, NULL, &r, err)) != CN_OK) {
+        return rv;
+    }
+    for (row = 0; row < PQntuples(r); row++) {
+        struct rn_iid iid;
+        if (strcmp(PQgetvalue(r, row, 2), "t") == 0 &&
+            cn_uuid_parse(PQgetvalue(r, row, 0), iid.b)) {
+            fn(arg, iid, PQgetisnull(r, row, 1) ? NULL : PQgetvalue(r, row, 1));
+        }
+    }
+    PQclear(r);
+    return CN_OK;
+}
+
 static void
 pg_close(struct rn_backend *base)
 {
@@ -1034,6 +1129,8 @@ static const struct rn_backend_ops pg_ops = {
     .fail = pg_fail,
     .reclaim = pg_reclaim,
     .wait_enqueue = pg_wait_enqueue,
+    .wait_cancels = pg_wait_cancels,
+    .sweep_cancels = pg_sweep_cancels,
     .close = pg_close,
 };
 

@@ -1233,7 +1233,14 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
     struct ir_val err;
 
     if (ev->kind == RN_EV_CANCEL) {
-        finish(in, RN_CANCELLED, ir_null());
+        /* Recorded as the instance's error, as cairn.cancel records one it cancels itself. */
+        const char *why = ev->value.type == IR_T_STR ? ir_str_data(ev->value) : "cancelled";
+        if (rn_error_raise(&err, "Cancelled", why) != CN_RAISED &&
+            rn_error_raise(&err, "Cancelled", "cancelled") != CN_RAISED) {
+            oom(in);
+            return;
+        }
+        finish(in, RN_CANCELLED, err);
         return;
     }
     if (!rn_xidmap_get(&in->ids, ev->exec_id, &xi)) {

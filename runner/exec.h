@@ -67,7 +67,7 @@ enum rn_event_kind {
     RN_EV_RESULT = 0, /* an action attempt succeeded: value = its result */
     RN_EV_ERROR,      /* an action attempt failed: value = error map (type, message, bases...) */
     RN_EV_TIMER,      /* a timer this instance asked for fired (sleep, backoff or deadline) */
-    RN_EV_CANCEL,     /* cancel the instance */
+    RN_EV_CANCEL,     /* cancel the instance: value = the reason (a string, or None) */
 };
 
 struct rn_event {
@@ -145,7 +145,8 @@ struct rn_step_out {
     } cancels;
     bool snapshot_needed;
     enum rn_outcome outcome;
-    struct ir_val result; /* COMPLETED: the workflow's value; FAILED: the error; owned */
+    struct ir_val result; /* COMPLETED: the workflow's value; FAILED: the error; CANCELLED:
+                             a Cancelled error whose message is the reason; owned */
 };
 
 /* Empties an output for reuse (releases its values). */

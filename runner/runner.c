@@ -37,6 +37,7 @@
 #include "ir/base/log.h"
 #include "ir/base/xalloc.h"
 #include "runner/backend.h"
+#include "runner/canceller.h"
 #include "runner/claimer.h"
 #include "runner/http.h"
 #include "runner/keeper.h"
@@ -48,11 +49,12 @@
 struct rn_runner {
     struct rn_runner_cfg cfg;
     uint32_t npersisters;
-    struct rn_backend *claim_b, *lease_b, *persist_b[RN_PERSISTERS_MAX];
+    struct rn_backend *claim_b, *lease_b, *cancel_b, *persist_b[RN_PERSISTERS_MAX];
     struct rn_pool *pool;
     struct rn_persister *persister;
     struct rn_keeper *keeper;
     struct rn_claimer *claimer;
+    struct rn_canceller *canceller; /* NULL with a backend without cancels */
     struct rn_shardloop **loops;
     uint32_t nloops;
     struct rn_busy busy;
@@ -146,6 +148,20 @@ on_claimed(void *arg, struct rn_sev *e)
     rn_shardloop_post(r->loops[shard], e);
 }
 
+/* The canceller's callback (canceller thread; must not block): to the shard that would hold
+ * the instance, which drops it when it does not. */
+static void
+on_cancel(void *arg, struct rn_iid iid, const char *reason)
+{
+    struct rn_runner *r = arg;
+    struct rn_sev *e = rn_sev_new(RN_SEV_CANCEL, iid);
+
+    if (reason == NULL || ir_str_from_cstr(reason, &e->value) != CN_OK) {
+        e->value = ir_null(); /* not text: the executor says "cancelled" */
+    }
+    rn_shardloop_post(r->loops[shard_of(r, iid)], e);
+}
+
 /* ---- statistics and HTTP ------------------------------------------------------------------ */
 
 void
@@ -201,14 +217,15 @@ open_backends(struct rn_runner *r, struct cn_errmsg *err)
     cn_err rv;
 
     if (cfg->backend != NULL) {
-        r->claim_b = r->lease_b = cfg->backend;
+        r->claim_b = r->lease_b = r->cancel_b = cfg->backend;
         for (i = 0; i < r->npersisters; i++) {
             r->persist_b[i] = cfg->backend;
         }
         return CN_OK;
     }
     if ((rv = rn_backend_pg_open(cfg->database_url, &r->claim_b, err)) != CN_OK ||
-        (rv = rn_backend_pg_open(cfg->database_url, &r->lease_b, err)) != CN_OK) {
+        (rv = rn_backend_pg_open(cfg->database_url, &r->lease_b, err)) != CN_OK ||
+        (rv = rn_backend_pg_open(cfg->database_url, &r->cancel_b, err)) != CN_OK) {
         return rv;
     }
     for (i = 0; i < r->npersisters; i++) {
@@ -320,6 +337,13 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         runner_free(r);
         return rv;
     }
+    {
+        struct rn_canceller_cfg xcfg = {r->cancel_b, RN_CANCEL_SWEEP_MS};
+        if ((rv = rn_canceller_start(&xcfg, on_cancel, r, &r->canceller, err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
+    }
     atomic_store(&r->ready, true);
     *out = r;
     return CN_OK;
@@ -382,6 +406,8 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
     }
     atomic_store(&r->ready, false);
     rn_claimer_stop(r->claimer);
+    rn_canceller_stop(r->canceller); /* it posts to the shards: stopped before them */
+    r->canceller = NULL;
     /* Let running actions report and their writes commit, up to the grace period. */
     busy = rn_busy_wait_idle(&r->busy, cn_mono_ms() + grace_ms);
     if (busy > 0) {
@@ -410,6 +436,7 @@ runner_free(struct rn_runner *r)
 
     rn_http_stop(r->http);
     rn_claimer_stop(r->claimer);
+    rn_canceller_stop(r->canceller);
     /* Shards stop before the persisters and the keeper they feed. */
     for (i = 0; i < r->nloops; i++) {
         if (r->loops[i] != NULL) {
@@ -430,6 +457,9 @@ runner_free(struct rn_runner *r)
     if (r->cfg.backend == NULL) {
         if (r->claim_b != NULL) {
             r->claim_b->ops->close(r->claim_b);
+        }
+        if (r->cancel_b != NULL) {
+            r->cancel_b->ops->close(r->cancel_b);
         }
         if (r->lease_b != NULL) {
             r->lease_b->ops->close(r->lease_b);

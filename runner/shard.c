@@ -70,6 +70,7 @@ rn_sev_free(struct rn_sev *e)
     }
     /* The claimed record's parts were moved out by the shard, or are freed here. */
     free(e->claimed.workflow);
+    free(e->claimed.cancel_reason);
     ir_val_release(e->claimed.input);
     free(e->claimed.state);
     for (k = 0; k < e->claimed.ndone; k++) {
@@ -433,7 +434,39 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         fail_unresumable(sh, in, why, out);
         return;
     }
+    if (c->cancel) {
+        /* Cancelled while another runner held it: nothing of the resumed step is dispatched;
+         * the cancel is its only output. */
+        struct rn_event ev;
+        memset(&ev, 0, sizeof(ev));
+        ev.kind = RN_EV_CANCEL;
+        if (c->cancel_reason == NULL || ir_str_from_cstr(c->cancel_reason, &ev.value) != CN_OK) {
+            ev.value = ir_null();
+        }
+        rn_step_out_clear(&sh->step);
+        if (rn_instance_step(in->ex, &ev, 1, now.wall_ms, &sh->step) != CN_OK) {
+            cn_oom("instance cancel");
+        }
+        ir_val_release(ev.value);
+    }
     handle_output(sh, in, now, out);
+}
+
+/* A cancel (cairn.cancel, through the canceller): the instance ends `cancelled`, its running
+ * attempts are cancelled, and the final write goes through the fenced path like any other. */
+static void
+on_cancel(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard_out *out)
+{
+    struct inst *in = inst_find(sh, e->iid);
+    struct rn_event ev;
+
+    if (in == NULL || in->held.outcome != RN_RUNNING) {
+        return; /* not held here, or already finishing: nothing to cancel */
+    }
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = RN_EV_CANCEL;
+    ev.value = e->value;
+    step_events(sh, in, &ev, 1, now, out);
 }
 
 static void
@@ -520,7 +553,14 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         return;
     }
     if (in->held.outcome != RN_RUNNING) {
-        /* The outcome is committed: cancel what still runs, and forget the instance. */
+        /* The outcome is committed: cancel what still runs, and forget the instance. An
+         * attempt the executor counts as running may still wait in the pool's queue (a cancel
+         * right after its dispatch): the withdrawal drops those and cancels those in flight;
+         * the cancels are for attempts already reported. Only then, since it walks the pool's
+         * queue. */
+        if (in->held.cancels.len > 0) {
+            withdraw(out, in);
+        }
         for (k = 0; k < in->held.cancels.len; k++) {
             CN_VEC_XPUSH(&out->cancels, in->held.cancels.items[k]);
         }
@@ -613,6 +653,9 @@ rn_shard_apply(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct 
         break;
     case RN_SEV_LOST:
         on_lost(sh, e, out);
+        break;
+    case RN_SEV_CANCEL:
+        on_cancel(sh, e, now, out);
         break;
     }
 }

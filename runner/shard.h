@@ -49,6 +49,7 @@ enum rn_sev_kind {
     RN_SEV_RESULT, /* an action attempt's outcome (from the pool) */
     RN_SEV_ACK,    /* a write committed, was fenced off, or could not be made (persister) */
     RN_SEV_LOST,   /* the lease keeper found the lease gone */
+    RN_SEV_CANCEL, /* cancel the instance, if held here (canceller): value = the reason */
 };
 
 /* An event for one instance. Made with rn_sev_new, freed with rn_sev_free (which releases what
@@ -61,7 +62,7 @@ struct rn_sev {
     struct rn_claimed claimed; /* owned; the shard takes parts of it */
     const struct ir_dag *dag;  /* the version's template, alive until the runner stops */
     int64_t claimed_mono_us;   /* when it was claimed (for claim-to-first-dispatch) */
-    /* RESULT */
+    /* RESULT; CANCEL: value only */
     struct rn_xid exec_id;
     uint32_t attempt;
     bool ok;

@@ -74,3 +74,13 @@ cn_xstrdup(const char *s)
     memcpy(d, s, n);
     return d;
 }
+
+char *
+cn_xstrndup(const char *s, size_t n)
+{
+    char *d = cn_xmalloc(n + 1);
+
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}

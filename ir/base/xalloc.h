@@ -25,6 +25,8 @@ void *cn_xrealloc(void *p, size_t n);
 /* n elements of size bytes, checked for overflow. */
 void *cn_xreallocarray(void *p, size_t n, size_t size);
 char *cn_xstrdup(const char *s);
+/* The first n bytes of s (which need not be NUL-terminated), NUL-terminated. */
+char *cn_xstrndup(const char *s, size_t n);
 
 /* Appends one element to a vector declared as struct { T *items; size_t len, cap; } (the shape
  * of ir/base/vec.h), aborting on exhaustion: a statement, nothing to check. */

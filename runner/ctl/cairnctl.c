@@ -46,6 +46,8 @@ static const struct command commands[] = {
     {"inspect", "ID [--json]",
      "show an instance's live graph (what it waits on) and its recorded action results",
      ctl_cmd_inspect},
+    {"cancel", "(ID | --workflow W [--status queued|running] --yes) [--reason TEXT] [--wait]",
+     "cancel an instance, or every unfinished one of a workflow", ctl_cmd_cancel},
     {"exec", "FILE [--input JSON] [--timeout S] [--json]",
      "run one instance in this process, without a database (std.* actions built in)", ctl_cmd_exec},
     {"help", "[COMMAND]", "show this help", cmd_help},

@@ -21,6 +21,7 @@ enum {
     EXIT_DB = 3,       /* the database is unreachable or failed */
     EXIT_FAILED = 4,   /* the instance failed or was cancelled (result, run --wait) */
     EXIT_PENDING = 5,  /* the instance has not finished (result), or --wait timed out */
+    EXIT_NOOP = 6,     /* nothing to do: cancel of an instance that had already finished */
 };
 
 /* What cairn.enqueue accepts: the figures of cairn.limits() (sql/0006_enqueue_checks.sql,
@@ -76,6 +77,7 @@ int ctl_cmd_status(int argc, char **argv);
 int ctl_cmd_result(int argc, char **argv);
 int ctl_cmd_list(int argc, char **argv);
 int ctl_cmd_inspect(int argc, char **argv);
+int ctl_cmd_cancel(int argc, char **argv);
 int ctl_cmd_exec(int argc, char **argv);
 
 #endif

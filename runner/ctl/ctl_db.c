@@ -1193,3 +1193,194 @@ out:
     PQfinish(c);
     return status;
 }
+
+/* ---- cancel -------------------------------------------------------------------------------- */
+
+/* Polls until a cancel asked of a runner took effect (or timeout_ms passes); says how it ended. */
+static int
+wait_cancelled(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
+{
+    int64_t deadline = cn_mono_ms() + timeout_ms;
+    const char *params[1] = {id};
+    struct cn_errmsg em;
+    PGresult *r = NULL;
+    cn_err rv;
+
+    for (;;) {
+        struct timespec ts = {0, WAIT_POLL_MS * 1000000L};
+        char st[16] = "";
+
+        if ((rv = rn_db_exec(c, "SELECT status FROM cairn.runner_instances WHERE instance_id = $1",
+                             1, params, &r, &em)) != CN_OK) {
+            return db_error(o, rv, &em);
+        }
+        if (PQntuples(r) == 1) {
+            (void) snprintf(st, sizeof(st), "%s", PQgetvalue(r, 0, 0));
+        }
+        PQclear(r);
+        if (strcmp(st, "cancelled") == 0) {
+            printf("%s cancelled\n", id);
+            return EXIT_OK;
+        }
+        if (strcmp(st, "completed") == 0 || strcmp(st, "failed") == 0) {
+            printf("%s %s before the cancel took effect: nothing to cancel\n", id, st);
+            return EXIT_NOOP;
+        }
+        if (timeout_ms > 0 && cn_mono_ms() >= deadline) {
+            fprintf(stderr, "cairnctl cancel: %s was not cancelled within %lld s\n", id,
+                    timeout_ms / 1000);
+            return EXIT_PENDING;
+        }
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* One instance: cairn.cancel's answer, said in words and an exit status. */
+static int
+cancel_one(const struct cn_opts *o, PGconn *c, const char *id, const char *reason, bool wait)
+{
+    const char *params[2] = {id, reason};
+    struct cn_errmsg em;
+    PGresult *r = NULL;
+    char said[32];
+    cn_err rv;
+
+    if ((rv = rn_db_exec(c, "SELECT cairn.cancel($1, $2)", 2, params, &r, &em)) != CN_OK) {
+        if (rv == CN_NOTFOUND) {
+            fprintf(stderr, "cairnctl cancel: no instance %s\n", id);
+            return EXIT_REJECTED;
+        }
+        return db_error(o, rv, &em);
+    }
+    (void) snprintf(said, sizeof(said), "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    if (strcmp(said, "cancelled") == 0) {
+        printf("%s cancelled\n", id);
+        return EXIT_OK;
+    }
+    if (strcmp(said, "requested") == 0) {
+        if (wait) {
+            return wait_cancelled(o, c, id, cn_opts_int(o, "timeout") * 1000);
+        }
+        printf("%s: cancel requested; the runner that holds it stops it\n", id);
+        return EXIT_OK;
+    }
+    /* "already completed" and the like: the result stays as it was. */
+    printf("%s %s: nothing to cancel\n", id, said);
+    return EXIT_NOOP;
+}
+
+int
+ctl_cmd_cancel(int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        {.flag = "reason",
+         .kind = CN_OPT_STR,
+         .arg = "TEXT",
+         .help = "recorded as the instance's error message (default: cancelled)"},
+        {.flag = "wait",
+         .kind = CN_OPT_BOOL,
+         .help = "wait until the instance's runner has cancelled it"},
+        {.flag = "timeout",
+         .kind = CN_OPT_INT,
+         .def = "60",
+         .min = 0,
+         .max = 86400,
+         .arg = "S",
+         .help = "with --wait, give up after S seconds (exit 5; 0: wait for ever)"},
+        {.flag = "workflow",
+         .kind = CN_OPT_STR,
+         .arg = "W",
+         .help = "cancel every unfinished instance of workflow W instead of one"},
+        {.flag = "status",
+         .kind = CN_OPT_STR,
+         .arg = "S",
+         .help = "with --workflow, only those queued or only those running"},
+        {.flag = "yes",
+         .kind = CN_OPT_BOOL,
+         .help = "with --workflow, do it (without it: say how many it would cancel)"},
+    };
+    struct cn_opts o = CTL_OPTS(
+        "cancel", "(ID | --workflow W [--status queued|running] --yes) [--reason TEXT] [--wait]",
+        rows, 1);
+    const char *wf, *st, *reason;
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    int status, row, n, counts[3] = {0, 0, 0};
+    cn_err rv;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    wf = cn_opts_str(&o, "workflow");
+    st = cn_opts_str(&o, "status");
+    reason = cn_opts_str(&o, "reason");
+    if (wf == NULL) {
+        if (st != NULL || cn_opts_bool(&o, "yes")) {
+            fprintf(stderr, "cairnctl cancel: --status and --yes go with --workflow\n");
+            return EXIT_USAGE;
+        }
+        if (!check_uuid("cancel", o.nargs > 0 ? argv[0] : NULL)) {
+            return EXIT_USAGE;
+        }
+        if ((status = db_open(&o, &c)) != EXIT_OK) {
+            return status;
+        }
+        status = cancel_one(&o, c, argv[0], reason, cn_opts_bool(&o, "wait"));
+        PQfinish(c);
+        return status;
+    }
+    if (o.nargs > 0 || cn_opts_bool(&o, "wait")) {
+        fprintf(stderr, "cairnctl cancel: --workflow cancels many: no ID, no --wait\n");
+        return EXIT_USAGE;
+    }
+    if (st != NULL && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) {
+        fprintf(stderr, "cairnctl cancel: --status is queued or running, not '%s'\n", st);
+        return EXIT_USAGE;
+    }
+    if ((status = db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    {
+        const char *params[2] = {wf, st};
+        rv = rn_db_exec(c,
+                        "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = $1"
+                        " AND status = ANY(CASE WHEN $2::text IS NULL"
+                        " THEN ARRAY['queued', 'running'] ELSE ARRAY[$2::text] END)"
+                        " ORDER BY created_at",
+                        2, params, &r, &em);
+    }
+    if (rv != CN_OK) {
+        status = db_error(&o, rv, &em);
+        PQfinish(c);
+        return status;
+    }
+    n = PQntuples(r);
+    if (!cn_opts_bool(&o, "yes")) {
+        printf("would cancel %d unfinished instance(s) of %s; add --yes to cancel them\n", n, wf);
+        PQclear(r);
+        PQfinish(c);
+        return n > 0 ? EXIT_REJECTED : EXIT_NOOP;
+    }
+    /* One statement each, so each instance's rows are locked only for its own cancel. */
+    for (row = 0; row < n && status == EXIT_OK; row++) {
+        const char *params[2] = {PQgetvalue(r, row, 0), reason};
+        PGresult *one = NULL;
+
+        if ((rv = rn_db_exec(c, "SELECT cairn.cancel($1, $2)", 2, params, &one, &em)) != CN_OK) {
+            status = db_error(&o, rv, &em);
+            break;
+        }
+        counts[strcmp(PQgetvalue(one, 0, 0), "cancelled") == 0   ? 0
+               : strcmp(PQgetvalue(one, 0, 0), "requested") == 0 ? 1
+                                                                 : 2]++;
+        PQclear(one);
+    }
+    PQclear(r);
+    PQfinish(c);
+    printf("%d cancelled, %d requested (their runners stop them), %d had already finished\n",
+           counts[0], counts[1], counts[2]);
+    return status;
+}
