@@ -35,8 +35,8 @@ struct rn_claimed {
     size_t state_len;
     struct rn_done *done; /* the latest recorded result per execution id (values owned) */
     size_t ndone;
-    bool cancel;         /* a cancel was asked for (cairn.cancel) while another runner held it */
-    char *cancel_reason; /* with cancel: its reason (malloc'd), or NULL */
+    char *cancel_reason; /* a cancel was asked for (cairn.cancel) while another runner held it:
+                            its reason (malloc'd); NULL: none */
 };
 
 void rn_claimed_free(struct rn_claimed *c, size_t n);

@@ -393,7 +393,6 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
             memcpy(c->state, PQgetvalue(r, row, 5), c->state_len);
         }
         if (!PQgetisnull(r, row, 6)) { /* cancelled while another runner held it */
-            c->cancel = true;
             c->cancel_reason = cn_xstrndup(PQgetvalue(r, row, 6), (size_t) PQgetlength(r, row, 6));
         }
         arr_uuid(&ids, c->instance_id.b);
@@ -980,10 +979,13 @@ pg_reclaim(struct rn_backend *base, size_t max, int64_t grace_ms, size_t *n, str
     return rv;
 }
 
+/* Makes sure the session listens (listen_sql; *listening says it does), waits up to timeout_ms
+ * for a notification unless one came with earlier results, and hands each that came to each
+ * (NULL: they are only a wake-up). CN_OK on a timeout too. */
 static cn_err
-pg_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
+pg_wait_notify(struct pg_backend *b, const char *listen_sql, bool *listening, int timeout_ms,
+               void (*each)(const PGnotify *nt, void *arg), void *arg, struct cn_errmsg *err)
 {
-    struct pg_backend *b = (struct pg_backend *) base;
     struct pollfd pfd;
     PGnotify *nt;
     cn_err rv;
@@ -991,40 +993,51 @@ pg_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
-    if (!b->listening) {
-        if ((rv = pg_simple(b, "LISTEN cairn_enqueue", err)) != CN_OK) {
+    if (!*listening) {
+        if ((rv = pg_simple(b, listen_sql, err)) != CN_OK) {
             return rv;
         }
-        b->listening = true;
+        *listening = true;
     }
-    /* Notifications that came with earlier results count too. */
-    if ((nt = PQnotifies(b->c)) != NULL) {
-        do {
-            PQfreemem(nt);
-        } while ((nt = PQnotifies(b->c)) != NULL);
-        return CN_OK;
+    if ((nt = PQnotifies(b->c)) == NULL) { /* none came with earlier results: wait */
+        pfd.fd = PQsocket(b->c);
+        pfd.events = POLLIN;
+        pfd.revents = 0;
+        /* EINTR or no socket: the caller polls again */
+        if (pfd.fd >= 0 && poll(&pfd, 1, timeout_ms) > 0 && PQconsumeInput(b->c) == 0) {
+            return cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
+        }
+        nt = PQnotifies(b->c);
     }
-    pfd.fd = PQsocket(b->c);
-    pfd.events = POLLIN;
-    pfd.revents = 0;
-    if (pfd.fd < 0 || poll(&pfd, 1, timeout_ms) < 0) {
-        return CN_OK; /* EINTR or no socket: the caller polls again */
-    }
-    if (pfd.revents != 0 && PQconsumeInput(b->c) == 0) {
-        return cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
-    }
-    while ((nt = PQnotifies(b->c)) != NULL) {
+    for (; nt != NULL; nt = PQnotifies(b->c)) {
+        if (each != NULL) {
+            each(nt, arg);
+        }
         PQfreemem(nt);
     }
     return CN_OK;
 }
 
+static cn_err
+pg_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+
+    return pg_wait_notify(b, "LISTEN cairn_enqueue", &b->listening, timeout_ms, NULL, NULL, err);
+}
+
 /* ---- cancels ------------------------------------------------------------------------------- */
+
+struct cancel_sink {
+    rn_cancel_fn fn;
+    void *arg;
+};
 
 /* A cairn_cancel payload: the instance id, a space, the reason (sql/0007_cancel.sql). */
 static void
-cancel_notice(const PGnotify *nt, rn_cancel_fn fn, void *arg)
+cancel_notice(const PGnotify *nt, void *arg)
 {
+    const struct cancel_sink *sink = arg;
     struct rn_iid iid;
     char id[37];
 
@@ -1034,7 +1047,7 @@ cancel_notice(const PGnotify *nt, rn_cancel_fn fn, void *arg)
     memcpy(id, nt->extra, 36);
     id[36] = '\0';
     if (cn_uuid_parse(id, iid.b)) {
-        fn(arg, iid, nt->extra[36] == ' ' ? nt->extra + 37 : NULL);
+        sink->fn(sink->arg, iid, nt->extra[36] == ' ' ? nt->extra + 37 : NULL);
     }
 }
 
@@ -1043,31 +1056,10 @@ pg_wait_cancels(struct rn_backend *base, int timeout_ms, rn_cancel_fn fn, void *
                 struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    struct pollfd pfd;
-    PGnotify *nt;
-    cn_err rv;
+    struct cancel_sink sink = {fn, arg};
 
-    if ((rv = pg_conn(b, err)) != CN_OK) {
-        return rv;
-    }
-    if (!b->listening_cancels) {
-        if ((rv = pg_simple(b, "LISTEN cairn_cancel", err)) != CN_OK) {
-            return rv;
-        }
-        b->listening_cancels = true;
-    }
-    pfd.fd = PQsocket(b->c);
-    pfd.events = POLLIN;
-    pfd.revents = 0;
-    if (PQnotifies(b->c) == NULL && pfd.fd >= 0 && poll(&pfd, 1, timeout_ms) > 0 &&
-        PQconsumeInput(b->c) == 0) {
-        return cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
-    }
-    while ((nt = PQnotifies(b->c)) != NULL) {
-        cancel_notice(nt, fn, arg);
-        PQfreemem(nt);
-    }
-    return CN_OK;
+    return pg_wait_notify(b, "LISTEN cairn_cancel", &b->listening_cancels, timeout_ms,
+                          cancel_notice, &sink, err);
 }
 
 /* The instances whose cancel waits for a runner: those nobody holds are cancelled here by

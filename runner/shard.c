@@ -434,13 +434,13 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         fail_unresumable(sh, in, why, out);
         return;
     }
-    if (c->cancel) {
+    if (c->cancel_reason != NULL) {
         /* Cancelled while another runner held it: nothing of the resumed step is dispatched;
          * the cancel is its only output. */
         struct rn_event ev;
         memset(&ev, 0, sizeof(ev));
         ev.kind = RN_EV_CANCEL;
-        if (c->cancel_reason == NULL || ir_str_from_cstr(c->cancel_reason, &ev.value) != CN_OK) {
+        if (ir_str_from_cstr(c->cancel_reason, &ev.value) != CN_OK) {
             ev.value = ir_null();
         }
         rn_step_out_clear(&sh->step);

@@ -339,9 +339,12 @@ out:
 
 static int print_result(const struct cn_opts *o, PGconn *c, const char *id);
 
-/* Polls until the instance is finished or timeout_ms passes (0: no limit). */
+/* Polls until the instance is finished or timeout_ms passes (0: no limit). Returns EXIT_OK with
+ * its final status in st, EXIT_PENDING after saying it did not finish in time, or a database
+ * error's exit code. */
 static int
-wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
+wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms, char *st,
+            size_t stlen)
 {
     int64_t deadline = cn_mono_ms() + timeout_ms;
     const char *params[1] = {id};
@@ -354,23 +357,34 @@ wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long time
         struct timespec ts = {0, WAIT_POLL_MS * 1000000L};
 
         if ((rv = rn_db_exec(c,
-                             "SELECT status IN ('completed', 'failed', 'cancelled') "
+                             "SELECT status, status IN ('completed', 'failed', 'cancelled') "
                              "FROM cairn.runner_instances WHERE instance_id = $1",
                              1, params, &r, &em)) != CN_OK) {
             return db_error(o, rv, &em);
         }
-        done = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+        done = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 1), "t") == 0;
+        (void) snprintf(st, stlen, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "");
         PQclear(r);
         if (done) {
-            return print_result(o, c, id);
+            return EXIT_OK;
         }
         if (timeout_ms > 0 && cn_mono_ms() >= deadline) {
-            fprintf(stderr, "cairnctl run: %s did not finish within %lld s\n", id,
+            fprintf(stderr, "%s: %s did not finish within %lld s\n", o->prog, id,
                     timeout_ms / 1000);
             return EXIT_PENDING;
         }
         nanosleep(&ts, NULL);
     }
+}
+
+/* Waits for the instance to finish, then prints its result as `result` does. */
+static int
+wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
+{
+    char st[16];
+    int status = wait_status(o, c, id, timeout_ms, st, sizeof(st));
+
+    return status == EXIT_OK ? print_result(o, c, id) : status;
 }
 
 int
@@ -1196,43 +1210,22 @@ out:
 
 /* ---- cancel -------------------------------------------------------------------------------- */
 
-/* Polls until a cancel asked of a runner took effect (or timeout_ms passes); says how it ended. */
+/* Waits until a cancel asked of a runner took effect (or timeout_ms passes); says how it ended. */
 static int
 wait_cancelled(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
 {
-    int64_t deadline = cn_mono_ms() + timeout_ms;
-    const char *params[1] = {id};
-    struct cn_errmsg em;
-    PGresult *r = NULL;
-    cn_err rv;
+    char st[16];
+    int status = wait_status(o, c, id, timeout_ms, st, sizeof(st));
 
-    for (;;) {
-        struct timespec ts = {0, WAIT_POLL_MS * 1000000L};
-        char st[16] = "";
-
-        if ((rv = rn_db_exec(c, "SELECT status FROM cairn.runner_instances WHERE instance_id = $1",
-                             1, params, &r, &em)) != CN_OK) {
-            return db_error(o, rv, &em);
-        }
-        if (PQntuples(r) == 1) {
-            (void) snprintf(st, sizeof(st), "%s", PQgetvalue(r, 0, 0));
-        }
-        PQclear(r);
-        if (strcmp(st, "cancelled") == 0) {
-            printf("%s cancelled\n", id);
-            return EXIT_OK;
-        }
-        if (strcmp(st, "completed") == 0 || strcmp(st, "failed") == 0) {
-            printf("%s %s before the cancel took effect: nothing to cancel\n", id, st);
-            return EXIT_NOOP;
-        }
-        if (timeout_ms > 0 && cn_mono_ms() >= deadline) {
-            fprintf(stderr, "cairnctl cancel: %s was not cancelled within %lld s\n", id,
-                    timeout_ms / 1000);
-            return EXIT_PENDING;
-        }
-        nanosleep(&ts, NULL);
+    if (status != EXIT_OK) {
+        return status;
     }
+    if (strcmp(st, "cancelled") == 0) {
+        printf("%s cancelled\n", id);
+        return EXIT_OK;
+    }
+    printf("%s %s before the cancel took effect: nothing to cancel\n", id, st);
+    return EXIT_NOOP;
 }
 
 /* One instance: cairn.cancel's answer, said in words and an exit status. */
