@@ -1225,6 +1225,25 @@ run_queue(struct rn_instance *in)
 
 /* ---- events ------------------------------------------------------------------------------- */
 
+/* The running attempt of xi is past its deadline: it fails with ActionTimeout (recorded like a
+ * worker's error), and the retry policy decides what follows. */
+static void
+attempt_timed_out(struct rn_instance *in, uint32_t xi)
+{
+    struct rn_xnode *x = &in->x.items[xi];
+    struct ir_val err;
+    char msg[96];
+
+    (void) snprintf(msg, sizeof(msg), "attempt %u did not finish within %lld ms", x->attempt,
+                    (long long) timeout_for(in, tnode(in, x->node)));
+    if (rn_error_new(RN_ERR_ACTION_TIMEOUT, msg, &err) != CN_OK) {
+        oom(in);
+        return;
+    }
+    out_done(in, x, false, err);
+    attempt_failed(in, xi, err);
+}
+
 static void
 apply_event(struct rn_instance *in, const struct rn_event *ev)
 {
@@ -1274,15 +1293,7 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
         } else if (x->status == RN_X_BACKOFF && in->now >= x->scheduled_at) {
             dispatch(in, xi, false);
         } else if (x->status == RN_X_RUNNING && in->now >= x->deadline) {
-            char msg[96];
-            (void) snprintf(msg, sizeof(msg), "attempt %u did not finish within %lld ms",
-                            x->attempt, (long long) timeout_for(in, tnode(in, x->node)));
-            if (rn_error_new(RN_ERR_ACTION_TIMEOUT, msg, &err) != CN_OK) {
-                oom(in);
-                return;
-            }
-            out_done(in, x, false, err);
-            attempt_failed(in, xi, err);
+            attempt_timed_out(in, xi);
         } else {
             in->stats.stale_events++;
         }
@@ -1441,12 +1452,18 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
         run_queue(in);
     }
     /* 2. Dispatches the crash may have lost go out again (same id and attempt: at least
-     * once); sleeps and backoffs get their timers again. */
+     * once), unless their deadline passed meanwhile: those time out here, never sent again;
+     * sleeps and backoffs get their timers again. */
     for (i = 0; i < running.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
         uint32_t xi;
         if (rn_xidmap_get(&in->ids, running.items[i], &xi) &&
             in->x.items[xi].status == RN_X_RUNNING) {
-            dispatch(in, xi, true);
+            if (in->x.items[xi].deadline != 0 && in->now >= in->x.items[xi].deadline) {
+                attempt_timed_out(in, xi);
+                run_queue(in);
+            } else {
+                dispatch(in, xi, true);
+            }
         }
     }
     for (i = 0; i < in->x.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {

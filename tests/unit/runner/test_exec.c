@@ -749,6 +749,60 @@ Test(exec, stale_and_duplicate_results_are_dropped)
     t_compiled_free(&c);
 }
 
+/* After a crash, an attempt whose deadline passed while no runner held the instance fails with
+ * ActionTimeout at hydration: it is not sent to a worker again. One with time left is sent
+ * again with the deadline it had. */
+Test(exec, hydration_times_out_attempts_past_their_deadline)
+{
+    struct t_compiled c = t_compile("fn main():\n"
+                                    "    try:\n"
+                                    "        r = @std.hang() [timeout: 1s]\n"
+                                    "    except ActionTimeout:\n"
+                                    "        r = \"timed out\"\n"
+                                    "    return r\n");
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
+    struct rn_instance *in = NULL, *back = NULL;
+    struct rn_step_out o;
+    struct cn_buf snap = CN_BUF_INIT;
+    struct cn_errmsg em = {{0}};
+    struct ir_val input;
+    struct rn_iid id = {{3}};
+
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(c.rv, CN_OK);
+    cr_assert_eq(ir_map_new(0, &input), CN_OK);
+    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+    ir_val_release(input);
+    cr_assert_eq(o.actions.len, 1);
+    cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
+    rn_step_out_clear(&o);
+
+    cr_assert_eq(
+        rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &cfg, 1500, &back, &o, &em), CN_OK,
+        "%s", em.text);
+    cr_assert_eq(o.actions.len, 1);
+    cr_assert_eq(o.actions.items[0].deadline_ms, 2000);
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    rn_instance_free(back);
+    back = NULL;
+    rn_step_out_clear(&o);
+
+    cr_assert_eq(
+        rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &cfg, 2500, &back, &o, &em), CN_OK,
+        "%s", em.text);
+    cr_assert_eq(o.actions.len, 0, "an attempt past its deadline was sent again");
+    cr_assert_eq(o.done.len, 1); /* the timeout is recorded as the attempt's outcome */
+    cr_assert(!o.done.items[0].ok);
+    cr_assert_eq(o.outcome, RN_COMPLETED);
+    cr_assert_str_eq(ir_str_data(o.result), "timed out");
+    rn_step_out_fini(&o);
+    rn_instance_free(back);
+    rn_instance_free(in);
+    cn_buf_fini(&snap);
+    t_compiled_free(&c);
+}
+
 /* A snapshot taken mid-run of a workflow with a helper, a try, a sleep and a spread. */
 static const char snapshot_src[] = "fn h(input: [v]):\n"
                                    "    try:\n"
