@@ -1452,15 +1452,16 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
         run_queue(in);
     }
     /* 2. Dispatches the crash may have lost go out again (same id and attempt: at least
-     * once), unless their deadline passed meanwhile: those time out here, never sent again;
-     * sleeps and backoffs get their timers again. */
+     * once), unless their deadline passed meanwhile: those are not sent again but get their
+     * deadline timer, which is due at once and times them out (through the timer, not here:
+     * hydration only rebuilds, so a snapshot taken right after it hydrates to itself); sleeps
+     * and backoffs get their timers again. */
     for (i = 0; i < running.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
         uint32_t xi;
         if (rn_xidmap_get(&in->ids, running.items[i], &xi) &&
             in->x.items[xi].status == RN_X_RUNNING) {
             if (in->x.items[xi].deadline != 0 && in->now >= in->x.items[xi].deadline) {
-                attempt_timed_out(in, xi);
-                run_queue(in);
+                out_timer(in, xi, RN_TIMER_DEADLINE, in->x.items[xi].deadline);
             } else {
                 dispatch(in, xi, true);
             }

@@ -380,6 +380,11 @@ sdec_node(struct sdec *d, const msgpack_object *o, uint32_t nscopes, uint32_t nn
         return false;
     }
     x->attempt = (uint32_t) u;
+    if ((x->status == RN_X_RUNNING || x->status == RN_X_BACKOFF) && x->attempt == 0) {
+        /* Attempts count from 1 (dispatch sets it): a resend would number this one anew, and
+         * a replay of the snapshot would not give the snapshot back. */
+        return sfail(d, CN_RANGE, "an action running or waiting to retry has no attempt number");
+    }
     {
         /* Exactly the action of a spread carries an item; its name is the spread node's. */
         uint32_t e;

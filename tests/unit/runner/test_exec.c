@@ -749,9 +749,9 @@ Test(exec, stale_and_duplicate_results_are_dropped)
     t_compiled_free(&c);
 }
 
-/* After a crash, an attempt whose deadline passed while no runner held the instance fails with
- * ActionTimeout at hydration: it is not sent to a worker again. One with time left is sent
- * again with the deadline it had. */
+/* After a crash, an attempt whose deadline passed while no runner held the instance is not sent
+ * to a worker again: hydration sets its deadline timer, due at once, which fails it with
+ * ActionTimeout. One with time left is sent again with the deadline it had. */
 Test(exec, hydration_times_out_attempts_past_their_deadline)
 {
     struct t_compiled c = t_compile("fn main():\n"
@@ -792,6 +792,18 @@ Test(exec, hydration_times_out_attempts_past_their_deadline)
         rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &cfg, 2500, &back, &o, &em), CN_OK,
         "%s", em.text);
     cr_assert_eq(o.actions.len, 0, "an attempt past its deadline was sent again");
+    cr_assert_eq(o.timers.len, 1);
+    cr_assert_eq(o.timers.items[0].at_ms, 2000);
+    {
+        struct rn_event ev;
+        memset(&ev, 0, sizeof(ev));
+        ev.kind = RN_EV_TIMER;
+        ev.exec_id = o.timers.items[0].exec_id;
+        ev.value = ir_null();
+        rn_step_out_clear(&o);
+        cr_assert_eq(rn_instance_step(back, &ev, 1, 2500, &o), CN_OK);
+    }
+    cr_assert_eq(o.actions.len, 0);
     cr_assert_eq(o.done.len, 1); /* the timeout is recorded as the attempt's outcome */
     cr_assert(!o.done.items[0].ok);
     cr_assert_eq(o.outcome, RN_COMPLETED);
