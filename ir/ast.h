@@ -36,10 +36,12 @@ enum ir_policy_kind { IR_POLICY_RETRY = 0, IR_POLICY_TIMEOUT };
 struct ir_policy {
     enum ir_policy_kind kind;
     struct ir_pos pos;
-    struct ir_names types; /* RETRY: error types it applies to; empty = any except timeouts */
-    int64_t retries;       /* RETRY */
-    int64_t backoff_ms;    /* RETRY */
-    int64_t timeout_ms;    /* TIMEOUT */
+    struct ir_names types;    /* RETRY: error types it applies to; empty = any except timeouts */
+    int64_t retries;          /* RETRY */
+    int64_t backoff_ms;       /* RETRY: the first delay */
+    int64_t max_backoff_ms;   /* RETRY: the delay grows up to this (IR_MAX_BACKOFF_MS) */
+    int64_t multiplier_milli; /* RETRY: growth per retry, in thousandths (2000: doubles) */
+    int64_t timeout_ms;       /* TIMEOUT */
 };
 
 struct ir_kwarg {

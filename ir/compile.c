@@ -335,6 +335,8 @@ compile_action(struct compiler *c, uint32_t id, const struct ir_action_call *a)
         r->ntypes = p->types.len;
         r->retries = p->retries;
         r->backoff_ms = p->backoff_ms;
+        r->max_backoff_ms = p->max_backoff_ms;
+        r->multiplier_milli = p->multiplier_milli;
     }
 }
 

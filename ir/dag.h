@@ -66,6 +66,11 @@
 #define IR_DEFAULT_BACKOFF_MS 1000
 /* Exponential backoff is capped here (factor 2, capped at 1h: docs/language.md "Policies"). */
 #define IR_MAX_BACKOFF_MS (3600 * 1000)
+/* `multiplier:` of a retry policy, in thousandths: the default doubles the delay per retry;
+ * 1.0 keeps it constant; 100 is plenty for any schedule a cap of 1h allows. */
+#define IR_DEFAULT_BACKOFF_MULTIPLIER_MILLI 2000
+#define IR_MIN_BACKOFF_MULTIPLIER_MILLI     1000
+#define IR_MAX_BACKOFF_MULTIPLIER_MILLI     100000
 
 #define IR_NODE_KINDS(X)            \
     X(ENTRY, "entry")               \
@@ -122,6 +127,8 @@ struct ir_retry {
     uint32_t ntypes;
     int64_t retries;
     int64_t backoff_ms;
+    int64_t max_backoff_ms;   /* at most IR_MAX_BACKOFF_MS */
+    int64_t multiplier_milli; /* IR_MIN_.. to IR_MAX_BACKOFF_MULTIPLIER_MILLI */
 };
 
 struct ir_handler_info {

@@ -12,7 +12,8 @@
  *    "args":   [u, ...],                               (children, then comparison ops)
  *    "nodes":  [[kind, frame, line, col, exc|nil, expr|nil, link|nil, callee_frame|nil,
  *                try_depth, loop_depth, name|nil, [targets], [argnames], [argexprs],
- *                [[[types], retries, backoff_ms], ...], timeout_ms,
+ *                [[[types], retries, backoff_ms, max_backoff_ms, multiplier_milli], ...],
+ *                timeout_ms,
  *                [[[types], bind|nil], ...], unpack], ...],
  *    "edges":  [[from, to, kind, expr|nil, index], ...]}
  */
@@ -176,10 +177,12 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
         }
         e_arr(&e, n->nretries);
         for (k = 0; k < n->nretries; k++) {
-            e_arr(&e, 3);
+            e_arr(&e, 5);
             e_strs(&e, n->retries[k].types, n->retries[k].ntypes);
             e_u(&e, (uint64_t) n->retries[k].retries);
             e_u(&e, (uint64_t) n->retries[k].backoff_ms);
+            e_u(&e, (uint64_t) n->retries[k].max_backoff_ms);
+            e_u(&e, (uint64_t) n->retries[k].multiplier_milli);
         }
         e_u(&e, (uint64_t) n->timeout_ms);
         e_arr(&e, n->nhandlers);
@@ -530,7 +533,7 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
     }
     for (k = 0; k < cnt; k++) {
         struct ir_retry *r = &n->retries[k];
-        if ((c = d_arr(x, &a[14].via.array.ptr[k], 3, "retry must be a 3-element array")) == NULL ||
+        if ((c = d_arr(x, &a[14].via.array.ptr[k], 5, "retry must be a 5-element array")) == NULL ||
             !d_strs(x, &c[0], &r->types, &r->ntypes, "bad retry types") ||
             !d_u(x, &c[1], INT64_MAX, &u, "bad retry count")) {
             return false;
@@ -540,6 +543,15 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
             return false;
         }
         r->backoff_ms = (int64_t) u;
+        if (!d_u(x, &c[3], IR_MAX_BACKOFF_MS, &u, "bad max_backoff")) {
+            return false;
+        }
+        r->max_backoff_ms = (int64_t) u;
+        if (!d_u(x, &c[4], IR_MAX_BACKOFF_MULTIPLIER_MILLI, &u, "bad multiplier") ||
+            u < IR_MIN_BACKOFF_MULTIPLIER_MILLI) {
+            return x->rv != CN_OK ? false : d_fail(x, CN_PARSE, "bad multiplier");
+        }
+        r->multiplier_milli = (int64_t) u;
     }
     n->nretries = cnt;
     if (!d_u(x, &a[15], INT64_MAX, &u, "bad timeout")) {

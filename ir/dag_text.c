@@ -90,6 +90,21 @@ put_action(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
         }
         TRY(cn_buf_printf(o, "retry: %lld, backoff: ", (long long) r->retries));
         TRY(put_duration(o, r->backoff_ms));
+        if (r->max_backoff_ms != IR_MAX_BACKOFF_MS) {
+            TRY(cn_buf_puts(o, ", max_backoff: "));
+            TRY(put_duration(o, r->max_backoff_ms));
+        }
+        if (r->multiplier_milli != IR_DEFAULT_BACKOFF_MULTIPLIER_MILLI) {
+            /* thousandths, written as the shortest decimal: 1500 is 1.5 */
+            char frac[8];
+            int len =
+                snprintf(frac, sizeof(frac), "%03lld", (long long) (r->multiplier_milli % 1000));
+            while (len > 0 && frac[len - 1] == '0') {
+                frac[--len] = '\0';
+            }
+            TRY(cn_buf_printf(o, ", multiplier: %lld%s%s", (long long) (r->multiplier_milli / 1000),
+                              len > 0 ? "." : "", frac));
+        }
         TRY(cn_buf_putc(o, ']'));
     }
     if (n->timeout_ms > 0) {

@@ -1034,11 +1034,80 @@ parse_duration(struct parser *ps, const char *what, int64_t *ms)
     return true;
 }
 
+/* A growth factor: a number from 1 to 100, kept in thousandths (exact, and the same on every
+ * machine that replays the backoff). */
+static bool
+parse_multiplier(struct parser *ps, int64_t *milli)
+{
+    const struct ir_token *t = peek(ps);
+    double v;
+
+    if (t->kind == IR_TK_INT) {
+        v = (double) t->v.i;
+    } else if (t->kind == IR_TK_FLOAT) {
+        v = t->v.f;
+    } else {
+        error_at(ps, t, "expected a number for multiplier (e.g. 1.5)");
+        return false;
+    }
+    if (!(v >= IR_MIN_BACKOFF_MULTIPLIER_MILLI / 1000.0 &&
+          v <= IR_MAX_BACKOFF_MULTIPLIER_MILLI / 1000.0)) {
+        error_at(ps, t, "multiplier must be between 1 and 100");
+        return false;
+    }
+    *milli = (int64_t) (v * 1000.0 + 0.5);
+    advance(ps);
+    return true;
+}
+
+/* One `name: value` after a retry count: backoff, max_backoff or multiplier, each at most
+ * once (seen: a bit per option). */
+static bool
+parse_retry_option(struct parser *ps, struct ir_policy *pol, unsigned *seen)
+{
+    static const char *const names[] = {"backoff", "max_backoff", "multiplier"};
+    const struct ir_token *t = peek(ps);
+    unsigned k;
+
+    for (k = 0; k < 3; k++) {
+        if (is_name_tok(t, names[k]) && peek_at(ps, 1)->kind == IR_TK_COLON) {
+            break;
+        }
+    }
+    if (k == 3) {
+        error_at(ps, t,
+                 "expected 'backoff:', 'max_backoff:' or 'multiplier:' after the retry "
+                 "count");
+        return false;
+    }
+    if (*seen & (1u << k)) {
+        error_at(ps, t, "'%s' appears twice in this policy", names[k]);
+        return false;
+    }
+    *seen |= 1u << k;
+    advance(ps);
+    advance(ps);
+    if (k == 2) {
+        return parse_multiplier(ps, &pol->multiplier_milli);
+    }
+    if (!parse_duration(ps, names[k], k == 0 ? &pol->backoff_ms : &pol->max_backoff_ms)) {
+        return false;
+    }
+    if ((k == 0 ? pol->backoff_ms : pol->max_backoff_ms) > IR_MAX_BACKOFF_MS) {
+        error_at(ps, t,
+                 k == 0 ? "backoff is capped at 1h; use a smaller base delay"
+                        : "max_backoff is at most 1h");
+        return false;
+    }
+    return true;
+}
+
 static bool
 parse_policy(struct parser *ps, struct ir_policy *pol)
 {
     const struct ir_token *open = advance(ps); /* '[' */
     const struct ir_token *t = peek(ps);
+    unsigned seen = 0;
 
     memset(pol, 0, sizeof(*pol));
     pol->pos = tok_pos(open);
@@ -1097,21 +1166,17 @@ parse_policy(struct parser *ps, struct ir_policy *pol)
         return false;
     }
     pol->retries = (int64_t) advance(ps)->v.i;
-    if (accept(ps, IR_TK_COMMA)) {
-        t = peek(ps);
-        if (!(is_name_tok(t, "backoff") && peek_at(ps, 1)->kind == IR_TK_COLON)) {
-            error_at(ps, t, "expected 'backoff:' after retry count");
+    pol->max_backoff_ms = IR_MAX_BACKOFF_MS;
+    pol->multiplier_milli = IR_DEFAULT_BACKOFF_MULTIPLIER_MILLI;
+    while (accept(ps, IR_TK_COMMA)) {
+        if (!parse_retry_option(ps, pol, &seen)) {
             return false;
         }
-        advance(ps);
-        advance(ps);
-        if (!parse_duration(ps, "backoff", &pol->backoff_ms)) {
-            return false;
-        }
-        if (pol->backoff_ms > IR_MAX_BACKOFF_MS) {
-            error_at(ps, t, "backoff is capped at 1h; use a smaller base delay");
-            return false;
-        }
+    }
+    if (pol->backoff_ms > pol->max_backoff_ms) {
+        error_at(ps, open,
+                 "backoff is larger than max_backoff: the first delay would exceed the cap");
+        return false;
     }
     return expect(ps, IR_TK_RBRACK, "to close the policy");
 }

@@ -661,7 +661,7 @@ retry_delay(struct rn_instance *in, uint32_t xi, struct ir_val err)
     const struct rn_xnode *x = &in->x.items[xi];
     const struct ir_node *t = tnode(in, x->node);
     bool timeout = strcmp(ir_error_type(err), rn_error_name(RN_ERR_ACTION_TIMEOUT)) == 0;
-    int64_t best = -1, base = 0, delay;
+    int64_t best = -1, base = 0, cap = IR_MAX_BACKOFF_MS, mult = 2000, delay;
     uint32_t k, j;
 
     for (k = 0; k < t->nretries; k++) {
@@ -676,18 +676,22 @@ retry_delay(struct rn_instance *in, uint32_t xi, struct ir_val err)
         if (match && r->retries > best) {
             best = r->retries;
             base = r->backoff_ms;
+            cap = r->max_backoff_ms;
+            mult = r->multiplier_milli;
         }
     }
     if (best < (int64_t) x->attempt) {
         return -1;
     }
-    /* Exponential from the base (factor 2, capped), then full jitter: uniform in [0, d]. */
+    /* Exponential from the base (times the multiplier per retry, in thousandths: integer
+     * arithmetic, so that a replay computes the same delay), up to the cap; then full jitter:
+     * uniform in [0, d]. Nothing overflows: delay < cap <= 1h and mult <= 100 000. */
     delay = base;
-    for (k = 1; k < x->attempt && delay < IR_MAX_BACKOFF_MS; k++) {
-        delay *= 2;
+    for (k = 1; k < x->attempt && delay < cap && mult > 1000; k++) {
+        delay = delay * mult / 1000;
     }
-    if (delay > IR_MAX_BACKOFF_MS) {
-        delay = IR_MAX_BACKOFF_MS;
+    if (delay > cap) {
+        delay = cap;
     }
     return (int64_t) (rng_next(&in->rng) % (uint64_t) (delay + 1));
 }

@@ -73,32 +73,51 @@ Test(ir_compile, ids_are_deterministic)
     }
 }
 
+/* Encodes, decodes and encodes again: the same bytes, the same text. */
+static void
+expect_round_trip(const char *what, const char *src)
+{
+    struct t_compiled a = t_compile(src);
+    struct cn_buf m1 = CN_BUF_INIT, m2 = CN_BUF_INIT, t1 = CN_BUF_INIT, t2 = CN_BUF_INIT;
+    struct ir_dag *back = NULL;
+    struct cn_errmsg em = {{0}};
+
+    cr_assert_eq(a.rv, CN_OK, "%s: %s", what, a.errors);
+    T_OK(ir_dag_encode(a.dag, &m1));
+    T_OK(ir_dag_decode(m1.data, m1.len, &back, &em));
+    T_OK(ir_dag_encode(back, &m2));
+    T_OK(ir_dag_text(a.dag, &t1));
+    T_OK(ir_dag_text(back, &t2));
+    cr_assert_str_eq(t1.data, t2.data);
+    cr_assert(m1.len == m2.len && memcmp(m1.data, m2.data, m1.len) == 0, "%s", what);
+    ir_dag_free(back);
+    cn_buf_fini(&m1);
+    cn_buf_fini(&m2);
+    cn_buf_fini(&t1);
+    cn_buf_fini(&t2);
+    t_compiled_free(&a);
+}
+
 Test(ir_compile, msgpack_round_trip_is_exact)
 {
     size_t i;
 
     for (i = 0; i < NEXAMPLES; i++) {
         char *src = example_source(examples[i]);
-        struct t_compiled a = t_compile(src);
-        struct cn_buf m1 = CN_BUF_INIT, m2 = CN_BUF_INIT, t1 = CN_BUF_INIT, t2 = CN_BUF_INIT;
-        struct ir_dag *back = NULL;
-        struct cn_errmsg em = {{0}};
-        cr_assert_eq(a.rv, CN_OK);
-        T_OK(ir_dag_encode(a.dag, &m1));
-        T_OK(ir_dag_decode(m1.data, m1.len, &back, &em));
-        T_OK(ir_dag_encode(back, &m2));
-        T_OK(ir_dag_text(a.dag, &t1));
-        T_OK(ir_dag_text(back, &t2));
-        cr_assert_str_eq(t1.data, t2.data);
-        cr_assert(m1.len == m2.len && memcmp(m1.data, m2.data, m1.len) == 0);
-        ir_dag_free(back);
-        cn_buf_fini(&m1);
-        cn_buf_fini(&m2);
-        cn_buf_fini(&t1);
-        cn_buf_fini(&t2);
-        t_compiled_free(&a);
+        expect_round_trip(examples[i], src);
         free(src);
     }
+    /* what the examples do not use: retry options, single-target unpacking */
+    expect_round_trip("retry options",
+                      "fn main():\n"
+                      "    r = @m.a() [retry: 3, backoff: 100ms, max_backoff: 2s, multiplier: 1.25]"
+                      " [E -> retry: 1, multiplier: 1]\n"
+                      "    return r\n");
+    expect_round_trip("unpack one", "fn main(input: [x]):\n"
+                                    "    a, = x\n"
+                                    "    for b, in [x]:\n"
+                                    "        a = b\n"
+                                    "    return a\n");
 }
 
 Test(ir_compile, decode_rejects_truncated_and_corrupted_input)

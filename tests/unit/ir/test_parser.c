@@ -293,6 +293,26 @@ Test(ir_parser, policies)
     parsed_free(&p);
 }
 
+Test(ir_parser, retry_options_in_any_order_with_their_defaults)
+{
+    struct parsed p;
+    const struct ir_action_call *a;
+
+    parse_ok(&p, "fn main():\n"
+                 "    r = @m.a() [retry: 3, multiplier: 1.5, max_backoff: 2s, backoff: 100ms] "
+                 "[E -> retry: 2, multiplier: 1] [retry: 1]\n");
+    a = &stmt(&p, 0)->action;
+    cr_assert_eq(a->policies[0].backoff_ms, 100);
+    cr_assert_eq(a->policies[0].max_backoff_ms, 2000);
+    cr_assert_eq(a->policies[0].multiplier_milli, 1500);
+    cr_assert_eq(a->policies[1].multiplier_milli, 1000);
+    cr_assert_eq(a->policies[1].max_backoff_ms, IR_MAX_BACKOFF_MS);
+    cr_assert_eq(a->policies[2].backoff_ms, IR_DEFAULT_BACKOFF_MS);
+    cr_assert_eq(a->policies[2].max_backoff_ms, IR_MAX_BACKOFF_MS);
+    cr_assert_eq(a->policies[2].multiplier_milli, IR_DEFAULT_BACKOFF_MULTIPLIER_MILLI);
+    parsed_free(&p);
+}
+
 Test(ir_parser, bare_integer_duration_means_seconds)
 {
     struct parsed p;
@@ -379,6 +399,18 @@ static const struct err_case syntax_errors[] = {
     {"fn main():\n    r = @m.a() [foo: 1]\n", 2, 20, "expected '->' after error types in policy"},
     {"fn main():\n    r = @m.a() [E -> timeout: 1s]\n", 2, 22, "cannot be limited to error types"},
     {"fn main():\n    r = @m.a() [retry: 1, jitter: 2]\n", 2, 27, "expected 'backoff:'"},
+    {"fn main():\n    r = @m.a() [retry: 1, backoff: 1s, backoff: 2s]\n", 2, 40,
+     "'backoff' appears twice in this policy"},
+    {"fn main():\n    r = @m.a() [retry: 1, multiplier: 0.5]\n", 2, 39,
+     "multiplier must be between 1 and 100"},
+    {"fn main():\n    r = @m.a() [retry: 1, multiplier: 101]\n", 2, 39,
+     "multiplier must be between 1 and 100"},
+    {"fn main():\n    r = @m.a() [retry: 1, multiplier: 2s]\n", 2, 39,
+     "expected a number for multiplier"},
+    {"fn main():\n    r = @m.a() [retry: 1, max_backoff: 2h]\n", 2, 27,
+     "max_backoff is at most 1h"},
+    {"fn main():\n    r = @m.a() [retry: 1, max_backoff: 500ms]\n", 2, 16,
+     "backoff is larger than max_backoff"},
     {"fn main():\n    r = @m.a() [retry: 2\n", 3, 1, "expected ']' to close the policy"},
     {"fn main():\n    r = spread xs:x @m.a(v=x)\n", 2, 21, "expected '->' after the spread item"},
     {"fn main():\n    r = spread xs:x -> f(x)\n", 2, 24, "expected '@module.action(...)'"},

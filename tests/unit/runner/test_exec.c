@@ -513,6 +513,34 @@ Test(exec, backoff_is_exponential_with_full_jitter_within_bounds)
     t_result_free(&r);
 }
 
+Test(exec, backoff_grows_by_the_multiplier_up_to_max_backoff)
+{
+    /* caps: 100, 150, 225, 337 (thousandths, truncated), then 400 for good */
+    static const int64_t caps[] = {100, 150, 225, 337, 400, 400, 400};
+    struct t_result r = t_run("fn main():\n"
+                              "    r = @std.flaky(key=\"k\", failures=7) "
+                              "[retry: 7, backoff: 100ms, multiplier: 1.5, max_backoff: 400ms]\n"
+                              "    c = @std.flaky(key=\"c\", failures=5) "
+                              "[retry: 5, backoff: 50ms, multiplier: 1]\n"
+                              "    return r\n",
+                              "{}", &plain);
+    int i, above_first = 0;
+
+    cr_assert_eq(r.outcome, RN_COMPLETED);
+    cr_assert_eq(r.nbackoff, 12);
+    for (i = 0; i < 7; i++) {
+        cr_expect_leq(r.backoff_ms[i], caps[i], "retry %d waited %lld ms, cap %lld", i + 1,
+                      (long long) r.backoff_ms[i], (long long) caps[i]);
+        above_first += r.backoff_ms[i] > 100;
+    }
+    cr_expect_geq(above_first, 1, "the delay never grew past the base");
+    for (i = 7; i < 12; i++) { /* multiplier 1: the base delay every time */
+        cr_expect_leq(r.backoff_ms[i], 50, "constant backoff waited %lld ms",
+                      (long long) r.backoff_ms[i]);
+    }
+    t_result_free(&r);
+}
+
 Test(exec, backoff_is_capped_at_one_hour)
 {
     struct t_result r = t_run("fn main():\n"
