@@ -222,6 +222,27 @@ ir_is_error(struct ir_val v)
     return v.type == IR_T_MAP && ir_map_is_error(v);
 }
 
+cn_err
+ir_error_set_final(struct ir_val *err)
+{
+    if (!ir_is_error(*err)) {
+        return CN_TYPE;
+    }
+    return ir_map_set_cstr(err, IR_ERROR_RETRYABLE_KEY, ir_bool(false));
+}
+
+bool
+ir_error_retryable(struct ir_val err)
+{
+    const struct ir_val *r;
+
+    if (!ir_is_error(err)) {
+        return true;
+    }
+    r = ir_map_get(err, IR_ERROR_RETRYABLE_KEY, sizeof(IR_ERROR_RETRYABLE_KEY) - 1);
+    return r == NULL || r->type != IR_T_BOOL || r->u.b;
+}
+
 const char *
 ir_error_type(struct ir_val err)
 {

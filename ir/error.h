@@ -42,6 +42,18 @@ bool ir_is_error(struct ir_val v);
 /* The error's type (borrowed C string) or "" when err is not an error value. */
 const char *ir_error_type(struct ir_val err);
 
+/* An error its worker marked as not worth retrying carries `"retryable": False` (after the
+ * four usual keys): the runner never retries it, whatever the policy (docs/protocol.md). */
+#define IR_ERROR_RETRYABLE_KEY "retryable"
+
+/* Replaces the error *err (an unshared error value, as ir_error_new returns) by the same error
+ * marked not retryable. Returns CN_OK, CN_NOMEM (err released), or CN_TYPE (not an error
+ * value: untouched). */
+CN_MUST_CHECK cn_err ir_error_set_final(struct ir_val *err);
+
+/* False when err is marked not retryable (ir_error_set_final), else true. */
+bool ir_error_retryable(struct ir_val err);
+
 /* True when error `err` matches `type`: its type is `type`, `type` is one of its bases, or
  * `type` is "Exception" (which matches every error). */
 bool ir_error_matches(struct ir_val err, const char *type);

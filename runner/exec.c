@@ -664,6 +664,9 @@ retry_delay(struct rn_instance *in, uint32_t xi, struct ir_val err)
     int64_t best = -1, base = 0, cap = IR_MAX_BACKOFF_MS, mult = 2000, delay;
     uint32_t k, j;
 
+    if (!ir_error_retryable(err)) {
+        return -1; /* its worker said so: no policy retries it */
+    }
     for (k = 0; k < t->nretries; k++) {
         const struct ir_retry *r = &t->retries[k];
         bool match = false;
@@ -720,22 +723,28 @@ attempt_failed(struct rn_instance *in, uint32_t xi, struct ir_val err)
 static cn_err
 as_error(struct ir_val v, struct ir_val *out)
 {
-    const struct ir_val *t, *m, *b, *d;
+    const struct ir_val *t, *m, *b, *d, *r;
+    cn_err rv;
 
     if (v.type == IR_T_MAP && ir_map_is_error(v)) {
         *out = ir_val_retain(v);
         return CN_OK;
     }
     if (v.type != IR_T_MAP || (t = ir_map_get(v, "type", 4)) == NULL || t->type != IR_T_STR) {
-        cn_err rv = ir_raise(out, "WorkerError", "malformed error from worker");
+        rv = ir_raise(out, "WorkerError", "malformed error from worker");
         return rv == CN_RAISED ? CN_OK : rv;
     }
     m = ir_map_get(v, "message", 7);
     b = ir_map_get(v, "bases", 5);
     d = ir_map_get(v, "details", 7);
-    return ir_error_new(ir_str_data(*t), m && m->type == IR_T_STR ? ir_str_data(*m) : "",
-                        b && b->type == IR_T_LIST ? ir_val_retain(*b) : ir_null(),
-                        d ? ir_val_retain(*d) : ir_null(), out);
+    r = ir_map_get(v, IR_ERROR_RETRYABLE_KEY, sizeof(IR_ERROR_RETRYABLE_KEY) - 1);
+    rv = ir_error_new(ir_str_data(*t), m && m->type == IR_T_STR ? ir_str_data(*m) : "",
+                      b && b->type == IR_T_LIST ? ir_val_retain(*b) : ir_null(),
+                      d ? ir_val_retain(*d) : ir_null(), out);
+    if (rv == CN_OK && r != NULL && r->type == IR_T_BOOL && !r->u.b) {
+        rv = ir_error_set_final(out);
+    }
+    return rv;
 }
 
 static void

@@ -1516,3 +1516,9 @@ cairn_worker_error_new(const char *type, const char *message, struct ir_val base
 {
     return ir_error_new(type, message, bases, ir_null(), out);
 }
+
+cn_err
+cairn_worker_error_final(struct ir_val *err)
+{
+    return ir_error_set_final(err);
+}

@@ -133,6 +133,7 @@ act_fail(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, st
 {
     const struct ir_val *msg = ir_map_get(kwargs, "message", 7);
     const struct ir_val *bases = ir_map_get(kwargs, "bases", 5);
+    const struct ir_val *retryable = ir_map_get(kwargs, "retryable", 9);
     struct ir_val type, err;
     cn_err rv;
 
@@ -144,12 +145,19 @@ act_fail(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, st
         rv = ir_raise(&err, "TypeError", "std.fail(): 'type' and 'message' must be str");
         return arg_done(rv == CN_RAISED ? CN_TYPE : rv, &err, out);
     }
+    if (retryable != NULL && retryable->type != IR_T_BOOL) {
+        rv = ir_raise(&err, "TypeError", "std.fail(): 'retryable' must be a bool");
+        return arg_done(rv == CN_RAISED ? CN_TYPE : rv, &err, out);
+    }
     rv = cairn_worker_error_new(ir_str_data(type),
                                 msg != NULL && msg->type == IR_T_STR ? ir_str_data(*msg) : "",
                                 bases != NULL ? ir_val_retain(*bases) : ir_null(), out);
     if (rv == CN_TYPE) {
         rv = ir_raise(&err, "TypeError", "std.fail(): 'bases' must be a list of str or None");
         return arg_done(rv == CN_RAISED ? CN_TYPE : rv, &err, out);
+    }
+    if (rv == CN_OK && retryable != NULL && !retryable->u.b) {
+        rv = cairn_worker_error_final(out);
     }
     return rv;
 }

@@ -6,6 +6,8 @@ that scripts/test starts. In a fresh database of its own (dropped at the end):
 - every example case of tests/fixtures/example_cases.json runs through cairn-runner and two
   cairn-worker processes and returns its expected result;
 - an input exactly at the enqueue size limit and one at the depth limit run and come back whole;
+- an error the worker marks not retryable fails its instance after one attempt, whatever the
+  workflow's retry policy;
 - two runners share the database: 1000 instances, each completes exactly once, none lost;
 - kill -9 of a runner mid-run: the other runner finishes all its instances once the leases
   expire, and no action with a recorded result runs again;
@@ -213,6 +215,15 @@ def run_all(url, env, tmp):
         check(f"an input at the {what} limit runs and comes back whole",
               r.returncode == 0 and r.stdout.strip() == value,
               f"exit {r.returncode}, got {r.stdout.strip()[:80]!r}, {r.stderr[-200:]}")
+
+    # ---- an error the worker marks not retryable (cairn_worker_error_final) --------------
+    r = ctl(env, "run", "declined", "--wait", "--timeout", "60", "--json")
+    iid = q(url, "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = 'declined'")
+    check("an error marked not retryable fails the instance after one attempt, despite [retry: 5]",
+          r.returncode == 4 and q(url, f"SELECT count(*) || ' ' || (SELECT error->>'type' FROM "
+                                       f"cairn.runner_instances WHERE instance_id = '{iid}') FROM "
+                                       f"cairn.runner_actions_done WHERE instance_id = '{iid}'")
+          == "1 Declined", f"exit {r.returncode}: {r.stdout} {r.stderr}")
 
     # ---- the HTTP endpoints --------------------------------------------------------------
     def get(path):

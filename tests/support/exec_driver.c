@@ -90,10 +90,13 @@ run_action(const struct rn_action_req *q, struct rn_event *ev)
         }
     } else if (strcmp(a, "std.fail") == 0) {
         const struct ir_val *t = kw(q->kwargs, "type"), *m = kw(q->kwargs, "message");
-        const struct ir_val *b = kw(q->kwargs, "bases");
+        const struct ir_val *b = kw(q->kwargs, "bases"), *r = kw(q->kwargs, "retryable");
         ev->kind = RN_EV_ERROR;
         ev->value = make_error(ir_str_data(*t), m ? ir_str_data(*m) : "",
                                b ? ir_val_retain(*b) : ir_null());
+        if (r != NULL && r->type == IR_T_BOOL && !r->u.b) {
+            cr_assert_eq(ir_error_set_final(&ev->value), CN_OK);
+        }
     } else if (strcmp(a, "std.fail_if") == 0) {
         const struct ir_val *val = kw(q->kwargs, "value"), *bad = kw(q->kwargs, "bad");
         size_t i;

@@ -468,6 +468,30 @@ Test(exec, retry_exhausts_and_fails_with_the_last_error)
     t_result_free(&r);
 }
 
+/* An error its worker marked not retryable ends the retries at once, whatever the policy; it
+ * reaches the workflow with the mark, and an unmarked one is retried as before. */
+Test(exec, an_error_marked_not_retryable_is_never_retried)
+{
+    struct t_result r = t_run("fn main():\n"
+                              "    try:\n"
+                              "        @std.fail(type=\"Declined\", retryable=False) "
+                              "[retry: 5, backoff: 10ms] [Declined -> retry: 9]\n"
+                              "    except Declined as e:\n"
+                              "        return e[\"retryable\"]\n",
+                              "{}", &plain);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
+    cr_assert_str_eq(r.json, "false");
+    cr_assert_eq(r.dispatches, 1);
+    t_result_free(&r);
+    r = t_run("fn main():\n"
+              "    @std.fail(type=\"Declined\", retryable=True) [retry: 2, backoff: 10ms]\n",
+              "{}", &plain);
+    cr_assert_eq(r.outcome, RN_FAILED);
+    cr_assert_eq(r.dispatches, 3);
+    t_result_free(&r);
+}
+
 Test(exec, typed_retry_policies_match_type_or_base_and_largest_count_wins)
 {
     struct t_result r;
