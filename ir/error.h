@@ -47,7 +47,7 @@ const char *ir_error_type(struct ir_val err);
 #define IR_ERROR_RETRYABLE_KEY "retryable"
 
 /* Replaces the error *err (an unshared error value, as ir_error_new returns) by the same error
- * marked not retryable. Returns CN_OK, CN_NOMEM (err released), or CN_TYPE (not an error
+ * marked not retryable. Returns CN_OK, CN_NOMEM (*err unchanged), or CN_TYPE (not an error
  * value: untouched). */
 CN_MUST_CHECK cn_err ir_error_set_final(struct ir_val *err);
 

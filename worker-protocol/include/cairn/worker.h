@@ -124,7 +124,7 @@ CN_MUST_CHECK cn_err cairn_worker_error_new(const char *type, const char *messag
 
 /* Marks an error from cairn_worker_error_new as not retryable: the runner never retries it,
  * whatever the workflow's retry policy says (a declined card, a malformed request). Adds
- * `"retryable": False` to it. Returns CN_OK, CN_NOMEM (*err released) or CN_TYPE (not an
+ * `"retryable": False` to it. Returns CN_OK, CN_NOMEM (*err unchanged) or CN_TYPE (not an
  * error value). */
 CN_MUST_CHECK cn_err cairn_worker_error_final(struct ir_val *err);
 
