@@ -30,7 +30,7 @@ struct ir_names {
                     one name */
 };
 
-enum ir_policy_kind { IR_POLICY_RETRY = 0, IR_POLICY_TIMEOUT };
+enum ir_policy_kind { IR_POLICY_RETRY = 0, IR_POLICY_TIMEOUT, IR_POLICY_DEADLINE };
 
 
 struct ir_policy {
@@ -41,7 +41,7 @@ struct ir_policy {
     int64_t backoff_ms;       /* RETRY: the first delay */
     int64_t max_backoff_ms;   /* RETRY: the delay grows up to this (IR_MAX_BACKOFF_MS) */
     int64_t multiplier_milli; /* RETRY: growth per retry, in thousandths (2000: doubles) */
-    int64_t timeout_ms;       /* TIMEOUT */
+    int64_t timeout_ms;       /* TIMEOUT, DEADLINE */
 };
 
 struct ir_kwarg {

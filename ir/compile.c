@@ -312,8 +312,10 @@ compile_action(struct compiler *c, uint32_t id, const struct ir_action_call *a)
     for (i = 0; i < a->npolicies; i++) {
         if (a->policies[i].kind == IR_POLICY_RETRY) {
             nr++;
-        } else {
+        } else if (a->policies[i].kind == IR_POLICY_TIMEOUT) {
             n->timeout_ms = a->policies[i].timeout_ms;
+        } else {
+            n->deadline_ms = a->policies[i].timeout_ms;
         }
     }
     if (nr == 0) {

@@ -162,7 +162,8 @@ struct ir_node {
     uint32_t nargs;
     struct ir_retry *retries; /* ACTION */
     uint32_t nretries;
-    int64_t timeout_ms;               /* ACTION: 0 = the runner's default */
+    int64_t timeout_ms;  /* ACTION: start to close, per attempt; 0 = the runner's default */
+    int64_t deadline_ms; /* ACTION: schedule to close, per attempt ([deadline: D]); 0 = none */
     struct ir_handler_info *handlers; /* EXCEPT */
     uint32_t nhandlers;
     uint32_t first_edge, nedges; /* outgoing edges: dag->edges[first_edge .. +nedges) */

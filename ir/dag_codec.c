@@ -13,7 +13,7 @@
  *    "nodes":  [[kind, frame, line, col, exc|nil, expr|nil, link|nil, callee_frame|nil,
  *                try_depth, loop_depth, name|nil, [targets], [argnames], [argexprs],
  *                [[[types], retries, backoff_ms, max_backoff_ms, multiplier_milli], ...],
- *                timeout_ms,
+ *                timeout_ms, deadline_ms,
  *                [[[types], bind|nil], ...], unpack], ...],
  *    "edges":  [[from, to, kind, expr|nil, index], ...]}
  */
@@ -157,7 +157,7 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
     e_arr(&e, d->nnodes);
     for (i = 0; i < d->nnodes; i++) {
         const struct ir_node *n = &d->nodes[i];
-        e_arr(&e, 18);
+        e_arr(&e, 19);
         e_u(&e, n->kind);
         e_u(&e, n->frame);
         e_u(&e, n->line);
@@ -185,6 +185,7 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
             e_u(&e, (uint64_t) n->retries[k].multiplier_milli);
         }
         e_u(&e, (uint64_t) n->timeout_ms);
+        e_u(&e, (uint64_t) n->deadline_ms);
         e_arr(&e, n->nhandlers);
         for (k = 0; k < n->nhandlers; k++) {
             e_arr(&e, 2);
@@ -477,7 +478,7 @@ static bool
 d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
 {
     struct ir_dag *d = x->d;
-    const msgpack_object *a = d_arr(x, o, 18, "node must be an 18-element array"), *b, *c;
+    const msgpack_object *a = d_arr(x, o, 19, "node must be a 19-element array"), *b, *c;
     uint32_t kind, k, cnt;
     uint64_t u;
 
@@ -558,10 +559,14 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
         return false;
     }
     n->timeout_ms = (int64_t) u;
-    if (a[16].type != MSGPACK_OBJECT_ARRAY) {
+    if (!d_u(x, &a[16], INT64_MAX, &u, "bad deadline")) {
+        return false;
+    }
+    n->deadline_ms = (int64_t) u;
+    if (a[17].type != MSGPACK_OBJECT_ARRAY) {
         return d_fail(x, CN_PARSE, "handlers must be an array");
     }
-    cnt = a[16].via.array.size;
+    cnt = a[17].via.array.size;
     if (cnt > 0) {
         n->handlers = cn_arena_calloc(d->arena, cnt, sizeof(*n->handlers));
         if (n->handlers == NULL) {
@@ -570,7 +575,7 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
     }
     for (k = 0; k < cnt; k++) {
         struct ir_handler_info *h = &n->handlers[k];
-        if ((c = d_arr(x, &a[16].via.array.ptr[k], 2, "handler must be a 2-element array")) ==
+        if ((c = d_arr(x, &a[17].via.array.ptr[k], 2, "handler must be a 2-element array")) ==
                 NULL ||
             !d_strs(x, &c[0], &h->types, &h->ntypes, "bad handler types") ||
             !d_str(x, &c[1], true, &h->bind, "bad handler binding")) {
@@ -578,7 +583,7 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
         }
     }
     n->nhandlers = cnt;
-    if (!d_u(x, &a[17], 1, &u, "bad unpack flag")) {
+    if (!d_u(x, &a[18], 1, &u, "bad unpack flag")) {
         return false;
     }
     n->unpack = u == 1;

@@ -112,6 +112,11 @@ put_action(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
         TRY(put_duration(o, n->timeout_ms));
         TRY(cn_buf_putc(o, ']'));
     }
+    if (n->deadline_ms > 0) {
+        TRY(cn_buf_puts(o, " [deadline: "));
+        TRY(put_duration(o, n->deadline_ms));
+        TRY(cn_buf_putc(o, ']'));
+    }
     return CN_OK;
 }
 

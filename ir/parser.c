@@ -1111,18 +1111,20 @@ parse_policy(struct parser *ps, struct ir_policy *pol)
 
     memset(pol, 0, sizeof(*pol));
     pol->pos = tok_pos(open);
-    if (is_name_tok(t, "timeout") && peek_at(ps, 1)->kind == IR_TK_COLON) {
+    if ((is_name_tok(t, "timeout") || is_name_tok(t, "deadline")) &&
+        peek_at(ps, 1)->kind == IR_TK_COLON) {
+        bool deadline = is_name_tok(t, "deadline");
         advance(ps);
         advance(ps);
-        pol->kind = IR_POLICY_TIMEOUT;
-        if (!parse_duration(ps, "timeout", &pol->timeout_ms)) {
+        pol->kind = deadline ? IR_POLICY_DEADLINE : IR_POLICY_TIMEOUT;
+        if (!parse_duration(ps, deadline ? "deadline" : "timeout", &pol->timeout_ms)) {
             return false;
         }
         return expect(ps, IR_TK_RBRACK, "to close the policy");
     }
     if (!(is_name_tok(t, "retry") && peek_at(ps, 1)->kind == IR_TK_COLON)) {
         if (t->kind != IR_TK_NAME && t->kind != IR_TK_LPAREN) {
-            error_at(ps, t, "expected 'retry', 'timeout' or error types in policy");
+            error_at(ps, t, "expected 'retry', 'timeout', 'deadline' or error types in policy");
             return false;
         }
         if (!parse_types(ps, &pol->types, "an error type")) {
@@ -1135,10 +1137,9 @@ parse_policy(struct parser *ps, struct ir_policy *pol)
         }
         advance(ps);
         t = peek(ps);
-        if (is_name_tok(t, "timeout")) {
-            error_at(ps, t,
-                     "a timeout applies to every attempt; it cannot be limited to error "
-                     "types");
+        if (is_name_tok(t, "timeout") || is_name_tok(t, "deadline")) {
+            error_at(ps, t, "a %s applies to every attempt; it cannot be limited to error types",
+                     is_name_tok(t, "timeout") ? "timeout" : "deadline");
             return false;
         }
         if (!is_name_tok(t, "retry")) {
@@ -1255,11 +1256,11 @@ parse_action(struct parser *ps, struct ir_action_call *ac)
         if (!parse_policy(ps, &p)) {
             goto fail;
         }
-        if (p.kind == IR_POLICY_TIMEOUT) {
+        if (p.kind != IR_POLICY_RETRY) {
             for (i = 0; i < npol; i++) {
-                if (pols[i].kind == IR_POLICY_TIMEOUT) {
-                    ir_diags_add(ps->d, p.pos.line, p.pos.col,
-                                 "timeout given twice for the same action");
+                if (pols[i].kind == p.kind) {
+                    ir_diags_add(ps->d, p.pos.line, p.pos.col, "%s given twice for the same action",
+                                 p.kind == IR_POLICY_TIMEOUT ? "timeout" : "deadline");
                     ps->panic = true;
                     goto fail;
                 }

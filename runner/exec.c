@@ -587,9 +587,11 @@ timeout_for(const struct rn_instance *in, const struct ir_node *t)
     return t->timeout_ms > 0 ? t->timeout_ms : in->cfg.default_timeout_ms;
 }
 
-/* Evaluates the kwargs and requests attempt x->attempt. A new attempt gets the deadline
- * now + timeout; a re-sent one (after hydration) keeps the deadline it already had, so restarts
- * cannot postpone a timeout. */
+/* Evaluates the kwargs and requests attempt x->attempt. The timeout (start to close) goes with
+ * the request: the pool counts it from when a worker starts the attempt, so waiting for a slot
+ * is not counted (pool.h). With [deadline: D] (schedule to close) a new attempt also gets the
+ * deadline now + D, kept here (durable, with its timer); a re-sent one (after hydration) keeps
+ * the deadline it already had, so restarts cannot postpone it. */
 static void
 dispatch(struct rn_instance *in, uint32_t xi, bool resend)
 {
@@ -635,13 +637,13 @@ dispatch(struct rn_instance *in, uint32_t xi, bool resend)
         }
         x->status = RN_X_RUNNING;
         if (!resend || x->deadline == 0) {
-            x->deadline = in->now + timeout_for(in, t);
+            x->deadline = t->deadline_ms > 0 ? in->now + t->deadline_ms : 0;
         }
         r.exec_id = x->id;
         r.attempt = x->attempt;
         r.action = t->name;
         r.kwargs = kw;
-        r.timeout_ms = x->deadline > in->now ? x->deadline - in->now : 0;
+        r.timeout_ms = timeout_for(in, t);
         r.deadline_ms = x->deadline;
     }
     if (CN_VEC_PUSH(&in->out->actions, r) != CN_OK) {
@@ -649,7 +651,9 @@ dispatch(struct rn_instance *in, uint32_t xi, bool resend)
         oom(in);
         return;
     }
-    out_timer(in, xi, RN_TIMER_DEADLINE, in->x.items[xi].deadline);
+    if (in->x.items[xi].deadline != 0) {
+        out_timer(in, xi, RN_TIMER_DEADLINE, in->x.items[xi].deadline);
+    }
     in->out->snapshot_needed = true;
 }
 
@@ -1238,8 +1242,9 @@ run_queue(struct rn_instance *in)
 
 /* ---- events ------------------------------------------------------------------------------- */
 
-/* The running attempt of xi is past its deadline: it fails with ActionTimeout (recorded like a
- * worker's error), and the retry policy decides what follows. */
+/* The running attempt of xi is past its deadline ([deadline: D]): it fails with ActionTimeout
+ * (recorded like a worker's error), the pool drops it or has its worker cancel it, and the
+ * retry policy decides what follows. */
 static void
 attempt_timed_out(struct rn_instance *in, uint32_t xi)
 {
@@ -1247,9 +1252,14 @@ attempt_timed_out(struct rn_instance *in, uint32_t xi)
     struct ir_val err;
     char msg[96];
 
-    (void) snprintf(msg, sizeof(msg), "attempt %u did not finish within %lld ms", x->attempt,
-                    (long long) timeout_for(in, tnode(in, x->node)));
+    (void) snprintf(msg, sizeof(msg), "attempt %u was not done within its deadline of %lld ms",
+                    x->attempt, (long long) tnode(in, x->node)->deadline_ms);
     if (rn_error_new(RN_ERR_ACTION_TIMEOUT, msg, &err) != CN_OK) {
+        oom(in);
+        return;
+    }
+    if (CN_VEC_PUSH(&in->out->cancels, x->id) != CN_OK) {
+        ir_val_release(err);
         oom(in);
         return;
     }
@@ -1305,7 +1315,7 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
             follow_first(in, xi, false, ir_null());
         } else if (x->status == RN_X_BACKOFF && in->now >= x->scheduled_at) {
             dispatch(in, xi, false);
-        } else if (x->status == RN_X_RUNNING && in->now >= x->deadline) {
+        } else if (x->status == RN_X_RUNNING && x->deadline != 0 && in->now >= x->deadline) {
             attempt_timed_out(in, xi);
         } else {
             in->stats.stale_events++;

@@ -82,8 +82,8 @@ struct rn_action_req {
     uint32_t attempt;      /* 1 for the first */
     const char *action;    /* borrowed from the template */
     struct ir_val kwargs;  /* owned by the step output */
-    int64_t timeout_ms;
-    int64_t deadline_ms; /* absolute, wall clock */
+    int64_t timeout_ms;    /* start to close: from when a worker starts it (the pool counts) */
+    int64_t deadline_ms;   /* schedule to close ([deadline: D]): absolute, wall clock; 0 = none */
 };
 
 enum rn_timer_kind { RN_TIMER_SLEEP = 0, RN_TIMER_BACKOFF, RN_TIMER_DEADLINE };

@@ -527,7 +527,15 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     f->exec_id = q->d.exec_id;
     f->attempt = q->d.attempt;
     f->pipe = w->pipe;
+    /* The attempt starts now, on this worker: its timeout counts from here (waiting in the
+     * queue for a slot did not count), bounded by the schedule-to-close deadline if any. */
     f->deadline = q->d.deadline_ms;
+    if (q->d.timeout_ms > 0) {
+        int64_t by = cn_wall_ms() + q->d.timeout_ms;
+        if (f->deadline == 0 || by < f->deadline) {
+            f->deadline = by;
+        }
+    }
     token_key(f->token, key);
     memcpy(d.instance_id, q->d.instance_id.b, sizeof(d.instance_id)); /* onto the wire */
     memcpy(d.exec_id, q->d.exec_id.b, sizeof(d.exec_id));
@@ -535,7 +543,7 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     d.token = f->token;
     d.action = q->d.action;
     d.kwargs = q->d.kwargs;
-    d.deadline_ms = q->d.deadline_ms;
+    d.deadline_ms = f->deadline; /* the worker stops the work there too */
     if ((rv = rn_idmap_put(&p->tokens, key, (uint32_t) i)) != CN_OK ||
         (rv = wp_batch_add_dispatch(b, &d)) != CN_OK) {
         flight_release_locked(p, i);
@@ -1098,11 +1106,19 @@ timer_main(void *arg)
                 continue;
             }
             if (wall >= f->deadline) {
+                struct worker *fw = worker_find(p, f->pipe);
                 synthetic_error(&rs, f->instance_id, f->exec_id, f->attempt,
                                 rn_error_name(RN_ERR_ACTION_TIMEOUT),
                                 "the attempt did not finish before its deadline");
                 f->done = true;
                 p->st.timeouts++;
+                /* Stop the work, not only the wait: the worker gets `cancel` (its slot stays
+                 * taken until it answers; a worker that never does keeps only that slot). */
+                if (fw != NULL && fw->ctl != NULL) {
+                    send_cancel_locked(p, fw->ctl, f);
+                } else {
+                    f->cancel_pending = true;
+                }
             } else if (mono + (f->deadline - wall) < next) {
                 next = mono + (f->deadline - wall);
             }
@@ -1243,6 +1259,7 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
     q->d.exec_id = d->exec_id;
     q->d.attempt = d->attempt;
     q->d.kwargs = ir_val_retain(d->kwargs);
+    q->d.timeout_ms = d->timeout_ms;
     q->d.deadline_ms = d->deadline_ms;
     q->d.ready_us = d->ready_us;
     cn_mutex_lock(&p->mtx);
@@ -1270,10 +1287,26 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
 cn_err
 rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt)
 {
+    struct queued **pp, *q, *prev = NULL;
     size_t i;
     cn_err rv = CN_NOTFOUND;
 
     cn_mutex_lock(&p->mtx);
+    /* Not sent yet: dropped from the queue (a walk of the queue; cancels are rare). */
+    for (pp = &p->qhead; (q = *pp) != NULL;) {
+        if (!rn_xid_eq(q->d.exec_id, exec_id) || (attempt != 0 && q->d.attempt != attempt)) {
+            prev = q;
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        if (p->qtail == q) {
+            p->qtail = prev;
+        }
+        queued_free(q);
+        queued_dec_locked(p);
+        rv = CN_OK;
+    }
     for (i = 0; i < p->nfl; i++) {
         struct flight *f = &p->fl[i];
         struct worker *w;

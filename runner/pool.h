@@ -3,9 +3,10 @@
  * The worker pool: the runner's end of the worker protocol (docs/protocol.md). It listens on
  * an nng REP socket, accepts workers (hello/welcome), keeps their idle `ready` requests parked,
  * answers one with a `dispatch` when work for an action that worker serves is submitted,
- * routes outcomes back through a callback, enforces per-attempt deadlines (a synthetic
- * ActionTimeout), and turns the in-flight attempts of a dropped connection into WorkerLost
- * errors at once.
+ * routes outcomes back through a callback, enforces per-attempt timeouts (counted from the
+ * dispatch to a worker, so that waiting for a slot does not count, and bounded by the attempt's
+ * schedule-to-close deadline: a synthetic ActionTimeout, and `cancel` to the worker), and turns the
+ * in-flight attempts of a dropped connection into WorkerLost errors at once.
  *
  * Threads: nng's callback threads run the protocol; one pool thread runs timers (idle noops,
  * deadlines). All pool state is guarded by one mutex; the result callback is always called
@@ -69,7 +70,8 @@ struct rn_pool_dispatch {
     uint32_t attempt;
     const char *action;   /* copied */
     struct ir_val kwargs; /* retained */
-    int64_t deadline_ms;  /* absolute wall clock; 0 = none */
+    int64_t timeout_ms;   /* from the moment a worker gets it (start to close); 0 = none */
+    int64_t deadline_ms;  /* absolute wall clock, whether started or not; 0 = none */
     int64_t ready_us;     /* CLOCK_MONOTONIC µs when the action became ready; 0 = not measured */
 };
 
@@ -129,9 +131,10 @@ CN_MUST_CHECK cn_err rn_pool_submit(struct rn_pool *p, const struct rn_pool_disp
 
 /* Asks the worker running (exec_id, attempt) (attempt 0: whichever is in flight) to stop it, over
  * that worker's parked control request, or over its next one when none is parked right now (a
- * worker answers one cancel per control request and re-parks at once). Best effort: returns
- * CN_NOTFOUND when the attempt is not in flight, else CN_OK. The attempt's result, if one still
- * comes, is delivered as usual. Thread-safe. */
+ * worker answers one cancel per control request and re-parks at once); an attempt still queued
+ * is dropped (no result comes for it). Best effort: returns CN_NOTFOUND when the attempt is
+ * neither queued nor in flight, else CN_OK. The result of one in flight, if it still comes, is
+ * delivered as usual. Thread-safe. */
 CN_MUST_CHECK cn_err rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt);
 
 /* Withdraws every attempt dispatched for instance iid under claim token lock, because this

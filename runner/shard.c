@@ -270,6 +270,7 @@ release_output(struct rn_shard *sh, struct inst *in, const struct rn_step_out *o
         d.attempt = a->attempt;
         d.action = a->action;
         d.kwargs = ir_val_retain(a->kwargs);
+        d.timeout_ms = a->timeout_ms;
         d.deadline_ms = a->deadline_ms;
         d.ready_us = ready_us;
         CN_VEC_XPUSH(&out->dispatches, d);

@@ -10,6 +10,7 @@
 
 #include "ir/base/vec.h"
 #include "ir/error.h"
+#include "runner/errors.h"
 #include "tests/support/compile_util.h"
 
 #define T_START_MS 1700000000000LL
@@ -17,6 +18,15 @@
 struct pending {
     struct rn_action_req req; /* kwargs owned */
     bool hang;
+    int64_t started; /* when it was dispatched: the driver has a slot for every attempt */
+};
+
+/* An attempt that never answers, and when the pool would time it out: its timeout counted from
+ * its start, or its schedule-to-close deadline if that comes first (runner/pool.h). */
+struct hung {
+    struct rn_xid exec_id;
+    uint32_t attempt;
+    int64_t at;
 };
 
 struct world {
@@ -32,6 +42,10 @@ struct world {
         struct rn_timer *items;
         size_t len, cap;
     } timers;
+    struct {
+        struct hung *items;
+        size_t len, cap;
+    } hung;
     struct {
         struct rn_done *items; /* values owned */
         size_t len, cap;
@@ -183,6 +197,7 @@ absorb(struct world *w, struct rn_step_out *o)
         p.req = o->actions.items[i];
         p.req.kwargs = ir_val_retain(p.req.kwargs);
         p.hang = false;
+        p.started = w->now;
         cr_assert_eq(CN_VEC_PUSH(&w->pend, p), CN_OK);
     }
     for (i = 0; i < o->timers.len; i++) {
@@ -218,6 +233,7 @@ drop_pending(struct world *w)
     }
     w->pend.len = 0;
     w->timers.len = 0;
+    w->hung.len = 0;
 }
 
 static void
@@ -286,6 +302,16 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
             memset(&ev, 0, sizeof(ev));
             if (run_action(&w.pend.items[k].req, &ev)) {
                 cr_assert_eq(CN_VEC_PUSH(&evs, ev), CN_OK);
+            } else if (w.pend.items[k].req.timeout_ms > 0 || w.pend.items[k].req.deadline_ms > 0) {
+                const struct pending *pk = &w.pend.items[k];
+                struct hung h;
+                h.exec_id = pk->req.exec_id;
+                h.attempt = pk->req.attempt;
+                h.at = pk->req.timeout_ms > 0 ? pk->started + pk->req.timeout_ms : INT64_MAX;
+                if (pk->req.deadline_ms > 0 && pk->req.deadline_ms < h.at) {
+                    h.at = pk->req.deadline_ms;
+                }
+                cr_assert_eq(CN_VEC_PUSH(&w.hung, h), CN_OK);
             }
             ir_val_release(w.pend.items[k].req.kwargs);
         }
@@ -299,6 +325,11 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
             for (k = 0; k < w.timers.len; k++) {
                 if (w.timers.items[k].at_ms < next) {
                     next = w.timers.items[k].at_ms;
+                }
+            }
+            for (k = 0; k < w.hung.len; k++) {
+                if (w.hung.items[k].at < next) {
+                    next = w.hung.items[k].at;
                 }
             }
             cr_assert(next != INT64_MAX || take > 0, "stuck: no pending action and no timer");
@@ -318,6 +349,25 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
                 }
             }
             w.timers.len = kept;
+            kept = 0;
+            for (k = 0; k < w.hung.len; k++) { /* the pool's timeouts */
+                struct hung *h = &w.hung.items[k];
+                if (h->at <= w.now) {
+                    struct rn_event ev;
+                    memset(&ev, 0, sizeof(ev));
+                    ev.kind = RN_EV_ERROR;
+                    ev.exec_id = h->exec_id;
+                    ev.attempt = h->attempt;
+                    cr_assert_eq(rn_error_new(RN_ERR_ACTION_TIMEOUT,
+                                              "the attempt did not finish before its deadline",
+                                              &ev.value),
+                                 CN_OK);
+                    cr_assert_eq(CN_VEC_PUSH(&evs, ev), CN_OK);
+                } else {
+                    w.hung.items[kept++] = *h;
+                }
+            }
+            w.hung.len = kept;
         }
         w.now += 1; /* every step takes a little time */
         cr_assert_eq(rn_instance_step(w.in, evs.items, evs.len, w.now, &o), CN_OK);
@@ -345,6 +395,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
     drop_pending(&w);
     free(w.pend.items);
     free(w.timers.items);
+    free(w.hung.items);
     for (i = 0; i < w.results.len; i++) {
         ir_val_release(w.results.items[i].value);
     }

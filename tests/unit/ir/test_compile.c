@@ -111,7 +111,7 @@ Test(ir_compile, msgpack_round_trip_is_exact)
     expect_round_trip("retry options",
                       "fn main():\n"
                       "    r = @m.a() [retry: 3, backoff: 100ms, max_backoff: 2s, multiplier: 1.25]"
-                      " [E -> retry: 1, multiplier: 1]\n"
+                      " [E -> retry: 1, multiplier: 1] [deadline: 90s] [timeout: 5s]\n"
                       "    return r\n");
     expect_round_trip("unpack one", "fn main(input: [x]):\n"
                                     "    a, = x\n"

@@ -293,6 +293,21 @@ Test(ir_parser, policies)
     parsed_free(&p);
 }
 
+Test(ir_parser, timeout_and_deadline_are_separate_brackets)
+{
+    struct parsed p;
+    const struct ir_action_call *a;
+
+    parse_ok(&p, "fn main():\n    r = @m.a() [deadline: 2m] [timeout: 30s]\n");
+    a = &stmt(&p, 0)->action;
+    cr_assert_eq(a->npolicies, 2);
+    cr_assert_eq(a->policies[0].kind, IR_POLICY_DEADLINE);
+    cr_assert_eq(a->policies[0].timeout_ms, 120000);
+    cr_assert_eq(a->policies[1].kind, IR_POLICY_TIMEOUT);
+    cr_assert_eq(a->policies[1].timeout_ms, 30000);
+    parsed_free(&p);
+}
+
 Test(ir_parser, retry_options_in_any_order_with_their_defaults)
 {
     struct parsed p;
@@ -396,6 +411,11 @@ static const struct err_case syntax_errors[] = {
     {"fn main():\n    r = @m.a() [retry: 1, backoff: 0ms]\n", 2, 36,
      "backoff must be a positive duration"},
     {"fn main():\n    r = @m.a() [timeout: 1s] [timeout: 2s]\n", 2, 30, "timeout given twice"},
+    {"fn main():\n    r = @m.a() [deadline: 1s] [timeout: 2s] [deadline: 3s]\n", 2, 45,
+     "deadline given twice"},
+    {"fn main():\n    r = @m.a() [E -> deadline: 1s]\n", 2, 22,
+     "a deadline applies to every attempt"},
+    {"fn main():\n    r = @m.a() [deadline: 0s]\n", 2, 27, "deadline must be a positive duration"},
     {"fn main():\n    r = @m.a() [foo: 1]\n", 2, 20, "expected '->' after error types in policy"},
     {"fn main():\n    r = @m.a() [E -> timeout: 1s]\n", 2, 22, "cannot be limited to error types"},
     {"fn main():\n    r = @m.a() [retry: 1, jitter: 2]\n", 2, 27, "expected 'backoff:'"},

@@ -731,6 +731,44 @@ Test(exec, loop_and_sequence_snapshots_do_not_grow_with_completed_steps)
     t_result_free(&r);
 }
 
+/* An attempt without [deadline] has no timer of its own (its timeout is the pool's, counted
+ * from its start): a timer event that reaches it anyway (a stale one, e.g. the backoff timer
+ * that dispatched it, delivered again after a restart) changes nothing. The race program found
+ * attempts timed out "within a deadline of 0 ms" before this was checked. */
+Test(exec, a_stale_timer_does_not_time_out_an_attempt_without_a_deadline)
+{
+    struct t_compiled c = t_compile("fn main():\n    r = @std.hang() [timeout: 1s]\n");
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_event ev;
+    struct rn_instance_stats st;
+    struct ir_val input;
+    struct rn_iid id = {{4}};
+
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(ir_map_new(0, &input), CN_OK);
+    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+    ir_val_release(input);
+    cr_assert_eq(o.actions.len, 1);
+    cr_assert_eq(o.actions.items[0].timeout_ms, 1000, "the timeout goes with the request");
+    cr_assert_eq(o.actions.items[0].deadline_ms, 0);
+    cr_assert_eq(o.timers.len, 0, "no deadline timer without [deadline]");
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = RN_EV_TIMER;
+    ev.exec_id = o.actions.items[0].exec_id;
+    ev.value = ir_null();
+    rn_step_out_clear(&o);
+    cr_assert_eq(rn_instance_step(in, &ev, 1, 999999, &o), CN_OK);
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    rn_instance_stats(in, &st);
+    cr_assert_eq(st.stale_events, 1);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
 Test(exec, cancel_stops_the_instance)
 {
     struct t_compiled c = t_compile("fn main():\n    r = @std.hang()\n");
@@ -808,7 +846,7 @@ Test(exec, hydration_times_out_attempts_past_their_deadline)
 {
     struct t_compiled c = t_compile("fn main():\n"
                                     "    try:\n"
-                                    "        r = @std.hang() [timeout: 1s]\n"
+                                    "        r = @std.hang() [deadline: 1s]\n"
                                     "    except ActionTimeout:\n"
                                     "        r = \"timed out\"\n"
                                     "    return r\n");

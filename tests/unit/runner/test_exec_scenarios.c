@@ -371,9 +371,10 @@ Test(exec_scenarios, crash_after_each_single_step_of_the_stress_workflow)
     t_result_free(&base);
 }
 
-/* A running attempt's deadline is part of the persisted state (the snapshot stores it); a
+/* A running attempt's [deadline: D] is part of the persisted state (the snapshot stores it); a
  * restart must not push it back, or an instance whose runner restarts more often than the
- * timeout never times out. */
+ * deadline never times out. (A [timeout: D] counts from the start on a worker: an attempt sent
+ * again after a restart starts again, with its whole timeout.) */
 Test(exec_scenarios, deadline_is_not_extended_by_hydration)
 {
     const char *src = "fn ticker():\n"
@@ -382,7 +383,7 @@ Test(exec_scenarios, deadline_is_not_extended_by_hydration)
                       "    return 20\n"
                       "fn waiter():\n"
                       "    try:\n"
-                      "        @std.hang() [timeout: 5s]\n"
+                      "        @std.hang() [deadline: 5s]\n"
                       "    except ActionTimeout:\n"
                       "        return \"timed out\"\n"
                       "    return \"no\"\n"

@@ -488,6 +488,98 @@ Test(pool, deadline_gives_action_timeout_and_a_late_outcome_is_stale)
     got_fini(&g);
 }
 
+/* Like submit, with a timeout (start to close) and no deadline. */
+static void
+submit_timeout(struct rn_pool *p, const char *action, uint8_t idbyte, int64_t timeout_ms)
+{
+    struct rn_pool_dispatch d;
+
+    memset(&d, 0, sizeof(d));
+    memset(d.exec_id.b, idbyte, 16);
+    d.attempt = 1;
+    d.action = action;
+    cr_assert_eq(ir_map_new(0, &d.kwargs), CN_OK);
+    d.timeout_ms = timeout_ms;
+    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
+    ir_val_release(d.kwargs);
+}
+
+/* [timeout: D] counts from the moment a worker gets the attempt: two attempts of 250 ms with a
+ * timeout of 400 ms on a worker with one slot both finish, although the second waited for the
+ * slot (500 ms in all); the deadline the worker is told is its own start plus the timeout. */
+Test(pool, the_timeout_counts_from_the_start_on_a_worker_not_from_the_submit)
+{
+    static const char *acts[] = {"t.x"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+    struct wp_outcome o;
+    int64_t t0;
+    int i;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 2);
+    tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 1, 0);
+    tw_ready(&w, 1, NULL);
+    submit_timeout(p, "t.x", 1, 400);
+    submit_timeout(p, "t.x", 2, 400);
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+        cr_assert_eq(r.kind, WP_DISPATCH);
+        cr_assert_eq(r.nitems, 1, "one slot: one attempt at a time");
+        t0 = cn_wall_ms();
+        cr_expect_geq(r.items[0].deadline_ms, t0 + 300, "the worker's deadline counts from now");
+        cr_expect_leq(r.items[0].deadline_ms, t0 + 400);
+        usleep(250000);
+        o = outcome_for(&r.items[0], ir_int(i));
+        wp_msg_fini(&r);
+        tw_ready(&w, 1, &o);
+    }
+    cr_assert(got_wait(&g, 2, 3000));
+    cr_assert(g.r[0].ok && g.r[1].ok, "an attempt timed out while it waited for the slot");
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
+/* At the timeout the runner records ActionTimeout and tells the worker to stop the work. */
+Test(pool, the_timeout_cancels_the_attempt_on_its_worker)
+{
+    static const char *acts[] = {"t.hang"};
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg m, r, c;
+    int64_t t0;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 3);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    wp_msg_init(&m, WP_CONTROL);
+    tw_send(&w, 2, &m);
+    tw_recv_start(&w, 2); /* parked control request */
+    tw_ready(&w, 1, NULL);
+    submit_timeout(p, "t.hang", 7, 300);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    t0 = cn_mono_ms();
+    cr_assert(got_wait(&g, 1, 3000), "no timeout");
+    cr_assert_str_eq(g.r[0].type, "ActionTimeout");
+    cr_expect_geq(cn_mono_ms() - t0, 250);
+    cr_assert_eq(tw_recv_wait(&w, 2, &c), 0);
+    cr_assert_eq(c.kind, WP_CANCEL, "the worker was not told to stop");
+    cr_assert_eq(c.token, r.items[0].token);
+    wp_msg_fini(&c);
+    wp_msg_fini(&r);
+    tw_close(&w, 3);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
 Test(pool, credential_is_required_when_configured)
 {
     static const char *acts[] = {"t.x"};
