@@ -41,6 +41,8 @@ struct ir_policy {
     int64_t backoff_ms;       /* RETRY: the first delay */
     int64_t max_backoff_ms;   /* RETRY: the delay grows up to this (IR_MAX_BACKOFF_MS) */
     int64_t multiplier_milli; /* RETRY: growth per retry, in thousandths (2000: doubles) */
+    int64_t max_elapsed_ms;   /* RETRY: no retry starts past this since the first attempt;
+                                 0 = no bound */
     int64_t timeout_ms;       /* TIMEOUT, DEADLINE */
 };
 
@@ -125,6 +127,7 @@ struct ir_stmt {
     struct ir_handler *handlers; /* TRY */
     uint32_t nhandlers;
     bool helper_call; /* RETURN: expr is a helper call (set by the checker) */
+    bool fail_fast;   /* SPREAD, PARALLEL: `[fail_fast]`, the first failure cancels the rest */
 };
 
 struct ir_func {
@@ -133,6 +136,8 @@ struct ir_func {
     struct ir_names inputs;
     struct ir_names outputs;
     struct ir_block body;
+    int64_t timeout_ms; /* `[timeout: D]` after the signature (entry function only); 0 = none */
+    struct ir_pos timeout_pos;
 };
 
 /* A parsed source file. Owns its arena and expression pool. */

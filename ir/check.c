@@ -719,6 +719,15 @@ ir_check(struct ir_program *p, struct ir_diags *diags)
         ir_diags_add(diags, p->funcs[0].pos.line, p->funcs[0].pos.col,
                      "no entry function: name one function 'main' (or define only one)");
     }
+    for (i = 0; i < p->nfuncs; i++) {
+        const struct ir_func *f = &p->funcs[i];
+        if (f->timeout_ms != 0 && f != ir_program_entry(p)) {
+            ir_diags_add(diags, f->timeout_pos.line, f->timeout_pos.col,
+                         "[timeout: D] bounds a whole workflow: only the entry function takes it "
+                         "(%s is a helper)",
+                         f->name);
+        }
+    }
     for (i = 0; i < p->nfuncs && c.rv == CN_OK; i++) {
         check_func(&c, i);
     }

@@ -339,6 +339,7 @@ compile_action(struct compiler *c, uint32_t id, const struct ir_action_call *a)
         r->backoff_ms = p->backoff_ms;
         r->max_backoff_ms = p->max_backoff_ms;
         r->multiplier_milli = p->multiplier_milli;
+        r->max_elapsed_ms = p->max_elapsed_ms;
     }
 }
 
@@ -704,6 +705,8 @@ compile_fanout(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s
         set_targets(c, agg, &s->targets);
         node_at(c, agg)->link = fork;
         node_at(c, fork)->link = agg;
+        node_at(c, agg)->fail_fast = s->fail_fast;
+        node_at(c, fork)->fail_fast = s->fail_fast;
         pend_push(c, preds, agg, IR_E_NEXT, IR_NO_EXPR, 0);
     }
     free(ends.items);
@@ -1056,6 +1059,7 @@ ir_compile_program(struct ir_program *p, struct ir_diags *diags, struct ir_dag *
     d->exprs = p->exprs;
     memset(&p->exprs, 0, sizeof(p->exprs));
     d->entry_func = entry->name;
+    d->timeout_ms = entry->timeout_ms;
     *out = d;
     return CN_OK;
 }

@@ -60,12 +60,15 @@
 #include "ir/expr.h"
 
 #define IR_NO_NODE            UINT32_MAX
-#define IR_DAG_FORMAT_VERSION 2
+#define IR_DAG_FORMAT_VERSION 3
 
 /* Default base delay for retries without `backoff:` (documented in docs/language.md). */
 #define IR_DEFAULT_BACKOFF_MS 1000
 /* Exponential backoff is capped here (factor 2, capped at 1h: docs/language.md "Policies"). */
 #define IR_MAX_BACKOFF_MS (3600 * 1000)
+/* Any duration written in a policy or a function's [timeout: D]: a year and a day. Longer is a
+ * typo (a unit missing), and it keeps deadline arithmetic far from overflow. */
+#define IR_MAX_POLICY_DURATION_MS (366LL * 24 * 3600 * 1000)
 /* `multiplier:` of a retry policy, in thousandths: the default doubles the delay per retry;
  * 1.0 keeps it constant; 100 is plenty for any schedule a cap of 1h allows. */
 #define IR_DEFAULT_BACKOFF_MULTIPLIER_MILLI 2000
@@ -129,6 +132,8 @@ struct ir_retry {
     int64_t backoff_ms;
     int64_t max_backoff_ms;   /* at most IR_MAX_BACKOFF_MS */
     int64_t multiplier_milli; /* IR_MIN_.. to IR_MAX_BACKOFF_MULTIPLIER_MILLI */
+    int64_t max_elapsed_ms;   /* no retry once this long has passed since the first attempt was
+                                 dispatched; 0 = no bound */
 };
 
 struct ir_handler_info {
@@ -164,6 +169,8 @@ struct ir_node {
     uint32_t nretries;
     int64_t timeout_ms;  /* ACTION: start to close, per attempt; 0 = the runner's default */
     int64_t deadline_ms; /* ACTION: schedule to close, per attempt ([deadline: D]); 0 = none */
+    bool fail_fast;      /* SPREAD, PARALLEL and their AGGREGATE: the first failed branch
+                            cancels the others and is raised at once */
     struct ir_handler_info *handlers; /* EXCEPT */
     uint32_t nhandlers;
     uint32_t first_edge, nedges; /* outgoing edges: dag->edges[first_edge .. +nedges) */
@@ -179,8 +186,10 @@ struct ir_dag {
     uint32_t nedges;
     struct ir_frame *frames;
     uint32_t nframes;
-    uint32_t entry;  /* the ENTRY node */
-    uint32_t output; /* the OUTPUT node */
+    uint32_t entry;     /* the ENTRY node */
+    uint32_t output;    /* the OUTPUT node */
+    int64_t timeout_ms; /* the entry function's [timeout: D]: an instance's default deadline,
+                           counted from when it is due; 0 = none */
 };
 
 /* Frees the template. NULL is a no-op. */

@@ -6,15 +6,16 @@
  * sorted by source node, expression children defined before their parents (so expression trees
  * are acyclic) and no taller than IR_EXPR_MAX_HEIGHT. A corrupt blob is an error, never a crash.
  *
- *   {"format": 2, "entry_func": s, "entry": u, "output": u,
+ *   {"format": 3, "entry_func": s, "entry": u, "output": u, "timeout_ms": u,
  *    "frames": [[func, parent|nil, call_node|nil], ...],
  *    "exprs":  [[kind, op, line, col, nargs, args, ops, name|nil, const|nil, [kwnames]], ...],
  *    "args":   [u, ...],                               (children, then comparison ops)
  *    "nodes":  [[kind, frame, line, col, exc|nil, expr|nil, link|nil, callee_frame|nil,
  *                try_depth, loop_depth, name|nil, [targets], [argnames], [argexprs],
- *                [[[types], retries, backoff_ms, max_backoff_ms, multiplier_milli], ...],
+ *                [[[types], retries, backoff_ms, max_backoff_ms, multiplier_milli,
+ *                  max_elapsed_ms], ...],
  *                timeout_ms, deadline_ms,
- *                [[[types], bind|nil], ...], unpack], ...],
+ *                [[[types], bind|nil], ...], unpack, fail_fast], ...],
  *    "edges":  [[from, to, kind, expr|nil, index], ...]}
  */
 #include <stdlib.h>
@@ -115,9 +116,11 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
 
     memset(&e, 0, sizeof(e));
     msgpack_packer_init(&e.pk, out, enc_write);
-    e.bad |= msgpack_pack_map(&e.pk, 9);
+    e.bad |= msgpack_pack_map(&e.pk, 10);
     e_key(&e, "format");
     e_u(&e, IR_DAG_FORMAT_VERSION);
+    e_key(&e, "timeout_ms");
+    e_u(&e, (uint64_t) d->timeout_ms);
     e_key(&e, "entry_func");
     e_str(&e, d->entry_func);
     e_key(&e, "entry");
@@ -157,7 +160,7 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
     e_arr(&e, d->nnodes);
     for (i = 0; i < d->nnodes; i++) {
         const struct ir_node *n = &d->nodes[i];
-        e_arr(&e, 19);
+        e_arr(&e, 20);
         e_u(&e, n->kind);
         e_u(&e, n->frame);
         e_u(&e, n->line);
@@ -177,12 +180,13 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
         }
         e_arr(&e, n->nretries);
         for (k = 0; k < n->nretries; k++) {
-            e_arr(&e, 5);
+            e_arr(&e, 6);
             e_strs(&e, n->retries[k].types, n->retries[k].ntypes);
             e_u(&e, (uint64_t) n->retries[k].retries);
             e_u(&e, (uint64_t) n->retries[k].backoff_ms);
             e_u(&e, (uint64_t) n->retries[k].max_backoff_ms);
             e_u(&e, (uint64_t) n->retries[k].multiplier_milli);
+            e_u(&e, (uint64_t) n->retries[k].max_elapsed_ms);
         }
         e_u(&e, (uint64_t) n->timeout_ms);
         e_u(&e, (uint64_t) n->deadline_ms);
@@ -193,6 +197,7 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
             e_str(&e, n->handlers[k].bind);
         }
         e_u(&e, n->unpack ? 1 : 0);
+        e_u(&e, n->fail_fast ? 1 : 0);
     }
     e_key(&e, "edges");
     e_arr(&e, d->nedges);
@@ -478,7 +483,7 @@ static bool
 d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
 {
     struct ir_dag *d = x->d;
-    const msgpack_object *a = d_arr(x, o, 19, "node must be a 19-element array"), *b, *c;
+    const msgpack_object *a = d_arr(x, o, 20, "node must be a 20-element array"), *b, *c;
     uint32_t kind, k, cnt;
     uint64_t u;
 
@@ -534,7 +539,7 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
     }
     for (k = 0; k < cnt; k++) {
         struct ir_retry *r = &n->retries[k];
-        if ((c = d_arr(x, &a[14].via.array.ptr[k], 5, "retry must be a 5-element array")) == NULL ||
+        if ((c = d_arr(x, &a[14].via.array.ptr[k], 6, "retry must be a 6-element array")) == NULL ||
             !d_strs(x, &c[0], &r->types, &r->ntypes, "bad retry types") ||
             !d_u(x, &c[1], INT64_MAX, &u, "bad retry count")) {
             return false;
@@ -553,6 +558,10 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
             return x->rv != CN_OK ? false : d_fail(x, CN_PARSE, "bad multiplier");
         }
         r->multiplier_milli = (int64_t) u;
+        if (!d_u(x, &c[5], IR_MAX_POLICY_DURATION_MS, &u, "bad max_elapsed")) {
+            return false;
+        }
+        r->max_elapsed_ms = (int64_t) u;
     }
     n->nretries = cnt;
     if (!d_u(x, &a[15], INT64_MAX, &u, "bad timeout")) {
@@ -587,6 +596,10 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
         return false;
     }
     n->unpack = u == 1;
+    if (!d_u(x, &a[19], 1, &u, "bad fail_fast flag")) {
+        return false;
+    }
+    n->fail_fast = u == 1;
     return true;
 }
 
@@ -610,9 +623,9 @@ static bool
 d_dag(struct dec *x, const msgpack_object *root)
 {
     struct ir_dag *d = x->d;
-    const msgpack_object *f[9];
-    static const char *const keys[] = {"format", "entry_func", "entry", "output", "frames",
-                                       "exprs",  "args",       "nodes", "edges"};
+    const msgpack_object *f[10];
+    static const char *const keys[] = {"format", "entry_func", "entry", "output",    "frames",
+                                       "exprs",  "args",       "nodes", "edges", "timeout_ms"};
     const msgpack_object *a;
     uint64_t fmt;
     uint32_t i;
@@ -625,7 +638,7 @@ d_dag(struct dec *x, const msgpack_object *root)
         f[0]->via.u64 != IR_DAG_FORMAT_VERSION) {
         return d_fail(x, CN_VERSION, "unsupported format version");
     }
-    for (i = 0; i < 9; i++) {
+    for (i = 0; i < 10; i++) {
         if ((f[i] = d_field(root, keys[i])) == NULL) {
             char msg[64];
             (void) snprintf(msg, sizeof(msg), "missing field '%s'", keys[i]);
@@ -650,9 +663,11 @@ d_dag(struct dec *x, const msgpack_object *root)
         return d_fail(x, CN_PARSE, "a template needs nodes and a frame");
     }
     if (!d_u32(x, f[2], d->nnodes - 1, &d->entry, "bad entry node") ||
-        !d_u32(x, f[3], d->nnodes - 1, &d->output, "bad output node") || !d_exprs(x, f[5], f[6])) {
+        !d_u32(x, f[3], d->nnodes - 1, &d->output, "bad output node") || !d_exprs(x, f[5], f[6]) ||
+        !d_u(x, f[9], IR_MAX_POLICY_DURATION_MS, &fmt, "bad workflow timeout")) {
         return false;
     }
+    d->timeout_ms = (int64_t) fmt;
     d->frames = cn_arena_calloc(d->arena, d->nframes, sizeof(*d->frames));
     d->nodes = cn_arena_calloc(d->arena, d->nnodes, sizeof(*d->nodes));
     d->edges = cn_arena_calloc(d->arena, d->nedges ? d->nedges : 1, sizeof(*d->edges));

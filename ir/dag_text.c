@@ -105,6 +105,10 @@ put_action(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
             TRY(cn_buf_printf(o, ", multiplier: %lld%s%s", (long long) (r->multiplier_milli / 1000),
                               len > 0 ? "." : "", frac));
         }
+        if (r->max_elapsed_ms > 0) {
+            TRY(cn_buf_puts(o, ", max_elapsed: "));
+            TRY(put_duration(o, r->max_elapsed_ms));
+        }
         TRY(cn_buf_putc(o, ']'));
     }
     if (n->timeout_ms > 0) {
@@ -130,7 +134,13 @@ put_detail(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
     case IR_N_ENTRY:
         TRY(cn_buf_puts(o, "input: ["));
         TRY(put_names(o, n->targets, n->ntargets, ", "));
-        return cn_buf_putc(o, ']');
+        TRY(cn_buf_putc(o, ']'));
+        if (n->frame == 0 && d->timeout_ms > 0) {
+            TRY(cn_buf_puts(o, " [timeout: "));
+            TRY(put_duration(o, d->timeout_ms));
+            TRY(cn_buf_putc(o, ']'));
+        }
+        return CN_OK;
     case IR_N_OUTPUT:
         TRY(cn_buf_puts(o, "output: ["));
         TRY(put_names(o, n->targets, n->ntargets, ", "));
@@ -149,13 +159,17 @@ put_detail(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
     case IR_N_SPREAD:
         TRY(cn_buf_puts(o, "spread "));
         TRY(put_expr(d, o, n->expr));
-        return cn_buf_printf(o, ":%s", n->name);
+        return cn_buf_printf(o, ":%s%s", n->name, n->fail_fast ? " [fail_fast]" : "");
+    case IR_N_PARALLEL:
+        return n->fail_fast ? cn_buf_puts(o, "[fail_fast]") : CN_OK;
     case IR_N_AGGREGATE:
         if (n->ntargets == 0) {
-            return cn_buf_puts(o, "(results discarded)");
+            TRY(cn_buf_puts(o, "(results discarded)"));
+        } else {
+            TRY(put_names(o, n->targets, n->ntargets, ", "));
+            TRY(cn_buf_puts(o, n->unpack ? " = unpack(results)" : " = results"));
         }
-        TRY(put_names(o, n->targets, n->ntargets, ", "));
-        return cn_buf_puts(o, n->unpack ? " = unpack(results)" : " = results");
+        return n->fail_fast ? cn_buf_puts(o, " [fail_fast]") : CN_OK;
     case IR_N_EXCEPT:
         for (i = 0; i < n->nhandlers; i++) {
             const struct ir_handler_info *h = &n->handlers[i];

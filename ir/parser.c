@@ -1031,6 +1031,10 @@ parse_duration(struct parser *ps, const char *what, int64_t *ms)
         error_at(ps, t, "%s must be a positive duration", what);
         return false;
     }
+    if (*ms > IR_MAX_POLICY_DURATION_MS) {
+        error_at(ps, t, "%s is too long (at most 366 days)", what);
+        return false;
+    }
     return true;
 }
 
@@ -1065,19 +1069,19 @@ parse_multiplier(struct parser *ps, int64_t *milli)
 static bool
 parse_retry_option(struct parser *ps, struct ir_policy *pol, unsigned *seen)
 {
-    static const char *const names[] = {"backoff", "max_backoff", "multiplier"};
+    static const char *const names[] = {"backoff", "max_backoff", "multiplier", "max_elapsed"};
     const struct ir_token *t = peek(ps);
     unsigned k;
 
-    for (k = 0; k < 3; k++) {
+    for (k = 0; k < 4; k++) {
         if (is_name_tok(t, names[k]) && peek_at(ps, 1)->kind == IR_TK_COLON) {
             break;
         }
     }
-    if (k == 3) {
+    if (k == 4) {
         error_at(ps, t,
-                 "expected 'backoff:', 'max_backoff:' or 'multiplier:' after the retry "
-                 "count");
+                 "expected 'backoff:', 'max_backoff:', 'multiplier:' or 'max_elapsed:' after the "
+                 "retry count");
         return false;
     }
     if (*seen & (1u << k)) {
@@ -1089,6 +1093,9 @@ parse_retry_option(struct parser *ps, struct ir_policy *pol, unsigned *seen)
     advance(ps);
     if (k == 2) {
         return parse_multiplier(ps, &pol->multiplier_milli);
+    }
+    if (k == 3) {
+        return parse_duration(ps, names[k], &pol->max_elapsed_ms);
     }
     if (!parse_duration(ps, names[k], k == 0 ? &pol->backoff_ms : &pol->max_backoff_ms)) {
         return false;
@@ -1179,12 +1186,46 @@ parse_policy(struct parser *ps, struct ir_policy *pol)
                  "backoff is larger than max_backoff: the first delay would exceed the cap");
         return false;
     }
+    if (pol->max_elapsed_ms != 0 && pol->max_elapsed_ms < pol->backoff_ms) {
+        error_at(ps, open,
+                 "max_elapsed is shorter than backoff: no retry could ever start in time");
+        return false;
+    }
     return expect(ps, IR_TK_RBRACK, "to close the policy");
 }
 
-/* '@' NAME ('.' NAME)+ '(' kwargs ')' policies; the '@' is current. */
+/* True at `[fail_fast]`. */
 static bool
-parse_action(struct parser *ps, struct ir_action_call *ac)
+at_fail_fast(struct parser *ps)
+{
+    return at(ps, IR_TK_LBRACK) && is_name_tok(peek_at(ps, 1), "fail_fast") &&
+           peek_at(ps, 2)->kind == IR_TK_RBRACK;
+}
+
+/* Consumes `[fail_fast]` into *flag (NULL: not allowed here, an error). */
+static bool
+parse_fail_fast(struct parser *ps, bool *flag)
+{
+    const struct ir_token *t = advance(ps); /* '[' */
+
+    if (flag == NULL) {
+        error_at(ps, t, "[fail_fast] applies to a spread or a parallel block, not to one action");
+        return false;
+    }
+    if (*flag) {
+        error_at(ps, t, "[fail_fast] given twice");
+        return false;
+    }
+    *flag = true;
+    advance(ps);
+    advance(ps);
+    return true;
+}
+
+/* '@' NAME ('.' NAME)+ '(' kwargs ')' policies; the '@' is current. fail_fast: where a
+ * spread's `[fail_fast]` goes (among its action's policies), NULL elsewhere. */
+static bool
+parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
 {
     const struct ir_token *t = advance(ps);
     struct cn_buf name = CN_BUF_INIT;
@@ -1253,6 +1294,12 @@ parse_action(struct parser *ps, struct ir_action_call *ac)
     }
     while (at(ps, IR_TK_LBRACK)) {
         struct ir_policy p;
+        if (at_fail_fast(ps)) {
+            if (!parse_fail_fast(ps, fail_fast)) {
+                goto fail;
+            }
+            continue;
+        }
         if (!parse_policy(ps, &p)) {
             goto fail;
         }
@@ -1413,7 +1460,10 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
     size_t n = 0, cap = 0;
 
     advance(ps); /* parallel */
-    if (!expect(ps, IR_TK_COLON, "after 'parallel'")) {
+    if (at_fail_fast(ps) && !parse_fail_fast(ps, &s->fail_fast)) {
+        return s;
+    }
+    if (!expect(ps, IR_TK_COLON, "after 'parallel' (or 'parallel [fail_fast]')")) {
         return s;
     }
     if (!at(ps, IR_TK_NEWLINE) || peek_at(ps, 1)->kind != IR_TK_INDENT) {
@@ -1429,7 +1479,7 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
         b.pos = tok_pos(t);
         if (t->kind == IR_TK_AT) {
             b.is_action = true;
-            if (!parse_action(ps, &b.action)) {
+            if (!parse_action(ps, &b.action, NULL)) {
                 break;
             }
         } else {
@@ -1503,7 +1553,7 @@ parse_spread(struct parser *ps, struct ir_stmt *s)
         error_at(ps, peek(ps), "spread runs one action per item: expected '@module.action(...)'");
         return false;
     }
-    return parse_action(ps, &s->action);
+    return parse_action(ps, &s->action, &s->fail_fast);
 }
 
 static enum ir_binop
@@ -1582,7 +1632,7 @@ parse_simple_assign(struct parser *ps)
     t = peek(ps);
     if (t->kind == IR_TK_AT) {
         s->kind = IR_S_ACTION;
-        if (parse_action(ps, &s->action)) {
+        if (parse_action(ps, &s->action, NULL)) {
             end_simple(ps);
         }
     } else if (t->kind == IR_TK_SPREAD) {
@@ -1857,7 +1907,7 @@ parse_stmt(struct parser *ps)
         return s;
     case IR_TK_AT:
         s = new_stmt(ps, IR_S_ACTION, t);
-        if (s != NULL && parse_action(ps, &s->action)) {
+        if (s != NULL && parse_action(ps, &s->action, NULL)) {
             end_simple(ps);
         }
         return s;
@@ -2036,8 +2086,29 @@ parse_func(struct parser *ps, struct ir_func *f)
         return false;
     }
 close:
-    if (!expect(ps, IR_TK_RPAREN, "to close the function signature") ||
-        !expect(ps, IR_TK_COLON, "after function signature")) {
+    if (!expect(ps, IR_TK_RPAREN, "to close the function signature")) {
+        return false;
+    }
+    /* `fn main(...) [timeout: D]:` bounds a whole instance (the checker allows it on the entry
+     * function only). */
+    while (at(ps, IR_TK_LBRACK)) {
+        const struct ir_token *o = peek(ps);
+        struct ir_policy p;
+        if (!(is_name_tok(peek_at(ps, 1), "timeout") && peek_at(ps, 2)->kind == IR_TK_COLON)) {
+            error_at(ps, o, "a function takes only [timeout: D] (the workflow's deadline)");
+            return false;
+        }
+        if (f->timeout_ms != 0) {
+            error_at(ps, o, "timeout given twice for function %s", f->name);
+            return false;
+        }
+        if (!parse_policy(ps, &p)) {
+            return false;
+        }
+        f->timeout_ms = p.timeout_ms;
+        f->timeout_pos = p.pos;
+    }
+    if (!expect(ps, IR_TK_COLON, "after function signature")) {
         return false;
     }
     f->body = parse_block(ps, "the function signature");

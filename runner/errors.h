@@ -21,6 +21,8 @@
  *   WorkerLost     the worker running an attempt disconnected, or the pool stopped
  *   StateError     an instance cannot resume (its snapshot does not decode): a poison instance
  *   WorkflowError  an instance's workflow version cannot run (it no longer compiles)
+ *   WorkflowTimeout  an instance still unfinished at its deadline (`fn main(...) [timeout: D]`,
+ *                  or the enqueue's): its error when it ends `timed_out`. No handler sees it
  *   StepLimitExceeded  one step ran more inline nodes than its budget (struct rn_exec_cfg):
  *                  the executor fails the instance with it directly, no handler ever sees it,
  *                  so it has no base: one would only suggest that `except RuntimeError` (say)
@@ -31,7 +33,8 @@
     X(RN_ERR_WORKER_LOST, "WorkerLost", NULL)                 \
     X(RN_ERR_STATE, "StateError", NULL)                       \
     X(RN_ERR_WORKFLOW, "WorkflowError", NULL)                 \
-    X(RN_ERR_STEP_LIMIT, "StepLimitExceeded", NULL)
+    X(RN_ERR_STEP_LIMIT, "StepLimitExceeded", NULL)           \
+    X(RN_ERR_WORKFLOW_TIMEOUT, "WorkflowTimeout", "TimeoutError")
 
 #define RN_ERROR_ENUM(e, type, base) e,
 enum rn_error { RN_ERRORS(RN_ERROR_ENUM) RN_ERROR_COUNT_ };

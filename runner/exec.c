@@ -174,6 +174,7 @@ rn_x_alloc(struct rn_instance *in)
     x->scope = RN_NONE;
     x->fork_agg = RN_NONE;
     x->item = ir_null();
+    x->last_error = ir_null();
     in->live_x++;
     return i;
 }
@@ -192,6 +193,7 @@ x_free(struct rn_instance *in, uint32_t i)
     }
     free(x->slots);
     ir_val_release(x->item);
+    ir_val_release(x->last_error);
     scope_rele(in, x->scope);
     memset(x, 0, sizeof(*x));
     x->status = RN_X_FREE;
@@ -289,6 +291,7 @@ rn_step_out_clear(struct rn_step_out *o)
 
     for (i = 0; i < o->actions.len; i++) {
         ir_val_release(o->actions.items[i].kwargs);
+        ir_val_release(o->actions.items[i].prev_error);
     }
     for (i = 0; i < o->done.len; i++) {
         ir_val_release(o->done.items[i].value);
@@ -469,6 +472,61 @@ finish(struct rn_instance *in, enum rn_outcome outcome, struct ir_val v)
     in->out->snapshot_needed = true;
 }
 
+/* True when execution node j runs inside a branch of aggregate ai, however deeply nested. */
+static bool
+under_aggregate(const struct rn_instance *in, uint32_t j, uint32_t ai)
+{
+    uint32_t a = in->x.items[j].fork_agg;
+
+    while (a != RN_NONE) {
+        if (a == ai) {
+            return true;
+        }
+        a = in->x.items[a].fork_agg;
+    }
+    return false;
+}
+
+/* `[fail_fast]`: a branch of aggregate ai failed with err (consumed). Every other branch still
+ * live is dropped now (running attempts cancelled on their workers, sleeps and backoffs
+ * forgotten, nested fan-outs with them), and err is raised from the aggregate at once. */
+static void
+fail_fast(struct rn_instance *in, uint32_t ai, struct ir_val err)
+{
+    struct rn_xnode *a;
+    size_t i, k;
+
+    for (i = 0; i < in->x.len; i++) {
+        struct rn_xnode *x = &in->x.items[i];
+        if (x->status == RN_X_FREE || !under_aggregate(in, (uint32_t) i, ai)) {
+            continue;
+        }
+        if (x->status == RN_X_RUNNING && CN_VEC_PUSH(&in->out->cancels, x->id) != CN_OK) {
+            ir_val_release(err);
+            oom(in);
+            return;
+        }
+        for (k = in->q.head; k < in->q.len; k++) {
+            if (in->q.items[k].x == (uint32_t) i) { /* queued to run later in this step */
+                ir_val_release(in->q.items[k].val);
+                in->q.items[k].val = ir_null();
+                in->q.items[k].x = RN_NONE;
+            }
+        }
+        x_free(in, (uint32_t) i);
+    }
+    a = &in->x.items[ai];
+    for (k = 0; k < a->nslots; k++) {
+        ir_val_release(a->slots[k].value);
+    }
+    free(a->slots);
+    a->slots = NULL;
+    a->nslots = a->pending = 0;
+    a->status = RN_X_ACTIVE;
+    in->out->snapshot_needed = true;
+    raise_error(in, ai, err);
+}
+
 /* Delivers a branch's value (or error) to aggregate `ai`, slot `idx`. Consumes v. */
 static void
 deliver(struct rn_instance *in, uint32_t ai, uint32_t idx, bool ok, struct ir_val v)
@@ -480,6 +538,10 @@ deliver(struct rn_instance *in, uint32_t ai, uint32_t idx, bool ok, struct ir_va
         ir_val_release(v); /* cannot happen: each branch reports once */
         return;
     }
+    if (!ok && tnode(in, a->node)->fail_fast) {
+        fail_fast(in, ai, v);
+        return;
+    }
     s = &a->slots[idx];
     s->filled = true;
     s->ok = ok;
@@ -488,6 +550,15 @@ deliver(struct rn_instance *in, uint32_t ai, uint32_t idx, bool ok, struct ir_va
         a->status = RN_X_ACTIVE;
         push(in, ai, false, ir_null(), true);
     }
+}
+
+/* An execution node leaving an action keeps nothing of its attempts. */
+static void
+forget_attempts(struct rn_xnode *x)
+{
+    x->first_at = 0;
+    ir_val_release(x->last_error);
+    x->last_error = ir_null();
 }
 
 /* Moves xi along `edge` carrying (has_val, val). Consumes val. */
@@ -518,6 +589,7 @@ follow(struct rn_instance *in, uint32_t xi, const struct ir_edge *edge, bool has
         rn_xidmap_del(&in->ids, x->id);
         x->has_id = false;
     }
+    forget_attempts(x);
     x->node = edge->to;
     x->status = RN_X_ACTIVE;
     if (to->kind != IR_N_CALL_EXIT) {
@@ -561,6 +633,7 @@ raise_error(struct rn_instance *in, uint32_t xi, struct ir_val err)
         rn_xidmap_del(&in->ids, x->id);
         x->has_id = false;
     }
+    forget_attempts(x);
     x->node = target;
     x->status = RN_X_ACTIVE;
     scope_to_frame(in, xi, tnode(in, target)->frame);
@@ -635,6 +708,9 @@ dispatch(struct rn_instance *in, uint32_t xi, bool resend)
         if (x->attempt == 0) {
             x->attempt = 1;
         }
+        if (x->first_at == 0) {
+            x->first_at = in->now; /* max_elapsed counts from here */
+        }
         x->status = RN_X_RUNNING;
         if (!resend || x->deadline == 0) {
             x->deadline = t->deadline_ms > 0 ? in->now + t->deadline_ms : 0;
@@ -645,9 +721,11 @@ dispatch(struct rn_instance *in, uint32_t xi, bool resend)
         r.kwargs = kw;
         r.timeout_ms = timeout_for(in, t);
         r.deadline_ms = x->deadline;
+        r.prev_error = ir_val_retain(x->last_error);
     }
     if (CN_VEC_PUSH(&in->out->actions, r) != CN_OK) {
         ir_val_release(kw);
+        ir_val_release(r.prev_error);
         oom(in);
         return;
     }
@@ -665,7 +743,7 @@ retry_delay(struct rn_instance *in, uint32_t xi, struct ir_val err)
     const struct rn_xnode *x = &in->x.items[xi];
     const struct ir_node *t = tnode(in, x->node);
     bool timeout = strcmp(ir_error_type(err), rn_error_name(RN_ERR_ACTION_TIMEOUT)) == 0;
-    int64_t best = -1, base = 0, cap = IR_MAX_BACKOFF_MS, mult = 2000, delay;
+    int64_t best = -1, base = 0, cap = IR_MAX_BACKOFF_MS, mult = 2000, elapsed = 0, delay;
     uint32_t k, j;
 
     if (!ir_error_retryable(err)) {
@@ -685,10 +763,14 @@ retry_delay(struct rn_instance *in, uint32_t xi, struct ir_val err)
             base = r->backoff_ms;
             cap = r->max_backoff_ms;
             mult = r->multiplier_milli;
+            elapsed = r->max_elapsed_ms;
         }
     }
     if (best < (int64_t) x->attempt) {
         return -1;
+    }
+    if (elapsed > 0 && x->first_at != 0 && in->now - x->first_at >= elapsed) {
+        return -1; /* max_elapsed: the time for retries is up */
     }
     /* Exponential from the base (times the multiplier per retry, in thousandths: integer
      * arithmetic, so that a replay computes the same delay), up to the cap; then full jitter:
@@ -700,7 +782,11 @@ retry_delay(struct rn_instance *in, uint32_t xi, struct ir_val err)
     if (delay > cap) {
         delay = cap;
     }
-    return (int64_t) (rng_next(&in->rng) % (uint64_t) (delay + 1));
+    delay = (int64_t) (rng_next(&in->rng) % (uint64_t) (delay + 1));
+    if (elapsed > 0 && x->first_at != 0 && in->now + delay > x->first_at + elapsed) {
+        delay = x->first_at + elapsed - in->now; /* the last retry starts at the bound */
+    }
+    return delay;
 }
 
 /* An attempt of xi failed with err (consumed). Retry later or raise. */
@@ -715,7 +801,9 @@ attempt_failed(struct rn_instance *in, uint32_t xi, struct ir_val err)
         raise_error(in, xi, err);
         return;
     }
-    ir_val_release(err);
+    /* Kept for the next attempt's request (its worker sees what went wrong before). */
+    ir_val_release(x->last_error);
+    x->last_error = err;
     x->attempt++;
     x->status = RN_X_BACKOFF;
     x->scheduled_at = in->now + delay;
@@ -1180,6 +1268,9 @@ run_node(struct rn_instance *in, const struct rn_work *w)
         return;
     case IR_N_ACTION:
         in->x.items[xi].attempt = 0;
+        in->x.items[xi].first_at = 0;
+        ir_val_release(in->x.items[xi].last_error);
+        in->x.items[xi].last_error = ir_null();
         dispatch(in, xi, false);
         return;
     case IR_N_SPREAD:
@@ -1236,7 +1327,9 @@ run_queue(struct rn_instance *in)
 {
     while (in->q.head < in->q.len && in->rv == CN_OK && in->outcome == RN_RUNNING) {
         struct rn_work w = in->q.items[in->q.head++];
-        run_node(in, &w);
+        if (w.x != RN_NONE) { /* RN_NONE: its node was cancelled (fail_fast) */
+            run_node(in, &w);
+        }
     }
 }
 
@@ -1282,6 +1375,16 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
             return;
         }
         finish(in, RN_CANCELLED, err);
+        return;
+    }
+    if (ev->kind == RN_EV_TIMEOUT) {
+        const char *why = ev->value.type == IR_T_STR ? ir_str_data(ev->value)
+                                                     : "the workflow passed its deadline";
+        if (rn_error_new(RN_ERR_WORKFLOW_TIMEOUT, why, &err) != CN_OK) {
+            oom(in);
+            return;
+        }
+        finish(in, RN_TIMED_OUT, err);
         return;
     }
     if (!rn_xidmap_get(&in->ids, ev->exec_id, &xi)) {

@@ -41,7 +41,8 @@
 #include "ir/value.h"
 #include "runner/ids.h"
 
-#define RN_SNAPSHOT_FORMAT_VERSION 1
+/* 2 added first_at and last_error to each node; format 1 snapshots still decode. */
+#define RN_SNAPSHOT_FORMAT_VERSION 2
 
 struct rn_instance;
 
@@ -68,6 +69,8 @@ enum rn_event_kind {
     RN_EV_ERROR,      /* an action attempt failed: value = error map (type, message, bases...) */
     RN_EV_TIMER,      /* a timer this instance asked for fired (sleep, backoff or deadline) */
     RN_EV_CANCEL,     /* cancel the instance: value = the reason (a string, or None) */
+    RN_EV_TIMEOUT,    /* the instance passed its deadline (the caller keeps it): it ends
+                         TIMED_OUT with a WorkflowTimeout whose message is value (a string) */
 };
 
 struct rn_event {
@@ -84,6 +87,8 @@ struct rn_action_req {
     struct ir_val kwargs;  /* owned by the step output */
     int64_t timeout_ms;    /* start to close: from when a worker starts it (the pool counts) */
     int64_t deadline_ms;   /* schedule to close ([deadline: D]): absolute, wall clock; 0 = none */
+    struct ir_val prev_error; /* the previous attempt's error (None for the first); owned by the
+                                 step output */
 };
 
 enum rn_timer_kind { RN_TIMER_SLEEP = 0, RN_TIMER_BACKOFF, RN_TIMER_DEADLINE };
@@ -110,7 +115,8 @@ struct rn_done {
     X(RN_RUNNING, "running")     \
     X(RN_COMPLETED, "completed") \
     X(RN_FAILED, "failed")       \
-    X(RN_CANCELLED, "cancelled")
+    X(RN_CANCELLED, "cancelled")     \
+    X(RN_TIMED_OUT, "timed_out")
 #define RN_OUTCOME_ENUM(e, name) e,
 enum rn_outcome { RN_OUTCOMES(RN_OUTCOME_ENUM) RN_OUTCOME_COUNT_ };
 #undef RN_OUTCOME_ENUM
@@ -146,7 +152,8 @@ struct rn_step_out {
     bool snapshot_needed;
     enum rn_outcome outcome;
     struct ir_val result; /* COMPLETED: the workflow's value; FAILED: the error; CANCELLED:
-                             a Cancelled error whose message is the reason; owned */
+                             a Cancelled error whose message is the reason; TIMED_OUT: a
+                             WorkflowTimeout; owned */
 };
 
 /* Empties an output for reuse (releases its values). */

@@ -487,6 +487,7 @@ queued_free(struct queued *q)
 {
     free(q->action);
     ir_val_release(q->d.kwargs);
+    ir_val_release(q->d.prev_error);
     free(q);
 }
 
@@ -544,6 +545,7 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     d.action = q->d.action;
     d.kwargs = q->d.kwargs;
     d.deadline_ms = f->deadline; /* the worker stops the work there too */
+    d.last_error = q->d.prev_error;
     if ((rv = rn_idmap_put(&p->tokens, key, (uint32_t) i)) != CN_OK ||
         (rv = wp_batch_add_dispatch(b, &d)) != CN_OK) {
         flight_release_locked(p, i);
@@ -1259,6 +1261,7 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
     q->d.exec_id = d->exec_id;
     q->d.attempt = d->attempt;
     q->d.kwargs = ir_val_retain(d->kwargs);
+    q->d.prev_error = ir_val_retain(d->prev_error);
     q->d.timeout_ms = d->timeout_ms;
     q->d.deadline_ms = d->deadline_ms;
     q->d.ready_us = d->ready_us;

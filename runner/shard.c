@@ -101,6 +101,7 @@ rn_shard_out_clear(struct rn_shard_out *o)
     }
     for (i = 0; i < o->dispatches.len; i++) {
         ir_val_release(o->dispatches.items[i].kwargs);
+        ir_val_release(o->dispatches.items[i].prev_error);
     }
     o->writes.len = o->dispatches.len = o->cancels.len = o->leases.len = o->handed_back.len = 0;
     o->withdrawals.len = 0;
@@ -270,6 +271,7 @@ release_output(struct rn_shard *sh, struct inst *in, const struct rn_step_out *o
         d.attempt = a->attempt;
         d.action = a->action;
         d.kwargs = ir_val_retain(a->kwargs);
+        d.prev_error = ir_val_retain(a->prev_error);
         d.timeout_ms = a->timeout_ms;
         d.deadline_ms = a->deadline_ms;
         d.ready_us = ready_us;

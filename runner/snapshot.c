@@ -6,10 +6,15 @@
  * Values are embedded as `bin` holding their own value document, which keeps this envelope
  * shallow and lets each value use the full nesting depth.
  *
- *   {"format": 1, "instance": bin(16), "rng": uint, "outcome": uint, "result": bin|nil,
+ *   {"format": 2, "instance": bin(16), "rng": uint, "outcome": uint, "result": bin|nil,
  *    "scopes": [[frame, parent|nil, vars: bin], ...],
  *    "nodes":  [[id: bin(16), node, status, scope, fork_agg|nil, fork_idx, attempt,
- *                scheduled_at, deadline, item: bin|nil, slots: [[ok, bin]|nil, ...]], ...]}
+ *                scheduled_at, deadline, item: bin|nil, slots: [[ok, bin]|nil, ...],
+ *                first_at, last_error: bin|nil], ...]}
+ *
+ * Format 1 (nodes of 11 fields, without first_at and last_error) still decodes, so instances a
+ * runner of the previous release left behind resume: their first_at reads as unknown (0: no
+ * max_elapsed bound applies to that action) and their last error as none.
  *
  * Decoding checks every reference against the template and the state machine of exec_int.h,
  * so a corrupt snapshot is an error (CN_PARSE/CN_RANGE/CN_VERSION), never a crash.
@@ -138,7 +143,7 @@ rn_instance_snapshot(const struct rn_instance *in, struct cn_buf *out)
         if (x->status == RN_X_FREE) {
             continue;
         }
-        e.bad |= msgpack_pack_array(&e.pk, 11);
+        e.bad |= msgpack_pack_array(&e.pk, 13);
         s_bin(&e, x->id.b, 16);
         s_u(&e, x->node);
         s_u(&e, x->status);
@@ -164,6 +169,12 @@ rn_instance_snapshot(const struct rn_instance *in, struct cn_buf *out)
                 e.bad |= x->slots[k].ok ? msgpack_pack_true(&e.pk) : msgpack_pack_false(&e.pk);
                 s_val(&e, x->slots[k].value);
             }
+        } else {
+            e.bad |= msgpack_pack_nil(&e.pk);
+        }
+        s_i(&e, x->first_at);
+        if (x->last_error.type != IR_T_NULL) {
+            s_val(&e, x->last_error);
         } else {
             e.bad |= msgpack_pack_nil(&e.pk);
         }
@@ -335,11 +346,14 @@ status_fits(uint8_t status, uint8_t kind)
 }
 
 static bool
-sdec_node(struct sdec *d, const msgpack_object *o, uint32_t nscopes, uint32_t nnodes)
+sdec_node(struct sdec *d, const msgpack_object *o, uint32_t nscopes, uint32_t nnodes,
+          uint64_t format)
 {
     struct rn_instance *in = d->in;
     const struct ir_dag *dag = in->dag;
-    const msgpack_object *a = sarr(d, o, 11, "node must have 11 fields");
+    const msgpack_object *a = sarr(d, o, format == 1 ? 11 : 13,
+                                   format == 1 ? "node must have 11 fields"
+                                               : "node must have 13 fields");
     uint32_t xi = rn_x_alloc(in), k;
     struct rn_xnode *x;
     uint64_t u;
@@ -408,6 +422,19 @@ sdec_node(struct sdec *d, const msgpack_object *o, uint32_t nscopes, uint32_t nn
             return sfail(d, CN_RANGE, "spread action outside its spread");
         }
     }
+    if (format >= 2) {
+        if (!si(d, &a[11], &x->first_at, "bad first_at")) {
+            return false;
+        }
+        if (a[12].type != MSGPACK_OBJECT_NIL) {
+            if (x->status != RN_X_RUNNING && x->status != RN_X_BACKOFF) {
+                return sfail(d, CN_RANGE, "only an action keeps its previous error");
+            }
+            if (!sval(d, &a[12], &x->last_error, "bad last error")) {
+                return false;
+            }
+        }
+    }
     if (x->status == RN_X_WAITING) {
         const msgpack_object *sl = sarr(d, &a[10], UINT32_MAX, "slots must be an array");
         if (sl == NULL && a[10].via.array.size > 0) {
@@ -445,7 +472,7 @@ sdec_all(struct sdec *d, const msgpack_object *root)
 {
     struct rn_instance *in = d->in;
     const msgpack_object *f, *scopes, *nodes;
-    uint64_t u;
+    uint64_t u, format;
     uint32_t i, pending_total;
 
     if (root->type != MSGPACK_OBJECT_MAP) {
@@ -454,16 +481,17 @@ sdec_all(struct sdec *d, const msgpack_object *root)
     if (!su(d, sfield(root, "format"), UINT32_MAX, &u, "missing format")) {
         return false;
     }
-    if (u != RN_SNAPSHOT_FORMAT_VERSION) {
+    if (u != 1 && u != RN_SNAPSHOT_FORMAT_VERSION) {
         return sfail(d, CN_VERSION, "unsupported format version");
     }
+    format = u;
     f = sfield(root, "instance");
     if (f == NULL || f->type != MSGPACK_OBJECT_BIN || f->via.bin.size != 16) {
         return sfail(d, CN_PARSE, "instance id must be 16 bytes");
     }
     memcpy(in->id.b, f->via.bin.ptr, 16);
     if (!su(d, sfield(root, "rng"), UINT64_MAX, &in->rng, "missing rng") ||
-        !su(d, sfield(root, "outcome"), RN_CANCELLED, &u, "bad outcome")) {
+        !su(d, sfield(root, "outcome"), RN_OUTCOME_COUNT_ - 1, &u, "bad outcome")) {
         return false;
     }
     in->outcome = (enum rn_outcome) u;
@@ -484,7 +512,7 @@ sdec_all(struct sdec *d, const msgpack_object *root)
     }
     for (i = 0; i < nodes->via.array.size; i++) {
         if (!sdec_node(d, &nodes->via.array.ptr[i], scopes->via.array.size,
-                       nodes->via.array.size)) {
+                       nodes->via.array.size, format)) {
             return false;
         }
     }

@@ -44,6 +44,7 @@ wp_msg_fini(struct wp_msg *m)
         }
         for (i = 0; i < m->nitems; i++) {
             ir_val_release(m->items[i].kwargs);
+            ir_val_release(m->items[i].last_error);
         }
         cn_arena_free(m->arena);
     }
@@ -152,7 +153,7 @@ w_outcome(struct wenc *e, const struct wp_outcome *o)
 static void
 w_dispatch(struct wenc *e, const struct wp_dispatch *d)
 {
-    e->bad |= msgpack_pack_map(&e->pk, 7);
+    e->bad |= msgpack_pack_map(&e->pk, d->last_error.type == IR_T_MAP ? 8 : 7);
     w_kv_bin(e, "instance", d->instance_id, 16);
     w_kv_bin(e, "exec_id", d->exec_id, 16);
     w_kv_u(e, "attempt", d->attempt);
@@ -161,6 +162,9 @@ w_dispatch(struct wenc *e, const struct wp_dispatch *d)
     w_kv_val(e, "kwargs", d->kwargs);
     w_str(e, "deadline_ms");
     e->bad |= msgpack_pack_int64(&e->pk, d->deadline_ms);
+    if (d->last_error.type == IR_T_MAP) {
+        w_kv_val(e, "last_error", d->last_error);
+    }
 }
 
 /* ---- batches ------------------------------------------------------------------------------ */
@@ -562,6 +566,18 @@ r_dispatch(struct wdec *d, const msgpack_object *map, struct wp_dispatch *out)
     if (out->kwargs.type != IR_T_MAP) {
         return wfail(d, CN_PROTO, "kwargs must be a map", "items.kwargs");
     }
+    if (wfield(map, "last_error") != NULL) {
+        const struct ir_val *t;
+        if (!r_val(d, map, "last_error", &out->last_error)) {
+            return false;
+        }
+        t = out->last_error.type == IR_T_MAP ? ir_map_get(out->last_error, "type", 4) : NULL;
+        if (t == NULL || t->type != IR_T_STR) {
+            return wfail(d, CN_PROTO, "last_error must be an error map with a string \"type\"",
+                         "items.last_error");
+        }
+        ir_map_set_error(&out->last_error, true);
+    }
     o = wfield(map, "deadline_ms");
     if (o != NULL && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX) {
         out->deadline_ms = (int64_t) o->via.u64;
@@ -610,6 +626,7 @@ r_batch(struct wdec *d, const msgpack_object *map, const char *key, uint32_t min
             }
         } else {
             m->items[i].kwargs = ir_null();
+            m->items[i].last_error = ir_null();
             m->nitems = i + 1;
             if (!r_dispatch(d, &a->via.array.ptr[i], &m->items[i])) {
                 return false;

@@ -76,6 +76,8 @@ struct wp_dispatch {
     const char *action;
     struct ir_val kwargs; /* a map */
     int64_t deadline_ms;  /* absolute, wall clock */
+    struct ir_val last_error; /* the previous attempt's error map (attempt > 1), else None:
+                                 optional on the wire ("last_error") */
 };
 
 struct wp_msg {

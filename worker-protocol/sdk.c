@@ -438,6 +438,7 @@ sdk_run(struct sdk_slot *s, const struct sdk_item *it, struct wp_outcome *o)
     memcpy(ctx.exec_id, d->exec_id, 16);
     ctx.attempt = d->attempt;
     ctx.deadline_ms = d->deadline_ms;
+    ctx.last_error = d->last_error;
     ctx.internal = s;
     rv = a->fn(&ctx, d->kwargs, a->arg, &v);
     if (rv != CN_OK) {
@@ -574,6 +575,7 @@ sdk_item_free(struct sdk_item *it)
 {
     free(it->action);
     ir_val_release(it->d.kwargs);
+    ir_val_release(it->d.last_error);
     free(it);
 }
 
@@ -593,6 +595,7 @@ sdk_enqueue_locked(struct cairn_worker *w, const struct wp_msg *r)
         it->d = r->items[i];
         it->d.action = it->action;
         it->d.kwargs = ir_val_retain(r->items[i].kwargs);
+        it->d.last_error = ir_val_retain(r->items[i].last_error);
         it->gen = w->gen;
         it->cancelled = sdk_cancel_remembered_locked(w, &it->d);
         if (w->rq_tail != NULL) {

@@ -496,6 +496,7 @@ carry_out(struct sim *s, int r, struct rn_shard_out *o, const struct rn_iid *ack
         it.r = r;
         it.d = *d;
         it.d.kwargs = ir_val_retain(d->kwargs);
+        it.d.prev_error = ir_null(); /* the simulated actions do not look at it */
         if (lease_find(rn, d->instance_id) != NULL) {
             it.lock = lease_find(rn, d->instance_id)->lock;
         }

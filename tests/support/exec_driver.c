@@ -126,6 +126,18 @@ run_action(const struct rn_action_req *q, struct rn_event *ev)
                 break;
             }
         }
+    } else if (strcmp(a, "std.recall") == 0) {
+        if ((int64_t) q->attempt <= kw(q->kwargs, "failures")->u.i) {
+            char msg[64];
+            (void) snprintf(msg, sizeof(msg), "attempt %u failed", q->attempt);
+            ev->kind = RN_EV_ERROR;
+            ev->value = make_error("FlakyError", msg, ir_null());
+        } else if (q->prev_error.type == IR_T_NULL) {
+            ev->value = ir_null();
+        } else {
+            const struct ir_val *m = ir_map_get(q->prev_error, "message", 7);
+            ev->value = m != NULL ? ir_val_retain(*m) : ir_null();
+        }
     } else if (strcmp(a, "std.hang") == 0) {
         return false;
     } else if (strcmp(a, "std.hash") == 0) {
@@ -188,6 +200,27 @@ absorb(struct world *w, struct rn_step_out *o)
             w->r->max_snapshot_bytes = w->snap.len;
         }
     }
+    for (i = 0; i < o->cancels.len; i++) {
+        /* Before this step's requests, as the pool does: a cancelled attempt is not answered, nor timed out later. */
+        size_t k, kept = 0;
+        w->r->cancels++;
+        for (k = 0; k < w->pend.len; k++) {
+            if (rn_xid_eq(w->pend.items[k].req.exec_id, o->cancels.items[i])) {
+                ir_val_release(w->pend.items[k].req.kwargs);
+                ir_val_release(w->pend.items[k].req.prev_error);
+            } else {
+                w->pend.items[kept++] = w->pend.items[k];
+            }
+        }
+        w->pend.len = kept;
+        kept = 0;
+        for (k = 0; k < w->hung.len; k++) {
+            if (!rn_xid_eq(w->hung.items[k].exec_id, o->cancels.items[i])) {
+                w->hung.items[kept++] = w->hung.items[k];
+            }
+        }
+        w->hung.len = kept;
+    }
     for (i = 0; i < o->actions.len; i++) {
         struct pending p;
         w->r->dispatches++;
@@ -196,6 +229,7 @@ absorb(struct world *w, struct rn_step_out *o)
         }
         p.req = o->actions.items[i];
         p.req.kwargs = ir_val_retain(p.req.kwargs);
+        p.req.prev_error = ir_val_retain(p.req.prev_error);
         p.hang = false;
         p.started = w->now;
         cr_assert_eq(CN_VEC_PUSH(&w->pend, p), CN_OK);
@@ -230,6 +264,7 @@ drop_pending(struct world *w)
 
     for (i = 0; i < w->pend.len; i++) {
         ir_val_release(w->pend.items[i].req.kwargs);
+        ir_val_release(w->pend.items[i].req.prev_error);
     }
     w->pend.len = 0;
     w->timers.len = 0;
@@ -314,6 +349,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
                 cr_assert_eq(CN_VEC_PUSH(&w.hung, h), CN_OK);
             }
             ir_val_release(w.pend.items[k].req.kwargs);
+            ir_val_release(w.pend.items[k].req.prev_error);
         }
         if (take > 0) {
             memmove(w.pend.items, w.pend.items + take, (w.pend.len - take) * sizeof(*w.pend.items));

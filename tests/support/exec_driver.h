@@ -10,7 +10,10 @@
  * std.flaky(key, failures) -> fails with FlakyError while attempt <= failures, then
  * {"key": key, "attempt": attempt}; std.fail(type, message, bases) -> that error;
  * std.fail_if(value, bad) -> error BadValue if value in bad, else value; std.hang() -> never
- * answers (its deadline timer fires); std.hash(data, iterations) -> a hex digest string.
+ * answers (its deadline timer fires); std.hash(data, iterations) -> a hex digest string;
+ * std.recall(failures) -> fails like std.flaky, then returns the previous attempt's error
+ * message from its request (None on a first attempt). Cancelled attempts are dropped, as the
+ * pool drops them.
  */
 #ifndef TESTS_SUPPORT_EXEC_DRIVER_H
 #define TESTS_SUPPORT_EXEC_DRIVER_H
@@ -37,6 +40,7 @@ struct t_result {
     int steps;
     int crashes;
     int dispatches;     /* action requests seen */
+    int cancels;        /* attempts the executor cancelled (fail_fast, timeouts, the end) */
     int duplicate_done; /* requests for an (id, attempt) that already had a recorded result */
     int stale;          /* events the executor dropped as stale, summed over incarnations */
     size_t max_live_nodes;

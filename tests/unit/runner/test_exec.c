@@ -12,6 +12,7 @@
 
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <msgpack.h>
 
 #include "ir/base/buf.h"
 #include "ir/error.h"
@@ -662,13 +663,14 @@ Test(exec, runner_errors_carry_their_bases)
 /* One table names the outcomes: the words the database's status column and cairnctl use. */
 Test(exec, outcome_names_round_trip)
 {
-    static const char *const want[] = {"running", "completed", "failed", "cancelled"};
+    static const char *const want[] = {"running", "completed", "failed", "cancelled",
+                                       "timed_out"};
     enum rn_outcome o;
     size_t i;
 
-    cr_assert_eq(RN_OUTCOME_COUNT_, 4);
+    cr_assert_eq(RN_OUTCOME_COUNT_, 5);
     cr_expect_eq(RN_RUNNING, 0, "snapshots store the number");
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < 5; i++) {
         cr_expect_str_eq(rn_outcome_name((enum rn_outcome) i), want[i]);
         cr_assert(rn_outcome_parse(want[i], &o));
         cr_expect_eq(o, (enum rn_outcome) i);
@@ -1245,5 +1247,259 @@ Test(exec, replay_from_a_snapshot_before_the_loop_fails_the_same_way)
     cn_buf_fini(&again);
     rn_step_out_fini(&o);
     rn_instance_free(back);
+    t_compiled_free(&c);
+}
+
+/* ---- fail_fast, max_elapsed, the previous error, workflow timeouts -------------------------- */
+
+/* Without [fail_fast] every element runs; with it the first failure cancels the elements still
+ * running and is raised at once (answering one action per step: 1 ok, 2 fails, 3 and 4 are
+ * still out). */
+Test(exec, fail_fast_cancels_the_running_siblings_and_raises_at_once)
+{
+    static const char *const src = "fn main():\n"
+                                   "    xs = spread [1, 2, 3, 4]:v -> @std.fail_if(value=v, "
+                                   "bad=[2, 3]) [fail_fast]\n"
+                                   "    return xs\n";
+    struct t_opts one = {.one_at_a_time = true};
+    struct t_result r = t_run(src, "{}", &one);
+
+    cr_assert_eq(r.outcome, RN_FAILED, "%s", r.json);
+    cr_assert_str_eq(r.error_type, "BadValue");
+    cr_assert(strstr(r.json, "\"message\": \"2\"") != NULL, "%s", r.json);
+    cr_assert_eq(r.dispatches, 4);
+    cr_assert_eq(r.cancels, 2, "elements 3 and 4 were still running");
+    t_result_free(&r);
+
+    /* A parallel block: the failing branch does not wait for the hanging one (whose attempt
+     * would time out only after a minute), nor for the hangs in a helper's spread. */
+    r = t_run("fn hangs(input: [n]):\n"
+              "    xs = spread range(n):i -> @std.hang()\n"
+              "    return xs\n"
+              "fn main():\n"
+              "    a, b, c = parallel [fail_fast]:\n"
+              "        @std.hang()\n"
+              "        hangs(n=3)\n"
+              "        @std.fail(type=\"Declined\")\n"
+              "    return a\n",
+              "{}", &plain);
+    cr_assert_eq(r.outcome, RN_FAILED, "%s", r.json);
+    cr_assert_str_eq(r.error_type, "Declined");
+    /* The driver's clock moves 1 ms a step; the hangs would time out after 60 s. */
+    cr_assert_lt(r.elapsed_ms, 10, "raised at once, not after the hangs' timeouts: %lld ms",
+                 (long long) r.elapsed_ms);
+    cr_assert_eq(r.cancels, 4, "the hang and the helper's three hangs are cancelled");
+    t_result_free(&r);
+}
+
+/* The error raised by [fail_fast] is an ordinary error: caught, the workflow goes on, and the
+ * cancelled siblings' late answers change nothing. Crash replay gives the same outcome. */
+Test(exec, a_fail_fast_error_can_be_caught_and_replays_the_same)
+{
+    static const char *const src = "fn main():\n"
+                                   "    try:\n"
+                                   "        xs = spread [1, 2, 3]:v -> @std.fail_if(value=v, "
+                                   "bad=[1]) [retry: 1, backoff: 5ms] [fail_fast]\n"
+                                   "    except BadValue as e:\n"
+                                   "        three = @std.add(a=1, b=2)\n"
+                                   "        return [\"caught\", e[\"message\"], three]\n";
+    struct t_opts one = {.one_at_a_time = true};
+    struct t_result r = t_run(src, "{}", &one);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
+    cr_assert_str_eq(r.json, "[\"caught\", \"1\", 3]");
+    t_result_free(&r);
+    replay_everywhere(src, "{}");
+    replay_everywhere("fn main():\n"
+                      "    a, b = parallel [fail_fast]:\n"
+                      "        @std.flaky(key=\"k\", failures=1) [retry: 2, backoff: 10ms]\n"
+                      "        @std.fail(type=\"Declined\")\n",
+                      "{}");
+}
+
+/* max_elapsed bounds the time for retries from the first attempt's dispatch: the last retry
+ * starts at the bound at the latest, and none after it, however many the count allows. */
+Test(exec, max_elapsed_stops_retrying_at_its_bound)
+{
+    struct t_result r = t_run("fn main():\n"
+                              "    r = @std.flaky(key=\"k\", failures=1000) "
+                              "[retry: 1000, backoff: 1s, multiplier: 1, max_elapsed: 5s]\n",
+                              "{}", &plain);
+    int k;
+
+    cr_assert_eq(r.outcome, RN_FAILED, "%s", r.json);
+    cr_assert_str_eq(r.error_type, "FlakyError");
+    /* The last attempt starts at the bound (its answer comes a driver step, 1 ms, later). */
+    cr_assert(r.elapsed_ms >= 5000 && r.elapsed_ms <= 5002, "the last retry starts at the bound: %lld ms",
+              (long long) r.elapsed_ms);
+    cr_assert_lt(r.dispatches, 1000);
+    cr_assert_geq(r.dispatches, 5);
+    for (k = 0; k < r.nbackoff; k++) {
+        cr_assert_leq(r.backoff_ms[k], 1000);
+    }
+    t_result_free(&r);
+    /* Within the bound the retries go on as before. */
+    r = t_run("fn main():\n"
+              "    r = @std.flaky(key=\"k\", failures=2) [retry: 5, backoff: 10ms, "
+              "max_elapsed: 1m]\n",
+              "{}", &plain);
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
+    cr_assert_eq(r.dispatches, 3);
+    t_result_free(&r);
+}
+
+/* A retry's request carries the previous attempt's error; the first attempt's carries none.
+ * The error survives a crash while the retry waits (it is in the snapshot). */
+Test(exec, a_retry_sees_the_previous_attempts_error)
+{
+    static const char *const src =
+        "fn main():\n"
+        "    first = @std.recall(failures=0)\n"
+        "    again = @std.recall(failures=2) [retry: 3, backoff: 10ms]\n"
+        "    return [first, again]\n";
+    struct t_result r = t_run(src, "{}", &plain);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
+    cr_assert_str_eq(r.json, "[null, \"attempt 2 failed\"]");
+    t_result_free(&r);
+    replay_everywhere(src, "{}");
+}
+
+/* RN_EV_TIMEOUT ends the instance timed_out with a WorkflowTimeout (a TimeoutError), and its
+ * running attempts are cancelled. */
+Test(exec, a_workflow_timeout_ends_the_instance_timed_out)
+{
+    struct t_compiled c = t_compile("fn main() [timeout: 30s]:\n    r = @std.hang()\n");
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_event ev;
+    struct rn_iid id = {{7}};
+    struct ir_val input;
+    struct cn_buf snap = CN_BUF_INIT;
+
+    cr_assert_eq(c.rv, CN_OK);
+    cr_assert_eq(c.dag->timeout_ms, 30000);
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(ir_map_new(0, &input), CN_OK);
+    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+    ir_val_release(input);
+    cr_assert_eq(o.actions.len, 1);
+    memset(&ev, 0, sizeof(ev));
+    ev.exec_id = o.actions.items[0].exec_id;
+    rn_step_out_clear(&o);
+    ev.kind = RN_EV_TIMEOUT;
+    cr_assert_eq(ir_str_from_cstr("past 30 s", &ev.value), CN_OK);
+    cr_assert_eq(rn_instance_step(in, &ev, 1, 31000, &o), CN_OK);
+    ir_val_release(ev.value);
+    cr_assert_eq(o.outcome, RN_TIMED_OUT);
+    cr_assert_str_eq(rn_outcome_name(o.outcome), "timed_out");
+    cr_assert_str_eq(ir_error_type(o.result), "WorkflowTimeout");
+    cr_assert(ir_error_matches(o.result, "TimeoutError"));
+    cr_assert_eq(o.cancels.len, 1);
+    cr_assert(rn_xid_eq(o.cancels.items[0], ev.exec_id));
+    cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK); /* a finished snapshot decodes */
+    rn_instance_free(in);
+    in = NULL;
+    rn_step_out_clear(&o);
+    cr_assert_eq(rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &cfg, 32000, &in, &o,
+                                     NULL),
+                 CN_OK);
+    cr_assert_eq(rn_instance_outcome(in), RN_TIMED_OUT);
+    cn_buf_fini(&snap);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+static int
+buf_write(void *data, const char *p, size_t n)
+{
+    return cn_buf_append(data, p, n) == CN_OK ? 0 : -1;
+}
+
+/* Rewrites a snapshot as the previous release wrote it: format 1, nodes of 11 fields. */
+static void
+as_format_1(const struct cn_buf *snap, struct cn_buf *out)
+{
+    msgpack_unpacked u;
+    msgpack_packer pk;
+    const msgpack_object *root;
+    uint32_t i, k;
+
+    msgpack_unpacked_init(&u);
+    cr_assert_eq(msgpack_unpack_next(&u, snap->data, snap->len, NULL), MSGPACK_UNPACK_SUCCESS);
+    root = &u.data;
+    msgpack_packer_init(&pk, out, buf_write);
+    msgpack_pack_map(&pk, root->via.map.size);
+    for (i = 0; i < root->via.map.size; i++) {
+        const msgpack_object_kv *kv = &root->via.map.ptr[i];
+        const char *key = kv->key.via.str.ptr;
+        size_t kl = kv->key.via.str.size;
+        msgpack_pack_object(&pk, kv->key);
+        if (kl == 6 && memcmp(key, "format", 6) == 0) {
+            msgpack_pack_uint32(&pk, 1);
+        } else if (kl == 5 && memcmp(key, "nodes", 5) == 0) {
+            msgpack_pack_array(&pk, kv->val.via.array.size);
+            for (k = 0; k < kv->val.via.array.size; k++) {
+                const msgpack_object *n = &kv->val.via.array.ptr[k];
+                uint32_t f;
+                cr_assert_eq(n->via.array.size, 13);
+                msgpack_pack_array(&pk, 11);
+                for (f = 0; f < 11; f++) {
+                    msgpack_pack_object(&pk, n->via.array.ptr[f]);
+                }
+            }
+        } else {
+            msgpack_pack_object(&pk, kv->val);
+        }
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
+/* An instance the previous release left running (a format 1 snapshot) resumes: its attempt is
+ * sent again, and a retry waiting in backoff goes on without a previous error or bound. */
+Test(exec, snapshots_of_the_previous_format_still_resume)
+{
+    struct t_compiled c = t_compile("fn main():\n"
+                                    "    a = @std.hang()\n"
+                                    "    b = @std.flaky(key=\"k\", failures=5) [retry: 9, "
+                                    "max_elapsed: 1h]\n");
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct cn_buf snap = CN_BUF_INIT, old = CN_BUF_INIT;
+    struct ir_val input;
+    struct rn_iid id = {{3}};
+    struct cn_errmsg em = {{0}};
+    struct rn_xid first;
+
+    cr_assert_eq(c.rv, CN_OK);
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(ir_map_new(0, &input), CN_OK);
+    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+    ir_val_release(input);
+    cr_assert_eq(o.actions.len, 1);
+    first = o.actions.items[0].exec_id;
+    cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
+    as_format_1(&snap, &old);
+    rn_instance_free(in);
+    in = NULL;
+    rn_step_out_clear(&o);
+    cr_assert_eq(rn_instance_hydrate(c.dag, old.data, old.len, NULL, 0, &cfg, 2000, &in, &o, &em),
+                 CN_OK, "%s", em.text);
+    cr_assert_eq(o.actions.len, 1, "the running attempt is sent again");
+    cr_assert(rn_xid_eq(o.actions.items[0].exec_id, first));
+    cr_assert_eq(o.actions.items[0].prev_error.type, IR_T_NULL);
+    cn_buf_clear(&snap);
+    cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
+    cn_buf_clear(&old);
+    as_format_1(&snap, &old); /* asserts the nodes are written back with 13 fields */
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    cn_buf_fini(&snap);
+    cn_buf_fini(&old);
     t_compiled_free(&c);
 }

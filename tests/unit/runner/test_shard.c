@@ -151,6 +151,7 @@ h_take_dispatches(struct h *h, struct rn_pool_dispatch *into, size_t max)
     for (i = 0; i < n; i++) {
         into[i] = h->out.dispatches.items[i];
         into[i].kwargs = ir_null();
+        into[i].prev_error = ir_null();
     }
     return n;
 }

@@ -58,7 +58,9 @@ struct cairn_worker_ctx {
     uint8_t exec_id[16];     /* execution id: with attempt, the idempotency key */
     uint32_t attempt;        /* 1 for the first attempt */
     int64_t deadline_ms;     /* absolute wall-clock ms after which the runner stops waiting */
-    void *internal;          /* SDK use only */
+    struct ir_val last_error; /* the previous attempt's error (a map: type, message, bases,
+                                 details) when this is a retry; None on the first attempt */
+    void *internal;           /* SDK use only */
 };
 
 /* An action. kwargs is a map, borrowed (ir_val_retain it to keep it). On CN_OK *out holds a
