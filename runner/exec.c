@@ -1528,11 +1528,75 @@ rn_instance_step(struct rn_instance *in, const struct rn_event *evs, size_t n, i
     return end_step(in);
 }
 
-cn_err
-rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
-                    const struct rn_done *results, size_t nresults, const struct rn_exec_cfg *cfg,
-                    int64_t now_ms, struct rn_instance **out, struct rn_step_out *o,
-                    struct cn_errmsg *err)
+/* Redrive: execution node xi (an action running or waiting to retry in the last snapshot of a
+ * run that failed) starts over: a new execution id, attempt 1, a fresh budget of retries and a
+ * new deadline; what its old attempts may still report is stale. */
+static void
+restart_action(struct rn_instance *in, uint32_t xi)
+{
+    struct rn_xnode *x = &in->x.items[xi];
+
+    if (x->has_id) {
+        rn_xidmap_del(&in->ids, x->id);
+        x->has_id = false;
+    }
+    forget_attempts(x);
+    x->attempt = 0;
+    x->deadline = 0;
+    x->status = RN_X_ACTIVE;
+    dispatch(in, xi, false);
+}
+
+/* Redrive: a branch of waiting aggregate ai that ended with an error before the snapshot (its
+ * slot holds the error) runs again from the start of the branch. The aggregate still has the
+ * scope its fork evaluated the collection in, so a spread's items come out the same. */
+static void
+restart_failed_branches(struct rn_instance *in, uint32_t ai)
+{
+    const struct ir_node *fork = tnode(in, tnode(in, in->x.items[ai].node)->link);
+    struct ir_val coll = ir_null(), items = ir_null();
+    uint32_t k;
+
+    for (k = 0; k < in->x.items[ai].nslots && in->rv == CN_OK; k++) {
+        struct rn_slot *sl = &in->x.items[ai].slots[k];
+        const struct ir_edge *e;
+        uint32_t bi;
+        if (!sl->filled || sl->ok) {
+            continue;
+        }
+        if (fork->kind == IR_N_SPREAD && items.type == IR_T_NULL) {
+            if (eval(in, ai, fork->expr, &coll) != CN_OK ||
+                ir_iter_items(coll, &items) != CN_OK ||
+                ir_list_len(items) != in->x.items[ai].nslots) {
+                /* Cannot happen: the same expression over the same scope. Leave the error. */
+                ir_val_release(coll);
+                ir_val_release(items);
+                return;
+            }
+            ir_val_release(coll);
+        }
+        ir_val_release(sl->value);
+        sl->value = ir_null();
+        sl->filled = false;
+        in->x.items[ai].pending++;
+        e = tedge(in, fork, fork->kind == IR_N_SPREAD ? 0 : k);
+        bi = x_new(in, e->to, in->x.items[ai].scope, ai, k);
+        if (bi == RN_NONE) {
+            break;
+        }
+        if (fork->kind == IR_N_SPREAD) {
+            in->x.items[bi].item_name = fork->name;
+            in->x.items[bi].item = ir_val_retain(ir_list_items(items)[k]);
+        }
+        push(in, bi, false, ir_null(), false);
+    }
+    ir_val_release(items);
+}
+
+static cn_err
+hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_done *results,
+        size_t nresults, const struct rn_exec_cfg *cfg, int64_t now_ms, bool redrive,
+        struct rn_instance **out, struct rn_step_out *o, struct cn_errmsg *err)
 {
     struct rn_instance *in = rn_instance_alloc(dag, cfg);
     struct {
@@ -1553,7 +1617,8 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
     /* Remember what the snapshot had running: only those may be dispatched again below;
      * actions started while replaying results are dispatched by that replay itself. */
     for (i = 0; i < in->x.len; i++) {
-        if (in->x.items[i].status == RN_X_RUNNING) {
+        uint8_t st = in->x.items[i].status;
+        if (st == RN_X_RUNNING || (redrive && st == RN_X_BACKOFF)) {
             if (CN_VEC_PUSH(&running, in->x.items[i].id) != CN_OK) {
                 free(running.items);
                 rn_instance_free(in);
@@ -1561,14 +1626,26 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
             }
         }
     }
+    if (redrive) {
+        /* 0. Branches that had already failed into their aggregate run again, before any
+         * result arrives that would complete the aggregate and raise their error. */
+        size_t n = in->x.len;
+        for (i = 0; i < n && in->rv == CN_OK; i++) {
+            if (in->x.items[i].status == RN_X_WAITING) {
+                restart_failed_branches(in, (uint32_t) i);
+            }
+        }
+        in->out->snapshot_needed = true;
+        run_queue(in);
+    }
     /* 1. Results recorded after the snapshot, for attempts it has running. */
     for (i = 0; i < nresults && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
         struct rn_event ev;
         uint32_t xi;
         if (!rn_xidmap_get(&in->ids, results[i].exec_id, &xi) ||
             in->x.items[xi].status != RN_X_RUNNING ||
-            in->x.items[xi].attempt != results[i].attempt) {
-            continue;
+            in->x.items[xi].attempt != results[i].attempt || (redrive && !results[i].ok)) {
+            continue; /* a redrive runs what failed again instead of raising its error */
         }
         ev.kind = results[i].ok ? RN_EV_RESULT : RN_EV_ERROR;
         ev.exec_id = results[i].exec_id;
@@ -1582,6 +1659,20 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
      * deadline timer, which is due at once and times them out (through the timer, not here:
      * hydration only rebuilds, so a snapshot taken right after it hydrates to itself); sleeps
      * and backoffs get their timers again. */
+    if (redrive) {
+        /* 2'. Every action of the snapshot still running or waiting to retry (no success
+         * recorded) starts over. */
+        for (i = 0; i < running.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
+            uint32_t xi;
+            if (rn_xidmap_get(&in->ids, running.items[i], &xi) &&
+                (in->x.items[xi].status == RN_X_RUNNING ||
+                 in->x.items[xi].status == RN_X_BACKOFF)) {
+                restart_action(in, xi);
+            }
+        }
+        run_queue(in);
+        running.len = 0;
+    }
     for (i = 0; i < running.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
         uint32_t xi;
         if (rn_xidmap_get(&in->ids, running.items[i], &xi) &&
@@ -1617,6 +1708,24 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
     }
     *out = in;
     return CN_OK;
+}
+
+cn_err
+rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
+                    const struct rn_done *results, size_t nresults, const struct rn_exec_cfg *cfg,
+                    int64_t now_ms, struct rn_instance **out, struct rn_step_out *o,
+                    struct cn_errmsg *err)
+{
+    return hydrate(dag, snap, len, results, nresults, cfg, now_ms, false, out, o, err);
+}
+
+cn_err
+rn_instance_redrive(const struct ir_dag *dag, const void *snap, size_t len,
+                    const struct rn_done *results, size_t nresults, const struct rn_exec_cfg *cfg,
+                    int64_t now_ms, struct rn_instance **out, struct rn_step_out *o,
+                    struct cn_errmsg *err)
+{
+    return hydrate(dag, snap, len, results, nresults, cfg, now_ms, true, out, o, err);
 }
 
 void

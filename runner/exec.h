@@ -192,6 +192,19 @@ CN_MUST_CHECK cn_err rn_instance_hydrate(const struct ir_dag *dag, const void *s
                                          struct rn_instance **out, struct rn_step_out *o,
                                          struct cn_errmsg *err);
 
+/* Redrive (cairn.retry): rebuilds an instance from the last snapshot it had while running, like
+ * rn_instance_hydrate, except that the run that follows starts over what had not succeeded:
+ * recorded errors are not applied, every action running or waiting to retry gets a new
+ * execution id, attempt 1, a fresh retry budget and a new deadline, and a fan-out branch that
+ * had already failed into its aggregate runs again from its start. Successful results recorded
+ * after the snapshot are applied as in hydration, so completed actions do not run again.
+ * Always asks for a snapshot (the new ids must be durable before they are dispatched). */
+CN_MUST_CHECK cn_err rn_instance_redrive(const struct ir_dag *dag, const void *snap, size_t len,
+                                         const struct rn_done *results, size_t nresults,
+                                         const struct rn_exec_cfg *cfg, int64_t now_ms,
+                                         struct rn_instance **out, struct rn_step_out *o,
+                                         struct cn_errmsg *err);
+
 /* Describes a snapshot for people (cairnctl inspect): a list with one map per live execution
  * node: exec_id, status (running, backoff, sleeping, waiting), kind (the template node's kind:
  * action, sleep, spread...), node, line, and as they apply action, attempt, deadline_ms,

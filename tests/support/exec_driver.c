@@ -71,6 +71,17 @@ make_error(const char *type, const char *message, struct ir_val bases)
     return e;
 }
 
+/* std.until's calls per key (each test runs in a process of its own). */
+static struct {
+    int64_t key, calls;
+} until_calls[16];
+
+void
+t_until_reset(void)
+{
+    memset(until_calls, 0, sizeof(until_calls));
+}
+
 /* Runs an action. Returns true with *ev filled, or false when the action never answers. */
 static bool
 run_action(const struct rn_action_req *q, struct rn_event *ev)
@@ -125,6 +136,23 @@ run_action(const struct rn_action_req *q, struct rn_event *ev)
                 cn_buf_fini(&b);
                 break;
             }
+        }
+    } else if (strcmp(a, "std.until") == 0) {
+        int64_t key = kw(q->kwargs, "key")->u.i, calls = 0;
+        size_t i;
+        for (i = 0; i < 16; i++) {
+            if (until_calls[i].calls == 0 || until_calls[i].key == key) {
+                until_calls[i].key = key;
+                calls = ++until_calls[i].calls;
+                break;
+            }
+        }
+        cr_assert_neq(calls, 0, "std.until: too many keys");
+        if (calls <= kw(q->kwargs, "failures")->u.i) {
+            ev->kind = RN_EV_ERROR;
+            ev->value = make_error("NotYet", "not yet", ir_null());
+        } else {
+            ev->value = ir_int(calls);
         }
     } else if (strcmp(a, "std.recall") == 0) {
         if ((int64_t) q->attempt <= kw(q->kwargs, "failures")->u.i) {
@@ -188,7 +216,8 @@ absorb(struct world *w, struct rn_step_out *o)
         d.value = ir_val_retain(d.value);
         cr_assert_eq(CN_VEC_PUSH(&w->results, d), CN_OK);
     }
-    if (o->snapshot_needed || o->outcome != RN_RUNNING) {
+    /* As the shard writes them: a run that fails keeps its last running snapshot (redrive). */
+    if (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED) {
         cn_buf_clear(&w->snap);
         cr_assert_eq(rn_instance_snapshot(w->in, &w->snap), CN_OK);
         w->r->snapshots++;
@@ -420,6 +449,27 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
         if (r.outcome == RN_RUNNING &&
             (opts->crash_every_step || opts->crash_after_step == r.steps)) {
             crash(&w, &o);
+        }
+        if ((r.outcome == RN_FAILED || r.outcome == RN_CANCELLED || r.outcome == RN_TIMED_OUT) &&
+            r.redrives < opts->redrives) {
+            /* cairn.retry: the instance is claimed again and redriven from its last running
+             * snapshot and every result recorded so far. */
+            cn_err rv;
+            cr_assert_gt(w.snap.len, 0, "nothing to redrive from");
+            rn_instance_stats(w.in, &st);
+            r.stale += (int) st.stale_events;
+            rn_instance_free(w.in);
+            w.in = NULL;
+            drop_pending(&w);
+            free(r.json);
+            free(r.error_type);
+            r.json = r.error_type = NULL;
+            r.outcome = RN_RUNNING;
+            r.redrives++;
+            rv = rn_instance_redrive(w.dag, w.snap.data, w.snap.len, w.results.items,
+                                     w.results.len, &w.cfg, w.now, &w.in, &o, &em);
+            cr_assert_eq(rv, CN_OK, "redrive failed: %s (%s)", cn_errname(rv), em.text);
+            absorb(&w, &o);
         }
     }
     {

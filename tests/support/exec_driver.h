@@ -12,7 +12,9 @@
  * std.fail_if(value, bad) -> error BadValue if value in bad, else value; std.hang() -> never
  * answers (its deadline timer fires); std.hash(data, iterations) -> a hex digest string;
  * std.recall(failures) -> fails like std.flaky, then returns the previous attempt's error
- * message from its request (None on a first attempt). Cancelled attempts are dropped, as the
+ * message from its request (None on a first attempt); std.until(key, failures) -> fails with
+ * NotYet on its first `failures` calls with that key (across attempts and execution ids), then
+ * returns the number of calls. Cancelled attempts are dropped, as the
  * pool drops them.
  */
 #ifndef TESTS_SUPPORT_EXEC_DRIVER_H
@@ -31,6 +33,7 @@ struct t_opts {
     int64_t default_timeout_ms;
     uint64_t max_inline_steps; /* the executor's budget per step; 0: its default */
     int max_steps;             /* safety net; 0 = 100000 */
+    int redrives;              /* redrive (cairn.retry) a run that fails, up to this many times */
 };
 
 struct t_result {
@@ -39,6 +42,7 @@ struct t_result {
     char *error_type; /* FAILED: the error's type; malloc'd or NULL */
     int steps;
     int crashes;
+    int redrives;
     int dispatches;     /* action requests seen */
     int cancels;        /* attempts the executor cancelled (fail_fast, timeouts, the end) */
     int duplicate_done; /* requests for an (id, attempt) that already had a recorded result */
@@ -55,5 +59,7 @@ struct t_result {
  * instance. Free the result with t_result_free. */
 struct t_result t_run(const char *src, const char *input_json, const struct t_opts *opts);
 void t_result_free(struct t_result *r);
+/* Forgets std.until's call counts. */
+void t_until_reset(void);
 
 #endif

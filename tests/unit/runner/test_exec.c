@@ -1503,3 +1503,73 @@ Test(exec, snapshots_of_the_previous_format_still_resume)
     cn_buf_fini(&old);
     t_compiled_free(&c);
 }
+
+/* ---- redrive ------------------------------------------------------------------------------- */
+
+/* A run that failed after its retries is redriven: the failed action starts over with a fresh
+ * budget (a new execution id, attempt 1) and the completed one is not run again. */
+Test(exec, a_redrive_reruns_the_failed_action_with_a_fresh_budget_only)
+{
+    static const char *const src = "fn main():\n"
+                                   "    a = @std.add(a=1, b=2)\n"
+                                   "    b = @std.until(key=1, failures=3) [retry: 1, backoff: 10ms]\n"
+                                   "    return [a, b]\n";
+    struct t_opts o = {.redrives = 1};
+    struct t_result r = t_run(src, "{}", &o);
+
+    /* Calls 1 and 2 use up the first run's budget; the redrive's attempt 1 is call 3, which
+     * still fails, and its fresh retry (call 4) succeeds. */
+    cr_assert_eq(r.redrives, 1);
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
+    cr_assert_str_eq(r.json, "[3, 4]");
+    cr_assert_eq(r.dispatches, 5, "add once, until twice per run");
+    cr_assert_eq(r.duplicate_done, 0, "no attempt with a recorded result was sent again");
+    t_result_free(&r);
+}
+
+/* A fan-out branch that had already failed into its aggregate (the snapshot holds the error in
+ * the slot) runs again; the branch that completed keeps its result. */
+Test(exec, a_redrive_reruns_failed_branches_and_keeps_completed_ones)
+{
+    static const char *const src = "fn two(input: [k]):\n"
+                                   "    a = @std.echo(value=k)\n"
+                                   "    b = @std.echo(value=a)\n"
+                                   "    return b\n"
+                                   "fn main():\n"
+                                   "    x, y = parallel:\n"
+                                   "        @std.until(key=7, failures=1)\n"
+                                   "        two(k=5)\n"
+                                   "    zs = spread [1, 2]:v -> @std.until(key=v, failures=1)\n"
+                                   "    return [x, y, zs]\n";
+    struct t_opts o = {.redrives = 2, .one_at_a_time = true};
+    struct t_result r = t_run(src, "{}", &o);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
+    cr_assert_eq(r.redrives, 2, "once for the parallel block, once for the spread");
+    cr_assert_str_eq(r.json, "[2, 5, [2, 2]]");
+    cr_assert_eq(r.dispatches, 8, "until x2, echo x2, then each spread element twice");
+    cr_assert_eq(r.duplicate_done, 0);
+    t_result_free(&r);
+}
+
+/* A redriven run replays like any other: a crash after any of its steps changes nothing. */
+Test(exec, a_redriven_run_survives_crashes)
+{
+    static const char *const src = "fn main():\n"
+                                   "    a = @std.echo(value=1)\n"
+                                   "    b = @std.until(key=1, failures=1)\n"
+                                   "    sleep 1\n"
+                                   "    return [a, b]\n";
+    int k;
+
+    for (k = 1; k <= 6; k++) {
+        struct t_opts o = {.redrives = 1, .crash_after_step = k};
+        struct t_result r;
+        t_until_reset();
+        r = t_run(src, "{}", &o);
+        cr_expect_eq(r.outcome, RN_COMPLETED, "crash after step %d: %s", k, r.json);
+        cr_expect_str_eq(r.json, "[1, 2]", "crash after step %d", k);
+        cr_expect_eq(r.duplicate_done, 0, "crash after step %d", k);
+        t_result_free(&r);
+    }
+}

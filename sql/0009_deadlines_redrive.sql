@@ -1,0 +1,302 @@
+-- SPDX-License-Identifier: MIT
+-- 0009: workflow deadlines and redrive (docs/operations.md, "Workflow timeouts" and "Retrying
+-- an instance").
+--
+-- Deadlines. A workflow's `fn main(...) [timeout: D]` is stored with its version
+-- (workflow_versions.timeout_ms, written by cairnctl register); cairn.enqueue's new `timeout`
+-- argument overrides it per instance. The instance keeps its timeout (timeout_ms) and its
+-- deadline (deadline_at = when it is due + the timeout). The runner that holds an instance arms
+-- a timer at deadline_at and ends it `timed_out` (error WorkflowTimeout), cancelling its
+-- running attempts. An instance nobody holds when its deadline passes (queued, a long sleep
+-- handed back, a lease lost) is timed out by cairn.expire_overdue(), which every runner calls
+-- every few seconds.
+--
+-- Redrive. cairn.retry(id) queues a failed, cancelled or timed_out instance again. It resumes
+-- from its last durable state: the runner keeps the last snapshot of a running instance when it
+-- fails (it does not write the final one), and the `redrive` flag tells the runner that claims
+-- it to give every action that had not succeeded a new execution id and a fresh attempt budget,
+-- while results already recorded are used again (completed actions do not run again). The flag
+-- is cleared with the first snapshot written after that. The earlier outcome is kept in
+-- cairn.instance_history, one row per redrive.
+
+ALTER TABLE cairn.workflow_versions ADD COLUMN timeout_ms bigint
+    CHECK (timeout_ms > 0 AND timeout_ms <= 31622400000);
+
+ALTER TABLE cairn.runner_instances
+    ADD COLUMN timeout_ms bigint CHECK (timeout_ms > 0 AND timeout_ms <= 31622400000),
+    ADD COLUMN deadline_at timestamptz,
+    ADD COLUMN redrive boolean NOT NULL DEFAULT false;
+
+-- What cairn.expire_overdue() walks: only unfinished instances with a deadline.
+CREATE INDEX runner_instances_deadline ON cairn.runner_instances (deadline_at)
+    WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running');
+
+-- The longest timeout: a year and a day (the language's bound for every policy duration).
+CREATE FUNCTION cairn.max_timeout_ms() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 31622400000::bigint $$;
+
+-- Earlier outcomes of redriven instances, newest last.
+CREATE TABLE cairn.instance_history (
+    id bigserial PRIMARY KEY,
+    instance_id uuid NOT NULL REFERENCES cairn.runner_instances (instance_id) ON DELETE CASCADE,
+    status text NOT NULL,          -- how that run ended: failed, cancelled or timed_out
+    error jsonb,
+    started_at timestamptz,
+    completed_at timestamptz,
+    redriven_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    reason text                    -- cairn.retry's reason argument
+);
+CREATE INDEX instance_history_instance ON cairn.instance_history (instance_id, id);
+
+-- The 0006 function with one more argument, `timeout` (NULL: the version's own). The old
+-- signature is dropped: beside the new one every call leaving out the last arguments would be
+-- ambiguous.
+DROP FUNCTION cairn.enqueue(text, jsonb, text, integer, timestamptz, text);
+
+CREATE FUNCTION cairn.enqueue(
+    workflow_name text,
+    input jsonb DEFAULT '{}',
+    idempotency_key text DEFAULT NULL,
+    priority integer DEFAULT 0,
+    scheduled_at timestamptz DEFAULT NULL,
+    workflow_version text DEFAULT NULL,
+    timeout interval DEFAULT NULL
+) RETURNS uuid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_version_id uuid;
+    v_version_timeout bigint;
+    v_timeout_ms bigint;
+    v_due timestamptz;
+    v_id uuid;
+    v_lim record;
+    v_len integer;
+    v_num numeric;
+BEGIN
+    SELECT * INTO v_lim FROM cairn.limits();
+    IF input IS NULL OR jsonb_typeof(input) <> 'object' THEN
+        RAISE EXCEPTION 'cairn.enqueue: input must be a JSON object, got %',
+            coalesce(jsonb_typeof(input), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Measured as PostgreSQL prints it (what the runner reads back), before the walks below,
+    -- so that they only ever see a bounded document.
+    v_len := octet_length(enqueue.input::text);
+    IF v_len > v_lim.input_bytes THEN
+        RAISE EXCEPTION 'cairn.enqueue: input is % bytes of JSON, over the limit of % bytes',
+            v_len, v_lim.input_bytes
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Pass large data by reference (a URL, a row id) and let an action '
+                         'fetch it. SELECT * FROM cairn.limits() lists the limits.';
+    END IF;
+    -- The top object is at level 1 and jsonpath counts it as level 0, so anything at jsonpath
+    -- level value_depth is one level too deep. The walk stops at that level.
+    IF jsonb_path_exists(enqueue.input,
+                         format('strict $.**{%s}', v_lim.value_depth)::jsonpath) THEN
+        RAISE EXCEPTION 'cairn.enqueue: input is nested deeper than % levels', v_lim.value_depth
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'The top object is level 1; each array or object adds one.';
+    END IF;
+    -- jsonb keeps numbers exactly, the runner does not: one printed without a fraction (jsonb
+    -- prints 1e19 as 10000000000000000000) must fit int64, any other a finite float64, i.e.
+    -- stay below 2^1024 - 2^970, from which strtod rounds to infinity. Only numbers of at least
+    -- 2^63 in magnitude can fail either test, and jsonpath finds those without leaving C (in
+    -- strict mode .abs() of anything but a number is an error, which a filter counts as false;
+    -- measured, twice as fast as testing .type() first).
+    SELECT q.n::numeric INTO v_num
+      FROM jsonb_path_query(enqueue.input, 'strict $.** ? (@.abs() >= 9223372036854775808)')
+           AS q(n)
+     WHERE (scale(q.n::numeric) = 0 AND q.n::numeric <> -9223372036854775808)
+        OR abs(q.n::numeric) >= 2::numeric ^ 1024 - 2::numeric ^ 970
+     LIMIT 1;
+    IF v_num IS NOT NULL AND scale(v_num) = 0 THEN
+        RAISE EXCEPTION 'cairn.enqueue: input holds the integer %, outside the 64-bit range',
+            CASE WHEN length(v_num::text) > 24 THEN left(v_num::text, 20) || '... ('
+                 || length(v_num::text) || ' digits)' ELSE v_num::text END
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  HINT = 'Integers must lie in -9223372036854775808..9223372036854775807. '
+                         'jsonb stores a number without a fraction, such as 1e19, as an '
+                         'integer: write a float with a fraction (10000000000000000000.0).';
+    ELSIF v_num IS NOT NULL THEN
+        RAISE EXCEPTION 'cairn.enqueue: input holds the number %, beyond the largest float',
+            left(v_num::text, 20) || '... (' || length(v_num::text) || ' characters)'
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  HINT = 'Floats are 64-bit: their magnitude must stay below about 1.8e308.';
+    END IF;
+    IF enqueue.idempotency_key = '' THEN
+        RAISE EXCEPTION 'cairn.enqueue: the idempotency key is empty'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use NULL for no key.';
+    END IF;
+    IF octet_length(enqueue.idempotency_key) > v_lim.idempotency_key_bytes THEN
+        RAISE EXCEPTION 'cairn.enqueue: the idempotency key is % bytes, over the limit of % bytes',
+            octet_length(enqueue.idempotency_key), v_lim.idempotency_key_bytes
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Use a digest of a longer key (a hex SHA-256 is 64 bytes).';
+    END IF;
+    IF NOT isfinite(enqueue.scheduled_at) THEN
+        RAISE EXCEPTION 'cairn.enqueue: scheduled_at must be a finite time, got %',
+            enqueue.scheduled_at
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'NULL means now.';
+    END IF;
+    IF enqueue.timeout IS NOT NULL THEN
+        v_timeout_ms := floor(extract(epoch FROM enqueue.timeout) * 1000);
+        IF v_timeout_ms <= 0 OR v_timeout_ms > cairn.max_timeout_ms() THEN
+            RAISE EXCEPTION 'cairn.enqueue: timeout must be positive and at most 366 days, got %',
+                enqueue.timeout
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'NULL means the workflow''s own [timeout: D], if it has one.';
+        END IF;
+    END IF;
+    SELECT v.id, v.timeout_ms INTO v_version_id, v_version_timeout
+      FROM cairn.workflow_versions v
+     WHERE v.workflow_name = enqueue.workflow_name
+       AND (enqueue.workflow_version IS NULL OR v.workflow_version = enqueue.workflow_version)
+     ORDER BY v.created_at DESC
+     LIMIT 1;
+    IF v_version_id IS NULL THEN
+        IF enqueue.workflow_version IS NULL THEN
+            RAISE EXCEPTION 'cairn.enqueue: unknown workflow "%" (register it first)',
+                enqueue.workflow_name USING ERRCODE = 'undefined_object';
+        END IF;
+        RAISE EXCEPTION 'cairn.enqueue: workflow "%" has no version "%"',
+            enqueue.workflow_name, enqueue.workflow_version USING ERRCODE = 'undefined_object';
+    END IF;
+    v_timeout_ms := coalesce(v_timeout_ms, v_version_timeout);
+    v_due := coalesce(enqueue.scheduled_at, clock_timestamp());
+    INSERT INTO cairn.runner_instances AS ri
+           (workflow_version_id, workflow_name, input, idempotency_key, priority, timeout_ms,
+            deadline_at)
+    VALUES (v_version_id, enqueue.workflow_name, enqueue.input, enqueue.idempotency_key,
+            coalesce(enqueue.priority, 0), v_timeout_ms,
+            v_due + v_timeout_ms * interval '1 millisecond')
+    ON CONFLICT ON CONSTRAINT runner_instances_idempotency_key_key DO NOTHING
+    RETURNING ri.instance_id INTO v_id;
+    IF v_id IS NULL THEN
+        SELECT ri.instance_id INTO v_id
+          FROM cairn.runner_instances ri
+         WHERE ri.idempotency_key = enqueue.idempotency_key;
+        RETURN v_id;
+    END IF;
+    INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
+    VALUES (v_id, v_version_id, coalesce(enqueue.priority, 0), v_due);
+    PERFORM pg_notify('cairn_enqueue', '');
+    RETURN v_id;
+END;
+$$;
+
+-- Times out the unfinished instances past their deadline that no live runner holds (a runner
+-- that holds one times it out itself, with its running attempts). Returns how many.
+CREATE FUNCTION cairn.expire_overdue() RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := 0;
+    r record;
+BEGIN
+    FOR r IN
+        SELECT ri.instance_id, ri.timeout_ms
+          FROM cairn.runner_instances ri
+         WHERE ri.deadline_at < clock_timestamp() AND ri.deadline_at IS NOT NULL
+           AND ri.status IN ('queued', 'running')
+         ORDER BY ri.deadline_at
+         LIMIT 1000
+    LOOP
+        -- The queue row first, then the instance row, as cairn.cancel and the runner lock them;
+        -- a row another transaction holds is left for the next sweep.
+        PERFORM 1 FROM cairn.queued_instances q
+          WHERE q.instance_id = r.instance_id
+            AND (q.lock_uuid IS NULL OR q.lock_expires_at <= clock_timestamp())
+          FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE cairn.runner_instances
+           SET status = 'timed_out',
+               error = jsonb_build_object(
+                   'type', 'WorkflowTimeout',
+                   'message', format('the instance did not finish within its timeout of %s',
+                                     r.timeout_ms * interval '1 millisecond'),
+                   'bases', jsonb_build_array('TimeoutError', 'Exception'), 'details', NULL),
+               completed_at = clock_timestamp()
+         WHERE instance_id = r.instance_id AND status IN ('queued', 'running');
+        DELETE FROM cairn.queued_instances WHERE instance_id = r.instance_id;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- Queues a failed, cancelled or timed_out instance again (redrive). Returns 'queued', or
+-- 'already queued' / 'already running' for an unfinished instance (nothing changes). Raises
+-- no_data_found (P0002) for an unknown id and check_violation (23514) for a completed one.
+CREATE FUNCTION cairn.retry(p_instance_id uuid, p_reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    ri cairn.runner_instances%ROWTYPE;
+BEGIN
+    SELECT * INTO ri FROM cairn.runner_instances WHERE instance_id = p_instance_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no instance %', p_instance_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF ri.status IN ('queued', 'running') THEN
+        RETURN 'already ' || ri.status;
+    END IF;
+    IF ri.status = 'completed' THEN
+        RAISE EXCEPTION 'instance % completed: only failed, cancelled or timed_out instances '
+                        'can be retried', p_instance_id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    INSERT INTO cairn.instance_history (instance_id, status, error, started_at, completed_at,
+                                        reason)
+    VALUES (ri.instance_id, ri.status, ri.error, ri.started_at, ri.completed_at,
+            left(p_reason, 1000));
+    UPDATE cairn.runner_instances
+       SET status = 'queued', error = NULL, result = NULL, completed_at = NULL,
+           cancel_requested_at = NULL, cancel_reason = NULL, redrive = true,
+           deadline_at = clock_timestamp() + timeout_ms * interval '1 millisecond'
+     WHERE instance_id = p_instance_id;
+    INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
+    VALUES (ri.instance_id, ri.workflow_version_id, ri.priority, clock_timestamp());
+    PERFORM pg_notify('cairn_enqueue', '');
+    RETURN 'queued';
+END
+$$;
+
+-- cairn.cancel of 0007, knowing timed_out as finished too.
+CREATE OR REPLACE FUNCTION cairn.cancel(p_instance_id uuid, p_reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    q cairn.queued_instances%ROWTYPE;
+    st text;
+    reason text := left(coalesce(p_reason, 'cancelled'), 1000);
+BEGIN
+    SELECT * INTO q FROM cairn.queued_instances WHERE instance_id = p_instance_id FOR UPDATE;
+    SELECT status INTO st FROM cairn.runner_instances WHERE instance_id = p_instance_id
+        FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no instance %', p_instance_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF st IN ('completed', 'failed', 'cancelled', 'timed_out') THEN
+        RETURN 'already ' || st;
+    END IF;
+    IF q.instance_id IS NOT NULL AND q.lock_uuid IS NOT NULL
+       AND q.lock_expires_at > clock_timestamp() THEN
+        UPDATE cairn.runner_instances
+           SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
+               cancel_reason = reason
+         WHERE instance_id = p_instance_id;
+        PERFORM pg_notify('cairn_cancel', p_instance_id::text || ' ' || reason);
+        RETURN 'requested';
+    END IF;
+    UPDATE cairn.runner_instances
+       SET status = 'cancelled',
+           error = jsonb_build_object('type', 'Cancelled', 'message', reason,
+                                      'bases', jsonb_build_array('Exception'),
+                                      'details', NULL),
+           cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
+           cancel_reason = reason,
+           completed_at = clock_timestamp()
+     WHERE instance_id = p_instance_id;
+    DELETE FROM cairn.queued_instances WHERE instance_id = p_instance_id;
+    RETURN 'cancelled';
+END
+$$;
