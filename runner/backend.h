@@ -37,6 +37,10 @@ struct rn_claimed {
     size_t ndone;
     char *cancel_reason; /* a cancel was asked for (cairn.cancel) while another runner held it:
                             its reason (malloc'd); NULL: none */
+    int64_t deadline_ms; /* the instance's deadline (wall clock ms; its workflow timeout); 0:
+                            none */
+    int64_t timeout_ms;  /* the timeout the deadline comes from, for the error message */
+    bool redrive;        /* queued again by cairn.retry: resume with rn_instance_redrive */
 };
 
 void rn_claimed_free(struct rn_claimed *c, size_t n);
@@ -128,7 +132,8 @@ struct rn_backend_ops {
                            struct cn_errmsg *err);
     /* The cancels still waiting for a runner (missed notifications): cancels those nobody
      * holds any more (a sleep handed back, an expired lease) itself, and calls fn for those
-     * still held. NULL in a backend without cancels. */
+     * still held. Then times out the instances past their deadline that nobody holds
+     * (cairn.expire_overdue). NULL in a backend without cancels. */
     cn_err (*sweep_cancels)(struct rn_backend *b, rn_cancel_fn fn, void *arg,
                             struct cn_errmsg *err);
     void (*close)(struct rn_backend *b);

@@ -216,6 +216,18 @@ be32(const char *p)
     return ntohl(v);
 }
 
+/* Binary int8 column (big-endian); 0 for NULL or a column of another size. */
+static int64_t
+get_i64(PGresult *r, int row, int col)
+{
+    const char *p = PQgetvalue(r, row, col);
+
+    if (PQgetisnull(r, row, col) || PQgetlength(r, row, col) != 8) {
+        return 0;
+    }
+    return (int64_t) (((uint64_t) be32(p) << 32) | be32(p + 4));
+}
+
 /* Binary uuid column -> 16 bytes. */
 static bool
 get_uuid(PGresult *r, int row, int col, uint8_t out[16])
@@ -263,9 +275,11 @@ static const char *claim_sql =
     "    FROM q WHERE ri.instance_id = q.instance_id"
     "  RETURNING ri.instance_id, ri.workflow_name, ri.input::text AS input, ri.state,"
     "            CASE WHEN ri.cancel_requested_at IS NOT NULL"
-    "                 THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel)"
+    "                 THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel,"
+    "            floor(extract(epoch FROM ri.deadline_at) * 1000)::bigint AS deadline,"
+    "            ri.timeout_ms, ri.redrive)"
     " SELECT q.instance_id, q.lock_uuid, q.workflow_version_id, r.workflow_name, r.input,"
-    "        r.state, r.cancel"
+    "        r.state, r.cancel, r.deadline, r.timeout_ms, r.redrive"
     "   FROM q JOIN r ON r.instance_id = q.instance_id";
 
 static const char *done_sql =
@@ -395,6 +409,9 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
         if (!PQgetisnull(r, row, 6)) { /* cancelled while another runner held it */
             c->cancel_reason = cn_xstrndup(PQgetvalue(r, row, 6), (size_t) PQgetlength(r, row, 6));
         }
+        c->deadline_ms = get_i64(r, row, 7);
+        c->timeout_ms = get_i64(r, row, 8);
+        c->redrive = PQgetlength(r, row, 9) == 1 && PQgetvalue(r, row, 9)[0] == 1; /* binary bool */
         arr_uuid(&ids, c->instance_id.b);
         n++;
     }
@@ -490,7 +507,8 @@ static const struct {
      " WHERE d.instance_id = t.i AND d.execution_id = t.e AND d.attempt = t.a)",
      6},
     {"cairn_state",
-     "UPDATE cairn.runner_instances ri SET state = decode(t.s, 'hex') FROM unnest($1::uuid[],"
+     "UPDATE cairn.runner_instances ri SET state = decode(t.s, 'hex'), redrive = false FROM"
+     " unnest($1::uuid[],"
      " $2::uuid[], $3::text[]) AS t(i, l, s) CROSS JOIN LATERAL (SELECT 1 FROM"
      " cairn.queued_instances q WHERE q.instance_id = t.i AND q.lock_uuid = t.l OFFSET 0) ok"
      " WHERE ri.instance_id = t.i",
@@ -511,7 +529,8 @@ static const struct {
      " LATERAL (SELECT q.ctid AS tid FROM cairn.queued_instances q WHERE q.instance_id = t.i"
      " AND q.lock_uuid = t.l OFFSET 0) ok), u AS (UPDATE cairn.runner_instances ri SET"
      " status = t.st, result = t.res::jsonb, error = t.er::jsonb, state ="
-     " coalesce(decode(t.sx, 'hex'), ri.state), completed_at = clock_timestamp() FROM t WHERE"
+     " coalesce(decode(t.sx, 'hex'), ri.state), redrive = false, completed_at ="
+     " clock_timestamp() FROM t WHERE"
      " ri.instance_id = t.i RETURNING ri.instance_id)"
      " DELETE FROM cairn.queued_instances q USING t WHERE q.ctid = t.tid",
      6},
@@ -1092,6 +1111,11 @@ pg_sweep_cancels(struct rn_backend *base, rn_cancel_fn fn, void *arg, struct cn_
             cn_uuid_parse(PQgetvalue(r, row, 0), iid.b)) {
             fn(arg, iid, PQgetisnull(r, row, 1) ? NULL : PQgetvalue(r, row, 1));
         }
+    }
+    PQclear(r);
+    /* Deadlines of instances nobody holds (a runner that holds one times it out itself). */
+    if ((rv = rn_db_exec(b->c, "SELECT cairn.expire_overdue()", 0, NULL, &r, err)) != CN_OK) {
+        return rv;
     }
     PQclear(r);
     return CN_OK;

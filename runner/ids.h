@@ -44,6 +44,15 @@ rn_xid_eq(struct rn_xid a, struct rn_xid b)
     return memcmp(a.b, b.b, sizeof(a.b)) == 0;
 }
 
+/* The all-zero id: no execution node has it (ids are random v4 UUIDs), so a shard timer uses
+ * it for the instance's own deadline. */
+static inline bool
+rn_xid_is_nil(struct rn_xid a)
+{
+    static const struct rn_xid nil;
+    return memcmp(a.b, nil.b, sizeof(a.b)) == 0;
+}
+
 static inline bool
 rn_token_eq(struct rn_token a, struct rn_token b)
 {

@@ -30,6 +30,8 @@ struct inst {
     size_t inflight;         /* actions dispatched and not reported back (approximate) */
     bool counted;            /* counted in shard->busy */
     int64_t claimed_mono_us; /* when claimed, until the first dispatch (then 0) */
+    int64_t deadline_ms;     /* the workflow's deadline (wall clock); 0: none */
+    int64_t timeout_ms;      /* the timeout it comes from (for the error message) */
     uint32_t slot;           /* index in shard->insts */
 };
 
@@ -323,7 +325,9 @@ handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn
         q->w.done = q->done;
         q->w.ndone = q->ndone;
     }
-    if (o->snapshot_needed || o->outcome != RN_RUNNING) {
+    /* A run that fails, is cancelled or times out keeps its last running snapshot: a redrive
+     * (cairn.retry) resumes from it. The final one (no live nodes) would leave nothing to run. */
+    if (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED) {
         if (rn_instance_snapshot(in->ex, &q->state) != CN_OK) {
             cn_oom("instance snapshot");
         }
@@ -386,6 +390,21 @@ fail_unresumable(struct rn_shard *sh, struct inst *in, const char *why, struct r
     write_begin(sh, in, q, out);
 }
 
+/* The WorkflowTimeout message of instance in, in *v (a string; None without memory). */
+static void
+timeout_message(const struct inst *in, struct ir_val *v)
+{
+    char msg[96];
+
+    (void) snprintf(msg, sizeof(msg), "the instance did not finish within its timeout of %lld ms",
+                    (long long) in->timeout_ms);
+    if (ir_str_from_cstr(msg, v) != CN_OK) {
+        *v = ir_null();
+    }
+}
+
+static void timeout_step(struct rn_shard *sh, struct inst *in, struct cn_now now);
+
 /* A claimed instance arrives: hydrate it (or start it) and act on the first output. */
 static void
 on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard_out *out)
@@ -417,7 +436,13 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     idmap_xput(&sh->byid, in->id, in->slot);
     CN_VEC_XPUSH(&sh->insts, in);
     lease_op(out, true, in);
-    if (c->state != NULL) {
+    in->deadline_ms = c->deadline_ms;
+    in->timeout_ms = c->timeout_ms;
+    if (c->state != NULL && c->redrive) {
+        log_instance(CN_LOG_INFO, in, "redriven: what had not succeeded starts over");
+        rv = rn_instance_redrive(in->dag, c->state, c->state_len, c->done, c->ndone,
+                                 &sh->cfg.exec, now.wall_ms, &in->ex, &sh->step, &em);
+    } else if (c->state != NULL) {
         rv = rn_instance_hydrate(in->dag, c->state, c->state_len, c->done, c->ndone, &sh->cfg.exec,
                                  now.wall_ms, &in->ex, &sh->step, &em);
     } else {
@@ -451,8 +476,35 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
             cn_oom("instance cancel");
         }
         ir_val_release(ev.value);
+    } else if (in->deadline_ms != 0 && now.wall_ms >= in->deadline_ms &&
+               rn_instance_outcome(in->ex) == RN_RUNNING) {
+        /* Past its deadline already (claimed late, or its lease lapsed meanwhile): nothing of
+         * the resumed step is dispatched. */
+        rn_step_out_clear(&sh->step);
+        timeout_step(sh, in, now);
+    } else if (in->deadline_ms != 0) {
+        struct rn_timer_ent t;
+        memset(&t, 0, sizeof(t));
+        t.at_wall_ms = in->deadline_ms;
+        t.iid = in->id; /* exec_id all zero: the instance's own deadline */
+        rn_timerheap_push(&sh->timers, &t);
     }
     handle_output(sh, in, now, out);
+}
+
+/* Steps instance in with RN_EV_TIMEOUT into sh->step (its deadline passed). */
+static void
+timeout_step(struct rn_shard *sh, struct inst *in, struct cn_now now)
+{
+    struct rn_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = RN_EV_TIMEOUT;
+    timeout_message(in, &ev.value);
+    if (rn_instance_step(in->ex, &ev, 1, now.wall_ms, &sh->step) != CN_OK) {
+        cn_oom("instance timeout");
+    }
+    ir_val_release(ev.value);
 }
 
 /* A cancel (cairn.cancel, through the canceller): the instance ends `cancelled`, its running
@@ -512,6 +564,9 @@ maybe_evict_sleeper(struct rn_shard *sh, struct inst *in, struct cn_now now,
         if (in->held.timers.items[k].at_ms < wake) {
             wake = in->held.timers.items[k].at_ms;
         }
+    }
+    if (in->deadline_ms != 0 && in->deadline_ms < wake) {
+        wake = in->deadline_ms; /* claimed again at its deadline, it times out then */
     }
     if (wake - now.wall_ms <= (int64_t) sh->cfg.evict_sleep_threshold_ms) {
         return false;
@@ -679,7 +734,18 @@ rn_shard_fire(struct rn_shard *sh, struct cn_now now, struct rn_shard_out *out)
         ev.kind = RN_EV_TIMER;
         ev.exec_id = t.exec_id;
         ev.value = ir_null();
+        if (rn_xid_is_nil(t.exec_id)) {
+            /* The instance's deadline (a stale entry of an earlier claim is harmless: the
+             * check is against the deadline this claim holds). */
+            if (in->deadline_ms == 0 || now.wall_ms < in->deadline_ms ||
+                in->held.outcome != RN_RUNNING) {
+                continue;
+            }
+            ev.kind = RN_EV_TIMEOUT;
+            timeout_message(in, &ev.value);
+        }
         step_events(sh, in, &ev, 1, now, out);
+        ir_val_release(ev.value);
     }
 }
 

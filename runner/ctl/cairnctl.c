@@ -48,6 +48,8 @@ static const struct command commands[] = {
      ctl_cmd_inspect},
     {"cancel", "(ID | --workflow W [--status queued|running] --yes) [--reason TEXT] [--wait]",
      "cancel an instance, or every unfinished one of a workflow", ctl_cmd_cancel},
+    {"retry", "ID [--reason TEXT] [--wait [--timeout S]] [--json]",
+     "run a failed, cancelled or timed-out instance again from where it stopped", ctl_cmd_retry},
     {"exec", "FILE [--input JSON] [--timeout S] [--json]",
      "run one instance in this process, without a database (std.* actions built in)", ctl_cmd_exec},
     {"help", "[COMMAND]", "show this help", cmd_help},
@@ -66,8 +68,8 @@ usage(FILE *to)
     }
     fprintf(to, "\nDatabase commands use --database-url URL, else $CAIRN_DATABASE_URL.\n"
                 "exit status: 0 ok, 1 input rejected (compile errors, bad input, unknown name),\n"
-                "2 usage or file error, 3 database error, 4 instance failed or cancelled,\n"
-                "5 instance not finished (or --wait timed out)\n");
+                "2 usage or file error, 3 database error, 4 instance failed, cancelled or timed\n"
+                "out, 5 instance not finished (or --wait timed out), 6 nothing to do\n");
 }
 
 bool

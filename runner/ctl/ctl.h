@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cairnctl's internal interface between its files: cairnctl.c (command table, check, dag, the
- * option parsing every command shares), ctl_db.c (the commands that talk to the database) and
+ * option parsing every command shares), ctl_db.c (the commands that talk to the database, and
+ * the helpers below they share), ctl_control.c (cancel and retry: control over instances) and
  * ctl_exec.c (exec). Single-threaded.
  */
 #ifndef RUNNER_CTL_CTL_H
@@ -10,6 +11,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <libpq-fe.h>
+
+#include "ir/base/err.h"
 #include "ir/base/opts.h"
 #include "ir/dag.h"
 
@@ -19,9 +23,9 @@ enum {
     EXIT_REJECTED = 1, /* the input was rejected: compile errors, bad JSON, unknown names */
     EXIT_USAGE = 2,    /* usage error, or a file that cannot be read */
     EXIT_DB = 3,       /* the database is unreachable or failed */
-    EXIT_FAILED = 4,   /* the instance failed or was cancelled (result, run --wait) */
+    EXIT_FAILED = 4,   /* the instance failed, was cancelled or timed out (result, --wait) */
     EXIT_PENDING = 5,  /* the instance has not finished (result), or --wait timed out */
-    EXIT_NOOP = 6,     /* nothing to do: cancel of an instance that had already finished */
+    EXIT_NOOP = 6,     /* nothing to do: cancel of a finished instance, retry of one unfinished */
 };
 
 /* What cairn.enqueue accepts: the figures of cairn.limits() (sql/0006_enqueue_checks.sql,
@@ -70,6 +74,24 @@ int ctl_compile_file(const char *path, struct ir_dag **out, char **src, size_t *
  * EXIT_REJECTED (or EXIT_USAGE when out of memory). */
 int ctl_parse_input(const char *cmd, const char *text, char **compact);
 
+/* ---- shared by the database commands (ctl_db.c) ---- */
+
+/* --json was given (every database command's table has CTL_OPT_JSON and CTL_OPT_DB). */
+bool ctl_json_out(const struct cn_opts *o);
+/* An instance id argument: a UUID; else says why (for command `cmd`) and returns false. */
+bool ctl_check_uuid(const char *cmd, const char *id);
+/* Connects to --database-url; returns EXIT_OK, or the exit status after saying why. */
+int ctl_db_open(const struct cn_opts *o, PGconn **c);
+/* Says why a statement failed and returns its exit status. */
+int ctl_db_error(const struct cn_opts *o, cn_err rv, const struct cn_errmsg *em);
+/* Polls until instance id is finished (completed, failed, cancelled, timed_out) or timeout_ms
+ * passes (0: no limit). Returns EXIT_OK with its final status in st, EXIT_PENDING after saying
+ * it did not finish in time, or a database error's exit status. */
+int ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms,
+                    char *st, size_t stlen);
+/* Prints a finished instance's result as `cairnctl result` does; returns its exit status. */
+int ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id);
+
 int ctl_cmd_migrate(int argc, char **argv);
 int ctl_cmd_register(int argc, char **argv);
 int ctl_cmd_run(int argc, char **argv);
@@ -78,6 +100,7 @@ int ctl_cmd_result(int argc, char **argv);
 int ctl_cmd_list(int argc, char **argv);
 int ctl_cmd_inspect(int argc, char **argv);
 int ctl_cmd_cancel(int argc, char **argv);
+int ctl_cmd_retry(int argc, char **argv);
 int ctl_cmd_exec(int argc, char **argv);
 
 #endif

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cairnctl's database commands: migrate, register, run, status, result, list, inspect. Each
+ * cairnctl's database commands: migrate, register, run, status, result, list, inspect (cancel
+ * and retry are in ctl_control.c). Each
  * parses its options from its own table (ir/base/opts.h, through ctl_opts) and opens one
  * libpq connection (--database-url, else CAIRN_DATABASE_URL), runs parameterised statements
  * (user data never becomes SQL text) and prints human-readable text, or JSON with --json.
@@ -33,15 +34,15 @@
 /* ---- options ------------------------------------------------------------------------------ */
 
 /* Every command's table has CTL_OPT_DB, and CTL_OPT_JSON (ctl.h). */
-static bool
-json_out(const struct cn_opts *o)
+bool
+ctl_json_out(const struct cn_opts *o)
 {
     return cn_opts_bool(o, "json");
 }
 
 /* An instance id argument: a UUID. */
-static bool
-check_uuid(const char *cmd, const char *id)
+bool
+ctl_check_uuid(const char *cmd, const char *id)
 {
     struct rn_iid u;
 
@@ -96,8 +97,8 @@ version_ok(const char *s)
 
 /* ---- database ----------------------------------------------------------------------------- */
 
-static int
-db_open(const struct cn_opts *o, PGconn **c)
+int
+ctl_db_open(const struct cn_opts *o, PGconn **c)
 {
     struct cn_errmsg em;
     cn_err rv = rn_db_connect(cn_opts_str(o, "database-url"), c, &em);
@@ -110,8 +111,8 @@ db_open(const struct cn_opts *o, PGconn **c)
 }
 
 /* Maps a statement failure to an exit code, after printing it. */
-static int
-db_error(const struct cn_opts *o, cn_err rv, const struct cn_errmsg *em)
+int
+ctl_db_error(const struct cn_opts *o, cn_err rv, const struct cn_errmsg *em)
 {
     fprintf(stderr, "%s: %s\n", o->prog, em->text);
     if (strstr(em->text, "does not exist") != NULL && strstr(em->text, "cairn.") != NULL) {
@@ -149,16 +150,16 @@ ctl_cmd_migrate(int argc, char **argv)
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
     }
-    if ((status = db_open(&o, &c)) != EXIT_OK) {
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    rv = rn_migrate(c, print_migration, json_out(&o) ? &files : NULL, &applied, &em);
+    rv = rn_migrate(c, print_migration, ctl_json_out(&o) ? &files : NULL, &applied, &em);
     if (rv == CN_OK) {
         rv = rn_migrate_current(c, current, sizeof(current), &em);
     }
     if (rv != CN_OK) {
-        status = db_error(&o, rv, &em);
-    } else if (json_out(&o)) {
+        status = ctl_db_error(&o, rv, &em);
+    } else if (ctl_json_out(&o)) {
         printf("{\"version\": \"%s\", \"applied\": [%s]}\n", current,
                files.data != NULL ? files.data : "");
     } else {
@@ -200,8 +201,10 @@ ctl_cmd_register(int argc, char **argv)
      * maps to the same row (a no-op), changed source to a new version. */
     static const char *insert_sql =
         "WITH h AS (SELECT encode(sha256($3::bytea), 'hex') AS ir_hash) "
-        "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source) "
-        "SELECT $1, coalesce($2, left(h.ir_hash, 12)), h.ir_hash, $4 FROM h "
+        "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source, "
+        "timeout_ms) "
+        "SELECT $1, coalesce($2, left(h.ir_hash, 12)), h.ir_hash, $4, nullif($5::bigint, 0) "
+        "FROM h "
         "ON CONFLICT (workflow_name, workflow_version) DO NOTHING "
         "RETURNING id, workflow_version, ir_hash";
     static const char *existing_sql =
@@ -231,7 +234,8 @@ ctl_cmd_register(int argc, char **argv)
     PGresult *r = NULL;
     char *src = NULL, *name = NULL;
     size_t src_len = 0, i;
-    const char *params[4];
+    const char *params[5];
+    char timeout[24];
     bool created = false;
     int status;
     cn_err rv;
@@ -283,22 +287,24 @@ ctl_cmd_register(int argc, char **argv)
             goto out;
         }
     }
-    if ((status = db_open(&o, &c)) != EXIT_OK) {
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         goto out;
     }
     params[0] = name;
     params[1] = version;
     params[2] = hex.data;
     params[3] = src;
-    if ((rv = rn_db_exec(c, insert_sql, 4, params, &r, &em)) != CN_OK) {
-        status = db_error(&o, rv, &em);
+    (void) snprintf(timeout, sizeof(timeout), "%lld", (long long) dag->timeout_ms);
+    params[4] = timeout; /* the workflow's [timeout: D] (its graph's hash covers it too) */
+    if ((rv = rn_db_exec(c, insert_sql, 5, params, &r, &em)) != CN_OK) {
+        status = ctl_db_error(&o, rv, &em);
         goto out;
     }
     created = PQntuples(r) == 1;
     if (!created) {
         PQclear(r);
         if ((rv = rn_db_exec(c, existing_sql, 3, params, &r, &em)) != CN_OK) {
-            status = db_error(&o, rv, &em);
+            status = ctl_db_error(&o, rv, &em);
             goto out;
         }
         if (PQntuples(r) != 1) { /* deleted in between: vanishingly rare; say so */
@@ -315,7 +321,7 @@ ctl_cmd_register(int argc, char **argv)
             goto out;
         }
     }
-    if (json_out(&o)) {
+    if (ctl_json_out(&o)) {
         printf("{\"name\": \"%s\", \"version\": \"%s\", \"id\": \"%s\", \"ir_hash\": \"%s\", "
                "\"created\": %s}\n",
                name, PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 2),
@@ -337,13 +343,9 @@ out:
 
 /* ---- run ---------------------------------------------------------------------------------- */
 
-static int print_result(const struct cn_opts *o, PGconn *c, const char *id);
 
-/* Polls until the instance is finished or timeout_ms passes (0: no limit). Returns EXIT_OK with
- * its final status in st, EXIT_PENDING after saying it did not finish in time, or a database
- * error's exit code. */
-static int
-wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms, char *st,
+int
+ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms, char *st,
             size_t stlen)
 {
     int64_t deadline = cn_mono_ms() + timeout_ms;
@@ -357,10 +359,10 @@ wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long timeou
         struct timespec ts = {0, WAIT_POLL_MS * 1000000L};
 
         if ((rv = rn_db_exec(c,
-                             "SELECT status, status IN ('completed', 'failed', 'cancelled') "
+                             "SELECT status, status IN ('completed', 'failed', 'cancelled', 'timed_out') "
                              "FROM cairn.runner_instances WHERE instance_id = $1",
                              1, params, &r, &em)) != CN_OK) {
-            return db_error(o, rv, &em);
+            return ctl_db_error(o, rv, &em);
         }
         done = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 1), "t") == 0;
         (void) snprintf(st, stlen, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "");
@@ -382,9 +384,9 @@ static int
 wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
 {
     char st[16];
-    int status = wait_status(o, c, id, timeout_ms, st, sizeof(st));
+    int status = ctl_wait_status(o, c, id, timeout_ms, st, sizeof(st));
 
-    return status == EXIT_OK ? print_result(o, c, id) : status;
+    return status == EXIT_OK ? ctl_print_result(o, c, id) : status;
 }
 
 int
@@ -584,6 +586,11 @@ ctl_cmd_run(int argc, char **argv)
          .kind = CN_OPT_STR,
          .arg = "V",
          .help = "this version of the workflow (default: the newest)"},
+        {.flag = "workflow-timeout",
+         .kind = CN_OPT_STR,
+         .arg = "D",
+         .help = "the instance times out D after it is due (30s, 5 min, 2 hours; default: the "
+                 "workflow's own [timeout: D], if any)"},
         {.flag = "wait", .kind = CN_OPT_BOOL, .help = "wait until it finishes; print its result"},
         {.flag = "timeout",
          .kind = CN_OPT_INT,
@@ -595,13 +602,13 @@ ctl_cmd_run(int argc, char **argv)
     };
     struct cn_opts o = CTL_OPTS("run",
                                 "NAME [--input JSON | --input-file FILE] [--idempotency-key K] "
-                                "[--priority P] "
-                                "[--at TIME] [--version V] [--wait [--timeout S]] [--json]",
+                                "[--priority P] [--at TIME] [--version V] "
+                                "[--workflow-timeout D] [--wait [--timeout S]] [--json]",
                                 rows, 1);
     struct cn_errmsg em;
     PGconn *c = NULL;
     PGresult *r = NULL;
-    const char *params[6];
+    const char *params[7];
     char prio[24];
     char *input_text = NULL, *file_text = NULL;
     const char *input, *input_file;
@@ -643,7 +650,7 @@ ctl_cmd_run(int argc, char **argv)
         free(input_text);
         return status;
     }
-    if ((status = db_open(&o, &c)) != EXIT_OK) {
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         free(input_text);
         return status;
     }
@@ -654,11 +661,14 @@ ctl_cmd_run(int argc, char **argv)
     params[3] = prio;
     params[4] = cn_opts_str(&o, "at");
     params[5] = cn_opts_str(&o, "version");
-    rv = rn_db_exec(c, "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer, $5::timestamptz, $6)",
-                    6, params, &r, &em);
+    params[6] = cn_opts_str(&o, "workflow-timeout"); /* PostgreSQL reads the interval */
+    rv = rn_db_exec(c,
+                    "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer, $5::timestamptz, $6, "
+                    "$7::interval)",
+                    7, params, &r, &em);
     free(input_text);
     if (rv != CN_OK) {
-        status = db_error(&o, rv, &em);
+        status = ctl_db_error(&o, rv, &em);
         PQfinish(c);
         return status;
     }
@@ -667,14 +677,14 @@ ctl_cmd_run(int argc, char **argv)
 
         (void) snprintf(id, sizeof(id), "%s", PQgetvalue(r, 0, 0));
         PQclear(r);
-        if (!json_out(&o)) {
+        if (!ctl_json_out(&o)) {
             fprintf(stderr, "%s\n", id);
         }
         status = wait_finished(&o, c, id, cn_opts_int(&o, "timeout") * 1000);
         PQfinish(c);
         return status;
     }
-    if (json_out(&o)) {
+    if (ctl_json_out(&o)) {
         printf("{\"id\": \"%s\"}\n", PQgetvalue(r, 0, 0));
     } else {
         printf("%s\n", PQgetvalue(r, 0, 0));
@@ -713,10 +723,10 @@ ctl_cmd_status(int argc, char **argv)
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
     }
-    if (!check_uuid("status", o.nargs > 0 ? argv[0] : NULL)) {
+    if (!ctl_check_uuid("status", o.nargs > 0 ? argv[0] : NULL)) {
         return EXIT_USAGE;
     }
-    if ((status = db_open(&o, &c)) != EXIT_OK) {
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
     params[0] = argv[0];
@@ -727,11 +737,11 @@ ctl_cmd_status(int argc, char **argv)
                     " " INSTANCE_FROM "WHERE ri.instance_id = $1",
                     1, params, &r, &em);
     if (rv != CN_OK) {
-        status = db_error(&o, rv, &em);
+        status = ctl_db_error(&o, rv, &em);
     } else if (PQntuples(r) == 0) {
         fprintf(stderr, "cairnctl status: no instance %s\n", argv[0]);
         status = EXIT_REJECTED;
-    } else if (json_out(&o)) {
+    } else if (ctl_json_out(&o)) {
         printf("%s\n", PQgetvalue(r, 0, 0));
     } else {
         printf("instance   %s\nworkflow   %s (version %s)\nstatus     %s\ncreated    %s\n",
@@ -755,8 +765,8 @@ ctl_cmd_status(int argc, char **argv)
     return status;
 }
 
-static int
-print_result(const struct cn_opts *o, PGconn *c, const char *id)
+int
+ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id)
 {
     const char *params[1] = {id};
     struct cn_errmsg em;
@@ -773,7 +783,7 @@ print_result(const struct cn_opts *o, PGconn *c, const char *id)
                     "FROM cairn.runner_instances ri WHERE ri.instance_id = $1",
                     1, params, &r, &em);
     if (rv != CN_OK) {
-        return db_error(o, rv, &em);
+        return ctl_db_error(o, rv, &em);
     }
     if (PQntuples(r) == 0) {
         fprintf(stderr, "%s: no instance %s\n", o->prog, id);
@@ -785,9 +795,9 @@ print_result(const struct cn_opts *o, PGconn *c, const char *id)
         outcome = RN_RUNNING; /* queued: not finished either */
     }
     if (outcome == RN_COMPLETED) {
-        printf("%s\n", json_out(o) ? PQgetvalue(r, 0, 3) : PQgetvalue(r, 0, 1));
-    } else if (outcome == RN_FAILED || outcome == RN_CANCELLED) {
-        if (json_out(o)) {
+        printf("%s\n", ctl_json_out(o) ? PQgetvalue(r, 0, 3) : PQgetvalue(r, 0, 1));
+    } else if (outcome == RN_FAILED || outcome == RN_CANCELLED || outcome == RN_TIMED_OUT) {
+        if (ctl_json_out(o)) {
             printf("%s\n", PQgetvalue(r, 0, 3));
         } else {
             fprintf(stderr, "%s %s: %s\n", id, st,
@@ -795,7 +805,7 @@ print_result(const struct cn_opts *o, PGconn *c, const char *id)
         }
         status = EXIT_FAILED;
     } else {
-        if (json_out(o)) {
+        if (ctl_json_out(o)) {
             printf("%s\n", PQgetvalue(r, 0, 3));
         } else {
             fprintf(stderr, "%s has not finished (status %s)\n", id, st);
@@ -817,13 +827,13 @@ ctl_cmd_result(int argc, char **argv)
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
     }
-    if (!check_uuid("result", o.nargs > 0 ? argv[0] : NULL)) {
+    if (!ctl_check_uuid("result", o.nargs > 0 ? argv[0] : NULL)) {
         return EXIT_USAGE;
     }
-    if ((status = db_open(&o, &c)) != EXIT_OK) {
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    status = print_result(&o, c, argv[0]);
+    status = ctl_print_result(&o, c, argv[0]);
     PQfinish(c);
     return status;
 }
@@ -871,7 +881,7 @@ ctl_cmd_list(int argc, char **argv)
         fputc('\n', stderr);
         return EXIT_USAGE;
     }
-    if ((status = db_open(&o, &c)) != EXIT_OK) {
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
     (void) snprintf(lim, sizeof(lim), "%lld", cn_opts_int(&o, "limit"));
@@ -885,12 +895,12 @@ ctl_cmd_list(int argc, char **argv)
                     "ORDER BY ri.created_at DESC LIMIT $3::integer",
                     3, params, &r, &em);
     if (rv != CN_OK) {
-        status = db_error(&o, rv, &em);
+        status = ctl_db_error(&o, rv, &em);
         PQfinish(c);
         return status;
     }
     n = PQntuples(r);
-    if (json_out(&o)) {
+    if (ctl_json_out(&o)) {
         printf("[");
         for (i = 0; i < n; i++) {
             printf("%s%s", i ? ",\n " : "", PQgetvalue(r, i, 0));
@@ -998,7 +1008,7 @@ short_json(struct ir_val v, size_t max, struct cn_buf *out)
 }
 
 static void
-print_live(struct ir_val live)
+print_live(struct ir_val live, bool ended)
 {
     struct cn_buf b = CN_BUF_INIT;
     size_t i;
@@ -1007,7 +1017,9 @@ print_live(struct ir_val live)
         printf("waiting on  nothing (finished, or not started yet)\n");
         return;
     }
-    printf("waiting on:\n");
+    /* A run that failed, was cancelled or timed out keeps its last running state: what a
+     * retry resumes from. */
+    printf(ended ? "where it stopped (a retry resumes here):\n" : "waiting on:\n");
     for (i = 0; i < ir_list_len(live); i++) {
         struct ir_val n = ir_list_items(live)[i];
         const struct ir_val *st = ir_map_get(n, "status", 6), *kind = ir_map_get(n, "kind", 4),
@@ -1055,21 +1067,27 @@ ctl_cmd_inspect(int argc, char **argv)
         "SELECT ri.status, ri.workflow_name, wv.workflow_version, wv.source,"
         " encode(ri.state, 'hex'), ri.result::text, ri.error::text, ri.created_at,"
         " ri.started_at, ri.completed_at, q.scheduled_at, coalesce(q.lock_expires_at > now(),"
-        " false), ri.input::text FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv"
+        " false), ri.input::text, ri.deadline_at, ri.redrive"
+        " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv"
         " ON wv.id = ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id"
         " = ri.instance_id WHERE ri.instance_id = $1";
     static const char *done_sql =
         "SELECT execution_id, attempt, status, completed_at, encode(result, 'hex')"
         " FROM cairn.runner_actions_done WHERE instance_id = $1 ORDER BY id";
+    static const char *history_sql =
+        "SELECT status, redriven_at, error->>'type', error->>'message',"
+        " json_build_object('status', status, 'error', error, 'started_at', started_at,"
+        " 'completed_at', completed_at, 'redriven_at', redriven_at, 'reason', reason)::text"
+        " FROM cairn.instance_history WHERE instance_id = $1 ORDER BY id";
     struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
     struct cn_opts o = CTL_OPTS("inspect", "ID [--json]", rows, 1);
     const char *id;
     struct cn_errmsg em = {{0}};
     PGconn *c = NULL;
-    PGresult *r = NULL, *d = NULL;
+    PGresult *r = NULL, *d = NULL, *h = NULL;
     const char *params[1];
     struct ir_dag *dag = NULL;
-    struct ir_val live = ir_null(), doc = ir_null(), acts = ir_null();
+    struct ir_val live = ir_null(), doc = ir_null(), acts = ir_null(), hist = ir_null();
     struct cn_buf b = CN_BUF_INIT;
     bool ok = true;
     int status, row, nd;
@@ -1079,16 +1097,17 @@ ctl_cmd_inspect(int argc, char **argv)
         return status;
     }
     id = o.nargs > 0 ? argv[0] : NULL;
-    if (!check_uuid("inspect", id)) {
+    if (!ctl_check_uuid("inspect", id)) {
         return EXIT_USAGE;
     }
-    if ((status = db_open(&o, &c)) != EXIT_OK) {
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
     params[0] = id;
     if ((rv = rn_db_exec(c, inst_sql, 1, params, &r, &em)) != CN_OK ||
-        (rv = rn_db_exec(c, done_sql, 1, params, &d, &em)) != CN_OK) {
-        status = db_error(&o, rv, &em);
+        (rv = rn_db_exec(c, done_sql, 1, params, &d, &em)) != CN_OK ||
+        (rv = rn_db_exec(c, history_sql, 1, params, &h, &em)) != CN_OK) {
+        status = ctl_db_error(&o, rv, &em);
         goto out;
     }
     if (PQntuples(r) == 0) {
@@ -1140,7 +1159,18 @@ ctl_cmd_inspect(int argc, char **argv)
         kv_set(&m, "value", v, &ok);
         ir_list_items(acts)[row] = m;
     }
-    if (!ok || ir_map_new(16, &doc) != CN_OK) {
+    if (ok && ir_list_new((size_t) PQntuples(h), &hist) == CN_OK) {
+        for (row = 0; row < PQntuples(h); row++) {
+            struct cn_errmsg jem;
+            if (ir_val_from_json(PQgetvalue(h, row, 4), (size_t) PQgetlength(h, row, 4),
+                                 &ir_list_items(hist)[row], &jem) != CN_OK) {
+                ir_list_items(hist)[row] = ir_null();
+            }
+        }
+    } else {
+        ok = false;
+    }
+    if (!ok || ir_map_new(20, &doc) != CN_OK) {
         fprintf(stderr, "cairnctl inspect: out of memory\n");
         status = EXIT_USAGE;
         goto out;
@@ -1155,6 +1185,9 @@ ctl_cmd_inspect(int argc, char **argv)
     kv_str(&doc, "completed_at", PQgetisnull(r, 0, 9) ? NULL : PQgetvalue(r, 0, 9), &ok);
     kv_str(&doc, "due_at", PQgetisnull(r, 0, 10) ? NULL : PQgetvalue(r, 0, 10), &ok);
     kv_set(&doc, "leased", ir_bool(strcmp(PQgetvalue(r, 0, 11), "t") == 0), &ok);
+    kv_str(&doc, "deadline_at", PQgetisnull(r, 0, 13) ? NULL : PQgetvalue(r, 0, 13), &ok);
+    kv_set(&doc, "redrive_pending", ir_bool(strcmp(PQgetvalue(r, 0, 14), "t") == 0), &ok);
+    kv_set(&doc, "history", ir_val_retain(hist), &ok);
     kv_set(&doc, "waiting_on", ir_val_retain(live), &ok);
     kv_set(&doc, "actions", ir_val_retain(acts), &ok);
     kv_json(&doc, "result", r, 0, 5, &ok);
@@ -1164,7 +1197,7 @@ ctl_cmd_inspect(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    if (json_out(&o)) {
+    if (ctl_json_out(&o)) {
         if (ir_val_to_json(doc, &b, &em) != CN_OK) {
             fprintf(stderr, "cairnctl inspect: %s\n", em.text);
             status = EXIT_USAGE;
@@ -1179,8 +1212,19 @@ ctl_cmd_inspect(int argc, char **argv)
     if (!PQgetisnull(r, 0, 10)) {
         printf("due         %s\n", PQgetvalue(r, 0, 10));
     }
+    if (!PQgetisnull(r, 0, 13)) {
+        printf("deadline    %s\n", PQgetvalue(r, 0, 13));
+    }
+    for (row = 0; row < PQntuples(h); row++) {
+        printf("earlier run %s (%s: %s), retried at %s\n", PQgetvalue(h, row, 0),
+               PQgetvalue(h, row, 2), PQgetvalue(h, row, 3), PQgetvalue(h, row, 1));
+    }
+    if (strcmp(PQgetvalue(r, 0, 14), "t") == 0) {
+        printf("retried: what had not succeeded starts over when a runner claims it\n");
+    }
     if (live.type == IR_T_LIST) {
-        print_live(live);
+        print_live(live, strcmp(PQgetvalue(r, 0, 0), "queued") != 0 &&
+                             strcmp(PQgetvalue(r, 0, 0), "running") != 0);
     }
     printf("action results recorded: %d\n", nd);
     for (row = 0; row < nd; row++) {
@@ -1200,180 +1244,12 @@ out:
     ir_val_release(live);
     ir_val_release(doc);
     ir_val_release(acts);
+    ir_val_release(hist);
     ir_dag_free(dag);
     cn_buf_fini(&b);
     PQclear(r);
     PQclear(d);
+    PQclear(h);
     PQfinish(c);
-    return status;
-}
-
-/* ---- cancel -------------------------------------------------------------------------------- */
-
-/* Waits until a cancel asked of a runner took effect (or timeout_ms passes); says how it ended. */
-static int
-wait_cancelled(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
-{
-    char st[16];
-    int status = wait_status(o, c, id, timeout_ms, st, sizeof(st));
-
-    if (status != EXIT_OK) {
-        return status;
-    }
-    if (strcmp(st, "cancelled") == 0) {
-        printf("%s cancelled\n", id);
-        return EXIT_OK;
-    }
-    printf("%s %s before the cancel took effect: nothing to cancel\n", id, st);
-    return EXIT_NOOP;
-}
-
-/* One instance: cairn.cancel's answer, said in words and an exit status. */
-static int
-cancel_one(const struct cn_opts *o, PGconn *c, const char *id, const char *reason, bool wait)
-{
-    const char *params[2] = {id, reason};
-    struct cn_errmsg em;
-    PGresult *r = NULL;
-    char said[32];
-    cn_err rv;
-
-    if ((rv = rn_db_exec(c, "SELECT cairn.cancel($1, $2)", 2, params, &r, &em)) != CN_OK) {
-        if (rv == CN_NOTFOUND) {
-            fprintf(stderr, "cairnctl cancel: no instance %s\n", id);
-            return EXIT_REJECTED;
-        }
-        return db_error(o, rv, &em);
-    }
-    (void) snprintf(said, sizeof(said), "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    if (strcmp(said, "cancelled") == 0) {
-        printf("%s cancelled\n", id);
-        return EXIT_OK;
-    }
-    if (strcmp(said, "requested") == 0) {
-        if (wait) {
-            return wait_cancelled(o, c, id, cn_opts_int(o, "timeout") * 1000);
-        }
-        printf("%s: cancel requested; the runner that holds it stops it\n", id);
-        return EXIT_OK;
-    }
-    /* "already completed" and the like: the result stays as it was. */
-    printf("%s %s: nothing to cancel\n", id, said);
-    return EXIT_NOOP;
-}
-
-int
-ctl_cmd_cancel(int argc, char **argv)
-{
-    struct cn_opt rows[] = {
-        CTL_OPT_DB,
-        {.flag = "reason",
-         .kind = CN_OPT_STR,
-         .arg = "TEXT",
-         .help = "recorded as the instance's error message (default: cancelled)"},
-        {.flag = "wait",
-         .kind = CN_OPT_BOOL,
-         .help = "wait until the instance's runner has cancelled it"},
-        {.flag = "timeout",
-         .kind = CN_OPT_INT,
-         .def = "60",
-         .min = 0,
-         .max = 86400,
-         .arg = "S",
-         .help = "with --wait, give up after S seconds (exit 5; 0: wait for ever)"},
-        {.flag = "workflow",
-         .kind = CN_OPT_STR,
-         .arg = "W",
-         .help = "cancel every unfinished instance of workflow W instead of one"},
-        {.flag = "status",
-         .kind = CN_OPT_STR,
-         .arg = "S",
-         .help = "with --workflow, only those queued or only those running"},
-        {.flag = "yes",
-         .kind = CN_OPT_BOOL,
-         .help = "with --workflow, do it (without it: say how many it would cancel)"},
-    };
-    struct cn_opts o = CTL_OPTS(
-        "cancel", "(ID | --workflow W [--status queued|running] --yes) [--reason TEXT] [--wait]",
-        rows, 1);
-    const char *wf, *st, *reason;
-    struct cn_errmsg em;
-    PGconn *c = NULL;
-    PGresult *r = NULL;
-    int status, row, n, counts[3] = {0, 0, 0};
-    cn_err rv;
-
-    if (!ctl_opts(&o, argc, argv, &status)) {
-        return status;
-    }
-    wf = cn_opts_str(&o, "workflow");
-    st = cn_opts_str(&o, "status");
-    reason = cn_opts_str(&o, "reason");
-    if (wf == NULL) {
-        if (st != NULL || cn_opts_bool(&o, "yes")) {
-            fprintf(stderr, "cairnctl cancel: --status and --yes go with --workflow\n");
-            return EXIT_USAGE;
-        }
-        if (!check_uuid("cancel", o.nargs > 0 ? argv[0] : NULL)) {
-            return EXIT_USAGE;
-        }
-        if ((status = db_open(&o, &c)) != EXIT_OK) {
-            return status;
-        }
-        status = cancel_one(&o, c, argv[0], reason, cn_opts_bool(&o, "wait"));
-        PQfinish(c);
-        return status;
-    }
-    if (o.nargs > 0 || cn_opts_bool(&o, "wait")) {
-        fprintf(stderr, "cairnctl cancel: --workflow cancels many: no ID, no --wait\n");
-        return EXIT_USAGE;
-    }
-    if (st != NULL && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) {
-        fprintf(stderr, "cairnctl cancel: --status is queued or running, not '%s'\n", st);
-        return EXIT_USAGE;
-    }
-    if ((status = db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    {
-        const char *params[2] = {wf, st};
-        rv = rn_db_exec(c,
-                        "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = $1"
-                        " AND status = ANY(CASE WHEN $2::text IS NULL"
-                        " THEN ARRAY['queued', 'running'] ELSE ARRAY[$2::text] END)"
-                        " ORDER BY created_at",
-                        2, params, &r, &em);
-    }
-    if (rv != CN_OK) {
-        status = db_error(&o, rv, &em);
-        PQfinish(c);
-        return status;
-    }
-    n = PQntuples(r);
-    if (!cn_opts_bool(&o, "yes")) {
-        printf("would cancel %d unfinished instance(s) of %s; add --yes to cancel them\n", n, wf);
-        PQclear(r);
-        PQfinish(c);
-        return n > 0 ? EXIT_REJECTED : EXIT_NOOP;
-    }
-    /* One statement each, so each instance's rows are locked only for its own cancel. */
-    for (row = 0; row < n && status == EXIT_OK; row++) {
-        const char *params[2] = {PQgetvalue(r, row, 0), reason};
-        PGresult *one = NULL;
-
-        if ((rv = rn_db_exec(c, "SELECT cairn.cancel($1, $2)", 2, params, &one, &em)) != CN_OK) {
-            status = db_error(&o, rv, &em);
-            break;
-        }
-        counts[strcmp(PQgetvalue(one, 0, 0), "cancelled") == 0   ? 0
-               : strcmp(PQgetvalue(one, 0, 0), "requested") == 0 ? 1
-                                                                 : 2]++;
-        PQclear(one);
-    }
-    PQclear(r);
-    PQfinish(c);
-    printf("%d cancelled, %d requested (their runners stop them), %d had already finished\n",
-           counts[0], counts[1], counts[2]);
     return status;
 }

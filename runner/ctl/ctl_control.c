@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cairnctl's control over instances: cancel (cairn.cancel) and retry (cairn.retry, a redrive).
+ * Each call is one statement of the SQL API, so a script, a psql session and cairnctl act
+ * alike; the words and exit statuses (ctl.h) say what happened: done, requested of the runner
+ * that holds the instance, or nothing to do. Single-threaded.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runner/ctl/ctl.h"
+#include "runner/db.h"
+
+/* ---- cancel -------------------------------------------------------------------------------- */
+
+/* Waits until a cancel asked of a runner took effect (or timeout_ms passes); says how it ended. */
+static int
+wait_cancelled(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
+{
+    char st[16];
+    int status = ctl_wait_status(o, c, id, timeout_ms, st, sizeof(st));
+
+    if (status != EXIT_OK) {
+        return status;
+    }
+    if (strcmp(st, "cancelled") == 0) {
+        printf("%s cancelled\n", id);
+        return EXIT_OK;
+    }
+    printf("%s %s before the cancel took effect: nothing to cancel\n", id, st);
+    return EXIT_NOOP;
+}
+
+/* One instance: cairn.cancel's answer, said in words and an exit status. */
+static int
+cancel_one(const struct cn_opts *o, PGconn *c, const char *id, const char *reason, bool wait)
+{
+    const char *params[2] = {id, reason};
+    struct cn_errmsg em;
+    PGresult *r = NULL;
+    char said[32];
+    cn_err rv;
+
+    if ((rv = rn_db_exec(c, "SELECT cairn.cancel($1, $2)", 2, params, &r, &em)) != CN_OK) {
+        if (rv == CN_NOTFOUND) {
+            fprintf(stderr, "cairnctl cancel: no instance %s\n", id);
+            return EXIT_REJECTED;
+        }
+        return ctl_db_error(o, rv, &em);
+    }
+    (void) snprintf(said, sizeof(said), "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    if (strcmp(said, "cancelled") == 0) {
+        printf("%s cancelled\n", id);
+        return EXIT_OK;
+    }
+    if (strcmp(said, "requested") == 0) {
+        if (wait) {
+            return wait_cancelled(o, c, id, cn_opts_int(o, "timeout") * 1000);
+        }
+        printf("%s: cancel requested; the runner that holds it stops it\n", id);
+        return EXIT_OK;
+    }
+    /* "already completed" and the like: the result stays as it was. */
+    printf("%s %s: nothing to cancel\n", id, said);
+    return EXIT_NOOP;
+}
+
+int
+ctl_cmd_cancel(int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        {.flag = "reason",
+         .kind = CN_OPT_STR,
+         .arg = "TEXT",
+         .help = "recorded as the instance's error message (default: cancelled)"},
+        {.flag = "wait",
+         .kind = CN_OPT_BOOL,
+         .help = "wait until the instance's runner has cancelled it"},
+        {.flag = "timeout",
+         .kind = CN_OPT_INT,
+         .def = "60",
+         .min = 0,
+         .max = 86400,
+         .arg = "S",
+         .help = "with --wait, give up after S seconds (exit 5; 0: wait for ever)"},
+        {.flag = "workflow",
+         .kind = CN_OPT_STR,
+         .arg = "W",
+         .help = "cancel every unfinished instance of workflow W instead of one"},
+        {.flag = "status",
+         .kind = CN_OPT_STR,
+         .arg = "S",
+         .help = "with --workflow, only those queued or only those running"},
+        {.flag = "yes",
+         .kind = CN_OPT_BOOL,
+         .help = "with --workflow, do it (without it: say how many it would cancel)"},
+    };
+    struct cn_opts o = CTL_OPTS(
+        "cancel", "(ID | --workflow W [--status queued|running] --yes) [--reason TEXT] [--wait]",
+        rows, 1);
+    const char *wf, *st, *reason;
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    int status, row, n, counts[3] = {0, 0, 0};
+    cn_err rv;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    wf = cn_opts_str(&o, "workflow");
+    st = cn_opts_str(&o, "status");
+    reason = cn_opts_str(&o, "reason");
+    if (wf == NULL) {
+        if (st != NULL || cn_opts_bool(&o, "yes")) {
+            fprintf(stderr, "cairnctl cancel: --status and --yes go with --workflow\n");
+            return EXIT_USAGE;
+        }
+        if (!ctl_check_uuid("cancel", o.nargs > 0 ? argv[0] : NULL)) {
+            return EXIT_USAGE;
+        }
+        if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
+            return status;
+        }
+        status = cancel_one(&o, c, argv[0], reason, cn_opts_bool(&o, "wait"));
+        PQfinish(c);
+        return status;
+    }
+    if (o.nargs > 0 || cn_opts_bool(&o, "wait")) {
+        fprintf(stderr, "cairnctl cancel: --workflow cancels many: no ID, no --wait\n");
+        return EXIT_USAGE;
+    }
+    if (st != NULL && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) {
+        fprintf(stderr, "cairnctl cancel: --status is queued or running, not '%s'\n", st);
+        return EXIT_USAGE;
+    }
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    {
+        const char *params[2] = {wf, st};
+        rv = rn_db_exec(c,
+                        "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = $1"
+                        " AND status = ANY(CASE WHEN $2::text IS NULL"
+                        " THEN ARRAY['queued', 'running'] ELSE ARRAY[$2::text] END)"
+                        " ORDER BY created_at",
+                        2, params, &r, &em);
+    }
+    if (rv != CN_OK) {
+        status = ctl_db_error(&o, rv, &em);
+        PQfinish(c);
+        return status;
+    }
+    n = PQntuples(r);
+    if (!cn_opts_bool(&o, "yes")) {
+        printf("would cancel %d unfinished instance(s) of %s; add --yes to cancel them\n", n, wf);
+        PQclear(r);
+        PQfinish(c);
+        return n > 0 ? EXIT_REJECTED : EXIT_NOOP;
+    }
+    /* One statement each, so each instance's rows are locked only for its own cancel. */
+    for (row = 0; row < n && status == EXIT_OK; row++) {
+        const char *params[2] = {PQgetvalue(r, row, 0), reason};
+        PGresult *one = NULL;
+
+        if ((rv = rn_db_exec(c, "SELECT cairn.cancel($1, $2)", 2, params, &one, &em)) != CN_OK) {
+            status = ctl_db_error(&o, rv, &em);
+            break;
+        }
+        counts[strcmp(PQgetvalue(one, 0, 0), "cancelled") == 0   ? 0
+               : strcmp(PQgetvalue(one, 0, 0), "requested") == 0 ? 1
+                                                                 : 2]++;
+        PQclear(one);
+    }
+    PQclear(r);
+    PQfinish(c);
+    printf("%d cancelled, %d requested (their runners stop them), %d had already finished\n",
+           counts[0], counts[1], counts[2]);
+    return status;
+}
+
+/* ---- retry --------------------------------------------------------------------------------- */
+
+int
+ctl_cmd_retry(int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        {.flag = "reason",
+         .kind = CN_OPT_STR,
+         .arg = "TEXT",
+         .help = "kept with the earlier outcome in the instance's history"},
+        {.flag = "wait", .kind = CN_OPT_BOOL, .help = "wait until it finishes; print its result"},
+        {.flag = "timeout",
+         .kind = CN_OPT_INT,
+         .def = "0",
+         .min = 0,
+         .max = 86400 * 365,
+         .arg = "S",
+         .help = "with --wait, give up after S seconds (exit 5; 0: wait for ever)"},
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS("retry", "ID [--reason TEXT] [--wait [--timeout S]] [--json]",
+                                rows, 1);
+    const char *params[2];
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    char said[32];
+    int status;
+    cn_err rv;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    if (!ctl_check_uuid("retry", o.nargs > 0 ? argv[0] : NULL)) {
+        return EXIT_USAGE;
+    }
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    params[0] = argv[0];
+    params[1] = cn_opts_str(&o, "reason");
+    if ((rv = rn_db_exec(c, "SELECT cairn.retry($1, $2)", 2, params, &r, &em)) != CN_OK) {
+        if (rv == CN_NOTFOUND) {
+            fprintf(stderr, "cairnctl retry: no instance %s\n", argv[0]);
+            status = EXIT_REJECTED;
+        } else if (strstr(em.text, "completed") != NULL) {
+            /* check_violation: a completed instance keeps its result */
+            fprintf(stderr, "cairnctl retry: %s completed: only a failed, cancelled or timed_out "
+                            "instance can be retried\n",
+                    argv[0]);
+            status = EXIT_REJECTED;
+        } else {
+            status = ctl_db_error(&o, rv, &em);
+        }
+        PQfinish(c);
+        return status;
+    }
+    (void) snprintf(said, sizeof(said), "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    if (strcmp(said, "queued") != 0) {
+        printf("%s %s: nothing to retry\n", argv[0], said); /* "already running" */
+        PQfinish(c);
+        return EXIT_NOOP;
+    }
+    if (cn_opts_bool(&o, "wait")) {
+        char st[16];
+        if (!ctl_json_out(&o)) {
+            fprintf(stderr, "%s queued again\n", argv[0]);
+        }
+        status = ctl_wait_status(&o, c, argv[0], cn_opts_int(&o, "timeout") * 1000, st,
+                                 sizeof(st));
+        if (status == EXIT_OK) {
+            status = ctl_print_result(&o, c, argv[0]);
+        }
+    } else if (ctl_json_out(&o)) {
+        printf("{\"id\": \"%s\", \"status\": \"queued\"}\n", argv[0]);
+    } else {
+        printf("%s queued again\n", argv[0]);
+    }
+    PQfinish(c);
+    return status;
+}
