@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Meson test (suite db): workflow deadlines and redrive (cairnctl retry), with a real runner,
+real workers and the real PostgreSQL that scripts/test starts (a fresh database of its own,
+dropped at the end):
+
+- `fn main(...) [timeout: 2s]`: a 60 s action ends the instance `timed_out` (WorkflowTimeout)
+  within seconds, and the worker's only slot is free at once (the attempt was cancelled);
+- `cairnctl run --workflow-timeout 1s` does the same for a workflow without a timeout; bad
+  durations are refused (exit 1) and nothing is enqueued;
+- a long sleep handed back to the database is timed out there (cairn.expire_overdue, which the
+  runners call every 2 s);
+- `cairnctl retry` of a failed instance resumes it: the actions that had completed do not run
+  again (counted by the worker's own log), the failed one runs again with a fresh budget, and
+  inspect shows the earlier outcome; retry of a cancelled and of a timed_out instance runs them
+  again (the timed_out one gets a new deadline and times out again, not at once);
+- retry of a completed instance is refused (exit 1, the result kept), of a running one is a
+  no-op (exit 6), of an unknown id an error (exit 1).
+
+Arguments: CAIRN_RUNNER CAIRN_WORKER CAIRNCTL SOURCE_ROOT. TAP output; without
+CAIRN_TEST_DATABASE_URL it reports a skip.
+"""
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_runner_e2e as e2e  # noqa: E402  (its helpers: processes, psql, TAP checks)
+
+check, q, ctl, wait_until = e2e.check, e2e.q, e2e.ctl, e2e.wait_until
+
+
+def status(url, iid):
+    return q(url, f"SELECT status || ' ' || coalesce(error->>'type', '') FROM "
+                  f"cairn.runner_instances WHERE instance_id = '{iid}'")
+
+
+def lines(path, word=None):
+    try:
+        with open(path) as f:
+            return sum(1 for line in f if word is None or line.strip() == word)
+    except FileNotFoundError:
+        return 0
+
+
+def run_all(url, env, tmp):
+    wf = os.path.join(e2e.ROOT, "tests/integration/workflows")
+    for args in (["migrate"], ["register", f"{wf}/bounded.cairn"], ["register", f"{wf}/hold.cairn"],
+                 ["register", f"{wf}/nap.cairn"], ["register", f"{wf}/gated.cairn"]):
+        r = ctl(env, *args)
+        check(f"cairnctl {' '.join(args[:1])} {os.path.basename(args[-1])}", r.returncode == 0,
+              r.stderr)
+    sock = f"ipc://{tmp}/r.sock"
+    tally, gate = os.path.join(tmp, "tally"), os.path.join(tmp, "gate")
+    e2e.runner(env, tmp, "runner", sock, "--evict-sleep-threshold-ms", "1000")
+    e2e.Proc("worker", [e2e.WORKER, "--url", sock, "--slots", "1", "--name", "worker",
+                        "--exec-dir", os.path.join(e2e.ROOT, "tests/integration/exec")],
+             dict(env, CAIRN_TEST_TALLY=tally, CAIRN_TEST_GATE=gate), tmp)
+
+    # ---- workflow deadlines -----------------------------------------------------------------
+    t0 = time.monotonic()
+    r = ctl(env, "run", "bounded", "--input", '{"ms": 60000}', "--wait", "--timeout", "60",
+            "--json")
+    took = time.monotonic() - t0
+    doc = json.loads(r.stdout) if r.stdout.strip() else {}
+    check("[timeout: 2s] ends a 60 s action's instance timed_out with WorkflowTimeout",
+          r.returncode == 4 and doc.get("status") == "timed_out"
+          and doc.get("error", {}).get("type") == "WorkflowTimeout" and 1.5 < took < 10,
+          f"exit {r.returncode} after {took:.1f} s: {r.stdout} {r.stderr}")
+    t0 = time.monotonic()
+    r = ctl(env, "run", "hold", "--input", '{"ms": 1}', "--wait", "--timeout", "20")
+    check("the worker's only slot was freed at the timeout (the attempt was cancelled)",
+          r.returncode == 0 and time.monotonic() - t0 < 5, f"exit {r.returncode}: {r.stderr}")
+
+    r = ctl(env, "run", "hold", "--input", '{"ms": 60000}', "--workflow-timeout", "1 second",
+            "--wait", "--timeout", "60", "--json")
+    doc = json.loads(r.stdout) if r.stdout.strip() else {}
+    check("run --workflow-timeout 1s times out a workflow that has no timeout of its own",
+          r.returncode == 4 and doc.get("status") == "timed_out", f"{r.stdout} {r.stderr}")
+    before = q(url, "SELECT count(*) FROM cairn.runner_instances")
+    for bad, why in (("-5 seconds", "timeout must be positive"),
+                     ("400 days", "at most 366 days"),
+                     ("soon", "invalid input syntax for type interval")):
+        r = ctl(env, "run", "hold", "--input", '{"ms": 1}', "--workflow-timeout", bad)
+        check(f"--workflow-timeout '{bad}' is refused", r.returncode == 1 and why in r.stderr,
+              f"exit {r.returncode}: {r.stderr}")
+    check("nothing was enqueued by the refused runs",
+          q(url, "SELECT count(*) FROM cairn.runner_instances") == before)
+
+    nap = ctl(env, "run", "nap", "--input", '{"seconds": 3600}', "--workflow-timeout",
+              "3 seconds").stdout.strip()
+    handed = wait_until("handed back", lambda: q(
+        url, f"SELECT status = 'queued' AND state IS NOT NULL FROM cairn.runner_instances "
+             f"WHERE instance_id = '{nap}'") == "t", 30)
+    check("a long sleep is handed back to the database", handed, status(url, nap))
+    check("past its deadline nobody holds it, and the sweep times it out", wait_until(
+        "expired", lambda: status(url, nap) == "timed_out WorkflowTimeout", 20), status(url, nap))
+
+    # ---- retry: a failed instance resumes from where it stopped ------------------------------
+    r = ctl(env, "run", "gated", "--input", '{"n": 3}', "--wait", "--timeout", "60")
+    iid = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+    check("the gated instance fails while the gate is closed",
+          r.returncode == 4 and status(url, iid) == "failed Closed",
+          f"exit {r.returncode}: {r.stdout} {r.stderr}")
+    ran = lines(tally) - lines(tally, "gate")
+    check("its three actions ran once each, the gate twice (one retry)",
+          ran == 3 and lines(tally, "gate") == 2, f"{ran} tally, {lines(tally, 'gate')} gate")
+    open(gate, "w").close()
+    r = ctl(env, "retry", iid, "--reason", "gate fixed", "--wait", "--timeout", "60")
+    check("retry --wait resumes it and prints its result",
+          r.returncode == 0 and json.loads(r.stdout) == [3, "open"],
+          f"exit {r.returncode}: {r.stdout} {r.stderr}")
+    check("the completed actions did not run again; the gate ran once more",
+          lines(tally) - lines(tally, "gate") == 3 and lines(tally, "gate") == 3,
+          f"{lines(tally)} lines, {lines(tally, 'gate')} gate")
+    r = ctl(env, "inspect", iid, "--json")
+    hist = json.loads(r.stdout).get("history", []) if r.returncode == 0 else []
+    check("inspect shows the earlier outcome",
+          len(hist) == 1 and hist[0]["status"] == "failed"
+          and hist[0]["error"]["type"] == "Closed" and hist[0]["reason"] == "gate fixed",
+          f"{r.stdout} {r.stderr}")
+    r = ctl(env, "inspect", iid)
+    check("inspect's text says so too", "earlier run failed (Closed: the gate is closed)"
+          in r.stdout, r.stdout)
+
+    before = q(url, f"SELECT result::text FROM cairn.runner_instances WHERE instance_id = '{iid}'")
+    r = ctl(env, "retry", iid)
+    check("retry of a completed instance is refused, the result kept",
+          r.returncode == 1 and "completed: only a failed, cancelled or timed_out" in r.stderr
+          and q(url, f"SELECT result::text FROM cairn.runner_instances "
+                     f"WHERE instance_id = '{iid}'") == before
+          and q(url, f"SELECT count(*) FROM cairn.instance_history "
+                     f"WHERE instance_id = '{iid}'") == "1",
+          f"exit {r.returncode}: {r.stderr}")
+    r = ctl(env, "retry", "00000000-0000-4000-8000-000000000000")
+    check("retry of an unknown id is refused", r.returncode == 1 and "no instance" in r.stderr,
+          f"exit {r.returncode}: {r.stderr}")
+
+    # ---- retry of a cancelled and of a timed_out instance ------------------------------------
+    held = ctl(env, "run", "hold", "--input", '{"ms": 1500}').stdout.strip()
+    wait_until("running", lambda: status(url, held).startswith("running"), 30)
+    r = ctl(env, "retry", held)
+    check("retry of a running instance is a no-op (exit 6)",
+          r.returncode == 6 and "already running: nothing to retry" in r.stdout,
+          f"exit {r.returncode}: {r.stdout} {r.stderr}")
+    ctl(env, "cancel", held, "--wait", "--timeout", "30")
+    check("the instance is cancelled", status(url, held) == "cancelled Cancelled",
+          status(url, held))
+    r = ctl(env, "retry", held, "--wait", "--timeout", "60")
+    check("retry of a cancelled instance runs it to completion",
+          r.returncode == 0 and r.stdout.strip() == "null", f"exit {r.returncode}: {r.stdout}")
+
+    slow = ctl(env, "run", "hold", "--input", '{"ms": 60000}', "--workflow-timeout",
+               "1 second").stdout.strip()
+    wait_until("timed out", lambda: status(url, slow) == "timed_out WorkflowTimeout", 30)
+    t0 = time.monotonic()
+    r = ctl(env, "retry", slow, "--wait", "--timeout", "60", "--json")
+    took = time.monotonic() - t0
+    check("a retried timed_out instance gets a new deadline: it runs again, then times out",
+          r.returncode == 4 and json.loads(r.stdout)["status"] == "timed_out" and took >= 0.9,
+          f"exit {r.returncode} after {took:.1f} s: {r.stdout} {r.stderr}")
+
+
+def main():
+    if not e2e.BASE:
+        print("1..0 # SKIP CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)")
+        return 0
+    name = f"deadlines_{os.getpid()}_{random.randint(0, 99999)}"
+    q(e2e.BASE, f"CREATE DATABASE {name}")
+    tmp = tempfile.mkdtemp(prefix="cairn-deadlines-")
+    url = e2e.db_url(name)
+    env = dict(os.environ, CAIRN_DATABASE_URL=url)
+    try:
+        run_all(url, env, tmp)
+    except Exception as ex:  # a crash of the test is a failure, with what was running
+        check("the test ran to its end", False, repr(ex))
+    finally:
+        for p in e2e.procs:
+            if p.p.poll() is None:
+                p.p.kill()
+                p.p.wait()
+        for p in e2e.procs:
+            if e2e.failures:
+                sys.stdout.write(f"# --- {p.name} log (tail) ---\n")
+                for line in p.text().splitlines()[-15:]:
+                    sys.stdout.write("# " + line + "\n")
+        q(e2e.BASE, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"1..{e2e.n_checks}")
+    return 1 if e2e.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
