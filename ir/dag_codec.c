@@ -624,8 +624,8 @@ d_dag(struct dec *x, const msgpack_object *root)
 {
     struct ir_dag *d = x->d;
     const msgpack_object *f[10];
-    static const char *const keys[] = {"format", "entry_func", "entry", "output",    "frames",
-                                       "exprs",  "args",       "nodes", "edges", "timeout_ms"};
+    static const char *const keys[] = {"format", "entry_func", "entry", "output", "frames",
+                                       "exprs",  "args",       "nodes", "edges",  "timeout_ms"};
     const msgpack_object *a;
     uint64_t fmt;
     uint32_t i;

@@ -1460,8 +1460,10 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
     size_t n = 0, cap = 0;
 
     advance(ps); /* parallel */
-    if (at_fail_fast(ps) && !parse_fail_fast(ps, &s->fail_fast)) {
-        return s;
+    while (at_fail_fast(ps)) {
+        if (!parse_fail_fast(ps, &s->fail_fast)) {
+            return s;
+        }
     }
     if (!expect(ps, IR_TK_COLON, "after 'parallel' (or 'parallel [fail_fast]')")) {
         return s;

@@ -1565,8 +1565,7 @@ restart_failed_branches(struct rn_instance *in, uint32_t ai)
             continue;
         }
         if (fork->kind == IR_N_SPREAD && items.type == IR_T_NULL) {
-            if (eval(in, ai, fork->expr, &coll) != CN_OK ||
-                ir_iter_items(coll, &items) != CN_OK ||
+            if (eval(in, ai, fork->expr, &coll) != CN_OK || ir_iter_items(coll, &items) != CN_OK ||
                 ir_list_len(items) != in->x.items[ai].nslots) {
                 /* Cannot happen: the same expression over the same scope. Leave the error. */
                 ir_val_release(coll);

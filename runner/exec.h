@@ -115,7 +115,7 @@ struct rn_done {
     X(RN_RUNNING, "running")     \
     X(RN_COMPLETED, "completed") \
     X(RN_FAILED, "failed")       \
-    X(RN_CANCELLED, "cancelled")     \
+    X(RN_CANCELLED, "cancelled") \
     X(RN_TIMED_OUT, "timed_out")
 #define RN_OUTCOME_ENUM(e, name) e,
 enum rn_outcome { RN_OUTCOMES(RN_OUTCOME_ENUM) RN_OUTCOME_COUNT_ };

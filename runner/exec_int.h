@@ -56,11 +56,11 @@ struct rn_xnode {
     uint32_t fork_agg; /* the aggregate node this branch reports to, or RN_NONE */
     uint32_t fork_idx;
     uint32_t attempt;
-    int64_t scheduled_at;  /* BACKOFF, SLEEPING */
-    int64_t deadline;      /* RUNNING */
-    int64_t first_at;      /* RUNNING, BACKOFF: when attempt 1 was dispatched (max_elapsed) */
+    int64_t scheduled_at;     /* BACKOFF, SLEEPING */
+    int64_t deadline;         /* RUNNING */
+    int64_t first_at;         /* RUNNING, BACKOFF: when attempt 1 was dispatched (max_elapsed) */
     struct ir_val last_error; /* BACKOFF, RUNNING after a retry: the previous attempt's error */
-    const char *item_name; /* spread item variable (borrowed from the template) or NULL */
+    const char *item_name;    /* spread item variable (borrowed from the template) or NULL */
     struct ir_val item;
     uint32_t nslots, pending; /* WAITING */
     struct rn_slot *slots;

@@ -68,12 +68,12 @@ struct rn_pool_dispatch {
     struct rn_token lock; /* the claim under which it was dispatched (rn_pool_withdraw) */
     struct rn_xid exec_id;
     uint32_t attempt;
-    const char *action;   /* copied */
-    struct ir_val kwargs; /* retained */
+    const char *action;       /* copied */
+    struct ir_val kwargs;     /* retained */
     struct ir_val prev_error; /* the previous attempt's error, or None; retained */
-    int64_t timeout_ms;   /* from the moment a worker gets it (start to close); 0 = none */
-    int64_t deadline_ms;  /* absolute wall clock, whether started or not; 0 = none */
-    int64_t ready_us;     /* CLOCK_MONOTONIC µs when the action became ready; 0 = not measured */
+    int64_t timeout_ms;       /* from the moment a worker gets it (start to close); 0 = none */
+    int64_t deadline_ms;      /* absolute wall clock, whether started or not; 0 = none */
+    int64_t ready_us; /* CLOCK_MONOTONIC µs when the action became ready; 0 = not measured */
 };
 
 struct rn_pool_result {

@@ -440,8 +440,8 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     in->timeout_ms = c->timeout_ms;
     if (c->state != NULL && c->redrive) {
         log_instance(CN_LOG_INFO, in, "redriven: what had not succeeded starts over");
-        rv = rn_instance_redrive(in->dag, c->state, c->state_len, c->done, c->ndone,
-                                 &sh->cfg.exec, now.wall_ms, &in->ex, &sh->step, &em);
+        rv = rn_instance_redrive(in->dag, c->state, c->state_len, c->done, c->ndone, &sh->cfg.exec,
+                                 now.wall_ms, &in->ex, &sh->step, &em);
     } else if (c->state != NULL) {
         rv = rn_instance_hydrate(in->dag, c->state, c->state_len, c->done, c->ndone, &sh->cfg.exec,
                                  now.wall_ms, &in->ex, &sh->step, &em);

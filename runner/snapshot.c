@@ -351,9 +351,9 @@ sdec_node(struct sdec *d, const msgpack_object *o, uint32_t nscopes, uint32_t nn
 {
     struct rn_instance *in = d->in;
     const struct ir_dag *dag = in->dag;
-    const msgpack_object *a = sarr(d, o, format == 1 ? 11 : 13,
-                                   format == 1 ? "node must have 11 fields"
-                                               : "node must have 13 fields");
+    const msgpack_object *a =
+        sarr(d, o, format == 1 ? 11 : 13,
+             format == 1 ? "node must have 11 fields" : "node must have 13 fields");
     uint32_t xi = rn_x_alloc(in), k;
     struct rn_xnode *x;
     uint64_t u;
@@ -511,8 +511,8 @@ sdec_all(struct sdec *d, const msgpack_object *root)
         return false;
     }
     for (i = 0; i < nodes->via.array.size; i++) {
-        if (!sdec_node(d, &nodes->via.array.ptr[i], scopes->via.array.size,
-                       nodes->via.array.size, format)) {
+        if (!sdec_node(d, &nodes->via.array.ptr[i], scopes->via.array.size, nodes->via.array.size,
+                       format)) {
             return false;
         }
     }

@@ -74,8 +74,8 @@ struct wp_dispatch {
     uint32_t attempt;
     uint64_t token; /* runner-chosen; the outcome must echo it */
     const char *action;
-    struct ir_val kwargs; /* a map */
-    int64_t deadline_ms;  /* absolute, wall clock */
+    struct ir_val kwargs;     /* a map */
+    int64_t deadline_ms;      /* absolute, wall clock */
     struct ir_val last_error; /* the previous attempt's error map (attempt > 1), else None:
                                  optional on the wire ("last_error") */
 };

@@ -203,8 +203,8 @@ ctl_cmd_retry(int argc, char **argv)
          .help = "with --wait, give up after S seconds (exit 5; 0: wait for ever)"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o = CTL_OPTS("retry", "ID [--reason TEXT] [--wait [--timeout S]] [--json]",
-                                rows, 1);
+    struct cn_opts o =
+        CTL_OPTS("retry", "ID [--reason TEXT] [--wait [--timeout S]] [--json]", rows, 1);
     const char *params[2];
     struct cn_errmsg em;
     PGconn *c = NULL;
@@ -230,8 +230,9 @@ ctl_cmd_retry(int argc, char **argv)
             status = EXIT_REJECTED;
         } else if (strstr(em.text, "completed") != NULL) {
             /* check_violation: a completed instance keeps its result */
-            fprintf(stderr, "cairnctl retry: %s completed: only a failed, cancelled or timed_out "
-                            "instance can be retried\n",
+            fprintf(stderr,
+                    "cairnctl retry: %s completed: only a failed, cancelled or timed_out "
+                    "instance can be retried\n",
                     argv[0]);
             status = EXIT_REJECTED;
         } else {
@@ -252,8 +253,7 @@ ctl_cmd_retry(int argc, char **argv)
         if (!ctl_json_out(&o)) {
             fprintf(stderr, "%s queued again\n", argv[0]);
         }
-        status = ctl_wait_status(&o, c, argv[0], cn_opts_int(&o, "timeout") * 1000, st,
-                                 sizeof(st));
+        status = ctl_wait_status(&o, c, argv[0], cn_opts_int(&o, "timeout") * 1000, st, sizeof(st));
         if (status == EXIT_OK) {
             status = ctl_print_result(&o, c, argv[0]);
         }

@@ -346,7 +346,7 @@ out:
 
 int
 ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms, char *st,
-            size_t stlen)
+                size_t stlen)
 {
     int64_t deadline = cn_mono_ms() + timeout_ms;
     const char *params[1] = {id};
@@ -358,10 +358,11 @@ ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long ti
         bool done;
         struct timespec ts = {0, WAIT_POLL_MS * 1000000L};
 
-        if ((rv = rn_db_exec(c,
-                             "SELECT status, status IN ('completed', 'failed', 'cancelled', 'timed_out') "
-                             "FROM cairn.runner_instances WHERE instance_id = $1",
-                             1, params, &r, &em)) != CN_OK) {
+        if ((rv = rn_db_exec(
+                 c,
+                 "SELECT status, status IN ('completed', 'failed', 'cancelled', 'timed_out') "
+                 "FROM cairn.runner_instances WHERE instance_id = $1",
+                 1, params, &r, &em)) != CN_OK) {
             return ctl_db_error(o, rv, &em);
         }
         done = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 1), "t") == 0;

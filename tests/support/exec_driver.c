@@ -230,7 +230,8 @@ absorb(struct world *w, struct rn_step_out *o)
         }
     }
     for (i = 0; i < o->cancels.len; i++) {
-        /* Before this step's requests, as the pool does: a cancelled attempt is not answered, nor timed out later. */
+        /* Before this step's requests, as the pool does: a cancelled attempt is not answered, nor
+         * timed out later. */
         size_t k, kept = 0;
         w->r->cancels++;
         for (k = 0; k < w->pend.len; k++) {
@@ -466,8 +467,8 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
             r.json = r.error_type = NULL;
             r.outcome = RN_RUNNING;
             r.redrives++;
-            rv = rn_instance_redrive(w.dag, w.snap.data, w.snap.len, w.results.items,
-                                     w.results.len, &w.cfg, w.now, &w.in, &o, &em);
+            rv = rn_instance_redrive(w.dag, w.snap.data, w.snap.len, w.results.items, w.results.len,
+                                     &w.cfg, w.now, &w.in, &o, &em);
             cr_assert_eq(rv, CN_OK, "redrive failed: %s (%s)", cn_errname(rv), em.text);
             absorb(&w, &o);
         }

@@ -113,6 +113,32 @@ Test(ir_compile, msgpack_round_trip_is_exact)
                       "    r = @m.a() [retry: 3, backoff: 100ms, max_backoff: 2s, multiplier: 1.25]"
                       " [E -> retry: 1, multiplier: 1] [deadline: 90s] [timeout: 5s]\n"
                       "    return r\n");
+    expect_round_trip("issue 14 forms", "fn main(input: [xs]) [timeout: 90s]:\n"
+                                        "    r = @m.a() [retry: 3, max_elapsed: 10m]\n"
+                                        "    ys = spread xs:x -> @m.b(v=x) [fail_fast]\n"
+                                        "    a, b = parallel [fail_fast]:\n"
+                                        "        @m.c()\n"
+                                        "        @m.d()\n"
+                                        "    return [r, ys, a, b]\n");
+    {
+        /* ... and the text form shows them */
+        struct t_compiled c = t_compile("fn main(input: [xs]) [timeout: 90s]:\n"
+                                        "    r = @m.a() [retry: 3, max_elapsed: 10m]\n"
+                                        "    ys = spread xs:x -> @m.b(v=x) [fail_fast]\n"
+                                        "    a, = parallel [fail_fast]:\n"
+                                        "        @m.c()\n"
+                                        "    return [r, ys, a]\n");
+        struct cn_buf t = CN_BUF_INIT;
+        cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+        cr_assert_eq(c.dag->timeout_ms, 90000);
+        T_OK(ir_dag_text(c.dag, &t));
+        cr_assert(strstr(t.data, "input: [xs] [timeout: ") != NULL, "%s", t.data);
+        cr_assert(strstr(t.data, ", max_elapsed: ") != NULL, "%s", t.data);
+        cr_assert(strstr(t.data, "spread xs:x [fail_fast]") != NULL, "%s", t.data);
+        cr_assert(strstr(t.data, "| [fail_fast]") != NULL, "%s", t.data);
+        cn_buf_fini(&t);
+        t_compiled_free(&c);
+    }
     expect_round_trip("unpack one", "fn main(input: [x]):\n"
                                     "    a, = x\n"
                                     "    for b, in [x]:\n"
@@ -437,6 +463,8 @@ struct check_case {
 };
 
 static const struct check_case check_errors[] = {
+    {"fn helper() [timeout: 5s]:\n    return 1\nfn main():\n    return helper()\n", 1, 13,
+     "only the entry function takes it (helper is a helper)"},
     {"fn main(input: [x]):\n    if x:\n        y = 1\n    return y\n", 4, 12,
      "variable 'y' may be used before it is assigned"},
     {"fn main(input: [xs]):\n    for v in xs:\n        y = v\n    return y\n", 4, 12,

@@ -663,8 +663,7 @@ Test(exec, runner_errors_carry_their_bases)
 /* One table names the outcomes: the words the database's status column and cairnctl use. */
 Test(exec, outcome_names_round_trip)
 {
-    static const char *const want[] = {"running", "completed", "failed", "cancelled",
-                                       "timed_out"};
+    static const char *const want[] = {"running", "completed", "failed", "cancelled", "timed_out"};
     enum rn_outcome o;
     size_t i;
 
@@ -1330,8 +1329,8 @@ Test(exec, max_elapsed_stops_retrying_at_its_bound)
     cr_assert_eq(r.outcome, RN_FAILED, "%s", r.json);
     cr_assert_str_eq(r.error_type, "FlakyError");
     /* The last attempt starts at the bound (its answer comes a driver step, 1 ms, later). */
-    cr_assert(r.elapsed_ms >= 5000 && r.elapsed_ms <= 5002, "the last retry starts at the bound: %lld ms",
-              (long long) r.elapsed_ms);
+    cr_assert(r.elapsed_ms >= 5000 && r.elapsed_ms <= 5002,
+              "the last retry starts at the bound: %lld ms", (long long) r.elapsed_ms);
     cr_assert_lt(r.dispatches, 1000);
     cr_assert_geq(r.dispatches, 5);
     for (k = 0; k < r.nbackoff; k++) {
@@ -1352,11 +1351,10 @@ Test(exec, max_elapsed_stops_retrying_at_its_bound)
  * The error survives a crash while the retry waits (it is in the snapshot). */
 Test(exec, a_retry_sees_the_previous_attempts_error)
 {
-    static const char *const src =
-        "fn main():\n"
-        "    first = @std.recall(failures=0)\n"
-        "    again = @std.recall(failures=2) [retry: 3, backoff: 10ms]\n"
-        "    return [first, again]\n";
+    static const char *const src = "fn main():\n"
+                                   "    first = @std.recall(failures=0)\n"
+                                   "    again = @std.recall(failures=2) [retry: 3, backoff: 10ms]\n"
+                                   "    return [first, again]\n";
     struct t_result r = t_run(src, "{}", &plain);
 
     cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
@@ -1403,9 +1401,9 @@ Test(exec, a_workflow_timeout_ends_the_instance_timed_out)
     rn_instance_free(in);
     in = NULL;
     rn_step_out_clear(&o);
-    cr_assert_eq(rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &cfg, 32000, &in, &o,
-                                     NULL),
-                 CN_OK);
+    cr_assert_eq(
+        rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &cfg, 32000, &in, &o, NULL),
+        CN_OK);
     cr_assert_eq(rn_instance_outcome(in), RN_TIMED_OUT);
     cn_buf_fini(&snap);
     rn_step_out_fini(&o);
@@ -1510,10 +1508,11 @@ Test(exec, snapshots_of_the_previous_format_still_resume)
  * budget (a new execution id, attempt 1) and the completed one is not run again. */
 Test(exec, a_redrive_reruns_the_failed_action_with_a_fresh_budget_only)
 {
-    static const char *const src = "fn main():\n"
-                                   "    a = @std.add(a=1, b=2)\n"
-                                   "    b = @std.until(key=1, failures=3) [retry: 1, backoff: 10ms]\n"
-                                   "    return [a, b]\n";
+    static const char *const src =
+        "fn main():\n"
+        "    a = @std.add(a=1, b=2)\n"
+        "    b = @std.until(key=1, failures=3) [retry: 1, backoff: 10ms]\n"
+        "    return [a, b]\n";
     struct t_opts o = {.redrives = 1};
     struct t_result r = t_run(src, "{}", &o);
 

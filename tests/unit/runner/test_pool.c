@@ -349,6 +349,42 @@ Test(pool, handshake_dispatch_and_outcome)
     got_fini(&g);
 }
 
+/* A retry's previous error goes to the worker with the attempt ("last_error"). */
+Test(pool, a_retry_carries_the_previous_attempts_error_to_its_worker)
+{
+    static const char *acts[] = {"t.echo"};
+    struct rn_pool_dispatch d;
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 2);
+    tw_hello(&w, acts, 1, NULL, WP_WELCOME);
+    tw_ready(&w, 1, NULL);
+    memset(&d, 0, sizeof(d));
+    memset(d.exec_id.b, 9, 16);
+    d.attempt = 2;
+    d.action = "t.echo";
+    cr_assert_eq(ir_map_new(0, &d.kwargs), CN_OK);
+    cr_assert_eq(ir_error_new("Boom", "it broke", ir_null(), ir_null(), &d.prev_error), CN_OK);
+    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
+    ir_val_release(d.kwargs);
+    ir_val_release(d.prev_error);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.items[0].attempt, 2);
+    cr_assert_str_eq(ir_error_type(r.items[0].last_error), "Boom");
+    cr_assert_str_eq(ir_str_data(*ir_map_get(r.items[0].last_error, "message", 7)), "it broke");
+    wp_msg_fini(&r);
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
 Test(pool, work_goes_only_to_workers_serving_the_action_and_waits_when_none_does)
 {
     static const char *a[] = {"t.a"}, *b[] = {"t.b"};

@@ -137,6 +137,10 @@ Test(wp_proto, every_kind_round_trips)
         d[1].action = "std.noop";
         d[1].kwargs = json("{}");
         d[1].deadline_ms = 0;
+        d[1].attempt = 2; /* a retry: it carries the previous attempt's error */
+        cr_assert_eq(
+            ir_error_new("Timeout", "took too long", ir_null(), ir_null(), &d[1].last_error),
+            CN_OK);
         wp_msg_init(&m, WP_DISPATCH);
         m.items = d;
         m.nitems = 2;
@@ -150,9 +154,14 @@ Test(wp_proto, every_kind_round_trips)
         cr_assert_str_eq(r.items[1].action, "std.noop");
         cr_assert_eq(r.items[1].token, 8);
         cr_assert_eq(r.items[1].deadline_ms, 0);
+        cr_assert_eq(r.items[0].last_error.type, IR_T_NULL, "a first attempt carries none");
+        cr_assert(ir_is_error(r.items[1].last_error), "decoded as an error value");
+        cr_assert_str_eq(ir_error_type(r.items[1].last_error), "Timeout");
+        cr_assert(ir_val_same(r.items[1].last_error, d[1].last_error));
         wp_msg_fini(&r);
         ir_val_release(d[0].kwargs);
         ir_val_release(d[1].kwargs);
+        ir_val_release(d[1].last_error);
     }
 
     wp_msg_init(&m, WP_CANCEL);
@@ -290,6 +299,25 @@ Test(wp_proto, malformed_messages_are_typed_errors)
         const char *kv[] = {"v", V1, "kind", S_READY, "outcomes", ARR0};
         pack_raw(&b, kv, 6);
         T_OK(decode(&b, &em));
+    }
+    /* a previous error that is not an error map (no string "type") */
+    {
+        struct wp_msg m;
+        struct wp_dispatch d;
+        memset(&d, 0, sizeof(d));
+        d.attempt = 2;
+        d.action = "std.echo";
+        d.kwargs = json("{}");
+        d.last_error = json("{\"no\": 1}");
+        wp_msg_init(&m, WP_DISPATCH);
+        m.items = &d;
+        m.nitems = 1;
+        cn_buf_clear(&b);
+        T_OK(wp_msg_encode(&m, &b));
+        T_ERR(decode(&b, &em), CN_PROTO);
+        cr_assert(strstr(em.text, "last_error") != NULL, "%s", em.text);
+        ir_val_release(d.kwargs);
+        ir_val_release(d.last_error);
     }
     /* a dispatch must carry at least one attempt */
     {

@@ -195,6 +195,7 @@ fr_main(void *arg)
                     fr_reply(f, i, &d);
                     for (k = 0; k < n; k++) {
                         ir_val_release(items[k].kwargs);
+                        ir_val_release(items[k].last_error);
                     }
                     pthread_mutex_lock(&f->mtx);
                     acted = true;
@@ -321,6 +322,7 @@ fr_free(struct fr *f)
     }
     for (i = 0; i < f->nqueue; i++) {
         ir_val_release(f->queue[i].kwargs);
+        ir_val_release(f->queue[i].last_error);
     }
     unlink(f->url + strlen("ipc://"));
     pthread_cond_destroy(&f->cond);
@@ -328,10 +330,11 @@ fr_free(struct fr *f)
     free(f);
 }
 
-/* Queues a dispatch of action with kwargs (JSON text). */
+/* Queues a dispatch of action with kwargs (JSON text), and the previous attempt's error (an
+ * error value, taken over; None for a first attempt). */
 static void
-fr_dispatch(struct fr *f, const char *action, const char *kwargs, uint8_t id, uint32_t attempt,
-            uint64_t token)
+fr_dispatch_after(struct fr *f, const char *action, const char *kwargs, uint8_t id,
+                  uint32_t attempt, uint64_t token, struct ir_val last_error)
 {
     struct cn_errmsg em;
     struct wp_dispatch d;
@@ -343,12 +346,21 @@ fr_dispatch(struct fr *f, const char *action, const char *kwargs, uint8_t id, ui
     d.token = token;
     d.action = action; /* a string literal: outlives the queue */
     d.deadline_ms = 4102444800000LL;
+    d.last_error = last_error;
     cr_assert_eq(ir_val_from_json(kwargs, strlen(kwargs), &d.kwargs, &em), CN_OK);
     pthread_mutex_lock(&f->mtx);
     cr_assert_lt(f->nqueue, FR_QUEUE);
     f->queue[f->nqueue++] = d;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->mtx);
+}
+
+/* Queues a dispatch of action with kwargs (JSON text). */
+static void
+fr_dispatch(struct fr *f, const char *action, const char *kwargs, uint8_t id, uint32_t attempt,
+            uint64_t token)
+{
+    fr_dispatch_after(f, action, kwargs, id, attempt, token, ir_null());
 }
 
 /* Asks for a cancel of (id, attempt, token) on the next parked control request. */
@@ -460,6 +472,19 @@ h_fail(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, stru
     return cairn_worker_error_new("KeyError", "'k'", bases, out);
 }
 
+/* Returns the previous attempt's error message, None on a first attempt. */
+static cn_err
+h_last(const struct cairn_worker_ctx *ctx, struct ir_val kwargs, void *arg, struct ir_val *out)
+{
+    const struct ir_val *m =
+        ctx->last_error.type == IR_T_MAP ? ir_map_get(ctx->last_error, "message", 7) : NULL;
+
+    (void) kwargs;
+    (void) arg;
+    *out = m != NULL ? ir_val_retain(*m) : ir_null();
+    return CN_OK;
+}
+
 /* Returns only once stop() has begun (bounded), so stop must wait for it. */
 static atomic_bool gate_entered;
 
@@ -536,6 +561,7 @@ worker_new_pf(struct fr *f, uint32_t slots, uint32_t prefetch)
     T_OK(cairn_worker_register(w, "t.gate", h_gate, w));
     T_OK(cairn_worker_register(w, "t.block", h_block, NULL));
     T_OK(cairn_worker_register(w, "t.typeless", h_typeless, NULL));
+    T_OK(cairn_worker_register(w, "t.last", h_last, NULL));
     return w;
 }
 
@@ -562,7 +588,7 @@ Test(wp_sdk, hello_carries_identity)
     cr_assert_str_eq(f->log[h].credential, "tok");
     cr_assert_eq(f->log[h].slots, 2);
     cr_assert_eq(f->log[h].prefetch, 5);
-    cr_assert_eq(f->log[h].nactions, 5);
+    cr_assert_eq(f->log[h].nactions, 6);
     cr_assert_str_eq(f->log[h].actions[0], "t.echo");
     cr_assert_str_eq(f->log[h].actions[2], "t.gate");
     cr_assert_not_null(strstr(f->log[h].sdk, "libcairn-worker"));
@@ -597,6 +623,31 @@ Test(wp_sdk, result_comes_back_in_next_ready)
     cr_assert_eq(ir_val_from_json(want_text, strlen(want_text), &want, &em), CN_OK);
     cr_assert(ir_val_same(o->value, want));
     ir_val_release(want);
+    cairn_worker_stop(w, 1000);
+    cairn_worker_free(w);
+    fr_free(f);
+}
+
+/* A retry's handler sees the previous attempt's error in its context; a first attempt's none. */
+Test(wp_sdk, a_retry_sees_the_previous_attempts_error)
+{
+    struct fr *f = fr_start();
+    struct cairn_worker *w = worker_new(f, 1);
+    struct ir_val prev;
+    const struct wp_outcome *o;
+
+    T_OK(cairn_worker_start(w));
+    T_OK(ir_error_new("Boom", "it broke", ir_null(), ir_null(), &prev));
+    fr_dispatch_after(f, "t.last", "{}", 0x21, 2, 81, prev);
+    fr_dispatch(f, "t.last", "{}", 0x22, 1, 82);
+    o = fr_await_outcome(f, 81);
+    cr_assert_not_null(o, "no outcome came back");
+    cr_assert(o->ok);
+    cr_assert_eq(o->value.type, IR_T_STR);
+    cr_assert_str_eq(ir_str_data(o->value), "it broke");
+    o = fr_await_outcome(f, 82);
+    cr_assert_not_null(o, "no outcome came back");
+    cr_assert_eq(o->value.type, IR_T_NULL);
     cairn_worker_stop(w, 1000);
     cairn_worker_free(w);
     fr_free(f);

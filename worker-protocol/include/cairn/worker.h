@@ -53,11 +53,11 @@ struct cairn_worker_options {
 
 /* What a handler knows about the attempt it runs. Borrowed: valid during the call only. */
 struct cairn_worker_ctx {
-    const char *action;      /* the action name */
-    uint8_t instance_id[16]; /* workflow instance (UUID bytes) */
-    uint8_t exec_id[16];     /* execution id: with attempt, the idempotency key */
-    uint32_t attempt;        /* 1 for the first attempt */
-    int64_t deadline_ms;     /* absolute wall-clock ms after which the runner stops waiting */
+    const char *action;       /* the action name */
+    uint8_t instance_id[16];  /* workflow instance (UUID bytes) */
+    uint8_t exec_id[16];      /* execution id: with attempt, the idempotency key */
+    uint32_t attempt;         /* 1 for the first attempt */
+    int64_t deadline_ms;      /* absolute wall-clock ms after which the runner stops waiting */
     struct ir_val last_error; /* the previous attempt's error (a map: type, message, bases,
                                  details) when this is a retry; None on the first attempt */
     void *internal;           /* SDK use only */
