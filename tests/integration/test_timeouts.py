@@ -10,6 +10,8 @@ PostgreSQL that scripts/test starts (a fresh database of its own, dropped at the
   cancelled on the worker, not left running);
 - [deadline: D] counts from when the step made the action ready: a 10 s sleep with
   [deadline: 500ms] fails with ActionTimeout;
+- `parallel [fail_fast]`: a branch failing at once ends the instance at once, and its 60 s
+  sibling is cancelled on the worker (all slots are free right after);
 - [deadline: D] is durable: an action with [deadline: 2s] (deadline_crash.cairn) is started on
   a worker, then its runner and worker are killed with kill -9; once the deadline has passed, a
   fresh runner and worker take the instance over and it fails with ActionTimeout within 10 s,
@@ -44,7 +46,8 @@ def run(env, workflow, input_json):
 def run_all(url, env, tmp):
     wf = os.path.join(e2e.ROOT, "tests/integration/workflows")
     for args in (["migrate"], ["register", f"{wf}/slowten.cairn"],
-                 ["register", f"{wf}/overdue.cairn"], ["register", f"{wf}/deadline_crash.cairn"]):
+                 ["register", f"{wf}/overdue.cairn"], ["register", f"{wf}/deadline_crash.cairn"],
+                 ["register", f"{wf}/failfast.cairn"]):
         r = ctl(env, *args)
         check(f"cairnctl {args[0]}", r.returncode == 0, r.stderr)
     sock = f"ipc://{tmp}/r.sock"
@@ -71,6 +74,14 @@ def run_all(url, env, tmp):
     check("a 10 s action with [deadline: 500ms] fails with ActionTimeout",
           r.returncode == 4 and "ActionTimeout" in r.stdout and took < 5,
           f"exit {r.returncode} after {took:.1f} s: {r.stdout} {r.stderr}")
+
+    r, took = run(env, "failfast", '{"ms": 60000}')
+    check("parallel [fail_fast]: the failing branch ends the run at once (Declined)",
+          r.returncode == 4 and "Declined" in r.stdout and took < 5,
+          f"exit {r.returncode} after {took:.1f} s: {r.stdout} {r.stderr}")
+    r, took = run(env, "slowten", '{"n": 8, "ms": 300}')
+    check("[fail_fast] cancelled the 60 s sibling on its worker: all 8 slots free at once",
+          r.returncode == 0 and took < 5, f"exit {r.returncode} after {took:.1f} s: {r.stderr}")
 
     # The crash case needs its instance on a runner of its own, with a worker serving exec.*.
     worker.term()

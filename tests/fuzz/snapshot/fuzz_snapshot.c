@@ -2,10 +2,12 @@
 /*
  * Fuzz target for the snapshot decoder: any byte string is hydrated against a fixed template
  * (a helper, a try, a spread and a sleep). A rejected input is fine; an accepted one must
- * re-serialize, hydrate again and serialize to the same bytes. Crashes, leaks, sanitizer
- * reports and mismatches are findings.
+ * re-serialize, hydrate again and serialize to the same bytes, and a redrive of it (cairn.retry)
+ * must succeed and leave a snapshot that hydrates. Crashes, leaks, sanitizer reports and
+ * mismatches are findings.
  *
- * Target Functions: rn_instance_hydrate, rn_snapshot_decode, rn_instance_snapshot
+ * Target Functions: rn_instance_hydrate, rn_instance_redrive, rn_snapshot_decode,
+ * rn_instance_snapshot
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -63,6 +65,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                 &em) != CN_OK ||
             rn_instance_snapshot(b, &s2) != CN_OK || s1.len != s2.len ||
             memcmp(s1.data, s2.data, s1.len) != 0) {
+            abort();
+        }
+        rn_instance_free(b);
+        b = NULL;
+        rn_step_out_clear(&o);
+        cn_buf_clear(&s2);
+        if (rn_instance_redrive(template_dag(), data, size, NULL, 0, &cfg, 6000, &b, &o, &em) !=
+                CN_OK ||
+            rn_instance_snapshot(b, &s2) != CN_OK) {
+            abort();
+        }
+        rn_instance_free(b);
+        b = NULL;
+        rn_step_out_clear(&o);
+        if (rn_instance_hydrate(template_dag(), s2.data, s2.len, NULL, 0, &cfg, 6000, &b, &o,
+                                &em) != CN_OK) {
             abort();
         }
     }
