@@ -156,6 +156,10 @@ CN_MUST_CHECK cn_err rn_backend_mem_register(struct rn_backend *b, const char *n
                                              const char *source, struct rn_vid *version_id);
 /* Enqueues an instance of the newest version of name (input: a map, retained); 0 for now.
  * Returns CN_OK, CN_NOTFOUND (no such workflow), CN_TYPE (input not a map). */
+/* Gives an enqueued instance a workflow timeout: its deadline is its due time plus timeout_ms
+ * (0: none). Returns CN_OK or CN_NOTFOUND. */
+CN_MUST_CHECK cn_err rn_backend_mem_set_timeout(struct rn_backend *b, struct rn_iid instance_id,
+                                                int64_t timeout_ms);
 CN_MUST_CHECK cn_err rn_backend_mem_enqueue(struct rn_backend *b, const char *name,
                                             struct ir_val input, int64_t scheduled_at_ms,
                                             struct rn_iid *instance_id);

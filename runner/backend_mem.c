@@ -36,6 +36,8 @@ struct mem_instance {
     bool queued;          /* has a queue row */
     int priority;
     int64_t scheduled_at; /* wall ms */
+    int64_t deadline_ms;  /* the workflow's deadline (wall ms); 0: none */
+    int64_t timeout_ms;
     bool locked;
     struct rn_token lock;
     int64_t lock_expires; /* wall ms */
@@ -147,6 +149,8 @@ mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orph
         cl[n].version_id = best->version_id;
         cl[n].workflow = cn_xstrdup(best->workflow);
         cl[n].input = ir_val_retain(best->input);
+        cl[n].deadline_ms = best->deadline_ms;
+        cl[n].timeout_ms = best->timeout_ms;
         if (best->state.len > 0) {
             cl[n].state = cn_xmalloc(best->state.len);
             memcpy(cl[n].state, best->state.data, best->state.len);
@@ -490,6 +494,22 @@ rn_backend_mem_enqueue(struct rn_backend *base, const char *name, struct ir_val 
     cn_cond_broadcast(&b->enqueued);
     cn_mutex_unlock(&b->mtx);
     return CN_OK;
+}
+
+cn_err
+rn_backend_mem_set_timeout(struct rn_backend *base, struct rn_iid instance_id, int64_t timeout_ms)
+{
+    struct mem_backend *b = (struct mem_backend *) base;
+    struct mem_instance *in;
+
+    cn_mutex_lock(&b->mtx);
+    in = mem_find(b, instance_id);
+    if (in != NULL) {
+        in->timeout_ms = timeout_ms;
+        in->deadline_ms = timeout_ms > 0 ? in->scheduled_at + timeout_ms : 0;
+    }
+    cn_mutex_unlock(&b->mtx);
+    return in != NULL ? CN_OK : CN_NOTFOUND;
 }
 
 cn_err

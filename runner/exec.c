@@ -1625,7 +1625,7 @@ hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_
             }
         }
     }
-    if (redrive) {
+    if (redrive && in->outcome == RN_RUNNING) {
         /* 0. Branches that had already failed into their aggregate run again, before any
          * result arrives that would complete the aggregate and raise their error. */
         size_t n = in->x.len;

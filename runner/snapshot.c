@@ -507,6 +507,10 @@ sdec_all(struct sdec *d, const msgpack_object *root)
     if (sarr(d, nodes, UINT32_MAX, "nodes must be an array") == NULL && d->rv != CN_OK) {
         return false;
     }
+    if (in->outcome != RN_RUNNING && nodes->via.array.size > 0) {
+        /* finish() drops every node: a finished instance has nothing left to run */
+        return sfail(d, CN_RANGE, "a finished instance has live nodes");
+    }
     if (!sdec_scopes(d, scopes)) {
         return false;
     }

@@ -209,7 +209,9 @@ ctl_cmd_register(int argc, char **argv)
         "RETURNING id, workflow_version, ir_hash";
     static const char *existing_sql =
         "SELECT id, workflow_version, ir_hash, "
-        "ir_hash = encode(sha256($3::bytea), 'hex') AS same "
+        /* The same source is unchanged even when a newer compiler encodes its graph (and so
+         * its hash) differently, as DAG format 3 did. */
+        "(ir_hash = encode(sha256($3::bytea), 'hex') OR source = $4) AS same "
         "FROM cairn.workflow_versions "
         "WHERE workflow_name = $1 AND workflow_version = coalesce($2, left(encode(sha256("
         "$3::bytea), 'hex'), 12))";
@@ -303,7 +305,7 @@ ctl_cmd_register(int argc, char **argv)
     created = PQntuples(r) == 1;
     if (!created) {
         PQclear(r);
-        if ((rv = rn_db_exec(c, existing_sql, 3, params, &r, &em)) != CN_OK) {
+        if ((rv = rn_db_exec(c, existing_sql, 4, params, &r, &em)) != CN_OK) {
             status = ctl_db_error(&o, rv, &em);
             goto out;
         }

@@ -96,7 +96,8 @@ ctl_cmd_exec(int argc, char **argv)
     cn_log_setup(CN_LOG_WARN, false);
     if (rn_backend_mem_new(&mem) != CN_OK ||
         rn_backend_mem_register(mem, "main", src, &vid) != CN_OK ||
-        rn_backend_mem_enqueue(mem, "main", input, 0, &iid) != CN_OK) {
+        rn_backend_mem_enqueue(mem, "main", input, 0, &iid) != CN_OK ||
+        rn_backend_mem_set_timeout(mem, iid, dag->timeout_ms) != CN_OK) {
         fprintf(stderr, "cairnctl exec: out of memory\n");
         status = EXIT_USAGE;
         goto out;
@@ -164,7 +165,10 @@ ctl_cmd_exec(int argc, char **argv)
     } else if (outcome == RN_COMPLETED) {
         printf("%s\n", out.data);
     } else {
-        fprintf(stderr, "%s %s: %s\n", file, outcome == RN_FAILED ? "failed" : "was cancelled",
+        fprintf(stderr, "%s %s: %s\n", file,
+                outcome == RN_FAILED      ? "failed"
+                : outcome == RN_TIMED_OUT ? "timed out"
+                                          : "was cancelled",
                 out.data);
     }
     status = outcome == RN_COMPLETED ? EXIT_OK : EXIT_FAILED;

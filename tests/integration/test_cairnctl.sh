@@ -112,6 +112,15 @@ status=$?
 grep -qF '"type": "StepLimitExceeded", "message": "more than 5000000 inline steps without waiting for an action, a sleep or a timer (line 5)"' "$tmp/err" ||
     fail "exec of an inline infinite loop: no StepLimitExceeded at line 5 in $(cat "$tmp/err")"
 [ $(($(date +%s) - start)) -lt 30 ] || fail "exec of an inline infinite loop took $(($(date +%s) - start)) s"
+# the workflow's [timeout: D] holds in process too: a 60 s action, a 2 s deadline
+start=$(date +%s)
+"$ctl" exec "$root/tests/integration/workflows/bounded.cairn" --input '{"ms": 60000}' --timeout 60 \
+    >/dev/null 2>"$tmp/err"
+status=$?
+[ $status -eq 4 ] || fail "exec past the workflow's [timeout]: exit $status, want 4: $(cat "$tmp/err")"
+grep -q "timed out: {\"type\": \"WorkflowTimeout\"" "$tmp/err" ||
+    fail "exec past the workflow's [timeout]: no WorkflowTimeout in $(cat "$tmp/err")"
+[ $(($(date +%s) - start)) -lt 20 ] || fail "exec past a 2 s [timeout] took $(($(date +%s) - start)) s"
 "$ctl" exec "$root/examples/hello.cairn" --input '[1' >/dev/null 2>&1
 [ $? -eq 1 ] || fail "exec with bad input JSON: want exit 1"
 "$ctl" exec "$root/tests/cli/broken/tabs.cairn" >/dev/null 2>&1

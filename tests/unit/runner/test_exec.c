@@ -1417,9 +1417,10 @@ buf_write(void *data, const char *p, size_t n)
     return cn_buf_append(data, p, n) == CN_OK ? 0 : -1;
 }
 
-/* Rewrites a snapshot as the previous release wrote it: format 1, nodes of 11 fields. */
+/* Rewrites a snapshot: as the previous release wrote it (format 1, nodes of 11 fields) when v1,
+ * and with another outcome when outcome >= 0. */
 static void
-as_format_1(const struct cn_buf *snap, struct cn_buf *out)
+rewrite_snapshot(const struct cn_buf *snap, struct cn_buf *out, bool v1, int outcome)
 {
     msgpack_unpacked u;
     msgpack_packer pk;
@@ -1436,9 +1437,11 @@ as_format_1(const struct cn_buf *snap, struct cn_buf *out)
         const char *key = kv->key.via.str.ptr;
         size_t kl = kv->key.via.str.size;
         msgpack_pack_object(&pk, kv->key);
-        if (kl == 6 && memcmp(key, "format", 6) == 0) {
+        if (v1 && kl == 6 && memcmp(key, "format", 6) == 0) {
             msgpack_pack_uint32(&pk, 1);
-        } else if (kl == 5 && memcmp(key, "nodes", 5) == 0) {
+        } else if (outcome >= 0 && kl == 7 && memcmp(key, "outcome", 7) == 0) {
+            msgpack_pack_uint32(&pk, (uint32_t) outcome);
+        } else if (v1 && kl == 5 && memcmp(key, "nodes", 5) == 0) {
             msgpack_pack_array(&pk, kv->val.via.array.size);
             for (k = 0; k < kv->val.via.array.size; k++) {
                 const msgpack_object *n = &kv->val.via.array.ptr[k];
@@ -1454,6 +1457,12 @@ as_format_1(const struct cn_buf *snap, struct cn_buf *out)
         }
     }
     msgpack_unpacked_destroy(&u);
+}
+
+static void
+as_format_1(const struct cn_buf *snap, struct cn_buf *out)
+{
+    rewrite_snapshot(snap, out, true, -1);
 }
 
 /* An instance the previous release left running (a format 1 snapshot) resumes: its attempt is
@@ -1571,4 +1580,39 @@ Test(exec, a_redriven_run_survives_crashes)
         cr_expect_eq(r.duplicate_done, 0, "crash after step %d", k);
         t_result_free(&r);
     }
+}
+
+/* Found by fuzzing the redrive: a snapshot that says the instance finished but still lists live
+ * nodes is refused, by hydration and redrive alike (finish() leaves none). */
+Test(exec, a_finished_snapshot_with_live_nodes_is_refused)
+{
+    struct t_compiled c = t_compile("fn main():\n    a = @std.hang()\n");
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct cn_buf snap = CN_BUF_INIT, bad = CN_BUF_INIT;
+    struct ir_val input;
+    struct rn_iid id = {{4}};
+    struct cn_errmsg em = {{0}};
+
+    cr_assert_eq(c.rv, CN_OK);
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(ir_map_new(0, &input), CN_OK);
+    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+    ir_val_release(input);
+    cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
+    rn_instance_free(in);
+    in = NULL;
+    rewrite_snapshot(&snap, &bad, false, RN_COMPLETED);
+    rn_step_out_clear(&o);
+    cr_assert_eq(rn_instance_hydrate(c.dag, bad.data, bad.len, NULL, 0, &cfg, 2000, &in, &o, &em),
+                 CN_RANGE);
+    cr_assert(strstr(em.text, "a finished instance has live nodes") != NULL, "%s", em.text);
+    cr_assert_eq(rn_instance_redrive(c.dag, bad.data, bad.len, NULL, 0, &cfg, 2000, &in, &o, &em),
+                 CN_RANGE);
+    rn_step_out_fini(&o);
+    cn_buf_fini(&snap);
+    cn_buf_fini(&bad);
+    t_compiled_free(&c);
 }
