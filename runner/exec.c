@@ -1746,6 +1746,7 @@ rn_instance_free(struct rn_instance *in)
         }
         free(x->slots);
         ir_val_release(x->item);
+        ir_val_release(x->last_error);
     }
     for (i = 0; i < in->s.len; i++) {
         if (in->s.items[i].live) {
