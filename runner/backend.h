@@ -45,6 +45,14 @@ struct rn_claimed {
 
 void rn_claimed_free(struct rn_claimed *c, size_t n);
 
+/* An action result that came after its instance ended (cancelled, timed out, failed): the
+ * instance no longer takes it, but it is recorded if the instance ended that way, so that it is
+ * in the history and a redrive (cairn.retry) does not run a completed action again. */
+struct rn_late_result {
+    struct rn_iid instance_id;
+    struct rn_done d; /* value owned by whoever holds the record */
+};
+
 /* A lease this runner holds: the instance and the claim token it holds it under. */
 struct rn_lease {
     struct rn_iid instance_id;
@@ -130,6 +138,12 @@ struct rn_backend_ops {
      * for each that came. NULL in a backend without cancels. */
     cn_err (*wait_cancels)(struct rn_backend *b, int timeout_ms, rn_cancel_fn fn, void *arg,
                            struct cn_errmsg *err);
+    /* Records late results (struct rn_late_result) for the instances among them that ended
+     * failed, cancelled or timed_out, each (execution id, attempt) once; the others (completed,
+     * or not finished: handed back, claimed elsewhere) are dropped. NULL in a backend that
+     * keeps no such record. */
+    cn_err (*record_late)(struct rn_backend *b, const struct rn_late_result *r, size_t n,
+                          struct cn_errmsg *err);
     /* The cancels still waiting for a runner (missed notifications): cancels those nobody
      * holds any more (a sleep handed back, an expired lease) itself, and calls fn for those
      * still held. Then times out the instances past their deadline that nobody holds

@@ -1121,6 +1121,62 @@ pg_sweep_cancels(struct rn_backend *base, rn_cancel_fn fn, void *arg, struct cn_
     return CN_OK;
 }
 
+/* Late results are kept only for instances that ended failed, cancelled or timed_out: a
+ * completed instance's history is whole, and an unfinished one (handed back, claimed by another
+ * runner) takes its results through the fenced path of whoever holds it. */
+static const char *late_sql =
+    "INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status, result)"
+    " SELECT t.i, t.e, t.a, t.s, decode(t.x, 'hex') FROM unnest($1::uuid[], $2::uuid[],"
+    " $3::integer[], $4::text[], $5::text[]) AS t(i, e, a, s, x)"
+    " WHERE EXISTS (SELECT 1 FROM cairn.runner_instances ri WHERE ri.instance_id = t.i"
+    " AND ri.status IN ('failed', 'cancelled', 'timed_out'))"
+    " AND NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d"
+    " WHERE d.instance_id = t.i AND d.execution_id = t.e AND d.attempt = t.a)";
+
+static cn_err
+pg_record_late(struct rn_backend *base, const struct rn_late_result *l, size_t n,
+               struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    struct arr a[5];
+    struct cn_buf tmp = CN_BUF_INIT;
+    const char *params[5];
+    PGresult *r = NULL;
+    size_t i, k;
+    cn_err rv;
+
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    for (k = 0; k < 5; k++) {
+        arr_begin(&a[k]);
+    }
+    for (i = 0; i < n; i++) {
+        cn_buf_clear(&tmp);
+        if (ir_val_to_msgpack(l[i].d.value, IR_MP_INTERNAL, &tmp) != CN_OK) {
+            continue; /* not storable (too deep): it changes nothing, leave it out */
+        }
+        arr_uuid(&a[0], l[i].instance_id.b);
+        arr_uuid(&a[1], l[i].d.exec_id.b);
+        arr_i64(&a[2], l[i].d.attempt);
+        arr_text(&a[3], l[i].d.ok ? "ok" : "error", l[i].d.ok ? 2 : 5);
+        arr_hex(&a[4], tmp.data, tmp.len);
+    }
+    for (k = 0; k < 5; k++) {
+        params[k] = arr_end(&a[k]);
+        rv = params[k] == NULL ? CN_NOMEM : rv;
+    }
+    if (rv == CN_OK) {
+        rv = rn_db_exec(b->c, late_sql, 5, params, &r, err);
+        PQclear(r);
+    }
+    for (k = 0; k < 5; k++) {
+        arr_fini(&a[k]);
+    }
+    cn_buf_fini(&tmp);
+    return rv;
+}
+
 static void
 pg_close(struct rn_backend *base)
 {
@@ -1147,6 +1203,7 @@ static const struct rn_backend_ops pg_ops = {
     .wait_enqueue = pg_wait_enqueue,
     .wait_cancels = pg_wait_cancels,
     .sweep_cancels = pg_sweep_cancels,
+    .record_late = pg_record_late,
     .close = pg_close,
 };
 

@@ -9,14 +9,20 @@
  * are delivered again (a shard ignores a second cancel), and those nobody holds any more (a
  * sleep handed back, a lease expired) are cancelled by the sweep's own statement. A claim of an
  * instance already marked carries the mark too (struct rn_claimed), so no path misses one.
+ * The same sweep times out the instances nobody holds past their deadline
+ * (cairn.expire_overdue), and the thread records the late results the shards hand it (struct
+ * rn_late_queue): results that came after their instance ended, written with a statement of
+ * their own since no lease covers them any more.
  *
  * Threads: its own thread; rn_canceller_start/stop from the runner's. The callback runs on the
  * canceller thread and must not block. The stop flag is atomic: the thread checks it at least
- * every RN_CANCELLER_WAIT_MS.
+ * every RN_CANCELLER_WAIT_MS. The late queue has a mutex of its own: shard threads push, the
+ * canceller thread drains.
  */
 #ifndef RUNNER_CANCELLER_H
 #define RUNNER_CANCELLER_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "ir/base/err.h"
@@ -30,9 +36,28 @@
 /* Longest wait for a notification before the stop flag and the sweep clock are looked at. */
 #define RN_CANCELLER_WAIT_MS 250
 
+/* Late results waiting to be recorded, at most this many (more are dropped with a warning: a
+ * database that cannot keep up must not grow the runner's memory). */
+#define RN_LATE_QUEUE_MAX 100000
+
+/* Late results on their way from the shards to the canceller thread. */
+struct rn_late_queue {
+    pthread_mutex_t mtx;
+    struct rn_late_result *items; /* values owned */
+    size_t len, cap;
+    uint64_t dropped;
+};
+
+void rn_late_queue_init(struct rn_late_queue *q);
+/* Frees what is still queued. */
+void rn_late_queue_fini(struct rn_late_queue *q);
+/* Queues n late results (values retained). Never blocks for long; from any thread. */
+void rn_late_queue_push(struct rn_late_queue *q, const struct rn_late_result *r, size_t n);
+
 struct rn_canceller_cfg {
     struct rn_backend *backend; /* used by the canceller thread only; needs wait/sweep_cancels */
     uint32_t sweep_interval_ms;
+    struct rn_late_queue *late; /* drained into backend record_late; NULL: none */
 };
 
 struct rn_canceller;

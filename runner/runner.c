@@ -55,6 +55,7 @@ struct rn_runner {
     struct rn_keeper *keeper;
     struct rn_claimer *claimer;
     struct rn_canceller *canceller; /* NULL with a backend without cancels */
+    struct rn_late_queue late;      /* shards -> canceller: results after an outcome */
     struct rn_shardloop **loops;
     uint32_t nloops;
     struct rn_busy busy;
@@ -264,6 +265,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     r->nloops = cfg->shards;
     r->loops = cn_xcalloc(r->nloops, sizeof(*r->loops));
     rn_busy_init(&r->busy);
+    rn_late_queue_init(&r->late);
     if ((rv = open_backends(r, err)) != CN_OK) {
         runner_free(r);
         return rv;
@@ -311,6 +313,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     deps.keeper = r->keeper;
     deps.active = &r->active;
     deps.busy = &r->busy;
+    deps.late = &r->late;
     for (i = 0; i < r->nloops; i++) {
         struct rn_shard_cfg scfg;
         memset(&scfg, 0, sizeof(scfg));
@@ -338,7 +341,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         return rv;
     }
     {
-        struct rn_canceller_cfg xcfg = {r->cancel_b, RN_CANCEL_SWEEP_MS};
+        struct rn_canceller_cfg xcfg = {r->cancel_b, RN_CANCEL_SWEEP_MS, &r->late};
         if ((rv = rn_canceller_start(&xcfg, on_cancel, r, &r->canceller, err)) != CN_OK) {
             runner_free(r);
             return rv;
@@ -471,5 +474,6 @@ runner_free(struct rn_runner *r)
         }
     }
     rn_busy_fini(&r->busy);
+    rn_late_queue_fini(&r->late); /* what came after the canceller stopped is not recorded */
     free(r);
 }

@@ -27,6 +27,10 @@ struct inst {
         struct rn_event *items; /* events that came while writing (values retained) */
         size_t len, cap;
     } waiting;
+    struct {
+        struct rn_event *items; /* results that came after the outcome, until it commits */
+        size_t len, cap;
+    } late;
     size_t inflight;         /* actions dispatched and not reported back (approximate) */
     bool counted;            /* counted in shard->busy */
     int64_t claimed_mono_us; /* when claimed, until the first dispatch (then 0) */
@@ -105,6 +109,10 @@ rn_shard_out_clear(struct rn_shard_out *o)
         ir_val_release(o->dispatches.items[i].kwargs);
         ir_val_release(o->dispatches.items[i].prev_error);
     }
+    for (i = 0; i < o->late.len; i++) {
+        ir_val_release(o->late.items[i].d.value);
+    }
+    o->late.len = 0;
     o->writes.len = o->dispatches.len = o->cancels.len = o->leases.len = o->handed_back.len = 0;
     o->withdrawals.len = 0;
     o->completed = o->failed = o->evicted = o->lost = o->committed = o->removed = 0;
@@ -118,6 +126,7 @@ rn_shard_out_clear(struct rn_shard_out *o)
     OUT_SHRINK(o->cancels);
     OUT_SHRINK(o->leases);
     OUT_SHRINK(o->handed_back);
+    OUT_SHRINK(o->late);
 }
 
 void
@@ -130,6 +139,7 @@ rn_shard_out_fini(struct rn_shard_out *o)
     free(o->withdrawals.items);
     free(o->leases.items);
     free(o->handed_back.items);
+    free(o->late.items);
     memset(o, 0, sizeof(*o));
 }
 
@@ -187,6 +197,10 @@ inst_free(struct inst *in)
         ir_val_release(in->waiting.items[k].value);
     }
     free(in->waiting.items);
+    for (k = 0; k < in->late.len; k++) {
+        ir_val_release(in->late.items[k].value);
+    }
+    free(in->late.items);
     free(in->workflow);
     free(in);
 }
@@ -346,6 +360,33 @@ handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn
     write_begin(sh, in, q, out);
 }
 
+/* Keeps a result that came after the instance's outcome, to record once the outcome commits. */
+static void
+keep_late(struct inst *in, const struct rn_event *ev)
+{
+    struct rn_event e = *ev;
+
+    if (ev->kind != RN_EV_RESULT && ev->kind != RN_EV_ERROR) {
+        return;
+    }
+    e.value = ir_val_retain(ev->value);
+    CN_VEC_XPUSH(&in->late, e);
+}
+
+/* Hands a late result (its value borrowed) to the caller, to record. */
+static void
+out_late(struct rn_shard_out *out, struct rn_iid iid, const struct rn_event *ev)
+{
+    struct rn_late_result l;
+
+    l.instance_id = iid;
+    l.d.exec_id = ev->exec_id;
+    l.d.attempt = ev->attempt;
+    l.d.ok = ev->kind == RN_EV_RESULT;
+    l.d.value = ir_val_retain(ev->value);
+    CN_VEC_XPUSH(&out->late, l);
+}
+
 /* Applies events to an instance now, or queues them while its write is in flight. */
 static void
 step_events(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, size_t n,
@@ -362,8 +403,15 @@ step_events(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, si
         }
         return;
     }
-    if (rn_instance_step(in->ex, evs, n, now.wall_ms, &sh->step) != CN_OK) {
-        cn_oom("instance step");
+    /* One at a time into the same output (the executor promises a batch behaves so): the
+     * results after the event that ended the instance are kept as late ones. */
+    for (k = 0; k < n && rn_instance_outcome(in->ex) == RN_RUNNING; k++) {
+        if (rn_instance_step(in->ex, &evs[k], 1, now.wall_ms, &sh->step) != CN_OK) {
+            cn_oom("instance step");
+        }
+    }
+    for (; k < n; k++) {
+        keep_late(in, &evs[k]);
     }
     handle_output(sh, in, now, out);
 }
@@ -530,17 +578,24 @@ on_result(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_sh
     struct inst *in = inst_find(sh, e->iid);
     struct rn_event ev;
 
-    if (in == NULL) {
-        return; /* finished, evicted or lost meanwhile: the result is stale */
-    }
-    if (in->inflight > 0) {
-        in->inflight--;
-    }
     memset(&ev, 0, sizeof(ev));
     ev.kind = e->ok ? RN_EV_RESULT : RN_EV_ERROR;
     ev.exec_id = e->exec_id;
     ev.attempt = e->attempt;
     ev.value = e->value;
+    if (in == NULL) {
+        /* Finished (then it is recorded if the instance ended failed, cancelled or timed out),
+         * or evicted or lost meanwhile (then the database drops it: not ours to write). */
+        out_late(out, e->iid, &ev);
+        return;
+    }
+    if (in->inflight > 0) {
+        in->inflight--;
+    }
+    if (in->held.outcome != RN_RUNNING) {
+        keep_late(in, &ev); /* its outcome is being written: recorded after it commits */
+        return;
+    }
     busy_sync(sh, in);
     step_events(sh, in, &ev, 1, now, out);
 }
@@ -611,14 +666,11 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         return;
     }
     if (in->held.outcome != RN_RUNNING) {
-        /* The outcome is committed: cancel what still runs, and forget the instance. An
-         * attempt the executor counts as running may still wait in the pool's queue (a cancel
-         * right after its dispatch): the withdrawal drops those and cancels those in flight;
-         * the cancels are for attempts already reported. Only then, since it walks the pool's
-         * queue. */
-        if (in->held.cancels.len > 0) {
-            withdraw(out, in);
-        }
+        /* The outcome is committed: cancel what still runs, and forget the instance. A cancel
+         * drops an attempt still waiting in the pool's queue (a cancel right after its
+         * dispatch) and stops one in flight, whose outcome still comes back: a late result,
+         * recorded (below, on_result) if the instance ended failed, cancelled or timed out.
+         * (A withdrawal would drop that outcome in the pool.) */
         for (k = 0; k < in->held.cancels.len; k++) {
             CN_VEC_XPUSH(&out->cancels, in->held.cancels.items[k]);
         }
@@ -626,6 +678,12 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
             out->completed++;
         } else {
             out->failed++;
+        }
+        for (k = 0; k < in->waiting.len; k++) { /* results queued behind the outcome */
+            keep_late(in, &in->waiting.items[k]);
+        }
+        for (k = 0; k < in->late.len; k++) {
+            out_late(out, in->id, &in->late.items[k]);
         }
         inst_remove(sh, in, out);
         return;

@@ -115,8 +115,14 @@ struct rn_shard_out {
         struct rn_lease_op *items; /* instances handed back at shutdown: release their leases */
         size_t len, cap;
     } handed_back;
+    struct {
+        struct rn_late_result *items; /* results that came after their instance's outcome was
+                                         committed (or for an instance not held here): to record
+                                         (backend record_late); values owned by the output */
+        size_t len, cap;
+    } late;
     uint64_t completed; /* instances whose COMPLETED outcome committed */
-    uint64_t failed;    /* FAILED or CANCELLED committed */
+    uint64_t failed;    /* FAILED, CANCELLED or TIMED_OUT committed */
     uint64_t evicted;   /* handed back while sleeping */
     uint64_t lost;      /* evicted for a lost lease */
     uint64_t committed; /* writes acknowledged as written */

@@ -97,6 +97,9 @@ carry_out(struct rn_shardloop *l)
             cn_oom("dispatching an action");
         }
     }
+    if (o->late.len > 0 && l->deps.late != NULL) {
+        rn_late_queue_push(l->deps.late, o->late.items, o->late.len);
+    }
 #ifdef __GLIBC__
     if (o->large_freed) {
         (void) malloc_trim(0);

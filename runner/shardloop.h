@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "ir/base/err.h"
+#include "runner/canceller.h"
 #include "runner/keeper.h"
 #include "runner/persister.h"
 #include "runner/pool.h"
@@ -43,6 +44,7 @@ struct rn_shardloop_deps {
     struct rn_keeper *keeper;
     _Atomic size_t *active; /* the runner's held-instance count; decremented here */
     struct rn_busy *busy;
+    struct rn_late_queue *late; /* where late results go (the canceller records them) */
 };
 
 /* What a shard did, for the runner's statistics. */

@@ -14,6 +14,8 @@ dropped at the end):
   again (counted by the worker's own log), the failed one runs again with a fresh budget, and
   inspect shows the earlier outcome; retry of a cancelled and of a timed_out instance runs them
   again (the timed_out one gets a new deadline and times out again, not at once);
+- the outcome of an attempt that comes after its instance was cancelled is recorded (the
+  instance stays cancelled), and a retry runs the action again since that outcome was an error;
 - retry of a completed instance is refused (exit 1, the result kept), of a running one is a
   no-op (exit 6), of an unknown id an error (exit 1).
 
@@ -50,7 +52,8 @@ def lines(path, word=None):
 def run_all(url, env, tmp):
     wf = os.path.join(e2e.ROOT, "tests/integration/workflows")
     for args in (["migrate"], ["register", f"{wf}/bounded.cairn"], ["register", f"{wf}/hold.cairn"],
-                 ["register", f"{wf}/nap.cairn"], ["register", f"{wf}/gated.cairn"]):
+                 ["register", f"{wf}/nap.cairn"], ["register", f"{wf}/gated.cairn"],
+                 ["register", f"{wf}/crunch.cairn"]):
         r = ctl(env, *args)
         check(f"cairnctl {' '.join(args[:1])} {os.path.basename(args[-1])}", r.returncode == 0,
               r.stderr)
@@ -153,6 +156,31 @@ def run_all(url, env, tmp):
     r = ctl(env, "retry", held, "--wait", "--timeout", "60")
     check("retry of a cancelled instance runs it to completion",
           r.returncode == 0 and r.stdout.strip() == "null", f"exit {r.returncode}: {r.stdout}")
+
+    # ---- the outcome of an attempt cancelled with its instance is recorded --------------------
+    crunch = ctl(env, "run", "crunch", "--input", '{"n": 50000000}').stdout.strip()
+    wait_until("running", lambda: status(url, crunch).startswith("running"), 30)
+    time.sleep(0.3)  # on the worker's only slot by now
+    r = ctl(env, "cancel", crunch, "--reason", "too slow", "--wait", "--timeout", "30")
+    check("a crunching instance is cancelled",
+          r.returncode == 0 and status(url, crunch) == "cancelled Cancelled",
+          f"exit {r.returncode}: {r.stdout} {r.stderr} {status(url, crunch)}")
+
+    def recorded():
+        r = ctl(env, "inspect", crunch, "--json")
+        return json.loads(r.stdout)["actions"] if r.returncode == 0 else []
+    got = wait_until("late outcome", lambda: len(recorded()) == 1, 30)
+    acts = recorded()
+    check("the attempt's outcome, which came after the cancel, is recorded (std.hash saw the "
+          "worker's cancel and reported Cancelled)",
+          got and acts[0]["status"] == "error" and acts[0]["value"]["type"] == "Cancelled"
+          and acts[0]["attempt"] == 1, str(acts))
+    check("the cancelled instance kept its status and error",
+          status(url, crunch) == "cancelled Cancelled", status(url, crunch))
+    r = ctl(env, "retry", crunch, "--wait", "--timeout", "60")
+    check("a retry runs the cancelled action again (a recorded error is not reused)",
+          r.returncode == 0 and len(json.loads(r.stdout)) == 16 and len(recorded()) == 2,
+          f"exit {r.returncode}: {r.stdout} {r.stderr} {recorded()}")
 
     slow = ctl(env, "run", "hold", "--input", '{"ms": 60000}', "--workflow-timeout",
                "1 second").stdout.strip()

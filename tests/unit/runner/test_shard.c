@@ -483,3 +483,41 @@ Test(shard, shutdown_hands_every_instance_back)
     h_fini(&h);
     h_fini(&hn);
 }
+
+/* A result that comes after the instance's cancel, while the cancel is being written, is kept
+ * and handed out as a late result once the outcome commits; one that comes after the instance
+ * is gone is handed out at once. The final write carries no snapshot: a redrive resumes from
+ * the last running one. */
+Test(shard, results_after_the_outcome_are_handed_out_as_late)
+{
+    struct rn_pool_dispatch d[4];
+    struct rn_sev *e;
+    struct h h;
+
+    h_init(&h, spread_src, 60000);
+    h_claim(&h, 1, 11, "{\"n\": 2}");
+    h_ack(&h, 1, 11, false);
+    cr_assert_eq(h_take_dispatches(&h, d, 4), 2);
+    e = rn_sev_new(RN_SEV_CANCEL, iid_of(1));
+    T_OK(ir_str_from_cstr("stop", &e->value));
+    h_apply(&h, e);
+    cr_assert_eq(h.out.writes.len, 1);
+    cr_expect_eq(h.out.writes.items[0]->w.outcome, RN_CANCELLED);
+    cr_expect_null(h.out.writes.items[0]->w.state, "the last running snapshot is kept");
+    h_result(&h, &d[0], 40); /* while the cancel is written */
+    cr_expect_eq(h.out.writes.len, 0);
+    cr_expect_eq(h.out.late.len, 0, "not before the outcome commits");
+    h_ack(&h, 1, 11, false);
+    cr_expect_eq(h.out.failed, 1);
+    cr_expect_eq(h.out.cancels.len, 2, "both attempts are stopped on their workers");
+    cr_expect_eq(h.out.withdrawals.len, 0, "cancelled, not withdrawn: their outcomes come back");
+    cr_assert_eq(h.out.late.len, 1);
+    cr_expect(rn_iid_eq(h.out.late.items[0].instance_id, iid_of(1)));
+    cr_expect(rn_xid_eq(h.out.late.items[0].d.exec_id, d[0].exec_id));
+    cr_expect(h.out.late.items[0].d.ok);
+    cr_expect_eq(h.out.late.items[0].d.value.u.i, 40);
+    h_result(&h, &d[1], 41); /* the instance is gone here */
+    cr_assert_eq(h.out.late.len, 1);
+    cr_expect(rn_xid_eq(h.out.late.items[0].d.exec_id, d[1].exec_id));
+    h_fini(&h);
+}
