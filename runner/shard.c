@@ -39,8 +39,17 @@ struct inst {
     uint32_t slot;           /* index in shard->insts */
 };
 
+/* Instances this shard finished lately, whose attempts' outcomes may still come back (a cancel
+ * stops an attempt, the worker answers later): theirs are recorded as late results. Only
+ * those: an instance that left otherwise (lost, handed back) is not this runner's to write for.
+ * A ring of the last RN_SHARD_FINISHED_KEEP. */
+#define RN_SHARD_FINISHED_KEEP 4096
+
 struct rn_shard {
     struct rn_shard_cfg cfg;
+    struct rn_iid finished[RN_SHARD_FINISHED_KEEP];
+    size_t nfinished; /* ever added: the next slot is nfinished % KEEP */
+    struct rn_iidmap finished_ix;
     struct {
         struct inst **items;
         size_t len, cap;
@@ -360,6 +369,19 @@ handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn
     write_begin(sh, in, q, out);
 }
 
+static void
+remember_finished(struct rn_shard *sh, struct rn_iid iid)
+{
+    size_t slot = sh->nfinished % RN_SHARD_FINISHED_KEEP;
+
+    if (sh->nfinished >= RN_SHARD_FINISHED_KEEP) {
+        rn_iidmap_del(&sh->finished_ix, sh->finished[slot]);
+    }
+    sh->finished[slot] = iid;
+    idmap_xput(&sh->finished_ix, iid, (uint32_t) slot);
+    sh->nfinished++;
+}
+
 /* Keeps a result that came after the instance's outcome, to record once the outcome commits. */
 static void
 keep_late(struct inst *in, const struct rn_event *ev)
@@ -584,10 +606,12 @@ on_result(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_sh
     ev.attempt = e->attempt;
     ev.value = e->value;
     if (in == NULL) {
-        /* Finished (then it is recorded if the instance ended failed, cancelled or timed out),
-         * or evicted or lost meanwhile (then the database drops it: not ours to write). */
-        out_late(out, e->iid, &ev);
-        return;
+        uint32_t slot;
+        /* Finished here lately: recorded if it ended failed, cancelled or timed out. */
+        if (rn_iidmap_get(&sh->finished_ix, e->iid, &slot)) {
+            out_late(out, e->iid, &ev);
+        }
+        return; /* or evicted or lost meanwhile: not ours to write */
     }
     if (in->inflight > 0) {
         in->inflight--;
@@ -685,6 +709,9 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         for (k = 0; k < in->late.len; k++) {
             out_late(out, in->id, &in->late.items[k]);
         }
+        if (in->held.outcome != RN_COMPLETED) {
+            remember_finished(sh, in->id);
+        }
         inst_remove(sh, in, out);
         return;
     }
@@ -749,6 +776,7 @@ rn_shard_free(struct rn_shard *sh)
     }
     free(sh->insts.items);
     rn_iidmap_fini(&sh->byid);
+    rn_iidmap_fini(&sh->finished_ix);
     rn_timerheap_fini(&sh->timers);
     rn_step_out_fini(&sh->step);
     free(sh);

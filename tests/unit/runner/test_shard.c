@@ -486,8 +486,8 @@ Test(shard, shutdown_hands_every_instance_back)
 
 /* A result that comes after the instance's cancel, while the cancel is being written, is kept
  * and handed out as a late result once the outcome commits; one that comes after the instance
- * is gone is handed out at once. The final write carries no snapshot: a redrive resumes from
- * the last running one. */
+ * is gone is handed out at once, but only for an instance this shard finished. The final write
+ * carries no snapshot: a redrive resumes from the last running one. */
 Test(shard, results_after_the_outcome_are_handed_out_as_late)
 {
     struct rn_pool_dispatch d[4];
@@ -519,5 +519,16 @@ Test(shard, results_after_the_outcome_are_handed_out_as_late)
     h_result(&h, &d[1], 41); /* the instance is gone here */
     cr_assert_eq(h.out.late.len, 1);
     cr_expect(rn_xid_eq(h.out.late.items[0].d.exec_id, d[1].exec_id));
+
+    /* An instance that left otherwise (its lease lost) is not this runner's to write for. */
+    h_claim(&h, 2, 12, "{\"n\": 2}");
+    h_ack(&h, 2, 12, false);
+    cr_assert_eq(h_take_dispatches(&h, d, 4), 2);
+    h_result(&h, &d[0], 1);
+    cr_assert_eq(h.out.writes.len, 1);
+    h_ack(&h, 2, 12, true);
+    cr_expect_eq(h.out.lost, 1);
+    h_result(&h, &d[1], 2);
+    cr_expect_eq(h.out.late.len, 0, "a lost instance's late result is not handed out");
     h_fini(&h);
 }
