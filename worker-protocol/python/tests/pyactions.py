@@ -1,0 +1,64 @@
+# SPDX-License-Identifier: MIT
+"""Actions the Python SDK tests serve (module `pyactions`, registered with @cairn.action)."""
+import asyncio
+import time
+
+import cairn
+
+
+@cairn.action("py.echo")
+def echo(value=None):
+    return value
+
+
+@cairn.action("py.add")
+async def add(a, b):
+    return a + b
+
+
+@cairn.action("py.sleep")
+async def sleep(ms):
+    await asyncio.sleep(ms / 1000)
+    return ms
+
+
+@cairn.action("py.block")
+def block(ms):
+    """A sync action that polls for cancellation."""
+    end = time.monotonic() + ms / 1000
+    while time.monotonic() < end:
+        if cairn.context().cancelled:
+            raise RuntimeError("stopped: cancelled")
+        time.sleep(0.01)
+    return ms
+
+
+@cairn.action("py.refuse")
+def refuse(host="db"):
+    raise ConnectionRefusedError(f"{host} refused the connection")
+
+
+@cairn.action("py.flaky")
+def flaky(failures):
+    ctx = cairn.context()
+    if ctx.attempt <= failures:
+        raise ConnectionResetError(f"attempt {ctx.attempt} reset")
+    prev = ctx.last_error
+    return {"attempt": ctx.attempt, "previous": prev["message"] if prev else None}
+
+
+@cairn.action("py.declined")
+def declined():
+    raise cairn.NonRetryable(ValueError("card declined"))
+
+
+@cairn.action("py.ctx")
+async def ctx_info():
+    c = cairn.context()
+    return {"attempt": c.attempt, "instance": str(c.instance_id), "exec": str(c.exec_id),
+            "has_deadline": c.deadline is not None, "action": c.action}
+
+
+@cairn.action("py.unencodable")
+def unencodable():
+    return {"when": {1, 2}}
