@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: MIT
+"""Start and watch workflows from Python over Cairn's SQL API (docs/python.md), with psycopg 3.
+
+    client = cairn.Client("postgresql://cairn@db/cairn")
+    iid = client.enqueue("welcome", {"user_ids": [1, 2]}, idempotency_key="signup-42")
+    print(client.wait(iid, timeout=60))        # the result; WorkflowFailed if it failed
+
+Each method is one statement of the SQL API (cairn.enqueue, cairn.cancel, cairn.retry) or a read
+of cairn.runner_instances, so the client, cairnctl and psql see the same thing. AsyncClient has
+the same methods as coroutines. A Client holds one connection (autocommit); it is not for
+concurrent use from several threads."""
+import asyncio
+import time
+import uuid
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+FINISHED = ("completed", "failed", "cancelled", "timed_out")
+
+_STATUS_SQL = (
+    "SELECT ri.instance_id, ri.workflow_name, wv.workflow_version, ri.status, ri.input,"
+    " ri.result, ri.error, ri.created_at, ri.started_at, ri.completed_at, ri.deadline_at"
+    " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv"
+    " ON wv.id = ri.workflow_version_id")
+_FIELDS = ("id", "workflow", "version", "status", "input", "result", "error", "created_at",
+           "started_at", "completed_at", "deadline_at")
+
+
+class WorkflowFailed(Exception):
+    """An instance ended failed, cancelled or timed_out: status and error (its type, message,
+    bases and details, as the workflow saw it)."""
+
+    def __init__(self, instance_id, status, error):
+        error = error or {}
+        super().__init__(f"{instance_id} {status}: {error.get('type')}: {error.get('message')}")
+        self.instance_id = instance_id
+        self.status = status
+        self.error = error
+
+    @property
+    def type(self):
+        return self.error.get("type")
+
+
+class NotFinished(Exception):
+    """result() of an instance still queued or running, or wait() past its timeout."""
+
+
+def _row(r):
+    d = dict(zip(_FIELDS, r))
+    d["id"] = str(d["id"])
+    return d
+
+
+def _enqueue_args(workflow, input, idempotency_key, priority, at, version, timeout):
+    if input is None:
+        input = {}
+    if not isinstance(input, dict):
+        raise TypeError("input must be a dict (the workflow's inputs by name)")
+    if timeout is not None and not isinstance(timeout, str):
+        timeout = f"{float(timeout)} seconds"  # seconds, or a PostgreSQL interval text
+    return ("SELECT cairn.enqueue(%s, %s, %s, %s, %s, %s, %s::interval)",
+            (workflow, Jsonb(input), idempotency_key, priority, at, version, timeout))
+
+
+class Client:
+    def __init__(self, dsn, **connect_args):
+        self.conn = psycopg.connect(dsn, autocommit=True, **connect_args)
+
+    def close(self):
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
+                version=None, timeout=None):
+        """Enqueues an instance of the workflow's newest (or the given) version and returns its
+        id. The same idempotency key returns the first instance. at: not before this datetime;
+        timeout: seconds (or an interval text) after which it ends timed_out."""
+        sql, args = _enqueue_args(workflow, input, idempotency_key, priority, at, version,
+                                  timeout)
+        return str(self.conn.execute(sql, args).fetchone()[0])
+
+    def status(self, instance_id):
+        """The instance as a dict (id, workflow, version, status, input, result, error, times);
+        LookupError if there is none."""
+        r = self.conn.execute(_STATUS_SQL + " WHERE ri.instance_id = %s",
+                              (uuid.UUID(str(instance_id)),)).fetchone()
+        if r is None:
+            raise LookupError(f"no instance {instance_id}")
+        return _row(r)
+
+    def result(self, instance_id):
+        """The result of a completed instance; WorkflowFailed if it failed, was cancelled or
+        timed out; NotFinished if it has not finished."""
+        s = self.status(instance_id)
+        return _outcome(s)
+
+    def wait(self, instance_id, timeout=None, poll=0.05):
+        """Waits until the instance finishes and returns result(); NotFinished after timeout
+        seconds. Polls, starting at 50 ms and backing off to 1 s."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            s = self.status(instance_id)
+            if s["status"] in FINISHED:
+                return _outcome(s)
+            if end is not None and time.monotonic() >= end:
+                raise NotFinished(f"{instance_id} did not finish within {timeout} s "
+                                  f"(status {s['status']})")
+            time.sleep(poll if end is None else max(0.0, min(poll, end - time.monotonic())))
+            poll = min(poll * 1.5, 1.0)
+
+    def list(self, status=None, workflow=None, limit=20):
+        """Instances, newest first."""
+        cond, args = [], []
+        if status is not None:
+            cond.append("ri.status = %s")
+            args.append(status)
+        if workflow is not None:
+            cond.append("ri.workflow_name = %s")
+            args.append(workflow)
+        where = (" WHERE " + " AND ".join(cond)) if cond else ""
+        rows = self.conn.execute(_STATUS_SQL + where + " ORDER BY ri.created_at DESC LIMIT %s",
+                                 (*args, limit)).fetchall()
+        return [_row(r) for r in rows]
+
+    def cancel(self, instance_id, reason=None):
+        """cairn.cancel: 'cancelled', 'requested' (its runner stops it), or 'already <status>'."""
+        return self.conn.execute("SELECT cairn.cancel(%s, %s)",
+                                 (uuid.UUID(str(instance_id)), reason)).fetchone()[0]
+
+    def retry(self, instance_id, reason=None):
+        """cairn.retry: 'queued', or 'already queued' / 'already running'; a completed instance
+        raises psycopg.errors.CheckViolation."""
+        return self.conn.execute("SELECT cairn.retry(%s, %s)",
+                                 (uuid.UUID(str(instance_id)), reason)).fetchone()[0]
+
+
+def _outcome(s):
+    if s["status"] == "completed":
+        return s["result"]
+    if s["status"] in FINISHED:
+        raise WorkflowFailed(s["id"], s["status"], s["error"])
+    raise NotFinished(f"{s['id']} has not finished (status {s['status']})")
+
+
+class AsyncClient:
+    """Client's methods as coroutines, on psycopg's AsyncConnection."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    @classmethod
+    async def connect(cls, dsn, **connect_args):
+        return cls(await psycopg.AsyncConnection.connect(dsn, autocommit=True, **connect_args))
+
+    async def close(self):
+        await self.conn.close()
+
+    async def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
+                      version=None, timeout=None):
+        sql, args = _enqueue_args(workflow, input, idempotency_key, priority, at, version,
+                                  timeout)
+        cur = await self.conn.execute(sql, args)
+        return str((await cur.fetchone())[0])
+
+    async def status(self, instance_id):
+        cur = await self.conn.execute(_STATUS_SQL + " WHERE ri.instance_id = %s",
+                                      (uuid.UUID(str(instance_id)),))
+        r = await cur.fetchone()
+        if r is None:
+            raise LookupError(f"no instance {instance_id}")
+        return _row(r)
+
+    async def result(self, instance_id):
+        return _outcome(await self.status(instance_id))
+
+    async def wait(self, instance_id, timeout=None, poll=0.05):
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            s = await self.status(instance_id)
+            if s["status"] in FINISHED:
+                return _outcome(s)
+            if end is not None and time.monotonic() >= end:
+                raise NotFinished(f"{instance_id} did not finish within {timeout} s")
+            await asyncio.sleep(poll)
+            poll = min(poll * 1.5, 1.0)
+
+    async def cancel(self, instance_id, reason=None):
+        cur = await self.conn.execute("SELECT cairn.cancel(%s, %s)",
+                                      (uuid.UUID(str(instance_id)), reason))
+        return (await cur.fetchone())[0]
+
+    async def retry(self, instance_id, reason=None):
+        cur = await self.conn.execute("SELECT cairn.retry(%s, %s)",
+                                      (uuid.UUID(str(instance_id)), reason))
+        return (await cur.fetchone())[0]
+
+
+__all__ = ["Client", "AsyncClient", "WorkflowFailed", "NotFinished", "FINISHED"]

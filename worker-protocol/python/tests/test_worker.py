@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: MIT
+"""The Python worker as a real process against a real cairn-runner and PostgreSQL."""
+import signal
+import time
+
+import pytest
+
+import cairn
+from conftest import wait_until
+
+
+@pytest.fixture(scope="module")
+def ipc(cluster):
+    sock, runner = cluster.runner("runner")
+    w = cluster.pyworker(sock, name="pyworker", slots=4)
+    return sock, runner, w
+
+
+def test_every_action_shape(cluster, client, ipc):
+    iid = client.enqueue("pyshapes", {"x": [1, 2.5, "é", None, {"k": True}, 2**63 - 1]})
+    out = client.wait(iid, timeout=30)
+    assert out[0] == [1, 2.5, "é", None, {"k": True}, 2**63 - 1]
+    assert out[1] == 3                       # an async action
+    assert out[2] == 1                       # cairn.context().attempt
+    assert out[3] == {"attempt": 3, "previous": "attempt 2 reset"}  # retried by its bases
+    assert out[4] == "ConnectionRefusedError"  # caught by `except ConnectionError`
+    assert out[5] == ["card declined", False]  # NonRetryable: not retried despite [retry: 5]
+    assert "result['when'] is of type set" in out[6]
+
+
+def test_an_async_and_a_sync_action_at_once(client, ipc):
+    t0 = time.monotonic()
+    assert client.wait(client.enqueue("pyboth", {"ms": 500}), timeout=30) == [500, 500]
+    assert time.monotonic() - t0 < 2.5, "the two ran at the same time"
+
+
+def test_cancel_reaches_an_async_action(cluster, client, ipc):
+    iid = client.enqueue("pyhold", {"ms": 60000})
+    assert wait_until(lambda: client.status(iid)["status"] == "running", 20)
+    time.sleep(0.3)
+    assert client.cancel(iid, "stop") in ("requested", "cancelled")
+    with pytest.raises(cairn.WorkflowFailed) as e:
+        client.wait(iid, timeout=10)
+    assert e.value.status == "cancelled"
+    # The task was cancelled on the worker: its outcome came back as a late Cancelled error.
+    assert wait_until(lambda: [a["value"]["type"] for a in recorded(cluster, iid)]
+                      == ["Cancelled"], 10), recorded(cluster, iid)
+
+
+def test_a_timeout_stops_a_sync_action_that_polls(client, ipc):
+    iid = client.enqueue("pyblock", {"ms": 30000})
+    t0 = time.monotonic()
+    with pytest.raises(cairn.WorkflowFailed) as e:
+        client.wait(iid, timeout=20)
+    assert e.value.type == "ActionTimeout" and time.monotonic() - t0 < 10
+    # All 4 slots are free again: 4 half-second actions take about half a second.
+    t0 = time.monotonic()
+    assert client.wait(client.enqueue("pyechos", {"n": 4, "ms": 500}), timeout=30) == 4
+    assert time.monotonic() - t0 < 3
+
+
+def recorded(cluster, iid):
+    """The instance's recorded action outcomes, as cairnctl inspect shows them."""
+    import json
+    return json.loads(cluster.ctl("inspect", iid, "--json").stdout)["actions"]
+
+
+def test_sigterm_says_goodbye_and_finishes_running_work(cluster, client):
+    sock, _ = cluster.runner("runner-term")
+    w = cluster.pyworker(sock, name="pyworker-term", slots=2)
+    iid = client.enqueue("pyhold", {"ms": 1500})
+    assert wait_until(lambda: client.status(iid)["status"] == "running", 20)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    assert w.stop(signal.SIGTERM, timeout=20) == 0
+    assert time.monotonic() - t0 >= 0.5, "it waited for the running action"
+    assert client.wait(iid, timeout=20) == 1500, cluster.logs()
+    assert [a["attempt"] for a in recorded(cluster, iid)] == [1], "ran once, not again"
+
+
+def test_a_wrong_credential_is_refused(cluster):
+    sock, _ = cluster.runner("runner-cred", None, "--worker-credential", "sesame")
+    p = cluster.pyworker(sock, name="pyworker-bad", extra=["--credential", "nope"])
+    assert p.p.wait(20) == 1
+    assert "refused" in p.text()
