@@ -43,6 +43,15 @@ static struct cn_opt settings[] = {
      .flag = "worker-credential",
      .kind = CN_OPT_STR,
      .help = "shared token workers must send in hello (none: not checked)"},
+    {.env = "CAIRN_WORKER_TLS_CERT_KEY",
+     .flag = "worker-tls-cert-key",
+     .kind = CN_OPT_STR,
+     .help = "with tls+tcp://: PEM file holding the runner's certificate chain and key"},
+    {.env = "CAIRN_WORKER_TLS_CA",
+     .flag = "worker-tls-ca",
+     .kind = CN_OPT_STR,
+     .help = "with tls+tcp://: PEM CA that signs worker certificates; workers must present "
+             "one it signed"},
     {.env = "CAIRN_HTTP_LISTEN",
      .flag = "http-listen",
      .kind = CN_OPT_STR,
@@ -204,6 +213,19 @@ resolve(int argc, char **argv)
     if (!cn_opts_log_setup(&opts)) {
         return false;
     }
+    if ((get("worker-tls-cert-key") != NULL || get("worker-tls-ca") != NULL) !=
+        (strncmp(get("worker-listen"), "tls+tcp://", 10) == 0)) {
+        (void) fprintf(stderr, "cairn-runner: CAIRN_WORKER_TLS_CERT_KEY and CAIRN_WORKER_TLS_CA "
+                               "go with a tls+tcp:// CAIRN_WORKER_LISTEN, and it needs the "
+                               "first\n");
+        return false;
+    }
+    if (strncmp(get("worker-listen"), "tls+tcp://", 10) == 0 &&
+        get("worker-tls-cert-key") == NULL) {
+        (void) fprintf(stderr, "cairn-runner: a tls+tcp:// CAIRN_WORKER_LISTEN needs "
+                               "CAIRN_WORKER_TLS_CERT_KEY\n");
+        return false;
+    }
     if (u32("lock-heartbeat-ms") >= u32("lock-ttl-ms")) {
         (void) fprintf(stderr, "cairn-runner: CAIRN_LOCK_HEARTBEAT_MS must be below "
                                "CAIRN_LOCK_TTL_MS, or leases expire between renewals\n");
@@ -279,6 +301,8 @@ main(int argc, char **argv)
     cfg.database_url = get("database-url");
     cfg.worker_listen = get("worker-listen");
     cfg.worker_credential = get("worker-credential");
+    cfg.worker_tls_cert_key = get("worker-tls-cert-key");
+    cfg.worker_tls_ca = get("worker-tls-ca");
     cfg.http_listen = get("http-listen");
     cfg.shards = u32("shards");
     cfg.persisters = u32("persisters");

@@ -273,6 +273,9 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     memset(&pcfg, 0, sizeof(pcfg));
     pcfg.listen_url = cfg->worker_listen;
     pcfg.credential = cfg->worker_credential;
+    pcfg.tls_cert_key_file = cfg->worker_tls_cert_key;
+    pcfg.tls_ca_file = cfg->worker_tls_ca;
+    pcfg.tls_require_client_cert = cfg->worker_tls_ca != NULL;
     pcfg.idle_ms = cfg->worker_idle_ms;
     /* A crashed worker is an infrastructure failure, not the action's: its attempts go to
      * another worker (same execution id and attempt) before the workflow sees WorkerLost. */

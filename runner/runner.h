@@ -31,6 +31,9 @@ struct rn_runner_cfg {
     const char *database_url;      /* NULL: CAIRN_DATABASE_URL */
     const char *worker_listen;     /* the pool's listen URL */
     const char *worker_credential; /* required in worker hellos when not NULL */
+    const char *worker_tls_cert_key; /* tls+tcp://: the runner's PEM certificate and key */
+    const char *worker_tls_ca;       /* tls+tcp://: CA workers' certificates must chain to
+                                        (then required); NULL: no client certificates */
     const char *http_listen;       /* HOST:PORT for /metrics, /healthz, /readyz; NULL: none */
     uint32_t shards;               /* executor threads */
     uint32_t persisters;           /* persist threads, one connection each (1 to 8) */

@@ -90,6 +90,12 @@ class Cluster:
         return sock, p
 
     def pyworker(self, urls, name="pyworker", slots=4, extra=(), env=None):
+        p = self.pyworker_nowait(urls, name, slots, extra, env)
+        assert wait_until(lambda: "serving" in p.text() or p.p.poll() is not None, 20), \
+            f"{name} did not connect: {p.text()}"
+        return p
+
+    def pyworker_nowait(self, urls, name="pyworker", slots=4, extra=(), env=None):
         urls = [urls] if isinstance(urls, str) else urls
         argv = [sys.executable, "-m", "cairn.worker", "--module", "pyactions", "--slots",
                 str(slots), "--name", name, "--log-level", "info", *extra]
@@ -97,8 +103,6 @@ class Cluster:
             argv += ["--url", u]
         p = Proc(name, argv, dict(self.env, **(env or {})), self.tmp)
         self.procs.append(p)
-        assert wait_until(lambda: "serving" in p.text() or p.p.poll() is not None, 20), \
-            f"{name} did not connect: {p.text()}"
         return p
 
     def logs(self):
@@ -132,3 +136,17 @@ def cluster():
 def client(cluster):
     with cairn.Client(cluster.url) as c:
         yield c
+
+
+@pytest.fixture(autouse=True)
+def own_processes(request):
+    """Each test's runners and workers stop when it ends, so that the next test's instances
+    run only where that test says (the database is shared by the module)."""
+    if "cluster" not in request.fixturenames:
+        yield
+        return
+    c = request.getfixturevalue("cluster")
+    before = len(c.procs)
+    yield
+    for p in c.procs[before:]:
+        p.stop(signal.SIGKILL)

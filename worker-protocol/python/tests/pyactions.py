@@ -62,3 +62,13 @@ async def ctx_info():
 @cairn.action("py.unencodable")
 def unencodable():
     return {"when": {1, 2}}
+
+
+@cairn.action("py.mark")
+async def mark(ms, path):
+    """Appends this worker's pid to path when it starts, then sleeps ms."""
+    import os
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    await asyncio.sleep(ms / 1000)
+    return ms

@@ -9,7 +9,7 @@ import cairn
 from conftest import wait_until
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def ipc(cluster):
     sock, runner = cluster.runner("runner")
     w = cluster.pyworker(sock, name="pyworker", slots=4)
