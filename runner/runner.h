@@ -26,22 +26,22 @@
 struct rn_backend;
 
 struct rn_runner_cfg {
-    struct rn_backend *backend;    /* a thread-safe backend shared by every thread (the in-memory
-                                      one); NULL: PostgreSQL at database_url. Not freed by stop. */
-    const char *database_url;      /* NULL: CAIRN_DATABASE_URL */
-    const char *worker_listen;     /* the pool's listen URL */
-    const char *worker_credential; /* required in worker hellos when not NULL */
+    struct rn_backend *backend;      /* a thread-safe backend shared by every thread (the in-memory
+                                        one); NULL: PostgreSQL at database_url. Not freed by stop. */
+    const char *database_url;        /* NULL: CAIRN_DATABASE_URL */
+    const char *worker_listen;       /* the pool's listen URL */
+    const char *worker_credential;   /* required in worker hellos when not NULL */
     const char *worker_tls_cert_key; /* tls+tcp://: the runner's PEM certificate and key */
     const char *worker_tls_ca;       /* tls+tcp://: CA workers' certificates must chain to
                                         (then required); NULL: no client certificates */
-    const char *http_listen;       /* HOST:PORT for /metrics, /healthz, /readyz; NULL: none */
-    uint32_t shards;               /* executor threads */
-    uint32_t persisters;           /* persist threads, one connection each (1 to 8) */
-    uint32_t max_instances;        /* most instances held at once */
-    uint32_t poll_interval_ms;     /* claim poll when no NOTIFY comes */
-    uint32_t lock_ttl_ms;          /* lease length */
-    uint32_t lock_heartbeat_ms;    /* lease renewal period */
-    uint32_t reclaim_interval_ms;  /* expired-lease sweep period (0: never) */
+    const char *http_listen;         /* HOST:PORT for /metrics, /healthz, /readyz; NULL: none */
+    uint32_t shards;                 /* executor threads */
+    uint32_t persisters;             /* persist threads, one connection each (1 to 8) */
+    uint32_t max_instances;          /* most instances held at once */
+    uint32_t poll_interval_ms;       /* claim poll when no NOTIFY comes */
+    uint32_t lock_ttl_ms;            /* lease length */
+    uint32_t lock_heartbeat_ms;      /* lease renewal period */
+    uint32_t reclaim_interval_ms;    /* expired-lease sweep period (0: never) */
     uint32_t evict_sleep_threshold_ms; /* sleeps longer than this are handed back */
     uint32_t default_action_timeout_ms;
     uint32_t worker_idle_ms;   /* the pool's idle cycle (0: its default) */
