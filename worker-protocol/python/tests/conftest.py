@@ -18,6 +18,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.dirname(HERE)
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(PKG)), "examples", "python")
 sys.path.insert(0, PKG)
 
 import cairn  # noqa: E402
@@ -70,7 +71,7 @@ class Cluster:
         self.url = re.sub(r"^(postgres(?:ql)?://[^/]*/)[^?]*", lambda m: m.group(1) + self.name,
                           BASE)
         self.env = dict(os.environ, CAIRN_DATABASE_URL=self.url,
-                        PYTHONPATH=os.pathsep.join([PKG, HERE]))
+                        PYTHONPATH=os.pathsep.join([PKG, HERE, EXAMPLES]))
         self.procs = []
 
     def ctl(self, *args, check=True):
@@ -89,15 +90,16 @@ class Cluster:
         self.procs.append(p)
         return sock, p
 
-    def pyworker(self, urls, name="pyworker", slots=4, extra=(), env=None):
-        p = self.pyworker_nowait(urls, name, slots, extra, env)
+    def pyworker(self, urls, name="pyworker", slots=4, extra=(), env=None, module="pyactions"):
+        p = self.pyworker_nowait(urls, name, slots, extra, env, module)
         assert wait_until(lambda: "serving" in p.text() or p.p.poll() is not None, 20), \
             f"{name} did not connect: {p.text()}"
         return p
 
-    def pyworker_nowait(self, urls, name="pyworker", slots=4, extra=(), env=None):
+    def pyworker_nowait(self, urls, name="pyworker", slots=4, extra=(), env=None,
+                        module="pyactions"):
         urls = [urls] if isinstance(urls, str) else urls
-        argv = [sys.executable, "-m", "cairn.worker", "--module", "pyactions", "--slots",
+        argv = [sys.executable, "-m", "cairn.worker", "--module", module, "--slots",
                 str(slots), "--name", name, "--log-level", "info", *extra]
         for u in urls:
             argv += ["--url", u]

@@ -1,0 +1,64 @@
+# SPDX-License-Identifier: MIT
+"""examples/python: the welcome workflow with its actions in Python, end to end, and the
+client's calls around it."""
+import os
+
+import psycopg
+import pytest
+
+import cairn
+from conftest import EXAMPLES
+
+
+def test_the_python_welcome_example(cluster, client):
+    cluster.ctl("register", os.path.join(EXAMPLES, "welcome.cairn"), "--name", "welcome_py")
+    sock, _ = cluster.runner("runner-ex")
+    cluster.pyworker(sock, name="pyworker-ex", module="actions")
+    iid = client.enqueue("welcome_py", {"user_ids": [1, 2, 3, 4, 5, 6]},
+                         idempotency_key="signup-batch-1")
+    assert client.wait(iid, timeout=30) == [
+        {"to": "user1@example.com", "sent": True, "attempts": 1},
+        {"to": "user2@example.com", "sent": True, "attempts": 2},  # reset once, retried
+        {"to": "user4@example.com", "sent": True, "attempts": 2},
+        {"to": "user5@example.com", "sent": True, "attempts": 1},
+    ]
+    # The same idempotency key gives the same instance back.
+    assert client.enqueue("welcome_py", {"user_ids": [9]}, idempotency_key="signup-batch-1") \
+        == iid
+    s = client.status(iid)
+    assert s["status"] == "completed" and s["workflow"] == "welcome_py"
+    assert iid in [i["id"] for i in client.list(workflow="welcome_py")]
+
+
+def test_the_client_reports_failures_and_refusals(cluster, client):
+    sock, _ = cluster.runner("runner-cl")
+    cluster.pyworker(sock, name="pyworker-cl")
+    iid = client.enqueue("pyhold", {"ms": 60000}, timeout=0.5)
+    with pytest.raises(cairn.WorkflowFailed) as e:
+        client.wait(iid, timeout=20)
+    assert e.value.status == "timed_out" and e.value.type == "WorkflowTimeout"
+    assert client.retry(iid, "again") == "queued"
+    assert client.retry(iid) in ("already queued", "already running")
+    with pytest.raises(cairn.NotFinished):
+        client.result(client.enqueue("pyhold", {"ms": 1}, at="2999-01-01T00:00:00Z"))
+    with pytest.raises(LookupError):
+        client.status("00000000-0000-4000-8000-000000000000")
+    with pytest.raises(psycopg.errors.UndefinedObject):
+        client.enqueue("no_such_workflow", {})
+    with pytest.raises(TypeError):
+        client.enqueue("pyhold", [1])
+
+
+def test_the_async_client(cluster):
+    import asyncio
+
+    async def go():
+        c = await cairn.AsyncClient.connect(cluster.url)
+        try:
+            sock, _ = cluster.runner("runner-ac")
+            cluster.pyworker(sock, name="pyworker-ac")
+            iid = await c.enqueue("pyhold", {"ms": 5})
+            return await c.wait(iid, timeout=20)
+        finally:
+            await c.close()
+    assert asyncio.run(go()) == 5
