@@ -11,15 +11,22 @@
  *         thread per context doing synchronous round trips of a 64-byte message (the SDK's
  *         shape: one REQ socket per worker, one context and thread per slot, one round trip
  *         per action). Latency: send -> reply, per round trip.
+ *   external  (--external CMD) the pool phase against worker processes instead of SDK
+ *         threads: `sh -c CMD` runs with $CAIRN_BENCH_URL set to the pool's address and must
+ *         connect W workers serving --action (e.g. the C `cairn-worker` serving std.noop, or a
+ *         Python worker); no raw phase. CMD should `exec` its worker: the SIGTERM at the end
+ *         goes to the shell's process.
  * Both phases run a short unmeasured warm-up first. Times are CLOCK_MONOTONIC.
  * Usage: cairn-pool-bench [--url ipc|tcp] [--workers W] [--slots S] [--prefetch P] [--n N]
- *                         [--markdown]
+ *                         [--external CMD [--action NAME]] [--markdown]
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +39,9 @@
 
 #define NOOP_ACTION   "bench.noop"
 #define RAW_MSG_BYTES 64
+
+static const char *external;                   /* --external CMD; NULL: SDK worker threads */
+static const char *bench_action = NOOP_ACTION; /* --action */
 
 static uint64_t
 mono_ns(void)
@@ -102,7 +112,7 @@ pool_submit_one(struct pool_run *pr, long i)
     memset(&d, 0, sizeof(d));
     memcpy(d.exec_id.b, &u, sizeof(u));
     d.attempt = 1;
-    d.action = NOOP_ACTION;
+    d.action = bench_action;
     d.kwargs = pr->kwargs;
     d.deadline_ms = 0;
     pr->t_submit[i] = mono_ns();
@@ -203,6 +213,7 @@ run_pool(const char *url_kind, int workers, int slots, int prefetch, long n,
     char url[128], wurl[128];
     long warm = n / 10 < 2000 ? n / 10 : 2000;
     int i, started = 0, rc = -1;
+    pid_t ext_pid = -1;
 
     memset(&pr, 0, sizeof(pr));
     pthread_mutex_init(&pr.mtx, NULL);
@@ -229,7 +240,16 @@ run_pool(const char *url_kind, int workers, int slots, int prefetch, long n,
     } else {
         (void) snprintf(wurl, sizeof(wurl), "tcp://127.0.0.1:%d", rn_pool_port(pr.pool));
     }
-    for (i = 0; i < workers; i++) {
+    if (external != NULL) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            (void) setenv("CAIRN_BENCH_URL", wurl, 1);
+            execl("/bin/sh", "sh", "-c", external, (char *) NULL);
+            _exit(127);
+        }
+        ext_pid = pid;
+    }
+    for (i = 0; i < workers && external == NULL; i++) {
         struct cairn_worker_options o;
         char name[32];
 
@@ -276,6 +296,10 @@ run_pool(const char *url_kind, int workers, int slots, int prefetch, long n,
                      : 0;
     rc = 0;
 out:
+    if (ext_pid > 0) {
+        (void) kill(ext_pid, SIGTERM);
+        (void) waitpid(ext_pid, NULL, 0);
+    }
     for (i = 0; i < started; i++) {
         cairn_worker_stop(ws[i], 1000);
     }
@@ -536,6 +560,10 @@ main(int argc, char **argv)
             prefetch = (int) strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) {
             n = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--external") == 0 && i + 1 < argc) {
+            external = argv[++i];
+        } else if (strcmp(argv[i], "--action") == 0 && i + 1 < argc) {
+            bench_action = argv[++i];
         } else if (strcmp(argv[i], "--markdown") == 0) {
             markdown = 1;
         } else {
@@ -547,12 +575,26 @@ main(int argc, char **argv)
         workers > 256 || slots < 1 || slots > 4096 || prefetch < 0 || prefetch > 4096 || n < 1 ||
         n > 100000000) {
         fprintf(stderr, "usage: cairn-pool-bench [--url ipc|tcp] [--workers W] [--slots S] "
-                        "[--prefetch P] [--n N] [--markdown]\n");
+                        "[--prefetch P] [--n N] [--external CMD [--action NAME]] "
+                        "[--markdown]\n");
         return 2;
     }
     if (run_pool(url_kind, workers, slots, prefetch, n, &pool) != 0) {
         fprintf(stderr, "pool phase failed\n");
         return 1;
+    }
+    if (external != NULL) {
+        double tp = (double) pool.n / pool.secs;
+        if (markdown) {
+            printf("| %s, W=%d, S=%d, P=%d, N=%ld | %.0f | %.1f | %.0f / %.0f |\n", url_kind,
+                   workers, slots, prefetch, n, tp, pool.batch, pool.p50_us, pool.p99_us);
+        } else {
+            printf("%s W=%d S=%d P=%d N=%ld external: %.0f actions/s  %.1f per dispatch  "
+                   "p50=%.0f us  p99=%.0f us  (%.3f s)\n",
+                   url_kind, workers, slots, prefetch, n, tp, pool.batch, pool.p50_us,
+                   pool.p99_us, pool.secs);
+        }
+        return 0;
     }
     if (run_raw(url_kind, workers, slots, n, &raw) != 0) {
         fprintf(stderr, "raw phase failed\n");
