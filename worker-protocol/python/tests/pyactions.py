@@ -72,3 +72,9 @@ async def mark(ms, path):
         f.write(f"{os.getpid()}\n")
     await asyncio.sleep(ms / 1000)
     return ms
+
+
+@cairn.action("py.describe")
+def describe(value):
+    """repr() of what arrived: exact about types (1 vs 1.0, -0.0) and every character."""
+    return repr(value)

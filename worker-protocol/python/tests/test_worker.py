@@ -83,3 +83,10 @@ def test_a_wrong_credential_is_refused(cluster):
     p = cluster.pyworker(sock, name="pyworker-bad", extra=["--credential", "nope"])
     assert p.p.wait(20) == 1
     assert "refused" in p.text()
+
+
+def test_values_travel_to_python_and_back_exactly(client, ipc):
+    a, same_after, equal = client.wait(client.enqueue("pyvalues", {}), timeout=30)
+    assert a == repr([2**63 - 1, -2**63, 0.1, 1e308, -0.0, 5e-324, "", "é𝄞\n\"", [], {},
+                      [[[1]]], {"k": [None, True, 1.5], "": 0}])
+    assert same_after and equal, "the echo came back with the same types and values"
