@@ -21,11 +21,11 @@
  *                         [--external CMD [--action NAME]] [--markdown]
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -591,8 +591,8 @@ main(int argc, char **argv)
         } else {
             printf("%s W=%d S=%d P=%d N=%ld external: %.0f actions/s  %.1f per dispatch  "
                    "p50=%.0f us  p99=%.0f us  (%.3f s)\n",
-                   url_kind, workers, slots, prefetch, n, tp, pool.batch, pool.p50_us,
-                   pool.p99_us, pool.secs);
+                   url_kind, workers, slots, prefetch, n, tp, pool.batch, pool.p50_us, pool.p99_us,
+                   pool.secs);
         }
         return 0;
     }

@@ -158,6 +158,8 @@ class _Session:
         self.cancelled = collections.deque(maxlen=CANCELS_REMEMBERED)  # (exec_id, attempt)
         self.draining = False
         self.changed = asyncio.Event()
+        self.tasks = set()        # background tasks, referenced until done (asyncio keeps weak
+                                  # references only)
 
     # ---- work ---------------------------------------------------------------------------------
 
@@ -172,7 +174,13 @@ class _Session:
             batch, self.outcomes = self.outcomes[:8192], self.outcomes[8192:]
             self.outstanding += 1
             fut = conn.send(_proto.ready(batch))
-            asyncio.get_running_loop().create_task(self._ready_reply(fut))
+            self._spawn(self._ready_reply(fut))
+
+    def _spawn(self, coro):
+        t = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(t)
+        t.add_done_callback(self.tasks.discard)
+        return t
 
     async def _ready_reply(self, fut):
         try:
