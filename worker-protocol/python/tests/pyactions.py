@@ -78,3 +78,9 @@ async def mark(ms, path):
 def describe(value):
     """repr() of what arrived: exact about types (1 vs 1.0, -0.0) and every character."""
     return repr(value)
+
+
+@cairn.action("py.big")
+def big(mb):
+    """A str of mb MiB."""
+    return "x" * (mb * 1024 * 1024)

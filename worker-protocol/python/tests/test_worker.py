@@ -90,3 +90,11 @@ def test_values_travel_to_python_and_back_exactly(client, ipc):
     assert a == repr([2**63 - 1, -2**63, 0.1, 1e308, -0.0, 5e-324, "", "é𝄞\n\"", [], {},
                       [[[1]]], {"k": [None, True, 1.5], "": 0}])
     assert same_after and equal, "the echo came back with the same types and values"
+
+
+def test_results_near_the_message_limit(client, ipc):
+    # Three 6 MiB results finish together: they cannot share one 16 MiB message.
+    assert client.wait(client.enqueue("pybig", {"n": 3, "mb": 6}), timeout=60) == [6 << 20] * 3
+    with pytest.raises(cairn.WorkflowFailed) as e:
+        client.wait(client.enqueue("pybig", {"n": 1, "mb": 17}), timeout=60)
+    assert e.value.type == "ValueError" and "16 MiB message limit" in e.value.error["message"]

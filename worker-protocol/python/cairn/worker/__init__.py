@@ -38,6 +38,10 @@ log = logging.getLogger("cairn.worker")
 _current = contextvars.ContextVar("cairn_action_context")
 
 RECONNECT_MIN, RECONNECT_MAX = 0.1, 5.0
+# A message's msgpack stays below 16 MiB minus what nng and the envelope add (docs/protocol.md):
+# a ready carries outcomes up to this many bytes of values; one larger outcome alone is replaced
+# by a ValueError, as the C SDK does.
+READY_VALUE_BYTES = 16 * 1024 * 1024 - 64 * 1024
 CANCELS_REMEMBERED = 64  # cancels for attempts not received yet, per session (as the C SDK)
 
 
@@ -171,7 +175,13 @@ class _Session:
             want = 2 if self.outcomes else (0 if self.draining else 1)
             if self.outstanding >= want:
                 return
-            batch, self.outcomes = self.outcomes[:8192], self.outcomes[8192:]
+            size, k = 0, 0
+            while k < len(self.outcomes) and k < 8192:
+                size += len(self.outcomes[k][4]) + 64
+                if size > READY_VALUE_BYTES and k > 0:
+                    break
+                k += 1
+            batch, self.outcomes = self.outcomes[:k], self.outcomes[k:]
             self.outstanding += 1
             fut = conn.send(_proto.ready(batch))
             self._spawn(self._ready_reply(fut))
@@ -215,6 +225,11 @@ class _Session:
             doc = _values.pack(value, "the result" if ok else "the error")
         except _values.ValueTypeError as e:
             ok, doc = False, _values.pack(_plain_error("TypeError", str(e)))
+        if len(doc) + 64 > READY_VALUE_BYTES:
+            ok, doc = False, _values.pack(_plain_error(
+                "ValueError", f"{'the result' if ok else 'the error'} is {len(doc)} bytes of "
+                "msgpack, over the protocol's 16 MiB message limit (pass large data by "
+                "reference)"))
         self.running.pop(a.token, None)
         self.outcomes.append((a.exec_id, a.attempt, a.token, ok, doc))
         self.pump()
