@@ -36,7 +36,7 @@ def parser():
         prog="python3 -m cairn.worker",
         description="Serves the actions that the given modules register with @cairn.action.",
         epilog="Exit status: 0 stopped by SIGTERM or SIGINT (after finishing what ran), "
-               "1 refused by a runner, 2 usage error.")
+               "1 refused by a runner, 2 usage error, 3 a second signal (stopped at once).")
     for flag, env, default, text in SETTINGS:
         multi = flag in ("url", "module")
         p.add_argument("--" + flag, action="append" if multi else "store", default=None,
@@ -53,6 +53,10 @@ def main(argv=None):
         if v is None and os.environ.get(env):
             v = os.environ[env].split(",") if flag in ("url", "module") else os.environ[env]
         vals[key] = v if v is not None else default
+    if vals["log_level"].lower() not in ("debug", "info", "warning", "error"):
+        print(f"python3 -m cairn.worker: --log-level must be debug, info, warning or error, "
+              f"not {vals['log_level']!r}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=vals["log_level"].upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not vals["url"] or not vals["module"]:
@@ -68,9 +72,13 @@ def main(argv=None):
             return 2
     tls = None
     if vals["tls_ca"] or vals["tls_cert_key"]:
-        tls = ssl.create_default_context(cafile=vals["tls_ca"])
-        if vals["tls_cert_key"]:
-            tls.load_cert_chain(vals["tls_cert_key"])
+        try:
+            tls = ssl.create_default_context(cafile=vals["tls_ca"])
+            if vals["tls_cert_key"]:
+                tls.load_cert_chain(vals["tls_cert_key"])
+        except (OSError, ssl.SSLError) as e:
+            print(f"python3 -m cairn.worker: cannot load the TLS files: {e}", file=sys.stderr)
+            return 2
     try:
         w = cairn.Worker(vals["url"], registry=cairn.default_registry,
                          credential=vals["credential"], slots=int(vals["slots"]),

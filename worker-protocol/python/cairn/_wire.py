@@ -126,7 +126,8 @@ class Conn:
     async def request(self, body):
         return await self.send(body)
 
-    def close(self):
+    def close(self, why=None):
+        """Closes the connection; why (an exception) becomes its error when it had none."""
+        self._fail(why if why is not None else WireError("connection closed"))
         if self._reader_task is not None:
             self._reader_task.cancel()
-        self._fail(WireError("connection closed"))

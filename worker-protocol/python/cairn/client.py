@@ -10,6 +10,7 @@ of cairn.runner_instances, so the client, cairnctl and psql see the same thing. 
 the same methods as coroutines. A Client holds one connection (autocommit); it is not for
 concurrent use from several threads."""
 import asyncio
+import datetime
 import time
 import uuid
 
@@ -58,15 +59,16 @@ def _enqueue_args(workflow, input, idempotency_key, priority, at, version, timeo
         input = {}
     if not isinstance(input, dict):
         raise TypeError("input must be a dict (the workflow's inputs by name)")
-    if timeout is not None and not isinstance(timeout, str):
-        timeout = f"{float(timeout)} seconds"  # seconds, or a PostgreSQL interval text
+    if timeout is not None and not isinstance(timeout, (str, datetime.timedelta)):
+        timeout = f"{float(timeout)} seconds"  # seconds, a timedelta or an interval text
     return ("SELECT cairn.enqueue(%s, %s, %s, %s, %s, %s, %s::interval)",
             (workflow, Jsonb(input), idempotency_key, priority, at, version, timeout))
 
 
 class Client:
     def __init__(self, dsn, **connect_args):
-        self.conn = psycopg.connect(dsn, autocommit=True, **connect_args)
+        connect_args["autocommit"] = True  # each call is its own transaction
+        self.conn = psycopg.connect(dsn, **connect_args)
 
     def close(self):
         self.conn.close()
@@ -117,17 +119,8 @@ class Client:
 
     def list(self, status=None, workflow=None, limit=20):
         """Instances, newest first."""
-        cond, args = [], []
-        if status is not None:
-            cond.append("ri.status = %s")
-            args.append(status)
-        if workflow is not None:
-            cond.append("ri.workflow_name = %s")
-            args.append(workflow)
-        where = (" WHERE " + " AND ".join(cond)) if cond else ""
-        rows = self.conn.execute(_STATUS_SQL + where + " ORDER BY ri.created_at DESC LIMIT %s",
-                                 (*args, limit)).fetchall()
-        return [_row(r) for r in rows]
+        sql, args = _list_sql(status, workflow, limit)
+        return [_row(r) for r in self.conn.execute(sql, args).fetchall()]
 
     def cancel(self, instance_id, reason=None):
         """cairn.cancel: 'cancelled', 'requested' (its runner stops it), or 'already <status>'."""
@@ -139,6 +132,18 @@ class Client:
         raises psycopg.errors.CheckViolation."""
         return self.conn.execute("SELECT cairn.retry(%s, %s)",
                                  (uuid.UUID(str(instance_id)), reason)).fetchone()[0]
+
+
+def _list_sql(status, workflow, limit):
+    cond, args = [], []
+    if status is not None:
+        cond.append("ri.status = %s")
+        args.append(status)
+    if workflow is not None:
+        cond.append("ri.workflow_name = %s")
+        args.append(workflow)
+    where = (" WHERE " + " AND ".join(cond)) if cond else ""
+    return _STATUS_SQL + where + " ORDER BY ri.created_at DESC LIMIT %s", (*args, limit)
 
 
 def _outcome(s):
@@ -153,14 +158,24 @@ class AsyncClient:
     """Client's methods as coroutines, on psycopg's AsyncConnection."""
 
     def __init__(self, conn):
+        """conn: a psycopg AsyncConnection in autocommit mode (AsyncClient.connect makes one)."""
+        if not conn.autocommit:
+            raise ValueError("AsyncClient needs an autocommit connection (each call commits)")
         self.conn = conn
 
     @classmethod
     async def connect(cls, dsn, **connect_args):
-        return cls(await psycopg.AsyncConnection.connect(dsn, autocommit=True, **connect_args))
+        connect_args["autocommit"] = True
+        return cls(await psycopg.AsyncConnection.connect(dsn, **connect_args))
 
     async def close(self):
         await self.conn.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
 
     async def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
                       version=None, timeout=None):
@@ -187,9 +202,16 @@ class AsyncClient:
             if s["status"] in FINISHED:
                 return _outcome(s)
             if end is not None and time.monotonic() >= end:
-                raise NotFinished(f"{instance_id} did not finish within {timeout} s")
-            await asyncio.sleep(poll)
+                raise NotFinished(f"{instance_id} did not finish within {timeout} s "
+                                  f"(status {s['status']})")
+            await asyncio.sleep(poll if end is None else max(0.0, min(poll,
+                                                                      end - time.monotonic())))
             poll = min(poll * 1.5, 1.0)
+
+    async def list(self, status=None, workflow=None, limit=20):
+        sql, args = _list_sql(status, workflow, limit)
+        cur = await self.conn.execute(sql, args)
+        return [_row(r) for r in await cur.fetchall()]
 
     async def cancel(self, instance_id, reason=None):
         cur = await self.conn.execute("SELECT cairn.cancel(%s, %s)",

@@ -84,3 +84,23 @@ def describe(value):
 def big(mb):
     """A str of mb MiB."""
     return "x" * (mb * 1024 * 1024)
+
+
+@cairn.action("py.exit")
+def exit_():
+    """An action that calls sys.exit (as argparse does on bad arguments)."""
+    import sys
+    sys.exit(2)
+
+
+@cairn.action("py.surrogate")
+def surrogate():
+    """A result holding a lone surrogate (what a non-UTF-8 file name decodes to)."""
+    return "bad \udc80 name"
+
+
+@cairn.action("py.stuck")
+def stuck(s):
+    """A plain def that ignores cancellation."""
+    time.sleep(s)
+    return s

@@ -58,7 +58,9 @@ def test_the_async_client(cluster):
             sock, _ = cluster.runner("runner-ac")
             cluster.pyworker(sock, name="pyworker-ac")
             iid = await c.enqueue("pyhold", {"ms": 5})
-            return await c.wait(iid, timeout=20)
+            out = await c.wait(iid, timeout=20)
+            assert iid in [i["id"] for i in await c.list(workflow="pyhold")]
+            return out
         finally:
             await c.close()
     assert asyncio.run(go()) == 5

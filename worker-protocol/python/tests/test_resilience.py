@@ -141,3 +141,7 @@ def test_garbage_from_a_runner_drops_the_connection_and_reconnects(cluster):
     assert wait_until(lambda: g.connections >= 3, 20), w.text()
     assert w.p.poll() is None, "the worker never crashes"
     assert "does not decode" in w.text()
+    # Never welcomed, it backs off (0.1, 0.2, 0.4 ... s) instead of redialling at once.
+    n0 = g.connections
+    time.sleep(3)
+    assert g.connections - n0 <= 4, f"{g.connections - n0} connections in 3 s"

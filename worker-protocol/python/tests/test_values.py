@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Values and errors without a runner: what travels, what is refused and how it is named."""
+import asyncio
+
 import msgpack
 import pytest
 
@@ -84,3 +86,32 @@ def test_bad_worker_settings_are_refused():
         cairn.Worker("tcp://127.0.0.1:1", slots=0)
     with pytest.raises(ValueError, match="module-qualified"):
         cairn.Registry().action("charge")
+
+
+def test_stop_from_another_thread_and_before_running():
+    import threading
+    import time
+
+    w = cairn.Worker("tcp://127.0.0.1:9", registry=cairn.Registry())  # nothing listens there
+    w.registry.action("t.noop")(lambda: None)
+    done = []
+    t = threading.Thread(target=lambda: done.append(asyncio.run(w.run_async())))
+    t.start()
+    time.sleep(0.5)  # reconnecting with backoff
+    t0 = time.monotonic()
+    w.stop()
+    t.join(5)
+    assert done == [None] and time.monotonic() - t0 < 2
+    w2 = cairn.Worker("tcp://127.0.0.1:9", registry=w.registry)
+    w2.stop()  # before it runs: it stops at once
+    assert asyncio.run(asyncio.wait_for(w2.run_async(), 5)) is None
+
+
+def test_names_are_checked_like_the_c_sdk():
+    with pytest.raises(ValueError, match="256 bytes"):
+        cairn.Worker("tcp://127.0.0.1:1", name="x" * 300)
+    r = cairn.Registry()
+    r.action("a." + "b" * 300)(lambda: None)
+    w = cairn.Worker("tcp://127.0.0.1:1", registry=r)
+    with pytest.raises(ValueError, match="256 bytes"):
+        asyncio.run(w.run_async())

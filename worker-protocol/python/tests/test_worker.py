@@ -98,3 +98,25 @@ def test_results_near_the_message_limit(client, ipc):
     with pytest.raises(cairn.WorkflowFailed) as e:
         client.wait(client.enqueue("pybig", {"n": 1, "mb": 17}), timeout=60)
     assert e.value.type == "ValueError" and "16 MiB message limit" in e.value.error["message"]
+
+
+def test_actions_that_exit_or_return_garbage_fail_alone(cluster, client, ipc):
+    # Four slots, ten rounds: were any outcome lost, its slot's room would stay taken and the
+    # run would stall.
+    errors = client.wait(client.enqueue("pymisbehave", {"n": 10}), timeout=60)
+    assert errors == ["SystemExit", "ValueError"] * 10
+    assert ipc[2].p.poll() is None, "the worker is still running"
+
+
+def test_a_second_signal_exits_at_once_despite_a_stuck_thread(cluster, client):
+    sock, _ = cluster.runner("runner-stuck")
+    w = cluster.pyworker(sock, name="pyworker-stuck", slots=1, extra=["--grace", "30"])
+    iid = client.enqueue("pystuck", {"s": 60})
+    assert wait_until(lambda: client.status(iid)["status"] == "running", 20)
+    time.sleep(0.5)
+    w.p.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    w.p.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    assert w.p.wait(20) == 3
+    assert time.monotonic() - t0 < 5, "it did not wait for the stuck thread"
