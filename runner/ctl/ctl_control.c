@@ -6,6 +6,7 @@
  * that holds the instance, or nothing to do. Single-threaded.
  */
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -184,6 +185,70 @@ ctl_cmd_cancel(int argc, char **argv)
 
 /* ---- retry --------------------------------------------------------------------------------- */
 
+/* --workflow W: every finished-but-not-completed instance of W (or those of one status), one
+ * statement each so that each instance's rows are locked only for its own retry. */
+static int
+retry_many(const struct cn_opts *o, size_t nargs)
+{
+    const char *wf = cn_opts_str(o, "workflow"), *st = cn_opts_str(o, "status");
+    const char *params[2] = {wf, st};
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    int status, row, n, queued = 0, other = 0;
+    cn_err rv;
+
+    if (nargs > 0 || cn_opts_bool(o, "wait")) {
+        fprintf(stderr, "cairnctl retry: --workflow retries many: no ID, no --wait\n");
+        return EXIT_USAGE;
+    }
+    if (st != NULL && strcmp(st, "failed") != 0 && strcmp(st, "cancelled") != 0 &&
+        strcmp(st, "timed_out") != 0) {
+        fprintf(stderr, "cairnctl retry: --status is failed, cancelled or timed_out, not '%s'\n",
+                st);
+        return EXIT_USAGE;
+    }
+    if ((status = ctl_db_open(o, &c)) != EXIT_OK) {
+        return status;
+    }
+    rv = rn_db_exec(c,
+                    "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = $1"
+                    " AND status = ANY(CASE WHEN $2::text IS NULL"
+                    " THEN ARRAY['failed', 'cancelled', 'timed_out'] ELSE ARRAY[$2::text] END)"
+                    " ORDER BY created_at",
+                    2, params, &r, &em);
+    if (rv != CN_OK) {
+        status = ctl_db_error(o, rv, &em);
+        PQfinish(c);
+        return status;
+    }
+    n = PQntuples(r);
+    if (!cn_opts_bool(o, "yes")) {
+        printf("would retry %d instance(s) of %s; add --yes to retry them\n", n, wf);
+        PQclear(r);
+        PQfinish(c);
+        return n > 0 ? EXIT_REJECTED : EXIT_NOOP;
+    }
+    for (row = 0; row < n && status == EXIT_OK; row++) {
+        const char *p[2] = {PQgetvalue(r, row, 0), cn_opts_str(o, "reason")};
+        PGresult *one = NULL;
+        if ((rv = rn_db_exec(c, "SELECT cairn.retry($1, $2)", 2, p, &one, &em)) != CN_OK) {
+            status = ctl_db_error(o, rv, &em);
+            break;
+        }
+        if (strcmp(PQgetvalue(one, 0, 0), "queued") == 0) {
+            queued++;
+        } else {
+            other++; /* retried or finished meanwhile */
+        }
+        PQclear(one);
+    }
+    PQclear(r);
+    PQfinish(c);
+    printf("%d queued again, %d changed meanwhile (nothing to retry)\n", queued, other);
+    return status;
+}
+
 int
 ctl_cmd_retry(int argc, char **argv)
 {
@@ -201,10 +266,23 @@ ctl_cmd_retry(int argc, char **argv)
          .max = 86400 * 365,
          .arg = "S",
          .help = "with --wait, give up after S seconds (exit 5; 0: wait for ever)"},
+        {.flag = "workflow",
+         .kind = CN_OPT_STR,
+         .arg = "W",
+         .help = "retry every failed, cancelled or timed-out instance of workflow W"},
+        {.flag = "status",
+         .kind = CN_OPT_STR,
+         .arg = "S",
+         .help = "with --workflow, only those failed, only cancelled or only timed_out"},
+        {.flag = "yes",
+         .kind = CN_OPT_BOOL,
+         .help = "with --workflow, do it (without it: say how many it would retry)"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o =
-        CTL_OPTS("retry", "ID [--reason TEXT] [--wait [--timeout S]] [--json]", rows, 1);
+    struct cn_opts o = CTL_OPTS("retry",
+                                "(ID | --workflow W [--status failed|cancelled|timed_out] --yes) "
+                                "[--reason TEXT] [--wait [--timeout S]] [--json]",
+                                rows, 1);
     const char *params[2];
     struct cn_errmsg em;
     PGconn *c = NULL;
@@ -215,6 +293,13 @@ ctl_cmd_retry(int argc, char **argv)
 
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
+    }
+    if (cn_opts_str(&o, "workflow") != NULL) {
+        return retry_many(&o, o.nargs);
+    }
+    if (cn_opts_str(&o, "status") != NULL || cn_opts_bool(&o, "yes")) {
+        fprintf(stderr, "cairnctl retry: --status and --yes go with --workflow\n");
+        return EXIT_USAGE;
     }
     if (!ctl_check_uuid("retry", o.nargs > 0 ? argv[0] : NULL)) {
         return EXIT_USAGE;

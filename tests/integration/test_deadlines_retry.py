@@ -16,6 +16,7 @@ dropped at the end):
   again (the timed_out one gets a new deadline and times out again, not at once);
 - the outcome of an attempt that comes after its instance was cancelled is recorded (the
   instance stays cancelled), and a retry runs the action again since that outcome was an error;
+- `retry --workflow W --status failed` counts without --yes and queues them all with it;
 - retry of a completed instance is refused (exit 1, the result kept), of a running one is a
   no-op (exit 6), of an unknown id an error (exit 1).
 
@@ -141,6 +142,26 @@ def run_all(url, env, tmp):
           f"exit {r.returncode}: {r.stderr}")
     r = ctl(env, "retry", "00000000-0000-4000-8000-000000000000")
     check("retry of an unknown id is refused", r.returncode == 1 and "no instance" in r.stderr,
+          f"exit {r.returncode}: {r.stderr}")
+
+    # ---- retry in bulk -------------------------------------------------------------------------
+    os.remove(gate)
+    bulk = [ctl(env, "run", "gated", "--input", '{"n": 1}').stdout.strip() for _ in range(3)]
+    wait_until("all failed", lambda: all(status(url, i) == "failed Closed" for i in bulk), 60)
+    r = ctl(env, "retry", "--workflow", "gated", "--status", "failed")
+    check("retry --workflow without --yes only counts",
+          r.returncode == 1 and "would retry 3 instance(s) of gated" in r.stdout,
+          f"exit {r.returncode}: {r.stdout} {r.stderr}")
+    open(gate, "w").close()
+    r = ctl(env, "retry", "--workflow", "gated", "--status", "failed", "--reason", "bulk",
+            "--yes")
+    check("retry --workflow --yes queues them again", r.returncode == 0
+          and r.stdout.startswith("3 queued again"), f"exit {r.returncode}: {r.stdout} {r.stderr}")
+    check("and they complete", wait_until(
+        "bulk done", lambda: all(status(url, i).startswith("completed") for i in bulk), 60),
+        [status(url, i) for i in bulk])
+    r = ctl(env, "retry", "--workflow", "gated", "--status", "completed", "--yes")
+    check("retry --workflow --status completed is refused (exit 2)", r.returncode == 2,
           f"exit {r.returncode}: {r.stderr}")
 
     # ---- retry of a cancelled and of a timed_out instance ------------------------------------
