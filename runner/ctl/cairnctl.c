@@ -50,7 +50,7 @@ static const struct command commands[] = {
      "cancel an instance, or every unfinished one of a workflow", ctl_cmd_cancel},
     {"retry", "(ID | --workflow W [--status S] --yes) [--reason TEXT] [--wait [--timeout S]]",
      "run a failed, cancelled or timed-out instance again from where it stopped", ctl_cmd_retry},
-    {"exec", "FILE [--input JSON] [--timeout S] [--json]",
+    {"exec", "FILE [--input JSON | --input-file FILE] [--timeout S] [--json]",
      "run one instance in this process, without a database (std.* actions built in)", ctl_cmd_exec},
     {"help", "[COMMAND]", "show this help", cmd_help},
 };

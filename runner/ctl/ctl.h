@@ -73,6 +73,9 @@ int ctl_compile_file(const char *path, struct ir_dag **out, char **src, size_t *
  * ", " and ": " separators as PostgreSQL prints jsonb), else prints why and returns
  * EXIT_REJECTED (or EXIT_USAGE when out of memory). */
 int ctl_parse_input(const char *cmd, const char *text, char **compact);
+/* ctl_parse_input of --input, or of the file --input-file names ("-": stdin); both given is a
+ * usage error (EXIT_USAGE). */
+int ctl_read_input(const char *cmd, const char *input, const char *input_file, char **compact);
 
 /* ---- shared by the database commands (ctl_db.c) ---- */
 

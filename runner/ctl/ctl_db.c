@@ -393,6 +393,33 @@ wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long time
 }
 
 int
+ctl_read_input(const char *cmd, const char *input, const char *input_file, char **compact)
+{
+    char *file_text = NULL;
+    size_t file_len = 0;
+    int status;
+
+    if (input_file != NULL) {
+        if (input != NULL) {
+            fprintf(stderr, "cairnctl %s: give --input or --input-file, not both\n", cmd);
+            return EXIT_USAGE;
+        }
+        if ((file_text = ctl_read_file(input_file, &file_len)) == NULL) {
+            return EXIT_USAGE;
+        }
+        if (strlen(file_text) != file_len) {
+            fprintf(stderr, "cairnctl %s: %s contains a NUL byte\n", cmd, input_file);
+            free(file_text);
+            return EXIT_REJECTED;
+        }
+        input = file_text;
+    }
+    status = ctl_parse_input(cmd, input, compact);
+    free(file_text);
+    return status;
+}
+
+int
 ctl_parse_input(const char *cmd, const char *text, char **compact)
 {
     const char *src = text != NULL ? text : "{}";
@@ -613,9 +640,7 @@ ctl_cmd_run(int argc, char **argv)
     PGresult *r = NULL;
     const char *params[7];
     char prio[24];
-    char *input_text = NULL, *file_text = NULL;
-    const char *input, *input_file;
-    size_t file_len = 0;
+    char *input_text = NULL;
     int status;
     cn_err rv;
 
@@ -626,26 +651,9 @@ ctl_cmd_run(int argc, char **argv)
         fprintf(stderr, "usage: %s\n", o.usage);
         return EXIT_USAGE;
     }
-    input = cn_opts_str(&o, "input");
-    if ((input_file = cn_opts_str(&o, "input-file")) != NULL) {
-        if (input != NULL) {
-            fprintf(stderr, "cairnctl run: give --input or --input-file, not both\n");
-            return EXIT_USAGE;
-        }
-        if ((file_text = ctl_read_file(input_file, &file_len)) == NULL) {
-            return EXIT_USAGE;
-        }
-        if (strlen(file_text) != file_len) {
-            fprintf(stderr, "cairnctl run: %s contains a NUL byte\n", input_file);
-            free(file_text);
-            return EXIT_REJECTED;
-        }
-        input = file_text;
-    }
     /* The input is checked here, with a position, before the database sees it. */
-    status = ctl_parse_input("run", input, &input_text);
-    free(file_text);
-    if (status != EXIT_OK) {
+    if ((status = ctl_read_input("run", cn_opts_str(&o, "input"), cn_opts_str(&o, "input-file"),
+                                 &input_text)) != EXIT_OK) {
         return status;
     }
     if ((status = check_enqueue(input_text, cn_opts_str(&o, "idempotency-key"),

@@ -28,9 +28,12 @@ ctl_cmd_exec(int argc, char **argv)
     struct cn_opt rows[] = {
         {.flag = "input",
          .kind = CN_OPT_STR,
-         .def = "{}",
          .arg = "JSON",
-         .help = "the instance's input, a JSON object"},
+         .help = "the instance's input, a JSON object (default {})"},
+        {.flag = "input-file",
+         .kind = CN_OPT_STR,
+         .arg = "FILE",
+         .help = "read the input from FILE (-: stdin), for one too long for a command line"},
         {.flag = "timeout",
          .kind = CN_OPT_INT,
          .def = "300",
@@ -40,7 +43,8 @@ ctl_cmd_exec(int argc, char **argv)
          .help = "give up after S seconds (exit 5)"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o = CTL_OPTS("exec", "FILE [--input JSON] [--timeout S] [--json]", rows, 1);
+    struct cn_opts o =
+        CTL_OPTS("exec", "FILE [--input JSON | --input-file FILE] [--timeout S] [--json]", rows, 1);
     const char *file;
     long long timeout_s;
     struct rn_backend *mem = NULL;
@@ -72,7 +76,8 @@ ctl_cmd_exec(int argc, char **argv)
     }
     file = argv[0];
     timeout_s = cn_opts_int(&o, "timeout");
-    if ((status = ctl_parse_input("exec", cn_opts_str(&o, "input"), &compact)) != EXIT_OK) {
+    if ((status = ctl_read_input("exec", cn_opts_str(&o, "input"), cn_opts_str(&o, "input-file"),
+                                 &compact)) != EXIT_OK) {
         return status;
     }
     if (ir_val_from_json(compact, strlen(compact), &input, &em) != CN_OK) {

@@ -121,6 +121,13 @@ status=$?
 grep -q "timed out: {\"type\": \"WorkflowTimeout\"" "$tmp/err" ||
     fail "exec past the workflow's [timeout]: no WorkflowTimeout in $(cat "$tmp/err")"
 [ $(($(date +%s) - start)) -lt 20 ] || fail "exec past a 2 s [timeout] took $(($(date +%s) - start)) s"
+# --input-file, as run has it
+printf '{"ms": 5}' >"$tmp/in.json"
+out=$("$ctl" exec "$root/tests/integration/workflows/hold.cairn" --input-file "$tmp/in.json" 2>&1)
+[ $? -eq 0 ] && [ "$out" = "null" ] || fail "exec --input-file: $out"
+"$ctl" exec "$root/tests/integration/workflows/hold.cairn" --input-file "$tmp/in.json" \
+    --input '{}' >/dev/null 2>&1
+[ $? -eq 2 ] || fail "exec with --input and --input-file: want exit 2"
 "$ctl" exec "$root/examples/hello.cairn" --input '[1' >/dev/null 2>&1
 [ $? -eq 1 ] || fail "exec with bad input JSON: want exit 1"
 "$ctl" exec "$root/tests/cli/broken/tabs.cairn" >/dev/null 2>&1
