@@ -493,15 +493,47 @@ under_aggregate(const struct rn_instance *in, uint32_t j, uint32_t ai)
 static void
 fail_fast(struct rn_instance *in, uint32_t ai, struct ir_val err)
 {
+    struct rn_step_out *o = in->out;
     struct rn_xnode *a;
-    size_t i, k;
+    uint8_t *victim;
+    size_t i, k, kept;
 
+    /* Which nodes go, decided before any is freed: freeing zeroes a node, and the walk up a
+     * nested branch's fork_agg chain must not pass through one already gone. */
+    if ((victim = calloc(in->x.len ? in->x.len : 1, 1)) == NULL) {
+        ir_val_release(err);
+        oom(in);
+        return;
+    }
+    for (i = 0; i < in->x.len; i++) {
+        victim[i] = in->x.items[i].status != RN_X_FREE && under_aggregate(in, (uint32_t) i, ai);
+    }
     for (i = 0; i < in->x.len; i++) {
         struct rn_xnode *x = &in->x.items[i];
-        if (x->status == RN_X_FREE || !under_aggregate(in, (uint32_t) i, ai)) {
+        if (!victim[i]) {
             continue;
         }
-        if (x->status == RN_X_RUNNING && CN_VEC_PUSH(&in->out->cancels, x->id) != CN_OK) {
+        if (x->has_id) {
+            /* A request or timer this step made for it never goes out: drop it here (a
+             * cancel would reach the pool before the request and miss it). */
+            for (k = 0, kept = 0; k < o->actions.len; k++) {
+                if (rn_xid_eq(o->actions.items[k].exec_id, x->id)) {
+                    ir_val_release(o->actions.items[k].kwargs);
+                    ir_val_release(o->actions.items[k].prev_error);
+                } else {
+                    o->actions.items[kept++] = o->actions.items[k];
+                }
+            }
+            o->actions.len = kept;
+            for (k = 0, kept = 0; k < o->timers.len; k++) {
+                if (!rn_xid_eq(o->timers.items[k].exec_id, x->id)) {
+                    o->timers.items[kept++] = o->timers.items[k];
+                }
+            }
+            o->timers.len = kept;
+        }
+        if (x->status == RN_X_RUNNING && CN_VEC_PUSH(&o->cancels, x->id) != CN_OK) {
+            free(victim);
             ir_val_release(err);
             oom(in);
             return;
@@ -515,6 +547,7 @@ fail_fast(struct rn_instance *in, uint32_t ai, struct ir_val err)
         }
         x_free(in, (uint32_t) i);
     }
+    free(victim);
     a = &in->x.items[ai];
     for (k = 0; k < a->nslots; k++) {
         ir_val_release(a->slots[k].value);
@@ -523,7 +556,7 @@ fail_fast(struct rn_instance *in, uint32_t ai, struct ir_val err)
     a->slots = NULL;
     a->nslots = a->pending = 0;
     a->status = RN_X_ACTIVE;
-    in->out->snapshot_needed = true;
+    o->snapshot_needed = true;
     raise_error(in, ai, err);
 }
 

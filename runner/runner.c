@@ -316,7 +316,9 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     deps.keeper = r->keeper;
     deps.active = &r->active;
     deps.busy = &r->busy;
-    deps.late = &r->late;
+    /* Only a backend that records them (not the in-memory one) gets late results: nothing
+     * would drain the queue. */
+    deps.late = r->cancel_b->ops->record_late != NULL ? &r->late : NULL;
     for (i = 0; i < r->nloops; i++) {
         struct rn_shard_cfg scfg;
         memset(&scfg, 0, sizeof(scfg));

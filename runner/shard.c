@@ -474,6 +474,7 @@ timeout_message(const struct inst *in, struct ir_val *v)
 }
 
 static void timeout_step(struct rn_shard *sh, struct inst *in, struct cn_now now);
+static void arm_deadline(struct rn_shard *sh, const struct inst *in, struct cn_now now);
 
 /* A claimed instance arrives: hydrate it (or start it) and act on the first output. */
 static void
@@ -553,13 +554,27 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         rn_step_out_clear(&sh->step);
         timeout_step(sh, in, now);
     } else if (in->deadline_ms != 0) {
-        struct rn_timer_ent t;
-        memset(&t, 0, sizeof(t));
-        t.at_wall_ms = in->deadline_ms;
-        t.iid = in->id; /* exec_id all zero: the instance's own deadline */
-        rn_timerheap_push(&sh->timers, &t);
+        arm_deadline(sh, in, now);
     }
     handle_output(sh, in, now, out);
+}
+
+/* The heap cannot drop an entry, and a deadline may be months away: an entry stays in it at
+ * most RN_SHARD_DEADLINE_REARM_MS past its instance (it is armed for the deadline or that much
+ * later, whichever is first, and armed again when it fires early). */
+#define RN_SHARD_DEADLINE_REARM_MS (3600 * 1000)
+
+static void
+arm_deadline(struct rn_shard *sh, const struct inst *in, struct cn_now now)
+{
+    struct rn_timer_ent t;
+
+    memset(&t, 0, sizeof(t));
+    t.at_wall_ms = in->deadline_ms - now.wall_ms > RN_SHARD_DEADLINE_REARM_MS
+                       ? now.wall_ms + RN_SHARD_DEADLINE_REARM_MS
+                       : in->deadline_ms;
+    t.iid = in->id; /* exec_id all zero: the instance's own deadline */
+    rn_timerheap_push(&sh->timers, &t);
 }
 
 /* Steps instance in with RN_EV_TIMEOUT into sh->step (its deadline passed). */
@@ -706,8 +721,8 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         for (k = 0; k < in->waiting.len; k++) { /* results queued behind the outcome */
             keep_late(in, &in->waiting.items[k]);
         }
-        for (k = 0; k < in->late.len; k++) {
-            out_late(out, in->id, &in->late.items[k]);
+        for (k = 0; k < in->late.len && in->held.outcome != RN_COMPLETED; k++) {
+            out_late(out, in->id, &in->late.items[k]); /* a completed one keeps none */
         }
         if (in->held.outcome != RN_COMPLETED) {
             remember_finished(sh, in->id);
@@ -823,8 +838,11 @@ rn_shard_fire(struct rn_shard *sh, struct cn_now now, struct rn_shard_out *out)
         if (rn_xid_is_nil(t.exec_id)) {
             /* The instance's deadline (a stale entry of an earlier claim is harmless: the
              * check is against the deadline this claim holds). */
-            if (in->deadline_ms == 0 || now.wall_ms < in->deadline_ms ||
-                in->held.outcome != RN_RUNNING) {
+            if (in->deadline_ms != 0 && now.wall_ms < in->deadline_ms) {
+                arm_deadline(sh, in, now); /* an early wake-up (see arm_deadline) */
+                continue;
+            }
+            if (in->deadline_ms == 0 || in->held.outcome != RN_RUNNING) {
                 continue;
             }
             ev.kind = RN_EV_TIMEOUT;

@@ -1616,3 +1616,55 @@ Test(exec, a_finished_snapshot_with_live_nodes_is_refused)
     cn_buf_fini(&bad);
     t_compiled_free(&c);
 }
+
+/* Found by review: a fail_fast block inside a helper that is itself a fan-out branch (its
+ * aggregate is not node 0) drops the nested fan-out's branches too, and the snapshot it leaves
+ * hydrates (crash replay after every step). */
+Test(exec, fail_fast_in_a_nested_branch_drops_everything_under_it)
+{
+    static const char *const src = "fn inner2():\n"
+                                   "    xs = spread [1, 2]:i -> @std.hang()\n"
+                                   "    return xs\n"
+                                   "fn inner():\n"
+                                   "    a, b = parallel [fail_fast]:\n"
+                                   "        inner2()\n"
+                                   "        @std.fail(type=\"Declined\")\n"
+                                   "    return a\n"
+                                   "fn waits():\n"
+                                   "    r = @std.echo(value=1)\n"
+                                   "    return r\n"
+                                   "fn main():\n"
+                                   "    try:\n"
+                                   "        x, y = parallel:\n"
+                                   "            waits()\n"
+                                   "            inner()\n"
+                                   "    except Declined:\n"
+                                   "        return \"caught\"\n";
+    struct t_result r = t_run(src, "{}", &plain);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
+    cr_assert_str_eq(r.json, "\"caught\"");
+    cr_assert_eq(r.cancels, 2, "both nested hangs are cancelled");
+    cr_assert_lt(r.elapsed_ms, 10, "not after the hangs' timeouts: %lld ms",
+                 (long long) r.elapsed_ms);
+    t_result_free(&r);
+    replay_everywhere(src, "{}");
+}
+
+/* Found by review: a sibling whose request this same step made is dropped from the step's
+ * output (a cancel would reach the pool before the request and miss it). */
+Test(exec, fail_fast_drops_requests_made_in_the_same_step)
+{
+    struct t_result r = t_run("fn main():\n"
+                              "    try:\n"
+                              "        xs = spread [1, 0, 2]:v -> @std.echo(value=10 // v) "
+                              "[fail_fast]\n"
+                              "    except ZeroDivisionError:\n"
+                              "        return \"zero\"\n",
+                              "{}", &plain);
+
+    cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
+    cr_assert_str_eq(r.json, "\"zero\"");
+    cr_assert_eq(r.dispatches, 0, "the element before the failing one was never sent");
+    t_result_free(&r);
+}
