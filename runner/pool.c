@@ -1287,17 +1287,17 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
     return CN_OK;
 }
 
-cn_err
-rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt)
+/* Drops the queued (not yet sent) attempts `match` accepts; returns how many. A walk of the
+ * queue: cancels and withdrawals are rare. Call with the lock held. */
+static size_t
+queue_drop_locked(struct rn_pool *p, bool (*match)(const struct rn_pool_dispatch *, const void *),
+                  const void *arg)
 {
     struct queued **pp, *q, *prev = NULL;
-    size_t i;
-    cn_err rv = CN_NOTFOUND;
+    size_t n = 0;
 
-    cn_mutex_lock(&p->mtx);
-    /* Not sent yet: dropped from the queue (a walk of the queue; cancels are rare). */
     for (pp = &p->qhead; (q = *pp) != NULL;) {
-        if (!rn_xid_eq(q->d.exec_id, exec_id) || (attempt != 0 && q->d.attempt != attempt)) {
+        if (!match(&q->d, arg)) {
             prev = q;
             pp = &q->next;
             continue;
@@ -1308,6 +1308,46 @@ rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt)
         }
         queued_free(q);
         queued_dec_locked(p);
+        n++;
+    }
+    return n;
+}
+
+struct attempt_key {
+    struct rn_xid exec_id;
+    uint32_t attempt; /* 0: any */
+};
+
+static bool
+is_attempt(const struct rn_pool_dispatch *d, const void *arg)
+{
+    const struct attempt_key *k = arg;
+
+    return rn_xid_eq(d->exec_id, k->exec_id) && (k->attempt == 0 || d->attempt == k->attempt);
+}
+
+struct claim_key {
+    struct rn_iid instance_id;
+    struct rn_token lock;
+};
+
+static bool
+is_claims(const struct rn_pool_dispatch *d, const void *arg)
+{
+    const struct claim_key *k = arg;
+
+    return rn_iid_eq(d->instance_id, k->instance_id) && rn_token_eq(d->lock, k->lock);
+}
+
+cn_err
+rn_pool_cancel(struct rn_pool *p, struct rn_xid exec_id, uint32_t attempt)
+{
+    struct attempt_key key = {exec_id, attempt};
+    size_t i;
+    cn_err rv = CN_NOTFOUND;
+
+    cn_mutex_lock(&p->mtx);
+    if (queue_drop_locked(p, is_attempt, &key) > 0) { /* not sent yet */
         rv = CN_OK;
     }
     for (i = 0; i < p->nfl; i++) {
@@ -1349,24 +1389,11 @@ rn_pool_kick(struct rn_pool *p)
 size_t
 rn_pool_withdraw(struct rn_pool *p, struct rn_iid iid, struct rn_token lock)
 {
-    struct queued **pp, *q, *prev = NULL;
-    size_t i, n = 0;
+    struct claim_key claim = {iid, lock};
+    size_t i, n;
 
     cn_mutex_lock(&p->mtx);
-    for (pp = &p->qhead; (q = *pp) != NULL;) {
-        if (!rn_iid_eq(q->d.instance_id, iid) || !rn_token_eq(q->d.lock, lock)) {
-            prev = q;
-            pp = &q->next;
-            continue;
-        }
-        *pp = q->next;
-        if (p->qtail == q) {
-            p->qtail = prev;
-        }
-        queued_free(q);
-        queued_dec_locked(p);
-        n++;
-    }
+    n = queue_drop_locked(p, is_claims, &claim);
     for (i = 0; i < p->nfl; i++) {
         struct flight *f = &p->fl[i];
         struct worker *w;

@@ -13,6 +13,65 @@
 #include "runner/ctl/ctl.h"
 #include "runner/db.h"
 
+/* ---- --workflow W: many at once -------------------------------------------------------------- */
+
+/* What `cancel --workflow` and `retry --workflow` share: the instances of --workflow in
+ * --status (else in any of `statuses`, an SQL array), counted without --yes ("would VERB N
+ * WHICH instance(s)", exit 1, or 6 for none), else `fn` (an SQL function of the id and --reason)
+ * run on each, one statement each so that each instance's rows are locked only for its own change.
+ * counts[k] counts the answers equal to answers[k]; counts[nanswers] the others. */
+static int
+per_instance(const struct cn_opts *o, const char *verb, const char *which, const char *statuses,
+             const char *fn, const char *const *answers, size_t nanswers, int *counts)
+{
+    const char *params[2] = {cn_opts_str(o, "workflow"), cn_opts_str(o, "status")};
+    char sql[512];
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    int status, row, n;
+    size_t k;
+    cn_err rv;
+
+    if ((status = ctl_db_open(o, &c)) != EXIT_OK) {
+        return status;
+    }
+    (void) snprintf(sql, sizeof(sql),
+                    "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = $1"
+                    " AND status = ANY(CASE WHEN $2::text IS NULL THEN %s ELSE ARRAY[$2::text]"
+                    " END) ORDER BY created_at",
+                    statuses);
+    if ((rv = rn_db_exec(c, sql, 2, params, &r, &em)) != CN_OK) {
+        status = ctl_db_error(o, rv, &em);
+        PQfinish(c);
+        return status;
+    }
+    n = PQntuples(r);
+    if (!cn_opts_bool(o, "yes")) {
+        printf("would %s %d %sinstance(s) of %s; add --yes to %s them\n", verb, n, which, params[0],
+               verb);
+        PQclear(r);
+        PQfinish(c);
+        return n > 0 ? EXIT_REJECTED : EXIT_NOOP;
+    }
+    (void) snprintf(sql, sizeof(sql), "SELECT %s($1, $2)", fn);
+    for (row = 0; row < n && status == EXIT_OK; row++) {
+        const char *p[2] = {PQgetvalue(r, row, 0), cn_opts_str(o, "reason")};
+        PGresult *one = NULL;
+        if ((rv = rn_db_exec(c, sql, 2, p, &one, &em)) != CN_OK) {
+            status = ctl_db_error(o, rv, &em);
+            break;
+        }
+        for (k = 0; k < nanswers && strcmp(PQgetvalue(one, 0, 0), answers[k]) != 0; k++) {
+        }
+        counts[k]++;
+        PQclear(one);
+    }
+    PQclear(r);
+    PQfinish(c);
+    return status;
+}
+
 /* ---- cancel -------------------------------------------------------------------------------- */
 
 /* Waits until a cancel asked of a runner took effect (or timeout_ms passes); says how it ended. */
@@ -102,12 +161,10 @@ ctl_cmd_cancel(int argc, char **argv)
     struct cn_opts o = CTL_OPTS(
         "cancel", "(ID | --workflow W [--status queued|running] --yes) [--reason TEXT] [--wait]",
         rows, 1);
+    static const char *const answers[] = {"cancelled", "requested"};
     const char *wf, *st, *reason;
-    struct cn_errmsg em;
     PGconn *c = NULL;
-    PGresult *r = NULL;
-    int status, row, n, counts[3] = {0, 0, 0};
-    cn_err rv;
+    int status, counts[3] = {0, 0, 0};
 
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
@@ -138,48 +195,12 @@ ctl_cmd_cancel(int argc, char **argv)
         fprintf(stderr, "cairnctl cancel: --status is queued or running, not '%s'\n", st);
         return EXIT_USAGE;
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
+    status = per_instance(&o, "cancel", "unfinished ", "ARRAY['queued', 'running']", "cairn.cancel",
+                          answers, 2, counts);
+    if (cn_opts_bool(&o, "yes")) {
+        printf("%d cancelled, %d requested (their runners stop them), %d had already finished\n",
+               counts[0], counts[1], counts[2]);
     }
-    {
-        const char *params[2] = {wf, st};
-        rv = rn_db_exec(c,
-                        "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = $1"
-                        " AND status = ANY(CASE WHEN $2::text IS NULL"
-                        " THEN ARRAY['queued', 'running'] ELSE ARRAY[$2::text] END)"
-                        " ORDER BY created_at",
-                        2, params, &r, &em);
-    }
-    if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-        PQfinish(c);
-        return status;
-    }
-    n = PQntuples(r);
-    if (!cn_opts_bool(&o, "yes")) {
-        printf("would cancel %d unfinished instance(s) of %s; add --yes to cancel them\n", n, wf);
-        PQclear(r);
-        PQfinish(c);
-        return n > 0 ? EXIT_REJECTED : EXIT_NOOP;
-    }
-    /* One statement each, so each instance's rows are locked only for its own cancel. */
-    for (row = 0; row < n && status == EXIT_OK; row++) {
-        const char *params[2] = {PQgetvalue(r, row, 0), reason};
-        PGresult *one = NULL;
-
-        if ((rv = rn_db_exec(c, "SELECT cairn.cancel($1, $2)", 2, params, &one, &em)) != CN_OK) {
-            status = ctl_db_error(&o, rv, &em);
-            break;
-        }
-        counts[strcmp(PQgetvalue(one, 0, 0), "cancelled") == 0   ? 0
-               : strcmp(PQgetvalue(one, 0, 0), "requested") == 0 ? 1
-                                                                 : 2]++;
-        PQclear(one);
-    }
-    PQclear(r);
-    PQfinish(c);
-    printf("%d cancelled, %d requested (their runners stop them), %d had already finished\n",
-           counts[0], counts[1], counts[2]);
     return status;
 }
 
@@ -190,13 +211,9 @@ ctl_cmd_cancel(int argc, char **argv)
 static int
 retry_many(const struct cn_opts *o, size_t nargs)
 {
-    const char *wf = cn_opts_str(o, "workflow"), *st = cn_opts_str(o, "status");
-    const char *params[2] = {wf, st};
-    struct cn_errmsg em;
-    PGconn *c = NULL;
-    PGresult *r = NULL;
-    int status, row, n, queued = 0, other = 0;
-    cn_err rv;
+    static const char *const answers[] = {"queued"};
+    const char *st = cn_opts_str(o, "status");
+    int status, counts[2] = {0, 0};
 
     if (nargs > 0 || cn_opts_bool(o, "wait")) {
         fprintf(stderr, "cairnctl retry: --workflow retries many: no ID, no --wait\n");
@@ -208,44 +225,11 @@ retry_many(const struct cn_opts *o, size_t nargs)
                 st);
         return EXIT_USAGE;
     }
-    if ((status = ctl_db_open(o, &c)) != EXIT_OK) {
-        return status;
+    status = per_instance(o, "retry", "", "ARRAY['failed', 'cancelled', 'timed_out']",
+                          "cairn.retry", answers, 1, counts);
+    if (cn_opts_bool(o, "yes")) {
+        printf("%d queued again, %d changed meanwhile (nothing to retry)\n", counts[0], counts[1]);
     }
-    rv = rn_db_exec(c,
-                    "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = $1"
-                    " AND status = ANY(CASE WHEN $2::text IS NULL"
-                    " THEN ARRAY['failed', 'cancelled', 'timed_out'] ELSE ARRAY[$2::text] END)"
-                    " ORDER BY created_at",
-                    2, params, &r, &em);
-    if (rv != CN_OK) {
-        status = ctl_db_error(o, rv, &em);
-        PQfinish(c);
-        return status;
-    }
-    n = PQntuples(r);
-    if (!cn_opts_bool(o, "yes")) {
-        printf("would retry %d instance(s) of %s; add --yes to retry them\n", n, wf);
-        PQclear(r);
-        PQfinish(c);
-        return n > 0 ? EXIT_REJECTED : EXIT_NOOP;
-    }
-    for (row = 0; row < n && status == EXIT_OK; row++) {
-        const char *p[2] = {PQgetvalue(r, row, 0), cn_opts_str(o, "reason")};
-        PGresult *one = NULL;
-        if ((rv = rn_db_exec(c, "SELECT cairn.retry($1, $2)", 2, p, &one, &em)) != CN_OK) {
-            status = ctl_db_error(o, rv, &em);
-            break;
-        }
-        if (strcmp(PQgetvalue(one, 0, 0), "queued") == 0) {
-            queued++;
-        } else {
-            other++; /* retried or finished meanwhile */
-        }
-        PQclear(one);
-    }
-    PQclear(r);
-    PQfinish(c);
-    printf("%d queued again, %d changed meanwhile (nothing to retry)\n", queued, other);
     return status;
 }
 

@@ -25,19 +25,15 @@ CAIRN_TEST_DATABASE_URL it reports a skip.
 """
 import json
 import os
-import random
-import shutil
 import signal
-import socket
 import sys
-import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_runner_e2e as e2e  # noqa: E402  (its helpers: processes, psql, TAP checks)
 
 check, q, ctl, wait_until = e2e.check, e2e.q, e2e.ctl, e2e.wait_until
+free_port, metrics = e2e.free_port, e2e.metrics
 
 
 def status(url, iid):
@@ -49,20 +45,6 @@ def status(url, iid):
 def enqueue(url, workflow, input_json, at=None):
     when = f", scheduled_at => '{at}'" if at else ""
     return q(url, f"SELECT cairn.enqueue('{workflow}', '{input_json}'{when})")
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def metrics(port):
-    """A runner's /metrics samples as {name: float}."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as f:
-        text = f.read().decode()
-    return {k: float(v) for k, v in (line.split(" ", 1) for line in text.splitlines()
-                                     if line and not line.startswith("#"))}
 
 
 def run_all(url, env, tmp):
@@ -249,32 +231,7 @@ def two_runners(url, env, tmp, r1, w1, port1):
 
 
 def main():
-    if not e2e.BASE:
-        print("1..0 # SKIP CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)")
-        return 0
-    name = f"cancel_{os.getpid()}_{random.randint(0, 99999)}"
-    q(e2e.BASE, f"CREATE DATABASE {name}")
-    tmp = tempfile.mkdtemp(prefix="cairn-cancel-")
-    url = e2e.db_url(name)
-    env = dict(os.environ, CAIRN_DATABASE_URL=url)
-    try:
-        run_all(url, env, tmp)
-    except Exception as ex:  # a crash of the test is a failure, with what was running
-        check("the test ran to its end", False, repr(ex))
-    finally:
-        for p in e2e.procs:
-            if p.p.poll() is None:
-                p.p.kill()
-                p.p.wait()
-        for p in e2e.procs:
-            if e2e.failures:
-                sys.stdout.write(f"# --- {p.name} log (tail) ---\n")
-                for line in p.text().splitlines()[-15:]:
-                    sys.stdout.write("# " + line + "\n")
-        q(e2e.BASE, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"1..{e2e.n_checks}")
-    return 1 if e2e.failures else 0
+    return e2e.main_in_fresh_db("cancel", run_all)
 
 
 if __name__ == "__main__":

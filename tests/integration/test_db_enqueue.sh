@@ -12,18 +12,7 @@ root=${1:?usage: test_db_enqueue.sh SOURCE_ROOT}
 # shellcheck source=tests/support/tap_db.sh
 source "$root/tests/support/tap_db.sh"
 
-db=enq_$$_$RANDOM
-cleanup() { q "$base_url" "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1; }
-trap cleanup EXIT
-q "$base_url" "CREATE DATABASE $db" || { echo "not ok - cannot create a database"; exit 1; }
-url=$(db_url "$db")
-"$root/scripts/migrate-sql" "$url" >/dev/null || { echo "not ok - cannot migrate"; exit 1; }
-q "$url" "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source)
-          VALUES ('w', 'v1', 'h', 'fn main(input: [], output: []): return None')" >/dev/null
-# Runs one statement and prints 'SQLSTATE message', or 'no error'.
-q "$url" "CREATE FUNCTION try(stmt text) RETURNS text LANGUAGE plpgsql AS \$\$
-          BEGIN EXECUTE stmt; RETURN 'no error';
-          EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ' ' || SQLERRM; END \$\$" >/dev/null
+fresh_db "$root" enq
 try() { q "$url" "SELECT try(\$s\$$1\$s\$)"; }
 # An object nested $1 levels deep: {"a": [[...]]} with the innermost list at level $1.
 nested() { python3 -c "import sys; d = int(sys.argv[1]); print('{\"a\": ' + '[' * (d - 1) + ']' * (d - 1) + '}')" "$1"; }

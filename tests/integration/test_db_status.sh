@@ -13,17 +13,7 @@ root=${1:?usage: test_db_status.sh SOURCE_ROOT}
 # shellcheck source=tests/support/tap_db.sh
 source "$root/tests/support/tap_db.sh"
 
-db=status_$$_$RANDOM
-cleanup() { q "$base_url" "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1; }
-trap cleanup EXIT
-q "$base_url" "CREATE DATABASE $db" || { echo "not ok - cannot create a database"; exit 1; }
-url=$(db_url "$db")
-"$root/scripts/migrate-sql" "$url" >/dev/null || { echo "not ok - cannot migrate"; exit 1; }
-q "$url" "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source)
-          VALUES ('w', 'v1', 'h', 'fn main(): return None')" >/dev/null
-q "$url" "CREATE FUNCTION try(stmt text) RETURNS text LANGUAGE plpgsql AS \$\$
-          BEGIN EXECUTE stmt; RETURN 'no error';
-          EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ' ' || SQLERRM; END \$\$" >/dev/null
+fresh_db "$root" status
 
 # The allowed changes, as docs/operations.md draws them.
 pairs=(queued\>running running\>queued queued\>completed queued\>failed queued\>cancelled

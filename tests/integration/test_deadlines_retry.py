@@ -25,10 +25,7 @@ CAIRN_TEST_DATABASE_URL it reports a skip.
 """
 import json
 import os
-import random
-import shutil
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -215,32 +212,7 @@ def run_all(url, env, tmp):
 
 
 def main():
-    if not e2e.BASE:
-        print("1..0 # SKIP CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)")
-        return 0
-    name = f"deadlines_{os.getpid()}_{random.randint(0, 99999)}"
-    q(e2e.BASE, f"CREATE DATABASE {name}")
-    tmp = tempfile.mkdtemp(prefix="cairn-deadlines-")
-    url = e2e.db_url(name)
-    env = dict(os.environ, CAIRN_DATABASE_URL=url)
-    try:
-        run_all(url, env, tmp)
-    except Exception as ex:  # a crash of the test is a failure, with what was running
-        check("the test ran to its end", False, repr(ex))
-    finally:
-        for p in e2e.procs:
-            if p.p.poll() is None:
-                p.p.kill()
-                p.p.wait()
-        for p in e2e.procs:
-            if e2e.failures:
-                sys.stdout.write(f"# --- {p.name} log (tail) ---\n")
-                for line in p.text().splitlines()[-15:]:
-                    sys.stdout.write("# " + line + "\n")
-        q(e2e.BASE, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"1..{e2e.n_checks}")
-    return 1 if e2e.failures else 0
+    return e2e.main_in_fresh_db("deadlines", run_all)
 
 
 if __name__ == "__main__":

@@ -109,17 +109,37 @@ class Proc:
             return f.read()
 
 
-def main():
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def metrics(port):
+    """A runner's /metrics samples as {name: float}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as f:
+        text = f.read().decode()
+    return {k: float(v) for k, v in (line.split(" ", 1) for line in text.splitlines()
+                                     if line and not line.startswith("#"))}
+
+
+def main_in_fresh_db(prefix, run_all_fn):
+    """The main of every end-to-end test: a database of its own on the test cluster, run_all_fn
+    (url, env, tmp) with TAP checks, then every process killed, their log tails printed when a
+    check failed, the database dropped. A crash of the test is a failed check, with what was
+    running. Skips without CAIRN_TEST_DATABASE_URL."""
     if not BASE:
         print("1..0 # SKIP CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)")
         return 0
-    name = f"e2e_{os.getpid()}_{random.randint(0, 99999)}"
+    name = f"{prefix}_{os.getpid()}_{random.randint(0, 99999)}"
     q(BASE, f"CREATE DATABASE {name}")
-    tmp = tempfile.mkdtemp(prefix="cairn-e2e-")
+    tmp = tempfile.mkdtemp(prefix=f"cairn-{prefix}-")
     url = db_url(name)
     env = dict(os.environ, CAIRN_DATABASE_URL=url)
     try:
-        run_all(url, env, tmp)
+        run_all_fn(url, env, tmp)
+    except Exception as ex:
+        check("the test ran to its end", False, repr(ex))
     finally:
         for p in procs:
             if p.p.poll() is None:
@@ -134,6 +154,10 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"1..{n_checks}")
     return 1 if failures else 0
+
+
+def main():
+    return main_in_fresh_db("e2e", run_all)
 
 
 def ctl(env, *args, timeout=120):
@@ -183,9 +207,7 @@ def run_all(url, env, tmp):
 
     sock1 = f"ipc://{tmp}/r1.sock"
     sock2 = f"ipc://{tmp}/r2.sock"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        http_port = probe.getsockname()[1]
+    http_port = free_port()
     r1 = runner(env, tmp, "runner1", sock1, "--http-listen", f"127.0.0.1:{http_port}")
     w1 = worker(env, tmp, "worker1a", sock1)
     w2 = worker(env, tmp, "worker1b", sock1)
@@ -532,9 +554,7 @@ def hello_less(url, env, tmp):
     at once the runner drops them as they come, the rest after its hello timeout (5 s), and a
     real worker is served meanwhile; the runner's descriptors come back."""
     import selectors
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     import resource
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     low = min(256, hard)

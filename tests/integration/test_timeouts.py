@@ -23,13 +23,8 @@ CAIRN_TEST_DATABASE_URL it reports a skip.
 """
 import json
 import os
-import random
-import shutil
-import socket
 import sys
-import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_runner_e2e as e2e  # noqa: E402  (its helpers: processes, psql, TAP checks)
@@ -113,9 +108,7 @@ def deadline_after_crash(url, env, tmp):
     # The step made the action ready before the worker started it, so 2.5 s after that start
     # its 2 s deadline has passed: the fresh runner finds it expired, not running out.
     time.sleep(max(0.0, started_at + 2.5 - time.monotonic()))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = e2e.free_port()
     t0 = time.monotonic()
     e2e.runner(env, tmp, "runner-after", sock_b, "--http-listen", f"127.0.0.1:{port}")
     wb = e2e.Proc("worker-after", [e2e.WORKER, "--url", sock_b, "--slots", "1", "--exec-dir",
@@ -131,12 +124,10 @@ def deadline_after_crash(url, env, tmp):
     check("deadline after kill -9: the new runner fails it with ActionTimeout within 10 s",
           failed and took < 10 and outcome() == "failed ActionTimeout attempt 1 was not done "
           "within its deadline of 2000 ms", f"after {took:.1f} s: {outcome()}")
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as f:
-        samples = dict(line.split(" ", 1) for line in f.read().decode().splitlines()
-                       if line and not line.startswith("#"))
+    samples = e2e.metrics(port)
     check("deadline after kill -9: the new runner claimed it and dispatched nothing",
-          samples.get("cairn_instances_claimed_total") == "1"
-          and samples.get("cairn_actions_dispatched_total") == "0",
+          samples.get("cairn_instances_claimed_total") == 1
+          and samples.get("cairn_actions_dispatched_total") == 0,
           str({k: v for k, v in samples.items() if k.startswith(("cairn_instances_claimed",
                                                                   "cairn_actions_dispatched"))}))
     # The dispatch count is the proof: a dispatch the deadline timer cancels right after may
@@ -149,32 +140,7 @@ def deadline_after_crash(url, env, tmp):
 
 
 def main():
-    if not e2e.BASE:
-        print("1..0 # SKIP CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)")
-        return 0
-    name = f"timeouts_{os.getpid()}_{random.randint(0, 99999)}"
-    q(e2e.BASE, f"CREATE DATABASE {name}")
-    tmp = tempfile.mkdtemp(prefix="cairn-timeouts-")
-    url = e2e.db_url(name)
-    env = dict(os.environ, CAIRN_DATABASE_URL=url)
-    try:
-        run_all(url, env, tmp)
-    except Exception as ex:  # a crash of the test is a failure, with what was running
-        check("the test ran to its end", False, repr(ex))
-    finally:
-        for p in e2e.procs:
-            if p.p.poll() is None:
-                p.p.kill()
-                p.p.wait()
-        for p in e2e.procs:
-            if e2e.failures:
-                sys.stdout.write(f"# --- {p.name} log (tail) ---\n")
-                for line in p.text().splitlines()[-15:]:
-                    sys.stdout.write("# " + line + "\n")
-        q(e2e.BASE, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"1..{e2e.n_checks}")
-    return 1 if e2e.failures else 0
+    return e2e.main_in_fresh_db("timeouts", run_all)
 
 
 if __name__ == "__main__":

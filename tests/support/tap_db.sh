@@ -24,3 +24,20 @@ contains() { if [[ "$2" == *"$3"* ]]; then ok "$1"; else fail "$1: '$3' not in: 
 # URL of database $1 on the same server: replace the path of the test URL.
 db_url() { printf '%s\n' "$base_url" | sed -E "s#^(postgresql://[^/]*/)[^?]*#\1$1#"; }
 q() { "$psql_bin" -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -c "$2" </dev/null; }
+
+# fresh_db ROOT PREFIX: a database of its own (PREFIX_PID_RANDOM, dropped on exit), migrated
+# with ROOT's scripts/migrate-sql, with a version 'w'/'v1' registered and the SQL function
+# try(stmt), which runs one statement and returns 'SQLSTATE message' or 'no error'. Sets $db
+# and $url; exits with a TAP failure if any of it fails.
+fresh_db() {
+    db=$2_$$_$RANDOM
+    trap 'q "$base_url" "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1' EXIT
+    q "$base_url" "CREATE DATABASE $db" || { echo "not ok - cannot create a database"; exit 1; }
+    url=$(db_url "$db")
+    "$1/scripts/migrate-sql" "$url" >/dev/null || { echo "not ok - cannot migrate"; exit 1; }
+    q "$url" "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source)
+              VALUES ('w', 'v1', 'h', 'fn main(input: [], output: []): return None')" >/dev/null
+    q "$url" "CREATE FUNCTION try(stmt text) RETURNS text LANGUAGE plpgsql AS \$\$
+              BEGIN EXECUTE stmt; RETURN 'no error';
+              EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ' ' || SQLERRM; END \$\$" >/dev/null
+}

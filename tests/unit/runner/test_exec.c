@@ -71,6 +71,20 @@ expect_failure(const char *src, const char *input, const char *type)
     t_result_free(&r);
 }
 
+/* Starts an instance of dag with an empty input at t = 1000 ms into a fresh output *o. */
+static void
+start_empty(const struct ir_dag *dag, struct rn_iid id, const struct rn_exec_cfg *cfg,
+            struct rn_instance **in, struct rn_step_out *o)
+{
+    struct ir_val input;
+
+    memset(o, 0, sizeof(*o));
+    o->result = ir_null();
+    cr_assert_eq(ir_map_new(0, &input), CN_OK);
+    cr_assert_eq(rn_instance_start(dag, id, input, cfg, 1000, in, o), CN_OK);
+    ir_val_release(input);
+}
+
 /* ---- the examples ------------------------------------------------------------------------- */
 
 /* The example cases (workflow, input, exact result) live in tests/fixtures/example_cases.json,
@@ -744,14 +758,9 @@ Test(exec, a_stale_timer_does_not_time_out_an_attempt_without_a_deadline)
     struct rn_step_out o;
     struct rn_event ev;
     struct rn_instance_stats st;
-    struct ir_val input;
     struct rn_iid id = {{4}};
 
-    memset(&o, 0, sizeof(o));
-    o.result = ir_null();
-    cr_assert_eq(ir_map_new(0, &input), CN_OK);
-    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
-    ir_val_release(input);
+    start_empty(c.dag, id, &cfg, &in, &o);
     cr_assert_eq(o.actions.len, 1);
     cr_assert_eq(o.actions.items[0].timeout_ms, 1000, "the timeout goes with the request");
     cr_assert_eq(o.actions.items[0].deadline_ms, 0);
@@ -815,14 +824,9 @@ Test(exec, stale_and_duplicate_results_are_dropped)
     struct rn_step_out o;
     struct rn_event ev;
     struct rn_instance_stats st;
-    struct ir_val input;
     struct rn_iid id = {{2}};
 
-    memset(&o, 0, sizeof(o));
-    o.result = ir_null();
-    cr_assert_eq(ir_map_new(0, &input), CN_OK);
-    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
-    ir_val_release(input);
+    start_empty(c.dag, id, &cfg, &in, &o);
     ev.exec_id = o.actions.items[0].exec_id;
     rn_step_out_clear(&o);
     ev.kind = RN_EV_RESULT;
@@ -856,15 +860,10 @@ Test(exec, hydration_times_out_attempts_past_their_deadline)
     struct rn_step_out o;
     struct cn_buf snap = CN_BUF_INIT;
     struct cn_errmsg em = {{0}};
-    struct ir_val input;
     struct rn_iid id = {{3}};
 
-    memset(&o, 0, sizeof(o));
-    o.result = ir_null();
     cr_assert_eq(c.rv, CN_OK);
-    cr_assert_eq(ir_map_new(0, &input), CN_OK);
-    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
-    ir_val_release(input);
+    start_empty(c.dag, id, &cfg, &in, &o);
     cr_assert_eq(o.actions.len, 1);
     cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
     rn_step_out_clear(&o);
@@ -1373,16 +1372,11 @@ Test(exec, a_workflow_timeout_ends_the_instance_timed_out)
     struct rn_step_out o;
     struct rn_event ev;
     struct rn_iid id = {{7}};
-    struct ir_val input;
     struct cn_buf snap = CN_BUF_INIT;
 
     cr_assert_eq(c.rv, CN_OK);
     cr_assert_eq(c.dag->timeout_ms, 30000);
-    memset(&o, 0, sizeof(o));
-    o.result = ir_null();
-    cr_assert_eq(ir_map_new(0, &input), CN_OK);
-    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
-    ir_val_release(input);
+    start_empty(c.dag, id, &cfg, &in, &o);
     cr_assert_eq(o.actions.len, 1);
     memset(&ev, 0, sizeof(ev));
     ev.exec_id = o.actions.items[0].exec_id;
@@ -1477,17 +1471,12 @@ Test(exec, snapshots_of_the_previous_format_still_resume)
     struct rn_instance *in = NULL;
     struct rn_step_out o;
     struct cn_buf snap = CN_BUF_INIT, old = CN_BUF_INIT;
-    struct ir_val input;
     struct rn_iid id = {{3}};
     struct cn_errmsg em = {{0}};
     struct rn_xid first;
 
     cr_assert_eq(c.rv, CN_OK);
-    memset(&o, 0, sizeof(o));
-    o.result = ir_null();
-    cr_assert_eq(ir_map_new(0, &input), CN_OK);
-    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
-    ir_val_release(input);
+    start_empty(c.dag, id, &cfg, &in, &o);
     cr_assert_eq(o.actions.len, 1);
     first = o.actions.items[0].exec_id;
     cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
@@ -1591,16 +1580,11 @@ Test(exec, a_finished_snapshot_with_live_nodes_is_refused)
     struct rn_instance *in = NULL;
     struct rn_step_out o;
     struct cn_buf snap = CN_BUF_INIT, bad = CN_BUF_INIT;
-    struct ir_val input;
     struct rn_iid id = {{4}};
     struct cn_errmsg em = {{0}};
 
     cr_assert_eq(c.rv, CN_OK);
-    memset(&o, 0, sizeof(o));
-    o.result = ir_null();
-    cr_assert_eq(ir_map_new(0, &input), CN_OK);
-    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
-    ir_val_release(input);
+    start_empty(c.dag, id, &cfg, &in, &o);
     cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
     rn_instance_free(in);
     in = NULL;
