@@ -28,6 +28,9 @@
  *   ASSIGN      evaluate expr; bind targets (none: evaluate for effect; several: unpack a list).
  *   ACTION      dispatch action `name` with kwargs argnames[i] = argexprs[i]; bind targets to the
  *               result. retry/timeout policies attached. Inside a spread it runs once per item.
+ *               With call RUN it starts the registered workflow `name` as a child instance
+ *               (inputs = the kwargs) and binds its result; with call START it binds the
+ *               child's id (a string) and continues at once.
  *   BRANCH      GUARD edges each carry a condition, tried in order; else the ELSE edge.
  *   JOIN        merge point; no work.
  *   LOOP_INIT, LOOP_EXTRACT, LOOP_INCR: assignments like ASSIGN (see above).
@@ -60,7 +63,7 @@
 #include "ir/expr.h"
 
 #define IR_NO_NODE            UINT32_MAX
-#define IR_DAG_FORMAT_VERSION 3
+#define IR_DAG_FORMAT_VERSION 4
 
 /* Default base delay for retries without `backoff:` (documented in docs/language.md). */
 #define IR_DEFAULT_BACKOFF_MS 1000
@@ -117,6 +120,18 @@ enum ir_node_kind { IR_NODE_KINDS(IR_NODE_ENUM) IR_N_COUNT_ };
 enum ir_edge_kind { IR_EDGE_KINDS(IR_EDGE_ENUM) IR_E_COUNT_ };
 #undef IR_EDGE_ENUM
 
+/* What an ACTION node calls: an action on a worker, or a registered workflow as a child
+ * instance (`run wf(...)` waits for its result; `start wf(...)` continues at once with the
+ * child's id). X(ENUM, text); the numbers are stored in the DAG format: append only. */
+#define IR_CALL_KINDS(X)   \
+    X(ACTION, "action")    \
+    X(RUN, "run")          \
+    X(START, "start")
+
+#define IR_CALL_ENUM(id, text) IR_CALL_##id,
+enum ir_call_kind { IR_CALL_KINDS(IR_CALL_ENUM) IR_CALL_COUNT_ };
+#undef IR_CALL_ENUM
+
 struct ir_edge {
     uint32_t from;
     uint32_t to;
@@ -158,7 +173,11 @@ struct ir_node {
     uint32_t expr;         /* see the kinds above; IR_NO_EXPR when unused */
     uint32_t link;         /* partner node (see kinds); IR_NO_NODE when unused */
     uint32_t callee_frame; /* CALL_ENTER */
-    const char *name;      /* ACTION: action name; SPREAD: item variable; CALL_*: helper */
+    const char *name;      /* ACTION: action name ("mod.action"), or the child workflow's name
+                              (call RUN/START); SPREAD: item variable; CALL_*: helper */
+    uint8_t call;          /* ACTION: enum ir_call_kind */
+    const char *version;   /* ACTION RUN/START: the pinned workflow version ([version: "v"]);
+                              NULL: the newest registered when the child starts */
     const char **targets;
     uint32_t ntargets;
     bool unpack; /* the targets unpack the value, even one (`a, = x`); always when several */
