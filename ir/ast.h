@@ -30,8 +30,12 @@ struct ir_names {
                     one name */
 };
 
-enum ir_policy_kind { IR_POLICY_RETRY = 0, IR_POLICY_TIMEOUT, IR_POLICY_DEADLINE };
-
+enum ir_policy_kind {
+    IR_POLICY_RETRY = 0,
+    IR_POLICY_TIMEOUT,
+    IR_POLICY_DEADLINE,
+    IR_POLICY_VERSION
+};
 
 struct ir_policy {
     enum ir_policy_kind kind;
@@ -44,6 +48,7 @@ struct ir_policy {
     int64_t max_elapsed_ms;   /* RETRY: no retry starts past this since the first attempt;
                                  0 = no bound */
     int64_t timeout_ms;       /* TIMEOUT, DEADLINE */
+    const char *version;      /* VERSION (validated by the parser) */
 };
 
 struct ir_kwarg {
@@ -52,21 +57,24 @@ struct ir_kwarg {
     uint32_t expr;
 };
 
-/* `@mod.action(k=v, ...) [policy]...` */
+/* `@mod.action(k=v, ...) [policy]...`, or a child workflow call `run wf(k=v, ...) [policy]...`
+ * / `start wf(...)` (call RUN/START). */
 struct ir_action_call {
-    const char *name; /* "mod.action" */
-    struct ir_pos pos;
+    const char *name;  /* "mod.action", or the workflow's name ("billing.refund") */
+    struct ir_pos pos; /* the '@', or the `run`/`start` keyword */
+    uint8_t call;      /* enum ir_call_kind */
     struct ir_kwarg *kwargs;
     uint32_t nkwargs;
-    struct ir_policy *policies;
+    struct ir_policy *policies; /* RETRY, TIMEOUT and DEADLINE only; a VERSION goes to `version` */
     uint32_t npolicies;
+    const char *version; /* RUN/START: [version: "v"], or NULL */
 };
 
 enum ir_stmt_kind {
     IR_S_ASSIGN = 0, /* targets = expr (no targets: expression statement) */
-    IR_S_ACTION,     /* [targets =] @action(...) */
+    IR_S_ACTION,     /* [targets =] @action(...), run wf(...) or start wf(...) */
     IR_S_CALL,       /* [targets =] helper(...): set by the checker on an ASSIGN */
-    IR_S_SPREAD,     /* targets = spread coll:item -> @action(...) */
+    IR_S_SPREAD,     /* targets = spread coll:item -> @action(...) (or run/start wf(...)) */
     IR_S_PARALLEL,   /* targets = parallel: calls */
     IR_S_IF,
     IR_S_FOR,
@@ -102,10 +110,11 @@ struct ir_handler {
     struct ir_block body;
 };
 
-/* A branch of a `parallel:` block: an action call or a helper call (expr is an IR_X_CALL). */
+/* A branch of a `parallel:` block: an action call (or `run wf(...)`) or a helper call (expr is
+ * an IR_X_CALL). */
 struct ir_pbranch {
     struct ir_pos pos;
-    bool is_action;
+    bool is_action; /* also for `run` (action.call says which) */
     struct ir_action_call action;
     uint32_t call; /* helper call expression when !is_action */
 };

@@ -235,9 +235,18 @@ check_builtin_call(struct checker *c, struct ir_expr *e)
     unsigned lo, hi, npos = e->nargs - e->nkw;
 
     if (b == IR_B_UNRESOLVED) {
-        ir_diags_add(c->d, e->line, e->col,
-                     "unknown function '%s' (not a builtin and not a function in this file)",
-                     e->name);
+        if (strcmp(e->name, "run") == 0 || strcmp(e->name, "start") == 0) {
+            /* `run(k=v)` reads as a call of a function named run: the workflow name is
+             * missing. */
+            ir_diags_add(c->d, e->line, e->col,
+                         "unknown function '%s'; to call a child workflow, write its name after "
+                         "'%s' (%s billing.refund(order=o))",
+                         e->name, e->name, e->name);
+        } else {
+            ir_diags_add(c->d, e->line, e->col,
+                         "unknown function '%s' (not a builtin and not a function in this file)",
+                         e->name);
+        }
         return;
     }
     e->op = (uint8_t) b;

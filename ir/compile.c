@@ -296,6 +296,8 @@ compile_action(struct compiler *c, uint32_t id, const struct ir_action_call *a)
         return;
     }
     n->name = a->name;
+    n->call = a->call;
+    n->version = a->version;
     n->nargs = a->nkwargs;
     if (a->nkwargs > 0) {
         n->argnames = cn_arena_calloc(c->arena, a->nkwargs, sizeof(*n->argnames));
@@ -740,7 +742,10 @@ compile_stmt(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
         pend_push(c, preds, id, IR_E_NEXT, IR_NO_EXPR, 0);
         break;
     case IR_S_ACTION:
-        id = new_node(c, fc, IR_N_ACTION, s->pos, preds);
+        /* A child call is placed at its `run`/`start` word, which is what `cairnctl register`
+         * points at when the child is missing; an action keeps the statement's position. */
+        id = new_node(c, fc, IR_N_ACTION, s->action.call == IR_CALL_ACTION ? s->pos : s->action.pos,
+                      preds);
         compile_action(c, id, &s->action);
         set_targets(c, id, &s->targets);
         pend_push(c, preds, id, IR_E_NEXT, IR_NO_EXPR, 0);

@@ -3,6 +3,9 @@
 #include "ir/dag.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+#include "ir/wfname.h"
 
 static const char *const node_names[] = {
 #define IR_NODE_NAME(id, text) text,
@@ -57,6 +60,34 @@ static cn_err
 vfail(struct cn_errmsg *err, uint32_t n, const char *what)
 {
     return cn_errmsg_set(err, CN_RANGE, "dag: node n%u: %s", n, what);
+}
+
+/* What an ACTION's `call` promises the runner: a child workflow call names a workflow it could
+ * look up, pins at most a valid version, and a `start` carries no policy (nothing waits for it,
+ * so nothing could retry or time it out). */
+static cn_err
+validate_call(const struct ir_dag *d, uint32_t i, struct cn_errmsg *err)
+{
+    const struct ir_node *n = &d->nodes[i];
+
+    if (n->call >= IR_CALL_COUNT_ || (n->call != IR_CALL_ACTION && n->kind != IR_N_ACTION)) {
+        return vfail(err, i, "only an action node calls something");
+    }
+    if (n->version != NULL &&
+        (n->call == IR_CALL_ACTION || !ir_workflow_version_ok(n->version, strlen(n->version)))) {
+        return vfail(err, i, "a version pins a child workflow call and follows the version rule");
+    }
+    if (n->call == IR_CALL_ACTION) {
+        return CN_OK;
+    }
+    if (!ir_workflow_name_ok(n->name)) {
+        return vfail(err, i, "a child workflow call needs a valid workflow name");
+    }
+    if (n->deadline_ms != 0 ||
+        (n->call == IR_CALL_START && (n->nretries != 0 || n->timeout_ms != 0))) {
+        return vfail(err, i, "a child workflow call carries a policy it cannot have");
+    }
+    return CN_OK;
 }
 
 /* Edges of n whose kinds, indices and guards fit what its kind promises the executor. */
@@ -139,7 +170,7 @@ ir_dag_validate(const struct ir_dag *d, struct cn_errmsg *err)
             !node_is(d, n->exc, IR_N_AGGREGATE)) {
             return vfail(err, i, "exception edge to a node that cannot handle errors");
         }
-        if ((rv = validate_edges(d, i, err)) != CN_OK) {
+        if ((rv = validate_edges(d, i, err)) != CN_OK || (rv = validate_call(d, i, err)) != CN_OK) {
             return rv;
         }
         switch ((enum ir_node_kind) n->kind) {

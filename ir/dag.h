@@ -123,9 +123,9 @@ enum ir_edge_kind { IR_EDGE_KINDS(IR_EDGE_ENUM) IR_E_COUNT_ };
 /* What an ACTION node calls: an action on a worker, or a registered workflow as a child
  * instance (`run wf(...)` waits for its result; `start wf(...)` continues at once with the
  * child's id). X(ENUM, text); the numbers are stored in the DAG format: append only. */
-#define IR_CALL_KINDS(X)   \
-    X(ACTION, "action")    \
-    X(RUN, "run")          \
+#define IR_CALL_KINDS(X) \
+    X(ACTION, "action")  \
+    X(RUN, "run")        \
     X(START, "start")
 
 #define IR_CALL_ENUM(id, text) IR_CALL_##id,
@@ -165,6 +165,7 @@ struct ir_frame {
 
 struct ir_node {
     uint8_t kind;        /* enum ir_node_kind */
+    uint8_t call;        /* ACTION: enum ir_call_kind */
     uint16_t try_depth;  /* enclosing try blocks (across inlined calls) */
     uint16_t loop_depth; /* enclosing loops in this frame */
     uint32_t frame;
@@ -175,7 +176,6 @@ struct ir_node {
     uint32_t callee_frame; /* CALL_ENTER */
     const char *name;      /* ACTION: action name ("mod.action"), or the child workflow's name
                               (call RUN/START); SPREAD: item variable; CALL_*: helper */
-    uint8_t call;          /* ACTION: enum ir_call_kind */
     const char *version;   /* ACTION RUN/START: the pinned workflow version ([version: "v"]);
                               NULL: the newest registered when the child starts */
     const char **targets;

@@ -2,11 +2,13 @@
 /*
  * DAG template <-> msgpack, so a runner can cache compiled templates or ship them. The format
  * is a map of a few positional arrays (compact, and only four levels deep whatever the
- * workflow). Decoding validates everything an executor relies on: indices in range, edges
- * sorted by source node, expression children defined before their parents (so expression trees
- * are acyclic) and no taller than IR_EXPR_MAX_HEIGHT. A corrupt blob is an error, never a crash.
+ * workflow). Every field is always written (call 0 for a plain action), so one template has one
+ * encoding. Decoding validates everything an executor relies on: indices in range, edges sorted
+ * by source node, expression children defined before their parents (so expression trees are
+ * acyclic) and no taller than IR_EXPR_MAX_HEIGHT. A corrupt blob is an error, never a crash.
+ * Other formats are refused (CN_VERSION): templates are compiled from the stored source.
  *
- *   {"format": 3, "entry_func": s, "entry": u, "output": u, "timeout_ms": u,
+ *   {"format": 4, "entry_func": s, "entry": u, "output": u, "timeout_ms": u,
  *    "frames": [[func, parent|nil, call_node|nil], ...],
  *    "exprs":  [[kind, op, line, col, nargs, args, ops, name|nil, const|nil, [kwnames]], ...],
  *    "args":   [u, ...],                               (children, then comparison ops)
@@ -15,7 +17,7 @@
  *                [[[types], retries, backoff_ms, max_backoff_ms, multiplier_milli,
  *                  max_elapsed_ms], ...],
  *                timeout_ms, deadline_ms,
- *                [[[types], bind|nil], ...], unpack, fail_fast], ...],
+ *                [[[types], bind|nil], ...], unpack, fail_fast, call, version|nil], ...],
  *    "edges":  [[from, to, kind, expr|nil, index], ...]}
  */
 #include <stdlib.h>
@@ -160,7 +162,7 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
     e_arr(&e, d->nnodes);
     for (i = 0; i < d->nnodes; i++) {
         const struct ir_node *n = &d->nodes[i];
-        e_arr(&e, 20);
+        e_arr(&e, 22);
         e_u(&e, n->kind);
         e_u(&e, n->frame);
         e_u(&e, n->line);
@@ -198,6 +200,8 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
         }
         e_u(&e, n->unpack ? 1 : 0);
         e_u(&e, n->fail_fast ? 1 : 0);
+        e_u(&e, n->call);
+        e_str(&e, n->version);
     }
     e_key(&e, "edges");
     e_arr(&e, d->nedges);
@@ -483,7 +487,7 @@ static bool
 d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
 {
     struct ir_dag *d = x->d;
-    const msgpack_object *a = d_arr(x, o, 20, "node must be a 20-element array"), *b, *c;
+    const msgpack_object *a = d_arr(x, o, 22, "node must be a 22-element array"), *b, *c;
     uint32_t kind, k, cnt;
     uint64_t u;
 
@@ -600,7 +604,12 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
         return false;
     }
     n->fail_fast = u == 1;
-    return true;
+    /* What the call means is ir_dag_validate's to check (call kind against node kind, names). */
+    if (!d_u(x, &a[20], IR_CALL_COUNT_ - 1, &u, "bad call kind")) {
+        return false;
+    }
+    n->call = (uint8_t) u;
+    return d_str(x, &a[21], true, &n->version, "bad version");
 }
 
 static const msgpack_object *

@@ -54,6 +54,12 @@ put_types(struct cn_buf *o, const char *const *types, uint32_t n)
     return cn_buf_putc(o, ')');
 }
 
+static const char *const call_words[] = {
+#define IR_CALL_WORD(id, text) text,
+    IR_CALL_KINDS(IR_CALL_WORD)
+#undef IR_CALL_WORD
+};
+
 static cn_err
 put_expr(const struct ir_dag *d, struct cn_buf *o, uint32_t e)
 {
@@ -75,7 +81,12 @@ put_action(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
 {
     uint32_t i;
 
-    TRY(cn_buf_printf(o, "@%s(", n->name));
+    /* As written in the source: `@mod.action(...)`, `run wf(...)`, `start wf(...)`. */
+    if (n->call == IR_CALL_ACTION) {
+        TRY(cn_buf_printf(o, "@%s(", n->name));
+    } else {
+        TRY(cn_buf_printf(o, "%s %s(", call_words[n->call], n->name));
+    }
     for (i = 0; i < n->nargs; i++) {
         TRY(cn_buf_printf(o, "%s%s=", i ? ", " : "", n->argnames[i]));
         TRY(put_expr(d, o, n->argexprs[i]));
@@ -120,6 +131,10 @@ put_action(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
         TRY(cn_buf_puts(o, " [deadline: "));
         TRY(put_duration(o, n->deadline_ms));
         TRY(cn_buf_putc(o, ']'));
+    }
+    if (n->version != NULL) {
+        /* validated: letters, digits and _ . - only, nothing to escape */
+        TRY(cn_buf_printf(o, " [version: \"%s\"]", n->version));
     }
     return CN_OK;
 }
@@ -286,14 +301,14 @@ put_dot_str(struct cn_buf *o, const char *s, size_t n)
 }
 
 static const char *
-dot_shape(enum ir_node_kind k)
+dot_shape(const struct ir_node *n)
 {
-    switch (k) {
+    switch ((enum ir_node_kind) n->kind) {
     case IR_N_ENTRY:
     case IR_N_OUTPUT:
         return "oval";
     case IR_N_ACTION:
-        return "box3d";
+        return n->call == IR_CALL_ACTION ? "box3d" : "component"; /* a child workflow */
     case IR_N_BRANCH:
     case IR_N_LOOP_COND:
     case IR_N_EXCEPT:
@@ -329,7 +344,7 @@ ir_dag_dot(const struct ir_dag *d, struct cn_buf *o)
             rv = put_detail(d, &label, n);
         }
         if (rv == CN_OK) {
-            rv = cn_buf_printf(o, "  n%u [shape=%s, label=\"", i, dot_shape(n->kind));
+            rv = cn_buf_printf(o, "  n%u [shape=%s, label=\"", i, dot_shape(n));
         }
         if (rv == CN_OK) {
             rv = put_dot_str(o, label.data, label.len);
@@ -399,13 +414,24 @@ ir_dag_summary(const struct ir_dag *d, struct cn_buf *o)
     TRY(cn_buf_puts(o, "\n  actions:"));
     first = true;
     for (i = 0; i < d->nnodes; i++) {
-        if (d->nodes[i].kind == IR_N_ACTION) {
+        if (d->nodes[i].kind == IR_N_ACTION && d->nodes[i].call == IR_CALL_ACTION) {
             TRY(cn_buf_printf(o, "%s @%s", first ? "" : ",", d->nodes[i].name));
             first = false;
         }
     }
     if (first) {
         TRY(cn_buf_puts(o, " (none)"));
+    }
+    /* A line of its own, and only when there are children: summaries of workflows without
+     * them read as before. */
+    first = true;
+    for (i = 0; i < d->nnodes; i++) {
+        const struct ir_node *n = &d->nodes[i];
+        if (n->kind == IR_N_ACTION && n->call != IR_CALL_ACTION) {
+            TRY(cn_buf_printf(o, "%s %s %s", first ? "\n  child workflows:" : ",",
+                              call_words[n->call], n->name));
+            first = false;
+        }
     }
     return cn_buf_putc(o, '\n');
 }

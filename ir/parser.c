@@ -8,11 +8,14 @@
  *   simple    := pass | break | continue | return [exprs] | sleep expr | targets '=' rhs
  *              | NAME augop expr | rhs
  *   rhs       := action | 'spread' expr ':' NAME '->' action | 'parallel' ':' calls | exprs
- *   action    := '@' NAME ('.' NAME)+ '(' [NAME '=' expr, ...] ')' ('[' policy ']')*
+ *   action    := ('@' NAME ('.' NAME)+ | ('run' | 'start') NAME ('.' NAME)*)
+ *                '(' [NAME '=' expr, ...] ')' ('[' policy ']')*
  *   expr      := or ['if' or 'else' expr];  or := and ('or' and)*;  and := not ('and' not)*
  *   not       := 'not' not | cmp;  cmp := merge (cmpop merge)*;  merge := sum ('|' sum)*
  *   sum       := term (('+'|'-') term)*;  term := unary (('*'|'/'|'//'|'%') unary)*
  *   unary     := '-' unary | postfix;  postfix := atom ('[' sub ']' | '.' NAME | '(' args ')')*
+ * `run` and `start` are contextual: keywords only where an action call can stand and a name
+ * follows them (see child_call_at), ordinary names everywhere else.
  * Error handling is panic mode: the first error of a statement is recorded, the rest of the
  * statement (and the block it would have opened) is skipped.
  */
@@ -26,6 +29,7 @@
 #include "ir/base/strmap.h"
 #include "ir/base/vec.h"
 #include "ir/lexer.h"
+#include "ir/wfname.h"
 
 struct parser {
     struct ir_tokens toks;
@@ -116,6 +120,29 @@ tok_pos(const struct ir_token *t)
 {
     struct ir_pos p = {t->line, t->col};
     return p;
+}
+
+/* True at the word `run` or `start` (a NAME token: they are not reserved). */
+static bool
+is_child_word(const struct ir_token *t)
+{
+    return is_name_tok(t, "run") || is_name_tok(t, "start");
+}
+
+/* `run` and `start` begin a child workflow call only when a name follows (`run billing.refund(`):
+ * no expression has two names in a row, so `run = 3`, `f(run)`, `start + 1` and a helper called
+ * `run(...)` keep them ordinary names. A string after them counts too, so that a quoted workflow
+ * name gets an explanation instead of "expected end of line". Returns IR_CALL_RUN or
+ * IR_CALL_START there, IR_CALL_ACTION anywhere else. */
+static enum ir_call_kind
+child_call_at(const struct parser *ps)
+{
+    enum ir_tok next = peek_at(ps, 1)->kind;
+
+    if (!is_child_word(peek(ps)) || (next != IR_TK_NAME && next != IR_TK_STRING)) {
+        return IR_CALL_ACTION;
+    }
+    return is_name_tok(peek(ps), "run") ? IR_CALL_RUN : IR_CALL_START;
 }
 
 static void error_at(struct parser *ps, const struct ir_token *t, const char *fmt, ...)
@@ -375,6 +402,15 @@ parse_atom(struct parser *ps)
 
     switch (t->kind) {
     case IR_TK_NAME:
+        if (child_call_at(ps) != IR_CALL_ACTION) {
+            /* The result of a child arrives later, like an action's: only a statement can wait
+             * for it. */
+            error_at(ps, t,
+                     "a child workflow call must be a statement of its own (`x = %s wf(...)`), "
+                     "not part of an expression",
+                     t->str);
+            return IR_NO_EXPR;
+        }
         advance(ps);
         return mk_named(ps, IR_X_NAME, t, t->str, NULL, 0);
     case IR_TK_INT:
@@ -1129,6 +1165,29 @@ parse_policy(struct parser *ps, struct ir_policy *pol)
         }
         return expect(ps, IR_TK_RBRACK, "to close the policy");
     }
+    if (is_name_tok(t, "version") && peek_at(ps, 1)->kind == IR_TK_COLON) {
+        const struct ir_token *v;
+        advance(ps);
+        advance(ps);
+        v = peek(ps);
+        pol->kind = IR_POLICY_VERSION;
+        if (v->kind != IR_TK_STRING) {
+            error_at(ps, v, "expected a version string after 'version:' (e.g. [version: \"v2\"])");
+            return false;
+        }
+        /* The registry's rule, checked here so that a typo fails at registration, not when
+         * the call runs and finds no such version. */
+        if (!ir_workflow_version_ok(v->str, v->str_len)) {
+            error_at(ps, v,
+                     "a version is 1 to %d letters, digits, '_', '.' or '-' (as registered with "
+                     "cairnctl register --version)",
+                     IR_WORKFLOW_VERSION_MAX);
+            return false;
+        }
+        advance(ps);
+        pol->version = v->str;
+        return expect(ps, IR_TK_RBRACK, "to close the policy");
+    }
     if (!(is_name_tok(t, "retry") && peek_at(ps, 1)->kind == IR_TK_COLON)) {
         if (t->kind != IR_TK_NAME && t->kind != IR_TK_LPAREN) {
             error_at(ps, t, "expected 'retry', 'timeout', 'deadline' or error types in policy");
@@ -1147,6 +1206,11 @@ parse_policy(struct parser *ps, struct ir_policy *pol)
         if (is_name_tok(t, "timeout") || is_name_tok(t, "deadline")) {
             error_at(ps, t, "a %s applies to every attempt; it cannot be limited to error types",
                      is_name_tok(t, "timeout") ? "timeout" : "deadline");
+            return false;
+        }
+        if (is_name_tok(t, "version")) {
+            error_at(ps, t,
+                     "a version applies to the whole call; it cannot be limited to error types");
             return false;
         }
         if (!is_name_tok(t, "retry")) {
@@ -1209,7 +1273,7 @@ parse_fail_fast(struct parser *ps, bool *flag)
     const struct ir_token *t = advance(ps); /* '[' */
 
     if (flag == NULL) {
-        error_at(ps, t, "[fail_fast] applies to a spread or a parallel block, not to one action");
+        error_at(ps, t, "[fail_fast] applies to a spread or a parallel block, not to one call");
         return false;
     }
     if (*flag) {
@@ -1222,8 +1286,130 @@ parse_fail_fast(struct parser *ps, bool *flag)
     return true;
 }
 
-/* '@' NAME ('.' NAME)+ '(' kwargs ')' policies; the '@' is current. fail_fast: where a
- * spread's `[fail_fast]` goes (among its action's policies), NULL elsewhere. */
+/* Whether policy p may go on call ac, else an error at its bracket: a child started with
+ * `start` has nobody waiting for it, and only children have versions. */
+static bool
+policy_fits(struct parser *ps, const struct ir_action_call *ac, const struct ir_policy *p)
+{
+    struct ir_token at_br;
+    const char *what = p->kind == IR_POLICY_RETRY     ? "retry: N"
+                       : p->kind == IR_POLICY_TIMEOUT ? "timeout: D"
+                                                      : "deadline: D";
+
+    memset(&at_br, 0, sizeof(at_br));
+    at_br.line = p->pos.line;
+    at_br.col = p->pos.col;
+    if (p->kind == IR_POLICY_VERSION) {
+        if (ac->call == IR_CALL_ACTION) {
+            error_at(ps, &at_br,
+                     "[version: ...] pins the version of a child workflow (run or start); an "
+                     "action has no version");
+            return false;
+        }
+        if (ac->version != NULL) {
+            error_at(ps, &at_br, "version given twice for the same call");
+            return false;
+        }
+        return true;
+    }
+    if (ac->call == IR_CALL_START) {
+        error_at(ps, &at_br,
+                 "[%s] does not apply to start: start returns the child's id at once and nothing "
+                 "waits for the child; use run to wait for it (with retries and a timeout), or "
+                 "put the policy inside the child workflow",
+                 what);
+        return false;
+    }
+    if (ac->call == IR_CALL_RUN && p->kind == IR_POLICY_DEADLINE) {
+        error_at(ps, &at_br,
+                 "[deadline: D] does not apply to run: use [timeout: D], which for a child "
+                 "workflow counts from when the child is started");
+        return false;
+    }
+    return true;
+}
+
+/* The action name after '@' (consumed, at): NAME ('.' NAME)+, into *name. */
+static bool
+parse_action_name(struct parser *ps, const struct ir_token *at_tok, struct cn_buf *name)
+{
+    int dots = 0;
+
+    if (!at(ps, IR_TK_NAME)) {
+        error_at(ps, peek(ps), "expected an action name after '@' (e.g. @mail.send)");
+        return false;
+    }
+    if (cn_buf_puts(name, advance(ps)->str) != CN_OK) {
+        nomem(ps);
+        return false;
+    }
+    while (accept(ps, IR_TK_DOT)) {
+        if (!at(ps, IR_TK_NAME) && !(peek(ps)->kind >= IR_TK_FN && peek(ps)->kind <= IR_TK_PASS)) {
+            error_at(ps, peek(ps), "expected a name after '.' in action name");
+            return false;
+        }
+        /* Keywords are fine as action name parts (@db.input, @queue.sleep). */
+        if (cn_buf_putc(name, '.') != CN_OK || cn_buf_puts(name, advance(ps)->str) != CN_OK) {
+            nomem(ps);
+            return false;
+        }
+        dots++;
+    }
+    if (dots == 0) {
+        error_at(ps, at_tok, "action names are module-qualified: write @module.%s(...)",
+                 name->data);
+        return false;
+    }
+    return true;
+}
+
+/* The workflow name after `run`/`start` (consumed, kw): NAME ('.' NAME)*, into *name. It is
+ * never resolved against the file's functions: `run f(...)` starts the registered workflow f,
+ * whatever helpers the file defines. */
+static bool
+parse_workflow_name(struct parser *ps, const struct ir_token *kw, struct cn_buf *name)
+{
+    const struct ir_token *first = peek(ps);
+
+    if (first->kind == IR_TK_STRING) {
+        error_at(ps, first,
+                 "a workflow name is written without quotes (%s billing.refund(...)); names "
+                 "with '-' cannot be called",
+                 kw->str);
+        return false;
+    }
+    if (first->kind != IR_TK_NAME) {
+        error_at(ps, first, "expected a workflow name after '%s' (e.g. %s billing.refund(order=o))",
+                 kw->str, kw->str);
+        return false;
+    }
+    if (cn_buf_puts(name, advance(ps)->str) != CN_OK) {
+        nomem(ps);
+        return false;
+    }
+    while (accept(ps, IR_TK_DOT)) {
+        if (!at(ps, IR_TK_NAME) && !(peek(ps)->kind >= IR_TK_FN && peek(ps)->kind <= IR_TK_PASS)) {
+            error_at(ps, peek(ps), "expected a name after '.' in workflow name");
+            return false;
+        }
+        /* As in action names, keywords are fine after a dot (billing.input). */
+        if (cn_buf_putc(name, '.') != CN_OK || cn_buf_puts(name, advance(ps)->str) != CN_OK) {
+            nomem(ps);
+            return false;
+        }
+    }
+    if (!ir_workflow_name_ok(name->data)) {
+        error_at(ps, first, "workflow name is too long (at most %d characters)",
+                 IR_WORKFLOW_NAME_MAX);
+        return false;
+    }
+    return true;
+}
+
+/* An action call `'@' NAME ('.' NAME)+ '(' kwargs ')' policies` (the '@' is current), or a
+ * child workflow call `run|start NAME ('.' NAME)* '(' kwargs ')' policies` (the word is
+ * current). fail_fast: where a spread's `[fail_fast]` goes (among its call's policies), NULL
+ * elsewhere. */
 static bool
 parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
 {
@@ -1233,40 +1419,30 @@ parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
     struct ir_policy *pols = NULL;
     struct cn_strmap kwseen = CN_STRMAP_INIT;
     size_t nkw = 0, kwcap = 0, npol = 0, polcap = 0, i;
-    int dots = 0;
+    bool named;
 
     memset(ac, 0, sizeof(*ac));
     ac->pos = tok_pos(t);
-    if (!at(ps, IR_TK_NAME)) {
-        error_at(ps, peek(ps), "expected an action name after '@' (e.g. @mail.send)");
-        goto fail;
+    if (t->kind == IR_TK_AT) {
+        named = parse_action_name(ps, t, &name);
+    } else {
+        ac->call = (uint8_t) (is_name_tok(t, "run") ? IR_CALL_RUN : IR_CALL_START);
+        named = parse_workflow_name(ps, t, &name);
     }
-    if (cn_buf_puts(&name, advance(ps)->str) != CN_OK) {
-        goto oom;
-    }
-    while (accept(ps, IR_TK_DOT)) {
-        if (!at(ps, IR_TK_NAME) && !(peek(ps)->kind >= IR_TK_FN && peek(ps)->kind <= IR_TK_PASS)) {
-            error_at(ps, peek(ps), "expected a name after '.' in action name");
-            goto fail;
-        }
-        /* Keywords are fine as action name parts (@db.input, @queue.sleep). */
-        if (cn_buf_putc(&name, '.') != CN_OK || cn_buf_puts(&name, advance(ps)->str) != CN_OK) {
-            goto oom;
-        }
-        dots++;
-    }
-    if (dots == 0) {
-        error_at(ps, t, "action names are module-qualified: write @module.%s(...)", name.data);
-        goto fail;
-    }
-    if (!expect(ps, IR_TK_LPAREN, "after action name")) {
+    if (!named ||
+        !expect(ps, IR_TK_LPAREN,
+                ac->call == IR_CALL_ACTION ? "after action name" : "after the workflow name")) {
         goto fail;
     }
     while (!at(ps, IR_TK_RPAREN)) {
         const struct ir_token *k = peek(ps);
         struct ir_kwarg a;
         if (k->kind != IR_TK_NAME || peek_at(ps, 1)->kind != IR_TK_ASSIGN) {
-            error_at(ps, k, "actions take keyword arguments only (write name=value)");
+            error_at(ps, k,
+                     ac->call == IR_CALL_ACTION
+                         ? "actions take keyword arguments only (write name=value)"
+                         : "child workflows take keyword arguments only (write name=value, one "
+                           "per input of the child's main)");
             goto fail;
         }
         if (seen(ps, &kwseen, k->str)) {
@@ -1289,7 +1465,9 @@ parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
             break;
         }
     }
-    if (!expect(ps, IR_TK_RPAREN, "to close the action's arguments")) {
+    if (!expect(ps, IR_TK_RPAREN,
+                ac->call == IR_CALL_ACTION ? "to close the action's arguments"
+                                           : "to close the child workflow's arguments")) {
         goto fail;
     }
     while (at(ps, IR_TK_LBRACK)) {
@@ -1300,14 +1478,19 @@ parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
             }
             continue;
         }
-        if (!parse_policy(ps, &p)) {
+        if (!parse_policy(ps, &p) || !policy_fits(ps, ac, &p)) {
             goto fail;
+        }
+        if (p.kind == IR_POLICY_VERSION) {
+            ac->version = p.version;
+            continue;
         }
         if (p.kind != IR_POLICY_RETRY) {
             for (i = 0; i < npol; i++) {
                 if (pols[i].kind == p.kind) {
-                    ir_diags_add(ps->d, p.pos.line, p.pos.col, "%s given twice for the same action",
-                                 p.kind == IR_POLICY_TIMEOUT ? "timeout" : "deadline");
+                    ir_diags_add(ps->d, p.pos.line, p.pos.col, "%s given twice for the same %s",
+                                 p.kind == IR_POLICY_TIMEOUT ? "timeout" : "deadline",
+                                 ac->call == IR_CALL_ACTION ? "action" : "call");
                     ps->panic = true;
                     goto fail;
                 }
@@ -1479,7 +1662,14 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
         const struct ir_token *t = peek(ps);
         memset(&b, 0, sizeof(b));
         b.pos = tok_pos(t);
-        if (t->kind == IR_TK_AT) {
+        if (child_call_at(ps) == IR_CALL_START) {
+            /* A branch is something to wait for; a start has nothing to wait for. */
+            error_at(ps, t,
+                     "start returns at once, so it does not belong in a parallel block: write "
+                     "`id = start wf(...)` statements one after another");
+            break;
+        }
+        if (t->kind == IR_TK_AT || child_call_at(ps) == IR_CALL_RUN) {
             b.is_action = true;
             if (!parse_action(ps, &b.action, NULL)) {
                 break;
@@ -1491,8 +1681,8 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
             }
             if (ps->prog->exprs.items[e].kind != IR_X_CALL) {
                 error_at(ps, t,
-                         "a parallel block holds only calls: actions (@mod.action(...)) "
-                         "or helper functions (name(...))");
+                         "a parallel block holds only calls: actions (@mod.action(...)), child "
+                         "workflows (run wf(...)) or helper functions (name(...))");
                 break;
             }
             b.call = e;
@@ -1526,7 +1716,8 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
     return s;
 }
 
-/* `spread COLL:item -> @action(...)`; the 'spread' token is current. */
+/* `spread COLL:item -> @action(...)` (or `-> run wf(...)`, `-> start wf(...)`); the 'spread'
+ * token is current. */
 static bool
 parse_spread(struct parser *ps, struct ir_stmt *s)
 {
@@ -1551,8 +1742,11 @@ parse_spread(struct parser *ps, struct ir_stmt *s)
     if (!expect(ps, IR_TK_ARROW, "after the spread item variable")) {
         return false;
     }
-    if (!at(ps, IR_TK_AT)) {
-        error_at(ps, peek(ps), "spread runs one action per item: expected '@module.action(...)'");
+    /* After '->' only a call can follow, so `run`/`start` are keywords whatever comes next. */
+    if (!at(ps, IR_TK_AT) && !is_child_word(peek(ps))) {
+        error_at(ps, peek(ps),
+                 "spread runs one action or child workflow per item: expected "
+                 "'@module.action(...)' or 'run workflow(...)'");
         return false;
     }
     return parse_action(ps, &s->action, &s->fail_fast);
@@ -1632,10 +1826,20 @@ parse_simple_assign(struct parser *ps)
     /* `a, = x` unpacks as `a, b = x` does: parse_exprs made a list of the one target. */
     s->targets.unpack = s->targets.len > 1 || e != lhs.items[0];
     t = peek(ps);
-    if (t->kind == IR_TK_AT) {
+    if (t->kind == IR_TK_AT || child_call_at(ps) != IR_CALL_ACTION) {
         s->kind = IR_S_ACTION;
         if (parse_action(ps, &s->action, NULL)) {
-            end_simple(ps);
+            if (s->action.call == IR_CALL_START && s->targets.unpack) {
+                struct ir_token first;
+                memset(&first, 0, sizeof(first));
+                first.line = s->pos.line;
+                first.col = s->pos.col;
+                error_at(ps, &first,
+                         "start gives one value, the child's id (a string): it cannot be "
+                         "unpacked; write `child_id = start ...`");
+            } else {
+                end_simple(ps);
+            }
         }
     } else if (t->kind == IR_TK_SPREAD) {
         s->kind = IR_S_SPREAD;
@@ -1936,6 +2140,13 @@ parse_stmt(struct parser *ps)
         error_at(ps, t, "functions must be defined at top level, not inside another function");
         return NULL;
     default:
+        if (child_call_at(ps) != IR_CALL_ACTION) {
+            s = new_stmt(ps, IR_S_ACTION, t);
+            if (s != NULL && parse_action(ps, &s->action, NULL)) {
+                end_simple(ps);
+            }
+            return s;
+        }
         return parse_simple_assign(ps);
     }
 }

@@ -24,6 +24,52 @@
 #include "ir/value.h"
 #include "runner/exec.h"
 
+/* Where a child instance's outcome goes: the attempt of the parent's call that started it. */
+struct rn_child_link {
+    bool has;              /* false: not a child (enqueued by a client) */
+    struct rn_iid parent;  /* the parent instance */
+    struct rn_xid exec_id; /* the parent's call */
+    uint32_t attempt;
+};
+
+/* What became of a child start (set by persist). */
+#define RN_CHILD_STATUSES(X)                                                                    \
+    X(RN_CHILD_CREATED, "created")     /* the child instance was created and queued */          \
+    X(RN_CHILD_EXISTS, "exists")       /* it had been created before (a replay): unchanged */   \
+    X(RN_CHILD_NOT_FOUND, "not_found") /* no such workflow or version: ChildWorkflowNotFound */ \
+    X(RN_CHILD_BAD_INPUT, "bad_input") /* the inputs do not fit its main: ChildInputError */    \
+    X(RN_CHILD_TOO_DEEP, "too_deep")   /* past the depth limit: ChildDepthExceeded */
+#define RN_CHILD_STATUS_ENUM(e, name) e,
+enum rn_child_status { RN_CHILD_STATUSES(RN_CHILD_STATUS_ENUM) RN_CHILD_STATUS_COUNT_ };
+#undef RN_CHILD_STATUS_ENUM
+
+/* The status's name ("created"), as cairn.start_children returns it; "" outside the enum. */
+static inline const char *
+rn_child_status_name(enum rn_child_status s)
+{
+#define RN_CHILD_STATUS_NAME(e, name) name,
+    static const char *const names[] = {RN_CHILD_STATUSES(RN_CHILD_STATUS_NAME)};
+#undef RN_CHILD_STATUS_NAME
+    return (unsigned) s < RN_CHILD_STATUS_COUNT_ ? names[s] : "";
+}
+
+/* A child instance to start, written in the same transaction as the snapshot that records the
+ * call (so it is created exactly once: a replay of the call names the same child id, and
+ * starting an existing child changes nothing). Borrowed from the caller, but for the status. */
+struct rn_child_start {
+    struct rn_iid child_id; /* rn_child_id(exec_id, attempt) */
+    struct rn_xid exec_id;  /* the parent's call */
+    uint32_t attempt;
+    const char *workflow;
+    const char *version; /* NULL: the newest */
+    struct ir_val input; /* a map: the call's keyword arguments */
+    int64_t timeout_ms;  /* the call's [timeout: D] (the child's deadline), 0: its own */
+    bool detached;       /* `start`: nobody waits for it */
+    /* set by persist: */
+    enum rn_child_status status;
+    char message[200]; /* what did not fit (NOT_FOUND, BAD_INPUT, TOO_DEEP) */
+};
+
 /* A claimed instance, ready to hydrate. Owned by the array it is in (rn_claimed_free). */
 struct rn_claimed {
     struct rn_iid instance_id;
@@ -41,6 +87,7 @@ struct rn_claimed {
                             none */
     int64_t timeout_ms;  /* the timeout the deadline comes from, for the error message */
     bool redrive;        /* queued again by cairn.retry: resume with rn_instance_redrive */
+    struct rn_child_link parent; /* a child instance: the parent call it answers */
 };
 
 void rn_claimed_free(struct rn_claimed *c, size_t n);
@@ -73,11 +120,23 @@ struct rn_write {
     struct ir_val result;    /* COMPLETED: the value; FAILED: the error map */
     int64_t wake_at_ms;      /* with release: when to claim it again (wall ms); else unused */
     bool release;            /* hand the instance back (eviction): clear the lease */
+    struct rn_child_start *children; /* child instances to start (before the snapshot) */
+    size_t nchildren;
+    uint32_t max_child_depth; /* a child deeper than this is not started (TOO_DEEP) */
+    /* A finishing child (outcome not RUNNING, parent.has): its outcome goes to its parent as
+     * the call's result, in the same transaction (rn_child_outcome made parent_value). */
+    struct rn_child_link parent;
+    bool parent_ok;
+    struct ir_val parent_value;
     /* set by persist: */
     bool lost; /* the lease was gone: nothing was written for this instance */
 };
 
 struct rn_backend;
+
+/* Told that child instances finished, whose parents may be held here: each has recorded its
+ * outcome as the result of attempt `attempt` of the parent's call exec_id. */
+typedef void (*rn_child_done_fn)(void *arg, const struct rn_child_link *done, size_t n);
 
 /* Told of a cancel asked for an instance a runner holds (by whichever runner: the callee
  * ignores instances it does not hold). reason is borrowed (NULL: none given). */
@@ -134,10 +193,29 @@ struct rn_backend_ops {
     /* Waits up to timeout_ms for a hint that instances were enqueued (NOTIFY cairn_enqueue);
      * returns early when one comes. A hint only: callers poll anyway. */
     cn_err (*wait_enqueue)(struct rn_backend *b, int timeout_ms, struct cn_errmsg *err);
-    /* Waits up to timeout_ms for cancels of held instances (NOTIFY cairn_cancel) and calls fn
-     * for each that came. NULL in a backend without cancels. */
-    cn_err (*wait_cancels)(struct rn_backend *b, int timeout_ms, rn_cancel_fn fn, void *arg,
-                           struct cn_errmsg *err);
+    /* Waits up to timeout_ms for cancels of held instances (NOTIFY cairn_cancel: fn for each)
+     * and for children that finished (NOTIFY cairn_child: child_fn with those that came);
+     * returns early when one comes. NULL in a backend without cancels. */
+    cn_err (*wait_notices)(struct rn_backend *b, int timeout_ms, rn_cancel_fn fn,
+                           rn_child_done_fn child_fn, void *arg, struct cn_errmsg *err);
+    /* The recorded outcomes of the given child calls (parent, exec_id, attempt), as results of
+     * the parents' calls: out[i] is set for those found (ok and value; out[i].exec_id is the
+     * nil id for one not found). */
+    cn_err (*child_results)(struct rn_backend *b, const struct rn_child_link *calls, size_t n,
+                            struct rn_done *out, struct cn_errmsg *err);
+    /* Children's outcomes that storage produced itself (a cancel of a child nobody held, a
+     * deadline passed while queued, a child that could not run) are handed to their parents
+     * here: recorded as the calls' results and the parents woken. Then cancels what nobody
+     * waits for any more: the children of instances that ended (but for those started with
+     * `start`, unless the parent was cancelled or timed out). *n says how many were handed
+     * over. NULL in a backend without child workflows. */
+    cn_err (*sweep_children)(struct rn_backend *b, size_t *n, struct cn_errmsg *err);
+    /* Cancels the unfinished children of parent: those of the calls exec_ids[0..n), or all of
+     * them (n == 0), with reason. For the canceller, after a parent's write that dropped
+     * them. */
+    cn_err (*cancel_children)(struct rn_backend *b, struct rn_iid parent,
+                              const struct rn_xid *exec_ids, size_t n, const char *reason,
+                              struct cn_errmsg *err);
     /* Records late results (struct rn_late_result) for the instances among them that ended
      * failed, cancelled or timed_out, each (execution id, attempt) once; the others (completed,
      * or not finished: handed back, claimed elsewhere) are dropped. NULL in a backend that

@@ -7,6 +7,7 @@
  * clock, or the test clock of rn_backend_mem_set_clock (the deterministic simulation, tests/sim).
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -241,6 +242,14 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
         w[i].lost = !holds(in, w[i].lock);
         if (w[i].lost) {
             continue;
+        }
+        for (k = 0; k < w[i].nchildren; k++) {
+            /* Child workflows need the database: every instance of a tree may run anywhere. */
+            w[i].children[k].status = RN_CHILD_NOT_FOUND;
+            (void) snprintf(w[i].children[k].message, sizeof(w[i].children[k].message),
+                            "child workflows need the PostgreSQL backend (cairnctl exec runs one "
+                            "workflow in memory): cannot start %s",
+                            w[i].children[k].workflow);
         }
         for (k = 0; k < w[i].ndone; k++) {
             if (mem_recorded(in, &w[i].done[k])) {

@@ -21,9 +21,12 @@
 
 #include "ir/base/buf.h"
 #include "ir/base/uuid.h"
+#include "ir/base/vec.h"
 #include "ir/base/xalloc.h"
+#include "ir/error.h"
 #include "runner/backend.h"
 #include "runner/db.h"
+#include "runner/errors.h"
 #include "runner/exec.h"
 
 struct pg_backend {
@@ -31,7 +34,7 @@ struct pg_backend {
     char *url;
     PGconn *c;
     bool listening;         /* LISTEN cairn_enqueue issued on c */
-    bool listening_cancels; /* LISTEN cairn_cancel issued on c */
+    bool listening_notices; /* LISTEN cairn_cancel and cairn_child issued on c */
     bool prepared;          /* the persist statements are prepared on c */
 };
 
@@ -55,7 +58,7 @@ pg_conn(struct pg_backend *b, struct cn_errmsg *err)
         b->c = NULL;
     }
     b->listening = false; /* a new session listens afresh, and prepares afresh */
-    b->listening_cancels = false;
+    b->listening_notices = false;
     b->prepared = false;
     if ((rv = rn_db_connect(b->url, &b->c, err)) != CN_OK) {
         return rv;
@@ -265,7 +268,7 @@ static const char *claim_sql =
     "        JOIN cairn.runner_instances ri ON ri.instance_id = q0.instance_id),"
     " k AS (SELECT tid FROM s WHERE s.n = 1 OR s.upto <= $3::bigint),"
     " q AS ("
-    "  UPDATE cairn.queued_instances q SET lock_uuid = gen_random_uuid(),"
+    "  UPDATE cairn.queued_instances q SET lock_uuid = gen_random_uuid(), woken = false,"
     "         lock_expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond'"
     "    FROM k WHERE q.ctid = k.tid"
     "  RETURNING q.instance_id, q.lock_uuid, q.workflow_version_id),"
@@ -277,9 +280,10 @@ static const char *claim_sql =
     "            CASE WHEN ri.cancel_requested_at IS NOT NULL"
     "                 THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel,"
     "            floor(extract(epoch FROM ri.deadline_at) * 1000)::bigint AS deadline,"
-    "            ri.timeout_ms, ri.redrive)"
+    "            ri.timeout_ms, ri.redrive, ri.parent_id, ri.parent_exec_id, ri.parent_attempt)"
     " SELECT q.instance_id, q.lock_uuid, q.workflow_version_id, r.workflow_name, r.input,"
-    "        r.state, r.cancel, r.deadline, r.timeout_ms, r.redrive"
+    "        r.state, r.cancel, r.deadline, r.timeout_ms, r.redrive, r.parent_id,"
+    "        r.parent_exec_id, r.parent_attempt"
     "   FROM q JOIN r ON r.instance_id = q.instance_id";
 
 static const char *done_sql =
@@ -412,6 +416,11 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
         c->deadline_ms = get_i64(r, row, 7);
         c->timeout_ms = get_i64(r, row, 8);
         c->redrive = PQgetlength(r, row, 9) == 1 && PQgetvalue(r, row, 9)[0] == 1; /* binary bool */
+        if (!PQgetisnull(r, row, 10) && get_uuid(r, row, 10, c->parent.parent.b) &&
+            get_uuid(r, row, 11, c->parent.exec_id.b) && PQgetlength(r, row, 12) == 4) {
+            c->parent.attempt = be32(PQgetvalue(r, row, 12));
+            c->parent.has = true;
+        }
         arr_uuid(&ids, c->instance_id.b);
         n++;
     }
@@ -518,11 +527,35 @@ static const struct {
      " t(i, l, w) CROSS JOIN LATERAL (SELECT q.ctid AS tid FROM cairn.queued_instances q"
      " WHERE q.instance_id = t.i AND q.lock_uuid = t.l OFFSET 0) ok),"
      " q AS (UPDATE cairn.queued_instances q SET lock_uuid = NULL, lock_expires_at = NULL,"
-     " scheduled_at = to_timestamp(t.w / 1000.0) FROM t WHERE q.ctid = t.tid"
+     " scheduled_at = CASE WHEN q.woken THEN clock_timestamp() ELSE to_timestamp(t.w / 1000.0)"
+     " END, woken = false FROM t WHERE q.ctid = t.tid"
      " RETURNING q.instance_id)"
      " UPDATE cairn.runner_instances ri SET status = 'queued' FROM q WHERE ri.instance_id ="
      " q.instance_id",
      3},
+    /* Child instances the calls of this batch start (0010: cairn.start_children checks each
+     * parent's lease itself). */
+    {"cairn_children",
+     "SELECT child_id, status, message FROM cairn.start_children($1::uuid[], $2::uuid[],"
+     " $3::uuid[], $4::uuid[], $5::integer[], $6::text[], $7::text[], $8::text[], $9::bigint[],"
+     " $10::boolean[], $11::integer)",
+     11},
+    /* Finishing children hand their outcome to their parents: the result of the parent's call,
+     * the parent woken (due now; `woken` for a hand-back racing this), and NOTIFY cairn_child
+     * for the runner that holds it. Before cairn_finish, whose fence it shares. */
+    {"cairn_child_done",
+     "WITH t AS MATERIALIZED (SELECT t.* FROM unnest($1::uuid[], $2::uuid[], $3::uuid[],"
+     " $4::uuid[], $5::integer[], $6::text[], $7::text[]) AS t(i, l, p, e, a, s, x) CROSS JOIN"
+     " LATERAL (SELECT 1 FROM cairn.queued_instances q WHERE q.instance_id = t.i AND"
+     " q.lock_uuid = t.l OFFSET 0) ok),"
+     " d AS (INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status,"
+     " result) SELECT t.p, t.e, t.a, t.s, decode(t.x, 'hex') FROM t WHERE NOT EXISTS (SELECT 1"
+     " FROM cairn.runner_actions_done d WHERE d.instance_id = t.p AND d.execution_id = t.e AND"
+     " d.attempt = t.a)),"
+     " w AS (UPDATE cairn.queued_instances q SET woken = true, scheduled_at ="
+     " least(q.scheduled_at, clock_timestamp()) FROM t WHERE q.instance_id = t.p)"
+     " SELECT pg_notify('cairn_child', t.p::text || ' ' || t.e::text || ' ' || t.a) FROM t",
+     7},
     {"cairn_finish",
      "WITH t AS MATERIALIZED (SELECT t.*, ok.tid FROM unnest($1::uuid[], $2::uuid[],"
      " $3::text[], $4::text[], $5::text[], $6::text[]) AS t(i, l, st, res, er, sx) CROSS JOIN"
@@ -536,6 +569,9 @@ static const struct {
      6},
 };
 #define NPERSIST (sizeof(persist_stmts) / sizeof(persist_stmts[0]))
+/* Their indexes in persist_stmts, and the most parameters one takes. */
+enum { PS_FENCE, PS_DONE, PS_STATE, PS_RELEASE, PS_CHILDREN, PS_CHILD_DONE, PS_FINISH };
+#define PS_MAXP 11
 
 /* Prepares the persist statements on a new connection. */
 static cn_err
@@ -604,6 +640,41 @@ pipe_result(struct pg_backend *b, struct cn_errmsg *err, cn_err *rv)
     return NULL;
 }
 
+/* Sets the status of each child start of w[0..n) from cairn.start_children's rows (text:
+ * child_id, status, message); children of a lost parent have no row and keep CREATED (the
+ * write is lost: nothing is looked at). */
+static void
+children_status(PGresult *r, struct rn_write *w, size_t n)
+{
+    int row;
+    size_t i, k;
+
+    for (row = 0; row < PQntuples(r); row++) {
+        struct rn_iid cid;
+        int st;
+        if (!get_uuid(r, row, 0, cid.b)) {
+            continue;
+        }
+        for (st = 0; st < RN_CHILD_STATUS_COUNT_; st++) {
+            if (strcmp(PQgetvalue(r, row, 1), rn_child_status_name((enum rn_child_status) st)) ==
+                0) {
+                break;
+            }
+        }
+        for (i = 0; i < n; i++) {
+            for (k = 0; k < w[i].nchildren; k++) {
+                struct rn_child_start *c = &w[i].children[k];
+                if (rn_iid_eq(c->child_id, cid) && c->status == RN_CHILD_CREATED) {
+                    c->status = st < RN_CHILD_STATUS_COUNT_ ? (enum rn_child_status) st
+                                                            : RN_CHILD_NOT_FOUND;
+                    (void) snprintf(c->message, sizeof(c->message), "%s",
+                                    PQgetisnull(r, row, 2) ? "" : PQgetvalue(r, row, 2));
+                }
+            }
+        }
+    }
+}
+
 static int
 cmp_write_lock(const void *x, const void *y)
 {
@@ -617,9 +688,10 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
 {
     struct pg_backend *b = (struct pg_backend *) base;
     struct rn_write **order;
-    struct arr a[NPERSIST][6]; /* per statement, its array parameters */
+    struct arr a[NPERSIST][PS_MAXP]; /* per statement, its array parameters */
     struct cn_buf tmp = CN_BUF_INIT, js = CN_BUF_INIT;
-    const char *params[6];
+    const char *params[PS_MAXP];
+    char depth[16] = "64";
     PGresult *r;
     size_t i, k, s, bytes = 0;
     int row;
@@ -639,7 +711,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
         return CN_NOMEM;
     }
     for (s = 0; s < NPERSIST; s++) {
-        for (k = 0; k < 6; k++) {
+        for (k = 0; k < PS_MAXP; k++) {
             arr_begin(&a[s][k]);
         }
     }
@@ -648,8 +720,8 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
     }
     qsort(order, n, sizeof(*order), cmp_write_lock);
     for (i = 0; i < n; i++) {
-        arr_uuid(&a[0][0], order[i]->instance_id.b);
-        arr_uuid(&a[0][1], order[i]->lock.b);
+        arr_uuid(&a[PS_FENCE][0], order[i]->instance_id.b);
+        arr_uuid(&a[PS_FENCE][1], order[i]->lock.b);
     }
     free(order);
     for (i = 0; i < n; i++) {
@@ -659,46 +731,89 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             cn_buf_clear(&tmp);
             if (ir_val_to_msgpack(d->value, IR_MP_INTERNAL, &tmp) != CN_OK) {
                 cn_buf_clear(&tmp); /* not storable (too deep): nil in its place */
-                a[1][5].bad |= cn_buf_putc(&tmp, (char) 0xc0) != CN_OK;
+                a[PS_DONE][5].bad |= cn_buf_putc(&tmp, (char) 0xc0) != CN_OK;
             }
-            arr_uuid(&a[1][0], w[i].instance_id.b);
-            arr_uuid(&a[1][1], w[i].lock.b);
-            arr_uuid(&a[1][2], d->exec_id.b);
-            arr_i64(&a[1][3], d->attempt);
-            arr_text(&a[1][4], d->ok ? "ok" : "error", d->ok ? 2 : 5);
-            arr_hex(&a[1][5], tmp.data, tmp.len);
+            arr_uuid(&a[PS_DONE][0], w[i].instance_id.b);
+            arr_uuid(&a[PS_DONE][1], w[i].lock.b);
+            arr_uuid(&a[PS_DONE][2], d->exec_id.b);
+            arr_i64(&a[PS_DONE][3], d->attempt);
+            arr_text(&a[PS_DONE][4], d->ok ? "ok" : "error", d->ok ? 2 : 5);
+            arr_hex(&a[PS_DONE][5], tmp.data, tmp.len);
+        }
+        for (k = 0; k < w[i].nchildren; k++) {
+            struct rn_child_start *c = &w[i].children[k];
+            struct arr *ca = a[PS_CHILDREN];
+            c->status = RN_CHILD_CREATED;
+            c->message[0] = '\0';
+            if (!json_text(c->input, &js) || c->input.type != IR_T_MAP) {
+                /* Not JSON (a value an input cannot hold): refused here, never written. */
+                c->status = RN_CHILD_BAD_INPUT;
+                (void) snprintf(c->message, sizeof(c->message),
+                                "the inputs of %s cannot be stored as a JSON object", c->workflow);
+                continue;
+            }
+            arr_uuid(&ca[0], w[i].instance_id.b);
+            arr_uuid(&ca[1], w[i].lock.b);
+            arr_uuid(&ca[2], c->child_id.b);
+            arr_uuid(&ca[3], c->exec_id.b);
+            arr_i64(&ca[4], c->attempt);
+            arr_text(&ca[5], c->workflow, strlen(c->workflow));
+            if (c->version != NULL) {
+                arr_text(&ca[6], c->version, strlen(c->version));
+            } else {
+                arr_null(&ca[6]);
+            }
+            arr_text(&ca[7], js.data, js.len);
+            arr_i64(&ca[8], c->timeout_ms);
+            arr_text(&ca[9], c->detached ? "t" : "f", 1);
+            (void) snprintf(depth, sizeof(depth), "%u", (unsigned) w[i].max_child_depth);
+        }
+        if (w[i].outcome != RN_RUNNING && w[i].parent.has) {
+            struct arr *pa = a[PS_CHILD_DONE];
+            cn_buf_clear(&tmp);
+            if (ir_val_to_msgpack(w[i].parent_value, IR_MP_INTERNAL, &tmp) != CN_OK) {
+                cn_buf_clear(&tmp);
+                pa[6].bad |= cn_buf_putc(&tmp, (char) 0xc0) != CN_OK;
+            }
+            arr_uuid(&pa[0], w[i].instance_id.b);
+            arr_uuid(&pa[1], w[i].lock.b);
+            arr_uuid(&pa[2], w[i].parent.parent.b);
+            arr_uuid(&pa[3], w[i].parent.exec_id.b);
+            arr_i64(&pa[4], w[i].parent.attempt);
+            arr_text(&pa[5], w[i].parent_ok ? "ok" : "error", w[i].parent_ok ? 2 : 5);
+            arr_hex(&pa[6], tmp.data, tmp.len);
         }
         if (w[i].state != NULL && w[i].outcome == RN_RUNNING) {
-            arr_uuid(&a[2][0], w[i].instance_id.b);
-            arr_uuid(&a[2][1], w[i].lock.b);
-            arr_hex(&a[2][2], w[i].state, w[i].state_len);
+            arr_uuid(&a[PS_STATE][0], w[i].instance_id.b);
+            arr_uuid(&a[PS_STATE][1], w[i].lock.b);
+            arr_hex(&a[PS_STATE][2], w[i].state, w[i].state_len);
         }
         if (w[i].outcome != RN_RUNNING) {
             const char *status = rn_outcome_name(w[i].outcome);
-            arr_uuid(&a[4][0], w[i].instance_id.b);
-            arr_uuid(&a[4][1], w[i].lock.b);
-            arr_text(&a[4][2], status, strlen(status));
+            arr_uuid(&a[PS_FINISH][0], w[i].instance_id.b);
+            arr_uuid(&a[PS_FINISH][1], w[i].lock.b);
+            arr_text(&a[PS_FINISH][2], status, strlen(status));
             if (w[i].outcome == RN_COMPLETED && json_text(w[i].result, &js)) {
-                arr_text(&a[4][3], js.data, js.len);
-                arr_null(&a[4][4]);
+                arr_text(&a[PS_FINISH][3], js.data, js.len);
+                arr_null(&a[PS_FINISH][4]);
             } else {
-                arr_null(&a[4][3]);
+                arr_null(&a[PS_FINISH][3]);
                 if (w[i].result.type != IR_T_NULL && json_text(w[i].result, &js)) {
-                    arr_text(&a[4][4], js.data, js.len);
+                    arr_text(&a[PS_FINISH][4], js.data, js.len);
                 } else {
-                    arr_null(&a[4][4]);
+                    arr_null(&a[PS_FINISH][4]);
                 }
             }
             /* The last snapshot rides on the outcome's update: one row version, not two. */
             if (w[i].state != NULL) {
-                arr_hex(&a[4][5], w[i].state, w[i].state_len);
+                arr_hex(&a[PS_FINISH][5], w[i].state, w[i].state_len);
             } else {
-                arr_null(&a[4][5]);
+                arr_null(&a[PS_FINISH][5]);
             }
         } else if (w[i].release) {
-            arr_uuid(&a[3][0], w[i].instance_id.b);
-            arr_uuid(&a[3][1], w[i].lock.b);
-            arr_i64(&a[3][2], w[i].wake_at_ms);
+            arr_uuid(&a[PS_RELEASE][0], w[i].instance_id.b);
+            arr_uuid(&a[PS_RELEASE][1], w[i].lock.b);
+            arr_i64(&a[PS_RELEASE][2], w[i].wake_at_ms);
         }
     }
     /* One pipeline: BEGIN, the fence, the writes in the fixed order, COMMIT, sync. */
@@ -712,7 +827,9 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             continue; /* nothing of this kind in the batch: not sent (the fence always is) */
         }
         for (k = 0; k < (size_t) persist_stmts[s].nparams; k++) {
-            if ((params[k] = arr_end(&a[s][k])) == NULL) {
+            if (s == PS_CHILDREN && k == 10) {
+                params[k] = depth; /* the one scalar */
+            } else if ((params[k] = arr_end(&a[s][k])) == NULL) {
                 rv = CN_NOMEM;
             }
         }
@@ -747,9 +864,14 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             PQclear(r);
         }
         for (s = 1; s < NPERSIST; s++) {
-            if (a[s][0].n > 0) {
-                PQclear(pipe_result(b, err, &rv));
+            if (a[s][0].n == 0) {
+                continue;
             }
+            r = pipe_result(b, err, &rv);
+            if (s == PS_CHILDREN && r != NULL) {
+                children_status(r, w, n);
+            }
+            PQclear(r);
         }
         PQclear(pipe_result(b, err, &rv)); /* COMMIT */
         r = PQgetResult(b->c);
@@ -772,7 +894,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
         pg_rollback(b); /* an error inside the explicit transaction left it aborted */
     }
     for (s = 0; s < NPERSIST; s++) {
-        for (k = 0; k < 6; k++) {
+        for (k = 0; k < PS_MAXP; k++) {
             bytes += a[s][k].b.len;
             arr_fini(&a[s][k]);
         }
@@ -957,7 +1079,8 @@ pg_fail(struct rn_backend *base, struct rn_iid instance_id, struct rn_token lock
                      "WITH q AS (DELETE FROM cairn.queued_instances WHERE instance_id = $1::uuid"
                      " AND lock_uuid = $2::uuid RETURNING instance_id)"
                      " UPDATE cairn.runner_instances ri SET status = 'failed', error = $3::jsonb,"
-                     " completed_at = clock_timestamp() FROM q WHERE ri.instance_id ="
+                     " completed_at = clock_timestamp(), parent_pending = ri.parent_id IS NOT"
+                     " NULL FROM q WHERE ri.instance_id ="
                      " q.instance_id",
                      3, p, &r, err);
     PQclear(r);
@@ -1070,15 +1193,313 @@ cancel_notice(const PGnotify *nt, void *arg)
     }
 }
 
+/* A cairn_child payload: the parent id, the call's execution id and attempt, spaces between
+ * (sql/0010_children.sql). */
+static bool
+child_notice(const PGnotify *nt, struct rn_child_link *l)
+{
+    char id[37];
+    unsigned long a;
+    char *end;
+
+    if (strcmp(nt->relname, "cairn_child") != 0 || strlen(nt->extra) < 36 + 1 + 36 + 2) {
+        return false;
+    }
+    memcpy(id, nt->extra, 36);
+    id[36] = '\0';
+    if (!cn_uuid_parse(id, l->parent.b)) {
+        return false;
+    }
+    memcpy(id, nt->extra + 37, 36);
+    if (!cn_uuid_parse(id, l->exec_id.b)) {
+        return false;
+    }
+    a = strtoul(nt->extra + 74, &end, 10);
+    if (*end != '\0' || a == 0 || a > UINT32_MAX) {
+        return false;
+    }
+    l->attempt = (uint32_t) a;
+    l->has = true;
+    return true;
+}
+
+struct notice_sink {
+    rn_cancel_fn fn;
+    void *arg;
+    struct {
+        struct rn_child_link *items;
+        size_t len, cap;
+    } children;
+};
+
+static void
+notice(const PGnotify *nt, void *arg)
+{
+    struct notice_sink *sink = arg;
+    struct rn_child_link l;
+
+    if (child_notice(nt, &l)) {
+        CN_VEC_XPUSH(&sink->children, l);
+        return;
+    }
+    cancel_notice(nt, arg);
+}
+
 static cn_err
-pg_wait_cancels(struct rn_backend *base, int timeout_ms, rn_cancel_fn fn, void *arg,
-                struct cn_errmsg *err)
+pg_wait_notices(struct rn_backend *base, int timeout_ms, rn_cancel_fn fn, rn_child_done_fn child_fn,
+                void *arg, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    struct cancel_sink sink = {fn, arg};
+    struct notice_sink sink;
+    cn_err rv;
 
-    return pg_wait_notify(b, "LISTEN cairn_cancel", &b->listening_cancels, timeout_ms,
-                          cancel_notice, &sink, err);
+    memset(&sink, 0, sizeof(sink));
+    sink.fn = fn;
+    sink.arg = arg;
+    /* Two channels, one LISTEN each (a prepared statement takes one command); the flag is set
+     * by the second. */
+    if (!b->listening_notices && ((rv = pg_conn(b, err)) != CN_OK ||
+                                  (rv = pg_simple(b, "LISTEN cairn_child", err)) != CN_OK)) {
+        return rv;
+    }
+    rv = pg_wait_notify(b, "LISTEN cairn_cancel", &b->listening_notices, timeout_ms, notice, &sink,
+                        err);
+    if (sink.children.len > 0 && child_fn != NULL) {
+        child_fn(arg, sink.children.items, sink.children.len);
+    }
+    free(sink.children.items);
+    return rv;
+}
+
+/* ---- children ----------------------------------------------------------------------------- */
+
+static cn_err
+pg_child_results(struct rn_backend *base, const struct rn_child_link *calls, size_t n,
+                 struct rn_done *out, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    struct arr a[3];
+    const char *p[3];
+    PGresult *r = NULL;
+    size_t i, k;
+    int row;
+    cn_err rv;
+
+    for (i = 0; i < n; i++) {
+        memset(&out[i], 0, sizeof(out[i]));
+        out[i].value = ir_null();
+    }
+    if (n == 0) {
+        return CN_OK;
+    }
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    for (k = 0; k < 3; k++) {
+        arr_begin(&a[k]);
+    }
+    for (i = 0; i < n; i++) {
+        arr_uuid(&a[0], calls[i].parent.b);
+        arr_uuid(&a[1], calls[i].exec_id.b);
+        arr_i64(&a[2], calls[i].attempt);
+    }
+    for (k = 0; k < 3; k++) {
+        if ((p[k] = arr_end(&a[k])) == NULL) {
+            rv = CN_NOMEM;
+        }
+    }
+    if (rv == CN_OK) {
+        rv = pg_exec_bin(b,
+                         "SELECT d.instance_id, d.execution_id, d.attempt, d.status = 'ok',"
+                         " d.result FROM unnest($1::uuid[], $2::uuid[], $3::integer[]) AS"
+                         " t(i, e, a) JOIN cairn.runner_actions_done d ON d.instance_id = t.i"
+                         " AND d.execution_id = t.e AND d.attempt = t.a",
+                         3, p, &r, err);
+    }
+    for (k = 0; k < 3; k++) {
+        arr_fini(&a[k]);
+    }
+    if (rv != CN_OK) {
+        return rv;
+    }
+    for (row = 0; row < PQntuples(r); row++) {
+        struct rn_iid iid;
+        struct rn_xid xid;
+        struct cn_errmsg em;
+        uint32_t att;
+
+        if (!get_uuid(r, row, 0, iid.b) || !get_uuid(r, row, 1, xid.b) ||
+            PQgetlength(r, row, 2) != 4) {
+            continue;
+        }
+        att = be32(PQgetvalue(r, row, 2));
+        for (i = 0; i < n; i++) {
+            if (!rn_iid_eq(calls[i].parent, iid) || !rn_xid_eq(calls[i].exec_id, xid) ||
+                calls[i].attempt != att || !rn_xid_is_nil(out[i].exec_id)) {
+                continue;
+            }
+            if (ir_val_from_msgpack(PQgetvalue(r, row, 4), (size_t) PQgetlength(r, row, 4),
+                                    IR_MP_INTERNAL, &out[i].value, &em) != CN_OK) {
+                out[i].value = ir_null();
+                continue; /* not decodable: the parent's next hydration runs the call again */
+            }
+            out[i].exec_id = xid;
+            out[i].attempt = att;
+            out[i].ok = PQgetvalue(r, row, 3)[0] != 0;
+        }
+    }
+    PQclear(r);
+    return CN_OK;
+}
+
+/* Children finished by SQL (cairn.cancel, cairn.expire_overdue, a version that does not
+ * compile): their parents' calls get a ChildWorkflow* error made here from the stored error. */
+static const char *pending_sql =
+    "SELECT c.instance_id, c.workflow_name, c.status, c.error::text, c.parent_id,"
+    "       c.parent_exec_id, c.parent_attempt"
+    "  FROM cairn.runner_instances c WHERE c.parent_pending"
+    " ORDER BY c.completed_at LIMIT 500";
+
+static const char *deliver_sql =
+    "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[],"
+    " $5::text[]) AS t(c, p, e, a, x)),"
+    " d AS (INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status,"
+    " result) SELECT t.p, t.e, t.a, 'error', decode(t.x, 'hex') FROM t WHERE NOT EXISTS (SELECT"
+    " 1 FROM cairn.runner_actions_done d WHERE d.instance_id = t.p AND d.execution_id = t.e AND"
+    " d.attempt = t.a)),"
+    " w AS (UPDATE cairn.queued_instances q SET woken = true, scheduled_at ="
+    " least(q.scheduled_at, clock_timestamp()) FROM t WHERE q.instance_id = t.p),"
+    " u AS (UPDATE cairn.runner_instances ri SET parent_pending = false FROM t WHERE"
+    " ri.instance_id = t.c)"
+    " SELECT pg_notify('cairn_child', t.p::text || ' ' || t.e::text || ' ' || t.a),"
+    "        pg_notify('cairn_enqueue', '') FROM t";
+
+static cn_err
+pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    struct cn_buf mp = CN_BUF_INIT;
+    struct arr a[5];
+    const char *p[5];
+    PGresult *r = NULL, *r2 = NULL;
+    size_t k, n = 0;
+    int row;
+    cn_err rv;
+
+    *nout = 0;
+    if ((rv = pg_conn(b, err)) != CN_OK ||
+        (rv = rn_db_exec(b->c, pending_sql, 0, NULL, &r, err)) != CN_OK) {
+        return rv;
+    }
+    for (k = 0; k < 5; k++) {
+        arr_begin(&a[k]);
+    }
+    for (row = 0; row < PQntuples(r); row++) {
+        struct rn_iid cid;
+        struct ir_val e = ir_null(), v = ir_null();
+        struct cn_errmsg em;
+        enum rn_outcome o = RN_FAILED;
+        bool ok;
+
+        if (!cn_uuid_parse(PQgetvalue(r, row, 0), cid.b) || PQgetisnull(r, row, 4)) {
+            continue;
+        }
+        (void) rn_outcome_parse(PQgetvalue(r, row, 2), &o);
+        if (!PQgetisnull(r, row, 3)) {
+            struct ir_val raw = ir_null();
+            if (ir_val_from_json(PQgetvalue(r, row, 3), (size_t) PQgetlength(r, row, 3), &raw,
+                                 &em) == CN_OK &&
+                raw.type == IR_T_MAP) {
+                const struct ir_val *t = ir_map_get(raw, "type", 4);
+                const struct ir_val *m = ir_map_get(raw, "message", 7);
+                const struct ir_val *bs = ir_map_get(raw, "bases", 5);
+                if (t != NULL && t->type == IR_T_STR &&
+                    ir_error_new(
+                        ir_str_data(*t), m != NULL && m->type == IR_T_STR ? ir_str_data(*m) : "",
+                        bs != NULL && bs->type == IR_T_LIST ? ir_val_retain(*bs) : ir_null(),
+                        ir_null(), &e) != CN_OK) {
+                    e = ir_null();
+                }
+            }
+            ir_val_release(raw);
+        }
+        if (rn_child_outcome(o == RN_COMPLETED ? RN_FAILED : o, e, cid, PQgetvalue(r, row, 1), &ok,
+                             &v) != CN_OK) {
+            ir_val_release(e);
+            rv = CN_NOMEM;
+            break;
+        }
+        ir_val_release(e);
+        cn_buf_clear(&mp);
+        if (ir_val_to_msgpack(v, IR_MP_INTERNAL, &mp) != CN_OK) {
+            ir_val_release(v);
+            continue;
+        }
+        ir_val_release(v);
+        arr_text(&a[0], PQgetvalue(r, row, 0), strlen(PQgetvalue(r, row, 0)));
+        arr_text(&a[1], PQgetvalue(r, row, 4), strlen(PQgetvalue(r, row, 4)));
+        arr_text(&a[2], PQgetvalue(r, row, 5), strlen(PQgetvalue(r, row, 5)));
+        arr_text(&a[3], PQgetvalue(r, row, 6), strlen(PQgetvalue(r, row, 6)));
+        arr_hex(&a[4], mp.data, mp.len);
+        n++;
+    }
+    PQclear(r);
+    for (k = 0; k < 5 && rv == CN_OK; k++) {
+        if ((p[k] = arr_end(&a[k])) == NULL) {
+            rv = CN_NOMEM;
+        }
+    }
+    if (rv == CN_OK && n > 0 && (rv = rn_db_exec(b->c, deliver_sql, 5, p, &r2, err)) == CN_OK) {
+        PQclear(r2);
+        *nout = n;
+    }
+    for (k = 0; k < 5; k++) {
+        arr_fini(&a[k]);
+    }
+    cn_buf_fini(&mp);
+    if (rv != CN_OK) {
+        return rv;
+    }
+    /* What a runner that crashed did not cancel (cairn.reap_children). */
+    if ((rv = rn_db_exec(b->c, "SELECT cairn.reap_children()", 0, NULL, &r2, err)) != CN_OK) {
+        return rv;
+    }
+    PQclear(r2);
+    return CN_OK;
+}
+
+static cn_err
+pg_cancel_children(struct rn_backend *base, struct rn_iid parent, const struct rn_xid *exec_ids,
+                   size_t n, const char *reason, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    char pid[CN_UUID_TEXT_LEN + 1];
+    const char *p[3];
+    struct arr a;
+    PGresult *r = NULL;
+    size_t i;
+    cn_err rv;
+
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    cn_uuid_format(parent.b, pid);
+    arr_begin(&a);
+    for (i = 0; i < n; i++) {
+        arr_uuid(&a, exec_ids[i].b);
+    }
+    p[0] = pid;
+    p[1] = n > 0 ? arr_end(&a) : NULL;
+    p[2] = reason;
+    if (n > 0 && p[1] == NULL) {
+        arr_fini(&a);
+        return CN_NOMEM;
+    }
+    rv = rn_db_exec(b->c, "SELECT cairn.reap_children($1::uuid, $2::uuid[], $3::text)", 3, p, &r,
+                    err);
+    PQclear(r);
+    arr_fini(&a);
+    return rv;
 }
 
 /* The instances whose cancel waits for a runner: those nobody holds are cancelled here by
@@ -1201,7 +1622,10 @@ static const struct rn_backend_ops pg_ops = {
     .fail = pg_fail,
     .reclaim = pg_reclaim,
     .wait_enqueue = pg_wait_enqueue,
-    .wait_cancels = pg_wait_cancels,
+    .wait_notices = pg_wait_notices,
+    .child_results = pg_child_results,
+    .sweep_children = pg_sweep_children,
+    .cancel_children = pg_cancel_children,
     .sweep_cancels = pg_sweep_cancels,
     .record_late = pg_record_late,
     .close = pg_close,

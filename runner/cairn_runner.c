@@ -114,6 +114,22 @@ static struct cn_opt settings[] = {
      .min = 0,
      .max = UINT32_MAX,
      .help = "an instance sleeping longer than this is handed back until it is due"},
+    {.env = "CAIRN_EVICT_CHILD_WAIT_MS",
+     .flag = "evict-child-wait-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_EVICT_CHILD_WAIT_MS),
+     .min = 0,
+     .max = UINT32_MAX,
+     .help = "an instance waiting only for child workflows, none of which answered for this "
+             "long, is handed back until one does"},
+    {.env = "CAIRN_MAX_CHILD_DEPTH",
+     .flag = "max-child-depth",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_MAX_CHILD_DEPTH),
+     .min = 1,
+     .max = 10000,
+     .help = "how deep child workflows may nest (a child of a child is at depth 2); a call "
+             "past it raises ChildDepthExceeded"},
     {.env = "CAIRN_DEFAULT_ACTION_TIMEOUT_MS",
      .flag = "default-action-timeout-ms",
      .kind = CN_OPT_INT,
@@ -312,6 +328,8 @@ main(int argc, char **argv)
     cfg.lock_heartbeat_ms = u32("lock-heartbeat-ms");
     cfg.reclaim_interval_ms = u32("reclaim-interval-ms");
     cfg.evict_sleep_threshold_ms = u32("evict-sleep-threshold-ms");
+    cfg.evict_child_wait_ms = u32("evict-child-wait-ms");
+    cfg.max_child_depth = u32("max-child-depth");
     cfg.default_action_timeout_ms = u32("default-action-timeout-ms");
     cfg.worker_idle_ms = u32("worker-idle-ms");
     cfg.max_inline_steps = u32("max-inline-steps");

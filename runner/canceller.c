@@ -12,15 +12,20 @@
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
 #include "ir/base/sync.h"
+#include "ir/base/uuid.h"
+#include "ir/base/vec.h"
 #include "ir/base/xalloc.h"
 #include "runner/backoff.h"
 
 struct rn_canceller {
     struct rn_canceller_cfg cfg;
-    rn_cancel_fn fn;
-    void *arg;
+    struct rn_canceller_hooks hooks;
     pthread_t thread;
     atomic_bool stop;
+    struct {
+        struct rn_child_link *items; /* child notices of the last wait */
+        size_t len, cap;
+    } heard;
 };
 
 static void
@@ -55,7 +60,13 @@ late_free(struct rn_late_result *r, size_t n)
 void
 rn_late_queue_fini(struct rn_late_queue *q)
 {
+    size_t i;
+
     late_free(q->items, q->len);
+    for (i = 0; i < q->reaps.len; i++) {
+        free(q->reaps.items[i].exec_ids);
+    }
+    free(q->reaps.items);
     cn_mutex_destroy(&q->mtx);
 }
 
@@ -110,6 +121,105 @@ record_late(struct rn_canceller *c)
     late_free(items, n);
 }
 
+void
+rn_late_queue_reap(struct rn_late_queue *q, struct rn_iid parent, const struct rn_xid *exec_ids,
+                   size_t n)
+{
+    struct rn_reap r;
+
+    r.parent = parent;
+    r.n = n;
+    r.exec_ids = NULL;
+    if (n > 0) {
+        r.exec_ids = cn_xcalloc(n, sizeof(*r.exec_ids));
+        memcpy(r.exec_ids, exec_ids, n * sizeof(*exec_ids));
+    }
+    cn_mutex_lock(&q->mtx);
+    CN_VEC_XPUSH(&q->reaps, r);
+    cn_mutex_unlock(&q->mtx);
+}
+
+/* Cancels the children the shards stopped waiting for. A batch that fails is dropped with a
+ * warning: the sweep (cairn.reap_children) cancels those whose parent ended; a child of a call
+ * dropped by fail_fast in a parent still running finishes unheeded. */
+static void
+reap(struct rn_canceller *c)
+{
+    struct rn_late_queue *q = c->cfg.late;
+    struct rn_backend *b = c->cfg.backend;
+    struct rn_reap *items;
+    size_t n, i;
+
+    if (q == NULL) {
+        return;
+    }
+    cn_mutex_lock(&q->mtx);
+    items = q->reaps.items;
+    n = q->reaps.len;
+    memset(&q->reaps, 0, sizeof(q->reaps));
+    cn_mutex_unlock(&q->mtx);
+    for (i = 0; i < n; i++) {
+        struct cn_errmsg em = {{0}};
+        if (b->ops->cancel_children != NULL &&
+            b->ops->cancel_children(b, items[i].parent, items[i].exec_ids, items[i].n,
+                                    "its parent no longer waits for it", &em) != CN_OK) {
+            char id[37];
+            cn_uuid_format(items[i].parent.b, id);
+            cn_log(CN_LOG_WARN, "the children of %s were not cancelled: %s", id, em.text);
+        }
+        free(items[i].exec_ids);
+    }
+    free(items);
+}
+
+static void
+heard_cancel(void *arg, struct rn_iid iid, const char *reason)
+{
+    struct rn_canceller *c = arg;
+
+    c->hooks.cancel(c->hooks.arg, iid, reason);
+}
+
+static void
+heard_children(void *arg, const struct rn_child_link *done, size_t n)
+{
+    struct rn_canceller *c = arg;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (c->hooks.holds == NULL || c->hooks.holds(c->hooks.arg, done[i].parent)) {
+            CN_VEC_XPUSH(&c->heard, done[i]); /* most are for other runners' parents */
+        }
+    }
+}
+
+/* Reads the outcomes of the children heard of whose parents are held here and hands them over.
+ * One that cannot be read now is left to the parent's next claim. */
+static cn_err
+deliver_children(struct rn_canceller *c, struct cn_errmsg *err)
+{
+    struct rn_backend *b = c->cfg.backend;
+    struct rn_done *out;
+    size_t i, n = c->heard.len;
+    cn_err rv;
+
+    if (n == 0 || b->ops->child_results == NULL) {
+        c->heard.len = 0;
+        return CN_OK;
+    }
+    out = cn_xcalloc(n, sizeof(*out));
+    rv = b->ops->child_results(b, c->heard.items, n, out, err);
+    for (i = 0; i < n; i++) {
+        if (rv == CN_OK && !rn_xid_is_nil(out[i].exec_id) && c->hooks.child_result != NULL) {
+            c->hooks.child_result(c->hooks.arg, c->heard.items[i].parent, &out[i]);
+        }
+        ir_val_release(out[i].value);
+    }
+    free(out);
+    c->heard.len = 0;
+    return rv;
+}
+
 static void *
 canceller_main(void *arg)
 {
@@ -123,16 +233,25 @@ canceller_main(void *arg)
         cn_err rv = CN_OK;
 
         if (cn_mono_ms() >= next_sweep) {
-            rv = b->ops->sweep_cancels(b, c->fn, c->arg, &em);
+            size_t handed = 0;
+            rv = b->ops->sweep_cancels(b, c->hooks.cancel, c->hooks.arg, &em);
+            if (rv == CN_OK && b->ops->sweep_children != NULL) {
+                rv = b->ops->sweep_children(b, &handed, &em);
+            }
             if (rv == CN_OK) {
                 next_sweep = cn_mono_ms() + c->cfg.sweep_interval_ms;
             }
         }
         if (rv == CN_OK) {
-            rv = b->ops->wait_cancels(b, RN_CANCELLER_WAIT_MS, c->fn, c->arg, &em);
+            rv =
+                b->ops->wait_notices(b, RN_CANCELLER_WAIT_MS, heard_cancel, heard_children, c, &em);
+        }
+        if (rv == CN_OK) {
+            rv = deliver_children(c, &em);
         }
         if (rv == CN_OK) {
             record_late(c);
+            reap(c);
         }
         if (rv != CN_OK) {
             int64_t pause = rn_backoff_next(&backoff);
@@ -148,19 +267,18 @@ canceller_main(void *arg)
 }
 
 cn_err
-rn_canceller_start(const struct rn_canceller_cfg *cfg, rn_cancel_fn fn, void *arg,
+rn_canceller_start(const struct rn_canceller_cfg *cfg, const struct rn_canceller_hooks *hooks,
                    struct rn_canceller **out, struct cn_errmsg *err)
 {
     struct rn_canceller *c;
 
     *out = NULL;
-    if (cfg->backend->ops->wait_cancels == NULL || cfg->backend->ops->sweep_cancels == NULL) {
+    if (cfg->backend->ops->wait_notices == NULL || cfg->backend->ops->sweep_cancels == NULL) {
         return CN_OK; /* a backend without cancels (in memory): nothing to hear */
     }
     c = cn_xcalloc(1, sizeof(*c));
     c->cfg = *cfg;
-    c->fn = fn;
-    c->arg = arg;
+    c->hooks = *hooks;
     atomic_init(&c->stop, false);
     if (pthread_create(&c->thread, NULL, canceller_main, c) != 0) {
         free(c);
@@ -179,5 +297,7 @@ rn_canceller_stop(struct rn_canceller *c)
     atomic_store(&c->stop, true);
     cn_thread_join(c->thread);
     record_late(c); /* what the shards handed over until they stopped */
+    reap(c);
+    free(c->heard.items);
     free(c);
 }

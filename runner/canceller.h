@@ -14,6 +14,15 @@
  * rn_late_queue): results that came after their instance ended, written with a statement of
  * their own since no lease covers them any more.
  *
+ * Child workflows: the same session hears NOTIFY cairn_child (a child recorded its outcome as
+ * the result of its parent's call); for a parent this runner holds, the thread reads that result
+ * and hands it to the runner, which routes it to the parent's shard. A notification that is
+ * missed leaves the parent waiting until it is handed back (the shard hands back a parent that
+ * only waits for children, after a quiet spell) and claimed again: the claim reads every
+ * recorded result. The sweep also hands over the outcomes of children that SQL finished
+ * (parent_pending) and cancels children nobody waits for (cairn.reap_children); the shards
+ * queue the children they stop waiting for (struct rn_reap), which are cancelled here.
+ *
  * Threads: its own thread; rn_canceller_start/stop from the runner's. The callback runs on the
  * canceller thread and must not block. The stop flag is atomic: the thread checks it at least
  * every RN_CANCELLER_WAIT_MS. The late queue has a mutex of its own: shard threads push, the
@@ -40,12 +49,24 @@
  * database that cannot keep up must not grow the runner's memory). */
 #define RN_LATE_QUEUE_MAX 100000
 
-/* Late results on their way from the shards to the canceller thread. */
+/* Children a parent's write stopped waiting for (fail_fast, the parent's end): to cancel. */
+struct rn_reap {
+    struct rn_iid parent;
+    struct rn_xid *exec_ids; /* the calls whose children go (malloc'd); n == 0: all of them */
+    size_t n;
+};
+
+/* Work on its way from the shards to the canceller thread: late results, and children to
+ * cancel. */
 struct rn_late_queue {
     pthread_mutex_t mtx;
     struct rn_late_result *items; /* values owned */
     size_t len, cap;
     uint64_t dropped;
+    struct {
+        struct rn_reap *items;
+        size_t len, cap;
+    } reaps;
 };
 
 void rn_late_queue_init(struct rn_late_queue *q);
@@ -53,6 +74,21 @@ void rn_late_queue_init(struct rn_late_queue *q);
 void rn_late_queue_fini(struct rn_late_queue *q);
 /* Queues n late results (values retained). Never blocks for long; from any thread. */
 void rn_late_queue_push(struct rn_late_queue *q, const struct rn_late_result *r, size_t n);
+/* Queues the cancel of parent's children of the calls exec_ids[0..n) (copied), or of all of its
+ * children (n == 0). From any thread. */
+void rn_late_queue_reap(struct rn_late_queue *q, struct rn_iid parent,
+                        const struct rn_xid *exec_ids, size_t n);
+
+/* What the canceller hands the runner: callbacks on the canceller thread, that must not
+ * block. */
+struct rn_canceller_hooks {
+    rn_cancel_fn cancel;                         /* a cancel, maybe of an instance held here */
+    bool (*holds)(void *arg, struct rn_iid iid); /* whether this runner holds the instance now */
+    /* The outcome of a child of parent, held here: the result of its call d->exec_id,
+     * d->attempt (value borrowed). */
+    void (*child_result)(void *arg, struct rn_iid parent, const struct rn_done *d);
+    void *arg;
+};
 
 struct rn_canceller_cfg {
     struct rn_backend *backend; /* used by the canceller thread only; needs wait/sweep_cancels */
@@ -62,9 +98,9 @@ struct rn_canceller_cfg {
 
 struct rn_canceller;
 
-CN_MUST_CHECK cn_err rn_canceller_start(const struct rn_canceller_cfg *cfg, rn_cancel_fn fn,
-                                        void *arg, struct rn_canceller **out,
-                                        struct cn_errmsg *err);
+CN_MUST_CHECK cn_err rn_canceller_start(const struct rn_canceller_cfg *cfg,
+                                        const struct rn_canceller_hooks *hooks,
+                                        struct rn_canceller **out, struct cn_errmsg *err);
 /* Stops and frees (NULL is fine). */
 void rn_canceller_stop(struct rn_canceller *c);
 

@@ -284,6 +284,21 @@ out_done(struct rn_instance *in, const struct rn_xnode *x, bool ok, struct ir_va
     }
 }
 
+/* The running attempt of x is to stop: an action's goes to its worker, a child call's child
+ * is cancelled. False without memory. */
+static bool
+out_cancel(struct rn_instance *in, const struct rn_xnode *x)
+{
+    bool child = tnode(in, x->node)->call != IR_CALL_ACTION;
+
+    if ((child ? CN_VEC_PUSH(&in->out->child_cancels, x->id)
+               : CN_VEC_PUSH(&in->out->cancels, x->id)) != CN_OK) {
+        oom(in);
+        return false;
+    }
+    return true;
+}
+
 void
 rn_step_out_clear(struct rn_step_out *o)
 {
@@ -298,7 +313,7 @@ rn_step_out_clear(struct rn_step_out *o)
     }
     ir_val_release(o->result);
     o->result = ir_null();
-    o->actions.len = o->timers.len = o->done.len = o->cancels.len = 0;
+    o->actions.len = o->timers.len = o->done.len = o->cancels.len = o->child_cancels.len = 0;
     o->snapshot_needed = false;
     o->outcome = RN_RUNNING;
 }
@@ -311,6 +326,7 @@ rn_step_out_fini(struct rn_step_out *o)
     free(o->timers.items);
     free(o->done.items);
     free(o->cancels.items);
+    free(o->child_cancels.items);
     memset(o, 0, sizeof(*o));
 }
 
@@ -459,9 +475,7 @@ finish(struct rn_instance *in, enum rn_outcome outcome, struct ir_val v)
             continue;
         }
         if (x->status == RN_X_RUNNING) {
-            if (CN_VEC_PUSH(&in->out->cancels, x->id) != CN_OK) {
-                oom(in);
-            }
+            out_cancel(in, x);
         }
         x_free(in, (uint32_t) i);
     }
@@ -532,10 +546,9 @@ fail_fast(struct rn_instance *in, uint32_t ai, struct ir_val err)
             }
             o->timers.len = kept;
         }
-        if (x->status == RN_X_RUNNING && CN_VEC_PUSH(&o->cancels, x->id) != CN_OK) {
+        if (x->status == RN_X_RUNNING && !out_cancel(in, x)) {
             free(victim);
             ir_val_release(err);
-            oom(in);
             return;
         }
         for (k = in->q.head; k < in->q.len; k++) {
@@ -750,9 +763,13 @@ dispatch(struct rn_instance *in, uint32_t xi, bool resend)
         }
         r.exec_id = x->id;
         r.attempt = x->attempt;
+        r.call = t->call;
         r.action = t->name;
+        r.version = t->version;
         r.kwargs = kw;
-        r.timeout_ms = timeout_for(in, t);
+        /* A child's timeout is the child's own deadline (it times itself out and its parent
+         * gets ChildWorkflowTimeout); the runner's default action timeout is not for it. */
+        r.timeout_ms = t->call == IR_CALL_ACTION ? timeout_for(in, t) : t->timeout_ms;
         r.deadline_ms = x->deadline;
         r.prev_error = ir_val_retain(x->last_error);
     }
@@ -775,7 +792,8 @@ retry_delay(struct rn_instance *in, uint32_t xi, struct ir_val err)
 {
     const struct rn_xnode *x = &in->x.items[xi];
     const struct ir_node *t = tnode(in, x->node);
-    bool timeout = strcmp(ir_error_type(err), rn_error_name(RN_ERR_ACTION_TIMEOUT)) == 0;
+    bool timeout = strcmp(ir_error_type(err), rn_error_name(RN_ERR_ACTION_TIMEOUT)) == 0 ||
+                   strcmp(ir_error_type(err), rn_error_name(RN_ERR_CHILD_TIMEOUT)) == 0;
     int64_t best = -1, base = 0, cap = IR_MAX_BACKOFF_MS, mult = 2000, elapsed = 0, delay;
     uint32_t k, j;
 
@@ -1384,9 +1402,8 @@ attempt_timed_out(struct rn_instance *in, uint32_t xi)
         oom(in);
         return;
     }
-    if (CN_VEC_PUSH(&in->out->cancels, x->id) != CN_OK) {
+    if (!out_cancel(in, x)) {
         ir_val_release(err);
-        oom(in);
         return;
     }
     out_done(in, x, false, err);
@@ -1433,7 +1450,9 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
             return;
         }
         if (ev->kind == RN_EV_RESULT) {
-            out_done(in, x, true, ev->value);
+            if (!ev->recorded) {
+                out_done(in, x, true, ev->value);
+            }
             on_action_result(in, xi, ev->value);
             return;
         }
@@ -1441,7 +1460,9 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
             oom(in);
             return;
         }
-        out_done(in, x, false, err);
+        if (!ev->recorded) {
+            out_done(in, x, false, err);
+        }
         attempt_failed(in, xi, err);
         return;
     case RN_EV_TIMER:
@@ -1464,6 +1485,60 @@ apply_event(struct rn_instance *in, const struct rn_event *ev)
 }
 
 /* ---- public API --------------------------------------------------------------------------- */
+
+struct rn_iid
+rn_child_id(struct rn_xid exec_id, uint32_t attempt)
+{
+    struct rn_iid id;
+    uint64_t a, b, s;
+
+    memcpy(&a, exec_id.b, 8);
+    memcpy(&b, exec_id.b + 8, 8);
+    /* Two rounds of splitmix64 over the execution id and the attempt: a fixed function (it is
+     * part of what makes a replay name the same child), and one that spreads the ids. */
+    s = a ^ ((uint64_t) attempt * 0xd1b54a32d192ed03ULL);
+    a = rng_next(&s);
+    s ^= b;
+    b = rng_next(&s);
+    memcpy(id.b, &a, 8);
+    memcpy(id.b + 8, &b, 8);
+    id.b[6] = (uint8_t) ((id.b[6] & 0x0f) | 0x80); /* version 8: custom */
+    id.b[8] = (uint8_t) ((id.b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    return id;
+}
+
+void
+rn_instance_waits(const struct rn_instance *in, struct rn_instance_waits *w)
+{
+    size_t i;
+
+    w->actions = w->children = 0;
+    w->next_ms = INT64_MAX;
+    for (i = 0; i < in->x.len; i++) {
+        const struct rn_xnode *x = &in->x.items[i];
+        int64_t at = 0;
+
+        switch (x->status) {
+        case RN_X_RUNNING:
+            if (tnode(in, x->node)->call != IR_CALL_ACTION) {
+                w->children++;
+            } else {
+                w->actions++;
+            }
+            at = x->deadline;
+            break;
+        case RN_X_BACKOFF:
+        case RN_X_SLEEPING:
+            at = x->scheduled_at;
+            break;
+        default:
+            break;
+        }
+        if (at != 0 && at < w->next_ms) {
+            w->next_ms = at;
+        }
+    }
+}
 
 struct rn_instance *
 rn_instance_alloc(const struct ir_dag *dag, const struct rn_exec_cfg *cfg)

@@ -78,14 +78,21 @@ struct rn_event {
     struct rn_xid exec_id;
     uint32_t attempt;    /* RESULT/ERROR: the attempt it answers; stale ones are dropped */
     struct ir_val value; /* borrowed; the executor retains what it keeps */
+    bool recorded;       /* RESULT/ERROR: already in storage (a child's outcome, which the child's
+                            final write recorded): no done record is made for it */
 };
 
 struct rn_action_req {
     struct rn_xid exec_id; /* idempotency key, with the attempt */
     uint32_t attempt;      /* 1 for the first */
-    const char *action;    /* borrowed from the template */
+    uint8_t call;          /* enum ir_call_kind: an action for a worker, or a child workflow to
+                              start (RUN: its outcome comes back as this attempt's result;
+                              START: its id does) */
+    const char *action;    /* borrowed from the template: the action, or the child's workflow */
+    const char *version;   /* RUN/START: the pinned version; NULL: the newest */
     struct ir_val kwargs;  /* owned by the step output */
-    int64_t timeout_ms;    /* start to close: from when a worker starts it (the pool counts) */
+    int64_t timeout_ms;    /* start to close: from when a worker starts it (the pool counts);
+                              RUN: the child's timeout ([timeout: D]), 0 = none */
     int64_t deadline_ms;   /* schedule to close ([deadline: D]): absolute, wall clock; 0 = none */
     struct ir_val prev_error; /* the previous attempt's error (None for the first); owned by the
                                  step output */
@@ -149,6 +156,10 @@ struct rn_step_out {
         struct rn_xid *items; /* running actions to cancel (instance cancelled or failed) */
         size_t len, cap;
     } cancels;
+    struct {
+        struct rn_xid *items; /* child calls no longer waited for: their children to cancel */
+        size_t len, cap;
+    } child_cancels;
     bool snapshot_needed;
     enum rn_outcome outcome;
     struct ir_val result; /* COMPLETED: the workflow's value; FAILED: the error; CANCELLED:
@@ -213,6 +224,19 @@ CN_MUST_CHECK cn_err rn_instance_redrive(const struct ir_dag *dag, const void *s
  * rn_instance_hydrate. */
 CN_MUST_CHECK cn_err rn_snapshot_describe(const struct ir_dag *dag, const void *snap, size_t len,
                                           struct ir_val *out, struct cn_errmsg *err);
+
+/* The id of the child instance that attempt `attempt` of child call exec_id starts: derived
+ * from both, so a replay of the call (after a crash, from the same snapshot) names the same
+ * child and starting it again changes nothing, while a retry (a new attempt) starts a new one. */
+struct rn_iid rn_child_id(struct rn_xid exec_id, uint32_t attempt);
+
+/* What a live instance waits for (the shard hands back one that only waits for children). */
+struct rn_instance_waits {
+    size_t actions;  /* action attempts running (dispatched to workers) */
+    size_t children; /* child calls running (RUN waits for the child; START for its creation) */
+    int64_t next_ms; /* the earliest timer (sleep, backoff, deadline); INT64_MAX: none */
+};
+void rn_instance_waits(const struct rn_instance *in, struct rn_instance_waits *w);
 
 /* Frees the instance. NULL is a no-op. */
 void rn_instance_free(struct rn_instance *in);

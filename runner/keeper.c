@@ -105,6 +105,18 @@ rn_keeper_apply(struct rn_keeper *k, uint32_t shard, const struct rn_lease_op *o
     cn_mutex_unlock(&k->reg);
 }
 
+bool
+rn_keeper_holds(struct rn_keeper *k, struct rn_iid iid)
+{
+    uint32_t i;
+    bool held;
+
+    cn_mutex_lock(&k->reg);
+    held = rn_iidmap_get(&k->byid, iid, &i);
+    cn_mutex_unlock(&k->reg);
+    return held;
+}
+
 size_t
 rn_keeper_count(struct rn_keeper *k)
 {

@@ -14,6 +14,7 @@
 #define RUNNER_KEEPER_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,8 @@ CN_MUST_CHECK cn_err rn_keeper_start(const struct rn_keeper_cfg *cfg, rn_lost_fn
                                      struct rn_keeper **out, struct cn_errmsg *err);
 /* Records leases taken and dropped by shard `shard`, in order. */
 void rn_keeper_apply(struct rn_keeper *k, uint32_t shard, const struct rn_lease_op *ops, size_t n);
+/* Whether a lease on instance iid is held now (any thread). */
+bool rn_keeper_holds(struct rn_keeper *k, struct rn_iid iid);
 /* Leases held now. */
 size_t rn_keeper_count(struct rn_keeper *k);
 /* Stops renewing and joins the thread; frees everything. NULL: no-op. */

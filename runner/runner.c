@@ -102,6 +102,15 @@ on_persist_ack(void *arg, const struct rn_wreq *q, bool lost, bool failed)
     e->lock = q->w.lock;
     e->lost = lost;
     e->write_failed = failed;
+    if (q->nchildren > 0) {
+        size_t k;
+        e->children = cn_xcalloc(q->nchildren, sizeof(*e->children));
+        for (k = 0; k < q->nchildren; k++) {
+            e->children[k] = q->w.children[k];
+            e->children[k].input = ir_null(); /* the write keeps it */
+        }
+        e->nchildren = q->nchildren;
+    }
     rn_shardloop_post(r->loops[q->shard], e);
 }
 
@@ -161,6 +170,30 @@ on_cancel(void *arg, struct rn_iid iid, const char *reason)
         e->value = ir_null(); /* not text: the executor says "cancelled" */
     }
     rn_shardloop_post(r->loops[shard_of(r, iid)], e);
+}
+
+/* The canceller asks before it reads a child's outcome for a parent (canceller thread). */
+static bool
+holds(void *arg, struct rn_iid iid)
+{
+    struct rn_runner *r = arg;
+
+    return rn_keeper_holds(r->keeper, iid);
+}
+
+/* A child's outcome for a parent held here (canceller thread): to the parent's shard. */
+static void
+on_child_result(void *arg, struct rn_iid parent, const struct rn_done *d)
+{
+    struct rn_runner *r = arg;
+    struct rn_sev *e = rn_sev_new(RN_SEV_RESULT, parent);
+
+    e->exec_id = d->exec_id;
+    e->attempt = d->attempt;
+    e->ok = d->ok;
+    e->value = ir_val_retain(d->value);
+    e->child = true;
+    rn_shardloop_post(r->loops[shard_of(r, parent)], e);
 }
 
 /* ---- statistics and HTTP ------------------------------------------------------------------ */
@@ -326,6 +359,8 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         scfg.exec.default_timeout_ms = cfg->default_action_timeout_ms;
         scfg.exec.max_inline_steps = cfg->max_inline_steps;
         scfg.evict_sleep_threshold_ms = cfg->evict_sleep_threshold_ms;
+        scfg.evict_child_wait_ms = cfg->evict_child_wait_ms;
+        scfg.max_child_depth = cfg->max_child_depth;
         if ((rv = rn_shardloop_start(&scfg, &deps, &r->loops[i], err)) != CN_OK) {
             runner_free(r);
             return rv;
@@ -347,7 +382,8 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     }
     {
         struct rn_canceller_cfg xcfg = {r->cancel_b, RN_CANCEL_SWEEP_MS, &r->late};
-        if ((rv = rn_canceller_start(&xcfg, on_cancel, r, &r->canceller, err)) != CN_OK) {
+        struct rn_canceller_hooks hooks = {on_cancel, holds, on_child_result, r};
+        if ((rv = rn_canceller_start(&xcfg, &hooks, &r->canceller, err)) != CN_OK) {
             runner_free(r);
             return rv;
         }

@@ -43,6 +43,8 @@ struct rn_runner_cfg {
     uint32_t lock_heartbeat_ms;      /* lease renewal period */
     uint32_t reclaim_interval_ms;    /* expired-lease sweep period (0: never) */
     uint32_t evict_sleep_threshold_ms; /* sleeps longer than this are handed back */
+    uint32_t evict_child_wait_ms; /* a parent waiting only for children this long is handed back */
+    uint32_t max_child_depth;     /* children nest at most this deep */
     uint32_t default_action_timeout_ms;
     uint32_t worker_idle_ms;   /* the pool's idle cycle (0: its default) */
     uint32_t max_inline_steps; /* inline nodes one executor step may run (0: its default) */

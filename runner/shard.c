@@ -9,6 +9,7 @@
 #include "ir/base/log.h"
 #include "ir/base/xalloc.h"
 #include "ir/error.h"
+#include "runner/defaults.h"
 #include "runner/errors.h"
 #include "runner/idmap.h"
 #include "runner/timerheap.h"
@@ -31,13 +32,24 @@ struct inst {
         struct rn_event *items; /* results that came after the outcome, until it commits */
         size_t len, cap;
     } late;
-    size_t inflight;         /* actions dispatched and not reported back (approximate) */
-    bool counted;            /* counted in shard->busy */
-    int64_t claimed_mono_us; /* when claimed, until the first dispatch (then 0) */
-    int64_t deadline_ms;     /* the workflow's deadline (wall clock); 0: none */
-    int64_t timeout_ms;      /* the timeout it comes from (for the error message) */
-    uint32_t slot;           /* index in shard->insts */
+    size_t inflight;             /* actions dispatched and not reported back (approximate) */
+    bool counted;                /* counted in shard->busy */
+    int64_t claimed_mono_us;     /* when claimed, until the first dispatch (then 0) */
+    int64_t deadline_ms;         /* the workflow's deadline (wall clock); 0: none */
+    int64_t timeout_ms;          /* the timeout it comes from (for the error message) */
+    uint32_t slot;               /* index in shard->insts */
+    struct rn_child_link parent; /* a child instance: the call its outcome answers */
+    int64_t active_ms;           /* wall clock of the last event applied (child-wait hand-back) */
+    bool idle_armed;             /* a child-wait check is in the timer heap */
 };
+
+/* The timer entry of a child-wait check (an execution id no executor makes: version nibble 0). */
+static const struct rn_xid idle_check = {{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f, 0xff, 0xff,
+                                          0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}};
+
+/* A parent handed back while it waits only for children is claimed again after this long even
+ * if no child wakes it: a bound on what a wake-up lost to a crash could cost. */
+#define RN_SHARD_CHILD_WAIT_RECHECK_MS (24LL * 3600 * 1000)
 
 /* Instances this shard finished lately, whose attempts' outcomes may still come back (a cancel
  * stops an attempt, the worker answers later): theirs are recorded as late results. Only
@@ -93,6 +105,7 @@ rn_sev_free(struct rn_sev *e)
     }
     free(e->claimed.done);
     ir_val_release(e->value);
+    free(e->children);
     free(e);
 }
 
@@ -122,6 +135,10 @@ rn_shard_out_clear(struct rn_shard_out *o)
         ir_val_release(o->late.items[i].d.value);
     }
     o->late.len = 0;
+    for (i = 0; i < o->reaps.len; i++) {
+        free(o->reaps.items[i].exec_ids);
+    }
+    o->reaps.len = 0;
     o->writes.len = o->dispatches.len = o->cancels.len = o->leases.len = o->handed_back.len = 0;
     o->withdrawals.len = 0;
     o->completed = o->failed = o->evicted = o->lost = o->committed = o->removed = 0;
@@ -136,6 +153,7 @@ rn_shard_out_clear(struct rn_shard_out *o)
     OUT_SHRINK(o->leases);
     OUT_SHRINK(o->handed_back);
     OUT_SHRINK(o->late);
+    OUT_SHRINK(o->reaps);
 }
 
 void
@@ -149,6 +167,7 @@ rn_shard_out_fini(struct rn_shard_out *o)
     free(o->leases.items);
     free(o->handed_back.items);
     free(o->late.items);
+    free(o->reaps.items);
     memset(o, 0, sizeof(*o));
 }
 
@@ -322,6 +341,58 @@ write_begin(struct rn_shard *sh, struct inst *in, struct rn_wreq *q, struct rn_s
     CN_VEC_XPUSH(&out->writes, q);
 }
 
+static bool
+has_children(const struct rn_step_out *o)
+{
+    size_t k;
+
+    for (k = 0; k < o->actions.len; k++) {
+        if (o->actions.items[k].call != IR_CALL_ACTION) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Moves the child calls among o's requests into write q: they are started by the write that
+ * records them, not dispatched. */
+static void
+take_children(struct rn_shard *sh, struct rn_step_out *o, struct rn_wreq *q)
+{
+    size_t k, kept = 0, n = 0;
+
+    for (k = 0; k < o->actions.len; k++) {
+        n += o->actions.items[k].call != IR_CALL_ACTION;
+    }
+    if (n == 0) {
+        return;
+    }
+    q->children = cn_xcalloc(n, sizeof(*q->children));
+    for (k = 0; k < o->actions.len; k++) {
+        struct rn_action_req *a = &o->actions.items[k];
+        struct rn_child_start *c;
+
+        if (a->call == IR_CALL_ACTION) {
+            o->actions.items[kept++] = *a;
+            continue;
+        }
+        c = &q->children[q->nchildren++];
+        c->child_id = rn_child_id(a->exec_id, a->attempt);
+        c->exec_id = a->exec_id;
+        c->attempt = a->attempt;
+        c->workflow = a->action; /* the template outlives the write */
+        c->version = a->version;
+        c->input = a->kwargs; /* moved */
+        c->timeout_ms = a->timeout_ms;
+        c->detached = a->call == IR_CALL_START;
+        ir_val_release(a->prev_error);
+    }
+    o->actions.len = kept;
+    q->w.children = q->children;
+    q->w.nchildren = q->nchildren;
+    q->w.max_child_depth = sh->cfg.max_child_depth;
+}
+
 /* Acts on the output of a step (in sh->step): writes what must be durable, holding actions and
  * timers until it commits; releases at once what needs no write. */
 static void
@@ -331,7 +402,7 @@ handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn
     struct rn_wreq *q;
     size_t k;
 
-    if (o->done.len == 0 && !o->snapshot_needed && o->outcome == RN_RUNNING) {
+    if (o->done.len == 0 && !o->snapshot_needed && o->outcome == RN_RUNNING && !has_children(o)) {
         release_output(sh, in, o, now.mono_us, now, out);
         rn_step_out_clear(o);
         busy_sync(sh, in);
@@ -360,6 +431,15 @@ handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn
     q->w.outcome = o->outcome;
     if (o->outcome != RN_RUNNING) {
         q->w.result = ir_val_retain(o->result);
+        if (in->parent.has) {
+            q->w.parent = in->parent;
+            if (rn_child_outcome(o->outcome, o->result, in->id, in->workflow, &q->w.parent_ok,
+                                 &q->w.parent_value) != CN_OK) {
+                cn_oom("child outcome");
+            }
+        }
+    } else {
+        take_children(sh, o, q);
     }
     /* Hold the rest until the write commits. */
     rn_step_out_fini(&in->held);
@@ -425,6 +505,7 @@ step_events(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, si
         }
         return;
     }
+    in->active_ms = now.wall_ms;
     /* One at a time into the same output (the executor promises a batch behaves so): the
      * results after the event that ended the instance are kept as late ones. */
     for (k = 0; k < n && rn_instance_outcome(in->ex) == RN_RUNNING; k++) {
@@ -509,6 +590,8 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     lease_op(out, true, in);
     in->deadline_ms = c->deadline_ms;
     in->timeout_ms = c->timeout_ms;
+    in->parent = c->parent;
+    in->active_ms = now.wall_ms;
     if (c->state != NULL && c->redrive) {
         log_instance(CN_LOG_INFO, in, "redriven: what had not succeeded starts over");
         rv = rn_instance_redrive(in->dag, c->state, c->state_len, c->done, c->ndone, &sh->cfg.exec,
@@ -620,6 +703,15 @@ on_result(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_sh
     ev.exec_id = e->exec_id;
     ev.attempt = e->attempt;
     ev.value = e->value;
+    ev.recorded = e->child;
+    if (e->child) {
+        /* A child's outcome: recorded by the child, nothing of the pool's. For an instance not
+         * held here (or finishing) there is nothing to do: its next claim reads it. */
+        if (in != NULL && in->held.outcome == RN_RUNNING) {
+            step_events(sh, in, &ev, 1, now, out);
+        }
+        return;
+    }
     if (in == NULL) {
         uint32_t slot;
         /* Finished here lately: recorded if it ended failed, cancelled or timed out. */
@@ -677,6 +769,129 @@ maybe_evict_sleeper(struct rn_shard *sh, struct inst *in, struct cn_now now,
     return true;
 }
 
+/* The children a committed write stopped waiting for go to be cancelled: those of the calls
+ * its step dropped, and all of them when the instance was cancelled or timed out. */
+static void
+queue_reaps(const struct inst *in, struct rn_shard_out *out)
+{
+    const struct rn_step_out *h = &in->held;
+    struct rn_shard_reap r;
+
+    memset(&r, 0, sizeof(r));
+    r.parent = in->id;
+    if (h->outcome == RN_CANCELLED || h->outcome == RN_TIMED_OUT) {
+        CN_VEC_XPUSH(&out->reaps, r); /* n == 0: every child, `start`ed ones too */
+        return;
+    }
+    if (h->child_cancels.len == 0) {
+        return;
+    }
+    r.n = h->child_cancels.len;
+    r.exec_ids = cn_xcalloc(r.n, sizeof(*r.exec_ids));
+    memcpy(r.exec_ids, h->child_cancels.items, r.n * sizeof(*r.exec_ids));
+    CN_VEC_XPUSH(&out->reaps, r);
+}
+
+/* What a committed write's child starts came to, as events for the instance (queued in
+ * in->waiting, applied next): a `start` call's result is the child's id; a call whose child
+ * could not start raises. A `run` call whose child started waits for its outcome. */
+static void
+children_started(struct inst *in, const struct rn_sev *e)
+{
+    size_t k;
+
+    for (k = 0; k < e->nchildren; k++) {
+        const struct rn_child_start *c = &e->children[k];
+        enum rn_error kind = RN_ERR_CHILD_NOT_FOUND;
+        struct rn_event ev;
+        char id[37];
+
+        memset(&ev, 0, sizeof(ev));
+        ev.exec_id = c->exec_id;
+        ev.attempt = c->attempt;
+        switch (c->status) {
+        case RN_CHILD_CREATED:
+        case RN_CHILD_EXISTS:
+            if (!c->detached) {
+                continue;
+            }
+            cn_uuid_format(c->child_id.b, id);
+            ev.kind = RN_EV_RESULT;
+            if (ir_str_from_cstr(id, &ev.value) != CN_OK) {
+                cn_oom("child id");
+            }
+            break;
+        case RN_CHILD_BAD_INPUT:
+            kind = RN_ERR_CHILD_INPUT;
+            goto error;
+        case RN_CHILD_TOO_DEEP:
+            kind = RN_ERR_CHILD_DEPTH;
+            goto error;
+        case RN_CHILD_NOT_FOUND:
+        default:
+error:
+            ev.kind = RN_EV_ERROR;
+            if (rn_error_new(kind, c->message, &ev.value) != CN_OK &&
+                rn_error_new(kind, "the child workflow could not start", &ev.value) != CN_OK) {
+                cn_oom("child error");
+            }
+            break;
+        }
+        CN_VEC_XPUSH(&in->waiting, ev); /* the value moves into the queue */
+    }
+}
+
+/* After a committed write that left the instance running: one that waits only for child
+ * workflows is handed back once none has answered for evict_child_wait_ms (a timer checks
+ * again until then). Returns true when the instance is now being handed back. */
+static bool
+maybe_evict_child_waiter(struct rn_shard *sh, struct inst *in, struct cn_now now,
+                         struct rn_shard_out *out)
+{
+    struct rn_instance_waits w;
+    int64_t wake, quiet_until = in->active_ms + (int64_t) sh->cfg.evict_child_wait_ms;
+    struct rn_wreq *q;
+
+    if (in->writing || in->inflight != 0 || in->waiting.len != 0 ||
+        in->held.outcome != RN_RUNNING) {
+        return false;
+    }
+    rn_instance_waits(in->ex, &w);
+    if (w.children == 0 || w.actions != 0) {
+        return false;
+    }
+    if (w.next_ms != INT64_MAX &&
+        w.next_ms - now.wall_ms <= (int64_t) sh->cfg.evict_sleep_threshold_ms) {
+        return false; /* a timer soon: kept, and looked at again after it */
+    }
+    if (now.wall_ms < quiet_until) {
+        if (!in->idle_armed) {
+            struct rn_timer_ent t;
+            memset(&t, 0, sizeof(t));
+            t.at_wall_ms = quiet_until;
+            t.iid = in->id;
+            t.exec_id = idle_check;
+            rn_timerheap_push(&sh->timers, &t);
+            in->idle_armed = true;
+        }
+        return false;
+    }
+    wake = now.wall_ms + RN_SHARD_CHILD_WAIT_RECHECK_MS;
+    if (w.next_ms < wake) {
+        wake = w.next_ms;
+    }
+    if (in->deadline_ms != 0 && in->deadline_ms < wake) {
+        wake = in->deadline_ms;
+    }
+    log_instance(CN_LOG_INFO, in, "waiting for child workflows: handed back until one answers");
+    q = rn_wreq_new(sh->cfg.index, in->id, in->lock);
+    q->w.release = true;
+    q->w.wake_at_ms = wake;
+    in->evicting = true;
+    write_begin(sh, in, q, out);
+    return true;
+}
+
 /* A write committed (or was fenced off, or failed): release what it held, then what waited. */
 static void
 on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard_out *out)
@@ -704,6 +919,7 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         inst_remove(sh, in, out);
         return;
     }
+    queue_reaps(in, out);
     if (in->held.outcome != RN_RUNNING) {
         /* The outcome is committed: cancel what still runs, and forget the instance. A cancel
          * drops an attempt still waiting in the pool's queue (a cancel right after its
@@ -731,11 +947,15 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         return;
     }
     release_output(sh, in, &in->held, in->held_us, now, out);
+    children_started(in, e);
     if (maybe_evict_sleeper(sh, in, now, out)) {
         return;
     }
     rn_step_out_clear(&in->held);
     busy_sync(sh, in);
+    if (in->waiting.len == 0 && maybe_evict_child_waiter(sh, in, now, out)) {
+        return;
+    }
     if (in->waiting.len > 0) {
         evs = in->waiting.items;
         nevs = in->waiting.len;
@@ -776,6 +996,9 @@ rn_shard_new(const struct rn_shard_cfg *cfg)
     struct rn_shard *sh = cn_xcalloc(1, sizeof(*sh));
 
     sh->cfg = *cfg;
+    if (sh->cfg.max_child_depth == 0) {
+        sh->cfg.max_child_depth = RN_DEFAULT_MAX_CHILD_DEPTH;
+    }
     sh->step.result = ir_null();
     return sh;
 }
@@ -829,6 +1052,11 @@ rn_shard_fire(struct rn_shard *sh, struct cn_now now, struct rn_shard_out *out)
         struct rn_event ev;
 
         if (in == NULL) {
+            continue;
+        }
+        if (rn_xid_eq(t.exec_id, idle_check)) {
+            in->idle_armed = false;
+            (void) maybe_evict_child_waiter(sh, in, now, out);
             continue;
         }
         memset(&ev, 0, sizeof(ev));

@@ -23,6 +23,18 @@
  *   are cancelled, and their outcomes are not waited for. The runner that holds the lease
  *   now runs them from the committed state.
  *
+ * CHILD WORKFLOWS
+ * - A child call's request is not dispatched: it rides in the write that records the call
+ *   (struct rn_child_start), and that write's ACK says what became of it: a `start` call gets
+ *   the child's id as its result then, a call that could not start (no such workflow, inputs
+ *   that do not fit, too deep) its error; a `run` call waits for the child's outcome, which
+ *   comes as a RESULT already recorded (the child's final write recorded it).
+ * - A finishing child's write carries its outcome for its parent (rn_child_outcome).
+ * - Calls the executor stops waiting for, and every child of an instance that is cancelled or
+ *   times out, are listed in out->reaps, to cancel once the write that dropped them committed.
+ * - An instance that only waits for children is handed back after evict_child_wait_ms without
+ *   an answer (a timer checks), due at its next timer, its deadline, or a day from now.
+ *
  * Other duties: timers (a heap on the wall clock; a timer whose instance is gone is dropped),
  * handing back a long sleep (evict_sleep_threshold_ms), failing an instance that cannot resume
  * (StateError, through the fenced write path, so it fails alone), and handing every instance
@@ -67,11 +79,16 @@ struct rn_sev {
     uint32_t attempt;
     bool ok;
     struct ir_val value; /* owned */
+    bool child;          /* RESULT: a child's outcome, already recorded (canceller), not an
+                            attempt of the pool's */
     /* ACK and LOST: the claim token the write was made, or the lease was held, under */
     struct rn_token lock;
     /* ACK */
-    bool lost;         /* fenced off: the lease was gone, nothing was written */
-    bool write_failed; /* not written at all (stopping with storage down) */
+    bool lost;                       /* fenced off: the lease was gone, nothing was written */
+    bool write_failed;               /* not written at all (stopping with storage down) */
+    struct rn_child_start *children; /* the write's child starts, with their status (owned;
+                                        inputs None) */
+    size_t nchildren;
 };
 
 struct rn_sev *rn_sev_new(enum rn_sev_kind kind, struct rn_iid iid);
@@ -82,6 +99,14 @@ struct rn_lease_op {
     bool take; /* true: now held under lock; false: forgotten */
     struct rn_iid iid;
     struct rn_token lock;
+};
+
+/* Children of parent to cancel: those of the calls exec_ids[0..n) (malloc'd), or all of them
+ * (n == 0: the parent was cancelled or timed out). */
+struct rn_shard_reap {
+    struct rn_iid parent;
+    struct rn_xid *exec_ids;
+    size_t n;
 };
 
 /* What the caller must carry out after rn_shard_apply / rn_shard_fire / rn_shard_hand_back,
@@ -116,6 +141,11 @@ struct rn_shard_out {
         size_t len, cap;
     } handed_back;
     struct {
+        struct rn_shard_reap *items; /* children no longer waited for, to cancel (after the
+                                        write that stopped waiting committed); owned */
+        size_t len, cap;
+    } reaps;
+    struct {
         struct rn_late_result *items; /* results that came after their instance's outcome was
                                          committed (or for an instance not held here): to record
                                          (backend record_late); values owned by the output */
@@ -138,6 +168,11 @@ struct rn_shard_cfg {
     uint32_t index; /* stamped on writes, so their ACKs come back here */
     struct rn_exec_cfg exec;
     uint32_t evict_sleep_threshold_ms; /* sleeps longer than this are handed back */
+    /* An instance that waits only for child workflows (nothing on a worker, no timer sooner
+     * than evict_sleep_threshold_ms) is handed back once no child has answered for this long
+     * (0: at once); a child's outcome makes it due again. */
+    uint32_t evict_child_wait_ms;
+    uint32_t max_child_depth; /* children nest at most this deep (the root is depth 0) */
 };
 
 struct rn_shard;

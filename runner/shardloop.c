@@ -100,6 +100,10 @@ carry_out(struct rn_shardloop *l)
     if (o->late.len > 0 && l->deps.late != NULL) {
         rn_late_queue_push(l->deps.late, o->late.items, o->late.len);
     }
+    for (i = 0; i < o->reaps.len && l->deps.late != NULL; i++) {
+        rn_late_queue_reap(l->deps.late, o->reaps.items[i].parent, o->reaps.items[i].exec_ids,
+                           o->reaps.items[i].n);
+    }
 #ifdef __GLIBC__
     if (o->large_freed) {
         (void) malloc_trim(0);

@@ -14,6 +14,7 @@ rn_wreq_new(uint32_t shard, struct rn_iid iid, struct rn_token lock)
 
     q->shard = shard;
     q->w.result = ir_null();
+    q->w.parent_value = ir_null();
     q->w.instance_id = iid;
     q->w.lock = lock;
     return q;
@@ -31,7 +32,12 @@ rn_wreq_free(struct rn_wreq *q)
         ir_val_release(q->done[k].value);
     }
     free(q->done);
+    for (k = 0; k < q->nchildren; k++) {
+        ir_val_release(q->children[k].input);
+    }
+    free(q->children);
     cn_buf_fini(&q->state);
     ir_val_release(q->w.result);
+    ir_val_release(q->w.parent_value);
     free(q);
 }

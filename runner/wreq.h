@@ -19,7 +19,9 @@ struct rn_wreq {
     uint32_t shard;       /* the shard whose instance this is: the ACK goes back there */
     struct rn_done *done; /* owned copies (values retained) */
     size_t ndone;
-    struct cn_buf state;  /* the snapshot, when one is written */
+    struct cn_buf state;             /* the snapshot, when one is written */
+    struct rn_child_start *children; /* owned (inputs owned) */
+    size_t nchildren;
     struct rn_wreq *next; /* the persister's queue link */
 };
 

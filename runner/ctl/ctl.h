@@ -13,6 +13,7 @@
 
 #include <libpq-fe.h>
 
+#include "ir/base/buf.h"
 #include "ir/base/err.h"
 #include "ir/base/opts.h"
 #include "ir/dag.h"
@@ -105,5 +106,10 @@ int ctl_cmd_inspect(int argc, char **argv);
 int ctl_cmd_cancel(int argc, char **argv);
 int ctl_cmd_retry(int argc, char **argv);
 int ctl_cmd_exec(int argc, char **argv);
+int ctl_cmd_tree(int argc, char **argv);
+/* inspect's parent and children of instance id (ctl_tree.c): JSON members ("parent": ...,
+ * "children": [...], "children_truncated": b) or text lines, appended to out. EXIT_OK, or the
+ * status after printing why. */
+int ctl_inspect_family(PGconn *c, const char *id, bool json, struct cn_buf *out);
 
 #endif

@@ -194,6 +194,142 @@ default_name(const char *path)
     return out;
 }
 
+/* The text array literal of the entry function's inputs (for workflow_versions.inputs), in
+ * *out. Input names are identifiers: nothing in them needs quoting. */
+static bool
+inputs_literal(const struct ir_dag *dag, struct cn_buf *out)
+{
+    const struct ir_node *e = &dag->nodes[dag->entry];
+    uint32_t i;
+    bool ok = cn_buf_putc(out, '{') == CN_OK;
+
+    for (i = 0; ok && i < e->ntargets; i++) {
+        ok = cn_buf_printf(out, "%s\"%s\"", i > 0 ? "," : "", e->targets[i]) == CN_OK;
+    }
+    return ok && cn_buf_putc(out, '}') == CN_OK;
+}
+
+/* Whether name is among the input names of a text array literal ("{a,b}"). */
+static bool
+in_inputs(const char *lit, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = lit + (*lit == '{');
+
+    while (*p != '\0' && *p != '}') {
+        const char *q = p + (*p == '"');
+        size_t len = strcspn(q, "\",}");
+        if (len == n && strncmp(q, name, n) == 0) {
+            return true;
+        }
+        p = q + len;
+        p += *p == '"';
+        p += *p == ',';
+    }
+    return false;
+}
+
+/* Checks the child calls (run/start) of dag against the workflows they name, as registered now
+ * (self: the workflow being registered, whose own inputs its recursive calls must fit). A call
+ * whose inputs do not fit is an error at its line:col; one naming a workflow that is not
+ * registered is an error too, unless allow_missing (a child registered later fails the call at
+ * run time with ChildWorkflowNotFound). Returns EXIT_OK, or the status after printing. */
+static int
+check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const char *src, size_t len,
+                  const struct ir_dag *dag, const char *self, bool allow_missing)
+{
+    struct ir_diags d;
+    struct cn_buf own = CN_BUF_INIT, msg = CN_BUF_INIT;
+    int status = EXIT_OK;
+    uint32_t i, k;
+
+    ir_diags_init(&d, file, src, len);
+    if (!inputs_literal(dag, &own)) {
+        cn_buf_fini(&own);
+        return EXIT_USAGE;
+    }
+    for (i = 0; i < dag->nnodes && status == EXIT_OK; i++) {
+        const struct ir_node *t = &dag->nodes[i];
+        const char *params[2] = {t->name, t->version};
+        const char *inputs;
+        struct cn_errmsg em;
+        PGresult *r = NULL;
+        cn_err rv;
+
+        if (t->kind != IR_N_ACTION || t->call == IR_CALL_ACTION) {
+            continue;
+        }
+        if (strcmp(t->name, self) == 0 && t->version == NULL) {
+            inputs = own.data; /* a recursive call: this very version */
+        } else {
+            if ((rv = rn_db_exec(c,
+                                 "SELECT coalesce(inputs::text, '') FROM cairn.workflow_versions"
+                                 " WHERE workflow_name = $1 AND ($2::text IS NULL OR"
+                                 " workflow_version = $2) ORDER BY created_at DESC LIMIT 1",
+                                 2, params, &r, &em)) != CN_OK) {
+                status = ctl_db_error(o, rv, &em);
+                break;
+            }
+            if (PQntuples(r) == 0) {
+                if (allow_missing) {
+                    fprintf(stderr,
+                            "%s:%u:%u: warning: no workflow \"%s\"%s%s%s is registered yet: the "
+                            "call raises ChildWorkflowNotFound if it is not when it runs\n",
+                            file, t->line, t->col, t->name, t->version ? " version \"" : "",
+                            t->version ? t->version : "", t->version ? "\"" : "");
+                } else {
+                    ir_diags_add(&d, t->line, t->col,
+                                 "no workflow \"%s\"%s%s%s is registered (register it first, or "
+                                 "pass --allow-missing-children to check it when the call runs)",
+                                 t->name, t->version ? " version \"" : "",
+                                 t->version ? t->version : "", t->version ? "\"" : "");
+                }
+                PQclear(r);
+                continue;
+            }
+            inputs = PQgetvalue(r, 0, 0);
+        }
+        if (inputs[0] != '\0') { /* '': registered before inputs were recorded */
+            for (k = 0; k < t->nargs; k++) {
+                if (!in_inputs(inputs, t->argnames[k])) {
+                    ir_diags_add(&d, t->line, t->col, "%s has no input '%s' (its inputs: %s)",
+                                 t->name, t->argnames[k], inputs);
+                }
+            }
+            {
+                /* Every input of the child's main, in the call. */
+                const char *p = inputs + 1;
+                while (*p != '\0' && *p != '}') {
+                    const char *q = p + (*p == '"');
+                    size_t n = strcspn(q, "\",}");
+                    bool given = false;
+                    for (k = 0; k < t->nargs && !given; k++) {
+                        given = strlen(t->argnames[k]) == n && strncmp(t->argnames[k], q, n) == 0;
+                    }
+                    if (!given && n > 0) {
+                        ir_diags_add(&d, t->line, t->col, "%s needs input '%.*s' (its inputs: %s)",
+                                     t->name, (int) n, q, inputs);
+                    }
+                    p = q + n;
+                    p += *p == '"';
+                    p += *p == ',';
+                }
+            }
+        }
+        PQclear(r);
+    }
+    if (status == EXIT_OK && d.len > 0) {
+        if (ir_diags_format(&d, &msg) == CN_OK) {
+            fputs(msg.data, stderr);
+        }
+        status = EXIT_REJECTED;
+    }
+    cn_buf_fini(&msg);
+    cn_buf_fini(&own);
+    ir_diags_fini(&d);
+    return status;
+}
+
 int
 ctl_cmd_register(int argc, char **argv)
 {
@@ -202,8 +338,9 @@ ctl_cmd_register(int argc, char **argv)
     static const char *insert_sql =
         "WITH h AS (SELECT encode(sha256($3::bytea), 'hex') AS ir_hash) "
         "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source, "
-        "timeout_ms) "
-        "SELECT $1, coalesce($2, left(h.ir_hash, 12)), h.ir_hash, $4, nullif($5::bigint, 0) "
+        "timeout_ms, inputs) "
+        "SELECT $1, coalesce($2, left(h.ir_hash, 12)), h.ir_hash, $4, nullif($5::bigint, 0), "
+        "$6::text[] "
         "FROM h "
         "ON CONFLICT (workflow_name, workflow_version) DO NOTHING "
         "RETURNING id, workflow_version, ir_hash";
@@ -225,18 +362,23 @@ ctl_cmd_register(int argc, char **argv)
          .kind = CN_OPT_STR,
          .arg = "V",
          .help = "version (default: 12 hex digits of the graph's hash)"},
+        {.flag = "allow-missing-children",
+         .kind = CN_OPT_BOOL,
+         .help = "register although a child workflow it calls is not registered yet (the call "
+                 "is checked when it runs)"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o = CTL_OPTS("register", "FILE [--name N] [--version V] [--json]", rows, 1);
+    struct cn_opts o = CTL_OPTS(
+        "register", "FILE [--name N] [--version V] [--allow-missing-children] [--json]", rows, 1);
     const char *file, *version;
     struct cn_errmsg em;
     struct ir_dag *dag = NULL;
-    struct cn_buf enc = CN_BUF_INIT, hex = CN_BUF_INIT;
+    struct cn_buf enc = CN_BUF_INIT, hex = CN_BUF_INIT, inputs = CN_BUF_INIT;
     PGconn *c = NULL;
     PGresult *r = NULL;
     char *src = NULL, *name = NULL;
     size_t src_len = 0, i;
-    const char *params[5];
+    const char *params[6];
     char timeout[24];
     bool created = false;
     int status;
@@ -292,13 +434,23 @@ ctl_cmd_register(int argc, char **argv)
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         goto out;
     }
+    if ((status = check_child_calls(&o, c, file, src, src_len, dag, name,
+                                    cn_opts_bool(&o, "allow-missing-children"))) != EXIT_OK) {
+        goto out;
+    }
+    if (!inputs_literal(dag, &inputs)) {
+        fprintf(stderr, "cairnctl register: out of memory\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    params[5] = inputs.data;
     params[0] = name;
     params[1] = version;
     params[2] = hex.data;
     params[3] = src;
     (void) snprintf(timeout, sizeof(timeout), "%lld", (long long) dag->timeout_ms);
     params[4] = timeout; /* the workflow's [timeout: D] (its graph's hash covers it too) */
-    if ((rv = rn_db_exec(c, insert_sql, 5, params, &r, &em)) != CN_OK) {
+    if ((rv = rn_db_exec(c, insert_sql, 6, params, &r, &em)) != CN_OK) {
         status = ctl_db_error(&o, rv, &em);
         goto out;
     }
@@ -337,6 +489,7 @@ out:
     PQfinish(c);
     cn_buf_fini(&enc);
     cn_buf_fini(&hex);
+    cn_buf_fini(&inputs);
     ir_dag_free(dag);
     free(src);
     free(name);
@@ -714,7 +867,7 @@ ctl_cmd_run(int argc, char **argv)
     "ri.created_at, 'started_at', ri.started_at, 'completed_at', ri.completed_at, "            \
     "'scheduled_at', q.scheduled_at, 'leased', coalesce(q.lock_expires_at > now(), false), "   \
     "'idempotency_key', ri.idempotency_key, 'input', ri.input, 'result', ri.result, 'error', " \
-    "ri.error)::text"
+    "ri.error, 'parent', ri.parent_id, 'root', ri.root_id)::text"
 #define INSTANCE_FROM                                                             \
     " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv ON wv.id = " \
     "ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id = ri.instance_id "
@@ -859,6 +1012,10 @@ ctl_cmd_list(int argc, char **argv)
          .arg = "S",
          .help = "queued, running, completed, failed or cancelled"},
         {.flag = "workflow", .kind = CN_OPT_STR, .arg = "W", .help = "this workflow's only"},
+        {.flag = "parent",
+         .kind = CN_OPT_STR,
+         .arg = "ID",
+         .help = "the child workflows of this instance only"},
         {.flag = "limit",
          .kind = CN_OPT_INT,
          .def = "20",
@@ -869,12 +1026,12 @@ ctl_cmd_list(int argc, char **argv)
         CTL_OPT_JSON,
     };
     struct cn_opts o =
-        CTL_OPTS("list", "[--status S] [--workflow W] [--limit N] [--json]", rows, 0);
+        CTL_OPTS("list", "[--status S] [--workflow W] [--parent ID] [--limit N] [--json]", rows, 0);
     const char *want;
     struct cn_errmsg em;
     PGconn *c = NULL;
     PGresult *r = NULL;
-    const char *params[3];
+    const char *params[4];
     char lim[24];
     int status, i, n;
     size_t k;
@@ -892,6 +1049,9 @@ ctl_cmd_list(int argc, char **argv)
         fputc('\n', stderr);
         return EXIT_USAGE;
     }
+    if (cn_opts_str(&o, "parent") != NULL && !ctl_check_uuid("list", cn_opts_str(&o, "parent"))) {
+        return EXIT_USAGE;
+    }
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
@@ -899,12 +1059,14 @@ ctl_cmd_list(int argc, char **argv)
     params[0] = want;
     params[1] = cn_opts_str(&o, "workflow");
     params[2] = lim;
+    params[3] = cn_opts_str(&o, "parent");
     rv = rn_db_exec(c,
                     "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, ri.status, "
                     "ri.created_at " INSTANCE_FROM "WHERE ($1::text IS NULL OR ri.status = $1) AND "
-                    "($2::text IS NULL OR ri.workflow_name = $2) "
+                    "($2::text IS NULL OR ri.workflow_name = $2) AND "
+                    "($4::uuid IS NULL OR ri.parent_id = $4::uuid) "
                     "ORDER BY ri.created_at DESC LIMIT $3::integer",
-                    3, params, &r, &em);
+                    4, params, &r, &em);
     if (rv != CN_OK) {
         status = ctl_db_error(&o, rv, &em);
         PQfinish(c);
@@ -1209,12 +1371,18 @@ ctl_cmd_inspect(int argc, char **argv)
         goto out;
     }
     if (ctl_json_out(&o)) {
+        struct cn_buf fam = CN_BUF_INIT;
         if (ir_val_to_json(doc, &b, &em) != CN_OK) {
             fprintf(stderr, "cairnctl inspect: %s\n", em.text);
             status = EXIT_USAGE;
             goto out;
         }
-        printf("%s\n", b.data);
+        /* The family goes in as members of the same object: before its closing brace. */
+        if ((status = ctl_inspect_family(c, id, true, &fam)) == EXIT_OK && b.len > 0) {
+            b.data[b.len - 1] = '\0';
+            printf("%s, %s}\n", b.data, fam.data != NULL ? fam.data : "");
+        }
+        cn_buf_fini(&fam);
         goto out;
     }
     printf("instance    %s\nworkflow    %s (version %s)\nstatus      %s%s\n", id,
@@ -1225,6 +1393,15 @@ ctl_cmd_inspect(int argc, char **argv)
     }
     if (!PQgetisnull(r, 0, 13)) {
         printf("deadline    %s\n", PQgetvalue(r, 0, 13));
+    }
+    {
+        struct cn_buf fam = CN_BUF_INIT;
+        if ((status = ctl_inspect_family(c, id, false, &fam)) != EXIT_OK) {
+            cn_buf_fini(&fam);
+            goto out;
+        }
+        fputs(fam.data != NULL ? fam.data : "", stdout);
+        cn_buf_fini(&fam);
     }
     for (row = 0; row < PQntuples(h); row++) {
         printf("earlier run %s (%s: %s), retried at %s\n", PQgetvalue(h, row, 0),

@@ -119,6 +119,8 @@ ctl_cmd_exec(int argc, char **argv)
     cfg.lock_heartbeat_ms = RN_DEFAULT_LOCK_HEARTBEAT_MS;
     cfg.reclaim_interval_ms = 0;               /* no other runner can die holding leases */
     cfg.evict_sleep_threshold_ms = UINT32_MAX; /* in memory, a sleeping instance just waits */
+    cfg.evict_child_wait_ms = UINT32_MAX;
+    cfg.max_child_depth = RN_DEFAULT_MAX_CHILD_DEPTH;
     cfg.default_action_timeout_ms = RN_DEFAULT_ACTION_TIMEOUT_MS;
     cfg.worker_idle_ms = RN_DEFAULT_WORKER_IDLE_MS;
     cfg.max_inline_steps = RN_DEFAULT_MAX_INLINE_STEPS;

@@ -14,16 +14,26 @@
 
 TestSuite(ir_compile, .fini = t_leak_check, .timeout = 60);
 
-static const char *const examples[] = {"cleanup", "hello", "orders", "poll", "report", "welcome"};
-#define NEXAMPLES (sizeof(examples) / sizeof(examples[0]))
+/* The examples, then sources kept next to their golden text (tests/golden/NAME.cairn) for what
+ * the examples do not show. */
+static const char *const examples[] = {"cleanup", "hello",   "orders",  "poll",
+                                       "report",  "welcome", "children"};
+#define NEXAMPLES    (sizeof(examples) / sizeof(examples[0]))
+#define NGOLDEN_ONLY 1 /* the last ones live in tests/golden/ */
 
 static char *
 example_source(const char *name)
 {
     char rel[128];
     char *src;
+    size_t i;
 
     (void) snprintf(rel, sizeof(rel), "examples/%s.cairn", name);
+    for (i = NEXAMPLES - NGOLDEN_ONLY; i < NEXAMPLES; i++) {
+        if (strcmp(name, examples[i]) == 0) {
+            (void) snprintf(rel, sizeof(rel), "tests/golden/%s.cairn", name);
+        }
+    }
     src = t_read_source_file(rel, NULL);
     cr_assert_not_null(src, "cannot read %s (is CAIRN_SOURCE_ROOT set?)", rel);
     return src;
@@ -72,6 +82,26 @@ Test(ir_compile, ids_are_deterministic)
         free(src);
     }
 }
+
+/* Every form of child workflow call; `f` is both a helper and the registered workflow started on
+ * line 8 (which must not inline the helper). */
+static const char child_src[] =
+    "fn f(input: [v]):\n"
+    "    return v\n"
+    "fn main(input: [xs, o]):\n"
+    "    try:\n"
+    "        r = run billing.refund(order=o, n=1) [E -> retry: 3] [timeout: 10m] [version: "
+    "\"v2\"]\n"
+    "    except E:\n"
+    "        r = 0\n"
+    "    id = start f(v=o)\n"
+    "    ys = spread xs:x -> run each(v=x) [retry: 2] [fail_fast]\n"
+    "    ids = spread xs:x -> start each(v=x) [version: \"v1\"]\n"
+    "    a, b = parallel:\n"
+    "        run g() [timeout: 30s]\n"
+    "        @m.h()\n"
+    "    run fire(k=id)\n"
+    "    return [r, ys, ids, a, b]\n";
 
 /* Encodes, decodes and encodes again: the same bytes, the same text. */
 static void
@@ -139,6 +169,7 @@ Test(ir_compile, msgpack_round_trip_is_exact)
         cn_buf_fini(&t);
         t_compiled_free(&c);
     }
+    expect_round_trip("child workflows", child_src);
     expect_round_trip("unpack one", "fn main(input: [x]):\n"
                                     "    a, = x\n"
                                     "    for b, in [x]:\n"
@@ -185,6 +216,10 @@ Test(ir_compile, decode_rejects_truncated_and_corrupted_input)
     cr_assert_lt(accepted, 3000);
     T_ERR(ir_dag_decode("\x81\xa6"
                         "format\x01", /* an older format */
+                        9, &d, &em),
+          CN_VERSION);
+    T_ERR(ir_dag_decode("\x81\xa6"
+                        "format\x03", /* the format before child workflow calls */
                         9, &d, &em),
           CN_VERSION);
     cn_buf_fini(&m);
@@ -420,6 +455,186 @@ Test(ir_compile, spread_and_parallel_aggregate_branch_errors)
     t_compiled_free(&c);
 }
 
+Test(ir_compile, child_workflow_calls_are_action_nodes)
+{
+    struct t_compiled c = t_compile(child_src);
+    const struct ir_dag *d = c.dag;
+    const struct ir_node *n;
+    struct cn_errmsg em = {{0}};
+    uint32_t run1, start1, sp, each, sp2, each2, par, g, h, fire, exc, agg;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    T_OK(ir_dag_validate(d, &em));
+    cr_assert_eq(d->nframes, 1); /* `start f(...)` did not inline the helper f */
+    cr_assert_eq(find_node(d, IR_N_CALL_ENTER, 0), IR_NO_NODE);
+    run1 = find_node(d, IR_N_ACTION, 0);
+    exc = find_node(d, IR_N_EXCEPT, 0);
+    n = &d->nodes[run1];
+    cr_assert_eq(n->call, IR_CALL_RUN);
+    cr_assert_str_eq(n->name, "billing.refund");
+    cr_assert_str_eq(n->version, "v2");
+    cr_assert_eq(n->line, 5);
+    cr_assert_eq(n->col, 13); /* the `run` keyword, for cairnctl register to point at */
+    cr_assert_eq(n->nargs, 2);
+    cr_assert_str_eq(n->argnames[0], "order");
+    cr_assert_str_eq(n->argnames[1], "n");
+    cr_assert_eq(n->nretries, 1);
+    cr_assert_eq(n->retries[0].retries, 3);
+    cr_assert_str_eq(n->retries[0].types[0], "E");
+    cr_assert_eq(n->timeout_ms, 600000);
+    cr_assert_eq(n->deadline_ms, 0);
+    cr_assert_eq(n->ntargets, 1);
+    cr_assert_str_eq(n->targets[0], "r");
+    cr_assert_eq(n->exc, exc); /* errors go to the try's handlers, as an action's do */
+    cr_assert_eq(n->try_depth, 1);
+    start1 = find_node(d, IR_N_ACTION, run1 + 1);
+    n = &d->nodes[start1];
+    cr_assert_eq(n->call, IR_CALL_START);
+    cr_assert_str_eq(n->name, "f");
+    cr_assert_null(n->version);
+    cr_assert_eq(n->nretries, 0);
+    cr_assert_eq(n->timeout_ms, 0);
+    cr_assert_eq(n->line, 8);
+    cr_assert_eq(n->col, 10);
+    cr_assert_str_eq(n->targets[0], "id");
+    sp = find_node(d, IR_N_SPREAD, 0);
+    each = find_node(d, IR_N_ACTION, sp);
+    agg = find_node(d, IR_N_AGGREGATE, sp);
+    cr_assert_eq(edge_to(d, sp, each), IR_E_FORK);
+    cr_assert_eq(d->nodes[each].call, IR_CALL_RUN);
+    cr_assert_str_eq(d->nodes[each].name, "each");
+    cr_assert_eq(d->nodes[each].nretries, 1);
+    cr_assert_eq(d->nodes[each].exc, agg);
+    cr_assert_eq(d->nodes[each].col, 25);
+    cr_assert(d->nodes[sp].fail_fast && d->nodes[agg].fail_fast);
+    sp2 = find_node(d, IR_N_SPREAD, sp + 1);
+    each2 = find_node(d, IR_N_ACTION, sp2);
+    cr_assert_eq(edge_to(d, sp2, each2), IR_E_FORK);
+    cr_assert_eq(d->nodes[each2].call, IR_CALL_START);
+    cr_assert_str_eq(d->nodes[each2].version, "v1");
+    par = find_node(d, IR_N_PARALLEL, 0);
+    g = find_node(d, IR_N_ACTION, par);
+    h = find_node(d, IR_N_ACTION, g + 1);
+    cr_assert_eq(edge_to(d, par, g), IR_E_FORK);
+    cr_assert_eq(edge_to(d, par, h), IR_E_FORK);
+    cr_assert_eq(d->nodes[g].call, IR_CALL_RUN);
+    cr_assert_eq(d->nodes[g].timeout_ms, 30000);
+    cr_assert_eq(d->nodes[g].line, 12);
+    cr_assert_eq(d->nodes[g].col, 9);
+    cr_assert_eq(d->nodes[h].call, IR_CALL_ACTION);
+    cr_assert_str_eq(d->nodes[h].name, "m.h");
+    fire = find_node(d, IR_N_ACTION, h + 1);
+    cr_assert_eq(d->nodes[fire].call, IR_CALL_RUN);
+    cr_assert_eq(d->nodes[fire].ntargets, 0);
+    cr_assert_eq(d->nodes[fire].col, 5);
+    {
+        /* DOT draws children in a shape of their own; the summary lists them apart */
+        struct cn_buf dot = CN_BUF_INIT, sum = CN_BUF_INIT;
+        T_OK(ir_dag_dot(d, &dot));
+        T_OK(ir_dag_summary(d, &sum));
+        cr_assert(strstr(dot.data,
+                         "shape=component, label=\"n2 action\\nr = run billing.refund(") != NULL,
+                  "%s", dot.data);
+        cr_assert(strstr(sum.data,
+                         "  actions: @m.h\n  child workflows: run billing.refund, start f, "
+                         "run each, start each, run g, run fire\n") != NULL,
+                  "%s", sum.data);
+        cn_buf_fini(&dot);
+        cn_buf_fini(&sum);
+    }
+    t_compiled_free(&c);
+}
+
+/* The runner checks a child's inputs against the entry function's parameters, which the ENTRY
+ * node carries as its targets (helpers' parameters are not there). */
+Test(ir_compile, entry_node_targets_are_the_entry_functions_inputs)
+{
+    struct t_compiled c = t_compile("fn h(input: [z]):\n    return z\n"
+                                    "fn main(input: [order, items]):\n    y = h(order)\n"
+                                    "    return y\n");
+    const struct ir_node *e;
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    e = &c.dag->nodes[c.dag->entry];
+    cr_assert_eq(e->kind, IR_N_ENTRY);
+    cr_assert_eq(e->frame, 0);
+    cr_assert_eq(e->ntargets, 2);
+    cr_assert_str_eq(e->targets[0], "order");
+    cr_assert_str_eq(e->targets[1], "items");
+    t_compiled_free(&c);
+}
+
+/* One broken promise per case, each on a freshly compiled template; ir_dag_decode must refuse
+ * the same template once encoded. */
+Test(ir_compile, validate_refuses_misplaced_child_calls)
+{
+    static const char *const src = "fn main(input: [o]):\n"
+                                   "    r = run wf(o=o) [retry: 1]\n"
+                                   "    id = start wf2(o=o)\n"
+                                   "    x = @m.a()\n"
+                                   "    return [r, id, x]\n";
+    int k;
+
+    for (k = 0; k < 11; k++) {
+        struct t_compiled c = t_compile(src);
+        struct ir_dag *d = c.dag, *back = NULL;
+        struct ir_node *run, *start, *act;
+        struct cn_errmsg em = {{0}};
+        struct cn_buf m = CN_BUF_INIT;
+        cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+        run = &d->nodes[find_node(d, IR_N_ACTION, 0)];
+        start = run + 1;
+        act = run + 2;
+        cr_assert(run->call == IR_CALL_RUN && start->call == IR_CALL_START &&
+                  act->call == IR_CALL_ACTION);
+        switch (k) {
+        case 0: /* a call on a node that is not an action */
+            d->nodes[d->entry].call = IR_CALL_RUN;
+            break;
+        case 1:
+            d->nodes[d->output].call = IR_CALL_START;
+            break;
+        case 2: /* an unknown call kind */
+            act->call = IR_CALL_COUNT_;
+            break;
+        case 3: /* a version on a plain action */
+            act->version = "v1";
+            break;
+        case 4: /* a version the registry could not hold */
+            run->version = "v 1";
+            break;
+        case 5:
+            run->version = "";
+            break;
+        case 6: /* a name the language cannot call */
+            run->name = "billing-refund";
+            break;
+        case 7:
+            start->name = "1wf";
+            break;
+        case 8: /* policies nothing could apply */
+            start->timeout_ms = 1000;
+            break;
+        case 9:
+            start->retries = run->retries;
+            start->nretries = run->nretries;
+            break;
+        case 10:
+            run->deadline_ms = 1000;
+            break;
+        default:
+            break;
+        }
+        T_ERR(ir_dag_validate(d, &em), CN_RANGE);
+        if (k != 2) { /* the decoder already refuses an unknown call kind as a parse error */
+            T_OK(ir_dag_encode(d, &m));
+            T_ERR(ir_dag_decode(m.data, m.len, &back, &em), CN_RANGE);
+        }
+        cn_buf_fini(&m);
+        t_compiled_free(&c);
+    }
+}
+
 Test(ir_compile, helpers_inline_into_their_own_frames)
 {
     struct t_compiled c = t_compile("fn add(input: [a, b]):\n    return a + b\n"
@@ -475,6 +690,12 @@ static const struct check_case check_errors[] = {
      "variable 'y' may be used before it is assigned"},
     {"fn main():\n    y = x\n", 2, 9, "name 'x' is not defined"},
     {"fn main():\n    y = foo(1)\n", 2, 9, "unknown function 'foo'"},
+    {"fn main():\n    y = run(order=1)\n", 2, 9,
+     "unknown function 'run'; to call a child workflow, write its name after 'run' (run "
+     "billing.refund(order=o))"},
+    {"fn main(input: [xs]):\n    ids = spread xs:x -> start w(v=y)\n", 2, 36,
+     "name 'y' is not defined"},
+    {"fn main():\n    x = run w(v=x)\n", 2, 17, "variable 'x' may be used before it is assigned"},
     {"fn main():\n    y = len(1, 2)\n", 2, 9, "len() takes exactly 1 argument (2 given)"},
     {"fn main():\n    y = range()\n", 2, 9, "range() takes 1 to 3 arguments (0 given)"},
     {"fn main():\n    y = min()\n", 2, 9, "min() takes at least 1 argument (0 given)"},
@@ -587,6 +808,13 @@ Test(ir_compile, valid_programs_compile)
         "fn main():\n    while 1:\n        x = 1\n        break\n    return x\n",
         /* keywords are fine inside dotted action names */
         "fn main():\n    x = @db.input(v=1)\n    @queue.sleep(s=1)\n",
+        /* run and start are names unless a workflow name follows; a helper may be called run,
+         * and `run y(...)` starts the workflow y even where y is a variable */
+        ("fn run(input: [x]):\n    return x\nfn main(input: [start]):\n    y = run(start)\n"
+         "    z = run y(v=start)\n    start = len([z]) + start\n    return [y, z, start]\n"),
+        /* the workflow's own name: recursion across instances is the runner's to bound */
+        "fn main(input: [n]):\n    if n > 0:\n        r = run main(n=n - 1)\n        return r\n"
+        "    return 0\n",
     };
     size_t i;
 

@@ -338,6 +338,124 @@ Test(ir_parser, bare_integer_duration_means_seconds)
     parsed_free(&p);
 }
 
+Test(ir_parser, child_workflow_calls)
+{
+    struct parsed p;
+    const struct ir_stmt *s;
+    const struct ir_action_call *a;
+
+    parse_ok(&p, "fn main(input: [xs, o]):\n"
+                 "    r = run billing.refund(order=o, n=1) [E -> retry: 3] [timeout: 10m] "
+                 "[version: \"v2.1-rc_1\"]\n"                                     /* 0 */
+                 "    run audit(what=o)\n"                                        /* 1 */
+                 "    a, b = run pair()\n"                                        /* 2 */
+                 "    id = start notify(o=o) [version: \"v2\"]\n"                 /* 3 */
+                 "    start fire()\n"                                             /* 4 */
+                 "    ys = spread xs:x -> run each(v=x) [retry: 2] [fail_fast]\n" /* 5 */
+                 "    ids = spread xs:x -> start each(v=x)\n"                     /* 6 */
+                 "    p, q = parallel [fail_fast]:\n"                             /* 7 */
+                 "        run one.two.three(k=1) [timeout: 30s] [version: \"v3\"]\n"
+                 "        @m.act()\n"
+                 "    c = run billing.input(x=1)\n"); /* 8: keywords are fine after a dot */
+    s = stmt(&p, 0);
+    a = &s->action;
+    cr_assert_eq(s->kind, IR_S_ACTION);
+    cr_assert_eq(a->call, IR_CALL_RUN);
+    cr_assert_str_eq(a->name, "billing.refund");
+    cr_assert_eq(a->pos.line, 2);
+    cr_assert_eq(a->pos.col, 9); /* the `run` keyword */
+    cr_assert_eq(a->nkwargs, 2);
+    cr_assert_str_eq(a->kwargs[1].name, "n");
+    cr_assert_eq(a->npolicies, 2); /* the version is kept apart */
+    cr_assert_eq(a->policies[0].kind, IR_POLICY_RETRY);
+    cr_assert_str_eq(a->policies[0].types.items[0], "E");
+    cr_assert_eq(a->policies[1].kind, IR_POLICY_TIMEOUT);
+    cr_assert_eq(a->policies[1].timeout_ms, 600000);
+    cr_assert_str_eq(a->version, "v2.1-rc_1");
+    s = stmt(&p, 1);
+    cr_assert_eq(s->kind, IR_S_ACTION);
+    cr_assert_eq(s->action.call, IR_CALL_RUN);
+    cr_assert_eq(s->targets.len, 0);
+    cr_assert_eq(s->pos.col, 5);
+    s = stmt(&p, 2);
+    cr_assert_eq(s->action.call, IR_CALL_RUN);
+    cr_assert(s->targets.unpack);
+    cr_assert_eq(s->targets.len, 2);
+    s = stmt(&p, 3);
+    cr_assert_eq(s->action.call, IR_CALL_START);
+    cr_assert_str_eq(s->action.name, "notify");
+    cr_assert_str_eq(s->action.version, "v2");
+    cr_assert_eq(s->action.pos.col, 10);
+    s = stmt(&p, 4);
+    cr_assert_eq(s->action.call, IR_CALL_START);
+    cr_assert_null(s->action.version);
+    cr_assert_eq(s->targets.len, 0);
+    s = stmt(&p, 5);
+    cr_assert_eq(s->kind, IR_S_SPREAD);
+    cr_assert_eq(s->action.call, IR_CALL_RUN);
+    cr_assert_str_eq(s->action.name, "each");
+    cr_assert(s->fail_fast);
+    cr_assert_eq(s->action.npolicies, 1);
+    s = stmt(&p, 6);
+    cr_assert_eq(s->kind, IR_S_SPREAD);
+    cr_assert_eq(s->action.call, IR_CALL_START);
+    s = stmt(&p, 7);
+    cr_assert_eq(s->kind, IR_S_PARALLEL);
+    cr_assert(s->fail_fast);
+    cr_assert_eq(s->nbranches, 2);
+    cr_assert(s->branches[0].is_action);
+    cr_assert_eq(s->branches[0].action.call, IR_CALL_RUN);
+    cr_assert_str_eq(s->branches[0].action.name, "one.two.three");
+    cr_assert_str_eq(s->branches[0].action.version, "v3");
+    cr_assert_eq(s->branches[1].action.call, IR_CALL_ACTION);
+    cr_assert_null(s->branches[1].action.version);
+    cr_assert_str_eq(stmt(&p, 8)->action.name, "billing.input");
+    parsed_free(&p);
+}
+
+/* `run` and `start` are keywords only before a workflow name: elsewhere they are names. */
+Test(ir_parser, run_and_start_stay_ordinary_names)
+{
+    struct parsed p;
+    const struct ir_stmt *s;
+    uint32_t i;
+
+    parse_ok(&p, "fn main(input: [run, start]):\n"
+                 "    run = 3\n"
+                 "    start = run + 1\n"
+                 "    x = f(run)\n"
+                 "    run, start = [start, run]\n"
+                 "    run += 1\n"
+                 "    y = run(start)\n"
+                 "    z = [run, start] if run else start\n"
+                 "    for run in [start]:\n"
+                 "        pass\n"
+                 "    run\n"
+                 "    a = parallel:\n"
+                 "        run(1)\n"
+                 "        start(k=2)\n"
+                 "    b = spread start:run -> @m.a(v=run)\n"
+                 "    return run\n");
+    for (i = 0; i < 7; i++) {
+        s = stmt(&p, i);
+        cr_assert_eq(s->kind, IR_S_ASSIGN, "statement %u is %s", i, ir_stmt_kind_name(s->kind));
+    }
+    cr_assert_str_eq(stmt(&p, 0)->targets.items[0], "run");
+    cr_assert_eq(p.prog->exprs.items[stmt(&p, 5)->expr].kind, IR_X_CALL); /* a helper `run` */
+    cr_assert_eq(stmt(&p, 7)->kind, IR_S_FOR);
+    cr_assert_str_eq(stmt(&p, 7)->targets.items[0], "run");
+    cr_assert_eq(stmt(&p, 8)->kind, IR_S_ASSIGN); /* an expression statement */
+    s = stmt(&p, 9);
+    cr_assert_eq(s->kind, IR_S_PARALLEL);
+    cr_assert(!s->branches[0].is_action); /* helper calls named run and start */
+    cr_assert(!s->branches[1].is_action);
+    s = stmt(&p, 10);
+    cr_assert_eq(s->kind, IR_S_SPREAD);
+    cr_assert_str_eq(s->item, "run");
+    cr_assert_eq(s->action.call, IR_CALL_ACTION);
+    parsed_free(&p);
+}
+
 struct err_case {
     const char *src;
     uint32_t line, col;
@@ -458,6 +576,63 @@ static const struct err_case syntax_errors[] = {
      "expected ':' after the spread collection"},
     {"fn main():\n    r = parallel:\n        x = 1\n", 3, 9, "a parallel block holds only calls"},
     {"fn main():\n    r = parallel: @m.a()\n", 2, 19, "expected an indented block of calls"},
+    /* child workflows */
+    {"fn main():\n    x = start foo() [retry: 3]\n", 2, 21,
+     "[retry: N] does not apply to start: start returns the child's id at once"},
+    {"fn main():\n    x = start foo() [timeout: 5s]\n", 2, 21,
+     "[timeout: D] does not apply to start"},
+    {"fn main():\n    start foo() [deadline: 5s]\n", 2, 17,
+     "[deadline: D] does not apply to start"},
+    {"fn main():\n    x = spread xs:v -> start foo(v=v) [E -> retry: 1]\n", 2, 39,
+     "[retry: N] does not apply to start"},
+    {"fn main():\n    x = run foo() [deadline: 5s]\n", 2, 19,
+     "[deadline: D] does not apply to run: use [timeout: D], which for a child workflow counts "
+     "from when the child is started"},
+    {"fn main():\n    x = @m.a() [version: \"v1\"]\n", 2, 16,
+     "[version: ...] pins the version of a child workflow (run or start); an action has no "
+     "version"},
+    {"fn main():\n    x = run foo() [version: \"v 1\"]\n", 2, 29,
+     "a version is 1 to 64 letters, digits, '_', '.' or '-'"},
+    {"fn main():\n    x = run foo() [version: \"\"]\n", 2, 29, "a version is 1 to 64"},
+    {"fn main():\n    x = run foo() [version: "
+     "\"v12345678901234567890123456789012345678901234567890123456789012345\"]\n",
+     2, 29, "a version is 1 to 64"},
+    {"fn main():\n    x = start foo() [version: v2]\n", 2, 31,
+     "expected a version string after 'version:'"},
+    {"fn main():\n    x = run foo() [version: \"a\"] [version: \"b\"]\n", 2, 34,
+     "version given twice for the same call"},
+    {"fn main():\n    x = run foo() [E -> version: \"a\"]\n", 2, 25,
+     "a version applies to the whole call"},
+    {"fn main():\n    x = run foo() [timeout: 1s] [timeout: 2s]\n", 2, 33,
+     "timeout given twice for the same call"},
+    {"fn main():\n    x = run foo(1)\n", 2, 17, "child workflows take keyword arguments only"},
+    {"fn main():\n    x = run foo(a=1, b)\n", 2, 22, "child workflows take keyword arguments only"},
+    {"fn main():\n    x = start foo(a=1, a=2)\n", 2, 24, "keyword argument 'a' repeated"},
+    {"fn main():\n    x = spread xs:v -> run (a=v)\n", 2, 28,
+     "expected a workflow name after 'run'"},
+    {"fn main():\n    x = spread xs:v -> start\n", 2, 29, "expected a workflow name after 'start'"},
+    {"fn main():\n    x = run \"billing-refund\"(a=1)\n", 2, 13,
+     "a workflow name is written without quotes"},
+    {"fn main():\n    x = run foo\n", 2, 16, "expected '(' after the workflow name"},
+    {"fn main():\n    x = run foo.(a=1)\n", 2, 17, "expected a name after '.' in workflow name"},
+    {"fn main():\n    x = run "
+     "a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.t.u.v.w.x.y.z.a.b.c.d.e.f.g.h.i.j.k"
+     ".l.m.n.o.p.q.r.s.t.u.v.w.x.y.z.a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.t.u.v.w.x.y.z()\n",
+     2, 13, "workflow name is too long (at most 128 characters)"},
+    {"fn main():\n    y = 1 + run foo(x=1)\n", 2, 13,
+     "a child workflow call must be a statement of its own"},
+    {"fn main():\n    y = f(start foo())\n", 2, 11,
+     "a child workflow call must be a statement of its own"},
+    {"fn main():\n    return run foo()\n", 2, 12,
+     "a child workflow call must be a statement of its own"},
+    {"fn main():\n    a, b = parallel:\n        start foo()\n        @m.b()\n", 3, 9,
+     "start returns at once, so it does not belong in a parallel block"},
+    {"fn main():\n    a, b = start foo()\n", 2, 5,
+     "start gives one value, the child's id (a string): it cannot be unpacked"},
+    {"fn main():\n    a, = start foo()\n", 2, 5, "it cannot be unpacked"},
+    {"fn main():\n    x = run foo() [fail_fast]\n", 2, 19,
+     "[fail_fast] applies to a spread or a parallel block"},
+    {"fn main():\n    run foo() + 1\n", 2, 15, "expected end of line after statement"},
     {"fn main():\n    x = " /* 150 nested parentheses */
      "((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((("
      "(((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1",

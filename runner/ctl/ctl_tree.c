@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Task trees (child workflows): `cairnctl tree ID`, and the parent and children that `inspect`
+ * shows. A tree is walked in the database (a recursive query over runner_instances.parent_id,
+ * which is indexed), in creation order, at most --limit rows.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/base/buf.h"
+#include "runner/ctl/ctl.h"
+#include "runner/db.h"
+
+/* The tree under $1, depth first in creation order: id, workflow, status, level, error type,
+ * and the JSON row. Bounded by $2 rows and 10 000 levels (deeper than any depth limit). */
+static const char *tree_sql =
+    "WITH RECURSIVE t AS ("
+    "  SELECT ri.instance_id, ri.workflow_name, ri.status, ri.parent_id, ri.detached,"
+    "         ri.error->>'type' AS etype, 0 AS lvl,"
+    "         ARRAY[to_char(ri.created_at, 'YYYYMMDDHH24MISSUS') || ri.instance_id::text] AS path"
+    "    FROM cairn.runner_instances ri WHERE ri.instance_id = $1::uuid"
+    "  UNION ALL"
+    "  SELECT c.instance_id, c.workflow_name, c.status, c.parent_id, c.detached,"
+    "         c.error->>'type', t.lvl + 1,"
+    "         t.path || (to_char(c.created_at, 'YYYYMMDDHH24MISSUS') || c.instance_id::text)"
+    "    FROM cairn.runner_instances c JOIN t ON c.parent_id = t.instance_id"
+    "   WHERE t.lvl < 10000)"
+    " SELECT instance_id, workflow_name, status, lvl, coalesce(etype, ''),"
+    "        json_build_object('id', instance_id, 'workflow', workflow_name, 'status', status,"
+    "                          'depth', lvl, 'parent', parent_id, 'started_by',"
+    "                          CASE WHEN detached THEN 'start' WHEN lvl > 0 THEN 'run' END,"
+    "                          'error_type', etype)::text"
+    "   FROM t ORDER BY path LIMIT $2::integer";
+
+int
+ctl_cmd_tree(int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        {.flag = "limit",
+         .kind = CN_OPT_INT,
+         .def = "1000",
+         .min = 1,
+         .max = 1000000,
+         .arg = "N",
+         .help = "at most N instances"},
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS("tree", "ID [--limit N] [--json]", rows, 1);
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    PGresult *r = NULL, *s = NULL;
+    const char *params[2];
+    char lim[24];
+    int status, i, n;
+    cn_err rv;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    if (!ctl_check_uuid("tree", o.nargs > 0 ? argv[0] : NULL)) {
+        return EXIT_USAGE;
+    }
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    (void) snprintf(lim, sizeof(lim), "%lld", cn_opts_int(&o, "limit"));
+    params[0] = argv[0];
+    params[1] = lim;
+    if ((rv = rn_db_exec(c, tree_sql, 2, params, &r, &em)) != CN_OK) {
+        status = ctl_db_error(&o, rv, &em);
+        goto out;
+    }
+    n = PQntuples(r);
+    if (n == 0) {
+        fprintf(stderr, "cairnctl tree: no instance %s\n", argv[0]);
+        status = EXIT_REJECTED;
+        goto out;
+    }
+    if (ctl_json_out(&o)) {
+        printf("[");
+        for (i = 0; i < n; i++) {
+            printf("%s%s", i ? ",\n " : "", PQgetvalue(r, i, 5));
+        }
+        printf("]\n");
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        int lvl = atoi(PQgetvalue(r, i, 3));
+        printf("%*s%s %s %s%s%s\n", 2 * lvl, "", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+               PQgetvalue(r, i, 2), PQgetvalue(r, i, 4)[0] ? " " : "", PQgetvalue(r, i, 4));
+    }
+    /* The whole tree's count by status (the listing above may be cut by --limit). */
+    if ((rv = rn_db_exec(c,
+                         "SELECT string_agg(n || ' ' || status, ', ' ORDER BY status) FROM"
+                         " (SELECT status, count(*) AS n FROM cairn.runner_instances WHERE"
+                         " instance_id = $1::uuid OR root_id = coalesce((SELECT root_id FROM"
+                         " cairn.runner_instances WHERE instance_id = $1::uuid), $1::uuid)"
+                         " GROUP BY status) s",
+                         1, params, &s, &em)) == CN_OK) {
+        printf("%d shown%s; in its tree: %s\n", n, n == atoi(lim) ? " (--limit)" : "",
+               PQgetvalue(s, 0, 0));
+    }
+out:
+    PQclear(r);
+    PQclear(s);
+    PQfinish(c);
+    return status;
+}
+
+/* The children listed by inspect: id, workflow, status, how it was started, the call. */
+static const char *children_sql =
+    "SELECT instance_id, workflow_name, status, CASE WHEN detached THEN 'start' ELSE 'run' END,"
+    "       parent_exec_id, parent_attempt"
+    "  FROM cairn.runner_instances WHERE parent_id = $1::uuid ORDER BY created_at, instance_id"
+    " LIMIT 1001";
+
+int
+ctl_inspect_family(PGconn *c, const char *id, bool json, struct cn_buf *out)
+{
+    struct cn_errmsg em;
+    PGresult *r = NULL, *p = NULL;
+    const char *params[1] = {id};
+    int i, n;
+    bool ok = true;
+
+    if (rn_db_exec(c,
+                   "SELECT parent_id, coalesce(root_id, instance_id), depth FROM"
+                   " cairn.runner_instances WHERE instance_id = $1::uuid AND parent_id IS NOT NULL",
+                   1, params, &p, &em) != CN_OK ||
+        rn_db_exec(c, children_sql, 1, params, &r, &em) != CN_OK) {
+        PQclear(p);
+        fprintf(stderr, "cairnctl inspect: %s\n", em.text);
+        return EXIT_DB;
+    }
+    n = PQntuples(r);
+    if (json) {
+        ok &= cn_buf_printf(out, "\"parent\": ") == CN_OK;
+        if (PQntuples(p) == 1) {
+            ok &= cn_buf_printf(out, "{\"id\": \"%s\", \"root\": \"%s\", \"depth\": %s}",
+                                PQgetvalue(p, 0, 0), PQgetvalue(p, 0, 1),
+                                PQgetvalue(p, 0, 2)) == CN_OK;
+        } else {
+            ok &= cn_buf_puts(out, "null") == CN_OK;
+        }
+        ok &= cn_buf_puts(out, ", \"children\": [") == CN_OK;
+        for (i = 0; i < n && i < 1000; i++) {
+            ok &= cn_buf_printf(out,
+                                "%s{\"id\": \"%s\", \"workflow\": \"%s\", \"status\": \"%s\", "
+                                "\"started_by\": \"%s\", \"exec_id\": \"%s\", \"attempt\": %s}",
+                                i ? ", " : "", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+                                PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4),
+                                PQgetvalue(r, i, 5)) == CN_OK;
+        }
+        ok &= cn_buf_printf(out, "], \"children_truncated\": %s", n > 1000 ? "true" : "false") ==
+              CN_OK;
+    } else {
+        if (PQntuples(p) == 1) {
+            ok &= cn_buf_printf(out, "parent      %s (depth %s, root %s)\n", PQgetvalue(p, 0, 0),
+                                PQgetvalue(p, 0, 2), PQgetvalue(p, 0, 1)) == CN_OK;
+        }
+        if (n > 0) {
+            ok &= cn_buf_printf(out, "children    %s%d (cairnctl tree %s shows them all)\n",
+                                n > 1000 ? "more than " : "", n > 1000 ? 1000 : n, id) == CN_OK;
+        }
+        for (i = 0; i < n && i < 20; i++) {
+            ok &= cn_buf_printf(out, "  %s %s %s (%s, exec %s attempt %s)\n", PQgetvalue(r, i, 0),
+                                PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
+                                PQgetvalue(r, i, 4), PQgetvalue(r, i, 5)) == CN_OK;
+        }
+        if (n > 20) {
+            ok &= cn_buf_printf(out, "  ...\n") == CN_OK;
+        }
+    }
+    PQclear(p);
+    PQclear(r);
+    return ok ? EXIT_OK : EXIT_USAGE;
+}
