@@ -112,6 +112,33 @@ str_list(const char *const *names, size_t n, struct ir_val *out)
 /* Bases a ChildWorkflowError takes from its child's error, at most (a deeper chain is cut). */
 #define RN_CHILD_BASES_MAX 32
 
+/* The child's error as the parent's details carry it: its type, message and bases, and its
+ * details unless it is itself a child's error (a chain of failed children would otherwise nest
+ * two levels per generation, past what a value may hold; the bases and the message still name
+ * the first cause). None when it is not an error. */
+static struct ir_val
+cause_of(struct ir_val err)
+{
+    static const char *const keys[] = {"type", "message", "bases", "details"};
+    bool chained = strncmp(ir_error_type(err), "Child", 5) == 0;
+    struct ir_val m;
+    size_t i;
+
+    if (!ir_is_error(err) || ir_map_new(4, &m) != CN_OK) {
+        return ir_null();
+    }
+    for (i = 0; i < 4; i++) {
+        const struct ir_val *v = ir_map_get(err, keys[i], strlen(keys[i]));
+        if (ir_map_set_cstr(&m, keys[i],
+                            v != NULL && !(chained && i == 3) ? ir_val_retain(*v) : ir_null()) !=
+            CN_OK) {
+            ir_val_release(m);
+            return ir_null();
+        }
+    }
+    return m;
+}
+
 cn_err
 rn_child_outcome(enum rn_outcome o, struct ir_val result, struct rn_iid child_id,
                  const char *workflow, bool *ok, struct ir_val *out)
@@ -163,7 +190,7 @@ rn_child_outcome(enum rn_outcome o, struct ir_val result, struct rn_iid child_id
         (rv = ir_map_set_cstr(&details, "child_id", v)) == CN_OK &&
         (rv = ir_str_from_cstr(workflow, &v)) == CN_OK &&
         (rv = ir_map_set_cstr(&details, "workflow", v)) == CN_OK) {
-        rv = ir_map_set_cstr(&details, "error", ir_val_retain(result));
+        rv = ir_map_set_cstr(&details, "error", cause_of(result));
     }
     if (rv != CN_OK) {
         ir_val_release(bases);
