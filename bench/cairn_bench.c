@@ -21,6 +21,7 @@
  *   queue-noop  one std.noop per instance          sequence  ACTIONS sequential std.noop
  *   fan-out     a spread of ACTIONS std.noop       for-loop  ACTIONS std.noop with inline work
  *   cpu         a spread of ACTIONS std.hash (20 000 rounds each), to show worker scaling
+ *   children    a spread of ACTIONS child workflows (`run bench_child`), one std.noop each
  *   mixed       ACTIONS sequential steps: a std.flaky that fails once and is retried, a
  *               std.sleep past its timeout (retried once, then caught), a durable sleep, or a
  *               std.noop, chosen per step at the given rates
@@ -59,28 +60,37 @@ struct bench_case {
     const char *source;
     long instances, actions; /* defaults */
     bool one_action;         /* ACTIONS is ignored: one per instance */
+    const char *child_name;  /* a child workflow the case's calls, registered first; NULL: none */
+    const char *child_source;
 };
 
 static const struct bench_case cases[] = {
     {"queue-noop", "fn main(input: [n, run], output: [r]):\n    r = @std.noop()\n    return r\n",
-     10000, 1, true},
+     10000, 1, true, NULL, NULL},
     {"sequence",
      "fn main(input: [n, run], output: [done]):\n    done = 0\n    for i in range(n):\n"
      "        @std.noop(i=i)\n        done = done + 1\n    return done\n",
-     1000, 10, false},
+     1000, 10, false, NULL, NULL},
     {"fan-out",
      "fn main(input: [n, run], output: [count]):\n    results = spread range(n):i -> "
      "@std.noop(i=i)\n    return len(results)\n",
-     20, 1000, false},
+     20, 1000, false, NULL, NULL},
     {"for-loop",
      "fn main(input: [n, run], output: [acc]):\n    acc = 0\n    for i in range(n):\n"
      "        acc = acc + i * 2 - (i % 3)\n        if acc % 7 == 0:\n            acc = acc + 1\n"
      "        @std.noop(v=acc)\n    return acc\n",
-     100, 100, false},
+     100, 100, false, NULL, NULL},
+    /* A parent that fans out to ACTIONS child workflows of one no-op action each: "actions/s"
+     * is children/s (each child is one instance and one action). */
+    {"children",
+     "fn main(input: [n, run], output: [count]):\n    results = spread range(n):i -> "
+     "run bench_child(i=i)\n    return len(results)\n",
+     5, 100, false, "bench_child",
+     "fn main(input: [i], output: [r]):\n    r = @std.noop(i=i)\n    return r\n"},
     {"cpu",
      "fn main(input: [n, run], output: [count]):\n    digests = spread range(n):i -> "
      "@std.hash(data=i, iterations=20000)\n    return len(digests)\n",
-     20, 50, false},
+     20, 50, false, NULL, NULL},
     /* 729 is coprime with 1000: over 1000 consecutive steps every k occurs once, so the rates
      * are exact per 1000 steps whatever the seed. */
     {"mixed",
@@ -102,7 +112,7 @@ static const struct bench_case cases[] = {
      "            @std.noop(i=i)\n"
      "        done = done + 1\n"
      "    return done\n",
-     500, 20, false},
+     500, 20, false, NULL, NULL},
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 
@@ -948,6 +958,14 @@ main(int argc, char **argv)
         if (*s == '-') {
             *s = '_';
         }
+    }
+    if (bc->child_name != NULL) {
+        const char *p[3] = {bc->child_name, version, bc->child_source};
+        free(q1(c,
+                "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash,"
+                " source, inputs) VALUES ($1, $2, $2, $3, '{i}') ON CONFLICT (workflow_name,"
+                " workflow_version) DO NOTHING",
+                3, p));
     }
     {
         const char *p[3] = {name, version, bc->source};
