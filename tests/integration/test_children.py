@@ -136,6 +136,25 @@ def run_all(url, env, tmp):
                                                f"WHERE root_id = '{mid}'") == "4",
           str(tree_size(url, mid)))
 
+    # ---- the examples (examples/children) --------------------------------------------------------
+    ex = os.path.join(e2e.ROOT, "examples/children")
+    for name in ("split_sum", "regions"):
+        r = ctl(env, "register", f"{ex}/{name}.cairn")
+        check(f"register the example {name}", r.returncode == 0, r.stderr)
+    rc, xid, doc, r = run_json(env, "split_sum", {"xs": [1, 2, 3, 4, 5, 6, 7, 8]})
+    check("examples/children/split_sum sums 1..8 with a tree of 15 instances",
+          rc == 0 and doc.get("result") == 36 and tree_size(url, xid) == 15,
+          f"exit {rc}: {r.stdout} {r.stderr}")
+    rc, _, doc, r = run_json(env, "split_sum", {"xs": []})
+    check("split_sum of [] is 0, without children", rc == 0 and doc.get("result") == 0)
+    rc, gid, doc, r = run_json(env, "regions", {"regions": [{"sales": [5, 7]},
+                                                            {"sales": [1, 2, 3]}]})
+    res = doc.get("result") or {}
+    check("examples/children/regions: one child per region, and a started audit child",
+          rc == 0 and res.get("totals") == [12, 6] and res.get("regions") == 2
+          and q(url, f"SELECT detached FROM cairn.runner_instances WHERE instance_id = "
+                     f"'{res.get('audit')}'") == "t", f"exit {rc}: {r.stdout} {r.stderr}")
+
     # ---- failures ------------------------------------------------------------------------------
     rc, _, doc, r = run_json(env, "catcher", {"kind": "PaymentDeclined"})
     check("`except PaymentDeclined` catches the child's PaymentDeclined",
