@@ -280,7 +280,9 @@ static const char *claim_sql =
     "            CASE WHEN ri.cancel_requested_at IS NOT NULL"
     "                 THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel,"
     "            floor(extract(epoch FROM ri.deadline_at) * 1000)::bigint AS deadline,"
-    "            ri.timeout_ms, ri.redrive, ri.parent_id, ri.parent_exec_id, ri.parent_attempt)"
+    /* a child started with `start`: nobody waits for its outcome */
+    "            ri.timeout_ms, ri.redrive, CASE WHEN NOT ri.detached THEN ri.parent_id END AS"
+    "            parent_id, ri.parent_exec_id, ri.parent_attempt)"
     " SELECT q.instance_id, q.lock_uuid, q.workflow_version_id, r.workflow_name, r.input,"
     "        r.state, r.cancel, r.deadline, r.timeout_ms, r.redrive, r.parent_id,"
     "        r.parent_exec_id, r.parent_attempt"
@@ -1080,7 +1082,7 @@ pg_fail(struct rn_backend *base, struct rn_iid instance_id, struct rn_token lock
                      " AND lock_uuid = $2::uuid RETURNING instance_id)"
                      " UPDATE cairn.runner_instances ri SET status = 'failed', error = $3::jsonb,"
                      " completed_at = clock_timestamp(), parent_pending = ri.parent_id IS NOT"
-                     " NULL FROM q WHERE ri.instance_id ="
+                     " NULL AND NOT ri.detached FROM q WHERE ri.instance_id ="
                      " q.instance_id",
                      3, p, &r, err);
     PQclear(r);

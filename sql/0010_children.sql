@@ -8,7 +8,8 @@
 -- created and changes nothing. The child remembers its call (parent_id, parent_exec_id,
 -- parent_attempt); its tree (root_id, depth).
 --
--- When the child finishes, its runner's final write records the outcome as the result of the
+-- When a child of a `run` call finishes (one started with `start` hands nothing back: nobody
+-- waits for it), its runner's final write records the outcome as the result of the
 -- parent's call (a row of runner_actions_done under the parent's id), sets the parent's queue
 -- row `woken` and due, and sends NOTIFY cairn_child ('parent exec attempt'): the runner that
 -- holds the parent hands it the result; a parent handed back while it waited is claimed again.
@@ -198,7 +199,7 @@ BEGIN
            cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
            cancel_reason = reason,
            completed_at = clock_timestamp(),
-           parent_pending = parent_id IS NOT NULL
+           parent_pending = parent_id IS NOT NULL AND NOT detached
      WHERE instance_id = p_instance_id;
     DELETE FROM cairn.queued_instances WHERE instance_id = p_instance_id;
     RETURN 'cancelled';
@@ -232,7 +233,7 @@ BEGIN
                                      r.timeout_ms),
                    'bases', jsonb_build_array('TimeoutError', 'Exception'), 'details', NULL),
                completed_at = clock_timestamp(),
-               parent_pending = parent_id IS NOT NULL
+               parent_pending = parent_id IS NOT NULL AND NOT detached
          WHERE instance_id = r.instance_id AND status IN ('queued', 'running');
         DELETE FROM cairn.queued_instances WHERE instance_id = r.instance_id;
         n := n + 1;

@@ -35,7 +35,7 @@ check, q, ctl, wait_until = e2e.check, e2e.q, e2e.ctl, e2e.wait_until
 # Registered in this order: each child before the workflows that call it.
 ORDER = ["kid_double", "kid_echo", "kid_fail", "kid_hold", "parent_one", "fan_children",
          "fan_hold", "level2", "level1", "msort", "catcher", "uncaught", "holdmid", "holdtree",
-         "deep", "starter", "waiter", "timed_child"]
+         "deep", "starter", "waiter", "timed_child", "timed_parent", "kid_pick", "ff_children"]
 
 
 def status(url, iid):
@@ -203,6 +203,25 @@ def run_all(url, env, tmp):
     t0 = time.monotonic()
     rc, _, doc, r = run_json(env, "parent_one", {"n": 1})
     check("the grandchildren's workers are free again", rc == 0 and time.monotonic() - t0 < 10)
+
+    # ---- a parent that times out, [fail_fast] over children -----------------------------------
+    rc, pid2, doc, r = run_json(env, "timed_parent", {"ms": 60000})
+    check("a parent past its [timeout: 1s] ends timed_out",
+          rc == 4 and doc.get("status") == "timed_out", f"exit {rc}: {r.stdout} {r.stderr}")
+    check("... and its running child is cancelled", wait_until("child cancelled", lambda: q(
+        url, f"SELECT status FROM cairn.runner_instances WHERE parent_id = '{pid2}'")
+        == "cancelled", 30), q(url, f"SELECT status FROM cairn.runner_instances WHERE "
+                                    f"parent_id = '{pid2}'"))
+    t0 = time.monotonic()
+    rc, ffid, doc, r = run_json(env, "ff_children", {"n": 4, "ms": 60000})
+    check("[fail_fast] over children raises the first child failure at once (caught by type)",
+          rc == 0 and doc.get("result") == "first failure" and time.monotonic() - t0 < 20,
+          f"exit {rc}: {r.stdout} {r.stderr}")
+    check("... and cancels the sibling children", wait_until("siblings cancelled", lambda: q(
+        url, f"SELECT count(*) FILTER (WHERE status = 'cancelled') || ' ' || count(*) FILTER "
+             f"(WHERE status = 'failed') FROM cairn.runner_instances WHERE parent_id = "
+             f"'{ffid}'") == "3 1", 30), q(url, f"SELECT string_agg(status, ',') FROM "
+                                             f"cairn.runner_instances WHERE parent_id = '{ffid}'"))
 
     # ---- the depth limit -----------------------------------------------------------------------
     rc, did, doc, r = run_json(env, "deep", {"d": 0})

@@ -1652,3 +1652,953 @@ Test(exec, fail_fast_drops_requests_made_in_the_same_step)
     cr_assert_eq(r.dispatches, 0, "the element before the failing one was never sent");
     t_result_free(&r);
 }
+
+/* ---- child workflows ------------------------------------------------------------------------ */
+
+/* The executor's side of `run wf(...)` and `start wf(...)`: the request it makes (a child call,
+ * not a worker's action), the outcome that comes back (recorded by the child, so no done
+ * record), the child's errors as exceptions, retries that start a new child per attempt,
+ * fan-outs, what a cancel or fail_fast stops, crash replay, and what an instance waits for. */
+
+static const struct rn_exec_cfg child_cfg = {.default_timeout_ms = 60000};
+
+/* Compiles src (it must compile) and starts it with an empty input at t = 1000 ms. */
+static struct t_compiled
+child_start(const char *src, struct rn_iid id, struct rn_instance **in, struct rn_step_out *o)
+{
+    struct t_compiled c = t_compile(src);
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    start_empty(c.dag, id, &child_cfg, in, o);
+    return c;
+}
+
+/* Applies one event to in at now_ms into the cleared output *o. */
+static void
+child_step(struct rn_instance *in, const struct rn_event *ev, int64_t now_ms,
+           struct rn_step_out *o)
+{
+    rn_step_out_clear(o);
+    T_OK(rn_instance_step(in, ev, 1, now_ms, o));
+}
+
+/* Answers attempt `attempt` of call exec_id with v (borrowed): a RESULT, or an ERROR. */
+static void
+child_answer(struct rn_instance *in, struct rn_xid exec_id, uint32_t attempt, bool ok,
+             struct ir_val v, bool recorded, int64_t now_ms, struct rn_step_out *o)
+{
+    struct rn_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = ok ? RN_EV_RESULT : RN_EV_ERROR;
+    ev.exec_id = exec_id;
+    ev.attempt = attempt;
+    ev.value = v;
+    ev.recorded = recorded;
+    child_step(in, &ev, now_ms, o);
+}
+
+/* The value v as JSON text, in *b (cleared first). */
+static const char *
+child_json(struct ir_val v, struct cn_buf *b)
+{
+    cn_buf_clear(b);
+    T_OK(ir_val_to_json(v, b, NULL));
+    return b->data;
+}
+
+/* The error a parent's `run` gets when its child `workflow` failed with `type` (bases_json: the
+ * child error's bases) or ended `o` (RN_CANCELLED, RN_TIMED_OUT): what rn_child_outcome makes
+ * for the child's final write. */
+static struct ir_val
+child_error(enum rn_outcome o, const char *workflow, const char *type, const char *bases_json)
+{
+    struct ir_val bases, cause, out;
+    struct rn_iid child = {{0xcc, 1}};
+    bool ok = true;
+
+    T_OK(ir_val_from_json(bases_json, strlen(bases_json), &bases, NULL));
+    T_OK(ir_error_new(type, "card refused", bases, ir_null(), &cause));
+    T_OK(rn_child_outcome(o, cause, child, workflow, &ok, &out));
+    cr_assert_not(ok);
+    ir_val_release(cause);
+    return out;
+}
+
+/* The declined payment of the examples: a child's PaymentDeclined (a ValueError). */
+static struct ir_val
+declined(void)
+{
+    return child_error(RN_FAILED, "billing.charge", "PaymentDeclined",
+                       "[\"ValueError\", \"Exception\"]");
+}
+
+/* The string value of map key k in v (a map). */
+static const char *
+kwarg_str(struct ir_val kw, const char *k)
+{
+    const struct ir_val *v = ir_map_get(kw, k, strlen(k));
+
+    cr_assert_not_null(v, "no kwarg %s", k);
+    cr_assert_eq(v->type, IR_T_STR, "kwarg %s is not a string", k);
+    return ir_str_data(*v);
+}
+
+static int64_t
+kwarg_int(struct ir_val kw, const char *k)
+{
+    const struct ir_val *v = ir_map_get(kw, k, strlen(k));
+
+    cr_assert_not_null(v, "no kwarg %s", k);
+    cr_assert_eq(v->type, IR_T_INT, "kwarg %s is not an int", k);
+    return v->u.i;
+}
+
+/* A `run` call is a request for a child, not a worker: its workflow name, its pinned version
+ * (NULL without one), its inputs as kwargs, the call's own [timeout] (0 without: the runner's
+ * default action timeout is not a child's), no deadline. Its outcome, recorded by the child,
+ * makes no done record; one that was not recorded makes one. */
+Test(exec, a_run_call_requests_its_child_with_inputs_version_and_timeout)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xc1}};
+    struct cn_buf b = CN_BUF_INIT;
+    struct rn_xid first, second;
+    struct ir_val v;
+    struct t_compiled c = child_start(
+        "fn main():\n"
+        "    x = run billing.charge(order=\"o-1\", amount=2 * 21) [timeout: 10m] [version: "
+        "\"v2\"]\n"
+        "    y = run audit.note(x=x)\n"
+        "    return [x, y]\n",
+        id, &in, &o);
+    const struct rn_action_req *a;
+
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    cr_assert_eq(o.actions.len, 1);
+    a = &o.actions.items[0];
+    cr_expect_eq(a->call, IR_CALL_RUN);
+    cr_expect_str_eq(a->action, "billing.charge");
+    cr_assert_not_null(a->version);
+    cr_expect_str_eq(a->version, "v2");
+    cr_expect_eq(a->attempt, 1);
+    cr_expect_eq(a->timeout_ms, 600000, "the call's [timeout] goes with the request");
+    cr_expect_eq(a->deadline_ms, 0);
+    cr_expect_eq(ir_map_len(a->kwargs), 2);
+    cr_expect_str_eq(kwarg_str(a->kwargs, "order"), "o-1");
+    cr_expect_eq(kwarg_int(a->kwargs, "amount"), 42);
+    cr_expect_eq(a->prev_error.type, IR_T_NULL);
+    cr_expect(o.snapshot_needed, "a child call must be durable before it starts");
+    cr_expect_eq(o.timers.len, 0, "no timer for a child call without a deadline");
+    cr_expect_eq(o.done.len + o.cancels.len + o.child_cancels.len, 0);
+    first = a->exec_id;
+
+    /* Recorded by the child's final write: applied, nothing recorded again. */
+    T_OK(ir_str_from_cstr("receipt-1", &v));
+    child_answer(in, first, 1, true, v, true, 2000, &o);
+    ir_val_release(v);
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    cr_expect_eq(o.done.len, 0, "a child's recorded outcome got a done record");
+    cr_assert_eq(o.actions.len, 1);
+    a = &o.actions.items[0];
+    cr_expect_eq(a->call, IR_CALL_RUN);
+    cr_expect_str_eq(a->action, "audit.note");
+    cr_expect_null(a->version, "no [version]: the newest");
+    cr_expect_eq(a->timeout_ms, 0, "no [timeout]: the default action timeout is not a child's");
+    cr_expect_eq(a->deadline_ms, 0);
+    cr_expect_str_eq(kwarg_str(a->kwargs, "x"), "receipt-1");
+    cr_expect_not(rn_xid_eq(a->exec_id, first));
+    cr_expect(o.snapshot_needed);
+    second = a->exec_id;
+
+    /* Not recorded (an answer that came some other way): the step records it. */
+    child_answer(in, second, 1, true, ir_int(7), false, 3000, &o);
+    cr_assert_eq(o.outcome, RN_COMPLETED);
+    cr_assert_eq(o.done.len, 1);
+    cr_expect(rn_xid_eq(o.done.items[0].exec_id, second));
+    cr_expect_eq(o.done.items[0].attempt, 1);
+    cr_expect(o.done.items[0].ok);
+    cr_expect_eq(o.done.items[0].value.u.i, 7);
+    cr_expect_str_eq(child_json(o.result, &b), "[\"receipt-1\", 7]");
+
+    cn_buf_fini(&b);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+/* A failed child raises a ChildWorkflowError in its parent, caught by the child's own error
+ * type, by that type's bases and by ChildWorkflowError; uncaught it fails the parent with it. */
+Test(exec, a_failed_child_is_caught_by_its_type_its_bases_and_child_workflow_error)
+{
+    static const char *const handlers[] = {"PaymentDeclined", "ValueError", "ChildWorkflowError",
+                                           "Exception"};
+    struct cn_buf b = CN_BUF_INIT;
+    struct ir_val err = declined();
+    size_t i;
+
+    cr_expect_str_eq(ir_error_type(err), "ChildWorkflowError");
+    for (i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
+        struct rn_instance *in = NULL;
+        struct rn_step_out o;
+        struct rn_iid id = {{0xc2, (uint8_t) i}};
+        char src[512];
+        struct t_compiled c;
+
+        (void) snprintf(src, sizeof(src),
+                        "fn main():\n"
+                        "    try:\n"
+                        "        r = run billing.charge(n=1)\n"
+                        "    except %s as e:\n"
+                        "        r = [\"caught\", e.type, e[\"details\"][\"workflow\"], "
+                        "e[\"details\"][\"error\"][\"type\"]]\n"
+                        "    return r\n",
+                        handlers[i]);
+        c = child_start(src, id, &in, &o);
+        cr_assert_eq(o.actions.len, 1);
+        child_answer(in, o.actions.items[0].exec_id, 1, false, err, true, 2000, &o);
+        cr_expect_eq(o.outcome, RN_COMPLETED, "except %s: outcome %d (%s)", handlers[i],
+                     o.outcome, child_json(o.result, &b));
+        cr_expect_str_eq(child_json(o.result, &b),
+                         "[\"caught\", \"ChildWorkflowError\", \"billing.charge\", "
+                         "\"PaymentDeclined\"]",
+                         "except %s", handlers[i]);
+        cr_expect_eq(o.done.len, 0, "the child recorded its outcome");
+        rn_step_out_fini(&o);
+        rn_instance_free(in);
+        t_compiled_free(&c);
+    }
+
+    /* A handler for another type does not catch it; uncaught it fails the parent with it. */
+    {
+        struct rn_instance *in = NULL;
+        struct rn_step_out o;
+        struct rn_iid id = {{0xc2, 0xff}};
+        struct t_compiled c = child_start("fn main():\n"
+                                          "    try:\n"
+                                          "        r = run billing.charge(n=1)\n"
+                                          "    except (KeyError, TimeoutError):\n"
+                                          "        r = \"wrong handler\"\n"
+                                          "    return r\n",
+                                          id, &in, &o);
+        cr_assert_eq(o.actions.len, 1);
+        child_answer(in, o.actions.items[0].exec_id, 1, false, err, true, 2000, &o);
+        cr_assert_eq(o.outcome, RN_FAILED, "%s", child_json(o.result, &b));
+        cr_expect_str_eq(ir_error_type(o.result), "ChildWorkflowError");
+        cr_expect(ir_error_matches(o.result, "PaymentDeclined"));
+        cr_expect(ir_error_matches(o.result, "ValueError"));
+        cr_expect_str_eq(ir_str_data(*ir_map_get(o.result, "message", 7)),
+                         ir_str_data(*ir_map_get(err, "message", 7)));
+        rn_step_out_fini(&o);
+        rn_instance_free(in);
+        t_compiled_free(&c);
+    }
+    ir_val_release(err);
+    cn_buf_fini(&b);
+}
+
+/* rn_child_id names the child of one attempt of one call: the same inputs give the same id (a
+ * replay starts nothing new), another attempt or call another; a version 8 UUID. */
+Test(exec, child_ids_are_deterministic_per_call_and_attempt)
+{
+    struct rn_xid x1 = {{1, 2, 3, 4, 5, 6, 0x47, 8, 0x89, 10, 11, 12, 13, 14, 15, 16}};
+    struct rn_xid x2 = x1;
+    struct rn_iid a = rn_child_id(x1, 1), b = rn_child_id(x1, 1);
+    uint32_t k;
+
+    x2.b[15] ^= 1; /* differs in the second half only */
+    cr_expect(rn_iid_eq(a, b));
+    cr_expect_not(rn_iid_eq(a, rn_child_id(x1, 2)));
+    cr_expect_not(rn_iid_eq(a, rn_child_id(x2, 1)));
+    cr_expect_not(rn_iid_eq(rn_child_id(x1, 2), rn_child_id(x2, 2)));
+    x2 = x1;
+    x2.b[0] ^= 0x80; /* and in the first half only */
+    cr_expect_not(rn_iid_eq(a, rn_child_id(x2, 1)));
+    for (k = 1; k <= 64; k++) {
+        struct rn_iid id = rn_child_id(x1, k);
+        cr_expect_eq(id.b[6] >> 4, 8, "attempt %u: version nibble %x", k, id.b[6] >> 4);
+        cr_expect_eq(id.b[8] & 0xc0, 0x80, "attempt %u: not the RFC 4122 variant", k);
+        if (k > 1) {
+            cr_expect_not(rn_iid_eq(id, rn_child_id(x1, k - 1)), "attempts %u and %u", k - 1, k);
+        }
+    }
+}
+
+/* `[retry: N]` on a run: a failed child is followed, after the backoff, by a new attempt of the
+ * same call, which names a new child; the last attempt's error is raised. */
+Test(exec, a_retried_run_starts_a_new_child_per_attempt)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xc3}};
+    struct ir_val err = declined();
+    struct rn_event ev;
+    struct rn_xid x;
+    struct rn_iid child1, child2;
+    int64_t at;
+    struct t_compiled c = child_start("fn main():\n"
+                                      "    r = run billing.charge(n=1) [retry: 2, backoff: 1s]\n"
+                                      "    return r\n",
+                                      id, &in, &o);
+
+    cr_assert_eq(o.actions.len, 1);
+    x = o.actions.items[0].exec_id;
+    cr_assert_eq(o.actions.items[0].attempt, 1);
+    child1 = rn_child_id(x, 1);
+
+    child_answer(in, x, 1, false, err, true, 2000, &o);
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    cr_expect_eq(o.actions.len, 0, "retried before its backoff");
+    cr_expect_eq(o.done.len, 0);
+    cr_expect(o.snapshot_needed);
+    cr_assert_eq(o.timers.len, 1);
+    cr_expect_eq(o.timers.items[0].kind, RN_TIMER_BACKOFF);
+    cr_expect(rn_xid_eq(o.timers.items[0].exec_id, x));
+    at = o.timers.items[0].at_ms;
+    cr_expect(at >= 2000 && at <= 3000, "backoff timer at %lld", (long long) at);
+
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = RN_EV_TIMER;
+    ev.exec_id = x;
+    ev.value = ir_null();
+    child_step(in, &ev, at, &o);
+    cr_assert_eq(o.actions.len, 1);
+    cr_expect(rn_xid_eq(o.actions.items[0].exec_id, x), "a retry is the same call");
+    cr_expect_eq(o.actions.items[0].attempt, 2);
+    cr_expect_eq(o.actions.items[0].call, IR_CALL_RUN);
+    cr_expect_str_eq(o.actions.items[0].action, "billing.charge");
+    cr_expect_str_eq(ir_error_type(o.actions.items[0].prev_error), "ChildWorkflowError");
+    child2 = rn_child_id(x, 2);
+    cr_expect_not(rn_iid_eq(child1, child2), "a retry must start a new child");
+
+    /* The second child fails too: a third attempt; the stale answer of the first is dropped. */
+    child_answer(in, x, 1, true, ir_int(1), true, at + 1, &o);
+    cr_expect_eq(o.outcome, RN_RUNNING);
+    cr_expect_eq(o.actions.len + o.timers.len + o.done.len, 0, "a stale answer was applied");
+    child_answer(in, x, 2, false, err, true, at + 2, &o);
+    cr_assert_eq(o.timers.len, 1);
+    ev.exec_id = x;
+    child_step(in, &ev, o.timers.items[0].at_ms, &o);
+    cr_assert_eq(o.actions.len, 1);
+    cr_expect_eq(o.actions.items[0].attempt, 3);
+    child_answer(in, x, 3, false, err, true, at + 5000, &o);
+    cr_assert_eq(o.outcome, RN_FAILED);
+    cr_expect_str_eq(ir_error_type(o.result), "ChildWorkflowError");
+    cr_expect_eq(o.timers.len, 0);
+
+    ir_val_release(err);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+/* A child that timed out raises ChildWorkflowTimeout, which an untyped [retry: N] does not
+ * retry (like ActionTimeout), one that names it (or TimeoutError) does; a child's cancel
+ * raises ChildWorkflowCancelled. */
+Test(exec, child_workflow_timeout_is_retried_only_when_named)
+{
+    static const struct {
+        const char *policy;
+        bool retried;
+    } cases[] = {
+        {"[retry: 2, backoff: 1ms]", false},
+        {"[ChildWorkflowTimeout -> retry: 2, backoff: 1ms]", true},
+        {"[TimeoutError -> retry: 1, backoff: 1ms]", true},
+        {"[ChildWorkflowError -> retry: 1, backoff: 1ms]", true},
+        {"[ValueError -> retry: 1, backoff: 1ms]", false},
+    };
+    struct ir_val late = child_error(RN_TIMED_OUT, "billing.charge", "WorkflowTimeout",
+                                     "[\"TimeoutError\", \"Exception\"]");
+    struct cn_buf b = CN_BUF_INIT;
+    size_t i;
+
+    cr_expect_str_eq(ir_error_type(late), "ChildWorkflowTimeout");
+    cr_expect(ir_error_matches(late, "TimeoutError"));
+    cr_expect(ir_error_matches(late, "ChildWorkflowError"));
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct rn_instance *in = NULL;
+        struct rn_step_out o;
+        struct rn_iid id = {{0xc4, (uint8_t) i}};
+        char src[256];
+        struct t_compiled c;
+
+        (void) snprintf(src, sizeof(src),
+                        "fn main():\n    r = run billing.charge(n=1) [timeout: 5s] %s\n"
+                        "    return r\n",
+                        cases[i].policy);
+        c = child_start(src, id, &in, &o);
+        cr_assert_eq(o.actions.len, 1);
+        cr_expect_eq(o.actions.items[0].timeout_ms, 5000);
+        child_answer(in, o.actions.items[0].exec_id, 1, false, late, true, 6001, &o);
+        if (cases[i].retried) {
+            cr_expect_eq(o.outcome, RN_RUNNING, "%s: not retried", cases[i].policy);
+            cr_expect_eq(o.timers.len, 1, "%s: no backoff timer", cases[i].policy);
+        } else {
+            cr_expect_eq(o.outcome, RN_FAILED, "%s: retried", cases[i].policy);
+            cr_expect_eq(o.timers.len, 0, "%s: a backoff timer", cases[i].policy);
+            if (o.outcome == RN_FAILED) {
+                cr_expect_str_eq(ir_error_type(o.result), "ChildWorkflowTimeout");
+            }
+        }
+        rn_step_out_fini(&o);
+        rn_instance_free(in);
+        t_compiled_free(&c);
+    }
+
+    /* Caught as a timeout; a cancelled child as ChildWorkflowCancelled. */
+    {
+        struct rn_instance *in = NULL;
+        struct rn_step_out o;
+        struct rn_iid id = {{0xc4, 0xff}};
+        struct ir_val gone = child_error(RN_CANCELLED, "billing.charge", "Cancelled", "[]");
+        struct t_compiled c = child_start("fn main():\n"
+                                          "    out = []\n"
+                                          "    try:\n"
+                                          "        r = run billing.charge(n=1)\n"
+                                          "    except TimeoutError as e:\n"
+                                          "        out = out + [e.type]\n"
+                                          "    try:\n"
+                                          "        r = run billing.charge(n=2)\n"
+                                          "    except ChildWorkflowCancelled as e:\n"
+                                          "        out = out + [e.type]\n"
+                                          "    return out\n",
+                                          id, &in, &o);
+        cr_assert_eq(o.actions.len, 1);
+        child_answer(in, o.actions.items[0].exec_id, 1, false, late, true, 2000, &o);
+        cr_assert_eq(o.actions.len, 1);
+        child_answer(in, o.actions.items[0].exec_id, 1, false, gone, true, 3000, &o);
+        cr_assert_eq(o.outcome, RN_COMPLETED, "%s", child_json(o.result, &b));
+        cr_expect_str_eq(child_json(o.result, &b),
+                         "[\"ChildWorkflowTimeout\", \"ChildWorkflowCancelled\"]");
+        ir_val_release(gone);
+        rn_step_out_fini(&o);
+        rn_instance_free(in);
+        t_compiled_free(&c);
+    }
+    ir_val_release(late);
+    cn_buf_fini(&b);
+}
+
+/* `start` asks for a child too (call START) and waits until it exists: its result, the
+ * child's id, binds and the instance goes on. */
+Test(exec, a_start_call_waits_for_the_child_id_and_binds_it)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xc5}};
+    struct rn_instance_waits w;
+    struct cn_buf b = CN_BUF_INIT;
+    struct ir_val v;
+    char text[37];
+    struct t_compiled c = child_start("fn main():\n"
+                                      "    cid = start audit.record(order=\"o-1\") [version: "
+                                      "\"v3\"]\n"
+                                      "    n = @t.count(id=cid)\n"
+                                      "    return [cid, n]\n",
+                                      id, &in, &o);
+    struct rn_xid x;
+
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    cr_assert_eq(o.actions.len, 1);
+    cr_expect_eq(o.actions.items[0].call, IR_CALL_START);
+    cr_expect_str_eq(o.actions.items[0].action, "audit.record");
+    cr_expect_str_eq(o.actions.items[0].version, "v3");
+    cr_expect_eq(o.actions.items[0].timeout_ms, 0);
+    cr_expect_str_eq(kwarg_str(o.actions.items[0].kwargs, "order"), "o-1");
+    cr_expect(o.snapshot_needed);
+    x = o.actions.items[0].exec_id;
+    rn_instance_waits(in, &w);
+    cr_expect_eq(w.children, 1, "a start waits for its child to exist");
+    cr_expect_eq(w.actions, 0);
+
+    cn_uuid_format(rn_child_id(x, 1).b, text);
+    T_OK(ir_str_from_cstr(text, &v));
+    child_answer(in, x, 1, true, v, false, 2000, &o);
+    ir_val_release(v);
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    cr_expect_eq(o.done.len, 1, "the id is recorded as the call's result");
+    cr_assert_eq(o.actions.len, 1);
+    cr_expect_eq(o.actions.items[0].call, IR_CALL_ACTION);
+    cr_expect_str_eq(kwarg_str(o.actions.items[0].kwargs, "id"), text);
+    rn_instance_waits(in, &w);
+    cr_expect_eq(w.children, 0);
+    cr_expect_eq(w.actions, 1);
+    child_answer(in, o.actions.items[0].exec_id, 1, true, ir_int(3), false, 3000, &o);
+    cr_assert_eq(o.outcome, RN_COMPLETED);
+    {
+        char want[64];
+        (void) snprintf(want, sizeof(want), "[\"%s\", 3]", text);
+        cr_expect_str_eq(child_json(o.result, &b), want);
+    }
+    cn_buf_fini(&b);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+/* A spread over `run` asks for one child per item; their outcomes, in any order, fill the
+ * aggregate in item order. */
+Test(exec, a_spread_over_run_completes_in_item_order_whatever_the_arrival_order)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xc6}};
+    struct cn_buf b = CN_BUF_INIT;
+    struct rn_xid xs[3];
+    static const int order[3] = {2, 0, 1};
+    size_t i;
+    struct t_compiled c =
+        child_start("fn main():\n"
+                    "    xs = spread [10, 20, 30]:i -> run calc.square(v=i) [version: \"v1\"]\n"
+                    "    return xs\n",
+                    id, &in, &o);
+
+    cr_assert_eq(o.actions.len, 3);
+    for (i = 0; i < 3; i++) {
+        const struct rn_action_req *a = &o.actions.items[i];
+        int64_t v = kwarg_int(a->kwargs, "v");
+        cr_assert(v == 10 || v == 20 || v == 30, "v=%lld", (long long) v);
+        cr_expect_eq(a->call, IR_CALL_RUN);
+        cr_expect_str_eq(a->action, "calc.square");
+        cr_expect_str_eq(a->version, "v1");
+        cr_expect_eq(a->attempt, 1);
+        xs[v / 10 - 1] = a->exec_id;
+    }
+    cr_expect_not(rn_xid_eq(xs[0], xs[1]));
+    cr_expect_not(rn_xid_eq(xs[1], xs[2]));
+    cr_expect_not(rn_xid_eq(xs[0], xs[2]));
+    cr_expect(o.snapshot_needed);
+    for (i = 0; i < 3; i++) {
+        int k = order[i];
+        child_answer(in, xs[k], 1, true, ir_int((k + 1) * 10 + 1), true, 2000 + (int64_t) i, &o);
+        cr_expect_eq(o.done.len, 0, "a recorded child outcome got a done record");
+        cr_expect_eq(o.actions.len, 0);
+        if (i < 2) {
+            cr_expect_eq(o.outcome, RN_RUNNING);
+        }
+    }
+    cr_assert_eq(o.outcome, RN_COMPLETED);
+    cr_expect_str_eq(child_json(o.result, &b), "[11, 21, 31]");
+    cn_buf_fini(&b);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+/* True when ids[0..n) holds exactly want[0..nwant) in some order. */
+static bool
+same_xids(const struct rn_xid *ids, size_t n, const struct rn_xid *want, size_t nwant)
+{
+    size_t i, j;
+
+    if (n != nwant) {
+        return false;
+    }
+    for (i = 0; i < nwant; i++) {
+        bool found = false;
+        for (j = 0; j < n && !found; j++) {
+            found = rn_xid_eq(ids[j], want[i]);
+        }
+        if (!found) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* [fail_fast] over run children: the first failure stops waiting for the others, whose calls
+ * are listed in child_cancels (their children are cancelled), not in cancels (which go to
+ * workers); caught or not. */
+Test(exec, fail_fast_over_run_children_lists_the_others_in_child_cancels)
+{
+    static const char *const srcs[] = {
+        "fn main():\n"
+        "    xs = spread [1, 2, 3]:i -> run billing.charge(n=i) [fail_fast]\n"
+        "    return xs\n",
+        "fn main():\n"
+        "    try:\n"
+        "        xs = spread [1, 2, 3]:i -> run billing.charge(n=i) [fail_fast]\n"
+        "    except PaymentDeclined:\n"
+        "        xs = \"declined\"\n"
+        "    return xs\n",
+    };
+    struct ir_val err = declined();
+    struct cn_buf b = CN_BUF_INIT;
+    size_t s;
+
+    for (s = 0; s < 2; s++) {
+        struct rn_instance *in = NULL;
+        struct rn_step_out o;
+        struct rn_iid id = {{0xc7, (uint8_t) s}};
+        struct rn_xid xs[3], others[2];
+        struct rn_instance_waits w;
+        size_t i;
+        struct t_compiled c = child_start(srcs[s], id, &in, &o);
+
+        cr_assert_eq(o.actions.len, 3);
+        for (i = 0; i < 3; i++) {
+            xs[kwarg_int(o.actions.items[i].kwargs, "n") - 1] = o.actions.items[i].exec_id;
+        }
+        child_answer(in, xs[0], 1, true, ir_int(1), true, 2000, &o); /* one succeeded */
+        cr_expect_eq(o.child_cancels.len, 0);
+        child_answer(in, xs[1], 1, false, err, true, 2001, &o);
+        cr_expect_eq(o.outcome, s == 0 ? RN_FAILED : RN_COMPLETED);
+        cr_expect_eq(o.cancels.len, 0, "a child call went to the workers' cancels");
+        others[0] = xs[2];
+        cr_expect(same_xids(o.child_cancels.items, o.child_cancels.len, others, 1),
+                  "child_cancels has %zu ids, want the third call's", o.child_cancels.len);
+        cr_expect(o.snapshot_needed);
+        if (s == 1) {
+            cr_expect_str_eq(child_json(o.result, &b), "\"declined\"");
+        }
+        rn_step_out_fini(&o);
+        rn_instance_free(in);
+        t_compiled_free(&c);
+
+        /* The first answer is the failure: both others are dropped. */
+        id.b[2] = 1;
+        c = child_start(srcs[s], id, &in, &o);
+        cr_assert_eq(o.actions.len, 3);
+        for (i = 0; i < 3; i++) {
+            xs[kwarg_int(o.actions.items[i].kwargs, "n") - 1] = o.actions.items[i].exec_id;
+        }
+        child_answer(in, xs[2], 1, false, err, true, 2000, &o);
+        others[0] = xs[0];
+        others[1] = xs[1];
+        cr_expect(same_xids(o.child_cancels.items, o.child_cancels.len, others, 2),
+                  "child_cancels has %zu ids, want the first two calls'", o.child_cancels.len);
+        cr_expect_eq(o.cancels.len, 0);
+        if (s == 1) {
+            rn_instance_waits(in, &w);
+            cr_expect_eq(w.children, 0, "dropped calls are still waited for");
+        }
+        rn_step_out_fini(&o);
+        rn_instance_free(in);
+        t_compiled_free(&c);
+    }
+
+    /* A parallel block mixing children and actions: each goes where it is stopped. */
+    {
+        struct rn_instance *in = NULL;
+        struct rn_step_out o;
+        struct rn_iid id = {{0xc7, 9}};
+        struct rn_xid run1 = {{0}}, act = {{0}}, run3 = {{0}};
+        size_t i;
+        struct t_compiled c = child_start("fn main():\n"
+                                          "    a, b, c = parallel [fail_fast]:\n"
+                                          "        run billing.charge(n=1)\n"
+                                          "        @t.work(n=2)\n"
+                                          "        run billing.charge(n=3)\n"
+                                          "    return a\n",
+                                          id, &in, &o);
+        cr_assert_eq(o.actions.len, 3);
+        for (i = 0; i < 3; i++) {
+            const struct rn_action_req *a = &o.actions.items[i];
+            int64_t n = kwarg_int(a->kwargs, "n");
+            if (n == 2) {
+                cr_expect_eq(a->call, IR_CALL_ACTION);
+                cr_expect_eq(a->timeout_ms, 60000, "an action gets the default timeout");
+                act = a->exec_id;
+            } else {
+                cr_expect_eq(a->call, IR_CALL_RUN);
+                *(n == 1 ? &run1 : &run3) = a->exec_id;
+            }
+        }
+        child_answer(in, run3, 1, false, err, true, 2000, &o);
+        cr_assert_eq(o.outcome, RN_FAILED);
+        cr_expect(same_xids(o.child_cancels.items, o.child_cancels.len, &run1, 1),
+                  "child_cancels: %zu", o.child_cancels.len);
+        cr_expect(same_xids(o.cancels.items, o.cancels.len, &act, 1), "cancels: %zu",
+                  o.cancels.len);
+        rn_step_out_fini(&o);
+        rn_instance_free(in);
+        t_compiled_free(&c);
+    }
+    ir_val_release(err);
+    cn_buf_fini(&b);
+}
+
+/* An instance cancelled while children run lists their calls in child_cancels; its running
+ * actions still go to cancels. */
+Test(exec, a_cancel_lists_running_children_apart_from_running_actions)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xc8}};
+    struct rn_xid runs[2], act = {{0}};
+    struct rn_event ev;
+    size_t i, nruns = 0;
+    struct t_compiled c = child_start("fn main():\n"
+                                      "    a, b, c = parallel:\n"
+                                      "        run billing.charge(n=1)\n"
+                                      "        @t.work(n=2)\n"
+                                      "        run audit.note(n=3)\n"
+                                      "    return a\n",
+                                      id, &in, &o);
+
+    cr_assert_eq(o.actions.len, 3);
+    for (i = 0; i < 3; i++) {
+        if (o.actions.items[i].call == IR_CALL_ACTION) {
+            act = o.actions.items[i].exec_id;
+        } else {
+            cr_assert_lt(nruns, 2);
+            runs[nruns++] = o.actions.items[i].exec_id;
+        }
+    }
+    cr_assert_eq(nruns, 2);
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = RN_EV_CANCEL;
+    T_OK(ir_str_from_cstr("operator", &ev.value));
+    child_step(in, &ev, 2000, &o);
+    ir_val_release(ev.value);
+    cr_assert_eq(o.outcome, RN_CANCELLED);
+    cr_expect(same_xids(o.child_cancels.items, o.child_cancels.len, runs, 2),
+              "child_cancels: %zu ids", o.child_cancels.len);
+    cr_expect(same_xids(o.cancels.items, o.cancels.len, &act, 1), "cancels: %zu ids",
+              o.cancels.len);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+/* Crash replay: a snapshot taken after a child call hydrates to the same request (same call and
+ * attempt, so the same child id: starting it again changes nothing); with the child's recorded
+ * outcome it goes on. A retry's backoff and its attempt replay the same way. */
+Test(exec, a_run_call_replays_from_its_snapshot_with_the_same_child_id)
+{
+    struct rn_instance *in = NULL, *back = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xc9}};
+    struct cn_buf snap = CN_BUF_INIT, b = CN_BUF_INIT;
+    struct cn_errmsg em = {{0}};
+    struct ir_val err = declined();
+    struct rn_done done;
+    struct rn_xid x;
+    struct rn_event ev;
+    int64_t at;
+    struct t_compiled c = child_start(
+        "fn main():\n"
+        "    a = run billing.charge(n=1) [retry: 1, backoff: 1s] [timeout: 1h]\n"
+        "    b = run billing.refund(n=a)\n"
+        "    return [a, b]\n",
+        id, &in, &o);
+
+    cr_assert_eq(o.actions.len, 1);
+    cr_assert(o.snapshot_needed);
+    x = o.actions.items[0].exec_id;
+    T_OK(rn_instance_snapshot(in, &snap));
+
+    /* No outcome recorded: the same request again. */
+    rn_step_out_clear(&o);
+    T_OK(rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &child_cfg, 5000, &back, &o,
+                             &em));
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    cr_assert_eq(o.actions.len, 1);
+    cr_expect(rn_xid_eq(o.actions.items[0].exec_id, x));
+    cr_expect_eq(o.actions.items[0].attempt, 1);
+    cr_expect_eq(o.actions.items[0].call, IR_CALL_RUN);
+    cr_expect_str_eq(o.actions.items[0].action, "billing.charge");
+    cr_expect_eq(o.actions.items[0].timeout_ms, 3600000);
+    cr_expect_eq(kwarg_int(o.actions.items[0].kwargs, "n"), 1);
+    cr_expect(rn_iid_eq(rn_child_id(o.actions.items[0].exec_id, o.actions.items[0].attempt),
+                        rn_child_id(x, 1)));
+    rn_instance_free(back);
+    back = NULL;
+
+    /* Its outcome recorded meanwhile: applied, and the next call asked for. */
+    done.exec_id = x;
+    done.attempt = 1;
+    done.ok = true;
+    done.value = ir_int(5);
+    rn_step_out_clear(&o);
+    T_OK(rn_instance_hydrate(c.dag, snap.data, snap.len, &done, 1, &child_cfg, 5000, &back, &o,
+                             &em));
+    cr_assert_eq(o.outcome, RN_RUNNING);
+    cr_assert_eq(o.actions.len, 1);
+    cr_expect_str_eq(o.actions.items[0].action, "billing.refund");
+    cr_expect_eq(kwarg_int(o.actions.items[0].kwargs, "n"), 5);
+    child_answer(back, o.actions.items[0].exec_id, 1, true, ir_int(6), true, 6000, &o);
+    cr_assert_eq(o.outcome, RN_COMPLETED);
+    cr_expect_str_eq(child_json(o.result, &b), "[5, 6]");
+    rn_instance_free(back);
+    back = NULL;
+
+    /* A failed first child, snapshot in the backoff: the timer is set again, and the retry's
+     * request (attempt 2, a new child) replays as itself. */
+    child_answer(in, x, 1, false, err, true, 2000, &o);
+    cr_assert_eq(o.timers.len, 1);
+    at = o.timers.items[0].at_ms;
+    cn_buf_clear(&snap);
+    T_OK(rn_instance_snapshot(in, &snap));
+    rn_step_out_clear(&o);
+    T_OK(rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &child_cfg, 2001, &back, &o,
+                             &em));
+    cr_expect_eq(o.actions.len, 0);
+    cr_assert_eq(o.timers.len, 1);
+    cr_expect_eq(o.timers.items[0].at_ms, at);
+    rn_instance_free(back);
+    back = NULL;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = RN_EV_TIMER;
+    ev.exec_id = x;
+    ev.value = ir_null();
+    child_step(in, &ev, at, &o);
+    cr_assert_eq(o.actions.len, 1);
+    cr_assert_eq(o.actions.items[0].attempt, 2);
+    cn_buf_clear(&snap);
+    T_OK(rn_instance_snapshot(in, &snap));
+    rn_step_out_clear(&o);
+    T_OK(rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &child_cfg, at + 10, &back,
+                             &o, &em));
+    cr_assert_eq(o.actions.len, 1);
+    cr_expect(rn_xid_eq(o.actions.items[0].exec_id, x));
+    cr_expect_eq(o.actions.items[0].attempt, 2, "the replay asked for another attempt's child");
+    cr_expect_str_eq(ir_error_type(o.actions.items[0].prev_error), "ChildWorkflowError");
+    /* The recorded outcome of attempt 1 is stale now; attempt 2's is applied. */
+    done.attempt = 1;
+    rn_instance_free(back);
+    back = NULL;
+    rn_step_out_clear(&o);
+    {
+        struct rn_done two[2];
+        two[0] = done;
+        two[1] = done;
+        two[1].attempt = 2;
+        two[1].value = ir_int(9);
+        T_OK(rn_instance_hydrate(c.dag, snap.data, snap.len, two + 1, 1, &child_cfg, at + 10,
+                                 &back, &o, &em));
+        cr_assert_eq(o.actions.len, 1);
+        cr_expect_str_eq(o.actions.items[0].action, "billing.refund");
+        cr_expect_eq(kwarg_int(o.actions.items[0].kwargs, "n"), 9);
+        rn_instance_free(back);
+        back = NULL;
+        rn_step_out_clear(&o);
+        T_OK(rn_instance_hydrate(c.dag, snap.data, snap.len, two, 1, &child_cfg, at + 10, &back,
+                                 &o, &em));
+        cr_assert_eq(o.actions.len, 1, "a stale attempt's outcome was applied");
+        cr_expect_eq(o.actions.items[0].attempt, 2);
+        cr_expect_str_eq(o.actions.items[0].action, "billing.charge");
+    }
+
+    ir_val_release(err);
+    cn_buf_fini(&snap);
+    cn_buf_fini(&b);
+    rn_step_out_fini(&o);
+    rn_instance_free(back);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+/* A `start` replays the same way: the same child id, which the backend finds already there. */
+Test(exec, a_start_call_replays_with_the_same_child_id)
+{
+    struct rn_instance *in = NULL, *back = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xca}};
+    struct cn_buf snap = CN_BUF_INIT;
+    struct cn_errmsg em = {{0}};
+    struct rn_xid x;
+    struct t_compiled c = child_start("fn main():\n"
+                                      "    cid = start audit.record(n=1)\n"
+                                      "    return cid\n",
+                                      id, &in, &o);
+
+    cr_assert_eq(o.actions.len, 1);
+    x = o.actions.items[0].exec_id;
+    T_OK(rn_instance_snapshot(in, &snap));
+    rn_step_out_clear(&o);
+    T_OK(rn_instance_hydrate(c.dag, snap.data, snap.len, NULL, 0, &child_cfg, 9000, &back, &o,
+                             &em));
+    cr_assert_eq(o.actions.len, 1);
+    cr_expect_eq(o.actions.items[0].call, IR_CALL_START);
+    cr_expect(rn_xid_eq(o.actions.items[0].exec_id, x));
+    cr_expect_eq(o.actions.items[0].attempt, 1);
+    cn_buf_fini(&snap);
+    rn_step_out_fini(&o);
+    rn_instance_free(back);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+/* rn_instance_waits tells running child calls from running actions, and gives the earliest
+ * timer (a sleep, an action's deadline, a backoff); INT64_MAX without one. */
+Test(exec, instance_waits_counts_children_actions_and_the_earliest_timer)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xcb}};
+    struct rn_instance_waits w;
+    struct rn_xid runs[2], act = {{0}}, sleeper = {{0}}, e;
+    struct ir_val err = declined();
+    struct rn_event ev;
+    size_t i, nruns = 0;
+    struct t_compiled c = child_start("fn nap():\n"
+                                      "    sleep 5\n"
+                                      "    return 0\n"
+                                      "fn main():\n"
+                                      "    a, b, c, d = parallel:\n"
+                                      "        run billing.charge(n=1)\n"
+                                      "        run audit.note(n=2) [timeout: 2s]\n"
+                                      "        @t.work(n=3) [deadline: 30s]\n"
+                                      "        nap()\n"
+                                      "    e = run billing.refund(n=4) [retry: 1, backoff: 10s]\n"
+                                      "    return e\n",
+                                      id, &in, &o);
+
+    cr_assert_eq(o.actions.len, 3);
+    for (i = 0; i < 3; i++) {
+        if (o.actions.items[i].call == IR_CALL_ACTION) {
+            act = o.actions.items[i].exec_id;
+        } else {
+            runs[nruns++] = o.actions.items[i].exec_id;
+        }
+    }
+    cr_assert_eq(nruns, 2);
+    for (i = 0; i < o.timers.len; i++) {
+        if (o.timers.items[i].kind == RN_TIMER_SLEEP) {
+            sleeper = o.timers.items[i].exec_id;
+        }
+    }
+    rn_instance_waits(in, &w);
+    cr_expect_eq(w.children, 2);
+    cr_expect_eq(w.actions, 1);
+    cr_expect_eq(w.next_ms, 6000, "the sleep (t = 6 s) comes before the deadline (31 s): %lld",
+                 (long long) w.next_ms);
+
+    child_answer(in, runs[0], 1, true, ir_int(1), true, 2000, &o);
+    rn_instance_waits(in, &w);
+    cr_expect_eq(w.children, 1);
+    cr_expect_eq(w.actions, 1);
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = RN_EV_TIMER;
+    ev.exec_id = sleeper;
+    ev.value = ir_null();
+    child_step(in, &ev, 6000, &o);
+    rn_instance_waits(in, &w);
+    cr_expect_eq(w.next_ms, 31000, "then the action's deadline: %lld", (long long) w.next_ms);
+    child_answer(in, act, 1, true, ir_int(3), false, 7000, &o);
+    rn_instance_waits(in, &w);
+    cr_expect_eq(w.children, 1);
+    cr_expect_eq(w.actions, 0);
+    cr_expect_eq(w.next_ms, INT64_MAX, "a child call has no timer here: %lld",
+                 (long long) w.next_ms);
+
+    child_answer(in, runs[1], 1, true, ir_int(2), true, 8000, &o);
+    cr_assert_eq(o.actions.len, 1);
+    e = o.actions.items[0].exec_id;
+    rn_instance_waits(in, &w);
+    cr_expect_eq(w.children, 1);
+    cr_expect_eq(w.actions, 0);
+    child_answer(in, e, 1, false, err, true, 9000, &o);
+    cr_assert_eq(o.timers.len, 1);
+    rn_instance_waits(in, &w);
+    cr_expect_eq(w.children, 0, "a call in its backoff has no child running");
+    cr_expect_eq(w.actions, 0);
+    cr_expect_eq(w.next_ms, o.timers.items[0].at_ms);
+
+    ir_val_release(err);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
