@@ -554,8 +554,13 @@ static const struct {
      " result) SELECT t.p, t.e, t.a, t.s, decode(t.x, 'hex') FROM t WHERE NOT EXISTS (SELECT 1"
      " FROM cairn.runner_actions_done d WHERE d.instance_id = t.p AND d.execution_id = t.e AND"
      " d.attempt = t.a)),"
+     /* Once woken a parent stays so until its next claim, which a later child need not
+      * repeat: one row lock and one row version per parent and claim, not per child (the
+      * children of a fan-out finish in every persist batch at once, which then queued on the
+      * parent's row lock). */
      " w AS (UPDATE cairn.queued_instances q SET woken = true, scheduled_at ="
-     " least(q.scheduled_at, clock_timestamp()) FROM t WHERE q.instance_id = t.p)"
+     " least(q.scheduled_at, clock_timestamp()) FROM t WHERE q.instance_id = t.p AND NOT"
+     " q.woken)"
      " SELECT pg_notify('cairn_child', t.p::text || ' ' || t.e::text || ' ' || t.a) FROM t",
      7},
     {"cairn_finish",

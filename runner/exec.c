@@ -1758,6 +1758,9 @@ hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_
         ev.exec_id = results[i].exec_id;
         ev.attempt = results[i].attempt;
         ev.value = results[i].value;
+        /* Read from storage: recording them again would only be a write that inserts nothing
+         * (a parent woken by the last of 10 000 children replays 10 000 of them). */
+        ev.recorded = true;
         apply_event(in, &ev);
         run_queue(in);
     }

@@ -2602,3 +2602,61 @@ Test(exec, instance_waits_counts_children_actions_and_the_earliest_timer)
     rn_instance_free(in);
     t_compiled_free(&c);
 }
+
+/* Fills a stretch of the stack below the caller with byte b, so that whatever the next call
+ * leaves uninitialized there reads b. */
+static __attribute__((noinline)) void
+poison_stack(uint8_t b)
+{
+    volatile uint8_t junk[16384];
+    size_t i;
+
+    for (i = 0; i < sizeof(junk); i++) {
+        junk[i] = b;
+    }
+}
+
+/* Found by review: hydration replays recorded results as events whose `recorded` flag it never
+ * sets (runner/exec.c, hydrate(): `struct rn_event ev;` without an initializer, and the flag was
+ * added to the struct with child workflows). Whether a replayed result makes a done record then
+ * depends on what the stack held: the output of a hydration must not. */
+Test(exec, hydration_output_does_not_depend_on_uninitialized_memory)
+{
+    struct rn_instance *in = NULL, *back = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xcc}};
+    struct cn_buf snap = CN_BUF_INIT;
+    struct cn_errmsg em = {{0}};
+    struct rn_done done[2];
+    size_t ndone[2], k;
+    struct t_compiled c = child_start("fn main():\n"
+                                      "    a = @t.work(n=1)\n"
+                                      "    b = run billing.charge(n=a)\n"
+                                      "    return b\n",
+                                      id, &in, &o);
+
+    cr_assert_eq(o.actions.len, 1);
+    T_OK(rn_instance_snapshot(in, &snap));
+    done[0].exec_id = o.actions.items[0].exec_id;
+    done[0].attempt = 1;
+    done[0].ok = true;
+    done[0].value = ir_int(5);
+    for (k = 0; k < 2; k++) {
+        rn_step_out_clear(&o);
+        poison_stack(k == 0 ? 0x00 : 0xa5);
+        T_OK(rn_instance_hydrate(c.dag, snap.data, snap.len, done, 1, &child_cfg, 5000, &back, &o,
+                                 &em));
+        cr_assert_eq(o.actions.len, 1);
+        cr_expect_str_eq(o.actions.items[0].action, "billing.charge");
+        ndone[k] = o.done.len;
+        rn_instance_free(back);
+        back = NULL;
+    }
+    cr_expect_eq(ndone[0], ndone[1],
+                 "hydration made %zu done records over a zeroed stack, %zu over a dirty one",
+                 ndone[0], ndone[1]);
+    cn_buf_fini(&snap);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}

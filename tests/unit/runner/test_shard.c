@@ -6,12 +6,15 @@
  * long-sleep hand-back, an unresumable snapshot, and the shutdown hand-back. No threads, no
  * database, no clock: what the shard asks for is read from its output.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
 
+#include "ir/base/uuid.h"
 #include "ir/error.h"
+#include "runner/errors.h"
 #include "runner/shard.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/leak.h"
@@ -530,5 +533,747 @@ Test(shard, results_after_the_outcome_are_handed_out_as_late)
     cr_expect_eq(h.out.lost, 1);
     h_result(&h, &d[1], 2);
     cr_expect_eq(h.out.late.len, 0, "a lost instance's late result is not handed out");
+    h_fini(&h);
+}
+
+/* ---- child workflows ------------------------------------------------------------------------ */
+
+/* A child call rides in the write that records it (never dispatched); the ACK says what became
+ * of the start; a `run` waits for the child's recorded outcome; a finishing child's write
+ * carries its outcome for its parent; a parent that only waits for children is handed back;
+ * children no longer waited for are reaped after the write that dropped them. */
+
+static const char *const run_src = "fn main(input: [n]):\n"
+                                   "    r = run billing.charge(n=n)\n"
+                                   "    return r\n";
+
+static const char *const start_src = "fn main():\n"
+                                     "    cid = start audit.record(n=1)\n"
+                                     "    return cid\n";
+
+static const char *const mixed_src = "fn main():\n"
+                                     "    a, b = parallel:\n"
+                                     "        run billing.charge(n=1)\n"
+                                     "        @t.work(n=2)\n"
+                                     "    return [a, b]\n";
+
+static const char *const fan_src = "fn main(input: [n]):\n"
+                                   "    xs = spread range(n):i -> run billing.charge(n=i)\n"
+                                   "    return xs\n";
+
+static const char *const divide_src = "fn main(input: [d]):\n"
+                                      "    return 10 // d\n";
+
+/* h_init with the child settings given (evict_sleep_threshold_ms 60 s). */
+static void
+h_init_children(struct h *h, const char *src, uint32_t evict_child_wait_ms,
+                uint32_t max_child_depth)
+{
+    struct rn_shard_cfg cfg;
+
+    memset(h, 0, sizeof(*h));
+    h->c = t_compile(src);
+    cr_assert_eq(h->c.rv, CN_OK, "%s", h->c.errors);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.index = 3;
+    cfg.exec.default_timeout_ms = 60000;
+    cfg.evict_sleep_threshold_ms = 60000;
+    cfg.evict_child_wait_ms = evict_child_wait_ms;
+    cfg.max_child_depth = max_child_depth;
+    h->sh = rn_shard_new(&cfg);
+    h->now.wall_ms = 1700000000000;
+    h->now.mono_us = 5000000;
+}
+
+/* The only write of the last output. */
+static const struct rn_write *
+h_write(const struct h *h)
+{
+    cr_assert_eq(h->out.writes.len, 1, "%zu writes, want 1", h->out.writes.len);
+    return &h->out.writes.items[0]->w;
+}
+
+/* ACKs the write of the last output (instance tag, token lock_tag) as the persister would after
+ * starting its children: each with status st (and message msg), inputs None. */
+static void
+h_ack_children(struct h *h, uint8_t tag, uint8_t lock_tag, enum rn_child_status st,
+               const char *msg)
+{
+    const struct rn_write *w = h_write(h);
+    struct rn_sev *e = rn_sev_new(RN_SEV_ACK, iid_of(tag));
+    size_t k;
+
+    e->lock = token_of(lock_tag);
+    e->nchildren = w->nchildren;
+    e->children = calloc(w->nchildren ? w->nchildren : 1, sizeof(*e->children));
+    cr_assert_not_null(e->children);
+    for (k = 0; k < w->nchildren; k++) {
+        e->children[k] = w->children[k];
+        e->children[k].input = ir_null();
+        e->children[k].status = st;
+        (void) snprintf(e->children[k].message, sizeof(e->children[k].message), "%s",
+                        msg ? msg : "");
+    }
+    h_apply(h, e);
+}
+
+/* A child's outcome for call (exec_id, attempt) of instance tag, as the canceller hands it over:
+ * already recorded. Takes v. */
+static void
+h_child_result(struct h *h, uint8_t tag, struct rn_xid exec_id, uint32_t attempt, bool ok,
+               struct ir_val v)
+{
+    struct rn_sev *e = rn_sev_new(RN_SEV_RESULT, iid_of(tag));
+
+    e->exec_id = exec_id;
+    e->attempt = attempt;
+    e->ok = ok;
+    e->value = v;
+    e->child = true;
+    h_apply(h, e);
+}
+
+/* Fires the shard's timers at the harness's instant, after clearing the last output. */
+static void
+h_fire(struct h *h)
+{
+    rn_shard_out_clear(&h->out);
+    rn_shard_fire(h->sh, h->now, &h->out);
+}
+
+/* The error a child that failed with ZeroDivisionError hands its parent. */
+static struct ir_val
+h_child_failure(void)
+{
+    struct ir_val cause, out;
+    struct rn_iid child = {{0xcd}};
+    bool ok = true;
+
+    T_ERR(rn_error_raise(&cause, "ZeroDivisionError", "integer division by zero"), CN_RAISED);
+    T_OK(rn_child_outcome(RN_FAILED, cause, child, "billing.charge", &ok, &out));
+    ir_val_release(cause);
+    return out;
+}
+
+/* A `run` call is not dispatched: it rides in the write that records it, as a child start named
+ * rn_child_id(call, attempt), with the call's inputs and the shard's depth limit (64 when the
+ * configuration says 0). Its ACK dispatches nothing. */
+Test(shard, a_run_call_rides_in_its_write_and_is_never_dispatched)
+{
+    const struct rn_write *w;
+    const struct rn_child_start *cs;
+    const struct ir_val *n;
+    struct rn_xid call;
+    struct h h;
+
+    h_init_children(&h, run_src, 60000, 0);
+    h_claim(&h, 1, 11, "{\"n\": 3}");
+    w = h_write(&h);
+    cr_expect_eq(h.out.dispatches.len, 0, "a child call went to the pool");
+    cr_expect_not_null(w->state, "the call must be in the snapshot the write commits");
+    cr_expect_eq(w->outcome, RN_RUNNING);
+    cr_assert_eq(w->nchildren, 1);
+    cs = &w->children[0];
+    call = cs->exec_id;
+    cr_expect_eq(cs->attempt, 1);
+    cr_expect(rn_iid_eq(cs->child_id, rn_child_id(call, 1)));
+    cr_expect_str_eq(cs->workflow, "billing.charge");
+    cr_expect_null(cs->version);
+    cr_expect_not(cs->detached);
+    cr_expect_eq(cs->timeout_ms, 0);
+    n = ir_map_get(cs->input, "n", 1);
+    cr_assert_not_null(n, "the call's kwargs are the child's input");
+    cr_expect_eq(n->u.i, 3);
+    cr_expect_eq(w->max_child_depth, 64, "the default depth limit");
+    cr_expect_not(w->release);
+    cr_expect_not(w->parent.has);
+
+    h_ack_children(&h, 1, 11, RN_CHILD_CREATED, NULL);
+    cr_expect_eq(h.out.committed, 1);
+    cr_expect_eq(h.out.dispatches.len, 0);
+    cr_expect_eq(h.out.writes.len, 0, "a child that started needs nothing more written");
+    cr_expect_eq(h.out.reaps.len, 0);
+    cr_expect(rn_shard_has(h.sh, iid_of(1), NULL));
+    cr_expect_eq(rn_shard_busy(h.sh), 0, "a child is not an attempt in flight");
+    h_fini(&h);
+
+    /* The configured limit goes with the write; with a version and a timeout, those too. */
+    h_init_children(&h, "fn main():\n"
+                        "    r = run billing.charge(n=1) [version: \"v7\"] [timeout: 90s]\n"
+                        "    return r\n",
+                    60000, 7);
+    h_claim(&h, 2, 12, "{}");
+    w = h_write(&h);
+    cr_expect_eq(w->max_child_depth, 7);
+    cr_assert_eq(w->nchildren, 1);
+    cr_expect_str_eq(w->children[0].version, "v7");
+    cr_expect_eq(w->children[0].timeout_ms, 90000);
+    h_fini(&h);
+}
+
+/* A child that could not start raises its error in the parent when the write's ACK says so:
+ * not found, inputs that do not fit, too deep. Uncaught, the parent fails with it; caught by a
+ * base of it, the parent goes on. */
+Test(shard, a_child_that_cannot_start_raises_its_error_in_the_parent)
+{
+    static const struct {
+        enum rn_child_status st;
+        const char *type, *base, *msg;
+    } cases[] = {
+        {RN_CHILD_NOT_FOUND, "ChildWorkflowNotFound", "LookupError",
+         "no workflow billing.charge is registered"},
+        {RN_CHILD_BAD_INPUT, "ChildInputError", "TypeError", "main() takes no input 'n'"},
+        {RN_CHILD_TOO_DEEP, "ChildDepthExceeded", "ChildDepthExceeded", "deeper than 64"},
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct rn_write *w;
+        const struct ir_val *m;
+        char src[256];
+        struct h h;
+
+        h_init_children(&h, run_src, 60000, 0);
+        h_claim(&h, 1, 11, "{\"n\": 1}");
+        h_ack_children(&h, 1, 11, cases[i].st, cases[i].msg);
+        w = h_write(&h);
+        cr_expect_eq(w->outcome, RN_FAILED, "%s: outcome %d", cases[i].type, w->outcome);
+        cr_expect_str_eq(ir_error_type(w->result), cases[i].type);
+        m = ir_map_get(w->result, "message", 7);
+        cr_assert_not_null(m);
+        cr_expect_str_eq(ir_str_data(*m), cases[i].msg);
+        cr_expect_eq(w->ndone, 1, "%s: the call's error is recorded", cases[i].type);
+        cr_expect_eq(h.out.dispatches.len, 0);
+        h_ack(&h, 1, 11, false);
+        cr_expect_eq(h.out.failed, 1);
+        cr_expect_eq(rn_shard_count(h.sh), 0);
+        h_fini(&h);
+
+        (void) snprintf(src, sizeof(src),
+                        "fn main():\n"
+                        "    try:\n"
+                        "        r = run billing.charge(n=1)\n"
+                        "    except %s as e:\n"
+                        "        r = e.type\n"
+                        "    return r\n",
+                        cases[i].base);
+        h_init_children(&h, src, 60000, 0);
+        h_claim(&h, 2, 12, "{}");
+        h_ack_children(&h, 2, 12, cases[i].st, cases[i].msg);
+        w = h_write(&h);
+        cr_expect_eq(w->outcome, RN_COMPLETED, "except %s: outcome %d", cases[i].base,
+                     w->outcome);
+        if (w->outcome == RN_COMPLETED) {
+            cr_expect_str_eq(ir_str_data(w->result), cases[i].type);
+        }
+        h_fini(&h);
+    }
+}
+
+/* `start`: the ACK of the write that created the child (or found it created, on a replay) gives
+ * the call its result, the child's id. */
+Test(shard, a_start_call_gets_the_child_id_when_its_write_commits)
+{
+    static const enum rn_child_status sts[] = {RN_CHILD_CREATED, RN_CHILD_EXISTS};
+    size_t i;
+
+    for (i = 0; i < 2; i++) {
+        const struct rn_write *w;
+        struct rn_iid child;
+        char id[37];
+        struct h h;
+
+        h_init_children(&h, start_src, 60000, 0);
+        h_claim(&h, 1, 11, "{}");
+        w = h_write(&h);
+        cr_expect_eq(h.out.dispatches.len, 0);
+        cr_assert_eq(w->nchildren, 1);
+        cr_expect(w->children[0].detached, "a start's child is detached");
+        cr_expect_str_eq(w->children[0].workflow, "audit.record");
+        child = rn_child_id(w->children[0].exec_id, w->children[0].attempt);
+        cr_expect(rn_iid_eq(w->children[0].child_id, child));
+        cn_uuid_format(child.b, id);
+
+        h_ack_children(&h, 1, 11, sts[i], NULL);
+        w = h_write(&h);
+        cr_expect_eq(w->outcome, RN_COMPLETED, "status %s: outcome %d",
+                     rn_child_status_name(sts[i]), w->outcome);
+        cr_assert_eq(w->result.type, IR_T_STR);
+        cr_expect_str_eq(ir_str_data(w->result), id);
+        cr_expect_eq(w->nchildren, 0, "the child was started once, by the first write");
+        h_ack(&h, 1, 11, false);
+        cr_expect_eq(h.out.completed, 1);
+        cr_expect_eq(h.out.reaps.len, 0, "a start's child outlives a parent that completes");
+        h_fini(&h);
+    }
+}
+
+/* A child's outcome (RESULT with child set) is applied to the parent held here, without touching
+ * the count of attempts in flight; for an instance not held here it does nothing (its next
+ * claim reads it from storage): no write, no late result. */
+Test(shard, a_child_outcome_is_applied_to_a_held_parent_and_dropped_otherwise)
+{
+    struct rn_pool_dispatch d[4];
+    struct rn_xid call;
+    const struct rn_write *w;
+    struct cn_buf b = CN_BUF_INIT;
+    struct h h;
+
+    h_init_children(&h, mixed_src, 60000, 0);
+    h_claim(&h, 1, 11, "{}");
+    w = h_write(&h);
+    cr_assert_eq(w->nchildren, 1);
+    call = w->children[0].exec_id;
+    h_ack_children(&h, 1, 11, RN_CHILD_CREATED, NULL);
+    cr_assert_eq(h_take_dispatches(&h, d, 4), 1, "the action goes out, the child call does not");
+    cr_expect_str_eq(d[0].action, "t.work");
+    cr_expect_eq(rn_shard_busy(h.sh), 1);
+
+    h.now.wall_ms += 100;
+    h_child_result(&h, 1, call, 1, true, ir_int(5));
+    cr_expect_eq(h.out.writes.len, 0, "a recorded outcome into a fan-out slot needs no write");
+    cr_expect_eq(h.out.dispatches.len + h.out.late.len + h.out.cancels.len, 0);
+    cr_expect_eq(rn_shard_busy(h.sh), 1, "the child's outcome was counted as the action's");
+
+    h_result(&h, &d[0], 7);
+    w = h_write(&h);
+    cr_expect_eq(w->outcome, RN_COMPLETED);
+    T_OK(ir_val_to_json(w->result, &b, NULL));
+    cr_expect_str_eq(b.data, "[5, 7]");
+    cr_expect_eq(w->ndone, 1, "only the action's result is recorded here");
+    h_ack(&h, 1, 11, false);
+    cr_expect_eq(h.out.completed, 1);
+    cr_expect_eq(rn_shard_count(h.sh), 0);
+    cr_expect_eq(rn_shard_busy(h.sh), 0);
+
+    /* The parent is gone (finished here), or was never held here: nothing at all. */
+    h_child_result(&h, 1, call, 1, true, ir_int(5));
+    cr_expect_eq(h.out.writes.len + h.out.late.len + h.out.dispatches.len + h.out.leases.len, 0);
+    h_child_result(&h, 9, call, 1, false, h_child_failure());
+    cr_expect_eq(h.out.writes.len + h.out.late.len + h.out.dispatches.len + h.out.leases.len, 0);
+    cn_buf_fini(&b);
+    h_fini(&h);
+
+    /* A parent that waits only for its child completes with the child's outcome. */
+    h_init_children(&h, run_src, 60000, 0);
+    h_claim(&h, 2, 12, "{\"n\": 1}");
+    call = h_write(&h)->children[0].exec_id;
+    h_ack_children(&h, 2, 12, RN_CHILD_CREATED, NULL);
+    h_child_result(&h, 2, call, 1, true, ir_int(42));
+    w = h_write(&h);
+    cr_expect_eq(w->outcome, RN_COMPLETED);
+    cr_expect_eq(w->result.u.i, 42);
+    cr_expect_eq(w->ndone, 0, "the child recorded its outcome itself");
+    cr_expect_eq(rn_shard_busy(h.sh), 1, "its write is in flight");
+    h_ack(&h, 2, 12, false);
+    cr_expect_eq(h.out.completed, 1);
+    cr_expect_eq(rn_shard_busy(h.sh), 0);
+    h_fini(&h);
+}
+
+/* Claims instance tag as the child of call (exec_id, attempt) of parent ptag. */
+static void
+h_claim_child(struct h *h, uint8_t tag, uint8_t lock_tag, const char *input_json, uint8_t ptag,
+              struct rn_xid exec_id, uint32_t attempt)
+{
+    struct rn_iid iid = iid_of(tag);
+    struct rn_sev *e = rn_sev_new(RN_SEV_NEW, iid);
+
+    e->claimed.instance_id = iid;
+    e->claimed.lock = token_of(lock_tag);
+    e->claimed.workflow = strdup("billing.charge");
+    T_OK(ir_val_from_json(input_json, strlen(input_json), &e->claimed.input, NULL));
+    e->claimed.parent.has = true;
+    e->claimed.parent.parent = iid_of(ptag);
+    e->claimed.parent.exec_id = exec_id;
+    e->claimed.parent.attempt = attempt;
+    e->dag = h->c.dag;
+    e->claimed_mono_us = h->now.mono_us;
+    h_apply(h, e);
+}
+
+/* A child's final write carries its outcome for its parent's call: the link it was claimed
+ * with, and what rn_child_outcome makes of its outcome (the result; a ChildWorkflowError that
+ * keeps the child's error type among its bases; ChildWorkflowCancelled). */
+Test(shard, a_finishing_child_writes_its_outcome_for_its_parent)
+{
+    struct rn_xid call = {{0x77, 1, 2, 3}};
+    const struct rn_write *w;
+    const struct ir_val *details, *v;
+    char id[37];
+    struct h h;
+
+    h_init_children(&h, divide_src, 60000, 0);
+    h_claim_child(&h, 1, 11, "{\"d\": 2}", 0x70, call, 3);
+    w = h_write(&h);
+    cr_expect_eq(w->outcome, RN_COMPLETED);
+    cr_expect_eq(w->result.u.i, 5);
+    cr_assert(w->parent.has, "a child's final write must name its parent's call");
+    cr_expect(rn_iid_eq(w->parent.parent, iid_of(0x70)));
+    cr_expect(rn_xid_eq(w->parent.exec_id, call));
+    cr_expect_eq(w->parent.attempt, 3);
+    cr_expect(w->parent_ok);
+    cr_expect_eq(w->parent_value.type, IR_T_INT);
+    cr_expect_eq(w->parent_value.u.i, 5);
+    h_ack(&h, 1, 11, false);
+    cr_expect_eq(h.out.completed, 1);
+
+    h_claim_child(&h, 2, 12, "{\"d\": 0}", 0x70, call, 4);
+    w = h_write(&h);
+    cr_expect_eq(w->outcome, RN_FAILED);
+    cr_expect_str_eq(ir_error_type(w->result), "ZeroDivisionError");
+    cr_assert(w->parent.has);
+    cr_expect_eq(w->parent.attempt, 4);
+    cr_expect_not(w->parent_ok);
+    cr_expect_str_eq(ir_error_type(w->parent_value), "ChildWorkflowError");
+    cr_expect(ir_error_matches(w->parent_value, "ZeroDivisionError"));
+    cr_expect(ir_error_matches(w->parent_value, "ArithmeticError"));
+    details = ir_map_get(w->parent_value, "details", 7);
+    cr_assert_not_null(details);
+    cn_uuid_format(iid_of(2).b, id);
+    v = ir_map_get(*details, "child_id", 8);
+    cr_assert_not_null(v);
+    cr_expect_str_eq(ir_str_data(*v), id);
+    v = ir_map_get(*details, "workflow", 8);
+    cr_assert_not_null(v);
+    cr_expect_str_eq(ir_str_data(*v), "billing.charge");
+    h_ack(&h, 2, 12, false);
+    cr_expect_eq(h.out.failed, 1);
+
+    /* A top-level instance's write names no parent. */
+    h_claim(&h, 3, 13, "{\"d\": 5}");
+    w = h_write(&h);
+    cr_expect_not(w->parent.has);
+    cr_expect_eq(w->parent_value.type, IR_T_NULL);
+    h_fini(&h);
+
+    /* Cancelled while its action runs. */
+    h_init_children(&h, steps_src, 60000, 0);
+    h_claim_child(&h, 4, 14, "{\"n\": 2}", 0x70, call, 1);
+    h_ack(&h, 4, 14, false);
+    cr_assert_eq(h.out.dispatches.len, 1);
+    {
+        struct rn_sev *e = rn_sev_new(RN_SEV_CANCEL, iid_of(4));
+        T_OK(ir_str_from_cstr("parent cancelled", &e->value));
+        h_apply(&h, e);
+    }
+    w = h_write(&h);
+    cr_expect_eq(w->outcome, RN_CANCELLED);
+    cr_assert(w->parent.has);
+    cr_expect_not(w->parent_ok);
+    cr_expect_str_eq(ir_error_type(w->parent_value), "ChildWorkflowCancelled");
+    cr_expect(ir_error_matches(w->parent_value, "ChildWorkflowError"));
+    h_fini(&h);
+}
+
+/* With evict_child_wait_ms 0 a parent that waits only for a child is handed back as soon as
+ * the write that started it commits: a release write, due again within a day. */
+Test(shard, a_parent_waiting_only_for_children_is_handed_back_at_once)
+{
+    const struct rn_write *w;
+    struct h h;
+
+    h_init_children(&h, run_src, 0, 0);
+    h_claim(&h, 1, 11, "{\"n\": 1}");
+    h_ack_children(&h, 1, 11, RN_CHILD_CREATED, NULL);
+    w = h_write(&h);
+    cr_expect(w->release);
+    cr_expect_eq(w->outcome, RN_RUNNING);
+    cr_expect_eq(w->nchildren, 0);
+    cr_expect_gt(w->wake_at_ms, h.now.wall_ms);
+    cr_expect_leq(w->wake_at_ms, h.now.wall_ms + 24LL * 3600 * 1000, "wake at %lld, now %lld",
+                  (long long) w->wake_at_ms, (long long) h.now.wall_ms);
+    h_ack(&h, 1, 11, false);
+    cr_expect_eq(h.out.evicted, 1);
+    cr_expect_eq(h.out.removed, 1);
+    cr_expect_eq(h.out.reaps.len, 0, "handed back, not finished: its child still runs");
+    cr_expect_eq(rn_shard_count(h.sh), 0);
+    h_fini(&h);
+
+    /* One that also waits for an action is kept. */
+    h_init_children(&h, mixed_src, 0, 0);
+    h_claim(&h, 2, 12, "{}");
+    h_ack_children(&h, 2, 12, RN_CHILD_CREATED, NULL);
+    cr_expect_eq(h.out.writes.len, 0, "handed back with an action running");
+    cr_expect_eq(h.out.dispatches.len, 1);
+    cr_expect(rn_shard_has(h.sh, iid_of(2), NULL));
+    h_fini(&h);
+}
+
+/* With evict_child_wait_ms 1000 the parent is kept for a second without an answer: a timer
+ * checks then, and hands it back at that instant; an answer meanwhile postpones it. */
+Test(shard, a_parent_waiting_for_children_is_handed_back_after_the_quiet_time)
+{
+    const struct rn_write *w;
+    struct rn_xid calls[2];
+    int64_t t0, at = 0;
+    struct h h;
+
+    h_init_children(&h, run_src, 1000, 0);
+    t0 = h.now.wall_ms;
+    h_claim(&h, 1, 11, "{\"n\": 1}");
+    h_ack_children(&h, 1, 11, RN_CHILD_CREATED, NULL);
+    cr_expect_eq(h.out.writes.len, 0, "handed back before its quiet time");
+    cr_assert(rn_shard_next_timer(h.sh, &at), "no timer to check again");
+    cr_expect_eq(at, t0 + 1000);
+    h.now.wall_ms = t0 + 999;
+    h_fire(&h);
+    cr_expect_eq(h.out.writes.len, 0, "handed back early");
+    h.now.wall_ms = t0 + 1000;
+    h_fire(&h);
+    w = h_write(&h);
+    cr_expect(w->release);
+    cr_expect_gt(w->wake_at_ms, h.now.wall_ms);
+    cr_expect_leq(w->wake_at_ms, h.now.wall_ms + 24LL * 3600 * 1000);
+    h_ack(&h, 1, 11, false);
+    cr_expect_eq(h.out.evicted, 1);
+    cr_expect_eq(rn_shard_count(h.sh), 0);
+    h_fini(&h);
+
+    /* Two children: the first answers after half a second, which postpones the hand-back to a
+     * second after that answer. */
+    h_init_children(&h, fan_src, 1000, 0);
+    t0 = h.now.wall_ms;
+    h_claim(&h, 2, 12, "{\"n\": 2}");
+    w = h_write(&h);
+    cr_assert_eq(w->nchildren, 2);
+    calls[0] = w->children[0].exec_id;
+    calls[1] = w->children[1].exec_id;
+    h_ack_children(&h, 2, 12, RN_CHILD_CREATED, NULL);
+    cr_expect_eq(h.out.writes.len, 0);
+    h.now.wall_ms = t0 + 500;
+    h_child_result(&h, 2, calls[0], 1, true, ir_int(1));
+    cr_expect_eq(h.out.writes.len, 0);
+    h.now.wall_ms = t0 + 1000;
+    h_fire(&h);
+    cr_expect_eq(h.out.writes.len, 0, "handed back though a child answered 500 ms ago");
+    cr_assert(rn_shard_next_timer(h.sh, &at), "no timer to check again");
+    cr_expect_eq(at, t0 + 1500);
+    h.now.wall_ms = t0 + 1500;
+    h_fire(&h);
+    w = h_write(&h);
+    cr_expect(w->release);
+    h_ack(&h, 2, 12, false);
+    cr_expect_eq(h.out.evicted, 1);
+    h_fini(&h);
+
+    /* The other child answers before the check: the parent completes and nothing is handed
+     * back when the timer fires. */
+    h_init_children(&h, run_src, 1000, 0);
+    t0 = h.now.wall_ms;
+    h_claim(&h, 3, 13, "{\"n\": 1}");
+    calls[0] = h_write(&h)->children[0].exec_id;
+    h_ack_children(&h, 3, 13, RN_CHILD_CREATED, NULL);
+    h.now.wall_ms = t0 + 10;
+    h_child_result(&h, 3, calls[0], 1, true, ir_int(8));
+    cr_expect_eq(h_write(&h)->outcome, RN_COMPLETED);
+    h_ack(&h, 3, 13, false);
+    cr_expect_eq(h.out.completed, 1);
+    h.now.wall_ms = t0 + 1000;
+    h_fire(&h);
+    cr_expect_eq(h.out.writes.len, 0);
+    h_fini(&h);
+}
+
+/* The children a committed write stopped waiting for are reaped after its ACK: all of them when
+ * the instance was cancelled (n == 0), the other calls of a fail_fast spread whose first child
+ * failed (caught or not). */
+Test(shard, children_no_longer_waited_for_are_reaped_after_the_write_commits)
+{
+    static const char *const fast_srcs[] = {
+        "fn main(input: [n]):\n"
+        "    xs = spread range(n):i -> run billing.charge(n=i) [fail_fast]\n"
+        "    return xs\n",
+        "fn main(input: [n]):\n"
+        "    try:\n"
+        "        xs = spread range(n):i -> run billing.charge(n=i) [fail_fast]\n"
+        "    except ChildWorkflowError:\n"
+        "        xs = @t.fallback()\n"
+        "    return xs\n",
+    };
+    const struct rn_write *w;
+    struct rn_xid calls[3];
+    size_t s, k;
+    struct h h;
+
+    h_init_children(&h, run_src, 60000, 0);
+    h_claim(&h, 1, 11, "{\"n\": 1}");
+    h_ack_children(&h, 1, 11, RN_CHILD_CREATED, NULL);
+    {
+        struct rn_sev *e = rn_sev_new(RN_SEV_CANCEL, iid_of(1));
+        T_OK(ir_str_from_cstr("operator", &e->value));
+        h_apply(&h, e);
+    }
+    w = h_write(&h);
+    cr_expect_eq(w->outcome, RN_CANCELLED);
+    cr_expect_eq(h.out.reaps.len, 0, "reaped before the cancel committed");
+    cr_expect_eq(h.out.cancels.len, 0, "a child call is not a worker's attempt");
+    h_ack(&h, 1, 11, false);
+    cr_expect_eq(h.out.failed, 1);
+    cr_assert_eq(h.out.reaps.len, 1);
+    cr_expect(rn_iid_eq(h.out.reaps.items[0].parent, iid_of(1)));
+    cr_expect_eq(h.out.reaps.items[0].n, 0, "a cancelled parent's children all go");
+    h_fini(&h);
+
+    for (s = 0; s < 2; s++) {
+        struct rn_xid others[2];
+        h_init_children(&h, fast_srcs[s], 60000, 0);
+        h_claim(&h, 2, 12, "{\"n\": 3}");
+        w = h_write(&h);
+        cr_assert_eq(w->nchildren, 3);
+        for (k = 0; k < 3; k++) {
+            const struct ir_val *n = ir_map_get(w->children[k].input, "n", 1);
+            cr_assert_not_null(n);
+            calls[n->u.i] = w->children[k].exec_id;
+        }
+        h_ack_children(&h, 2, 12, RN_CHILD_CREATED, NULL);
+        h_child_result(&h, 2, calls[1], 1, false, h_child_failure());
+        w = h_write(&h);
+        cr_expect_eq(w->outcome, s == 0 ? RN_FAILED : RN_RUNNING);
+        cr_expect_eq(h.out.reaps.len, 0, "reaped before the write committed");
+        cr_expect_eq(h.out.cancels.len, 0);
+        h_ack(&h, 2, 12, false);
+        cr_assert_eq(h.out.reaps.len, 1, "variant %zu: no reap", s);
+        cr_expect(rn_iid_eq(h.out.reaps.items[0].parent, iid_of(2)));
+        cr_assert_eq(h.out.reaps.items[0].n, 2, "variant %zu: %zu calls reaped", s,
+                     h.out.reaps.items[0].n);
+        others[0] = calls[0];
+        others[1] = calls[2];
+        for (k = 0; k < 2; k++) {
+            const struct rn_xid *r = h.out.reaps.items[0].exec_ids;
+            cr_expect(rn_xid_eq(r[0], others[k]) || rn_xid_eq(r[1], others[k]),
+                      "variant %zu: call %zu not reaped", s, k == 0 ? (size_t) 0 : (size_t) 2);
+        }
+        cr_expect_eq(h.out.cancels.len, 0);
+        if (s == 1) {
+            cr_expect_eq(h.out.dispatches.len, 1, "the handler's action goes out");
+        }
+        h_fini(&h);
+    }
+}
+
+/* An instance whose deadline passes while it waits for a child times out, and every child of
+ * it is reaped (n == 0) once that outcome commits. */
+Test(shard, a_parent_that_times_out_reaps_all_its_children)
+{
+    struct rn_iid iid = iid_of(1);
+    struct rn_sev *e;
+    struct h h;
+
+    h_init_children(&h, run_src, 60000, 0);
+    e = rn_sev_new(RN_SEV_NEW, iid);
+    e->claimed.instance_id = iid;
+    e->claimed.lock = token_of(11);
+    e->claimed.workflow = strdup("t");
+    T_OK(ir_val_from_json("{\"n\": 1}", 8, &e->claimed.input, NULL));
+    e->claimed.deadline_ms = h.now.wall_ms + 5000;
+    e->claimed.timeout_ms = 5000;
+    e->dag = h.c.dag;
+    h_apply(&h, e);
+    h_ack_children(&h, 1, 11, RN_CHILD_CREATED, NULL);
+    cr_expect_eq(h.out.writes.len, 0);
+    h.now.wall_ms += 5000;
+    h_fire(&h);
+    cr_expect_eq(h_write(&h)->outcome, RN_TIMED_OUT);
+    cr_expect_eq(h.out.reaps.len, 0);
+    h_ack(&h, 1, 11, false);
+    cr_assert_eq(h.out.reaps.len, 1);
+    cr_expect(rn_iid_eq(h.out.reaps.items[0].parent, iid));
+    cr_expect_eq(h.out.reaps.items[0].n, 0);
+    h_fini(&h);
+}
+
+/* Found by review: a child instance whose snapshot cannot be resumed fails with StateError
+ * through the fenced write path; that write is its final write, so it must carry its outcome
+ * for its parent like any other (a ChildWorkflowError), or the parent's `run` call never gets
+ * an answer: the write that finishes an instance is the only place a child's outcome is handed
+ * over (backend_pg.c cairn_child_done), and its queue row is gone after it. */
+Test(shard, an_unresumable_child_still_answers_its_parent)
+{
+    struct rn_xid call = {{0x77, 9}};
+    struct rn_iid iid = iid_of(8);
+    const struct rn_write *w;
+    struct rn_sev *e;
+    struct h h;
+
+    h_init_children(&h, divide_src, 60000, 0);
+    e = rn_sev_new(RN_SEV_NEW, iid);
+    e->claimed.instance_id = iid;
+    e->claimed.lock = token_of(88);
+    e->claimed.workflow = strdup("billing.charge");
+    e->claimed.state = strdup("not msgpack at all");
+    e->claimed.state_len = strlen("not msgpack at all");
+    e->claimed.parent.has = true;
+    e->claimed.parent.parent = iid_of(0x70);
+    e->claimed.parent.exec_id = call;
+    e->claimed.parent.attempt = 1;
+    e->dag = h.c.dag;
+    h_apply(&h, e);
+    w = h_write(&h);
+    cr_expect_eq(w->outcome, RN_FAILED);
+    cr_expect_str_eq(ir_error_type(w->result), "StateError");
+    cr_expect(w->parent.has, "the parent of an unresumable child is never answered");
+    if (w->parent.has) {
+        cr_expect(rn_iid_eq(w->parent.parent, iid_of(0x70)));
+        cr_expect(rn_xid_eq(w->parent.exec_id, call));
+        cr_expect_not(w->parent_ok);
+        cr_expect_str_eq(ir_error_type(w->parent_value), "ChildWorkflowError");
+        cr_expect(ir_error_matches(w->parent_value, "StateError"));
+    }
+    h_ack(&h, 8, 88, false);
+    cr_expect_eq(h.out.failed, 1);
+    h_fini(&h);
+}
+
+/* Found by review: the child-wait hand-back is checked after an ACK only when no event waited
+ * for that write; when one did (a child's outcome that came while the write was in flight) and
+ * applying it needs no write (it fills a fan-out slot), nothing checks again: no hand-back, no
+ * timer, and the parent stays held while it waits for its other child. */
+Test(shard, a_child_outcome_during_a_write_does_not_keep_the_parent_from_being_handed_back)
+{
+    struct rn_pool_dispatch d[4];
+    const struct rn_write *w;
+    struct rn_xid calls[2];
+    int64_t at = 0;
+    struct h h;
+
+    h_init_children(&h, "fn main():\n"
+                        "    a, b, c = parallel:\n"
+                        "        run billing.charge(n=1)\n"
+                        "        run billing.charge(n=2)\n"
+                        "        @t.work(n=3)\n"
+                        "    return [a, b, c]\n",
+                    0, 0);
+    h_claim(&h, 1, 11, "{}");
+    w = h_write(&h);
+    cr_assert_eq(w->nchildren, 2);
+    calls[0] = w->children[0].exec_id;
+    calls[1] = w->children[1].exec_id;
+    h_ack_children(&h, 1, 11, RN_CHILD_CREATED, NULL);
+    cr_expect_eq(h.out.writes.len, 0, "handed back with an action running");
+    cr_assert_eq(h_take_dispatches(&h, d, 4), 1);
+
+    /* The action's result is written; meanwhile the first child finishes. */
+    h.now.wall_ms += 10;
+    h_result(&h, &d[0], 3);
+    cr_expect_eq(h_write(&h)->outcome, RN_RUNNING);
+    h.now.wall_ms += 10;
+    h_child_result(&h, 1, calls[0], 1, true, ir_int(1));
+    cr_expect_eq(h.out.writes.len, 0, "a write while one is in flight");
+    h.now.wall_ms += 10;
+    h_ack(&h, 1, 11, false);
+    cr_expect(rn_shard_has(h.sh, iid_of(1), NULL));
+    /* Now it waits only for the second child: evict_child_wait_ms is 0, so it is handed back
+     * at once, or at the latest when a timer looks again. */
+    if (h.out.writes.len == 0) {
+        cr_expect(rn_shard_next_timer(h.sh, &at),
+                  "a parent waiting only for a child is held with no timer to hand it back");
+        h.now.wall_ms += 1000;
+        h_fire(&h);
+    }
+    cr_assert_eq(h.out.writes.len, 1, "the parent waiting only for a child was not handed back");
+    cr_expect(h.out.writes.items[0]->w.release);
+    cr_expect_eq(h.out.writes.items[0]->w.outcome, RN_RUNNING);
+    (void) calls[1];
     h_fini(&h);
 }
