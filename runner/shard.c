@@ -341,6 +341,21 @@ write_begin(struct rn_shard *sh, struct inst *in, struct rn_wreq *q, struct rn_s
     CN_VEC_XPUSH(&out->writes, q);
 }
 
+/* A finishing child's write (q->w.outcome and result set) carries its outcome for its parent:
+ * every way an instance ends, or its parent would wait for ever. */
+static void
+child_answer(const struct inst *in, struct rn_wreq *q)
+{
+    if (!in->parent.has) {
+        return;
+    }
+    q->w.parent = in->parent;
+    if (rn_child_outcome(q->w.outcome, q->w.result, in->id, in->workflow, &q->w.parent_ok,
+                         &q->w.parent_value) != CN_OK) {
+        cn_oom("child outcome");
+    }
+}
+
 static bool
 has_children(const struct rn_step_out *o)
 {
@@ -431,13 +446,7 @@ handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn
     q->w.outcome = o->outcome;
     if (o->outcome != RN_RUNNING) {
         q->w.result = ir_val_retain(o->result);
-        if (in->parent.has) {
-            q->w.parent = in->parent;
-            if (rn_child_outcome(o->outcome, o->result, in->id, in->workflow, &q->w.parent_ok,
-                                 &q->w.parent_value) != CN_OK) {
-                cn_oom("child outcome");
-            }
-        }
+        child_answer(in, q);
     } else {
         take_children(sh, o, q);
     }
@@ -537,6 +546,7 @@ fail_unresumable(struct rn_shard *sh, struct inst *in, const char *why, struct r
     q = rn_wreq_new(sh->cfg.index, in->id, in->lock);
     q->w.outcome = RN_FAILED;
     q->w.result = err;
+    child_answer(in, q);
     in->held.outcome = RN_FAILED;
     write_begin(sh, in, q, out);
 }
@@ -965,6 +975,9 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
             ir_val_release(evs[k].value);
         }
         free(evs);
+        /* What waited may have needed no write (a child's outcome filling a slot) and left the
+         * instance waiting only for children: looked at here, since no ACK follows. */
+        (void) maybe_evict_child_waiter(sh, in, now, out);
     }
 }
 

@@ -59,22 +59,34 @@ DECLARE
     i integer;
     par record;
     v record;
+    v_par_key text;   -- the parent (and lock) par holds; NULL: none looked up
+    v_par_ok boolean;
+    v_wf_key text;    -- the workflow (and version) v holds
+    v_wf_ok boolean;
+    v_sorted text[];  -- v.inputs, sorted
     v_input jsonb;
+    v_keys text[];
     v_unknown text[];
     v_missing text[];
     v_timeout bigint;
     n_created integer := 0;
 BEGIN
+    -- A fan-out starts its children in one call, all of one parent and one workflow: the parent
+    -- and the version are looked up once, not per child.
     FOR i IN 1 .. coalesce(array_length(p_child, 1), 0) LOOP
         child_id := p_child[i];
         message := NULL;
-        SELECT ri.instance_id, ri.depth, coalesce(ri.root_id, ri.instance_id) AS root,
-               ri.priority
-          INTO par
-          FROM cairn.queued_instances q
-          JOIN cairn.runner_instances ri ON ri.instance_id = q.instance_id
-         WHERE q.instance_id = p_parent[i] AND q.lock_uuid = p_lock[i];
-        CONTINUE WHEN NOT FOUND; -- the parent's lease is gone: its write is lost
+        IF v_par_key IS DISTINCT FROM p_parent[i]::text || p_lock[i]::text THEN
+            v_par_key := p_parent[i]::text || p_lock[i]::text;
+            SELECT ri.instance_id, ri.depth, coalesce(ri.root_id, ri.instance_id) AS root,
+                   ri.priority
+              INTO par
+              FROM cairn.queued_instances q
+              JOIN cairn.runner_instances ri ON ri.instance_id = q.instance_id
+             WHERE q.instance_id = p_parent[i] AND q.lock_uuid = p_lock[i];
+            v_par_ok := FOUND;
+        END IF;
+        CONTINUE WHEN NOT v_par_ok; -- the parent's lease is gone: its write is lost
         PERFORM 1 FROM cairn.runner_instances ri WHERE ri.instance_id = p_child[i];
         IF FOUND THEN
             status := 'exists';
@@ -88,13 +100,21 @@ BEGIN
             RETURN NEXT;
             CONTINUE;
         END IF;
-        SELECT wv.id, wv.timeout_ms, wv.inputs INTO v
-          FROM cairn.workflow_versions wv
-         WHERE wv.workflow_name = p_workflow[i]
-           AND (p_version[i] IS NULL OR wv.workflow_version = p_version[i])
-         ORDER BY wv.created_at DESC
-         LIMIT 1;
-        IF NOT FOUND THEN
+        IF v_wf_key IS DISTINCT FROM p_workflow[i] || '/' || coalesce(p_version[i], '') THEN
+            v_wf_key := p_workflow[i] || '/' || coalesce(p_version[i], '');
+            SELECT wv.id, wv.timeout_ms, wv.inputs INTO v
+              FROM cairn.workflow_versions wv
+             WHERE wv.workflow_name = p_workflow[i]
+               AND (p_version[i] IS NULL OR wv.workflow_version = p_version[i])
+             ORDER BY wv.created_at DESC
+             LIMIT 1;
+            v_wf_ok := FOUND;
+            IF v_wf_ok AND v.inputs IS NOT NULL THEN
+                SELECT coalesce(array_agg(n ORDER BY n), '{}') INTO v_sorted
+                  FROM unnest(v.inputs) AS n;
+            END IF;
+        END IF;
+        IF NOT v_wf_ok THEN
             status := 'not_found';
             message := CASE WHEN p_version[i] IS NULL
                             THEN format('no workflow "%s" is registered', p_workflow[i])
@@ -105,11 +125,13 @@ BEGIN
         END IF;
         v_input := p_input[i]::jsonb;
         IF v.inputs IS NOT NULL THEN
-            SELECT array_agg(k ORDER BY k) INTO v_unknown
-              FROM jsonb_object_keys(v_input) AS k WHERE k <> ALL (v.inputs);
-            SELECT array_agg(n ORDER BY o) INTO v_missing
-              FROM unnest(v.inputs) WITH ORDINALITY AS u(n, o) WHERE NOT v_input ? n;
-            IF v_unknown IS NOT NULL OR v_missing IS NOT NULL THEN
+            SELECT coalesce(array_agg(k ORDER BY k), '{}') INTO v_keys
+              FROM jsonb_object_keys(v_input) AS k;
+            IF v_keys IS DISTINCT FROM v_sorted THEN
+                SELECT array_agg(k ORDER BY k) INTO v_unknown
+                  FROM unnest(v_keys) AS k WHERE k <> ALL (v.inputs);
+                SELECT array_agg(n ORDER BY o) INTO v_missing
+                  FROM unnest(v.inputs) WITH ORDINALITY AS u(n, o) WHERE NOT v_input ? n;
                 status := 'bad_input';
                 message := format('%s takes inputs (%s)%s%s', p_workflow[i],
                                   array_to_string(v.inputs, ', '),

@@ -596,8 +596,7 @@ h_write(const struct h *h)
 /* ACKs the write of the last output (instance tag, token lock_tag) as the persister would after
  * starting its children: each with status st (and message msg), inputs None. */
 static void
-h_ack_children(struct h *h, uint8_t tag, uint8_t lock_tag, enum rn_child_status st,
-               const char *msg)
+h_ack_children(struct h *h, uint8_t tag, uint8_t lock_tag, enum rn_child_status st, const char *msg)
 {
     const struct rn_write *w = h_write(h);
     struct rn_sev *e = rn_sev_new(RN_SEV_ACK, iid_of(tag));
@@ -698,9 +697,10 @@ Test(shard, a_run_call_rides_in_its_write_and_is_never_dispatched)
     h_fini(&h);
 
     /* The configured limit goes with the write; with a version and a timeout, those too. */
-    h_init_children(&h, "fn main():\n"
-                        "    r = run billing.charge(n=1) [version: \"v7\"] [timeout: 90s]\n"
-                        "    return r\n",
+    h_init_children(&h,
+                    "fn main():\n"
+                    "    r = run billing.charge(n=1) [version: \"v7\"] [timeout: 90s]\n"
+                    "    return r\n",
                     60000, 7);
     h_claim(&h, 2, 12, "{}");
     w = h_write(&h);
@@ -761,8 +761,7 @@ Test(shard, a_child_that_cannot_start_raises_its_error_in_the_parent)
         h_claim(&h, 2, 12, "{}");
         h_ack_children(&h, 2, 12, cases[i].st, cases[i].msg);
         w = h_write(&h);
-        cr_expect_eq(w->outcome, RN_COMPLETED, "except %s: outcome %d", cases[i].base,
-                     w->outcome);
+        cr_expect_eq(w->outcome, RN_COMPLETED, "except %s: outcome %d", cases[i].base, w->outcome);
         if (w->outcome == RN_COMPLETED) {
             cr_expect_str_eq(ir_str_data(w->result), cases[i].type);
         }
@@ -1152,6 +1151,36 @@ Test(shard, children_no_longer_waited_for_are_reaped_after_the_write_commits)
     }
 }
 
+/* A run call whose child exists already (the call replayed after a crash) waits for it as for
+ * a new one; handed back, a parent with a deadline is due again at its deadline when that comes
+ * before the day's recheck. */
+Test(shard, a_replayed_run_call_waits_and_a_handed_back_parent_wakes_by_its_deadline)
+{
+    struct rn_iid iid = iid_of(1);
+    const struct rn_write *w;
+    struct rn_sev *e;
+    struct h h;
+
+    h_init_children(&h, run_src, 0, 0);
+    e = rn_sev_new(RN_SEV_NEW, iid);
+    e->claimed.instance_id = iid;
+    e->claimed.lock = token_of(11);
+    e->claimed.workflow = strdup("t");
+    T_OK(ir_val_from_json("{\"n\": 1}", 8, &e->claimed.input, NULL));
+    e->claimed.deadline_ms = h.now.wall_ms + 3600 * 1000;
+    e->claimed.timeout_ms = 3600 * 1000;
+    e->dag = h.c.dag;
+    h_apply(&h, e);
+    h_ack_children(&h, 1, 11, RN_CHILD_EXISTS, NULL);
+    w = h_write(&h);
+    cr_expect(w->release, "an existing child is an error, or not waited for");
+    cr_expect_eq(w->outcome, RN_RUNNING);
+    cr_expect_eq(w->wake_at_ms, h.now.wall_ms + 3600 * 1000, "due at its deadline");
+    h_ack(&h, 1, 11, false);
+    cr_expect_eq(h.out.evicted, 1);
+    h_fini(&h);
+}
+
 /* An instance whose deadline passes while it waits for a child times out, and every child of
  * it is reaped (n == 0) once that outcome commits. */
 Test(shard, a_parent_that_times_out_reaps_all_its_children)
@@ -1237,12 +1266,13 @@ Test(shard, a_child_outcome_during_a_write_does_not_keep_the_parent_from_being_h
     int64_t at = 0;
     struct h h;
 
-    h_init_children(&h, "fn main():\n"
-                        "    a, b, c = parallel:\n"
-                        "        run billing.charge(n=1)\n"
-                        "        run billing.charge(n=2)\n"
-                        "        @t.work(n=3)\n"
-                        "    return [a, b, c]\n",
+    h_init_children(&h,
+                    "fn main():\n"
+                    "    a, b, c = parallel:\n"
+                    "        run billing.charge(n=1)\n"
+                    "        run billing.charge(n=2)\n"
+                    "        @t.work(n=3)\n"
+                    "    return [a, b, c]\n",
                     0, 0);
     h_claim(&h, 1, 11, "{}");
     w = h_write(&h);
