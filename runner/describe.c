@@ -62,6 +62,15 @@ describe_node(const struct rn_instance *in, const struct rn_xnode *x, struct ir_
     if (n->kind == IR_N_ACTION && n->name != NULL) {
         put_str(&m, "action", n->name, &rv);
     }
+    if (n->kind == IR_N_ACTION && n->call != IR_CALL_ACTION) {
+        put_str(&m, "call", n->call == IR_CALL_RUN ? "run" : "start", &rv);
+        if (x->status == RN_X_RUNNING && x->has_id) {
+            struct rn_iid child = rn_child_id(x->id, x->attempt);
+            char text[CN_UUID_TEXT_LEN + 1];
+            cn_uuid_format(child.b, text);
+            put_str(&m, "child_id", text, &rv); /* the instance this attempt started */
+        }
+    }
     if (x->status == RN_X_RUNNING || x->status == RN_X_BACKOFF) {
         put(&m, "attempt", ir_int(x->attempt), &rv);
     }

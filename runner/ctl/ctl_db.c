@@ -1204,7 +1204,9 @@ print_live(struct ir_val live, bool ended)
         printf("  %-8s %-7s line %-4lld", st != NULL ? ir_str_data(*st) : "?",
                kind != NULL ? ir_str_data(*kind) : "?", line != NULL ? (long long) line->u.i : 0);
         if (act != NULL) {
-            printf(" %s", ir_str_data(*act));
+            const struct ir_val *call = ir_map_get(n, "call", 4);
+            printf(" %s%s%s", call != NULL ? ir_str_data(*call) : "", call != NULL ? " " : "",
+                   ir_str_data(*act));
         }
         if (att != NULL) {
             printf(" attempt %lld", (long long) att->u.i);
@@ -1227,6 +1229,9 @@ print_live(struct ir_val live, bool ended)
         }
         if (id != NULL) {
             printf(" (exec %s)", ir_str_data(*id));
+        }
+        if (ir_map_get(n, "child_id", 8) != NULL) {
+            printf(" child %s", ir_str_data(*ir_map_get(n, "child_id", 8)));
         }
         printf("\n");
     }

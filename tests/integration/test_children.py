@@ -241,6 +241,11 @@ def run_all(url, env, tmp):
              f"WHERE instance_id = '{wid}'") == "t", 20)
     check("a parent waiting only for a slow child is handed back to the database", handed,
           status(url, wid))
+    waits = json.loads(ctl(env, "inspect", wid, "--json").stdout or "{}").get("waiting_on", [])
+    kid = q(url, f"SELECT instance_id FROM cairn.runner_instances WHERE parent_id = '{wid}'")
+    check("inspect shows what it waits on: the run call and the child's id",
+          len(waits) == 1 and waits[0].get("call") == "run" and waits[0].get("action") == "kid_hold"
+          and waits[0].get("child_id") == kid, str(waits))
     check("its child's outcome wakes it, and it completes", wait_until(
         "woken", lambda: status(url, wid) == "completed", 30), status(url, wid))
     check("... with the result", q(url, f"SELECT result::text FROM cairn.runner_instances WHERE "
