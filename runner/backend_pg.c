@@ -477,17 +477,28 @@ pg_version_source(struct rn_backend *base, struct rn_vid version_id, char **src,
 
 /* ---- persist ------------------------------------------------------------------------------ */
 
-/* JSON text of a value for a jsonb column (an error keeps its map form). */
+/* JSON text of v that jsonb accepts, in *out: false when there is none (NaN and infinities
+ * have no JSON form; jsonb refuses the character U+0000, which the text form writes \u0000). A
+ * statement that sent jsonb something it refuses would fail its whole persist batch, again at
+ * every retry. */
 static bool
-json_text(struct ir_val v, struct cn_buf *out)
+jsonb_text(struct ir_val v, struct cn_buf *out)
 {
     struct cn_errmsg em;
 
     cn_buf_clear(out);
-    if (ir_val_to_json(v, out, &em) == CN_OK) {
+    return ir_val_to_json(v, out, &em) == CN_OK && cn_buf_puts(out, "") == CN_OK &&
+           strstr(out->data, "\\u0000") == NULL;
+}
+
+/* JSON text of a value for a jsonb column (an error keeps its map form); null when it has
+ * none (jsonb_text). The value itself is kept in the snapshot and the recorded results. */
+static bool
+json_text(struct ir_val v, struct cn_buf *out)
+{
+    if (jsonb_text(v, out)) {
         return true;
     }
-    /* Not representable as JSON (NaN...): keep its repr as a string so nothing is lost. */
     cn_buf_clear(out);
     return cn_buf_puts(out, "null") == CN_OK;
 }
@@ -542,9 +553,12 @@ static const struct {
      " $3::uuid[], $4::uuid[], $5::integer[], $6::text[], $7::text[], $8::text[], $9::bigint[],"
      " $10::boolean[], $11::integer)",
      11},
-    /* Finishing children hand their outcome to their parents: the result of the parent's call,
-     * the parent woken (due now; `woken` for a hand-back racing this), and NOTIFY cairn_child
-     * for the runner that holds it. Before cairn_finish, whose fence it shares. */
+    /* Finishing children hand their outcome to their parents: the result of the parent's call
+     * and NOTIFY cairn_child for the runner that holds it. Before cairn_finish, whose fence it
+     * shares; cairn_finish marks the child parent_pending, and the parent is woken after the
+     * commit (pg_persist: cairn.wake_parents). Not here: a lock on the parent's queue row taken
+     * after the fence's locks made cycles between persist batches (a batch finishing a child of
+     * P while writing Q, another finishing a child of Q while writing P). */
     {"cairn_child_done",
      "WITH t AS MATERIALIZED (SELECT t.* FROM unnest($1::uuid[], $2::uuid[], $3::uuid[],"
      " $4::uuid[], $5::integer[], $6::text[], $7::text[]) AS t(i, l, p, e, a, s, x) CROSS JOIN"
@@ -553,14 +567,7 @@ static const struct {
      " d AS (INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status,"
      " result) SELECT t.p, t.e, t.a, t.s, decode(t.x, 'hex') FROM t WHERE NOT EXISTS (SELECT 1"
      " FROM cairn.runner_actions_done d WHERE d.instance_id = t.p AND d.execution_id = t.e AND"
-     " d.attempt = t.a)),"
-     /* Once woken a parent stays so until its next claim, which a later child need not
-      * repeat: one row lock and one row version per parent and claim, not per child (the
-      * children of a fan-out finish in every persist batch at once, which then queued on the
-      * parent's row lock). */
-     " w AS (UPDATE cairn.queued_instances q SET woken = true, scheduled_at ="
-     " least(q.scheduled_at, clock_timestamp()) FROM t WHERE q.instance_id = t.p AND NOT"
-     " q.woken)"
+     " d.attempt = t.a))"
      " SELECT pg_notify('cairn_child', t.p::text || ' ' || t.e::text || ' ' || t.a) FROM t",
      7},
     {"cairn_finish",
@@ -570,7 +577,8 @@ static const struct {
      " AND q.lock_uuid = t.l OFFSET 0) ok), u AS (UPDATE cairn.runner_instances ri SET"
      " status = t.st, result = t.res::jsonb, error = t.er::jsonb, state ="
      " coalesce(decode(t.sx, 'hex'), ri.state), redrive = false, completed_at ="
-     " clock_timestamp() FROM t WHERE"
+     " clock_timestamp(), parent_pending = ri.parent_id IS NOT NULL AND NOT ri.detached"
+     " FROM t WHERE"
      " ri.instance_id = t.i RETURNING ri.instance_id)"
      " DELETE FROM cairn.queued_instances q USING t WHERE q.ctid = t.tid",
      6},
@@ -682,6 +690,33 @@ children_status(PGresult *r, struct rn_write *w, size_t n)
     }
 }
 
+/* Wakes the parents of the children this committed batch finished (cairn.wake_parents, in a
+ * transaction of its own that waits for no lock). What it cannot do now (a parent's row locked
+ * by its own write or a claim) the runners' sweep does within seconds; a failure here changes
+ * nothing that was written. */
+static void
+wake_parents(struct pg_backend *b, const struct rn_write *w, size_t n)
+{
+    struct cn_errmsg em;
+    struct arr a;
+    const char *p[1];
+    PGresult *r = NULL;
+    size_t i, k = 0;
+
+    arr_begin(&a);
+    for (i = 0; i < n; i++) {
+        if (w[i].outcome != RN_RUNNING && w[i].parent.has && !w[i].lost) {
+            arr_uuid(&a, w[i].instance_id.b);
+            k++;
+        }
+    }
+    if (k > 0 && (p[0] = arr_end(&a)) != NULL &&
+        rn_db_exec(b->c, "SELECT cairn.wake_parents($1::uuid[])", 1, p, &r, &em) == CN_OK) {
+        PQclear(r);
+    }
+    arr_fini(&a);
+}
+
 static int
 cmp_write_lock(const void *x, const void *y)
 {
@@ -752,11 +787,13 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             struct arr *ca = a[PS_CHILDREN];
             c->status = RN_CHILD_CREATED;
             c->message[0] = '\0';
-            if (!json_text(c->input, &js) || c->input.type != IR_T_MAP) {
-                /* Not JSON (a value an input cannot hold): refused here, never written. */
+            if (c->input.type != IR_T_MAP || !jsonb_text(c->input, &js)) {
+                /* An input a JSON object cannot hold (NaN, U+0000): refused here. */
                 c->status = RN_CHILD_BAD_INPUT;
                 (void) snprintf(c->message, sizeof(c->message),
-                                "the inputs of %s cannot be stored as a JSON object", c->workflow);
+                                "the inputs of %s cannot be stored as a JSON object (NaN, an "
+                                "infinity or the character U+0000)",
+                                c->workflow);
                 continue;
             }
             arr_uuid(&ca[0], w[i].instance_id.b);
@@ -899,6 +936,9 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
     }
     if (rv != CN_OK && b->c != NULL && PQstatus(b->c) == CONNECTION_OK) {
         pg_rollback(b); /* an error inside the explicit transaction left it aborted */
+    }
+    if (rv == CN_OK && b->c != NULL) {
+        wake_parents(b, w, n);
     }
     for (s = 0; s < NPERSIST; s++) {
         for (k = 0; k < PS_MAXP; k++) {
@@ -1360,26 +1400,33 @@ pg_child_results(struct rn_backend *base, const struct rn_child_link *calls, siz
 }
 
 /* Children finished by SQL (cairn.cancel, cairn.expire_overdue, a version that does not
- * compile): their parents' calls get a ChildWorkflow* error made here from the stored error. */
+ * compile): their parents' calls have no result yet, and get a ChildWorkflow* error made here
+ * from the stored error. Only finished children: a mark left on one queued again (cairn.retry
+ * clears it, but not on a version before it) is no outcome. */
 static const char *pending_sql =
     "SELECT c.instance_id, c.workflow_name, c.status, c.error::text, c.parent_id,"
     "       c.parent_exec_id, c.parent_attempt"
-    "  FROM cairn.runner_instances c WHERE c.parent_pending"
+    "  FROM cairn.runner_instances c"
+    " WHERE c.parent_pending AND c.status IN ('failed', 'cancelled', 'timed_out')"
+    "   AND NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d WHERE d.instance_id ="
+    "       c.parent_id AND d.execution_id = c.parent_exec_id AND d.attempt = c.parent_attempt)"
     " ORDER BY c.completed_at LIMIT 500";
 
+/* Records them. The statement runs in a transaction that holds the sweep's advisory lock and
+ * reads after taking it, so two runners' sweeps never both insert one result (there is no
+ * unique key on runner_actions_done: NOT EXISTS is the guard, and it must see the other's
+ * commit). */
 static const char *deliver_sql =
     "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[],"
-    " $5::text[]) AS t(c, p, e, a, x)),"
-    " d AS (INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status,"
-    " result) SELECT t.p, t.e, t.a, 'error', decode(t.x, 'hex') FROM t WHERE NOT EXISTS (SELECT"
-    " 1 FROM cairn.runner_actions_done d WHERE d.instance_id = t.p AND d.execution_id = t.e AND"
+    " $5::text[]) AS t(c, p, e, a, x) WHERE NOT EXISTS (SELECT 1 FROM"
+    " cairn.runner_actions_done d WHERE d.instance_id = t.p AND d.execution_id = t.e AND"
     " d.attempt = t.a)),"
-    " w AS (UPDATE cairn.queued_instances q SET woken = true, scheduled_at ="
-    " least(q.scheduled_at, clock_timestamp()) FROM t WHERE q.instance_id = t.p),"
-    " u AS (UPDATE cairn.runner_instances ri SET parent_pending = false FROM t WHERE"
-    " ri.instance_id = t.c)"
-    " SELECT pg_notify('cairn_child', t.p::text || ' ' || t.e::text || ' ' || t.a),"
-    "        pg_notify('cairn_enqueue', '') FROM t";
+    " d AS (INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status,"
+    " result) SELECT t.p, t.e, t.a, 'error', decode(t.x, 'hex') FROM t)"
+    " SELECT pg_notify('cairn_child', t.p::text || ' ' || t.e::text || ' ' || t.a) FROM t";
+
+/* The advisory lock key of the sweep's deliveries ("cairn" and 16 in ASCII, arbitrary). */
+#define PG_SWEEP_LOCK "6361697216"
 
 static cn_err
 pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
@@ -1390,18 +1437,27 @@ pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
     const char *p[5];
     PGresult *r = NULL, *r2 = NULL;
     size_t k, n = 0;
+    bool locked = false;
     int row;
     cn_err rv;
 
     *nout = 0;
-    if ((rv = pg_conn(b, err)) != CN_OK ||
-        (rv = rn_db_exec(b->c, pending_sql, 0, NULL, &r, err)) != CN_OK) {
+    if ((rv = pg_conn(b, err)) != CN_OK || (rv = pg_simple(b, "BEGIN", err)) != CN_OK) {
         return rv;
+    }
+    if ((rv = rn_db_exec(b->c, "SELECT pg_try_advisory_xact_lock(" PG_SWEEP_LOCK ")", 0, NULL, &r,
+                         err)) == CN_OK) {
+        locked = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+        PQclear(r);
+        r = NULL;
+    }
+    if (rv == CN_OK && locked) {
+        rv = rn_db_exec(b->c, pending_sql, 0, NULL, &r, err);
     }
     for (k = 0; k < 5; k++) {
         arr_begin(&a[k]);
     }
-    for (row = 0; row < PQntuples(r); row++) {
+    for (row = 0; rv == CN_OK && r != NULL && row < PQntuples(r); row++) {
         struct rn_iid cid;
         struct ir_val e = ir_null(), v = ir_null();
         struct cn_errmsg em;
@@ -1465,8 +1521,18 @@ pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
     }
     cn_buf_fini(&mp);
     if (rv != CN_OK) {
+        pg_rollback(b);
         return rv;
     }
+    if ((rv = pg_simple(b, "COMMIT", err)) != CN_OK) {
+        return rv;
+    }
+    /* Then the parents of every finished child not yet woken: those just recorded, and those a
+     * runner's own wake-up had to skip (a locked row) or did not get to (a crash). */
+    if ((rv = rn_db_exec(b->c, "SELECT cairn.wake_parents()", 0, NULL, &r2, err)) != CN_OK) {
+        return rv;
+    }
+    PQclear(r2);
     /* What a runner that crashed did not cancel (cairn.reap_children). */
     if ((rv = rn_db_exec(b->c, "SELECT cairn.reap_children()", 0, NULL, &r2, err)) != CN_OK) {
         return rv;

@@ -127,9 +127,9 @@ static struct cn_opt settings[] = {
      .kind = CN_OPT_INT,
      .def = D(RN_DEFAULT_MAX_CHILD_DEPTH),
      .min = 1,
-     .max = 10000,
+     .max = 256, /* cairn.cancel walks a tree recursively: a chain of 600 overflowed its stack */
      .help = "how deep child workflows may nest (a child of a child is at depth 2); a call "
-             "past it raises ChildDepthExceeded"},
+             "past it raises ChildDepthExceeded (1-256)"},
     {.env = "CAIRN_DEFAULT_ACTION_TIMEOUT_MS",
      .flag = "default-action-timeout-ms",
      .kind = CN_OPT_INT,

@@ -9,13 +9,16 @@
 -- parent_attempt); its tree (root_id, depth).
 --
 -- When a child of a `run` call finishes (one started with `start` hands nothing back: nobody
--- waits for it), its runner's final write records the outcome as the result of the
--- parent's call (a row of runner_actions_done under the parent's id), sets the parent's queue
--- row `woken` and due, and sends NOTIFY cairn_child ('parent exec attempt'): the runner that
--- holds the parent hands it the result; a parent handed back while it waited is claimed again.
--- A child finished by SQL instead (cancelled or timed out while nobody held it) is marked
--- parent_pending, and a runner's sweep hands its outcome over (the result is msgpack, which only
--- the runner writes).
+-- waits for it), its runner's final write records the outcome as the result of the parent's
+-- call (a row of runner_actions_done under the parent's id), marks the child parent_pending and
+-- sends NOTIFY cairn_child ('parent exec attempt'): the runner that holds the parent hands it the
+-- result. Right after that commit, cairn.wake_parents sets the parent's queue row `woken` and
+-- due, so a parent handed back while it waited is claimed again, and clears parent_pending. It
+-- takes no lock it would wait for (a parent row another transaction holds is left to the
+-- runners' sweep, every 2 s), so nothing here can wait in a cycle with the runners' fenced
+-- writes. A child finished by SQL instead (cancelled or timed out while nobody held it) is
+-- parent_pending without a recorded result: the sweep records it (the result is msgpack, which
+-- only the runner writes) and wakes the parent.
 --
 -- `woken` closes the race between a parent being handed back and a child finishing: the claim
 -- clears it, a child's outcome sets it, and a hand-back that finds it set leaves the parent due
@@ -169,6 +172,47 @@ BEGIN
 END
 $$;
 
+-- Wakes the parents of finished children marked parent_pending whose result the parent holds
+-- (p_children: those children; NULL: any, for the sweep), and clears the mark. Waits for no
+-- lock: a child or parent row another transaction holds is skipped, for the next call. Returns
+-- how many children it cleared.
+CREATE FUNCTION cairn.wake_parents(p_children uuid[] DEFAULT NULL) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    FOR r IN
+        SELECT c.instance_id AS child, c.parent_id, c.parent_exec_id, c.parent_attempt
+          FROM cairn.runner_instances c
+         WHERE c.parent_pending
+           AND (p_children IS NULL OR c.instance_id = ANY (p_children))
+           AND EXISTS (SELECT 1 FROM cairn.runner_actions_done d
+                        WHERE d.instance_id = c.parent_id AND d.execution_id = c.parent_exec_id
+                          AND d.attempt = c.parent_attempt)
+         ORDER BY c.parent_id
+         LIMIT 1000
+           FOR UPDATE OF c SKIP LOCKED
+    LOOP
+        PERFORM 1 FROM cairn.queued_instances q WHERE q.instance_id = r.parent_id
+           FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            UPDATE cairn.queued_instances
+               SET woken = true, scheduled_at = least(scheduled_at, clock_timestamp())
+             WHERE instance_id = r.parent_id;
+        ELSE
+            -- Its row is locked (its runner writing, a claim, a hand-back): the next call. No
+            -- row at all: the parent finished, nothing to wake.
+            PERFORM 1 FROM cairn.queued_instances q WHERE q.instance_id = r.parent_id;
+            CONTINUE WHEN FOUND;
+        END IF;
+        UPDATE cairn.runner_instances SET parent_pending = false WHERE instance_id = r.child;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
 -- cairn.cancel of 0009, cancelling the instance's unfinished descendants first, and marking a
 -- child it cancels itself (nobody held it) parent_pending, so that a runner hands the outcome
 -- to its parent. Descendants first: a child's final write locks the child's queue row, then its
@@ -186,6 +230,7 @@ BEGIN
     FOR c IN
         SELECT ri.instance_id FROM cairn.runner_instances ri
          WHERE ri.parent_id = p_instance_id AND ri.status IN ('queued', 'running')
+         ORDER BY ri.instance_id
     LOOP
         PERFORM cairn.cancel(c.instance_id, reason);
     END LOOP;
@@ -288,16 +333,54 @@ BEGIN
                     WHEN p_parent IS NOT NULL THEN true
                     ELSE p.status IN ('cancelled', 'timed_out')
                          OR (p.status IN ('completed', 'failed') AND NOT c.detached) END
+         ORDER BY c.instance_id
          LIMIT 1000
     LOOP
         BEGIN
             PERFORM cairn.cancel(r.instance_id,
                                  coalesce(p_reason, 'its parent no longer waits for it'));
             n := n + 1;
-        EXCEPTION WHEN lock_not_available THEN
-            NULL; -- racing a cairn.retry of it: the next sweep
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            NULL; -- racing a cairn.retry of it, or another runner's sweep: the next sweep
         END;
     END LOOP;
     RETURN n;
+END
+$$;
+
+-- cairn.retry of 0009, clearing parent_pending: a child queued again answers its parent when it
+-- finishes again, not with the outcome it is retried from.
+CREATE OR REPLACE FUNCTION cairn.retry(p_instance_id uuid, p_reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    ri cairn.runner_instances%ROWTYPE;
+BEGIN
+    SELECT * INTO ri FROM cairn.runner_instances WHERE instance_id = p_instance_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no instance %', p_instance_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF ri.status IN ('queued', 'running') THEN
+        RETURN 'already ' || ri.status;
+    END IF;
+    IF ri.status = 'completed' THEN
+        RAISE EXCEPTION 'instance % completed: only failed, cancelled or timed_out instances '
+                        'can be retried', p_instance_id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    INSERT INTO cairn.instance_history (instance_id, status, error, started_at, completed_at,
+                                        reason)
+    VALUES (ri.instance_id, ri.status, ri.error, ri.started_at, ri.completed_at,
+            left(p_reason, 1000));
+    UPDATE cairn.runner_instances
+       SET status = 'queued', error = NULL, result = NULL, completed_at = NULL,
+           cancel_requested_at = NULL, cancel_reason = NULL, redrive = true,
+           parent_pending = false,
+           deadline_at = clock_timestamp() + timeout_ms * interval '1 millisecond'
+     WHERE instance_id = p_instance_id;
+    INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
+    VALUES (ri.instance_id, ri.workflow_version_id, ri.priority, clock_timestamp());
+    PERFORM pg_notify('cairn_enqueue', '');
+    RETURN 'queued';
 END
 $$;

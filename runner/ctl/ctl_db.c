@@ -229,6 +229,30 @@ in_inputs(const char *lit, const char *name)
     return false;
 }
 
+/* A text array literal of input names ("{a,b}") as people read it ("a, b"; "none" for "{}"). */
+static void
+inputs_text(const char *lit, char *out, size_t cap)
+{
+    size_t n = 0;
+    const char *p;
+
+    for (p = lit; *p != '\0' && n + 3 < cap; p++) {
+        if (*p == '{' || *p == '}' || *p == '"') {
+            continue;
+        }
+        if (*p == ',') {
+            out[n++] = ',';
+            out[n++] = ' ';
+        } else {
+            out[n++] = *p;
+        }
+    }
+    out[n] = '\0';
+    if (n == 0) {
+        (void) snprintf(out, cap, "none");
+    }
+}
+
 /* Checks the child calls (run/start) of dag against the workflows they name, as registered now
  * (self: the workflow being registered, whose own inputs its recursive calls must fit). A call
  * whose inputs do not fit is an error at its line:col; one naming a workflow that is not
@@ -290,10 +314,12 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
             inputs = PQgetvalue(r, 0, 0);
         }
         if (inputs[0] != '\0') { /* '': registered before inputs were recorded */
+            char shown[256];
+            inputs_text(inputs, shown, sizeof(shown));
             for (k = 0; k < t->nargs; k++) {
                 if (!in_inputs(inputs, t->argnames[k])) {
                     ir_diags_add(&d, t->line, t->col, "%s has no input '%s' (its inputs: %s)",
-                                 t->name, t->argnames[k], inputs);
+                                 t->name, t->argnames[k], shown);
                 }
             }
             {
@@ -308,7 +334,7 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
                     }
                     if (!given && n > 0) {
                         ir_diags_add(&d, t->line, t->col, "%s needs input '%.*s' (its inputs: %s)",
-                                     t->name, (int) n, q, inputs);
+                                     t->name, (int) n, q, shown);
                     }
                     p = q + n;
                     p += *p == '"';

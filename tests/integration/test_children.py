@@ -35,7 +35,7 @@ check, q, ctl, wait_until = e2e.check, e2e.q, e2e.ctl, e2e.wait_until
 # Registered in this order: each child before the workflows that call it.
 ORDER = ["kid_double", "kid_echo", "kid_fail", "kid_hold", "parent_one", "fan_children",
          "fan_hold", "level2", "level1", "msort", "catcher", "uncaught", "holdmid", "holdtree",
-         "deep", "starter", "waiter", "timed_child", "timed_parent", "kid_pick", "ff_children"]
+         "deep", "starter", "waiter", "timed_child", "timed_parent", "kid_pick", "ff_children", "bad_input"]
 
 
 def status(url, iid):
@@ -76,7 +76,8 @@ def run_all(url, env, tmp):
     r = ctl(env, "register", f"{src}/bad_call.cairn")
     check("a call whose inputs do not fit the registered child is refused at registration",
           r.returncode == 1 and "bad_call.cairn:3:9: error: kid_double has no input 'y'" in r.stderr
-          and "kid_double needs input 'x'" in r.stderr, f"exit {r.returncode}: {r.stderr}")
+          and "kid_double needs input 'x' (its inputs: x)" in r.stderr,
+          f"exit {r.returncode}: {r.stderr}")
 
     sock1, sock2 = f"ipc://{tmp}/r1.sock", f"ipc://{tmp}/r2.sock"
     knobs = ("--evict-child-wait-ms", "300", "--max-child-depth", "4")
@@ -176,6 +177,14 @@ def run_all(url, env, tmp):
           rc == 0 and doc.get("result") == "timed out", f"{r.stdout} {r.stderr}")
     check("the child ended timed_out", q(url, f"SELECT status FROM cairn.runner_instances "
                                               f"WHERE parent_id = '{tid}'") == "timed_out")
+
+    rc, _, doc, r = run_json(env, "bad_input", {})
+    check("inputs no JSON object holds (an infinity, U+0000) raise ChildInputError",
+          rc == 0 and doc.get("result") == ["inf refused", "nul refused"],
+          f"exit {rc}: {r.stdout} {r.stderr}")
+    rc, _, doc, r = run_json(env, "parent_one", {"n": 2})
+    check("... and the runner goes on writing (nothing wedged)", rc == 0 and doc.get("result") == 5,
+          f"exit {rc}: {r.stdout} {r.stderr}")
 
     # ---- start: fire and forget ----------------------------------------------------------------
     rc, sid, doc, r = run_json(env, "starter", {"n": 4})
