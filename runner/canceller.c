@@ -129,12 +129,18 @@ rn_late_queue_reap(struct rn_late_queue *q, struct rn_iid parent, const struct r
 
     r.parent = parent;
     r.n = n;
+    r.tries = 0;
     r.exec_ids = NULL;
+    cn_mutex_lock(&q->mtx);
+    if (q->reaps.len >= RN_LATE_QUEUE_MAX) {
+        q->dropped++;
+        cn_mutex_unlock(&q->mtx);
+        return;
+    }
     if (n > 0) {
         r.exec_ids = cn_xcalloc(n, sizeof(*r.exec_ids));
         memcpy(r.exec_ids, exec_ids, n * sizeof(*exec_ids));
     }
-    cn_mutex_lock(&q->mtx);
     CN_VEC_XPUSH(&q->reaps, r);
     cn_mutex_unlock(&q->mtx);
 }
@@ -165,6 +171,12 @@ reap(struct rn_canceller *c)
                                     "its parent no longer waits for it", &em) != CN_OK) {
             char id[37];
             cn_uuid_format(items[i].parent.b, id);
+            if (++items[i].tries < RN_REAP_TRIES) {
+                cn_mutex_lock(&q->mtx);
+                CN_VEC_XPUSH(&q->reaps, items[i]); /* the next round tries again */
+                cn_mutex_unlock(&q->mtx);
+                continue;
+            }
             cn_log(CN_LOG_WARN, "the children of %s were not cancelled: %s", id, em.text);
         }
         free(items[i].exec_ids);

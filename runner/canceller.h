@@ -54,7 +54,13 @@ struct rn_reap {
     struct rn_iid parent;
     struct rn_xid *exec_ids; /* the calls whose children go (malloc'd); n == 0: all of them */
     size_t n;
+    unsigned tries; /* failed attempts so far (RN_REAP_TRIES at most) */
 };
+
+/* A cancel of children that fails (the database away, a deadlock with a claim) is tried again
+ * in the next rounds, this many times in all; past that the sweep (cairn.reap_children) covers
+ * the children of a parent that ended, and those a running parent dropped run to their end. */
+#define RN_REAP_TRIES 5
 
 /* Work on its way from the shards to the canceller thread: late results, and children to
  * cancel. */
@@ -75,7 +81,8 @@ void rn_late_queue_fini(struct rn_late_queue *q);
 /* Queues n late results (values retained). Never blocks for long; from any thread. */
 void rn_late_queue_push(struct rn_late_queue *q, const struct rn_late_result *r, size_t n);
 /* Queues the cancel of parent's children of the calls exec_ids[0..n) (copied), or of all of its
- * children (n == 0). From any thread. */
+ * children (n == 0); at most RN_LATE_QUEUE_MAX wait (more are dropped with the count in
+ * `dropped`). From any thread. */
 void rn_late_queue_reap(struct rn_late_queue *q, struct rn_iid parent,
                         const struct rn_xid *exec_ids, size_t n);
 
