@@ -517,7 +517,7 @@ static const struct {
     {"cairn_fence",
      "SELECT x.instance_id, x.lock_uuid FROM unnest($1::uuid[], $2::uuid[]) AS t(i, l)"
      " CROSS JOIN LATERAL (SELECT q.instance_id, q.lock_uuid FROM cairn.queued_instances q"
-     " WHERE q.instance_id = t.i AND q.lock_uuid = t.l FOR UPDATE) x",
+     " WHERE q.instance_id = t.i AND (t.l IS NULL OR q.lock_uuid = t.l) FOR UPDATE) x",
      2},
     {"cairn_done",
      "INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status, result)"
@@ -553,12 +553,12 @@ static const struct {
      " $3::uuid[], $4::uuid[], $5::integer[], $6::text[], $7::text[], $8::text[], $9::bigint[],"
      " $10::boolean[], $11::integer)",
      11},
-    /* Finishing children hand their outcome to their parents: the result of the parent's call
-     * and NOTIFY cairn_child for the runner that holds it. Before cairn_finish, whose fence it
-     * shares; cairn_finish marks the child parent_pending, and the parent is woken after the
-     * commit (pg_persist: cairn.wake_parents). Not here: a lock on the parent's queue row taken
-     * after the fence's locks made cycles between persist batches (a batch finishing a child of
-     * P while writing Q, another finishing a child of Q while writing P). */
+    /* Finishing children hand their outcome to their parents: the result of the parent's call,
+     * the parent woken (due now; `woken` for a hand-back racing this), and NOTIFY cairn_child
+     * for the runner that holds it. Before cairn_finish, whose fence it shares; the parents'
+     * rows are locked by the fence too. A parent already woken is left as it is (under the
+     * lock: a claim, which clears the flag, cannot come in between): one row version per
+     * parent and claim rather than per child. */
     {"cairn_child_done",
      "WITH t AS MATERIALIZED (SELECT t.* FROM unnest($1::uuid[], $2::uuid[], $3::uuid[],"
      " $4::uuid[], $5::integer[], $6::text[], $7::text[]) AS t(i, l, p, e, a, s, x) CROSS JOIN"
@@ -567,7 +567,10 @@ static const struct {
      " d AS (INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status,"
      " result) SELECT t.p, t.e, t.a, t.s, decode(t.x, 'hex') FROM t WHERE NOT EXISTS (SELECT 1"
      " FROM cairn.runner_actions_done d WHERE d.instance_id = t.p AND d.execution_id = t.e AND"
-     " d.attempt = t.a))"
+     " d.attempt = t.a)),"
+     " w AS (UPDATE cairn.queued_instances q SET woken = true, scheduled_at ="
+     " least(q.scheduled_at, clock_timestamp()) FROM t WHERE q.instance_id = t.p AND NOT"
+     " q.woken)"
      " SELECT pg_notify('cairn_child', t.p::text || ' ' || t.e::text || ' ' || t.a) FROM t",
      7},
     {"cairn_finish",
@@ -577,8 +580,7 @@ static const struct {
      " AND q.lock_uuid = t.l OFFSET 0) ok), u AS (UPDATE cairn.runner_instances ri SET"
      " status = t.st, result = t.res::jsonb, error = t.er::jsonb, state ="
      " coalesce(decode(t.sx, 'hex'), ri.state), redrive = false, completed_at ="
-     " clock_timestamp(), parent_pending = ri.parent_id IS NOT NULL AND NOT ri.detached"
-     " FROM t WHERE"
+     " clock_timestamp() FROM t WHERE"
      " ri.instance_id = t.i RETURNING ri.instance_id)"
      " DELETE FROM cairn.queued_instances q USING t WHERE q.ctid = t.tid",
      6},
@@ -690,46 +692,29 @@ children_status(PGresult *r, struct rn_write *w, size_t n)
     }
 }
 
-/* Wakes the parents of the children this committed batch finished (cairn.wake_parents, in a
- * transaction of its own that waits for no lock). What it cannot do now (a parent's row locked
- * by its own write or a claim) the runners' sweep does within seconds; a failure here changes
- * nothing that was written. */
-static void
-wake_parents(struct pg_backend *b, const struct rn_write *w, size_t n)
-{
-    struct cn_errmsg em;
-    struct arr a;
-    const char *p[1];
-    PGresult *r = NULL;
-    size_t i, k = 0;
-
-    arr_begin(&a);
-    for (i = 0; i < n; i++) {
-        if (w[i].outcome != RN_RUNNING && w[i].parent.has && !w[i].lost) {
-            arr_uuid(&a, w[i].instance_id.b);
-            k++;
-        }
-    }
-    if (k > 0 && (p[0] = arr_end(&a)) != NULL &&
-        rn_db_exec(b->c, "SELECT cairn.wake_parents($1::uuid[])", 1, p, &r, &em) == CN_OK) {
-        PQclear(r);
-    }
-    arr_fini(&a);
-}
+/* A row the fence locks: a write's own queue row (under its claim token), or the queue row of
+ * the parent of a child the batch finishes (lock NULL: whoever holds it). */
+struct fence_row {
+    struct rn_iid iid;
+    const struct rn_token *lock;
+};
 
 static int
-cmp_write_lock(const void *x, const void *y)
+cmp_fence_row(const void *x, const void *y)
 {
-    const struct rn_write *const *a = x, *const *b = y;
+    const struct fence_row *a = x, *b = y;
+    /* PostgreSQL orders uuids as their bytes; an own row before a parent entry of the same */
+    int c = memcmp(a->iid.b, b->iid.b, sizeof(a->iid.b));
 
-    return memcmp((*a)->lock.b, (*b)->lock.b, sizeof((*a)->lock.b));
+    return c != 0 ? c : (a->lock == NULL) - (b->lock == NULL);
 }
 
 static cn_err
 pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    struct rn_write **order;
+    struct fence_row *order;
+    size_t nrows = 0;
     struct arr a[NPERSIST][PS_MAXP]; /* per statement, its array parameters */
     struct cn_buf tmp = CN_BUF_INIT, js = CN_BUF_INIT;
     const char *params[PS_MAXP];
@@ -746,10 +731,14 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
     if ((rv = pg_conn(b, err)) != CN_OK || (rv = pg_prepare(b, err)) != CN_OK) {
         return rv;
     }
-    /* The fence locks its rows one by one in the order of its arrays: by claim token, the
-     * order the heartbeat locks in too, so the two never wait on each other in a cycle (they
-     * did, in unnest and table order: deadlocks, each a second's stall). */
-    if ((order = malloc(n * sizeof(*order))) == NULL) {
+    /* The fence locks its rows one by one in the order of its arrays: every row the batch will
+     * touch — its own, and the parents' of the children it finishes (cairn_child_done wakes
+     * them) — at once, by instance id. Two batches then never wait on each other in a cycle
+     * (they did when the parents were locked after the fence: a batch finishing a child of P
+     * while writing Q against one finishing a child of Q while writing P), nor a batch and
+     * cairn.wake_parents, which waits in the same order. The heartbeat, the claim and the
+     * reclaimer skip locked rows and wait for none. */
+    if ((order = malloc(2 * n * sizeof(*order))) == NULL) {
         return CN_NOMEM;
     }
     for (s = 0; s < NPERSIST; s++) {
@@ -758,12 +747,24 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
         }
     }
     for (i = 0; i < n; i++) {
-        order[i] = &w[i];
+        order[nrows].iid = w[i].instance_id;
+        order[nrows++].lock = &w[i].lock;
+        if (w[i].outcome != RN_RUNNING && w[i].parent.has) {
+            order[nrows].iid = w[i].parent.parent;
+            order[nrows++].lock = NULL;
+        }
     }
-    qsort(order, n, sizeof(*order), cmp_write_lock);
-    for (i = 0; i < n; i++) {
-        arr_uuid(&a[PS_FENCE][0], order[i]->instance_id.b);
-        arr_uuid(&a[PS_FENCE][1], order[i]->lock.b);
+    qsort(order, nrows, sizeof(*order), cmp_fence_row);
+    for (i = 0; i < nrows; i++) {
+        if (order[i].lock == NULL && i > 0 && rn_iid_eq(order[i - 1].iid, order[i].iid)) {
+            continue; /* locked already: an own row, or another child's parent */
+        }
+        arr_uuid(&a[PS_FENCE][0], order[i].iid.b);
+        if (order[i].lock != NULL) {
+            arr_uuid(&a[PS_FENCE][1], order[i].lock->b);
+        } else {
+            arr_null(&a[PS_FENCE][1]);
+        }
     }
     free(order);
     for (i = 0; i < n; i++) {
@@ -937,9 +938,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
     if (rv != CN_OK && b->c != NULL && PQstatus(b->c) == CONNECTION_OK) {
         pg_rollback(b); /* an error inside the explicit transaction left it aborted */
     }
-    if (rv == CN_OK && b->c != NULL) {
-        wake_parents(b, w, n);
-    }
+
     for (s = 0; s < NPERSIST; s++) {
         for (k = 0; k < PS_MAXP; k++) {
             bytes += a[s][k].b.len;

@@ -242,9 +242,16 @@ canceller_main(void *arg)
 
     while (!atomic_load(&c->stop)) {
         struct cn_errmsg em = {{0}};
-        cn_err rv = CN_OK;
+        /* Listening first (the wait (re)issues LISTEN), then the sweep when it is due: a
+         * notification sent before the LISTEN is lost, one after it is not, and the sweep finds
+         * what came before. Without waiting when the sweep is due. */
+        cn_err rv = b->ops->wait_notices(b, cn_mono_ms() >= next_sweep ? 0 : RN_CANCELLER_WAIT_MS,
+                                         heard_cancel, heard_children, c, &em);
 
-        if (cn_mono_ms() >= next_sweep) {
+        if (rv == CN_OK) {
+            rv = deliver_children(c, &em);
+        }
+        if (rv == CN_OK && cn_mono_ms() >= next_sweep) {
             size_t handed = 0;
             rv = b->ops->sweep_cancels(b, c->hooks.cancel, c->hooks.arg, &em);
             if (rv == CN_OK && b->ops->sweep_children != NULL) {
@@ -253,13 +260,6 @@ canceller_main(void *arg)
             if (rv == CN_OK) {
                 next_sweep = cn_mono_ms() + c->cfg.sweep_interval_ms;
             }
-        }
-        if (rv == CN_OK) {
-            rv =
-                b->ops->wait_notices(b, RN_CANCELLER_WAIT_MS, heard_cancel, heard_children, c, &em);
-        }
-        if (rv == CN_OK) {
-            rv = deliver_children(c, &em);
         }
         if (rv == CN_OK) {
             record_late(c);

@@ -366,6 +366,17 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
             return rv;
         }
     }
+    /* Before the claimer: a parent claimed before the canceller listens could miss its
+     * children's notifications (it would wait for CAIRN_EVICT_CHILD_WAIT_MS, be handed back and
+     * claimed again). */
+    {
+        struct rn_canceller_cfg xcfg = {r->cancel_b, RN_CANCEL_SWEEP_MS, &r->late};
+        struct rn_canceller_hooks hooks = {on_cancel, holds, on_child_result, r};
+        if ((rv = rn_canceller_start(&xcfg, &hooks, &r->canceller, err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
+    }
     memset(&ccfg, 0, sizeof(ccfg));
     ccfg.backend = r->claim_b;
     ccfg.max_instances = cfg->max_instances;
@@ -379,14 +390,6 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     if ((rv = rn_claimer_start(&ccfg, on_claimed, r, &r->claimer, err)) != CN_OK) {
         runner_free(r);
         return rv;
-    }
-    {
-        struct rn_canceller_cfg xcfg = {r->cancel_b, RN_CANCEL_SWEEP_MS, &r->late};
-        struct rn_canceller_hooks hooks = {on_cancel, holds, on_child_result, r};
-        if ((rv = rn_canceller_start(&xcfg, &hooks, &r->canceller, err)) != CN_OK) {
-            runner_free(r);
-            return rv;
-        }
     }
     atomic_store(&r->ready, true);
     *out = r;

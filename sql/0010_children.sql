@@ -10,15 +10,14 @@
 --
 -- When a child of a `run` call finishes (one started with `start` hands nothing back: nobody
 -- waits for it), its runner's final write records the outcome as the result of the parent's
--- call (a row of runner_actions_done under the parent's id), marks the child parent_pending and
--- sends NOTIFY cairn_child ('parent exec attempt'): the runner that holds the parent hands it the
--- result. Right after that commit, cairn.wake_parents sets the parent's queue row `woken` and
--- due, so a parent handed back while it waited is claimed again, and clears parent_pending. It
--- takes no lock it would wait for (a parent row another transaction holds is left to the
--- runners' sweep, every 2 s), so nothing here can wait in a cycle with the runners' fenced
--- writes. A child finished by SQL instead (cancelled or timed out while nobody held it) is
--- parent_pending without a recorded result: the sweep records it (the result is msgpack, which
--- only the runner writes) and wakes the parent.
+-- call (a row of runner_actions_done under the parent's id), sets the parent's queue row `woken`
+-- and due, and sends NOTIFY cairn_child ('parent exec attempt'): the runner that holds the parent
+-- hands it the result; a parent handed back while it waited is claimed again. The write locks
+-- the parent's queue row with its own, all in instance id order, so two writes never wait on
+-- each other in a cycle. A child finished by SQL instead (cancelled or timed out while nobody
+-- held it, or failed because it could not run) is marked parent_pending: a runner's sweep
+-- records its outcome in the parent (the result is msgpack, which only the runner writes) and
+-- wakes the parent (cairn.wake_parents).
 --
 -- `woken` closes the race between a parent being handed back and a child finishing: the claim
 -- clears it, a child's outcome sets it, and a hand-back that finds it set leaves the parent due
@@ -173,9 +172,10 @@ END
 $$;
 
 -- Wakes the parents of finished children marked parent_pending whose result the parent holds
--- (p_children: those children; NULL: any, for the sweep), and clears the mark. Waits for no
--- lock: a child or parent row another transaction holds is skipped, for the next call. Returns
--- how many children it cleared.
+-- (p_children: those children; NULL: any, for the sweep), and clears the mark. A child row
+-- another call holds is skipped (that call does it); parents' queue rows are waited for, in
+-- instance id order, the order the runners' fenced writes lock in, and nothing else that could
+-- wait is held meanwhile: no cycle. Returns how many children it cleared.
 CREATE FUNCTION cairn.wake_parents(p_children uuid[] DEFAULT NULL) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -194,18 +194,10 @@ BEGIN
          LIMIT 1000
            FOR UPDATE OF c SKIP LOCKED
     LOOP
-        PERFORM 1 FROM cairn.queued_instances q WHERE q.instance_id = r.parent_id
-           FOR UPDATE SKIP LOCKED;
-        IF FOUND THEN
-            UPDATE cairn.queued_instances
-               SET woken = true, scheduled_at = least(scheduled_at, clock_timestamp())
-             WHERE instance_id = r.parent_id;
-        ELSE
-            -- Its row is locked (its runner writing, a claim, a hand-back): the next call. No
-            -- row at all: the parent finished, nothing to wake.
-            PERFORM 1 FROM cairn.queued_instances q WHERE q.instance_id = r.parent_id;
-            CONTINUE WHEN FOUND;
-        END IF;
+        -- No queue row: the parent finished, nothing to wake.
+        UPDATE cairn.queued_instances
+           SET woken = true, scheduled_at = least(scheduled_at, clock_timestamp())
+         WHERE instance_id = r.parent_id;
         UPDATE cairn.runner_instances SET parent_pending = false WHERE instance_id = r.child;
         n := n + 1;
     END LOOP;
