@@ -216,6 +216,9 @@ struct rn_backend_ops {
     cn_err (*cancel_children)(struct rn_backend *b, struct rn_iid parent,
                               const struct rn_xid *exec_ids, size_t n, const char *reason,
                               struct cn_errmsg *err);
+    /* Fires the schedules that are due (runner/schedule.h); *n counts the instances enqueued.
+     * NULL in a backend without schedules. */
+    cn_err (*fire_schedules)(struct rn_backend *b, size_t *n, struct cn_errmsg *err);
     /* Records late results (struct rn_late_result) for the instances among them that ended
      * failed, cancelled or timed_out, each (execution id, attempt) once; the others (completed,
      * or not finished: handed back, claimed elsewhere) are dropped. NULL in a backend that

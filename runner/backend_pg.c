@@ -28,6 +28,7 @@
 #include "runner/db.h"
 #include "runner/errors.h"
 #include "runner/exec.h"
+#include "runner/schedule.h"
 
 struct pg_backend {
     struct rn_backend base;
@@ -1541,6 +1542,19 @@ pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
 }
 
 static cn_err
+pg_fire_schedules(struct rn_backend *base, size_t *n, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    cn_err rv;
+
+    *n = 0;
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    return rn_schedules_fire(b->c, n, err);
+}
+
+static cn_err
 pg_cancel_children(struct rn_backend *base, struct rn_iid parent, const struct rn_xid *exec_ids,
                    size_t n, const char *reason, struct cn_errmsg *err)
 {
@@ -1698,6 +1712,7 @@ static const struct rn_backend_ops pg_ops = {
     .child_results = pg_child_results,
     .sweep_children = pg_sweep_children,
     .cancel_children = pg_cancel_children,
+    .fire_schedules = pg_fire_schedules,
     .sweep_cancels = pg_sweep_cancels,
     .record_late = pg_record_late,
     .close = pg_close,

@@ -239,6 +239,7 @@ canceller_main(void *arg)
     struct rn_backend *b = c->cfg.backend;
     struct rn_backoff backoff = RN_BACKOFF_INIT;
     int64_t next_sweep = 0; /* at once: what waited while no runner listened */
+    int64_t next_tick = 0;
 
     while (!atomic_load(&c->stop)) {
         struct cn_errmsg em = {{0}};
@@ -259,6 +260,12 @@ canceller_main(void *arg)
             }
             if (rv == CN_OK) {
                 next_sweep = cn_mono_ms() + c->cfg.sweep_interval_ms;
+            }
+        }
+        if (rv == CN_OK && b->ops->fire_schedules != NULL && cn_mono_ms() >= next_tick) {
+            size_t fired = 0;
+            if ((rv = b->ops->fire_schedules(b, &fired, &em)) == CN_OK) {
+                next_tick = cn_mono_ms() + RN_SCHEDULE_TICK_MS;
             }
         }
         if (rv == CN_OK) {

@@ -23,6 +23,9 @@
  * (parent_pending) and cancels children nobody waits for (cairn.reap_children); the shards
  * queue the children they stop waiting for (struct rn_reap), which are cancelled here.
  *
+ * Schedules: every RN_SCHEDULE_TICK_MS the thread fires the schedules that are due (one runner
+ * takes each; runner/schedule.h).
+ *
  * Threads: its own thread; rn_canceller_start/stop from the runner's. The callback runs on the
  * canceller thread and must not block. The stop flag is atomic: the thread checks it at least
  * every RN_CANCELLER_WAIT_MS. The late queue has a mutex of its own: shard threads push, the
@@ -41,6 +44,10 @@
  * delay when its notification was lost; the sweep reads a partial index that is almost always
  * empty. */
 #define RN_CANCEL_SWEEP_MS 2000
+
+/* How often a runner looks for due schedules (runner/schedule.h): a slot starts at most about
+ * this late (plus its jitter). */
+#define RN_SCHEDULE_TICK_MS 1000
 
 /* Longest wait for a notification before the stop flag and the sweep clock are looked at. */
 #define RN_CANCELLER_WAIT_MS 250

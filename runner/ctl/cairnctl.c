@@ -41,8 +41,12 @@ static const struct command commands[] = {
      "enqueue an instance (--wait: until it finishes)", ctl_cmd_run},
     {"status", "ID [--json]", "show an instance's status", ctl_cmd_status},
     {"result", "ID [--json]", "print a finished instance's result", ctl_cmd_result},
-    {"list", "[--status S] [--workflow W] [--parent ID] [--limit N] [--json]",
+    {"list", "[--status S] [--workflow W] [--parent ID] [--schedule NAME] [--limit N] [--json]",
      "list instances, newest first", ctl_cmd_list},
+    {"schedule",
+     "add NAME --workflow W (--cron EXPR [--timezone TZ] | --every D) [...] | list | pause | "
+     "resume | delete | trigger | next",
+     "run a workflow on a schedule: cron in a time zone, or every D", ctl_cmd_schedule},
     {"tree", "ID [--limit N] [--json]",
      "show the task tree under an instance (its child workflows, theirs...) with statuses",
      ctl_cmd_tree},

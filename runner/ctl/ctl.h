@@ -107,6 +107,7 @@ int ctl_cmd_cancel(int argc, char **argv);
 int ctl_cmd_retry(int argc, char **argv);
 int ctl_cmd_exec(int argc, char **argv);
 int ctl_cmd_tree(int argc, char **argv);
+int ctl_cmd_schedule(int argc, char **argv);
 /* inspect's parent and children of instance id (ctl_tree.c): JSON members ("parent": ...,
  * "children": [...], "children_truncated": b) or text lines, appended to out. EXIT_OK, or the
  * status after printing why. */

@@ -893,7 +893,8 @@ ctl_cmd_run(int argc, char **argv)
     "ri.created_at, 'started_at', ri.started_at, 'completed_at', ri.completed_at, "            \
     "'scheduled_at', q.scheduled_at, 'leased', coalesce(q.lock_expires_at > now(), false), "   \
     "'idempotency_key', ri.idempotency_key, 'input', ri.input, 'result', ri.result, 'error', " \
-    "ri.error, 'parent', ri.parent_id, 'root', ri.root_id)::text"
+    "ri.error, 'parent', ri.parent_id, 'root', ri.root_id, 'schedule', ri.schedule_name, "     \
+    "'schedule_slot', ri.schedule_slot)::text"
 #define INSTANCE_FROM                                                             \
     " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv ON wv.id = " \
     "ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id = ri.instance_id "
@@ -1042,6 +1043,10 @@ ctl_cmd_list(int argc, char **argv)
          .kind = CN_OPT_STR,
          .arg = "ID",
          .help = "the child workflows of this instance only"},
+        {.flag = "schedule",
+         .kind = CN_OPT_STR,
+         .arg = "NAME",
+         .help = "the instances schedule NAME started only"},
         {.flag = "limit",
          .kind = CN_OPT_INT,
          .def = "20",
@@ -1051,13 +1056,14 @@ ctl_cmd_list(int argc, char **argv)
          .help = "at most N, newest first"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o =
-        CTL_OPTS("list", "[--status S] [--workflow W] [--parent ID] [--limit N] [--json]", rows, 0);
+    struct cn_opts o = CTL_OPTS(
+        "list", "[--status S] [--workflow W] [--parent ID] [--schedule NAME] [--limit N] [--json]",
+        rows, 0);
     const char *want;
     struct cn_errmsg em;
     PGconn *c = NULL;
     PGresult *r = NULL;
-    const char *params[4];
+    const char *params[5];
     char lim[24];
     int status, i, n;
     size_t k;
@@ -1086,13 +1092,16 @@ ctl_cmd_list(int argc, char **argv)
     params[1] = cn_opts_str(&o, "workflow");
     params[2] = lim;
     params[3] = cn_opts_str(&o, "parent");
+    params[4] = cn_opts_str(&o, "schedule");
     rv = rn_db_exec(c,
                     "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, ri.status, "
-                    "ri.created_at " INSTANCE_FROM "WHERE ($1::text IS NULL OR ri.status = $1) AND "
+                    "ri.created_at, coalesce('  schedule ' || ri.schedule_name, '') " INSTANCE_FROM
+                    "WHERE ($1::text IS NULL OR ri.status = $1) AND "
                     "($2::text IS NULL OR ri.workflow_name = $2) AND "
-                    "($4::uuid IS NULL OR ri.parent_id = $4::uuid) "
+                    "($4::uuid IS NULL OR ri.parent_id = $4::uuid) AND "
+                    "($5::text IS NULL OR ri.schedule_name = $5) "
                     "ORDER BY ri.created_at DESC LIMIT $3::integer",
-                    4, params, &r, &em);
+                    5, params, &r, &em);
     if (rv != CN_OK) {
         status = ctl_db_error(&o, rv, &em);
         PQfinish(c);
@@ -1108,8 +1117,8 @@ ctl_cmd_list(int argc, char **argv)
     } else {
         printf("%-36s  %-24s  %-9s  %s\n", "ID", "WORKFLOW", "STATUS", "CREATED");
         for (i = 0; i < n; i++) {
-            printf("%-36s  %-24s  %-9s  %s\n", PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-                   PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+            printf("%-36s  %-24s  %-9s  %s%s\n", PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+                   PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5));
         }
     }
     PQclear(r);
@@ -1271,7 +1280,8 @@ ctl_cmd_inspect(int argc, char **argv)
         "SELECT ri.status, ri.workflow_name, wv.workflow_version, wv.source,"
         " encode(ri.state, 'hex'), ri.result::text, ri.error::text, ri.created_at,"
         " ri.started_at, ri.completed_at, q.scheduled_at, coalesce(q.lock_expires_at > now(),"
-        " false), ri.input::text, ri.deadline_at, ri.redrive"
+        " false), ri.input::text, ri.deadline_at, ri.redrive, ri.schedule_name,"
+        " ri.schedule_slot"
         " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv"
         " ON wv.id = ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id"
         " = ri.instance_id WHERE ri.instance_id = $1";
@@ -1391,6 +1401,8 @@ ctl_cmd_inspect(int argc, char **argv)
     kv_set(&doc, "leased", ir_bool(strcmp(PQgetvalue(r, 0, 11), "t") == 0), &ok);
     kv_str(&doc, "deadline_at", PQgetisnull(r, 0, 13) ? NULL : PQgetvalue(r, 0, 13), &ok);
     kv_set(&doc, "redrive_pending", ir_bool(strcmp(PQgetvalue(r, 0, 14), "t") == 0), &ok);
+    kv_str(&doc, "schedule", PQgetisnull(r, 0, 15) ? NULL : PQgetvalue(r, 0, 15), &ok);
+    kv_str(&doc, "schedule_slot", PQgetisnull(r, 0, 16) ? NULL : PQgetvalue(r, 0, 16), &ok);
     kv_set(&doc, "history", ir_val_retain(hist), &ok);
     kv_set(&doc, "waiting_on", ir_val_retain(live), &ok);
     kv_set(&doc, "actions", ir_val_retain(acts), &ok);
@@ -1424,6 +1436,11 @@ ctl_cmd_inspect(int argc, char **argv)
     }
     if (!PQgetisnull(r, 0, 13)) {
         printf("deadline    %s\n", PQgetvalue(r, 0, 13));
+    }
+    if (!PQgetisnull(r, 0, 15)) {
+        printf("schedule    %s (%s%s)\n", PQgetvalue(r, 0, 15),
+               PQgetisnull(r, 0, 16) ? "triggered by hand" : "slot ",
+               PQgetisnull(r, 0, 16) ? "" : PQgetvalue(r, 0, 16));
     }
     {
         struct cn_buf fam = CN_BUF_INIT;
