@@ -213,6 +213,10 @@ u32(const char *flag)
 static bool
 resolve(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("%s %s\n", "cairn-runner", CAIRN_VERSION);
+        return 0;
+    }
     switch (cn_opts_parse(&opts, argc - 1, argv + 1)) {
     case CN_OPTS_HELP:
         usage(stdout);

@@ -220,7 +220,10 @@ is_blank(char c)
 static char
 lower(char c)
 {
-    return c >= 'A' && c <= 'Z' ? (char) (c - 'A' + 'a') : c;
+    if (c >= 'A' && c <= 'Z') {
+        c = (char) (c - 'A' + 'a');
+    }
+    return c;
 }
 
 /* Whether the n bytes at s spell word (lower case) in any case. */
@@ -273,7 +276,11 @@ static cn_err
 expected_value(const struct pstate *ps, size_t p, const char *what)
 {
     const char *found_end = "the end of the field";
-    struct chdesc d = describe_char(p < ps->end ? ps->s[p] : ' ');
+    struct chdesc d = describe_char(' ');
+
+    if (p < ps->end) {
+        d = describe_char(ps->s[p]);
+    }
 
     return cn_errmsg_set(ps->err, CN_PARSE, "column %zu: expected %s in the %s field, found %s",
                          p + 1, what, ps->f->what, p < ps->end ? d.text : found_end);

@@ -137,9 +137,10 @@ fire_slot(PGconn *c, const char *name, int64_t slot, int64_t jitter_ms, int *mad
     PGresult *r = NULL;
     cn_err rv;
 
-    (void) snprintf(sbuf, sizeof(sbuf), "%lld", (long long) slot);
-    (void) snprintf(dbuf, sizeof(dbuf), "%lld",
-                    (long long) (slot + jitter_of(name, slot, jitter_ms)));
+    long long at = slot, due = slot + jitter_of(name, slot, jitter_ms);
+
+    (void) snprintf(sbuf, sizeof(sbuf), "%lld", at);
+    (void) snprintf(dbuf, sizeof(dbuf), "%lld", due);
     rv = rn_db_exec(c,
                     "SELECT cairn.schedule_fire($1, to_timestamp($2::bigint / 1000.0),"
                     " to_timestamp($3::bigint / 1000.0)) IS NOT NULL",
@@ -225,7 +226,7 @@ fire_one(PGconn *c, PGresult *r, int row, int64_t now, size_t *fired, struct cn_
      * schedule's next match. */
     if (rv == CN_OK) {
         int64_t nx = 0;
-        if (cron == NULL && !fresh) {
+        if (cron == NULL && !fresh && every > 0) {
             nx = next + ((now - next) / every + 1) * every;
             got = 1;
         } else {

@@ -704,6 +704,10 @@ main(int argc, char **argv)
     cn_err rv;
     int sig = 0, code;
 
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("%s %s\n", "cairn-worker", CAIRN_VERSION);
+        return 0;
+    }
     switch (cn_opts_parse(&opts_table, argc - 1, argv + 1)) {
     case CN_OPTS_HELP:
         cn_opts_help(stdout, &opts_table);

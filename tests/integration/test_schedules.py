@@ -14,13 +14,15 @@ PostgreSQL that scripts/test starts (a fresh database of its own, dropped at the
   hand, delete removes it;
 - after downtime (next_at in the past), --catch-up skip enqueues nothing missed, one enqueues
   the latest, all every missed slot;
-- a schedule added by SQL with an expression no runner can read is paused with the reason.
+- a schedule added by SQL with an expression no runner can read is paused with the reason;
+- cairn-runner, cairn-worker and cairnctl answer --version.
 
 Arguments: CAIRN_RUNNER CAIRN_WORKER CAIRNCTL SOURCE_ROOT. TAP output; without
 CAIRN_TEST_DATABASE_URL it reports a skip.
 """
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -36,6 +38,11 @@ def count(url, name, extra=""):
 
 
 def run_all(url, env, tmp):
+    for prog, name in ((e2e.RUNNER, "cairn-runner"), (e2e.WORKER, "cairn-worker"),
+                       (e2e.CTL, "cairnctl")):
+        r = subprocess.run([prog, "--version"], capture_output=True, text=True, timeout=30)
+        check(f"{name} --version", r.returncode == 0 and r.stdout.startswith(name + " 0."),
+              r.stdout + r.stderr)
     src = os.path.join(e2e.ROOT, "tests/integration/children")
     for args in (["migrate"], ["register", f"{src}/kid_echo.cairn"]):
         r = ctl(env, *args)
