@@ -215,7 +215,7 @@ resolve(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
         printf("%s %s\n", "cairn-runner", CAIRN_VERSION);
-        return 0;
+        exit(0); /* as --help does */
     }
     switch (cn_opts_parse(&opts, argc - 1, argv + 1)) {
     case CN_OPTS_HELP:
