@@ -64,8 +64,11 @@ fail_version(struct rn_claimer *c, const struct rn_claimed *cl, const char *why)
     cn_err rv;
 
     cn_uuid_format(cl->instance_id.b, id);
-    cn_log(CN_LOG_ERROR, "instance %s (%s): its workflow version cannot run: %s", id, cl->workflow,
-           why);
+    {
+        const struct cn_log_field f[] = {{"instance", id}, {"workflow", cl->workflow}};
+        cn_log_fields(CN_LOG_ERROR, f, 2, "instance %s (%s): its workflow version cannot run: %s",
+                      id, cl->workflow, why);
+    }
     rv = rn_error_new(RN_ERR_WORKFLOW, why, &err);
     if (rv == CN_UTF8) {
         rv = rn_error_new(RN_ERR_WORKFLOW, "the workflow version cannot be compiled", &err);

@@ -287,7 +287,10 @@ log_instance(enum cn_log_level level, const struct inst *in, const char *what)
     char id[37];
 
     cn_uuid_format(in->id.b, id);
-    cn_log(level, "instance %s: %s", id, what);
+    {
+        const struct cn_log_field f[] = {{"instance", id}, {"workflow", in->workflow}};
+        cn_log_fields(level, f, 2, "instance %s: %s", id, what);
+    }
 }
 
 /* Hands the output's actions to the caller for dispatch and arms its timers; ready_us is when
@@ -621,7 +624,11 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         char id[37];
 
         cn_uuid_format(in->id.b, id);
-        cn_log(CN_LOG_ERROR, "instance %s (%s) cannot resume: %s", id, in->workflow, why);
+        {
+            const struct cn_log_field f[] = {{"instance", id}, {"workflow", in->workflow}};
+            cn_log_fields(CN_LOG_ERROR, f, 2, "instance %s (%s) cannot resume: %s", id,
+                          in->workflow, why);
+        }
         rn_step_out_clear(&sh->step);
         fail_unresumable(sh, in, why, out);
         return;
@@ -732,6 +739,15 @@ on_result(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_sh
     }
     if (in->inflight > 0) {
         in->inflight--;
+    }
+    if (!e->ok && cn_log_enabled(CN_LOG_DEBUG)) {
+        char id[37], xid[37], att[12];
+        const struct cn_log_field f[] = {
+            {"instance", id}, {"workflow", in->workflow}, {"exec_id", xid}, {"attempt", att}};
+        cn_uuid_format(in->id.b, id);
+        cn_uuid_format(e->exec_id.b, xid);
+        (void) snprintf(att, sizeof(att), "%u", e->attempt);
+        cn_log_fields(CN_LOG_DEBUG, f, 4, "attempt failed: %s", ir_error_type(e->value));
     }
     if (in->held.outcome != RN_RUNNING) {
         keep_late(in, &ev); /* its outcome is being written: recorded after it commits */

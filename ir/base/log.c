@@ -46,20 +46,16 @@ cn_log_format_parse(const char *name, bool *json)
     return true;
 }
 
-void
-cn_log(enum cn_log_level level, const char *fmt, ...)
+static void
+log_line(enum cn_log_level level, const struct cn_log_field *fields, size_t n, const char *fmt,
+         va_list ap)
 {
-    char msg[1024], ts[64], line[1400];
+    char msg[1024], ts[64], line[1800];
     struct timespec now;
     struct tm tm;
-    va_list ap;
+    size_t i, len;
 
-    if (level < log_min) {
-        return;
-    }
-    va_start(ap, fmt);
     (void) vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     clock_gettime(CLOCK_REALTIME, &now);
     gmtime_r(&now.tv_sec, &tm);
     (void) snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
@@ -67,7 +63,14 @@ cn_log(enum cn_log_level level, const char *fmt, ...)
                     (long) (now.tv_nsec / 1000000) % 1000);
     if (log_json) {
         json_t *o = json_pack("{s:s, s:s, s:s}", "ts", ts, "level", level_names[level], "msg", msg);
-        char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+        char *text;
+
+        for (i = 0; o != NULL && i < n; i++) {
+            if (fields[i].value != NULL) {
+                (void) json_object_set_new(o, fields[i].key, json_string(fields[i].value));
+            }
+        }
+        text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
 
         if (text != NULL) {
             (void) fprintf(stderr, "%s\n", text);
@@ -76,6 +79,53 @@ cn_log(enum cn_log_level level, const char *fmt, ...)
         json_decref(o);
         return;
     }
-    (void) snprintf(line, sizeof(line), "%s %-5s %s\n", ts, level_names[level], msg);
+    (void) snprintf(line, sizeof(line), "%s %-5s %s", ts, level_names[level], msg);
+    for (i = 0; i < n; i++) {
+        len = strlen(line);
+        if (fields[i].value != NULL && len < sizeof(line)) {
+            (void) snprintf(line + len, sizeof(line) - len, " %s=%s", fields[i].key,
+                            fields[i].value);
+        }
+    }
+    len = strlen(line);
+    if (len + 1 < sizeof(line)) {
+        line[len] = '\n';
+        line[len + 1] = '\0';
+    } else {
+        line[sizeof(line) - 2] = '\n';
+    }
     (void) fputs(line, stderr);
+}
+
+bool
+cn_log_enabled(enum cn_log_level level)
+{
+    return level >= log_min;
+}
+
+void
+cn_log(enum cn_log_level level, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (level < log_min) {
+        return;
+    }
+    va_start(ap, fmt);
+    log_line(level, NULL, 0, fmt, ap);
+    va_end(ap);
+}
+
+void
+cn_log_fields(enum cn_log_level level, const struct cn_log_field *fields, size_t n, const char *fmt,
+              ...)
+{
+    va_list ap;
+
+    if (level < log_min) {
+        return;
+    }
+    va_start(ap, fmt);
+    log_line(level, fields, n, fmt, ap);
+    va_end(ap);
 }

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Log lines on stderr for Cairn's processes (cairn-runner, cairn-worker, cairnctl exec) and the
- * libraries they host (the worker pool, the worker SDK): `text` (time, level, message) or
- * `json` (one object per line: ts, level, msg). Lines below the minimum level are dropped.
+ * libraries they host (the worker pool, the worker SDK): `text` (time, level, message, then the
+ * line's fields as key=value) or `json` (one object per line: ts, level, msg, and each field as
+ * a key of its own). Fields are what a line is about (instance, workflow, exec_id, attempt), so
+ * that logs can be searched by them. Lines below the minimum level are dropped.
  *
  * Threads: cn_log may be called from any thread; each line is written with one call, so lines
  * never interleave. cn_log_setup writes process-wide settings: call it once, before any thread
@@ -12,6 +14,7 @@
 #define IR_BASE_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "ir/base/err.h"
 
@@ -29,5 +32,18 @@ bool cn_log_level_parse(const char *name, enum cn_log_level *out);
 bool cn_log_format_parse(const char *name, bool *json);
 
 void cn_log(enum cn_log_level level, const char *fmt, ...) CN_PRINTF(2, 3);
+
+/* Whether a line at level would be written (to skip building one that would not). */
+bool cn_log_enabled(enum cn_log_level level);
+
+/* A structured field of a log line; a NULL value is left out. */
+struct cn_log_field {
+    const char *key;
+    const char *value;
+};
+
+/* cn_log with fields[0..n) (keys from the names above; values without spaces read best). */
+void cn_log_fields(enum cn_log_level level, const struct cn_log_field *fields, size_t n,
+                   const char *fmt, ...) CN_PRINTF(4, 5);
 
 #endif

@@ -255,6 +255,11 @@ def run_all(url, env, tmp):
     check("inspect shows what it waits on: the run call and the child's id",
           len(waits) == 1 and waits[0].get("call") == "run" and waits[0].get("action") == "kid_hold"
           and waits[0].get("child_id") == kid, str(waits))
+    logs = "".join(p.text() for p in e2e.procs if p.name.startswith("runner"))
+    line = next((ln for ln in logs.splitlines() if "handed back until one answers" in ln
+                 and wid in ln), "")
+    check("the log line of the hand-back carries its fields (instance=, workflow=)",
+          f"instance={wid}" in line and "workflow=waiter" in line, line)
     check("its child's outcome wakes it, and it completes", wait_until(
         "woken", lambda: status(url, wid) == "completed", 30), status(url, wid))
     check("... with the result", q(url, f"SELECT result::text FROM cairn.runner_instances WHERE "

@@ -155,6 +155,38 @@ Test(ir_base, log_json_lines_are_objects_with_ts_level_msg)
     json_decref(o);
 }
 
+Test(ir_base, log_fields_are_key_values_in_text_and_keys_in_json)
+{
+    const struct cn_log_field f[] = {
+        {"instance", "0b7e"}, {"workflow", "orders"}, {"exec_id", NULL}, {"attempt", "2"}};
+    struct capture c;
+    json_error_t je;
+    json_t *o;
+
+    capture_start(&c);
+    cn_log_setup(CN_LOG_INFO, false);
+    cn_log_fields(CN_LOG_INFO, f, 4, "attempt %d failed", 2);
+    capture_end(&c);
+    cr_assert_not_null(strstr(c.text, "Z info  attempt 2 failed instance=0b7e workflow=orders "
+                                      "attempt=2\n"),
+                       "%s", c.text);
+    cr_assert_null(strstr(c.text, "exec_id"), "a NULL field is left out: %s", c.text);
+
+    capture_start(&c);
+    cn_log_setup(CN_LOG_INFO, true);
+    cn_log_fields(CN_LOG_WARN, f, 4, "lease lost");
+    cn_log_setup(CN_LOG_INFO, false);
+    capture_end(&c);
+    o = json_loads(c.text, 0, &je);
+    cr_assert_not_null(o, "not JSON: %s", c.text);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "msg")), "lease lost");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "instance")), "0b7e");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "workflow")), "orders");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "attempt")), "2");
+    cr_assert_null(json_object_get(o, "exec_id"));
+    json_decref(o);
+}
+
 /* ---- opts --------------------------------------------------------------------------------- */
 
 static struct cn_opt t_rows[] = {
