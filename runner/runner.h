@@ -9,8 +9,9 @@
  * Threads (each module's header says more): a claimer (claimer.h), CAIRN_SHARDS shard threads
  * (shardloop.h; each owns its instances exclusively, the executor runs there), CAIRN_PERSISTERS
  * persisters (persister.h; each batches the writes queued by every shard into one transaction
- * on its own connection), a lease keeper that also runs the reclaimer (keeper.h), the worker
- * pool's threads (pool.h) and nng's HTTP threads (http.h). They talk through queues; no thread
+ * on its own connection), a lease keeper that also runs the reclaimer (keeper.h), the
+ * canceller: the control session for cancels, child workflows' outcomes, sweeps and schedules
+ * (canceller.h), the worker pool's threads (pool.h) and nng's HTTP threads (http.h). They talk through queues; no thread
  * holds two locks at once and none holds a lock across storage or network calls (runner.c).
  * rn_runner_start, rn_runner_stop and rn_runner_stats are called from one controlling thread;
  * rn_runner_stats may also run concurrently with the engine.

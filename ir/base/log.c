@@ -46,6 +46,9 @@ cn_log_format_parse(const char *name, bool *json)
     return true;
 }
 
+static void log_line(enum cn_log_level level, const struct cn_log_field *fields, size_t n,
+                     const char *fmt, va_list ap) CN_PRINTF(4, 0);
+
 static void
 log_line(enum cn_log_level level, const struct cn_log_field *fields, size_t n, const char *fmt,
          va_list ap)
