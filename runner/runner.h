@@ -11,10 +11,10 @@
  * persisters (persister.h; each batches the writes queued by every shard into one transaction
  * on its own connection), a lease keeper that also runs the reclaimer (keeper.h), the
  * canceller: the control session for cancels, child workflows' outcomes, sweeps and schedules
- * (canceller.h), the worker pool's threads (pool.h) and nng's HTTP threads (http.h). They talk through queues; no thread
- * holds two locks at once and none holds a lock across storage or network calls (runner.c).
- * rn_runner_start, rn_runner_stop and rn_runner_stats are called from one controlling thread;
- * rn_runner_stats may also run concurrently with the engine.
+ * (canceller.h), the worker pool's threads (pool.h) and nng's HTTP threads (http.h). They talk
+ * through queues; no thread holds two locks at once and none holds a lock across storage or network
+ * calls (runner.c). rn_runner_start, rn_runner_stop and rn_runner_stats are called from one
+ * controlling thread; rn_runner_stats may also run concurrently with the engine.
  */
 #ifndef RUNNER_RUNNER_H
 #define RUNNER_RUNNER_H
