@@ -1329,6 +1329,26 @@ policy_fits(struct parser *ps, const struct ir_action_call *ac, const struct ir_
     return true;
 }
 
+/* The `('.' NAME)*` after the first part of a dotted name, appended to *name; *dots counts the
+ * parts. Keywords are fine after a dot (@db.input, @queue.sleep, billing.input). `what` names
+ * the kind of name for the error. */
+static bool
+parse_dotted_rest(struct parser *ps, const char *what, struct cn_buf *name, int *dots)
+{
+    while (accept(ps, IR_TK_DOT)) {
+        if (!at(ps, IR_TK_NAME) && !(peek(ps)->kind >= IR_TK_FN && peek(ps)->kind <= IR_TK_PASS)) {
+            error_at(ps, peek(ps), "expected a name after '.' in %s name", what);
+            return false;
+        }
+        if (cn_buf_putc(name, '.') != CN_OK || cn_buf_puts(name, advance(ps)->str) != CN_OK) {
+            nomem(ps);
+            return false;
+        }
+        (*dots)++;
+    }
+    return true;
+}
+
 /* The action name after '@' (consumed, at): NAME ('.' NAME)+, into *name. */
 static bool
 parse_action_name(struct parser *ps, const struct ir_token *at_tok, struct cn_buf *name)
@@ -1343,17 +1363,8 @@ parse_action_name(struct parser *ps, const struct ir_token *at_tok, struct cn_bu
         nomem(ps);
         return false;
     }
-    while (accept(ps, IR_TK_DOT)) {
-        if (!at(ps, IR_TK_NAME) && !(peek(ps)->kind >= IR_TK_FN && peek(ps)->kind <= IR_TK_PASS)) {
-            error_at(ps, peek(ps), "expected a name after '.' in action name");
-            return false;
-        }
-        /* Keywords are fine as action name parts (@db.input, @queue.sleep). */
-        if (cn_buf_putc(name, '.') != CN_OK || cn_buf_puts(name, advance(ps)->str) != CN_OK) {
-            nomem(ps);
-            return false;
-        }
-        dots++;
+    if (!parse_dotted_rest(ps, "action", name, &dots)) {
+        return false;
     }
     if (dots == 0) {
         error_at(ps, at_tok, "action names are module-qualified: write @module.%s(...)",
@@ -1370,6 +1381,7 @@ static bool
 parse_workflow_name(struct parser *ps, const struct ir_token *kw, struct cn_buf *name)
 {
     const struct ir_token *first = peek(ps);
+    int dots = 0;
 
     if (first->kind == IR_TK_STRING) {
         error_at(ps, first,
@@ -1387,16 +1399,8 @@ parse_workflow_name(struct parser *ps, const struct ir_token *kw, struct cn_buf 
         nomem(ps);
         return false;
     }
-    while (accept(ps, IR_TK_DOT)) {
-        if (!at(ps, IR_TK_NAME) && !(peek(ps)->kind >= IR_TK_FN && peek(ps)->kind <= IR_TK_PASS)) {
-            error_at(ps, peek(ps), "expected a name after '.' in workflow name");
-            return false;
-        }
-        /* As in action names, keywords are fine after a dot (billing.input). */
-        if (cn_buf_putc(name, '.') != CN_OK || cn_buf_puts(name, advance(ps)->str) != CN_OK) {
-            nomem(ps);
-            return false;
-        }
+    if (!parse_dotted_rest(ps, "workflow", name, &dots)) {
+        return false;
     }
     if (!ir_workflow_name_ok(name->data)) {
         error_at(ps, first, "workflow name is too long (at most %d characters)",
