@@ -209,48 +209,18 @@ inputs_literal(const struct ir_dag *dag, struct cn_buf *out)
     return ok && cn_buf_putc(out, '}') == CN_OK;
 }
 
-/* Whether name is among the input names of a text array literal ("{a,b}"). */
+/* Whether name is among names[0..n). */
 static bool
-in_inputs(const char *lit, const char *name)
+has_name(const char *const *names, size_t n, const char *name)
 {
-    size_t n = strlen(name);
-    const char *p = lit + (*lit == '{');
+    size_t i;
 
-    while (*p != '\0' && *p != '}') {
-        const char *q = p + (*p == '"');
-        size_t len = strcspn(q, "\",}");
-        if (len == n && strncmp(q, name, n) == 0) {
+    for (i = 0; i < n; i++) {
+        if (strcmp(names[i], name) == 0) {
             return true;
         }
-        p = q + len;
-        p += *p == '"';
-        p += *p == ',';
     }
     return false;
-}
-
-/* A text array literal of input names ("{a,b}") as people read it ("a, b"; "none" for "{}"). */
-static void
-inputs_text(const char *lit, char *out, size_t cap)
-{
-    size_t n = 0;
-    const char *p;
-
-    for (p = lit; *p != '\0' && n + 3 < cap; p++) {
-        if (*p == '{' || *p == '}' || *p == '"') {
-            continue;
-        }
-        if (*p == ',') {
-            out[n++] = ',';
-            out[n++] = ' ';
-        } else {
-            out[n++] = *p;
-        }
-    }
-    out[n] = '\0';
-    if (n == 0) {
-        (void) snprintf(out, cap, "none");
-    }
 }
 
 /* Checks the child calls (run/start) of dag against the workflows they name, as registered now
@@ -287,7 +257,7 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
             inputs = own.data; /* a recursive call: this very version */
         } else {
             if ((rv = rn_db_exec(c,
-                                 "SELECT coalesce(inputs::text, '') FROM cairn.workflow_versions"
+                                 "SELECT array_to_json(inputs)::text FROM cairn.workflow_versions"
                                  " WHERE workflow_name = $1 AND ($2::text IS NULL OR"
                                  " workflow_version = $2) ORDER BY created_at DESC LIMIT 1",
                                  2, params, &r, &em)) != CN_OK) {
@@ -311,36 +281,55 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
                 PQclear(r);
                 continue;
             }
-            inputs = PQgetvalue(r, 0, 0);
+            inputs = PQgetisnull(r, 0, 0) ? NULL : PQgetvalue(r, 0, 0);
         }
-        if (inputs[0] != '\0') { /* '': registered before inputs were recorded */
-            char shown[256];
-            inputs_text(inputs, shown, sizeof(shown));
-            for (k = 0; k < t->nargs; k++) {
-                if (!in_inputs(inputs, t->argnames[k])) {
+        if (inputs != NULL) { /* NULL: registered before inputs were recorded */
+            const char **names = NULL;
+            struct ir_val list = ir_null();
+            struct cn_buf shown = CN_BUF_INIT;
+            size_t n = 0, j;
+            bool ok = true;
+
+            if (inputs == own.data) {
+                names = (const char **) dag->nodes[dag->entry].targets;
+                n = dag->nodes[dag->entry].ntargets;
+            } else if (ir_val_from_json(inputs, strlen(inputs), &list, &em) == CN_OK &&
+                       list.type == IR_T_LIST) {
+                n = ir_list_len(list);
+                names = calloc(n ? n : 1, sizeof(*names));
+                for (j = 0; names != NULL && j < n; j++) {
+                    struct ir_val v = ir_list_items(list)[j];
+                    names[j] = v.type == IR_T_STR ? ir_str_data(v) : "";
+                }
+                ok = names != NULL;
+            }
+            for (j = 0; ok && j < n; j++) {
+                ok = cn_buf_printf(&shown, "%s%s", j ? ", " : "", names[j]) == CN_OK;
+            }
+            if (ok && cn_buf_puts(&shown, n ? "" : "none") != CN_OK) {
+                ok = false;
+            }
+            for (k = 0; ok && k < t->nargs; k++) {
+                if (!has_name(names, n, t->argnames[k])) {
                     ir_diags_add(&d, t->line, t->col, "%s has no input '%s' (its inputs: %s)",
-                                 t->name, t->argnames[k], shown);
+                                 t->name, t->argnames[k], shown.data);
                 }
             }
-            {
-                /* Every input of the child's main, in the call. */
-                const char *p = inputs + 1;
-                while (*p != '\0' && *p != '}') {
-                    const char *q = p + (*p == '"');
-                    size_t n = strcspn(q, "\",}");
-                    bool given = false;
-                    for (k = 0; k < t->nargs && !given; k++) {
-                        given = strlen(t->argnames[k]) == n && strncmp(t->argnames[k], q, n) == 0;
-                    }
-                    if (!given && n > 0) {
-                        ir_diags_add(&d, t->line, t->col, "%s needs input '%.*s' (its inputs: %s)",
-                                     t->name, (int) n, q, shown);
-                    }
-                    p = q + n;
-                    p += *p == '"';
-                    p += *p == ',';
+            for (j = 0; ok && j < n; j++) { /* every input of the child's main, in the call */
+                if (!has_name(t->argnames, t->nargs, names[j])) {
+                    ir_diags_add(&d, t->line, t->col, "%s needs input '%s' (its inputs: %s)",
+                                 t->name, names[j], shown.data);
                 }
             }
+            if (!ok) {
+                status = EXIT_USAGE;
+                fprintf(stderr, "cairnctl register: out of memory\n");
+            }
+            if (inputs != own.data) {
+                free(names);
+            }
+            ir_val_release(list);
+            cn_buf_fini(&shown);
         }
         PQclear(r);
     }
