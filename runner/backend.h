@@ -231,6 +231,12 @@ struct rn_backend_ops {
      * (cairn.expire_overdue). NULL in a backend without cancels. */
     cn_err (*sweep_cancels)(struct rn_backend *b, rn_cancel_fn fn, void *arg,
                             struct cn_errmsg *err);
+    /* One batch of retention (runner/pruner.h): deletes at most batch finished instances past
+     * their workflow's retention (retention_s for workflows without their own; 0: keep those),
+     * with their action results; says how many of each. NULL in a backend that keeps nothing
+     * for long. */
+    cn_err (*prune_due)(struct rn_backend *b, int64_t retention_s, size_t batch, size_t *instances,
+                        size_t *actions, struct cn_errmsg *err);
     void (*close)(struct rn_backend *b);
 };
 

@@ -20,6 +20,7 @@
 #include <libpq-fe.h>
 
 #include "ir/base/buf.h"
+#include "ir/base/clock.h"
 #include "ir/base/uuid.h"
 #include "ir/base/vec.h"
 #include "ir/base/xalloc.h"
@@ -34,10 +35,16 @@ struct pg_backend {
     struct rn_backend base;
     char *url;
     PGconn *c;
-    bool listening;         /* LISTEN cairn_enqueue issued on c */
-    bool listening_notices; /* LISTEN cairn_cancel and cairn_child issued on c */
-    bool prepared;          /* the persist statements are prepared on c */
+    bool listening;            /* LISTEN cairn_enqueue issued on c */
+    bool listening_notices;    /* LISTEN cairn_cancel and cairn_child issued on c */
+    bool prepared;             /* the persist statements are prepared on c */
+    bool limits;               /* some workflow has a concurrency limit (checked every second) */
+    int64_t limits_checked_ms; /* monotonic; 0: never */
 };
+
+/* How often the claim asks whether any workflow has a concurrency limit: a limit set or a
+ * first concurrency key takes at most this long to be claimed for. */
+#define PG_LIMITS_CHECK_MS 1000
 
 /* A persist that sent more than this reconnects afterwards (see pg_persist). */
 #define PG_BIG_WRITE (4u << 20)
@@ -247,47 +254,67 @@ get_uuid(PGresult *r, int row, int col, uint8_t out[16])
 
 /* Two index walks (0004): expired leases first (a dead runner's instances, already started,
  * through queued_instances_expiry), then the free rows in priority order (through
- * queued_instances_ready, which holds only rows nobody holds). CTE scans are pulled on demand,
- * so the second walk runs only when the first found fewer than $1 (FOR UPDATE cannot sit under
- * a UNION, hence the two CTEs). now(), not clock_timestamp(): a stable bound is an index
- * condition, a volatile one a filter applied to every entry of the walk. */
-static const char *claim_sql =
-    "WITH e AS ("
-    "  SELECT ctid AS tid FROM cairn.queued_instances"
-    "   WHERE lock_uuid IS NOT NULL AND lock_expires_at < now() AND scheduled_at <= now()"
-    "   ORDER BY lock_expires_at LIMIT $4 FOR UPDATE SKIP LOCKED),"
-    " f AS ("
-    "  SELECT ctid AS tid FROM cairn.queued_instances"
-    "   WHERE lock_uuid IS NULL AND scheduled_at <= now()"
-    "   ORDER BY priority DESC, scheduled_at LIMIT $5 FOR UPDATE SKIP LOCKED),"
-    " c AS (SELECT tid, row_number() OVER () AS n"
-    "        FROM (SELECT tid FROM e UNION ALL SELECT tid FROM f LIMIT $1) u),"
-    /* the stored (possibly compressed) sizes: read from the row, nothing is decompressed */
-    " s AS (SELECT c.tid, c.n, sum(pg_column_size(ri.input) +"
-    "              coalesce(pg_column_size(ri.state), 0)) OVER (ORDER BY c.n) AS upto"
-    "        FROM c JOIN cairn.queued_instances q0 ON q0.ctid = c.tid"
-    "        JOIN cairn.runner_instances ri ON ri.instance_id = q0.instance_id),"
-    " k AS (SELECT tid FROM s WHERE s.n = 1 OR s.upto <= $3::bigint),"
-    " q AS ("
-    "  UPDATE cairn.queued_instances q SET lock_uuid = gen_random_uuid(), woken = false,"
-    "         lock_expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond'"
-    "    FROM k WHERE q.ctid = k.tid"
+ * queued_instances_ready, which holds only rows nobody holds and no row waiting for a
+ * concurrency slot: 0012). CTE scans are pulled on demand, so the second walk runs only when
+ * the first found fewer than $1 (FOR UPDATE cannot sit under a UNION, hence the two CTEs).
+ * now(), not clock_timestamp(): a stable bound is an index condition, a volatile one a filter
+ * applied to every entry of the walk. CLAIM_TAKE is how many the two walks may take. */
+#define CLAIM_WALKS(CLAIM_TAKE)                                                                   \
+    " e AS ("                                                                                     \
+    "  SELECT ctid AS tid FROM cairn.queued_instances"                                            \
+    "   WHERE lock_uuid IS NOT NULL AND lock_expires_at < now() AND scheduled_at <= now()"        \
+    "   ORDER BY lock_expires_at LIMIT $4 FOR UPDATE SKIP LOCKED),"                               \
+    " f AS ("                                                                                     \
+    "  SELECT ctid AS tid FROM cairn.queued_instances"                                            \
+    "   WHERE lock_uuid IS NULL AND scheduled_at <= now() AND (limit_name IS NULL OR holds_slot)" \
+    "   ORDER BY priority DESC, scheduled_at LIMIT $5 FOR UPDATE SKIP LOCKED),"                   \
+    " c AS (SELECT tid, row_number() OVER () AS n"                                                \
+    "        FROM (SELECT tid FROM e UNION ALL SELECT tid FROM f LIMIT " CLAIM_TAKE               \
+    ") u)," /* the stored (possibly compressed) sizes: read from the row, nothing is decompressed \
+             */                                                                                   \
+    " s AS (SELECT c.tid, c.n, sum(pg_column_size(ri.input) +"                                    \
+    "              coalesce(pg_column_size(ri.state), 0)) OVER (ORDER BY c.n) AS upto"            \
+    "        FROM c JOIN cairn.queued_instances q0 ON q0.ctid = c.tid"                            \
+    "        JOIN cairn.runner_instances ri ON ri.instance_id = q0.instance_id),"                 \
+    " k AS (SELECT tid FROM s WHERE s.n = 1 OR s.upto <= $3::bigint),"                            \
+    " h AS ("                                                                                     \
+    "  UPDATE cairn.queued_instances q SET lock_uuid = gen_random_uuid(), woken = false,"         \
+    "         lock_expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond'"        \
+    "    FROM k WHERE q.ctid = k.tid"                                                             \
     "  RETURNING q.instance_id, q.lock_uuid, q.workflow_version_id),"
-    " r AS ("
-    "  UPDATE cairn.runner_instances ri SET status = 'running',"
-    "         started_at = coalesce(ri.started_at, clock_timestamp())"
-    "    FROM q WHERE ri.instance_id = q.instance_id"
-    "  RETURNING ri.instance_id, ri.workflow_name, ri.input::text AS input, ri.state,"
-    "            CASE WHEN ri.cancel_requested_at IS NOT NULL"
-    "                 THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel,"
-    "            floor(extract(epoch FROM ri.deadline_at) * 1000)::bigint AS deadline,"
-    /* a child started with `start`: nobody waits for its outcome */
-    "            ri.timeout_ms, ri.redrive, CASE WHEN NOT ri.detached THEN ri.parent_id END AS"
-    "            parent_id, ri.parent_exec_id, ri.parent_attempt)"
-    " SELECT q.instance_id, q.lock_uuid, q.workflow_version_id, r.workflow_name, r.input,"
-    "        r.state, r.cancel, r.deadline, r.timeout_ms, r.redrive, r.parent_id,"
-    "        r.parent_exec_id, r.parent_attempt"
-    "   FROM q JOIN r ON r.instance_id = q.instance_id";
+
+/* Marks the claimed instances (q) running and returns what the runner needs of them (a child
+ * started with `start` has no parent_id here: nobody waits for its outcome). */
+#define CLAIM_MARK                                                                              \
+    " r AS ("                                                                                   \
+    "  UPDATE cairn.runner_instances ri SET status = 'running',"                                \
+    "         started_at = coalesce(ri.started_at, clock_timestamp())"                          \
+    "    FROM q WHERE ri.instance_id = q.instance_id"                                           \
+    "  RETURNING ri.instance_id, ri.workflow_name, ri.input::text AS input, ri.state,"          \
+    "            CASE WHEN ri.cancel_requested_at IS NOT NULL"                                  \
+    "                 THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel,"              \
+    "            floor(extract(epoch FROM ri.deadline_at) * 1000)::bigint AS deadline,"         \
+    "            ri.timeout_ms, ri.redrive, CASE WHEN NOT ri.detached THEN ri.parent_id END AS" \
+    "            parent_id, ri.parent_exec_id, ri.parent_attempt)"                              \
+    " SELECT q.instance_id, q.lock_uuid, q.workflow_version_id, r.workflow_name, r.input,"      \
+    "        r.state, r.cancel, r.deadline, r.timeout_ms, r.redrive, r.parent_id,"              \
+    "        r.parent_exec_id, r.parent_attempt"                                                \
+    "   FROM q JOIN r ON r.instance_id = q.instance_id"
+
+static const char *claim_sql = "WITH" CLAIM_WALKS("$1") " q AS (SELECT * FROM h)," CLAIM_MARK;
+
+/* While some workflow has a concurrency limit (0012), the claim first takes instances waiting
+ * for a slot through cairn.claim_limited (at most $6), then fills the rest of $1 from the walks.
+ * The function runs first (the walks' LIMIT reads its count) and its own statements see its
+ * rows taken; the walks read the statement's snapshot, in which those rows still wait for a
+ * slot and so match neither walk. One statement, one round trip, as without limits. */
+#define CLAIM_LIMITED_FIRST \
+    "WITH l AS (SELECT * FROM cairn.claim_limited($6::integer, $2::bigint)),"
+#define CLAIM_LIMITED_REST "greatest($1::bigint - (SELECT count(*) FROM l), 0)"
+#define CLAIM_LIMITED_Q \
+    " q AS (SELECT * FROM h UNION ALL SELECT l_instance_id, l_lock, l_version FROM l),"
+static const char *claim_limited_sql = CLAIM_LIMITED_FIRST CLAIM_WALKS(CLAIM_LIMITED_REST)
+CLAIM_LIMITED_Q CLAIM_MARK;
 
 static const char *done_sql =
     "SELECT DISTINCT ON (instance_id, execution_id) instance_id, execution_id, attempt,"
@@ -363,7 +390,7 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
 {
     struct pg_backend *b = (struct pg_backend *) base;
     char maxs[24], leases[24], bytes[24], orphans[24], fresh[24];
-    const char *params[5] = {maxs, leases, bytes, orphans, fresh};
+    const char *params[6] = {maxs, leases, bytes, orphans, fresh, fresh};
     struct rn_claimed *cl = NULL;
     PGresult *r = NULL, *d = NULL;
     struct arr ids;
@@ -382,7 +409,18 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
                     (unsigned long long) (max_bytes > INT64_MAX ? INT64_MAX : max_bytes));
     (void) snprintf(orphans, sizeof(orphans), "%zu", max_orphans < max ? max_orphans : max);
     (void) snprintf(fresh, sizeof(fresh), "%zu", max_fresh < max ? max_fresh : max);
-    if ((rv = pg_exec_bin(b, claim_sql, 5, params, &r, err)) != CN_OK) {
+    if (b->limits_checked_ms == 0 || cn_mono_ms() - b->limits_checked_ms >= PG_LIMITS_CHECK_MS) {
+        if ((rv = rn_db_exec(b->c, "SELECT EXISTS (SELECT 1 FROM cairn.workflow_limits)", 0, NULL,
+                             &r, err)) != CN_OK) {
+            return rv;
+        }
+        b->limits = PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+        b->limits_checked_ms = cn_mono_ms();
+        PQclear(r);
+        r = NULL;
+    }
+    if ((rv = pg_exec_bin(b, b->limits ? claim_limited_sql : claim_sql, b->limits ? 6 : 5, params,
+                          &r, err)) != CN_OK) {
         return rv;
     }
     rows = PQntuples(r);
@@ -1542,6 +1580,36 @@ pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
 }
 
 static cn_err
+pg_prune_due(struct rn_backend *base, int64_t retention_s, size_t batch, size_t *instances,
+             size_t *actions, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    char keep[24], n[24];
+    const char *params[2] = {keep, n};
+    PGresult *r = NULL;
+    cn_err rv;
+
+    *instances = *actions = 0;
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    (void) snprintf(keep, sizeof(keep), "%lld", (long long) retention_s);
+    (void) snprintf(n, sizeof(n), "%zu", batch);
+    if ((rv = rn_db_exec(b->c,
+                         "SELECT instances, actions FROM cairn.prune_due(CASE WHEN $1::bigint > 0"
+                         " THEN $1::bigint * interval '1 second' END, $2::integer)",
+                         2, params, &r, err)) != CN_OK) {
+        return rv;
+    }
+    if (PQntuples(r) == 1) {
+        *instances = (size_t) strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+        *actions = (size_t) strtoull(PQgetvalue(r, 0, 1), NULL, 10);
+    }
+    PQclear(r);
+    return CN_OK;
+}
+
+static cn_err
 pg_fire_schedules(struct rn_backend *base, size_t *n, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
@@ -1713,6 +1781,7 @@ static const struct rn_backend_ops pg_ops = {
     .sweep_children = pg_sweep_children,
     .cancel_children = pg_cancel_children,
     .fire_schedules = pg_fire_schedules,
+    .prune_due = pg_prune_due,
     .sweep_cancels = pg_sweep_cancels,
     .record_late = pg_record_late,
     .close = pg_close,

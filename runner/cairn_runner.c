@@ -24,6 +24,7 @@
 #include "ir/base/opts.h"
 #include "ir/base/sync.h"
 #include "runner/defaults.h"
+#include "runner/pruner.h"
 #include "runner/runner.h"
 
 #define D(x) RN_DEFAULT_TEXT(x)
@@ -164,6 +165,20 @@ static struct cn_opt settings[] = {
      .max = 100000000,
      .help = "inline statements an instance may run between two actions, sleeps or timers; "
              "more fail it with StepLimitExceeded"},
+    {.env = "CAIRN_RETENTION",
+     .flag = "retention",
+     .kind = CN_OPT_STR,
+     .def = RN_DEFAULT_RETENTION,
+     .arg = "D",
+     .help = "delete finished instances (and their action results) D after they finished: "
+             "30d, 36h, 90m; off keeps them (a workflow's own: cairnctl retention set)"},
+    {.env = "CAIRN_PRUNE_INTERVAL_MS",
+     .flag = "prune-interval-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_PRUNE_INTERVAL_MS),
+     .min = 100,
+     .max = 86400000,
+     .help = "how often retention looks for finished instances to delete"},
     CN_OPTS_LOG_ROWS,
 };
 
@@ -209,6 +224,8 @@ u32(const char *flag)
     return (uint32_t) cn_opts_int(&opts, flag); /* checked against its range */
 }
 
+static int64_t retention_s; /* CAIRN_RETENTION, read by resolve */
+
 /* Resolves and checks every setting; prints the first problem naming the variable. */
 static bool
 resolve(int argc, char **argv)
@@ -244,6 +261,13 @@ resolve(int argc, char **argv)
         get("worker-tls-cert-key") == NULL) {
         (void) fprintf(stderr, "cairn-runner: a tls+tcp:// CAIRN_WORKER_LISTEN needs "
                                "CAIRN_WORKER_TLS_CERT_KEY\n");
+        return false;
+    }
+    if (!rn_retention_parse(get("retention"), &retention_s)) {
+        (void) fprintf(stderr,
+                       "cairn-runner: CAIRN_RETENTION '%s' is not off nor a whole number of "
+                       "s, m, h or d up to 100 years (30d, 36h)\n",
+                       get("retention"));
         return false;
     }
     if (u32("lock-heartbeat-ms") >= u32("lock-ttl-ms")) {
@@ -334,6 +358,8 @@ main(int argc, char **argv)
     cfg.evict_sleep_threshold_ms = u32("evict-sleep-threshold-ms");
     cfg.evict_child_wait_ms = u32("evict-child-wait-ms");
     cfg.max_child_depth = u32("max-child-depth");
+    cfg.retention_s = retention_s;
+    cfg.prune_interval_ms = u32("prune-interval-ms");
     cfg.default_action_timeout_ms = u32("default-action-timeout-ms");
     cfg.worker_idle_ms = u32("worker-idle-ms");
     cfg.max_inline_steps = u32("max-inline-steps");

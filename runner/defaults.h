@@ -28,6 +28,10 @@
 #define RN_DEFAULT_SHUTDOWN_GRACE_MS        30000
 #define RN_DEFAULT_WORKER_IDLE_MS           20000
 #define RN_DEFAULT_MAX_INLINE_STEPS         RN_EXEC_DEFAULT_MAX_INLINE_STEPS /* why: exec.h */
+/* Off: deleting what users may still want is their decision, and a runner upgraded onto a
+ * database with history must not start deleting it unasked. */
+#define RN_DEFAULT_RETENTION         "off"
+#define RN_DEFAULT_PRUNE_INTERVAL_MS 60000
 
 /* A default as text, for a settings table: RN_DEFAULT_TEXT(RN_DEFAULT_SHARDS) is "2". */
 #define RN_DEFAULT_TEXT(x)  RN_DEFAULT_TEXT_(x)

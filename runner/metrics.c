@@ -50,6 +50,10 @@ rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *
     X("cairn_writes_total", "counter", "Instance writes committed.", st->writes)                   \
     X("cairn_write_batches_total", "counter", "Persist transactions committed.", st->batches)      \
     X("cairn_actions_dispatched_total", "counter", "Actions handed to the pool.", st->dispatched)  \
+    X("cairn_pruned_instances_total", "counter", "Finished instances deleted by retention.",       \
+      st->pruned)                                                                                  \
+    X("cairn_pruned_actions_total", "counter", "Action results deleted by retention.",             \
+      st->pruned_actions)                                                                          \
     X("cairn_workers", "gauge", "Workers connected.", ps->workers)                                 \
     X("cairn_pool_queued", "gauge", "Attempts waiting for a worker.", ps->queued)                  \
     X("cairn_pool_results_total", "counter", "Worker outcomes accepted.", ps->results)             \

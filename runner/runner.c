@@ -39,11 +39,13 @@
 #include "runner/backend.h"
 #include "runner/canceller.h"
 #include "runner/claimer.h"
+#include "runner/defaults.h"
 #include "runner/http.h"
 #include "runner/keeper.h"
 #include "runner/metrics.h"
 #include "runner/persister.h"
 #include "runner/pool.h"
+#include "runner/pruner.h"
 #include "runner/shardloop.h"
 
 struct rn_runner {
@@ -55,7 +57,9 @@ struct rn_runner {
     struct rn_keeper *keeper;
     struct rn_claimer *claimer;
     struct rn_canceller *canceller; /* NULL with a backend without cancels */
-    struct rn_late_queue late;      /* shards -> canceller: results after an outcome */
+    struct rn_pruner *pruner;       /* NULL with a backend that cannot prune */
+    struct rn_backend *prune_b;
+    struct rn_late_queue late; /* shards -> canceller: results after an outcome */
     struct rn_shardloop **loops;
     uint32_t nloops;
     struct rn_busy busy;
@@ -217,6 +221,12 @@ rn_runner_stats(struct rn_runner *r, struct rn_runner_stats *st)
     st->claimed = r->claimer != NULL ? rn_claimer_claimed(r->claimer) : 0;
     st->active = atomic_load(&r->active);
     rn_persister_stats(r->persister, &st->batches, &st->persist);
+    {
+        struct rn_pruner_stats ps;
+        rn_pruner_stats(r->pruner, &ps);
+        st->pruned = ps.instances;
+        st->pruned_actions = ps.actions;
+    }
 }
 
 static bool
@@ -251,7 +261,7 @@ open_backends(struct rn_runner *r, struct cn_errmsg *err)
     cn_err rv;
 
     if (cfg->backend != NULL) {
-        r->claim_b = r->lease_b = r->cancel_b = cfg->backend;
+        r->claim_b = r->lease_b = r->cancel_b = r->prune_b = cfg->backend;
         for (i = 0; i < r->npersisters; i++) {
             r->persist_b[i] = cfg->backend;
         }
@@ -259,7 +269,8 @@ open_backends(struct rn_runner *r, struct cn_errmsg *err)
     }
     if ((rv = rn_backend_pg_open(cfg->database_url, &r->claim_b, err)) != CN_OK ||
         (rv = rn_backend_pg_open(cfg->database_url, &r->lease_b, err)) != CN_OK ||
-        (rv = rn_backend_pg_open(cfg->database_url, &r->cancel_b, err)) != CN_OK) {
+        (rv = rn_backend_pg_open(cfg->database_url, &r->cancel_b, err)) != CN_OK ||
+        (rv = rn_backend_pg_open(cfg->database_url, &r->prune_b, err)) != CN_OK) {
         return rv;
     }
     for (i = 0; i < r->npersisters; i++) {
@@ -377,6 +388,15 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
             return rv;
         }
     }
+    {
+        struct rn_pruner_cfg pcfg_ = {r->prune_b, cfg->retention_s,
+                                      cfg->prune_interval_ms ? cfg->prune_interval_ms
+                                                             : RN_DEFAULT_PRUNE_INTERVAL_MS};
+        if ((rv = rn_pruner_start(&pcfg_, &r->pruner, err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
+    }
     memset(&ccfg, 0, sizeof(ccfg));
     ccfg.backend = r->claim_b;
     ccfg.max_instances = cfg->max_instances;
@@ -455,6 +475,8 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
     rn_claimer_stop(r->claimer);
     rn_canceller_stop(r->canceller); /* it posts to the shards: stopped before them */
     r->canceller = NULL;
+    rn_pruner_stop(r->pruner);
+    r->pruner = NULL;
     /* Let running actions report and their writes commit, up to the grace period. */
     busy = rn_busy_wait_idle(&r->busy, cn_mono_ms() + grace_ms);
     if (busy > 0) {
@@ -484,6 +506,7 @@ runner_free(struct rn_runner *r)
     rn_http_stop(r->http);
     rn_claimer_stop(r->claimer);
     rn_canceller_stop(r->canceller);
+    rn_pruner_stop(r->pruner);
     /* Shards stop before the persisters and the keeper they feed. */
     for (i = 0; i < r->nloops; i++) {
         if (r->loops[i] != NULL) {
@@ -507,6 +530,9 @@ runner_free(struct rn_runner *r)
         }
         if (r->cancel_b != NULL) {
             r->cancel_b->ops->close(r->cancel_b);
+        }
+        if (r->prune_b != NULL) {
+            r->prune_b->ops->close(r->prune_b);
         }
         if (r->lease_b != NULL) {
             r->lease_b->ops->close(r->lease_b);

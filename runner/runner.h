@@ -47,8 +47,10 @@ struct rn_runner_cfg {
     uint32_t evict_child_wait_ms; /* a parent waiting only for children this long is handed back */
     uint32_t max_child_depth;     /* children nest at most this deep */
     uint32_t default_action_timeout_ms;
-    uint32_t worker_idle_ms;   /* the pool's idle cycle (0: its default) */
-    uint32_t max_inline_steps; /* inline nodes one executor step may run (0: its default) */
+    uint32_t worker_idle_ms;    /* the pool's idle cycle (0: its default) */
+    uint32_t max_inline_steps;  /* inline nodes one executor step may run (0: its default) */
+    int64_t retention_s;        /* finished instances are deleted this long after (0: kept) */
+    uint32_t prune_interval_ms; /* between retention rounds (0: its default) */
 };
 
 struct rn_runner_stats {
@@ -61,6 +63,8 @@ struct rn_runner_stats {
     uint64_t batches;          /* persist transactions committed */
     uint64_t dispatched;       /* actions handed to the pool */
     uint64_t active;           /* instances held now */
+    uint64_t pruned;           /* finished instances deleted by retention */
+    uint64_t pruned_actions;   /* their action results */
     struct rn_lathist persist; /* duration of each committed persist transaction */
 };
 

@@ -381,10 +381,23 @@ ctl_cmd_register(int argc, char **argv)
          .kind = CN_OPT_BOOL,
          .help = "register although a child workflow it calls is not registered yet (the call "
                  "is checked when it runs)"},
+        {.flag = "max-running",
+         .kind = CN_OPT_INT,
+         .min = 1,
+         .max = 1000000,
+         .help = "at most N instances of the workflow run at once (cairnctl limit set changes it)"},
+        {.flag = "max-per-key",
+         .kind = CN_OPT_INT,
+         .min = 1,
+         .max = 1000000,
+         .arg = "M",
+         .help = "at most M instances with the same --concurrency-key run at once (default 1)"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o = CTL_OPTS(
-        "register", "FILE [--name N] [--version V] [--allow-missing-children] [--json]", rows, 1);
+    struct cn_opts o = CTL_OPTS("register",
+                                "FILE [--name N] [--version V] [--max-running N] "
+                                "[--max-per-key M] [--allow-missing-children] [--json]",
+                                rows, 1);
     const char *file, *version;
     struct cn_errmsg em;
     struct ir_dag *dag = NULL;
@@ -489,6 +502,11 @@ ctl_cmd_register(int argc, char **argv)
             status = EXIT_REJECTED;
             goto out;
         }
+    }
+    if ((cn_opts_str(&o, "max-running") != NULL || cn_opts_str(&o, "max-per-key") != NULL) &&
+        (status = ctl_limit_apply(&o, c, name, cn_opts_str(&o, "max-running"),
+                                  cn_opts_str(&o, "max-per-key"), NULL)) != EXIT_OK) {
+        goto out;
     }
     if (ctl_json_out(&o)) {
         printf("{\"name\": \"%s\", \"version\": \"%s\", \"id\": \"%s\", \"ir_hash\": \"%s\", "
@@ -768,7 +786,12 @@ ctl_cmd_run(int argc, char **argv)
         {.flag = "idempotency-key",
          .kind = CN_OPT_STR,
          .arg = "K",
-         .help = "the same key returns the first instance instead of making another"},
+         .help = "the same key returns the workflow's first instance instead of making another"},
+        {.flag = "concurrency-key",
+         .kind = CN_OPT_STR,
+         .arg = "K",
+         .help = "instances with the same key run at most the workflow's per-key limit at once "
+                 "(1 unless set: cairnctl limit set)"},
         {.flag = "priority",
          .kind = CN_OPT_INT,
          .def = "0",
@@ -800,13 +823,13 @@ ctl_cmd_run(int argc, char **argv)
     };
     struct cn_opts o = CTL_OPTS("run",
                                 "NAME [--input JSON | --input-file FILE] [--idempotency-key K] "
-                                "[--priority P] [--at TIME] [--version V] "
+                                "[--concurrency-key K] [--priority P] [--at TIME] [--version V] "
                                 "[--workflow-timeout D] [--wait [--timeout S]] [--json]",
                                 rows, 1);
     struct cn_errmsg em;
     PGconn *c = NULL;
     PGresult *r = NULL;
-    const char *params[7];
+    const char *params[8];
     char prio[24];
     char *input_text = NULL;
     int status;
@@ -841,10 +864,11 @@ ctl_cmd_run(int argc, char **argv)
     params[4] = cn_opts_str(&o, "at");
     params[5] = cn_opts_str(&o, "version");
     params[6] = cn_opts_str(&o, "workflow-timeout"); /* PostgreSQL reads the interval */
+    params[7] = cn_opts_str(&o, "concurrency-key");
     rv = rn_db_exec(c,
                     "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer, $5::timestamptz, $6, "
-                    "$7::interval)",
-                    7, params, &r, &em);
+                    "$7::interval, $8)",
+                    8, params, &r, &em);
     free(input_text);
     if (rv != CN_OK) {
         status = ctl_db_error(&o, rv, &em);
@@ -1291,7 +1315,7 @@ ctl_cmd_inspect(int argc, char **argv)
     const char *params[1];
     struct ir_dag *dag = NULL;
     struct ir_val live = ir_null(), doc = ir_null(), acts = ir_null(), hist = ir_null();
-    struct cn_buf b = CN_BUF_INIT;
+    struct cn_buf b = CN_BUF_INIT, why = CN_BUF_INIT;
     bool ok = true;
     int status, row, nd;
     cn_err rv;
@@ -1392,6 +1416,28 @@ ctl_cmd_inspect(int argc, char **argv)
     kv_set(&doc, "redrive_pending", ir_bool(strcmp(PQgetvalue(r, 0, 14), "t") == 0), &ok);
     kv_str(&doc, "schedule", PQgetisnull(r, 0, 15) ? NULL : PQgetvalue(r, 0, 15), &ok);
     kv_str(&doc, "schedule_slot", PQgetisnull(r, 0, 16) ? NULL : PQgetvalue(r, 0, 16), &ok);
+    if ((status = ctl_wait_reasons(c, id, PQgetvalue(r, 0, 0), live, &why)) != EXIT_OK) {
+        goto out;
+    }
+    {
+        struct ir_val list;
+        size_t off, nwhy = 0;
+        for (off = 0; off < why.len; off += strlen(why.data + off) + 1) {
+            nwhy++;
+        }
+        if (ir_list_new(nwhy, &list) != CN_OK) {
+            ok = false;
+        } else {
+            for (off = 0, nwhy = 0; off < why.len; off += strlen(why.data + off) + 1) {
+                if (ir_str_new(why.data + off, strlen(why.data + off),
+                               &ir_list_items(list)[nwhy++]) != CN_OK) {
+                    ok = false;
+                    ir_list_items(list)[nwhy - 1] = ir_null();
+                }
+            }
+            kv_set(&doc, "waiting_for", list, &ok);
+        }
+    }
     kv_set(&doc, "history", ir_val_retain(hist), &ok);
     kv_set(&doc, "waiting_on", ir_val_retain(live), &ok);
     kv_set(&doc, "actions", ir_val_retain(acts), &ok);
@@ -1447,6 +1493,9 @@ ctl_cmd_inspect(int argc, char **argv)
     if (strcmp(PQgetvalue(r, 0, 14), "t") == 0) {
         printf("retried: what had not succeeded starts over when a runner claims it\n");
     }
+    for (size_t off = 0; off < why.len; off += strlen(why.data + off) + 1) {
+        printf("waiting for %s\n", why.data + off);
+    }
     if (live.type == IR_T_LIST) {
         print_live(live, strcmp(PQgetvalue(r, 0, 0), "queued") != 0 &&
                              strcmp(PQgetvalue(r, 0, 0), "running") != 0);
@@ -1472,6 +1521,7 @@ out:
     ir_val_release(hist);
     ir_dag_free(dag);
     cn_buf_fini(&b);
+    cn_buf_fini(&why);
     PQclear(r);
     PQclear(d);
     PQclear(h);

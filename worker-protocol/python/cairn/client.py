@@ -54,15 +54,17 @@ def _row(r):
     return d
 
 
-def _enqueue_args(workflow, input, idempotency_key, priority, at, version, timeout):
+def _enqueue_args(workflow, input, idempotency_key, priority, at, version, timeout,
+                  concurrency_key):
     if input is None:
         input = {}
     if not isinstance(input, dict):
         raise TypeError("input must be a dict (the workflow's inputs by name)")
     if timeout is not None and not isinstance(timeout, (str, datetime.timedelta)):
         timeout = f"{float(timeout)} seconds"  # seconds, a timedelta or an interval text
-    return ("SELECT cairn.enqueue(%s, %s, %s, %s, %s, %s, %s::interval)",
-            (workflow, Jsonb(input), idempotency_key, priority, at, version, timeout))
+    return ("SELECT cairn.enqueue(%s, %s, %s, %s, %s, %s, %s::interval, %s)",
+            (workflow, Jsonb(input), idempotency_key, priority, at, version, timeout,
+             concurrency_key))
 
 
 class Client:
@@ -80,12 +82,14 @@ class Client:
         self.close()
 
     def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
-                version=None, timeout=None):
+                version=None, timeout=None, concurrency_key=None):
         """Enqueues an instance of the workflow's newest (or the given) version and returns its
-        id. The same idempotency key returns the first instance. at: not before this datetime;
-        timeout: seconds (or an interval text) after which it ends timed_out."""
+        id. The same idempotency key returns the workflow's first instance with it. at: not
+        before this datetime; timeout: seconds (or an interval text) after which it ends
+        timed_out; concurrency_key: instances with the same key run at most the workflow's
+        per-key limit at once (1 unless `cairnctl limit set --per-key`)."""
         sql, args = _enqueue_args(workflow, input, idempotency_key, priority, at, version,
-                                  timeout)
+                                  timeout, concurrency_key)
         return str(self.conn.execute(sql, args).fetchone()[0])
 
     def status(self, instance_id):
@@ -178,9 +182,9 @@ class AsyncClient:
         await self.close()
 
     async def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
-                      version=None, timeout=None):
+                      version=None, timeout=None, concurrency_key=None):
         sql, args = _enqueue_args(workflow, input, idempotency_key, priority, at, version,
-                                  timeout)
+                                  timeout, concurrency_key)
         cur = await self.conn.execute(sql, args)
         return str((await cur.fetchone())[0])
 

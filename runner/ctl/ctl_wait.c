@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Why an unfinished instance is not moving, for `cairnctl inspect`: the reasons are put
+ * together from the queue row (its due time, its concurrency slot: sql/0012), the live graph
+ * (rn_snapshot_describe: actions in flight, backoffs, sleeps, child workflows) and, for an
+ * action in flight, what the fleet's runners publish about their workers (cairn.runners:
+ * whether any connected worker serves the action and how many attempts wait for a slot). A
+ * database without cairn.runners gives the reasons without the workers'.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ir/base/buf.h"
+#include "ir/base/xalloc.h"
+#include "runner/ctl/ctl.h"
+#include "runner/db.h"
+
+static const char *const limit_sql =
+    "SELECT q.limit_name IS NOT NULL AND NOT q.holds_slot, q.limit_key, wl.max_running,"
+    " wl.max_per_key,"
+    " (SELECT count(*) FROM cairn.queued_instances h"
+    "   WHERE h.limit_name = q.limit_name AND h.holds_slot),"
+    " (SELECT count(*) FROM cairn.queued_instances h"
+    "   WHERE h.limit_name = q.limit_name AND h.holds_slot AND h.limit_key = q.limit_key),"
+    " q.scheduled_at > now(), q.scheduled_at, q.lock_uuid IS NOT NULL"
+    " FROM cairn.queued_instances q"
+    " LEFT JOIN cairn.workflow_limits wl ON wl.workflow_name = q.limit_name"
+    " WHERE q.instance_id = $1";
+
+/* Live runners (seen within a minute) with workers for the action, and the attempts waiting
+ * for one of its slots across them. */
+static const char *const fleet_sql =
+    "SELECT count(*), coalesce(sum((actions -> $1 ->> 'workers')::bigint), 0),"
+    " coalesce(sum((actions -> $1 ->> 'waiting')::bigint), 0)"
+    " FROM cairn.runners WHERE seen_at > now() - interval '60 seconds'";
+
+static void add(struct cn_buf *out, const char *fmt, ...) CN_PRINTF(2, 3);
+
+static void
+add(struct cn_buf *out, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void) vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (cn_buf_append(out, line, strlen(line) + 1) != CN_OK) { /* NUL-separated */
+        cn_oom("inspect");
+    }
+}
+
+static void
+when(long long ms, char *out, size_t n)
+{
+    time_t t = (time_t) (ms / 1000);
+    struct tm tm;
+
+    gmtime_r(&t, &tm);
+    (void) strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static const char *
+str_of(struct ir_val n, const char *key)
+{
+    const struct ir_val *v = ir_map_get(n, key, strlen(key));
+    return v != NULL && v->type == IR_T_STR ? ir_str_data(*v) : NULL;
+}
+
+static long long
+int_of(struct ir_val n, const char *key)
+{
+    const struct ir_val *v = ir_map_get(n, key, strlen(key));
+    return v != NULL && v->type == IR_T_INT ? (long long) v->u.i : 0;
+}
+
+/* The reasons of an action in flight: whether the fleet can run it at all. */
+static void
+action_reason(PGconn *c, bool fleet, const char *action, long long attempt, struct cn_buf *out)
+{
+    const char *params[1] = {action};
+    struct cn_errmsg em;
+    PGresult *r = NULL;
+
+    if (fleet && rn_db_exec(c, fleet_sql, 1, params, &r, &em) == CN_OK && PQntuples(r) == 1 &&
+        strtoll(PQgetvalue(r, 0, 0), NULL, 10) > 0) {
+        long long workers = strtoll(PQgetvalue(r, 0, 1), NULL, 10),
+                  waiting = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
+        if (workers == 0) {
+            add(out, "no connected worker serves `%s` (%lld attempt%s waiting across the fleet)",
+                action, waiting, waiting == 1 ? "" : "s");
+        } else if (waiting > 0) {
+            add(out,
+                "a worker slot for `%s`, or its result (attempt %lld; %lld attempt%s waiting "
+                "for a slot, %lld worker%s serve it)",
+                action, attempt, waiting, waiting == 1 ? "" : "s", workers,
+                workers == 1 ? "" : "s");
+        } else {
+            add(out, "the result of `%s` (attempt %lld) from a worker", action, attempt);
+        }
+    } else {
+        add(out, "the result of `%s` (attempt %lld)", action, attempt);
+    }
+    PQclear(r);
+}
+
+int
+ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val live,
+                 struct cn_buf *out)
+{
+    const char *params[1] = {id};
+    struct cn_errmsg em;
+    PGresult *q = NULL, *t = NULL;
+    bool fleet = false;
+    char at[40];
+    size_t i;
+    cn_err rv;
+
+    if (strcmp(status, "queued") != 0 && strcmp(status, "running") != 0) {
+        return EXIT_OK;
+    }
+    if ((rv = rn_db_exec(c, limit_sql, 1, params, &q, &em)) != CN_OK ||
+        (rv = rn_db_exec(c, "SELECT to_regclass('cairn.runners') IS NOT NULL", 0, NULL, &t, &em)) !=
+            CN_OK) {
+        PQclear(q);
+        fprintf(stderr, "cairnctl inspect: %s\n", em.text);
+        return EXIT_DB;
+    }
+    fleet = strcmp(PQgetvalue(t, 0, 0), "t") == 0;
+    PQclear(t);
+    if (PQntuples(q) == 1) {
+        bool limited = strcmp(PQgetvalue(q, 0, 0), "t") == 0;
+        bool later = strcmp(PQgetvalue(q, 0, 6), "t") == 0;
+        bool held = strcmp(PQgetvalue(q, 0, 8), "t") == 0;
+
+        if (limited && !later) {
+            if (!PQgetisnull(q, 0, 1) &&
+                strtoll(PQgetvalue(q, 0, 5), NULL, 10) >= strtoll(PQgetvalue(q, 0, 3), NULL, 10)) {
+                add(out,
+                    "a concurrency slot: key '%s' has %s running, its limit (cairnctl limit list)",
+                    PQgetvalue(q, 0, 1), PQgetvalue(q, 0, 5));
+            } else if (!PQgetisnull(q, 0, 2)) {
+                add(out, "a concurrency slot: workflow runs %s of at most %s (cairnctl limit list)",
+                    PQgetvalue(q, 0, 4), PQgetvalue(q, 0, 2));
+            } else {
+                add(out, "a concurrency slot (a runner claims it when one is free)");
+            }
+        } else if (later && strcmp(status, "queued") == 0) {
+            add(out, "its start time, %s", PQgetvalue(q, 0, 7));
+        } else if (later && !held) {
+            add(out, "its next wake-up at %s (no runner holds it meanwhile)", PQgetvalue(q, 0, 7));
+        } else if (!held) {
+            add(out, "a runner to claim it (due since %s)", PQgetvalue(q, 0, 7));
+        }
+    }
+    PQclear(q);
+    if (live.type != IR_T_LIST || strcmp(status, "running") != 0) {
+        return EXIT_OK;
+    }
+    for (i = 0; i < ir_list_len(live); i++) {
+        struct ir_val n = ir_list_items(live)[i];
+        const char *st = str_of(n, "status"), *act = str_of(n, "action"), *call = str_of(n, "call");
+        long long attempt = int_of(n, "attempt");
+
+        if (st == NULL) {
+            continue;
+        }
+        if (strcmp(st, "running") == 0 && act != NULL && call != NULL) {
+            const char *child = str_of(n, "child_id");
+            add(out, "child workflow %s%s%s", act, child != NULL ? " " : "",
+                child != NULL ? child : " (being started)");
+        } else if (strcmp(st, "running") == 0 && act != NULL) {
+            action_reason(c, fleet, act, attempt, out);
+        } else if (strcmp(st, "backoff") == 0) {
+            when(int_of(n, "wake_ms"), at, sizeof(at));
+            add(out, "a retry backoff: `%s` attempt %lld at %s", act != NULL ? act : "?", attempt,
+                at);
+        } else if (strcmp(st, "sleeping") == 0) {
+            when(int_of(n, "wake_ms"), at, sizeof(at));
+            add(out, "a sleep, until %s", at);
+        }
+    }
+    return EXIT_OK;
+}
