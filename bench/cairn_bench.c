@@ -121,6 +121,7 @@ struct opts {
     long instances, actions, runners, shards, workers, slots, prefetch, timeout_s;
     double rate;               /* instances/s while running; 0: all before the start */
     double fail, timeout, nap; /* mixed: fractions of steps */
+    long max_running;          /* a concurrency limit on the case's workflow; 0: none */
 };
 
 /* A runner's latency summary (/metrics), in ms, over one or several runners: quantiles do not
@@ -577,7 +578,7 @@ usage(FILE *f)
                "                   [--fail-rate F] [--timeout-rate F] [--sleep-rate F]\n"
                "                   [--format text|json|markdown|csv] [--plot FILE.svg]\n"
                "                   [--database-url URL] [--pg-bin DIR] [--bin-dir BUILD_DIR]\n"
-               "                   [--timeout S]\n"
+               "                   [--max-running N] [--timeout S]\n"
                "cases:");
     for (i = 0; i < NCASES; i++) {
         fprintf(f, " %s", cases[i].name);
@@ -673,6 +674,8 @@ parse(int argc, char **argv, struct opts *o)
             o->pg_bin = v;
         } else if (strcmp(a, "--bin-dir") == 0) {
             o->bin_dir = v;
+        } else if (strcmp(a, "--max-running") == 0) {
+            o->max_running = num(a, v, 1, 1000000);
         } else if (strcmp(a, "--timeout") == 0) {
             o->timeout_s = num(a, v, 1, 86400);
         } else {
@@ -864,8 +867,8 @@ plot(const char *path, const struct bench_case *bc, const struct opts *o, const 
 int
 main(int argc, char **argv)
 {
-    struct opts o = {NULL, "sequence", "ipc", "text", NULL, NULL, NULL, 0,    0,   1,
-                     2,    2,          16,    16,     600,  0,    0.05, 0.01, 0.02};
+    struct opts o = {NULL, "sequence", "ipc", "text", NULL, NULL, NULL, 0,    0,    1,
+                     2,    2,          16,    16,     600,  0,    0.05, 0.01, 0.02, 0};
     const struct bench_case *bc = NULL;
     struct cn_errmsg em = {{0}};
     struct result res;
@@ -974,6 +977,20 @@ main(int argc, char **argv)
                 " source) VALUES ($1, $2, $2, $3) ON CONFLICT (workflow_name, workflow_version)"
                 " DO NOTHING",
                 3, p));
+    }
+    {
+        /* With a limit the claim goes through cairn.claim_limited (sql/0012); without one, the
+         * limit of an earlier run on this database is removed. */
+        char lim[24];
+        const char *p[2] = {name, lim};
+        (void) snprintf(lim, sizeof(lim), "%ld", o.max_running);
+        if (o.max_running == 0) {
+            p[1] = NULL;
+        }
+        free(q1(c, "SELECT cairn.limit_set($1, $2::integer)", 2, p));
+        if (o.max_running == 0) {
+            free(q1(c, "DELETE FROM cairn.workflow_limits WHERE workflow_name = $1", 1, p));
+        }
     }
     (void) snprintf(tag, sizeof(tag), "%ld-%ld", (long) getpid(), (long) time(NULL));
     /* Rows of this run are found through (workflow_name, created_at) from here on. */

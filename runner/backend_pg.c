@@ -1580,12 +1580,13 @@ pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
 }
 
 static cn_err
-pg_prune_due(struct rn_backend *base, int64_t retention_s, size_t batch, size_t *instances,
-             size_t *actions, struct cn_errmsg *err)
+pg_prune_due(struct rn_backend *base, int64_t retention_s, size_t batch,
+             char cursor[RN_PRUNE_CURSOR_LEN], size_t *instances, size_t *actions,
+             struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
     char keep[24], n[24];
-    const char *params[2] = {keep, n};
+    const char *params[3] = {keep, n, cursor[0] != '\0' ? cursor : NULL};
     PGresult *r = NULL;
     cn_err rv;
 
@@ -1596,14 +1597,19 @@ pg_prune_due(struct rn_backend *base, int64_t retention_s, size_t batch, size_t 
     (void) snprintf(keep, sizeof(keep), "%lld", (long long) retention_s);
     (void) snprintf(n, sizeof(n), "%zu", batch);
     if ((rv = rn_db_exec(b->c,
-                         "SELECT instances, actions FROM cairn.prune_due(CASE WHEN $1::bigint > 0"
-                         " THEN $1::bigint * interval '1 second' END, $2::integer)",
-                         2, params, &r, err)) != CN_OK) {
+                         "SELECT instances, actions, next_before FROM cairn.prune_due(CASE WHEN"
+                         " $1::bigint > 0 THEN $1::bigint * interval '1 second' END, $2::integer,"
+                         " $3::timestamptz)",
+                         3, params, &r, err)) != CN_OK) {
         return rv;
     }
+    cursor[0] = '\0';
     if (PQntuples(r) == 1) {
         *instances = (size_t) strtoull(PQgetvalue(r, 0, 0), NULL, 10);
         *actions = (size_t) strtoull(PQgetvalue(r, 0, 1), NULL, 10);
+        if (!PQgetisnull(r, 0, 2)) {
+            (void) snprintf(cursor, RN_PRUNE_CURSOR_LEN, "%s", PQgetvalue(r, 0, 2));
+        }
     }
     PQclear(r);
     return CN_OK;

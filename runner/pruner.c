@@ -39,14 +39,16 @@ pruner_main(void *arg)
     struct rn_pruner *p = arg;
     struct rn_backend *b = p->cfg.backend;
     uint64_t round_i = 0, round_a = 0;
+    char cursor[RN_PRUNE_CURSOR_LEN] = "";
     bool failing = false;
 
     while (!atomic_load(&p->stop)) {
         struct cn_errmsg em;
         size_t ni = 0, na = 0;
-        cn_err rv = b->ops->prune_due(b, p->cfg.retention_s, RN_PRUNE_BATCH, &ni, &na, &em);
+        cn_err rv = b->ops->prune_due(b, p->cfg.retention_s, RN_PRUNE_BATCH, cursor, &ni, &na, &em);
 
         if (rv != CN_OK) {
+            cursor[0] = '\0'; /* the next round starts over */
             atomic_fetch_add(&p->errors, 1);
             if (!failing) { /* once per outage, not once per round */
                 cn_log(CN_LOG_WARN, "retention: pruning failed: %s", em.text);
@@ -60,7 +62,7 @@ pruner_main(void *arg)
         atomic_fetch_add(&p->actions, na);
         round_i += ni;
         round_a += na;
-        if (ni >= RN_PRUNE_BATCH) {
+        if (ni >= RN_PRUNE_BATCH || cursor[0] != '\0') { /* more to look at */
             pause_ms(p, RN_PRUNE_PAUSE_MS);
             continue;
         }

@@ -22,30 +22,73 @@ CREATE TABLE cairn.workflow_retention (
 );
 
 -- Deletes up to p_batch finished instances that finished before p_cutoff, of p_workflow (NULL:
--- of any workflow but those in p_exclude), with their action results and history. Rows another
--- transaction holds (a retry of one of them) are skipped. Returns how many instances and action
--- results it deleted.
+-- of any workflow but those in p_exclude), with their action results and history; the walk
+-- goes from the newest creation time down, starting at p_before when it is not NULL. Returns
+-- how many instances and action results it deleted and, when there may be more, next_before:
+-- where the next batch starts. A caller going batch after batch passes it back, so that rows
+-- the walk keeps (other workflows, children whose outcome is pending) are read once per prune,
+-- not once per batch. Rows another transaction holds (a retry of one of them) are skipped.
 CREATE FUNCTION cairn.prune_batch(p_cutoff timestamptz, p_workflow text DEFAULT NULL,
                                   p_exclude text[] DEFAULT '{}', p_batch integer DEFAULT 500,
-                                  OUT instances integer, OUT actions integer)
+                                  p_before timestamptz DEFAULT NULL,
+                                  OUT instances integer, OUT actions integer,
+                                  OUT next_before timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_upto timestamptz := least(p_cutoff, coalesce(p_before, p_cutoff));
+    v_cand uuid[];
     v_ids uuid[];
 BEGIN
     IF p_batch < 1 OR p_batch > 100000 THEN
         RAISE EXCEPTION 'cairn.prune_batch: the batch must be in 1..100000, got %', p_batch
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT coalesce(array_agg(s.instance_id), '{}') INTO v_ids FROM (
+    -- One index walk per finished status (runner_instances_status), merged in creation order;
+    -- a workflow's own through runner_instances_workflow. No lock here: FOR UPDATE cannot sit
+    -- under a UNION.
+    IF p_workflow IS NOT NULL THEN
+        SELECT array_agg(c.instance_id), min(c.created_at) INTO v_cand, next_before FROM (
+            SELECT ri.instance_id, ri.created_at FROM cairn.runner_instances ri
+             WHERE ri.workflow_name = p_workflow AND ri.created_at <= v_upto
+               AND ri.status IN ('completed', 'failed', 'cancelled', 'timed_out')
+               AND ri.completed_at < p_cutoff AND NOT ri.parent_pending
+             ORDER BY ri.created_at DESC LIMIT p_batch) c;
+    ELSE
+        SELECT array_agg(c.instance_id), min(c.created_at) INTO v_cand, next_before FROM (
+            SELECT u.instance_id, u.created_at FROM (
+                (SELECT ri.instance_id, ri.created_at, ri.workflow_name, ri.completed_at,
+                        ri.parent_pending FROM cairn.runner_instances ri
+                  WHERE ri.status = 'completed' AND ri.created_at <= v_upto
+                  ORDER BY ri.created_at DESC)
+                UNION ALL
+                (SELECT ri.instance_id, ri.created_at, ri.workflow_name, ri.completed_at,
+                        ri.parent_pending FROM cairn.runner_instances ri
+                  WHERE ri.status = 'failed' AND ri.created_at <= v_upto
+                  ORDER BY ri.created_at DESC)
+                UNION ALL
+                (SELECT ri.instance_id, ri.created_at, ri.workflow_name, ri.completed_at,
+                        ri.parent_pending FROM cairn.runner_instances ri
+                  WHERE ri.status = 'cancelled' AND ri.created_at <= v_upto
+                  ORDER BY ri.created_at DESC)
+                UNION ALL
+                (SELECT ri.instance_id, ri.created_at, ri.workflow_name, ri.completed_at,
+                        ri.parent_pending FROM cairn.runner_instances ri
+                  WHERE ri.status = 'timed_out' AND ri.created_at <= v_upto
+                  ORDER BY ri.created_at DESC)) u
+             WHERE u.completed_at < p_cutoff AND NOT u.parent_pending
+               AND u.workflow_name <> ALL (p_exclude)
+             ORDER BY u.created_at DESC LIMIT p_batch) c;
+    END IF;
+    IF coalesce(cardinality(v_cand), 0) < p_batch THEN
+        next_before := NULL; -- the walk reached the end
+    END IF;
+    -- Locked and checked again: a retry may have queued one again meanwhile.
+    SELECT coalesce(array_agg(l.instance_id), '{}') INTO v_ids FROM (
         SELECT ri.instance_id FROM cairn.runner_instances ri
-         WHERE ri.status IN ('completed', 'failed', 'cancelled', 'timed_out')
-           AND ri.created_at < p_cutoff AND ri.completed_at < p_cutoff
-           AND NOT ri.parent_pending
-           AND (p_workflow IS NULL OR ri.workflow_name = p_workflow)
-           AND (p_workflow IS NOT NULL OR ri.workflow_name <> ALL (p_exclude))
-         ORDER BY ri.created_at
-         LIMIT p_batch
-           FOR UPDATE SKIP LOCKED) s;
+         WHERE ri.instance_id = ANY (coalesce(v_cand, '{}'))
+           AND ri.status IN ('completed', 'failed', 'cancelled', 'timed_out')
+           AND ri.completed_at < p_cutoff AND NOT ri.parent_pending
+           FOR UPDATE SKIP LOCKED) l;
     DELETE FROM cairn.runner_actions_done d WHERE d.instance_id = ANY (v_ids);
     GET DIAGNOSTICS actions = ROW_COUNT;
     DELETE FROM cairn.runner_instances ri WHERE ri.instance_id = ANY (v_ids);
@@ -54,10 +97,12 @@ END;
 $$;
 
 -- One batch of what retention is due: each workflow with its own retention first, then the
--- rest under p_default (NULL: keep them). What the runners call, about once a minute and again
--- at once while batches come back full.
+-- rest under p_default (NULL: keep them), from p_before on (see prune_batch). What the runners
+-- call, about once a minute and again at once, with next_before, while there is more.
 CREATE FUNCTION cairn.prune_due(p_default interval, p_batch integer DEFAULT 500,
-                                OUT instances integer, OUT actions integer)
+                                p_before timestamptz DEFAULT NULL,
+                                OUT instances integer, OUT actions integer,
+                                OUT next_before timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
     w record;
@@ -72,17 +117,23 @@ BEGIN
         RETURN;
     END IF;
     SELECT coalesce(array_agg(wr.workflow_name), '{}') INTO v_own FROM cairn.workflow_retention wr;
-    FOR w IN SELECT wr.workflow_name, wr.keep FROM cairn.workflow_retention wr
-              WHERE wr.keep IS NOT NULL ORDER BY wr.workflow_name LOOP
-        EXIT WHEN instances >= p_batch;
-        SELECT b.instances, b.actions INTO v_i, v_a
-          FROM cairn.prune_batch(now() - w.keep, w.workflow_name, '{}', p_batch - instances) b;
-        instances := instances + v_i;
-        actions := actions + v_a;
-    END LOOP;
-    IF p_default IS NOT NULL AND instances < p_batch THEN
-        SELECT b.instances, b.actions INTO v_i, v_a
-          FROM cairn.prune_batch(now() - p_default, NULL, v_own, p_batch - instances) b;
+    IF p_before IS NULL THEN -- a round's first batch: the workflows' own retention
+        FOR w IN SELECT wr.workflow_name, wr.keep FROM cairn.workflow_retention wr
+                  WHERE wr.keep IS NOT NULL ORDER BY wr.workflow_name LOOP
+            EXIT WHEN instances >= p_batch;
+            SELECT b.instances, b.actions INTO v_i, v_a
+              FROM cairn.prune_batch(now() - w.keep, w.workflow_name, '{}', p_batch - instances) b;
+            instances := instances + v_i;
+            actions := actions + v_a;
+        END LOOP;
+        IF instances >= p_batch THEN
+            RETURN; -- more of them next time; the rest's walk has not started
+        END IF;
+    END IF;
+    IF p_default IS NOT NULL THEN
+        SELECT b.instances, b.actions, b.next_before INTO v_i, v_a, next_before
+          FROM cairn.prune_batch(now() - p_default, NULL, v_own, p_batch - instances,
+                                 p_before) b;
         instances := instances + v_i;
         actions := actions + v_a;
     END IF;

@@ -47,6 +47,7 @@ ctl_cmd_prune(int argc, char **argv)
     struct cn_opts o = CTL_OPTS(
         "prune", "--older-than D [--workflow W] [--dry-run] [--batch N] [--json]", rows, 0);
     const char *params[4];
+    char before[64] = "";
     long long instances = 0, actions = 0, batches = 0;
     char cutoff[64], batch[24];
     struct cn_errmsg em;
@@ -101,24 +102,25 @@ ctl_cmd_prune(int argc, char **argv)
         params[0] = cutoff;
         params[2] = batch;
         for (;;) {
-            long long ni;
+            params[3] = before[0] != '\0' ? before : NULL; /* where the last batch stopped */
             if ((rv = rn_db_exec(c,
-                                 "SELECT instances, actions FROM cairn.prune_batch("
-                                 "$1::timestamptz, $2, '{}', $3::integer)",
-                                 3, params, &r, &em)) != CN_OK) {
+                                 "SELECT instances, actions, next_before FROM cairn.prune_batch("
+                                 "$1::timestamptz, $2, '{}', $3::integer, $4::timestamptz)",
+                                 4, params, &r, &em)) != CN_OK) {
                 fprintf(stderr, "cairnctl prune: stopped after %lld instances: ", instances);
                 status = ctl_db_error(&o, rv, &em);
                 PQfinish(c);
                 return status;
             }
-            ni = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-            instances += ni;
+            instances += strtoll(PQgetvalue(r, 0, 0), NULL, 10);
             actions += strtoll(PQgetvalue(r, 0, 1), NULL, 10);
             batches++;
+            (void) snprintf(before, sizeof(before), "%s",
+                            PQgetisnull(r, 0, 2) ? "" : PQgetvalue(r, 0, 2));
             PQclear(r);
             r = NULL;
-            if (ni == 0) {
-                break;
+            if (before[0] == '\0') {
+                break; /* the walk reached its end */
             }
             if (!ctl_json_out(&o) && batches % 100 == 0) {
                 fprintf(stderr, "cairnctl prune: %lld instances so far\n", instances);
