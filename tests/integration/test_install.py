@@ -28,7 +28,11 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_runner_e2e as e2e  # noqa: E402  (its helpers: processes, psql, TAP checks)
 
-check = e2e.check
+
+
+def check(what, ok, detail=""):
+    e2e.check(what, ok, detail.replace("\n", " | "))  # one TAP line, whatever the detail
+
 ROOT, BUILD, MAN, SANITIZE = sys.argv[4:8]
 CC = sys.argv[8:]
 PROGRAMS = ["cairn-runner", "cairn-worker", "cairnctl"]
