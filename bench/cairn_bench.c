@@ -633,6 +633,10 @@ parse(int argc, char **argv, struct opts *o)
             usage(stdout);
             exit(0);
         }
+        if (strcmp(a, "--version") == 0) {
+            printf("cairn-bench %s\n", CAIRN_VERSION);
+            exit(0);
+        }
         if (v == NULL) {
             usage(stderr);
             exit(2);

@@ -4,8 +4,10 @@
  * flags (`cairn-runner --help` lists them with their defaults; one table, parsed by
  * ir/base/opts.h, drives variables, flags, help and range checks), starts the engine
  * (runner/runner.h) and waits for a signal: SIGTERM or SIGINT stops it gracefully within
- * CAIRN_SHUTDOWN_GRACE_MS; a second signal exits at once. The main thread is the supervisor;
- * every other thread belongs to the engine. Exit status: 0 after a graceful stop, 1 when it
+ * CAIRN_SHUTDOWN_GRACE_MS; a second signal exits at once; SIGHUP reopens the log file. Tells a
+ * service manager (ir/base/notify.h) READY=1 once the engine claims and STOPPING=1 when a
+ * graceful stop begins. The main thread is the supervisor; every other thread belongs to the
+ * engine. Exit status: 0 after a graceful stop, 1 when it
  * cannot start, 2 for a bad setting, 3 on a second signal.
  */
 #include <pthread.h>
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include "ir/base/log.h"
+#include "ir/base/notify.h"
 #include "ir/base/opts.h"
 #include "ir/base/sync.h"
 #include "runner/defaults.h"
@@ -198,7 +201,7 @@ usage(FILE *f)
     size_t i;
 
     (void) fprintf(f,
-                   "usage: %s\n"
+                   "Usage: %s\n"
                    "Runs Cairn workflows: claims due instances from the database, runs them, "
                    "and dispatches\ntheir actions to workers. Every setting is a CAIRN_* "
                    "variable, overridden by its flag.\n\n",
@@ -208,7 +211,9 @@ usage(FILE *f)
                        settings[i].env, settings[i].def != NULL ? settings[i].def : "(none)",
                        settings[i].help);
     }
-    (void) fprintf(f, "\nSIGTERM/SIGINT stop it gracefully; a second signal exits at once.\n"
+    (void) fprintf(f, "\nSIGTERM/SIGINT stop it gracefully; a second signal exits at once. SIGHUP "
+                      "reopens\nthe log file. Under systemd (NOTIFY_SOCKET) it reports READY=1 "
+                      "once it claims work\nand STOPPING=1 when a graceful stop begins.\n"
                       "Exit status: 0 stopped, 1 cannot start, 2 bad setting, 3 second signal.\n");
 }
 
@@ -338,6 +343,7 @@ main(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGUSR1);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     (void) signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
@@ -369,6 +375,9 @@ main(int argc, char **argv)
     }
     cn_log(CN_LOG_INFO, "started: %u shard(s), workers on %s, pid %ld", cfg.shards,
            cfg.worker_listen, (long) getpid());
+    /* rn_runner_start returned after the schema check, the listeners and the claimer. */
+    (void) cn_notifyf("READY=1\nSTATUS=claiming: %u shard(s), workers on %s", cfg.shards,
+                      cfg.worker_listen);
     atomic_init(&st.done, false);
     for (;;) {
         int sig = 0;
@@ -384,12 +393,18 @@ main(int argc, char **argv)
             }
             continue; /* not ours */
         }
+        if (sig == SIGHUP) {
+            cn_log_sighup();
+            continue;
+        }
         if (stopping) {
             cn_log(CN_LOG_WARN, "second signal (%s): exiting now", strsignal(sig));
             _exit(3);
         }
         cn_log(CN_LOG_INFO, "%s: stopping (grace %u ms; a second signal exits at once)",
                strsignal(sig), u32("shutdown-grace-ms"));
+        (void) cn_notifyf("STOPPING=1\nSTATUS=%s: stopping (grace %u ms)", strsignal(sig),
+                          u32("shutdown-grace-ms"));
         stopping = true;
         st.r = r;
         st.grace = u32("shutdown-grace-ms");

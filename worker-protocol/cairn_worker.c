@@ -24,6 +24,7 @@
 #include "cairn/worker.h"
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
+#include "ir/base/notify.h"
 #include "ir/base/opts.h"
 #include "ir/base/xalloc.h"
 #include "ir/error.h"
@@ -604,19 +605,33 @@ static struct cn_opt options[] = {
 
 static struct cn_opts opts_table = {
     .prog = "cairn-worker",
-    .usage =
-        "cairn-worker [--url URL] [--name NAME] [--slots N] [--prefetch N]\n"
-        "                    [--credential TOKEN] [--exec-dir DIR] [--tls-ca FILE]\n"
-        "                    [--tls-cert-key FILE] [--tls-server-name NAME]\n"
-        "                    [--log-level LEVEL] [--log-format FORMAT]\n"
-        "Serves std.noop, std.echo, std.sleep, std.fail, std.flaky and std.hash to a Cairn\n"
-        "runner. SIGTERM/SIGINT stop it after running actions finish (grace " GRACE_TEXT " s).",
+    /* One synopsis line and a paragraph: help2man makes the man page from this. */
+    .usage = "cairn-worker [--url URL] [--slots N] [--exec-dir DIR] [OPTION]...",
+    .about = "Serves std.noop, std.echo, std.sleep, std.fail, std.flaky and std.hash to a Cairn\n"
+             "runner, and with --exec-dir each executable DIR/NAME as action exec.NAME.\n"
+             "SIGTERM/SIGINT stop it after running actions finish (grace " GRACE_TEXT " s);\n"
+             "SIGHUP reopens the --log-file. Under systemd (NOTIFY_SOCKET) it reports READY=1\n"
+             "once it dials its runner, and STOPPING=1 on SIGTERM/SIGINT.",
     .hint = "--help",
     .opts = options,
     .nopts = sizeof(options) / sizeof(options[0]),
     .max_args = 1, /* --run-once's kwargs */
 };
 
+
+/* Waits up to ts for a signal of sigs and returns the stop signal taken (SIGTERM, SIGINT), or 0.
+ * SIGHUP is handled here: it reopens the log file (logrotate), and the worker goes on. */
+static int
+take_stop_signal(const sigset_t *sigs, const struct timespec *ts)
+{
+    int sig = sigtimedwait(sigs, NULL, ts);
+
+    if (sig == SIGHUP) {
+        cn_log_sighup();
+        return 0;
+    }
+    return sig > 0 ? sig : 0;
+}
 
 /* Hidden test mode (--run-once ACTION JSON_KWARGS [--deadline-ms N]): runs one action here,
  * without a runner, and prints {"ok": bool, "value": ...} as JSON on stdout. Exit 0 when that
@@ -762,6 +777,7 @@ main(int argc, char **argv)
     (void) sigemptyset(&sigs);
     (void) sigaddset(&sigs, SIGTERM);
     (void) sigaddset(&sigs, SIGINT);
+    (void) sigaddset(&sigs, SIGHUP);
     if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0) {
         exec_actions_free(ex, nex);
         return 1;
@@ -785,12 +801,18 @@ main(int argc, char **argv)
         exec_actions_free(ex, nex);
         return 1;
     }
+    /* Ready means dialing: everything that could stop it at start (settings, --exec-dir) is
+     * behind it, and it serves by itself once a runner answers (the SDK redials). Waiting for
+     * the runner instead would turn a runner outage into failed starts under systemd
+     * (TimeoutStartSec) and a boot that never finishes; STATUS= tells the two apart. */
+    (void) cn_notifyf("READY=1\nSTATUS=waiting for a runner at %s", url);
     for (;;) {
         rv = cairn_worker_start(w);
         if (rv == CN_OK) {
             break;
         }
-        if (rv != CN_IO || sigtimedwait(&sigs, NULL, &(struct timespec){0, 0}) > 0) {
+        if (rv != CN_IO || take_stop_signal(&sigs, &(struct timespec){0, 0}) > 0) {
+            (void) cn_notify("STOPPING=1");
             cn_log(rv == CN_IO ? CN_LOG_INFO : CN_LOG_ERROR, "%s",
                    rv == CN_IO ? "stopped before connecting" : cairn_worker_error(w));
             cairn_worker_free(w);
@@ -803,14 +825,17 @@ main(int argc, char **argv)
         }
     }
     cn_log(CN_LOG_INFO, "serving %zu actions at %s", CAIRN_N_STD + nex, url);
+    (void) cn_notifyf("STATUS=serving %zu actions at %s", CAIRN_N_STD + nex, url);
     while (cairn_worker_running(w)) {
-        sig = sigtimedwait(&sigs, NULL, &poll_ts);
+        sig = take_stop_signal(&sigs, &poll_ts);
         if (sig > 0) {
             break;
         }
     }
     rv = cairn_worker_running(w) || sig > 0 ? CN_OK : CN_PROTO;
     if (sig > 0) {
+        (void) cn_notifyf("STOPPING=1\nSTATUS=%s: stopping (grace %d s)", strsignal(sig),
+                          STOP_GRACE_MS / 1000);
         cn_log(CN_LOG_INFO, "%s: stopping (grace %d s)", strsignal(sig), STOP_GRACE_MS / 1000);
     }
     cairn_worker_stop(w, STOP_GRACE_MS);

@@ -2,16 +2,20 @@
 /* Log lines (see log.h). The settings are written once, before any thread starts. */
 #include "ir/base/log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 static enum cn_log_level log_min = CN_LOG_INFO;
 static bool log_json;
+static char *log_path; /* cn_log_file_open's path; NULL: the original stderr */
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
@@ -20,6 +24,82 @@ cn_log_setup(enum cn_log_level min, bool json)
 {
     log_min = min;
     log_json = json;
+}
+
+/* Opens path and puts it on descriptor 2. Only dup2 touches descriptor 2, so a thread writing
+ * a line meanwhile writes it to one file or the other, never to a closed descriptor. */
+static cn_err
+log_file_swap(const char *path, struct cn_errmsg *err)
+{
+    int fd;
+
+    do {
+        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        return cn_errmsg_set(err, CN_IO, "cannot open log file %s: %s", path, strerror(errno));
+    }
+    if (fd != STDERR_FILENO) {
+        if (dup2(fd, STDERR_FILENO) < 0) {
+            int saved = errno;
+
+            (void) close(fd);
+            return cn_errmsg_set(err, CN_IO, "cannot use log file %s: %s", path, strerror(saved));
+        }
+        (void) close(fd);
+    } else {
+        (void) fcntl(fd, F_SETFD, 0); /* stderr had been closed: keep it across exec */
+    }
+    return CN_OK;
+}
+
+cn_err
+cn_log_file_open(const char *path, struct cn_errmsg *err)
+{
+    cn_err rv;
+
+    (void) fflush(stderr);
+    if ((rv = log_file_swap(path, err)) != CN_OK) {
+        return rv;
+    }
+    free(log_path);
+    if ((log_path = strdup(path)) == NULL) {
+        return cn_errmsg_set(err, CN_NOMEM, "out of memory");
+    }
+    return CN_OK;
+}
+
+cn_err
+cn_log_file_reopen(struct cn_errmsg *err)
+{
+    if (log_path == NULL) {
+        return cn_errmsg_set(err, CN_NOTFOUND, "no log file (logging to stderr)");
+    }
+    return log_file_swap(log_path, err);
+}
+
+const char *
+cn_log_file_path(void)
+{
+    return log_path;
+}
+
+void
+cn_log_sighup(void)
+{
+    struct cn_errmsg em;
+
+    switch (cn_log_file_reopen(&em)) {
+    case CN_OK:
+        cn_log(CN_LOG_INFO, "SIGHUP: log file %s reopened", log_path);
+        break;
+    case CN_NOTFOUND:
+        cn_log(CN_LOG_INFO, "SIGHUP: no log file to reopen (the log goes to stderr)");
+        break;
+    default:
+        cn_log(CN_LOG_ERROR, "SIGHUP: %s; the log stays in the file it was in", em.text);
+        break;
+    }
 }
 
 bool

@@ -164,7 +164,7 @@ cn_opts_parse(struct cn_opts *s, int argc, char **argv)
 static void
 help_line(FILE *f, const char *left, const char *text)
 {
-    if (strlen(left) <= HELP_COLUMN) {
+    if (strlen(left) < HELP_COLUMN) { /* one space would not part them for help2man */
         (void) fprintf(f, "  %-*s %s", HELP_COLUMN, left, text);
     } else {
         (void) fprintf(f, "  %s  %s", left, text);
@@ -176,7 +176,10 @@ cn_opts_help(FILE *f, const struct cn_opts *s)
 {
     size_t i;
 
-    (void) fprintf(f, "usage: %s\n", s->usage);
+    (void) fprintf(f, "Usage: %s\n", s->usage);
+    if (s->about != NULL) {
+        (void) fprintf(f, "\n%s\n\n", s->about);
+    }
     for (i = 0; i < s->nopts; i++) {
         const struct cn_opt *o = &s->opts[i];
         char left[128], letter[8] = "";
@@ -240,7 +243,8 @@ bool
 cn_opts_log_setup(const struct cn_opts *s)
 {
     const struct cn_opt *level = cn_opts_get(s, "log-level"),
-                        *format = cn_opts_get(s, "log-format");
+                        *format = cn_opts_get(s, "log-format"), *file = cn_opts_get(s, "log-file");
+    struct cn_errmsg em;
     enum cn_log_level min;
     bool json;
 
@@ -250,6 +254,12 @@ cn_opts_log_setup(const struct cn_opts *s)
     }
     if (!cn_log_level_parse(level->value, &min)) {
         bad(s, "%s must be %s, got '%s'", level->env, CN_LOG_LEVEL_NAMES, level->value);
+        return false;
+    }
+    /* Last: once the file is stderr, a later complaint would go to it instead of the
+     * operator's terminal. */
+    if (file->value != NULL && cn_log_file_open(file->value, &em) != CN_OK) {
+        bad(s, "%s (--%s): %s", file->env, file->flag, em.text);
         return false;
     }
     cn_log_setup(min, json);

@@ -43,7 +43,8 @@ struct cn_opt {
 
 struct cn_opts {
     const char *prog;  /* starts every message: "cairn-runner", "cairnctl run" */
-    const char *usage; /* synopsis after "usage: " in help ("cairnctl run NAME [--json]") */
+    const char *usage; /* synopsis after "Usage: " in help ("cairnctl run NAME [--json]") */
+    const char *about; /* a paragraph after the synopsis in help; NULL: none */
     const char *hint;  /* where the help is, named in messages: "--help", "cairnctl help" */
     struct cn_opt *opts;
     size_t nopts;
@@ -62,12 +63,15 @@ enum cn_opts_status {
  * has one. Moves the positional arguments, in order, to argv[0..s->nargs). */
 enum cn_opts_status cn_opts_parse(struct cn_opts *s, int argc, char **argv);
 
-/* Prints "usage: SYNOPSIS" and one line per listed option, with its variable and default. */
+/* Prints "Usage: SYNOPSIS", the about paragraph, and one line per listed option, with its
+ * variable and default. GNU's layout, which help2man turns into the man page: "Usage:" with a
+ * capital, a one-line synopsis, option and text two spaces apart. */
 void cn_opts_help(FILE *f, const struct cn_opts *s);
 
-/* The two rows of every long-running program (cairn-runner, cairn-worker): the log's level
- * and format (ir/base/log.h), from --log-level or CAIRN_LOG_LEVEL and --log-format or
- * CAIRN_LOG_FORMAT. */
+/* The rows of every long-running program (cairn-runner, cairn-worker): the log's level, format
+ * and file (ir/base/log.h), from --log-level or CAIRN_LOG_LEVEL, --log-format or
+ * CAIRN_LOG_FORMAT, --log-file or CAIRN_LOG_FILE. A program with a log file reopens it on
+ * SIGHUP (cn_log_file_reopen). */
 #define CN_OPTS_LOG_ROWS                                                                    \
     {.flag = "log-level",                                                                   \
      .kind = CN_OPT_STR,                                                                    \
@@ -75,13 +79,20 @@ void cn_opts_help(FILE *f, const struct cn_opts *s);
      .def = "info",                                                                         \
      .arg = "LEVEL",                                                                        \
      .help = "debug, info, warn or error"},                                                 \
+        {.flag = "log-format",                                                              \
+         .kind = CN_OPT_STR,                                                                \
+         .env = "CAIRN_LOG_FORMAT",                                                         \
+         .def = "text",                                                                     \
+         .arg = "FORMAT",                                                                   \
+         .help = "text or json"},                                                           \
     {                                                                                       \
-        .flag = "log-format", .kind = CN_OPT_STR, .env = "CAIRN_LOG_FORMAT", .def = "text", \
-        .arg = "FORMAT", .help = "text or json"                                             \
+        .flag = "log-file", .kind = CN_OPT_STR, .env = "CAIRN_LOG_FILE", .arg = "PATH",     \
+        .help = "append the log (and all of stderr) to PATH; SIGHUP reopens it (logrotate)" \
     }
 
-/* Checks the values of the CN_OPTS_LOG_ROWS rows and sets the log up with them. Returns false
- * after saying on stderr which variable is wrong. Call before any thread starts. */
+/* Checks the values of the CN_OPTS_LOG_ROWS rows and sets the log up with them (opening the log
+ * file, if any). Returns false after saying on stderr which variable is wrong or why the file
+ * cannot be opened. Call before any thread starts. */
 bool cn_opts_log_setup(const struct cn_opts *s);
 
 /* The resolved value of the option with this flag. Asking for a flag the table lacks is a bug:

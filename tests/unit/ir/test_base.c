@@ -351,7 +351,7 @@ Test(ir_base, opts_help_lists_the_table)
     cr_assert_not_null(f);
     cn_opts_help(f, &t_set);
     fclose(f);
-    cr_assert_not_null(strstr(buf, "usage: t-prog [--url URL] ARG...\n"), "%s", buf);
+    cr_assert_not_null(strstr(buf, "Usage: t-prog [--url URL] ARG...\n"), "%s", buf);
     cr_assert_not_null(strstr(buf, "  --url URL           where (env T_CAIRN_URL; default "
                                    "tcp://d)\n"),
                        "%s", buf);
