@@ -160,9 +160,10 @@ ensure_conn(struct rn_status *s, struct cn_errmsg *err)
     }
     /* Named for pg_stat_activity; a page query that takes longer than this is not worth its
      * cost to the database (its figures are bounded: see the queries below). */
-    rv = rn_db_exec(s->conn,
-                    "SET application_name = 'cairn-runner status'; SET statement_timeout = '5s'", 0,
-                    NULL, NULL, err);
+    if ((rv = rn_db_exec(s->conn, "SET application_name = 'cairn-runner status'", 0, NULL, NULL,
+                         err)) == CN_OK) {
+        rv = rn_db_exec(s->conn, "SET statement_timeout = '5s'", 0, NULL, NULL, err);
+    }
     if (rv != CN_OK) {
         PQfinish(s->conn);
         s->conn = NULL;
@@ -314,6 +315,13 @@ read_counts(const PGresult *res, struct rn_status_counts *v)
     }
 }
 
+static int
+action_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct rn_status_action *) a)->name,
+                  ((const struct rn_status_action *) b)->name);
+}
+
 static void
 read_runner_actions(struct rn_status_runner *r, const char *text)
 {
@@ -337,6 +345,7 @@ read_runner_actions(struct rn_status_runner *r, const char *text)
         a->waiting = json_integer_value(json_object_get(v, "waiting"));
     }
     r->nactions = k;
+    qsort(r->actions, k, sizeof(*r->actions), action_cmp); /* jsonb keeps its own order */
     json_decref(o);
 }
 
