@@ -38,9 +38,7 @@
 #define RN_STATUS_DEAD_S     60   /* a row not refreshed for this long is a dead runner's */
 #define RN_STATUS_FRESH_MS   2000 /* a snapshot this young is served as it is */
 #define RN_STATUS_WAIT_MS    2000 /* longest a request waits for a refresh */
-#define RN_STATUS_MAX_PARKED                                            \
-    64 /* more waiting requests are answered at once, from the old data \
-        */
+#define RN_STATUS_MAX_PARKED 64   /* past this many waiting, answered at once, old data */
 
 /* ---- the page's data (read by the database thread, rendered by status_html.c) ------------- */
 
