@@ -56,6 +56,26 @@ on_metrics(nng_aio *aio)
     cn_buf_fini(&b);
 }
 
+void
+rn_http_answer(struct rn_http_pending *req, uint16_t code, const char *type, const void *body,
+               size_t len)
+{
+    reply((nng_aio *) req, code, type, body, len);
+}
+
+/* nng lets a handler finish its aio later, from any thread; status.c does. */
+static void
+on_status(nng_aio *aio)
+{
+    struct rn_http *h = self(aio);
+
+    if (h->routes.status == NULL) {
+        reply(aio, 404, "text/plain", "not found\n", 10);
+        return;
+    }
+    h->routes.status(h->routes.arg, (struct rn_http_pending *) aio);
+}
+
 static void
 on_healthz(nng_aio *aio)
 {
@@ -81,7 +101,11 @@ rn_http_start(const char *listen, const struct rn_http_routes *routes, struct rn
     static const struct {
         const char *path;
         void (*fn)(nng_aio *);
-    } table[] = {{"/metrics", on_metrics}, {"/healthz", on_healthz}, {"/readyz", on_readyz}};
+    } table[] = {{"/metrics", on_metrics},
+                 {"/healthz", on_healthz},
+                 {"/readyz", on_readyz},
+                 {"/", on_status},
+                 {"/status", on_status}};
     struct rn_http *h = cn_xcalloc(1, sizeof(*h));
     char url[300];
     size_t i;

@@ -22,6 +22,7 @@
  */
 #include "runner/pool.h"
 
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@
 
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
+#include "ir/base/strmap.h"
 #include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
 #include "ir/error.h"
@@ -65,8 +67,10 @@ struct pctx {
 struct worker {
     uint32_t pipe;
     char *name;
+    char peer[RN_POOL_PEER_LEN]; /* its address, for people (rn_pool_snapshot) */
     char **actions;
     uint32_t nactions;
+    uint32_t slots, prefetch;
     uint32_t cap;        /* slots + prefetch: most attempts it holds at once */
     uint32_t inflight;   /* attempts dispatched to it and not reported back */
     struct pctx *parked; /* its parked `ready`, if any (at most one) */
@@ -91,13 +95,23 @@ struct flight {
     bool cancel_pending; /* asked while the worker had no control request parked */
     struct queued *q;    /* the submitted dispatch, kept to queue it again (requeue_lost) */
     int64_t sent_us;     /* monotonic µs of the dispatch */
+    uint32_t act;        /* its action's index in p->acts */
 };
 
 struct queued {
     struct rn_pool_dispatch d; /* d.action points at `action`; kwargs retained */
     char *action;
     uint32_t requeues; /* times a dropped worker gave it back */
+    uint32_t act;      /* its action's index in p->acts */
     struct queued *next;
+};
+
+/* Attempts of one action, queued and in flight, counted as they move so that a snapshot
+ * (rn_pool_snapshot) costs nothing per attempt. One entry per action name ever submitted: a
+ * deployment has a bounded set of them, and an entry is a few bytes. */
+struct act_count {
+    char *name;
+    uint64_t queued, inflight;
 };
 
 struct out_result {
@@ -130,7 +144,8 @@ struct rn_pool {
     struct {
         struct greet {
             uint32_t pipe;
-            int64_t at; /* monotonic ms of its arrival */
+            int64_t at;                  /* monotonic ms of its arrival */
+            char peer[RN_POOL_PEER_LEN]; /* its address, handed to its worker at hello */
         } * items;
         size_t len, cap;
     } greet; /* connections that have not said hello yet */
@@ -147,6 +162,11 @@ struct rn_pool {
     void (*room_wake)(void *); /* rn_pool_room said no: called once the backlog is low */
     void *room_arg;
     uint64_t next_token, next_session;
+    struct {
+        struct act_count *items;
+        size_t len, cap;
+    } acts;
+    struct cn_strmap act_index; /* name (borrowed from acts) -> index in acts */
     struct rn_pool_stats st;
 };
 
@@ -187,10 +207,39 @@ room_check_locked(struct rn_pool *p)
     }
 }
 
+/* The index of action name in p->acts, added when new. Call with the lock held. */
+static uint32_t
+act_of_locked(struct rn_pool *p, const char *name)
+{
+    struct act_count a;
+    uint32_t i;
+
+    if (cn_strmap_get(&p->act_index, name, &i)) {
+        return i;
+    }
+    a.name = cn_xstrdup(name);
+    a.queued = a.inflight = 0;
+    CN_VEC_XPUSH(&p->acts, a);
+    i = (uint32_t) (p->acts.len - 1);
+    if (cn_strmap_put(&p->act_index, p->acts.items[i].name, i) != CN_OK) {
+        cn_oom("pool action index");
+    }
+    return i;
+}
+
 static void
-queued_dec_locked(struct rn_pool *p)
+queued_inc_locked(struct rn_pool *p, const struct queued *q)
+{
+    p->st.queued++;
+    p->acts.items[q->act].queued++;
+}
+
+/* q left the queue (dispatched, dropped or failed). */
+static void
+queued_dec_locked(struct rn_pool *p, const struct queued *q)
 {
     p->st.queued--;
+    p->acts.items[q->act].queued--;
     room_check_locked(p);
 }
 
@@ -324,6 +373,7 @@ flight_release_locked(struct rn_pool *p, size_t i)
     token_key(p->fl[i].token, key);
     rn_idmap_del(&p->tokens, key);
     p->fl[i].used = false;
+    p->acts.items[p->fl[i].act].inflight--;
     if (p->fl[i].q != NULL) {
         queued_free(p->fl[i].q);
         p->fl[i].q = NULL;
@@ -565,7 +615,9 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     }
     w->inflight++;
     p->st.dispatched++;
-    queued_dec_locked(p);
+    queued_dec_locked(p, q);
+    f->act = q->act;
+    p->acts.items[q->act].inflight++;
     f->q = q; /* kept while in flight */
     return CN_OK;
 }
@@ -603,7 +655,7 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
                             rn_error_name(RN_ERR_ACTION_TIMEOUT),
                             "the attempt did not finish before its deadline");
             p->st.timeouts++;
-            queued_dec_locked(p);
+            queued_dec_locked(p, q);
             queued_free(q);
             q = NULL;
             continue;
@@ -619,7 +671,7 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
                             rv == CN_TOOBIG ? "the action's arguments are too large to send "
                                               "to a worker (over 16 MiB)"
                                             : "the action's arguments cannot be encoded");
-            queued_dec_locked(p);
+            queued_dec_locked(p, q);
             queued_free(q);
             q = NULL;
             continue;
@@ -710,7 +762,7 @@ fail_pipe_flights_locked(struct rn_pool *p, uint32_t id, struct results *rs)
             f->q = NULL;
             q->requeues++;
             queue_push_front_locked(p, q);
-            p->st.queued++;
+            queued_inc_locked(p, q);
             p->st.requeued++;
             requeued = true;
         } else if (!f->done) {
@@ -756,10 +808,14 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
         }
         return;
     }
-    greeted_locked(p, c->pipe);
     if ((w = worker_find(p, c->pipe)) == NULL) {
         w = cn_xcalloc(1, sizeof(*w));
         w->pipe = c->pipe;
+        for (i = 0; i < p->greet.len; i++) {
+            if (p->greet.items[i].pipe == c->pipe) {
+                memcpy(w->peer, p->greet.items[i].peer, sizeof(w->peer));
+            }
+        }
         w->last_seen = cn_mono_ms();
         w->next = p->workers;
         p->workers = w;
@@ -788,7 +844,10 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
         w->actions[i] = cn_xstrdup(m->actions[i]);
     }
     w->nactions = m->nactions;
+    w->slots = m->slots;
+    w->prefetch = m->prefetch;
     w->cap = m->slots + m->prefetch;
+    greeted_locked(p, c->pipe);
     room_check_locked(p); /* more room for the claimer */
     wp_msg_init(&r, WP_WELCOME);
     r.session = ++p->next_session;
@@ -957,6 +1016,47 @@ pctx_cb(void *arg)
     results_deliver(p, &rs);
 }
 
+/* A pipe's remote address as text: "HOST:PORT" over TCP, "ipc, pid N" over ipc (the address
+ * of both ends is the socket's path), "" when nng cannot tell. */
+static void
+peer_text(nng_pipe pp, char out[RN_POOL_PEER_LEN])
+{
+    nng_sockaddr sa;
+    uint64_t pid = 0;
+
+    out[0] = '\0';
+    if (nng_pipe_get_addr(pp, NNG_OPT_REMADDR, &sa) != 0) {
+        return;
+    }
+    switch (sa.s_family) {
+    case NNG_AF_INET: {
+        const uint8_t *a = (const uint8_t *) &sa.s_in.sa_addr; /* network order */
+        const uint8_t *port = (const uint8_t *) &sa.s_in.sa_port;
+        (void) snprintf(out, RN_POOL_PEER_LEN, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3],
+                        (unsigned) port[0] << 8 | port[1]);
+        break;
+    }
+    case NNG_AF_INET6: {
+        const uint8_t *port = (const uint8_t *) &sa.s_in6.sa_port;
+        char host[INET6_ADDRSTRLEN];
+        if (inet_ntop(AF_INET6, sa.s_in6.sa_addr, host, sizeof(host)) != NULL) {
+            (void) snprintf(out, RN_POOL_PEER_LEN, "[%s]:%u", host,
+                            (unsigned) port[0] << 8 | port[1]);
+        }
+        break;
+    }
+    case NNG_AF_IPC:
+        if (nng_pipe_get_uint64(pp, NNG_OPT_IPC_PEER_PID, &pid) == 0) {
+            (void) snprintf(out, RN_POOL_PEER_LEN, "ipc, pid %llu", (unsigned long long) pid);
+        } else {
+            (void) snprintf(out, RN_POOL_PEER_LEN, "ipc");
+        }
+        break;
+    default:
+        break;
+    }
+}
+
 /* A connection arrived: it must say hello within hello_timeout_ms (the timer thread drops it
  * otherwise), and only max_ungreeted may wait at once. */
 static void
@@ -964,12 +1064,18 @@ pipe_added(nng_pipe pp, nng_pipe_ev ev, void *arg)
 {
     struct rn_pool *p = arg;
     uint32_t id = nng_pipe_id(pp);
+    struct worker *w;
     struct greet g;
 
     (void) ev;
+    memset(&g, 0, sizeof(g));
+    peer_text(pp, g.peer); /* before the lock: an nng call */
     cn_mutex_lock(&p->mtx);
-    if (p->stopping || worker_find(p, id) != NULL) {
+    if (p->stopping || (w = worker_find(p, id)) != NULL) {
         /* stopping; or its hello was handled before this callback ran */
+        if (!p->stopping) {
+            memcpy(w->peer, g.peer, sizeof(w->peer));
+        }
         cn_mutex_unlock(&p->mtx);
         return;
     }
@@ -1266,7 +1372,8 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
     q->d.deadline_ms = d->deadline_ms;
     q->d.ready_us = d->ready_us;
     cn_mutex_lock(&p->mtx);
-    p->st.queued++;
+    q->act = act_of_locked(p, q->action);
+    queued_inc_locked(p, q);
     /* A worker with a parked `ready` and room, serving the action, takes it at once (with
      * whatever else is queued for it); else it waits for the next `ready`. */
     for (w = p->workers; w != NULL; w = w->next) {
@@ -1306,8 +1413,8 @@ queue_drop_locked(struct rn_pool *p, bool (*match)(const struct rn_pool_dispatch
         if (p->qtail == q) {
             p->qtail = prev;
         }
+        queued_dec_locked(p, q);
         queued_free(q);
-        queued_dec_locked(p);
         n++;
     }
     return n;
@@ -1431,6 +1538,113 @@ rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st)
     cn_mutex_unlock(&p->mtx);
 }
 
+static int
+action_info_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct rn_pool_action_info *) a)->name,
+                  ((const struct rn_pool_action_info *) b)->name);
+}
+
+void
+rn_pool_snapshot(struct rn_pool *p, struct rn_pool_snapshot *out)
+{
+    const struct worker *w;
+    struct cn_strmap seen = CN_STRMAP_INIT;
+    size_t i, k, cap;
+
+    memset(out, 0, sizeof(*out));
+    cn_mutex_lock(&p->mtx);
+    for (w = p->workers; w != NULL; w = w->next) {
+        out->nworkers++;
+    }
+    out->workers = cn_xcalloc(out->nworkers > 0 ? out->nworkers : 1, sizeof(*out->workers));
+    cap = p->acts.len;
+    for (w = p->workers, k = 0; w != NULL; w = w->next, k++) {
+        struct rn_pool_worker_info *wi = &out->workers[k];
+        wi->name = cn_xstrdup(w->name != NULL ? w->name : "");
+        memcpy(wi->peer, w->peer, sizeof(wi->peer));
+        wi->actions = cn_xcalloc(w->nactions > 0 ? w->nactions : 1, sizeof(*wi->actions));
+        for (i = 0; i < w->nactions; i++) {
+            wi->actions[i] = cn_xstrdup(w->actions[i]);
+        }
+        wi->nactions = w->nactions;
+        wi->slots = w->slots;
+        wi->prefetch = w->prefetch;
+        wi->inflight = w->inflight;
+        wi->leaving = w->leaving;
+        wi->idle_ms = cn_mono_ms() - w->last_seen;
+        cap += w->nactions;
+    }
+    /* Every action with attempts here, and every action a worker serves (a worker's action
+     * never submitted has no counter entry yet). */
+    out->actions = cn_xcalloc(cap > 0 ? cap : 1, sizeof(*out->actions));
+    for (i = 0; i < p->acts.len; i++) {
+        const struct act_count *a = &p->acts.items[i];
+        struct rn_pool_action_info *ai = &out->actions[out->nactions];
+        ai->name = a->name; /* copied below, outside the lock */
+        ai->waiting = a->queued;
+        ai->busy = a->inflight;
+        if (cn_strmap_put(&seen, a->name, (uint32_t) out->nactions) != CN_OK) {
+            cn_oom("pool snapshot");
+        }
+        out->nactions++;
+    }
+    for (w = p->workers; w != NULL; w = w->next) {
+        if (w->leaving) {
+            continue; /* takes no more work: it serves nothing any more */
+        }
+        for (i = 0; i < w->nactions; i++) {
+            uint32_t at;
+            if (!cn_strmap_get(&seen, w->actions[i], &at)) {
+                at = (uint32_t) out->nactions++;
+                out->actions[at].name = w->actions[i];
+                if (cn_strmap_put(&seen, w->actions[i], at) != CN_OK) {
+                    cn_oom("pool snapshot");
+                }
+            }
+            out->actions[at].workers++;
+            out->actions[at].slots += w->slots;
+        }
+    }
+    out->queued = p->st.queued;
+    for (i = 0; i < out->nactions; i++) {
+        out->actions[i].name = cn_xstrdup(out->actions[i].name);
+    }
+    cn_mutex_unlock(&p->mtx);
+    cn_strmap_fini(&seen);
+    /* Actions once submitted with nothing left and no worker are history: dropped. */
+    for (i = 0, k = 0; i < out->nactions; i++) {
+        struct rn_pool_action_info *ai = &out->actions[i];
+        if (ai->workers == 0 && ai->waiting == 0 && ai->busy == 0) {
+            free(ai->name);
+            continue;
+        }
+        out->actions[k++] = *ai;
+    }
+    out->nactions = k;
+    qsort(out->actions, out->nactions, sizeof(*out->actions), action_info_cmp);
+}
+
+void
+rn_pool_snapshot_fini(struct rn_pool_snapshot *s)
+{
+    size_t i, k;
+
+    for (i = 0; i < s->nworkers; i++) {
+        for (k = 0; k < s->workers[i].nactions; k++) {
+            free(s->workers[i].actions[k]);
+        }
+        free(s->workers[i].actions);
+        free(s->workers[i].name);
+    }
+    free(s->workers);
+    for (i = 0; i < s->nactions; i++) {
+        free(s->actions[i].name);
+    }
+    free(s->actions);
+    memset(s, 0, sizeof(*s));
+}
+
 void
 rn_pool_stop(struct rn_pool *p)
 {
@@ -1476,6 +1690,11 @@ rn_pool_stop(struct rn_pool *p)
         queued_free(q);
     }
     rn_idmap_fini(&p->tokens);
+    for (i = 0; i < p->acts.len; i++) {
+        free(p->acts.items[i].name);
+    }
+    free(p->acts.items);
+    cn_strmap_fini(&p->act_index);
     free(p->fl);
     free(p->fl_free);
     free(p->greet.items);

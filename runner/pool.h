@@ -153,6 +153,46 @@ void rn_pool_kick(struct rn_pool *p);
 
 void rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st);
 
+/* A worker's address as text, for people: "HOST:PORT", "[V6]:PORT", "ipc, pid N", or "". */
+#define RN_POOL_PEER_LEN 64
+
+struct rn_pool_worker_info {
+    char *name;                  /* as it said in hello */
+    char peer[RN_POOL_PEER_LEN]; /* its address */
+    char **actions;              /* the actions it serves */
+    uint32_t nactions;
+    uint32_t slots, prefetch; /* as it said in hello: it holds slots + prefetch at once */
+    uint32_t inflight;        /* attempts dispatched to it and not reported back */
+    bool leaving;             /* said goodbye: takes no more work */
+    int64_t idle_ms;          /* since its latest request */
+};
+
+struct rn_pool_action_info {
+    char *name;
+    uint32_t workers; /* connected workers serving it (not leaving) */
+    uint64_t slots;   /* their slots added up */
+    uint64_t busy;    /* its attempts in flight */
+    uint64_t waiting; /* its attempts submitted and not dispatched: waiting for a slot, or for
+                         any worker at all when workers is 0 */
+};
+
+/* What the pool holds now, for people (the status page, cairn.runners): the connected workers,
+ * and per action (sorted by name) the figures above; actions with no worker and nothing waiting
+ * or running are left out. */
+struct rn_pool_snapshot {
+    struct rn_pool_worker_info *workers;
+    size_t nworkers;
+    struct rn_pool_action_info *actions;
+    size_t nactions;
+    uint64_t queued; /* attempts waiting, all actions */
+};
+
+/* Fills out (rn_pool_snapshot_fini frees it). Thread-safe; takes the pool's mutex for a copy
+ * that costs O(workers x their actions + action names ever submitted), never per attempt: the
+ * per-action counts are kept as attempts move. */
+void rn_pool_snapshot(struct rn_pool *p, struct rn_pool_snapshot *out);
+void rn_pool_snapshot_fini(struct rn_pool_snapshot *s);
+
 /* Stops listening, drops every connection (in-flight attempts come back as WorkerLost), joins
  * the timer thread and frees everything. Never call from the result callback. NULL: no-op. */
 void rn_pool_stop(struct rn_pool *p);

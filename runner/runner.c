@@ -6,7 +6,8 @@
  *   persister.c   the persist threads (batched fenced writes, one connection each);
  *   claimer.c     the claim thread and its DAG cache (dagcache.c);
  *   keeper.c      the lease registry, the heartbeat and the reclaimer;
- *   http.c        /metrics (metrics.c), /healthz, /readyz;
+ *   http.c        /metrics (metrics.c), /healthz, /readyz, the status page (status.c);
+ *   status.c      this runner's row in cairn.runners, the status page's data (its own threads);
  *   pool.c        the worker pool.
  * This file routes events between them: pool results, persister ACKs, claims and lost leases
  * all go to the shard that owns the instance (chosen by a hash of its id).
@@ -47,6 +48,7 @@
 #include "runner/pool.h"
 #include "runner/pruner.h"
 #include "runner/shardloop.h"
+#include "runner/status.h"
 
 struct rn_runner {
     struct rn_runner_cfg cfg;
@@ -64,6 +66,7 @@ struct rn_runner {
     uint32_t nloops;
     struct rn_busy busy;
     struct rn_http *http;
+    struct rn_status *status; /* NULL with a backend of its own (no database to show) */
     _Atomic size_t active;
     atomic_bool ready;                   /* started and not stopping */
     _Atomic int64_t leases_confirmed_ms; /* the lease gate (pool.h): written by the keeper */
@@ -241,6 +244,19 @@ http_metrics(void *arg, struct cn_buf *out)
     return rn_metrics_render(&st, &ps, out);
 }
 
+static void
+http_status(void *arg, struct rn_http_pending *req)
+{
+    static const char none[] = "the status page needs PostgreSQL\n";
+    struct rn_runner *r = arg;
+
+    if (r->status == NULL) {
+        rn_http_answer(req, 503, "text/plain", none, sizeof(none) - 1);
+        return;
+    }
+    rn_status_serve(r->status, req);
+}
+
 static bool
 http_ready(void *arg)
 {
@@ -332,8 +348,15 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         runner_free(r);
         return rv;
     }
+    if (cfg->backend == NULL) {
+        struct rn_status_cfg stcfg = {cfg->database_url, r->pool, cfg->http_listen};
+        if ((rv = rn_status_start(&stcfg, &r->status, err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
+    }
     if (cfg->http_listen != NULL && *cfg->http_listen != '\0') {
-        struct rn_http_routes routes = {http_metrics, http_ready, r};
+        struct rn_http_routes routes = {http_metrics, http_ready, http_status, r};
         if ((rv = rn_http_start(cfg->http_listen, &routes, &r->http, err)) != CN_OK) {
             runner_free(r);
             return rv;
@@ -504,6 +527,7 @@ runner_free(struct rn_runner *r)
     uint32_t i;
 
     rn_http_stop(r->http);
+    rn_status_stop(r->status); /* answers what is parked; deletes this runner's row */
     rn_claimer_stop(r->claimer);
     rn_canceller_stop(r->canceller);
     rn_pruner_stop(r->pruner);
