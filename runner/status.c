@@ -297,8 +297,7 @@ static const char q_runners[] =
     " greatest(0, extract(epoch FROM now() - seen_at))::bigint, workers, slots, busy,"
     " actions::text FROM cairn.runners"
     " WHERE seen_at >= now() - make_interval(secs => $1) ORDER BY started_at, runner_id LIMIT 200";
-/* cairn.limit_status comes with concurrency limits (another migration): read when present. */
-static const char q_has_limits[] = "SELECT to_regclass('cairn.limit_status') IS NOT NULL";
+/* The workflows at their concurrency limit with instances waiting (sql/0012). */
 static const char q_limits[] =
     "SELECT workflow_name, max_running, running, waiting FROM cairn.limit_status"
     " WHERE max_running IS NOT NULL AND running >= max_running AND waiting > 0"
@@ -414,22 +413,15 @@ read_data(struct rn_status *s, struct rn_status_data *d, struct cn_errmsg *err)
         CN_VEC_XPUSH(&d->runners, r);
     }
     PQclear(res);
-    if ((rv = rn_db_exec(s->conn, q_has_limits, 0, NULL, &res, err)) != CN_OK) {
+    if ((rv = rn_db_exec(s->conn, q_limits, 0, NULL, &res, err)) != CN_OK) {
         goto fail;
     }
-    i = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    PQclear(res);
-    if (i) {
-        if ((rv = rn_db_exec(s->conn, q_limits, 0, NULL, &res, err)) != CN_OK) {
-            goto fail;
-        }
-        for (i = 0; i < PQntuples(res); i++) {
-            struct rn_status_limit l = {col(res, i, 0), col_int(res, i, 1), col_int(res, i, 2),
-                                        col_int(res, i, 3)};
-            CN_VEC_XPUSH(&d->limits, l);
-        }
-        PQclear(res);
+    for (i = 0; i < PQntuples(res); i++) {
+        struct rn_status_limit l = {col(res, i, 0), col_int(res, i, 1), col_int(res, i, 2),
+                                    col_int(res, i, 3)};
+        CN_VEC_XPUSH(&d->limits, l);
     }
+    PQclear(res);
     if ((rv = rn_db_exec(s->conn, "COMMIT", 0, NULL, NULL, err)) != CN_OK) {
         rn_status_data_fini(d);
         return rv;

@@ -3,9 +3,9 @@
  * Why an unfinished instance is not moving, for `cairnctl inspect`: the reasons are put
  * together from the queue row (its due time, its concurrency slot: sql/0012), the live graph
  * (rn_snapshot_describe: actions in flight, backoffs, sleeps, child workflows) and, for an
- * action in flight, what the fleet's runners publish about their workers (cairn.runners:
- * whether any connected worker serves the action and how many attempts wait for a slot). A
- * database without cairn.runners gives the reasons without the workers'.
+ * action in flight, what the fleet's runners publish about their workers (cairn.runners, sql/0014:
+ * whether any connected worker serves the action and how many attempts wait for a slot). With
+ * no live runner, it says so.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -79,13 +79,13 @@ int_of(struct ir_val n, const char *key)
 
 /* The reasons of an action in flight: whether the fleet can run it at all. */
 static void
-action_reason(PGconn *c, bool fleet, const char *action, long long attempt, struct cn_buf *out)
+action_reason(PGconn *c, const char *action, long long attempt, struct cn_buf *out)
 {
     const char *params[1] = {action};
     struct cn_errmsg em;
     PGresult *r = NULL;
 
-    if (fleet && rn_db_exec(c, fleet_sql, 1, params, &r, &em) == CN_OK && PQntuples(r) == 1 &&
+    if (rn_db_exec(c, fleet_sql, 1, params, &r, &em) == CN_OK && PQntuples(r) == 1 &&
         strtoll(PQgetvalue(r, 0, 0), NULL, 10) > 0) {
         long long workers = strtoll(PQgetvalue(r, 0, 1), NULL, 10),
                   waiting = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
@@ -102,7 +102,7 @@ action_reason(PGconn *c, bool fleet, const char *action, long long attempt, stru
             add(out, "the result of `%s` (attempt %lld) from a worker", action, attempt);
         }
     } else {
-        add(out, "the result of `%s` (attempt %lld)", action, attempt);
+        add(out, "the result of `%s` (attempt %lld; no runner is running)", action, attempt);
     }
     PQclear(r);
 }
@@ -113,8 +113,7 @@ ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val li
 {
     const char *params[1] = {id};
     struct cn_errmsg em;
-    PGresult *q = NULL, *t = NULL;
-    bool fleet = false;
+    PGresult *q = NULL;
     char at[40];
     size_t i;
     cn_err rv;
@@ -122,15 +121,10 @@ ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val li
     if (strcmp(status, "queued") != 0 && strcmp(status, "running") != 0) {
         return EXIT_OK;
     }
-    if ((rv = rn_db_exec(c, limit_sql, 1, params, &q, &em)) != CN_OK ||
-        (rv = rn_db_exec(c, "SELECT to_regclass('cairn.runners') IS NOT NULL", 0, NULL, &t, &em)) !=
-            CN_OK) {
-        PQclear(q);
+    if ((rv = rn_db_exec(c, limit_sql, 1, params, &q, &em)) != CN_OK) {
         fprintf(stderr, "cairnctl inspect: %s\n", em.text);
         return EXIT_DB;
     }
-    fleet = strcmp(PQgetvalue(t, 0, 0), "t") == 0;
-    PQclear(t);
     if (PQntuples(q) == 1) {
         bool limited = strcmp(PQgetvalue(q, 0, 0), "t") == 0;
         bool later = strcmp(PQgetvalue(q, 0, 6), "t") == 0;
@@ -173,7 +167,7 @@ ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val li
             add(out, "child workflow %s%s%s", act, child != NULL ? " " : "",
                 child != NULL ? child : " (being started)");
         } else if (strcmp(st, "running") == 0 && act != NULL) {
-            action_reason(c, fleet, act, attempt, out);
+            action_reason(c, act, attempt, out);
         } else if (strcmp(st, "backoff") == 0) {
             when(int_of(n, "wake_ms"), at, sizeof(at));
             add(out, "a retry backoff: `%s` attempt %lld at %s", act != NULL ? act : "?", attempt,

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -148,6 +149,29 @@ def run_all(url, env, tmp):
         "reaped", lambda: q(url, "SELECT count(*) FROM cairn.runners WHERE host = "
                                  "'gone.example'") == "0", 12))
 
+    # ---- what inspect says an instance waits for (from the fleet table) -----------------------
+    charge = q(url, "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = "
+                    "'charge' LIMIT 1")
+    text = ctl(env, "inspect", charge).stdout
+    check("inspect: no connected worker serves billing.charge, 3 attempts waiting",
+          "waiting for no connected worker serves `billing.charge` (3 attempts waiting across "
+          "the fleet)" in text, text)
+    text = ctl(env, "inspect", hold).stdout
+    check("inspect: the hold instance waits for std.sleep's result from a worker",
+          "waiting for the result of `std.sleep` (attempt 1) from a worker" in text, text)
+
+    # ---- a workflow at its concurrency limit ---------------------------------------------------
+    r = ctl(env, "limit", "set", "hold", "1")
+    check("limit set hold 1", r.returncode == 0, r.stdout + r.stderr)
+    held = ctl(env, "run", "hold", "--input", '{"ms": 1}').stdout.strip()
+    time.sleep(1.5)
+    check("a second hold instance stays queued behind the limit",
+          q(url, f"SELECT status FROM cairn.runner_instances WHERE instance_id = '{held}'")
+          == "queued")
+    text = ctl(env, "inspect", held).stdout
+    check("inspect: it waits for a concurrency slot",
+          "waiting for a concurrency slot: workflow runs 1 of at most 1" in text, text)
+
     # ---- the page over HTTP -------------------------------------------------------------------
     status, ctype, page = get(port, "/")
     check("GET / answers 200 with HTML", status == 200 and ctype.startswith("text/html"),
@@ -163,8 +187,8 @@ def run_all(url, env, tmp):
     # ---- the page in a browser ----------------------------------------------------------------
     dom, why = chromium_dom(f"http://127.0.0.1:{port}/", tmp)
     browser_checks = [
-        ("the page shows the running instance of hold",
-         lambda d, t: re.search(r"<td>hold</td><td class=\"n\">0</td><td class=\"n\">1</td>", d)),
+        ("the page shows the running instance of hold (and the one queued behind its limit)",
+         lambda d, t: re.search(r"<td>hold</td><td class=\"n\">1</td><td class=\"n\">1</td>", d)),
         ("the banner: no connected worker serves billing.charge, 3 attempts waiting",
          lambda d, t: "no connected worker serves billing.charge; 3 attempts waiting on this "
                       "runner" in t),
@@ -175,6 +199,9 @@ def run_all(url, env, tmp):
          lambda d, t: f"ValueError: {EVIL}" in t and boom in t),
         ("the page has no script element",
          lambda d, t: "<script" not in d.lower()),
+        ("the banner: workflow hold at its concurrency limit",
+         lambda d, t: "workflow hold at its concurrency limit (1 running, 1 waiting; limit 1)"
+                      in t),
         ("the fleet table shows this runner",
          lambda d, t: f"{me.get('id')} (this one)" in t),
     ]
