@@ -79,10 +79,13 @@ usage(FILE *to)
 {
     size_t i;
 
-    fprintf(to, "usage: cairnctl COMMAND [ARGS]\n\ncommands:\n");
+    /* GNU's layout (Usage:, sections ending in a colon), which help2man turns into the man
+     * page. */
+    fprintf(to, "Usage: cairnctl COMMAND [ARGS]\n"
+                "Checks, registers, runs and inspects Cairn workflows.\n"
+                "`cairnctl COMMAND --help` shows a command's options.\n\nCommands:\n");
     for (i = 0; i < NCOMMANDS; i++) {
-        fprintf(to, "  %-8s %s\n  %8s %s\n", commands[i].name, commands[i].args, "",
-                commands[i].help);
+        fprintf(to, "  %s %s\n      %s\n", commands[i].name, commands[i].args, commands[i].help);
     }
     fprintf(to, "\nDatabase commands use --database-url URL, else $CAIRN_DATABASE_URL.\n"
                 "exit status: 0 ok, 1 input rejected (compile errors, bad input, unknown name),\n"
