@@ -210,6 +210,38 @@ def run_all(url, env, tmp):
           f"max {s.max_total} over {s.samples} samples")
     check("no action result recorded twice", e2e.duplicate_done(url) == "0")
 
+    # ---- what inspect says other instances wait for -------------------------------------------
+    root = e2e.ROOT
+    for f in ("children/kid_hold.cairn", "children/waiter.cairn", "workflows/nap.cairn",
+              "workflows/backs_off.cairn"):
+        r = ctl(env, "register", os.path.join(root, "tests/integration", f))
+        check(f"register {f}", r.returncode == 0, r.stderr)
+
+    def says(iid, text):
+        return text in ctl(env, "inspect", iid).stdout
+
+    later = ctl(env, "run", "free", "--input", '{"ms": 1}', "--at", "2099-01-01T00:00:00Z")
+    later = later.stdout.strip()
+    check("inspect: an instance enqueued --at later waits for its start time",
+          says(later, "waiting for its start time, 2099-01-01"), ctl(env, "inspect", later).stdout)
+    nap = ctl(env, "run", "nap", "--input", '{"seconds": 40}').stdout.strip()
+    check("inspect: a sleeping instance waits for its sleep", wait_until(
+        "sleeping", lambda: says(nap, "waiting for a sleep, until "), 30),
+        ctl(env, "inspect", nap).stdout)
+    boff = ctl(env, "run", "backs_off").stdout.strip()
+    check("inspect: a failed attempt waits for its retry backoff", wait_until(
+        "backoff", lambda: says(boff, "waiting for a retry backoff: `std.fail` attempt 2 at "),
+        30), ctl(env, "inspect", boff).stdout)
+    wt = ctl(env, "run", "waiter", "--input", '{"ms": 30000}').stdout.strip()
+    check("inspect: a parent waits for its child workflow", wait_until(
+        "child", lambda: says(wt, "waiting for child workflow kid_hold "), 30),
+        ctl(env, "inspect", wt).stdout)
+    js = json.loads(ctl(env, "inspect", wt, "--json").stdout or "{}")
+    child = js.get("children", [{}])[0].get("id", "") if js.get("children") else ""
+    check("inspect: the child waits for its action's result from a worker", child and wait_until(
+        "held", lambda: says(child, "waiting for the result of `std.sleep` (attempt 1)"), 30),
+        ctl(env, "inspect", child).stdout if child else str(js)[:500])
+
 
 def main():
     return e2e.main_in_fresh_db("limits", run_all)
