@@ -262,13 +262,13 @@ static void results_note(struct results *rs, const char *fmt, ...) CN_PRINTF(2, 
 static void
 results_note(struct results *rs, const char *fmt, ...)
 {
-    char line[512];
     va_list ap;
+    cn_err rv;
 
     va_start(ap, fmt);
-    (void) vsnprintf(line, sizeof(line), fmt, ap);
+    rv = cn_buf_vprintf(&rs->notes, fmt, ap);
     va_end(ap);
-    if (cn_buf_puts(&rs->notes, line) != CN_OK || cn_buf_putc(&rs->notes, '\n') != CN_OK) {
+    if (rv != CN_OK || cn_buf_putc(&rs->notes, '\n') != CN_OK) {
         /* out of memory: this warning is not logged */
     }
 }

@@ -81,13 +81,13 @@ static void putf(struct page *p, const char *fmt, ...) CN_PRINTF(2, 3);
 static void
 putf(struct page *p, const char *fmt, ...)
 {
-    char line[512];
     va_list ap;
 
     va_start(ap, fmt);
-    (void) vsnprintf(line, sizeof(line), fmt, ap);
+    if (p->err == CN_OK) {
+        p->err = cn_buf_vprintf(p->b, fmt, ap);
+    }
     va_end(ap);
-    put(p, line);
 }
 
 static const char style[] =

@@ -64,28 +64,36 @@ cn_buf_putc(struct cn_buf *b, char c)
 }
 
 cn_err
-cn_buf_printf(struct cn_buf *b, const char *fmt, ...)
+cn_buf_vprintf(struct cn_buf *b, const char *fmt, va_list ap)
 {
-    va_list ap, ap2;
+    va_list ap2;
     int n;
     cn_err rv;
 
-    va_start(ap, fmt);
     va_copy(ap2, ap);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
+    n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
     if (n < 0) {
-        va_end(ap2);
         return CN_INVAL;
     }
     if ((rv = cn_buf_reserve(b, (size_t) n)) != CN_OK) {
-        va_end(ap2);
         return rv;
     }
-    (void) vsnprintf(b->data + b->len, (size_t) n + 1, fmt, ap2);
-    va_end(ap2);
+    (void) vsnprintf(b->data + b->len, (size_t) n + 1, fmt, ap);
     b->len += (size_t) n;
     return CN_OK;
+}
+
+cn_err
+cn_buf_printf(struct cn_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    cn_err rv;
+
+    va_start(ap, fmt);
+    rv = cn_buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return rv;
 }
 
 void

@@ -7,6 +7,7 @@
 #ifndef IR_BASE_BUF_H
 #define IR_BASE_BUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #include "ir/base/err.h"
@@ -36,6 +37,8 @@ CN_MUST_CHECK cn_err cn_buf_putc(struct cn_buf *b, char c);
 
 /* Appends formatted text. Returns CN_OK or CN_NOMEM. */
 CN_MUST_CHECK cn_err cn_buf_printf(struct cn_buf *b, const char *fmt, ...) CN_PRINTF(2, 3);
+/* The same from a va_list (ap is used up). */
+CN_MUST_CHECK cn_err cn_buf_vprintf(struct cn_buf *b, const char *fmt, va_list ap) CN_PRINTF(2, 0);
 
 /* Empties the buffer, keeping its storage. */
 void cn_buf_clear(struct cn_buf *b);

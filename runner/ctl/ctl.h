@@ -84,6 +84,8 @@ int ctl_read_input(const char *cmd, const char *input, const char *input_file, c
 bool ctl_json_out(const struct cn_opts *o);
 /* An instance id argument: a UUID; else says why (for command `cmd`) and returns false. */
 bool ctl_check_uuid(const char *cmd, const char *id);
+/* Prints column col of the first n rows of r (each a JSON object as text) as a JSON array. */
+void ctl_print_json_rows(const PGresult *r, int n, int col);
 /* Connects to --database-url; returns EXIT_OK, or the exit status after saying why. */
 int ctl_db_open(const struct cn_opts *o, PGconn **c);
 /* Says why a statement failed and returns its exit status. */

@@ -40,6 +40,19 @@ ctl_json_out(const struct cn_opts *o)
     return cn_opts_bool(o, "json");
 }
 
+/* Prints column col of rows 0..n) of r, each a JSON object's text, as one JSON array. */
+void
+ctl_print_json_rows(const PGresult *r, int n, int col)
+{
+    int i;
+
+    printf("[");
+    for (i = 0; i < n; i++) {
+        printf("%s%s", i ? ",\n " : "", PQgetvalue(r, i, col));
+    }
+    printf("]\n");
+}
+
 /* An instance id argument: a UUID. */
 bool
 ctl_check_uuid(const char *cmd, const char *id)
@@ -1122,11 +1135,7 @@ ctl_cmd_list(int argc, char **argv)
     }
     n = PQntuples(r);
     if (ctl_json_out(&o)) {
-        printf("[");
-        for (i = 0; i < n; i++) {
-            printf("%s%s", i ? ",\n " : "", PQgetvalue(r, i, 0));
-        }
-        printf("]\n");
+        ctl_print_json_rows(r, n, 0);
     } else {
         printf("%-36s  %-24s  %-9s  %s\n", "ID", "WORKFLOW", "STATUS", "CREATED");
         for (i = 0; i < n; i++) {

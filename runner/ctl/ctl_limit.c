@@ -151,11 +151,7 @@ limit_list(int argc, char **argv)
         return status;
     }
     if (ctl_json_out(&o)) {
-        printf("[");
-        for (i = 0; i < PQntuples(r); i++) {
-            printf("%s%s", i ? ",\n " : "", PQgetvalue(r, i, 0));
-        }
-        printf("]\n");
+        ctl_print_json_rows(r, PQntuples(r), 0);
     } else {
         printf("%-32s  %11s  %7s  %7s  %7s\n", "WORKFLOW", "MAX_RUNNING", "PER_KEY", "RUNNING",
                "WAITING");

@@ -79,11 +79,7 @@ ctl_cmd_tree(int argc, char **argv)
         goto out;
     }
     if (ctl_json_out(&o)) {
-        printf("[");
-        for (i = 0; i < n; i++) {
-            printf("%s%s", i ? ",\n " : "", PQgetvalue(r, i, 5));
-        }
-        printf("]\n");
+        ctl_print_json_rows(r, n, 5);
         goto out;
     }
     for (i = 0; i < n; i++) {

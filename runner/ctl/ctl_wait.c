@@ -42,13 +42,13 @@ static void add(struct cn_buf *out, const char *fmt, ...) CN_PRINTF(2, 3);
 static void
 add(struct cn_buf *out, const char *fmt, ...)
 {
-    char line[512];
     va_list ap;
+    cn_err rv;
 
     va_start(ap, fmt);
-    (void) vsnprintf(line, sizeof(line), fmt, ap);
+    rv = cn_buf_vprintf(out, fmt, ap);
     va_end(ap);
-    if (cn_buf_append(out, line, strlen(line) + 1) != CN_OK) { /* NUL-separated */
+    if (rv != CN_OK || cn_buf_putc(out, '\0') != CN_OK) { /* NUL-separated */
         cn_oom("inspect");
     }
 }

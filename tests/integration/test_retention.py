@@ -8,8 +8,9 @@ that scripts/test starts (a fresh database of its own, dropped at the end).
   (--batch 7 over 30), and keeps newer ones, unfinished ones and children whose outcome has not
   reached their parent yet;
 - a pruned instance's idempotency key makes a new instance;
-- a runner with CAIRN_RETENTION deletes what is past it on its own, honouring a workflow's own
-  retention (`cairnctl retention set W D | forever`), and counts it on /metrics;
+- two runners with CAIRN_RETENTION delete what is past it on their own, each instance once,
+  honouring a workflow's own retention (`cairnctl retention set W D | forever`), and count it
+  on /metrics;
 - bad settings and arguments are refused with clear messages.
 
 Arguments: CAIRN_RUNNER CAIRN_WORKER CAIRNCTL SOURCE_ROOT. TAP output; without
@@ -125,9 +126,12 @@ def run_all(url, env, tmp):
     check("retention list shows both", sorted((x["workflow"], x["keep"]) for x in lst) ==
           [("long", None), ("mine", "03:00:00")], str(lst))
     e2e.enqueue_many(url, "mine", "jsonb_build_object('i', g)", 10)
-    port = e2e.free_port()
+    # two runners prune: one at a time (an advisory lock), each instance deleted once
+    port, port3 = e2e.free_port(), e2e.free_port()
     runner = e2e.runner(env, tmp, "runner2", sock, "--retention", "1h",
                         "--prune-interval-ms", "200", "--http-listen", f"127.0.0.1:{port}")
+    runner3 = e2e.runner(env, tmp, "runner3", f"ipc://{tmp}/r3.sock", "--retention", "1h",
+                         "--prune-interval-ms", "200", "--http-listen", f"127.0.0.1:{port3}")
     check("mine finish", wait_until("finished", lambda: n_instances(
         url, "workflow_name = 'mine' AND status = 'completed'") == 10, 60))
     age(url, "workflow_name = 'mine' AND (input->>'i')::int <= 5", "2 hours")
@@ -144,13 +148,17 @@ def run_all(url, env, tmp):
           and n_instances(url, f"instance_id = '{future}'") == 1,
           q(url, "SELECT string_agg(workflow_name || ':' || (input->>'i'), ' ') FROM "
                  "cairn.runner_instances"))
-    m = e2e.metrics(port)
+    m, m3 = e2e.metrics(port), e2e.metrics(port3)
+    pruned = [x.get(k, 0) for k in ("cairn_pruned_instances_total", "cairn_pruned_actions_total")
+              for x in (m, m3)]
     # short: the one made again with the key; mine: the two past 3 h
-    check("/metrics counts what retention deleted", m.get("cairn_pruned_instances_total") == 3
-          and m.get("cairn_pruned_actions_total") == 3,
-          str({k: v for k, v in m.items() if "pruned" in k}))
-    check("the runner logs it", wait_until("logged", lambda: "retention: deleted" in
-                                           runner.text(), 10), runner.text()[-500:])
+    check("/metrics of the two runners count what retention deleted, once",
+          pruned[0] + pruned[1] == 3 and pruned[2] + pruned[3] == 3, str(pruned))
+    check("the runners log it", wait_until("logged", lambda: "retention: deleted" in
+                                           runner.text() + runner3.text(), 10),
+          runner.text()[-500:])
+    check("no runner's pruning failed", "pruning failed" not in runner.text() + runner3.text(),
+          runner.text()[-500:] + runner3.text()[-500:])
 
 
 def main():
