@@ -84,6 +84,10 @@ int ctl_read_input(const char *cmd, const char *input, const char *input_file, c
 bool ctl_json_out(const struct cn_opts *o);
 /* An instance id argument: a UUID; else says why (for command `cmd`) and returns false. */
 bool ctl_check_uuid(const char *cmd, const char *id);
+/* A list command: parses [--json] and --database-url, runs sql (no parameters) and leaves its
+ * rows in *r and the choice of JSON in *json. Returns an exit status, after reporting a
+ * failure; on EXIT_OK the caller prints the rows and clears r. */
+int ctl_list(const char *cmd, int argc, char **argv, const char *sql, PGresult **r, bool *json);
 /* Prints column col of the first n rows of r (each a JSON object as text) as a JSON array. */
 void ctl_print_json_rows(const PGresult *r, int n, int col);
 /* Connects to --database-url; returns EXIT_OK, or the exit status after saying why. */

@@ -53,6 +53,38 @@ ctl_print_json_rows(const PGresult *r, int n, int col)
     printf("]\n");
 }
 
+int
+ctl_list(const char *cmd, int argc, char **argv, const char *sql, PGresult **r, bool *json)
+{
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    char prog[64], usage[96];
+    struct cn_opts o = {.prog = prog,
+                        .usage = usage,
+                        .hint = "cairnctl help",
+                        .opts = rows,
+                        .nopts = sizeof(rows) / sizeof(rows[0]),
+                        .max_args = 0};
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    int status;
+
+    *r = NULL;
+    (void) snprintf(prog, sizeof(prog), "cairnctl %s", cmd);
+    (void) snprintf(usage, sizeof(usage), "cairnctl %s [--json]", cmd);
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    if (rn_db_exec(c, sql, 0, NULL, r, &em) != CN_OK) {
+        status = ctl_db_error(&o, CN_DB, &em);
+    }
+    *json = ctl_json_out(&o);
+    PQfinish(c);
+    return status;
+}
+
 /* An instance id argument: a UUID. */
 bool
 ctl_check_uuid(const char *cmd, const char *id)

@@ -126,31 +126,20 @@ limit_set(int argc, char **argv)
 static int
 limit_list(int argc, char **argv)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS("limit list", "[--json]", rows, 0);
-    struct cn_errmsg em;
-    PGconn *c = NULL;
     PGresult *r = NULL;
+    bool json = false;
     int status, i;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if ((status = ctl_list("limit list", argc, argv,
+                           "SELECT json_build_object('workflow', workflow_name, 'max_running',"
+                           " max_running, 'max_per_key', max_per_key, 'running', running,"
+                           " 'waiting', waiting)::text, workflow_name, coalesce(max_running::text,"
+                           " '-'), max_per_key, running, waiting"
+                           " FROM cairn.limit_status ORDER BY workflow_name",
+                           &r, &json)) != EXIT_OK) {
         return status;
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    if (rn_db_exec(c,
-                   "SELECT json_build_object('workflow', workflow_name, 'max_running',"
-                   " max_running, 'max_per_key', max_per_key, 'running', running, 'waiting',"
-                   " waiting)::text, workflow_name, coalesce(max_running::text, '-'),"
-                   " max_per_key, running, waiting"
-                   " FROM cairn.limit_status ORDER BY workflow_name",
-                   0, NULL, &r, &em) != CN_OK) {
-        status = ctl_db_error(&o, CN_DB, &em);
-        PQfinish(c);
-        return status;
-    }
-    if (ctl_json_out(&o)) {
+    if (json) {
         ctl_print_json_rows(r, PQntuples(r), 0);
     } else {
         printf("%-32s  %11s  %7s  %7s  %7s\n", "WORKFLOW", "MAX_RUNNING", "PER_KEY", "RUNNING",
@@ -161,7 +150,6 @@ limit_list(int argc, char **argv)
         }
     }
     PQclear(r);
-    PQfinish(c);
     return EXIT_OK;
 }
 

@@ -190,29 +190,18 @@ retention_set(const char *what, int argc, char **argv)
 static int
 retention_list(int argc, char **argv)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS("retention list", "[--json]", rows, 0);
-    struct cn_errmsg em;
-    PGconn *c = NULL;
     PGresult *r = NULL;
+    bool json = false;
     int status, i;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if ((status = ctl_list("retention list", argc, argv,
+                           "SELECT json_build_object('workflow', workflow_name, 'keep',"
+                           " keep::text)::text, workflow_name, coalesce(keep::text, 'forever')"
+                           " FROM cairn.workflow_retention ORDER BY workflow_name",
+                           &r, &json)) != EXIT_OK) {
         return status;
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    if (rn_db_exec(c,
-                   "SELECT json_build_object('workflow', workflow_name, 'keep', keep::text)::text,"
-                   " workflow_name, coalesce(keep::text, 'forever')"
-                   " FROM cairn.workflow_retention ORDER BY workflow_name",
-                   0, NULL, &r, &em) != CN_OK) {
-        status = ctl_db_error(&o, CN_DB, &em);
-        PQfinish(c);
-        return status;
-    }
-    if (ctl_json_out(&o)) {
+    if (json) {
         ctl_print_json_rows(r, PQntuples(r), 0);
     } else {
         printf("%-32s  %s\n", "WORKFLOW", "KEEP");
@@ -222,7 +211,6 @@ retention_list(int argc, char **argv)
         printf("(other workflows: the runners' CAIRN_RETENTION)\n");
     }
     PQclear(r);
-    PQfinish(c);
     return EXIT_OK;
 }
 

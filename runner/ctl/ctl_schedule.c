@@ -152,35 +152,24 @@ sched_add(int argc, char **argv)
 static int
 sched_list(int argc, char **argv)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS("schedule list", "[--json]", rows, 0);
-    struct cn_errmsg em;
-    PGconn *c = NULL;
     PGresult *r = NULL;
+    bool json = false;
     int status, i;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if ((status = ctl_list(
+             "schedule list", argc, argv,
+             "SELECT json_build_object('name', name, 'workflow', workflow_name, 'version',"
+             " workflow_version, 'cron', cron, 'every_ms', every_ms, 'timezone', timezone,"
+             " 'input', input, 'jitter_ms', jitter_ms, 'catch_up', catch_up, 'paused',"
+             " paused, 'next_at', next_at, 'last_slot', last_slot, 'error', error)::text,"
+             " name, workflow_name, coalesce(cron || ' ' || timezone, 'every ' ||"
+             " (every_ms * interval '1 millisecond')::text), CASE WHEN paused THEN 'paused' ELSE"
+             " coalesce(next_at::text, '(computing)') END, coalesce(error, '')"
+             " FROM cairn.schedules ORDER BY name",
+             &r, &json)) != EXIT_OK) {
         return status;
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    if (rn_db_exec(
-            c,
-            "SELECT json_build_object('name', name, 'workflow', workflow_name, 'version',"
-            " workflow_version, 'cron', cron, 'every_ms', every_ms, 'timezone', timezone,"
-            " 'input', input, 'jitter_ms', jitter_ms, 'catch_up', catch_up, 'paused',"
-            " paused, 'next_at', next_at, 'last_slot', last_slot, 'error', error)::text,"
-            " name, workflow_name, coalesce(cron || ' ' || timezone, 'every ' ||"
-            " (every_ms * interval '1 millisecond')::text), CASE WHEN paused THEN 'paused' ELSE"
-            " coalesce(next_at::text, '(computing)') END, coalesce(error, '')"
-            " FROM cairn.schedules ORDER BY name",
-            0, NULL, &r, &em) != CN_OK) {
-        status = ctl_db_error(&o, CN_DB, &em);
-        PQfinish(c);
-        return status;
-    }
-    if (ctl_json_out(&o)) {
+    if (json) {
         ctl_print_json_rows(r, PQntuples(r), 0);
     } else {
         printf("%-24s  %-20s  %-32s  %s\n", "NAME", "WORKFLOW", "WHEN", "NEXT");
@@ -191,7 +180,6 @@ sched_list(int argc, char **argv)
         }
     }
     PQclear(r);
-    PQfinish(c);
     return EXIT_OK;
 }
 
