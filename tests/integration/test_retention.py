@@ -132,6 +132,7 @@ def run_all(url, env, tmp):
                         "--prune-interval-ms", "200", "--http-listen", f"127.0.0.1:{port}")
     runner3 = e2e.runner(env, tmp, "runner3", f"ipc://{tmp}/r3.sock", "--retention", "1h",
                          "--prune-interval-ms", "200", "--http-listen", f"127.0.0.1:{port3}")
+    e2e.worker(env, tmp, "worker3", f"ipc://{tmp}/r3.sock")
     check("mine finish", wait_until("finished", lambda: n_instances(
         url, "workflow_name = 'mine' AND status = 'completed'") == 10, 60))
     age(url, "workflow_name = 'mine' AND (input->>'i')::int <= 5", "2 hours")

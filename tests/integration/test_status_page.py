@@ -184,6 +184,16 @@ def run_all(url, env, tmp):
           and "<script" not in page, page)
     check("/metrics still answers", "cairn_workers 1" in get(port, "/metrics")[2])
 
+    # ---- a second runner: the fleet on the page ----------------------------------------------
+    port2 = e2e.free_port()
+    runner2 = e2e.runner(env, tmp, "runner2", f"ipc://{tmp}/r2.sock", "--http-listen",
+                         f"127.0.0.1:{port2}")
+    check("a second runner publishes its row too", wait_until(
+        "two rows", lambda: len(row(url)) == 2, 30), json.dumps(row(url)))
+    other = [r for r in row(url) if r.get("pid") == runner2.p.pid]
+    other_id = other[0].get("id", "?") if other else "?"
+    time.sleep(2.5)  # the page's data is at most 2 s old when read
+
     # ---- the page in a browser ----------------------------------------------------------------
     dom, why = chromium_dom(f"http://127.0.0.1:{port}/", tmp)
     browser_checks = [
@@ -204,6 +214,8 @@ def run_all(url, env, tmp):
                       in t),
         ("the fleet table shows this runner",
          lambda d, t: f"{me.get('id')} (this one)" in t),
+        ("... and the other runner of the fleet",
+         lambda d, t: other_id in t and f"127.0.0.1:{port2}" in t),
     ]
     if dom is None:
         for what, _ in browser_checks:
@@ -216,7 +228,10 @@ def run_all(url, env, tmp):
     # ---- graceful stop -------------------------------------------------------------------------
     rc = runner.term()
     check("the runner stops gracefully", rc == 0, str(rc))
-    check("its row is gone from cairn.runners", row(url) == [], json.dumps(row(url)))
+    check("its row is gone from cairn.runners, the other runner's stays",
+          [r.get("pid") for r in row(url)] == [runner2.p.pid], json.dumps(row(url)))
+    check("the second runner stops gracefully too", runner2.term() == 0)
+    check("no row is left", row(url) == [], json.dumps(row(url)))
 
 
 def main():
