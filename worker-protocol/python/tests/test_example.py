@@ -2,6 +2,7 @@
 """examples/python: the welcome workflow with its actions in Python, end to end, and the
 client's calls around it."""
 import os
+import time
 
 import psycopg
 import pytest
@@ -47,6 +48,21 @@ def test_the_client_reports_failures_and_refusals(cluster, client):
         client.enqueue("no_such_workflow", {})
     with pytest.raises(TypeError):
         client.enqueue("pyhold", [1])
+
+
+def test_the_client_passes_a_concurrency_key(cluster, client):
+    sock, _ = cluster.runner("runner-ck")
+    cluster.pyworker(sock, name="pyworker-ck")
+    first = client.enqueue("pyhold", {"ms": 1500}, concurrency_key="customer-7")
+    second = client.enqueue("pyhold", {"ms": 1}, concurrency_key="customer-7")
+    deadline = time.monotonic() + 20
+    while client.status(first)["status"] != "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.status(first)["status"] == "running"
+    time.sleep(0.5)
+    assert client.status(second)["status"] == "queued"  # the key's one slot is the first's
+    assert client.wait(second, timeout=30) == 1
+    assert client.status(second)["started_at"] >= client.status(first)["completed_at"]
 
 
 def test_the_async_client(cluster):
