@@ -157,6 +157,14 @@ enum rn_lease_state {
                              again shortly (renewal never waits for a write) */
 };
 
+/* A backfill's progress, for /metrics (sql/0015). */
+struct rn_backfill_stat {
+    char id[40];
+    char workflow[132];
+    char state[12];
+    int64_t done, failed, running, remaining;
+};
+
 /* Room for a prune walk's position (a timestamp as PostgreSQL prints it). */
 #define RN_PRUNE_CURSOR_LEN 64
 
@@ -219,6 +227,11 @@ struct rn_backend_ops {
     cn_err (*cancel_children)(struct rn_backend *b, struct rn_iid parent,
                               const struct rn_xid *exec_ids, size_t n, const char *reason,
                               struct cn_errmsg *err);
+    /* Drives the active backfills (cairn.backfill_tick: counts, the next partitions, states)
+     * and returns the progress of those active or finished in the last 10 minutes (at most
+     * 100; *out malloc'd, NULL when none). NULL in a backend without backfills. */
+    cn_err (*tick_backfills)(struct rn_backend *b, struct rn_backfill_stat **out, size_t *n,
+                             struct cn_errmsg *err);
     /* Fires the schedules that are due (runner/schedule.h); *n counts the instances enqueued.
      * NULL in a backend without schedules. */
     cn_err (*fire_schedules)(struct rn_backend *b, size_t *n, struct cn_errmsg *err);

@@ -1616,6 +1616,47 @@ pg_prune_due(struct rn_backend *base, int64_t retention_s, size_t batch,
 }
 
 static cn_err
+pg_tick_backfills(struct rn_backend *base, struct rn_backfill_stat **out, size_t *n,
+                  struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    PGresult *r = NULL;
+    int i, rows;
+    cn_err rv;
+
+    *out = NULL;
+    *n = 0;
+    if ((rv = pg_conn(b, err)) != CN_OK ||
+        (rv = rn_db_exec(b->c, "SELECT cairn.backfill_tick(1000)", 0, NULL, NULL, err)) != CN_OK ||
+        (rv = rn_db_exec(b->c,
+                         "SELECT id, workflow_name, state, done, failed, running,"
+                         " total - done - failed FROM cairn.backfills"
+                         " WHERE state IN ('pending', 'running', 'paused', 'resuming')"
+                         "    OR finished_at > now() - interval '10 minutes'"
+                         " ORDER BY created_at DESC LIMIT 100",
+                         0, NULL, &r, err)) != CN_OK) {
+        return rv;
+    }
+    rows = PQntuples(r);
+    if (rows > 0) {
+        *out = cn_xcalloc((size_t) rows, sizeof(**out));
+        for (i = 0; i < rows; i++) {
+            struct rn_backfill_stat *s = &(*out)[i];
+            (void) snprintf(s->id, sizeof(s->id), "%s", PQgetvalue(r, i, 0));
+            (void) snprintf(s->workflow, sizeof(s->workflow), "%s", PQgetvalue(r, i, 1));
+            (void) snprintf(s->state, sizeof(s->state), "%s", PQgetvalue(r, i, 2));
+            s->done = strtoll(PQgetvalue(r, i, 3), NULL, 10);
+            s->failed = strtoll(PQgetvalue(r, i, 4), NULL, 10);
+            s->running = strtoll(PQgetvalue(r, i, 5), NULL, 10);
+            s->remaining = strtoll(PQgetvalue(r, i, 6), NULL, 10);
+        }
+        *n = (size_t) rows;
+    }
+    PQclear(r);
+    return CN_OK;
+}
+
+static cn_err
 pg_fire_schedules(struct rn_backend *base, size_t *n, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
@@ -1787,6 +1828,7 @@ static const struct rn_backend_ops pg_ops = {
     .sweep_children = pg_sweep_children,
     .cancel_children = pg_cancel_children,
     .fire_schedules = pg_fire_schedules,
+    .tick_backfills = pg_tick_backfills,
     .prune_due = pg_prune_due,
     .sweep_cancels = pg_sweep_cancels,
     .record_late = pg_record_late,

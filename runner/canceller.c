@@ -240,6 +240,7 @@ canceller_main(void *arg)
     struct rn_backoff backoff = RN_BACKOFF_INIT;
     int64_t next_sweep = 0; /* at once: what waited while no runner listened */
     int64_t next_tick = 0;
+    int64_t next_backfill = 0;
 
     while (!atomic_load(&c->stop)) {
         struct cn_errmsg em = {{0}};
@@ -267,6 +268,25 @@ canceller_main(void *arg)
             if ((rv = b->ops->fire_schedules(b, &fired, &em)) == CN_OK) {
                 next_tick = cn_mono_ms() + RN_SCHEDULE_TICK_MS;
             }
+        }
+        if (rv == CN_OK && b->ops->tick_backfills != NULL && cn_mono_ms() >= next_backfill) {
+            struct rn_backfill_stat *bf = NULL;
+            size_t nbf = 0, i;
+            bool active = false;
+            if ((rv = b->ops->tick_backfills(b, &bf, &nbf, &em)) == CN_OK) {
+                for (i = 0; i < nbf; i++) {
+                    active = active || strcmp(bf[i].state, "running") == 0 ||
+                             strcmp(bf[i].state, "pending") == 0 ||
+                             strcmp(bf[i].state, "resuming") == 0;
+                }
+                if (c->hooks.backfills != NULL) {
+                    c->hooks.backfills(c->hooks.arg, bf, nbf);
+                }
+                /* a partition that finished is replaced within a quarter of a second */
+                next_backfill =
+                    cn_mono_ms() + (active ? RN_BACKFILL_ACTIVE_TICK_MS : RN_SCHEDULE_TICK_MS);
+            }
+            free(bf);
         }
         if (rv == CN_OK) {
             record_late(c);

@@ -23,8 +23,10 @@
  * (parent_pending) and cancels children nobody waits for (cairn.reap_children); the shards
  * queue the children they stop waiting for (struct rn_reap), which are cancelled here.
  *
- * Schedules: every RN_SCHEDULE_TICK_MS the thread fires the schedules that are due (one runner
- * takes each; runner/schedule.h).
+ * Schedules and backfills: every RN_SCHEDULE_TICK_MS the thread fires the schedules that are due
+ * (one runner takes each; runner/schedule.h), and ticks the backfills (cairn.backfill_tick,
+ * sql/0015: one runner ticks each) every RN_BACKFILL_ACTIVE_TICK_MS while one runs, handing their
+ * progress to the backfills hook.
  *
  * Threads: its own thread; rn_canceller_start/stop from the runner's. The callback runs on the
  * canceller thread and must not block. The stop flag is atomic: the thread checks it at least
@@ -48,6 +50,8 @@
 /* How often a runner looks for due schedules (runner/schedule.h): a slot starts at most about
  * this late (plus its jitter). */
 #define RN_SCHEDULE_TICK_MS 1000
+/* While a backfill runs, its partitions are topped up this often (else once a second). */
+#define RN_BACKFILL_ACTIVE_TICK_MS 250
 
 /* Longest wait for a notification before the stop flag and the sweep clock are looked at. */
 #define RN_CANCELLER_WAIT_MS 250
@@ -101,6 +105,8 @@ struct rn_canceller_hooks {
     /* The outcome of a child of parent, held here: the result of its call d->exec_id,
      * d->attempt (value borrowed). */
     void (*child_result)(void *arg, struct rn_iid parent, const struct rn_done *d);
+    /* The backfills' progress after a tick (for /metrics; the array is borrowed). */
+    void (*backfills)(void *arg, const struct rn_backfill_stat *st, size_t n);
     void *arg;
 };
 

@@ -79,7 +79,8 @@ db_exec(PGconn *c, const char *sql, int n, const char *const *params, int format
         e = CN_IO;
     } else if (state != NULL && (strcmp(state, "42704") == 0 || strcmp(state, "P0002") == 0)) {
         e = CN_NOTFOUND;
-    } else if (state != NULL && (strncmp(state, "22", 2) == 0 || strcmp(state, "23514") == 0)) {
+    } else if (state != NULL && (strncmp(state, "22", 2) == 0 || strcmp(state, "23514") == 0 ||
+                                 strcmp(state, "55000") == 0)) { /* not in a state for that */
         e = CN_INVAL;
     } else if (state != NULL && strcmp(state, "54000") == 0) {
         e = CN_TOOBIG;

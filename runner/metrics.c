@@ -35,6 +35,32 @@ summary(struct cn_buf *b, const char *name, const char *help, const struct rn_la
 }
 
 bool
+rn_metrics_render_backfills(const struct rn_backfill_stat *bf, size_t n, struct cn_buf *b)
+{
+    static const char *const states[] = {"done", "failed", "running", "remaining"};
+    size_t i, k;
+    bool ok = true;
+
+    if (n == 0) {
+        return true;
+    }
+    ok = cn_buf_puts(b, "# HELP cairn_backfill_partitions Partitions of the active (and lately "
+                        "finished) backfills, by state.\n"
+                        "# TYPE cairn_backfill_partitions gauge\n") == CN_OK;
+    for (i = 0; ok && i < n; i++) {
+        const int64_t v[] = {bf[i].done, bf[i].failed, bf[i].running, bf[i].remaining};
+        for (k = 0; ok && k < 4; k++) {
+            /* ids are UUIDs and workflow names are [A-Za-z0-9_.-]: nothing to escape */
+            ok = cn_buf_printf(b,
+                               "cairn_backfill_partitions{backfill=\"%s\",workflow=\"%s\","
+                               "state=\"%s\"} %lld\n",
+                               bf[i].id, bf[i].workflow, states[k], (long long) v[k]) == CN_OK;
+        }
+    }
+    return ok;
+}
+
+bool
 rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *ps,
                   struct cn_buf *b)
 {

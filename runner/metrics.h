@@ -10,10 +10,14 @@
 #include <stdbool.h>
 
 #include "ir/base/buf.h"
+#include "runner/backend.h"
 #include "runner/pool.h"
 #include "runner/runner.h"
 
 /* Appends every metric to out; false when out cannot grow. */
+/* Appends the backfills' partitions by state (cairn_backfill_partitions{backfill, workflow,
+ * state}); nothing when n is 0. False when out of memory. */
+bool rn_metrics_render_backfills(const struct rn_backfill_stat *bf, size_t n, struct cn_buf *b);
 bool rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *ps,
                        struct cn_buf *out);
 

@@ -36,6 +36,7 @@
 
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
+#include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
 #include "runner/backend.h"
 #include "runner/canceller.h"
@@ -60,6 +61,11 @@ struct rn_runner {
     struct rn_claimer *claimer;
     struct rn_canceller *canceller; /* NULL with a backend without cancels */
     struct rn_pruner *pruner;       /* NULL with a backend that cannot prune */
+    struct {
+        pthread_mutex_t mtx; /* canceller thread writes, HTTP threads read */
+        struct rn_backfill_stat *items;
+        size_t n;
+    } backfills; /* the last tick's progress, for /metrics */
     struct rn_backend *prune_b;
     struct rn_late_queue late; /* shards -> canceller: results after an outcome */
     struct rn_shardloop **loops;
@@ -238,10 +244,32 @@ http_metrics(void *arg, struct cn_buf *out)
     struct rn_runner *r = arg;
     struct rn_runner_stats st;
     struct rn_pool_stats ps;
+    bool ok;
 
     rn_runner_stats(r, &st);
     rn_pool_stats(r->pool, &ps);
-    return rn_metrics_render(&st, &ps, out);
+    ok = rn_metrics_render(&st, &ps, out);
+    cn_mutex_lock(&r->backfills.mtx);
+    ok = ok && rn_metrics_render_backfills(r->backfills.items, r->backfills.n, out);
+    cn_mutex_unlock(&r->backfills.mtx);
+    return ok;
+}
+
+/* The canceller's backfill progress (canceller thread): kept for /metrics. */
+static void
+on_backfills(void *arg, const struct rn_backfill_stat *st, size_t n)
+{
+    struct rn_runner *r = arg;
+    struct rn_backfill_stat *copy = n > 0 ? cn_xcalloc(n, sizeof(*copy)) : NULL;
+
+    if (n > 0) {
+        memcpy(copy, st, n * sizeof(*copy));
+    }
+    cn_mutex_lock(&r->backfills.mtx);
+    free(r->backfills.items);
+    r->backfills.items = copy;
+    r->backfills.n = n;
+    cn_mutex_unlock(&r->backfills.mtx);
 }
 
 static void
@@ -325,6 +353,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     r->nloops = cfg->shards;
     r->loops = cn_xcalloc(r->nloops, sizeof(*r->loops));
     rn_busy_init(&r->busy);
+    cn_mutex_init(&r->backfills.mtx);
     rn_late_queue_init(&r->late);
     if ((rv = open_backends(r, err)) != CN_OK) {
         runner_free(r);
@@ -405,7 +434,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
      * claimed again). */
     {
         struct rn_canceller_cfg xcfg = {r->cancel_b, RN_CANCEL_SWEEP_MS, &r->late};
-        struct rn_canceller_hooks hooks = {on_cancel, holds, on_child_result, r};
+        struct rn_canceller_hooks hooks = {on_cancel, holds, on_child_result, on_backfills, r};
         if ((rv = rn_canceller_start(&xcfg, &hooks, &r->canceller, err)) != CN_OK) {
             runner_free(r);
             return rv;
@@ -569,5 +598,7 @@ runner_free(struct rn_runner *r)
     }
     rn_busy_fini(&r->busy);
     rn_late_queue_fini(&r->late); /* what came after the canceller stopped is not recorded */
+    free(r->backfills.items);
+    cn_mutex_destroy(&r->backfills.mtx);
     free(r);
 }

@@ -498,18 +498,20 @@ db_main(void *arg)
 
     cn_mutex_lock(&s->mtx);
     while (!s->stopping) {
-        if (s->refresh_wanted) {
-            s->refresh_wanted = false;
-            cn_mutex_unlock(&s->mtx);
-            refresh(s);
-            cn_mutex_lock(&s->mtx);
-            continue;
-        }
+        /* The row first when it is due: a page kept open on a slow database must not starve
+         * it (other runners take a row unseen for RN_STATUS_DEAD_S for a dead runner's). */
         if (cn_mono_ms() >= next_publish) {
             cn_mutex_unlock(&s->mtx);
             publish(s);
             cn_mutex_lock(&s->mtx);
             next_publish = cn_mono_ms() + RN_STATUS_PUBLISH_MS;
+            continue;
+        }
+        if (s->refresh_wanted) {
+            s->refresh_wanted = false;
+            cn_mutex_unlock(&s->mtx);
+            refresh(s);
+            cn_mutex_lock(&s->mtx);
             continue;
         }
         cn_cond_wait_until(&s->work, &s->mtx, next_publish);
@@ -698,10 +700,8 @@ rn_status_stop(struct rn_status *s)
         answer(s, s->parked.items[i].req);
     }
     free(s->parked.items);
-    if (s->snap != NULL) {
-        rn_status_data_fini(&s->snap->d);
-        free(s->snap);
-    }
+    held_release(s, s->snap); /* the last reference frees it, wherever that one is */
+    s->snap = NULL;
     if (s->conn != NULL) {
         PQfinish(s->conn);
     }

@@ -122,8 +122,18 @@ BEGIN
        SET max_running = EXCLUDED.max_running,
            max_per_key = coalesce(p_max_per_key, wl.max_per_key),
            updated_at = clock_timestamp();
+    -- The workflow's queue rows are locked first, in id order (as every writer locks them), and
+    -- read again in a statement of their own: a claim or a write that changed one after this
+    -- function's first snapshot is then seen as it is, not skipped (an UPDATE matched on a row
+    -- version that has moved on leaves it alone), and whether an instance has started is read
+    -- under the lock that every claim takes to start it.
+    PERFORM 1 FROM cairn.queued_instances q
+      JOIN cairn.runner_instances ri ON ri.instance_id = q.instance_id
+     WHERE ri.workflow_name = p_workflow
+     ORDER BY q.instance_id
+       FOR UPDATE OF q;
     WITH m AS (
-        SELECT q.ctid AS tid, ri.concurrency_key AS k,
+        SELECT q.instance_id AS id, ri.concurrency_key AS k,
                (ri.concurrency_key IS NOT NULL OR p_max_running IS NOT NULL) AS limited,
                (q.lock_uuid IS NOT NULL OR ri.status <> 'queued') AS started
           FROM cairn.queued_instances q
@@ -134,7 +144,7 @@ BEGIN
            limit_key = CASE WHEN m.limited THEN m.k END,
            holds_slot = m.limited AND m.started
       FROM m
-     WHERE q.ctid = m.tid
+     WHERE q.instance_id = m.id
        AND (q.limit_name, q.limit_key, q.holds_slot) IS DISTINCT FROM
            (CASE WHEN m.limited THEN p_workflow END, CASE WHEN m.limited THEN m.k END,
             m.limited AND m.started);
@@ -222,13 +232,13 @@ BEGIN
                    SELECT q.ctid AS tid, q.priority, q.scheduled_at
                      FROM cairn.queued_instances q
                     WHERE q.limit_name = l.workflow_name AND q.limit_key = u.k
-                      AND NOT q.holds_slot AND q.scheduled_at <= now()
+                      AND NOT q.holds_slot AND q.lock_uuid IS NULL AND q.scheduled_at <= now()
                     ORDER BY q.priority DESC, q.scheduled_at
                     LIMIT greatest(l.max_per_key - coalesce(h.n, 0), 0)) x
             UNION ALL
             (SELECT q.ctid, q.priority, q.scheduled_at FROM cairn.queued_instances q
               WHERE q.limit_name = l.workflow_name AND q.limit_key IS NULL
-                AND NOT q.holds_slot AND q.scheduled_at <= now()
+                AND NOT q.holds_slot AND q.lock_uuid IS NULL AND q.scheduled_at <= now()
               ORDER BY q.priority DESC, q.scheduled_at LIMIT v_free)),
         pick AS (SELECT c.tid FROM cand c ORDER BY c.priority DESC, c.scheduled_at LIMIT v_free),
         lk AS (SELECT q.ctid AS tid FROM cairn.queued_instances q, pick
@@ -402,5 +412,30 @@ BEGIN
     VALUES (v_id, v_version_id, coalesce(enqueue.priority, 0), v_due);
     PERFORM pg_notify('cairn_enqueue', '');
     RETURN v_id;
+END;
+$$;
+
+-- Removes a workflow's limits altogether (its row in cairn.workflow_limits): while any workflow
+-- has a row, every claim goes through cairn.claim_limited. Refused while instances with a
+-- concurrency key are unfinished (the key's limit would go with it). Returns whether there was
+-- a row.
+CREATE FUNCTION cairn.limit_delete(p_workflow text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM cairn.workflow_limits WHERE workflow_name = p_workflow) THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config('lock_timeout', '500ms', true);
+    PERFORM pg_advisory_xact_lock(1667330681, cairn.limit_lock_key(p_workflow));
+    IF EXISTS (SELECT 1 FROM cairn.queued_instances q
+                WHERE q.limit_name = p_workflow AND q.limit_key IS NOT NULL) THEN
+        RAISE EXCEPTION 'cairn.limit_delete: workflow "%" has unfinished instances with a '
+            'concurrency key', p_workflow
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Wait until they finish, or keep the row (limit set W none).';
+    END IF;
+    PERFORM cairn.limit_set(p_workflow, NULL);
+    DELETE FROM cairn.workflow_limits WHERE workflow_name = p_workflow;
+    RETURN true;
 END;
 $$;

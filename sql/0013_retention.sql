@@ -21,6 +21,16 @@ CREATE TABLE cairn.workflow_retention (
     updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
+-- A finished parent whose child (one it waits for, not one it started with `start`) has not
+-- finished yet: the child's outcome is still to be recorded against it, and the sweep that
+-- cancels such children finds them through the parent's row. Kept until the child is done.
+CREATE FUNCTION cairn.has_open_children(p_id uuid) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM cairn.runner_instances c
+                    WHERE c.parent_id = p_id AND c.status IN ('queued', 'running')
+                      AND NOT c.detached)
+$$;
+
 -- Deletes up to p_batch finished instances that finished before p_cutoff, of p_workflow (NULL:
 -- of any workflow but those in p_exclude), with their action results and history; the walk
 -- goes from the newest creation time down, starting at p_before when it is not NULL. Returns
@@ -52,6 +62,7 @@ BEGIN
              WHERE ri.workflow_name = p_workflow AND ri.created_at <= v_upto
                AND ri.status IN ('completed', 'failed', 'cancelled', 'timed_out')
                AND ri.completed_at < p_cutoff AND NOT ri.parent_pending
+               AND NOT cairn.has_open_children(ri.instance_id)
              ORDER BY ri.created_at DESC LIMIT p_batch) c;
     ELSE
         SELECT array_agg(c.instance_id), min(c.created_at) INTO v_cand, next_before FROM (
@@ -77,6 +88,7 @@ BEGIN
                   ORDER BY ri.created_at DESC)) u
              WHERE u.completed_at < p_cutoff AND NOT u.parent_pending
                AND u.workflow_name <> ALL (p_exclude)
+               AND NOT cairn.has_open_children(u.instance_id)
              ORDER BY u.created_at DESC LIMIT p_batch) c;
     END IF;
     IF coalesce(cardinality(v_cand), 0) < p_batch THEN
@@ -88,6 +100,7 @@ BEGIN
          WHERE ri.instance_id = ANY (coalesce(v_cand, '{}'))
            AND ri.status IN ('completed', 'failed', 'cancelled', 'timed_out')
            AND ri.completed_at < p_cutoff AND NOT ri.parent_pending
+           AND NOT cairn.has_open_children(ri.instance_id)
            FOR UPDATE SKIP LOCKED) l;
     DELETE FROM cairn.runner_actions_done d WHERE d.instance_id = ANY (v_ids);
     GET DIAGNOSTICS actions = ROW_COUNT;

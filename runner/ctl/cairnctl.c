@@ -51,8 +51,12 @@ static const struct command commands[] = {
      "add NAME --workflow W (--cron EXPR [--timezone TZ] | --every D) [...] | list | pause | "
      "resume | delete | trigger | next",
      "run a workflow on a schedule: cron in a time zone, or every D", ctl_cmd_schedule},
-    {"limit", "set WORKFLOW (N | none) [--per-key M] | list [--json]",
+    {"limit", "set WORKFLOW (N | none) [--per-key M] | delete WORKFLOW | list [--json]",
      "limit how many instances of a workflow (or per concurrency key) run at once", ctl_cmd_limit},
+    {"backfill",
+     "create WORKFLOW --param P --from A --to B --step S [--input JSON] [--concurrency N] | list "
+     "| status ID | pause ID | resume ID | cancel ID | retry-failed ID",
+     "run a workflow once per partition of a date or integer range, N at a time", ctl_cmd_backfill},
     {"prune", "--older-than D [--workflow W] [--dry-run] [--batch N] [--json]",
      "delete finished instances that finished more than D ago, with their action results",
      ctl_cmd_prune},

@@ -115,6 +115,7 @@ int ctl_cmd_exec(int argc, char **argv);
 int ctl_cmd_tree(int argc, char **argv);
 int ctl_cmd_schedule(int argc, char **argv);
 int ctl_cmd_limit(int argc, char **argv);
+int ctl_cmd_backfill(int argc, char **argv);
 int ctl_cmd_prune(int argc, char **argv);
 int ctl_cmd_retention(int argc, char **argv);
 
@@ -125,12 +126,13 @@ int ctl_cmd_retention(int argc, char **argv);
 int ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val live,
                      struct cn_buf *out);
 
-/* Sets WORKFLOW's concurrency limits through cairn.limit_set (MAX_RUNNING NULL: none;
- * MAX_PER_KEY NULL: unchanged), trying again while a runner's write holds a row it must mark.
- * *marked (if not NULL): the unfinished instances it re-marked. Returns an exit status, after
- * reporting a failure. */
+/* Sets WORKFLOW's concurrency limits through cairn.limit_set (MAX_RUNNING NULL: none, or with
+ * keep_running the one it has; MAX_PER_KEY NULL: unchanged), trying again while a runner's write
+ * holds a row it must mark. *marked (if not NULL): the unfinished instances it re-marked. Returns
+ * an exit status, after reporting a failure. */
 int ctl_limit_apply(const struct cn_opts *o, PGconn *c, const char *workflow,
-                    const char *max_running, const char *max_per_key, long long *marked);
+                    const char *max_running, bool keep_running, const char *max_per_key,
+                    long long *marked);
 /* inspect's parent and children of instance id (ctl_tree.c): JSON members ("parent": ...,
  * "children": [...], "children_truncated": b) or text lines, appended to out. EXIT_OK, or the
  * status after printing why. */

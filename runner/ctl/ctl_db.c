@@ -550,6 +550,7 @@ ctl_cmd_register(int argc, char **argv)
     }
     if ((cn_opts_str(&o, "max-running") != NULL || cn_opts_str(&o, "max-per-key") != NULL) &&
         (status = ctl_limit_apply(&o, c, name, cn_opts_str(&o, "max-running"),
+                                  cn_opts_str(&o, "max-running") == NULL,
                                   cn_opts_str(&o, "max-per-key"), NULL)) != EXIT_OK) {
         goto out;
     }

@@ -12,7 +12,8 @@
 #include "runner/ctl/ctl.h"
 #include "runner/db.h"
 
-#define LIMIT_USAGE "limit (set WORKFLOW (N | none) [--per-key M] | list [--json])"
+#define LIMIT_USAGE \
+    "limit (set WORKFLOW (N | none) [--per-key M] | delete WORKFLOW | list [--json])"
 
 /* cairn.limit_set waits at most 500 ms for a row a runner is writing, then fails with 55P03
  * rather than risk a deadlock with that write; a few tries get past a busy moment. */
@@ -20,17 +21,20 @@
 
 int
 ctl_limit_apply(const struct cn_opts *o, PGconn *c, const char *workflow, const char *max_running,
-                const char *max_per_key, long long *marked)
+                bool keep_running, const char *max_per_key, long long *marked)
 {
-    const char *params[3] = {workflow, max_running, max_per_key};
+    const char *params[4] = {workflow, max_running, max_per_key, keep_running ? "t" : "f"};
     struct cn_errmsg em;
     PGresult *r = NULL;
     cn_err rv = CN_OK;
     int i;
 
     for (i = 0; i < LIMIT_TRIES; i++) {
-        rv = rn_db_exec(c, "SELECT cairn.limit_set($1, $2::integer, $3::integer)", 3, params, &r,
-                        &em);
+        rv = rn_db_exec(c,
+                        "SELECT cairn.limit_set($1, CASE WHEN $4::boolean THEN (SELECT"
+                        " max_running FROM cairn.workflow_limits WHERE workflow_name = $1)"
+                        " ELSE $2::integer END, $3::integer)",
+                        4, params, &r, &em);
         if (rv == CN_OK || strstr(em.text, "lock timeout") == NULL) {
             break;
         }
@@ -112,7 +116,7 @@ limit_set(int argc, char **argv)
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    status = ctl_limit_apply(&o, c, argv[0], max, cn_opts_str(&o, "per-key"), &marked);
+    status = ctl_limit_apply(&o, c, argv[0], max, false, cn_opts_str(&o, "per-key"), &marked);
     if (status == EXIT_OK) {
         status = limit_show(&o, c, argv[0]);
     }
@@ -153,6 +157,43 @@ limit_list(int argc, char **argv)
     return EXIT_OK;
 }
 
+/* Removes a workflow's limits row, so that claims skip cairn.claim_limited again once no workflow
+ * has one. */
+static int
+limit_delete(int argc, char **argv)
+{
+    struct cn_opt rows[] = {CTL_OPT_DB};
+    struct cn_opts o = CTL_OPTS("limit delete", "WORKFLOW", rows, 1);
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    int status;
+    cn_err rv;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    if (o.nargs != 1) {
+        fprintf(stderr, "usage: %s\n", o.usage);
+        return EXIT_USAGE;
+    }
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
+        return status;
+    }
+    rv = rn_db_exec(c, "SELECT cairn.limit_delete($1)", 1, (const char *const *) argv, &r, &em);
+    if (rv != CN_OK) {
+        status = ctl_db_error(&o, rv, &em);
+    } else if (strcmp(PQgetvalue(r, 0, 0), "t") == 0) {
+        printf("workflow %s: no limits\n", argv[0]);
+    } else {
+        printf("workflow %s had no limits\n", argv[0]);
+        status = EXIT_NOOP;
+    }
+    PQclear(r);
+    PQfinish(c);
+    return status;
+}
+
 int
 ctl_cmd_limit(int argc, char **argv)
 {
@@ -163,6 +204,9 @@ ctl_cmd_limit(int argc, char **argv)
     }
     if (strcmp(sub, "list") == 0) {
         return limit_list(argc - 1, argv + 1);
+    }
+    if (strcmp(sub, "delete") == 0) {
+        return limit_delete(argc - 1, argv + 1);
     }
     fprintf(stderr, "usage: cairnctl %s\n", LIMIT_USAGE);
     return strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0 ? EXIT_OK : EXIT_USAGE;

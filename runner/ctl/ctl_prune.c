@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `cairnctl prune` (retention by hand) and `cairnctl retention ...` (workflows' own retention),
+ * `cairnctl prune` (retention by hand: workflows with a retention of their own are left to it,
+ * unless named with --workflow) and `cairnctl retention ...` (workflows' own retention),
  * each through the SQL API of sql/0013_retention.sql. Pruning goes one batch per transaction
  * (cairn.prune_batch), so a large prune never holds locks or a snapshot for long and can be
  * stopped at any point: what was deleted stays deleted, the rest stays whole.
@@ -20,7 +21,11 @@ static const char *const dry_sql =
     "WITH v AS (SELECT ri.instance_id FROM cairn.runner_instances ri"
     "  WHERE ri.status IN ('completed', 'failed', 'cancelled', 'timed_out')"
     "    AND ri.created_at < now() - $1::interval AND ri.completed_at < now() - $1::interval"
-    "    AND NOT ri.parent_pending AND ($2::text IS NULL OR ri.workflow_name = $2))"
+    "    AND NOT ri.parent_pending AND ($2::text IS NULL OR ri.workflow_name = $2)"
+    "    AND ($2::text IS NOT NULL OR ri.workflow_name NOT IN"
+    "         (SELECT workflow_name FROM cairn.workflow_retention))"
+    "    AND NOT EXISTS (SELECT 1 FROM cairn.runner_instances c WHERE c.parent_id = ri.instance_id"
+    "         AND c.status IN ('queued', 'running') AND NOT c.detached))"
     " SELECT (SELECT count(*) FROM v), (SELECT count(*) FROM cairn.runner_actions_done d"
     "  WHERE d.instance_id IN (SELECT instance_id FROM v))";
 
@@ -34,7 +39,11 @@ ctl_cmd_prune(int argc, char **argv)
          .arg = "D",
          .help = "delete finished instances that finished more than D ago (30d, 12h, "
                  "'2 weeks'; required)"},
-        {.flag = "workflow", .kind = CN_OPT_STR, .arg = "W", .help = "only instances of W"},
+        {.flag = "workflow",
+         .kind = CN_OPT_STR,
+         .arg = "W",
+         .help = "only instances of W (also when W has a retention of its own; without it, "
+                 "such workflows are left out)"},
         {.flag = "dry-run", .kind = CN_OPT_BOOL, .help = "count what it would delete"},
         {.flag = "batch",
          .kind = CN_OPT_INT,
@@ -103,10 +112,14 @@ ctl_cmd_prune(int argc, char **argv)
         params[2] = batch;
         for (;;) {
             params[3] = before[0] != '\0' ? before : NULL; /* where the last batch stopped */
-            if ((rv = rn_db_exec(c,
-                                 "SELECT instances, actions, next_before FROM cairn.prune_batch("
-                                 "$1::timestamptz, $2, '{}', $3::integer, $4::timestamptz)",
-                                 4, params, &r, &em)) != CN_OK) {
+            if ((rv =
+                     rn_db_exec(c,
+                                "SELECT instances, actions, next_before FROM cairn.prune_batch("
+                                "$1::timestamptz, $2::text, CASE WHEN $2::text IS NULL THEN (SELECT"
+                                " coalesce(array_agg(workflow_name), '{}') FROM"
+                                " cairn.workflow_retention) ELSE '{}' END, $3::integer,"
+                                " $4::timestamptz)",
+                                4, params, &r, &em)) != CN_OK) {
                 fprintf(stderr, "cairnctl prune: stopped after %lld instances: ", instances);
                 status = ctl_db_error(&o, rv, &em);
                 PQfinish(c);

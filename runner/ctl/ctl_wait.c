@@ -136,11 +136,12 @@ ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val li
                 add(out,
                     "a concurrency slot: key '%s' has %s running, its limit (cairnctl limit list)",
                     PQgetvalue(q, 0, 1), PQgetvalue(q, 0, 5));
-            } else if (!PQgetisnull(q, 0, 2)) {
+            } else if (!PQgetisnull(q, 0, 2) && strtoll(PQgetvalue(q, 0, 4), NULL, 10) >=
+                                                    strtoll(PQgetvalue(q, 0, 2), NULL, 10)) {
                 add(out, "a concurrency slot: workflow runs %s of at most %s (cairnctl limit list)",
                     PQgetvalue(q, 0, 4), PQgetvalue(q, 0, 2));
             } else {
-                add(out, "a concurrency slot (a runner claims it when one is free)");
+                add(out, "a concurrency slot: one is free, the next claim takes it");
             }
         } else if (later && strcmp(status, "queued") == 0) {
             add(out, "its start time, %s", PQgetvalue(q, 0, 7));

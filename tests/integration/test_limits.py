@@ -22,6 +22,7 @@ CAIRN_TEST_DATABASE_URL it reports a skip.
 """
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -72,6 +73,11 @@ def run_all(url, env, tmp):
     check("cairnctl migrate", r.returncode == 0, r.stderr)
     r = ctl(env, "register", src, "--name", "limited", "--max-running", "3")
     check("register --max-running 3", r.returncode == 0, r.stderr)
+    r = ctl(env, "register", src, "--name", "limited", "--max-per-key", "2")
+    check("register --max-per-key alone keeps the running limit", r.returncode == 0 and q(
+        url, "SELECT max_running || ' ' || max_per_key FROM cairn.workflow_limits WHERE "
+             "workflow_name = 'limited'") == "3 2", r.stderr + q(
+        url, "SELECT max_running, max_per_key FROM cairn.workflow_limits"))
     for name in ("keyed", "free", "other"):
         r = ctl(env, "register", src, "--name", name)
         check(f"register {name}", r.returncode == 0, r.stderr)
@@ -92,6 +98,41 @@ def run_all(url, env, tmp):
     r = ctl(env, "run", "keyed", "--input", '{"ms": 1}', "--concurrency-key", "k" * 300)
     check("a concurrency key over 255 bytes is refused", r.returncode != 0 and
           "over the limit of 255 bytes" in r.stderr, r.stderr)
+
+    # ---- a limit set while a runner holds rows of the workflow marks them too -----------------
+    # (a claim-like transaction takes two of five queued instances and commits a moment later;
+    # limit_set must wait for it and count them as holding slots, not skip them)
+    r = ctl(env, "register", src, "--name", "race")
+    check("register race", r.returncode == 0, r.stderr)
+    q(url, "SELECT count(cairn.enqueue('race', jsonb_build_object('ms', 1))) "
+           "FROM generate_series(1, 5)")
+    claim = subprocess.Popen(
+        ["psql", "-X", "-q", "-d", url, "-c",
+         "BEGIN; WITH c AS (SELECT q.instance_id FROM cairn.queued_instances q JOIN "
+         "cairn.runner_instances ri USING (instance_id) WHERE ri.workflow_name = 'race' "
+         "ORDER BY q.instance_id LIMIT 2) UPDATE cairn.queued_instances q SET lock_uuid = "
+         "gen_random_uuid(), lock_expires_at = now() + interval '1 hour' FROM c WHERE "
+         "q.instance_id = c.instance_id; UPDATE cairn.runner_instances SET status = 'running' "
+         "WHERE instance_id IN (SELECT instance_id FROM cairn.queued_instances WHERE lock_uuid "
+         "IS NOT NULL AND instance_id IN (SELECT instance_id FROM cairn.runner_instances WHERE "
+         "workflow_name = 'race')); SELECT pg_sleep(0.3); COMMIT;"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.1)
+    r = ctl(env, "limit", "set", "race", "1")
+    claim.wait(timeout=30)
+    check("limit set during a claim marks every instance (the claimed ones hold slots)",
+          r.returncode == 0 and q(url, "SELECT running || ' ' || waiting FROM "
+                                       "cairn.limit_status WHERE workflow_name = 'race'")
+          == "2 3", r.stdout + r.stderr + q(url, "SELECT running, waiting FROM "
+                                                  "cairn.limit_status"))
+    q(url, "SELECT cairn.cancel(instance_id) FROM cairn.runner_instances WHERE workflow_name = "
+           "'race'")
+    r = ctl(env, "limit", "delete", "race")
+    check("limit delete removes the row", r.returncode == 0 and q(
+        url, "SELECT count(*) FROM cairn.workflow_limits WHERE workflow_name = 'race'") == "0",
+        r.stdout + r.stderr)
+    r = ctl(env, "limit", "delete", "race")
+    check("... a second time there is nothing to do (exit 6)", r.returncode == 6, r.stdout)
 
     # ---- idempotency keys are unique per workflow ---------------------------------------------
     a1 = ctl(env, "run", "free", "--input", '{"ms": 1}', "--idempotency-key", "same").stdout

@@ -149,6 +149,19 @@ def run_all(url, env, tmp):
           and n_instances(url, f"instance_id = '{future}'") == 1,
           q(url, "SELECT string_agg(workflow_name || ':' || (input->>'i'), ' ') FROM "
                  "cairn.runner_instances"))
+    # by hand: workflows with a retention of their own are left to it, unless named
+    age(url, "workflow_name = 'long'", "400 days")
+    r = ctl(env, "prune", "--older-than", "1h")
+    check("prune by hand leaves out a workflow kept for ever", r.returncode == 0 and
+          n_instances(url, "workflow_name = 'long'") == 11, r.stdout + r.stderr)
+    parent = q(url, "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = 'long' "
+                    "ORDER BY created_at LIMIT 1")
+    q(url, f"UPDATE cairn.runner_instances SET parent_id = '{parent}' WHERE instance_id = "
+           f"'{future}'")
+    r = ctl(env, "prune", "--older-than", "1h", "--workflow", "long")
+    check("... and deletes it when named, but for a parent whose child has not finished",
+          r.returncode == 0 and n_instances(url, "workflow_name = 'long'") == 1
+          and n_instances(url, f"instance_id = '{parent}'") == 1, r.stdout + r.stderr)
     m, m3 = e2e.metrics(port), e2e.metrics(port3)
     pruned = [x.get(k, 0) for k in ("cairn_pruned_instances_total", "cairn_pruned_actions_total")
               for x in (m, m3)]
