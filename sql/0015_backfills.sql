@@ -346,8 +346,8 @@ BEGIN
 END
 $$;
 
--- Pausing: only a running backfill; nothing new starts, the running partitions finish.
-CREATE FUNCTION cairn.backfill_pause(p_id uuid) RETURNS text
+-- Locks a backfill's row and returns its state; no_data_found (P0002) when there is none.
+CREATE FUNCTION cairn.backfill_lock(p_id uuid) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     v_state text;
@@ -356,6 +356,17 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no backfill %', p_id USING ERRCODE = 'no_data_found';
     END IF;
+    RETURN v_state;
+END
+$$;
+
+-- Pausing: only a running backfill; nothing new starts, the running partitions finish.
+CREATE FUNCTION cairn.backfill_pause(p_id uuid) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_state text;
+BEGIN
+    v_state := cairn.backfill_lock(p_id);
     IF v_state <> 'running' THEN
         RAISE EXCEPTION 'backfill % is %: only a running backfill can be paused', p_id, v_state
             USING ERRCODE = 'object_not_in_prerequisite_state';
@@ -371,10 +382,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_state text;
 BEGIN
-    SELECT state INTO v_state FROM cairn.backfills WHERE id = p_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no backfill %', p_id USING ERRCODE = 'no_data_found';
-    END IF;
+    v_state := cairn.backfill_lock(p_id);
     IF v_state <> 'paused' THEN
         RAISE EXCEPTION 'backfill % is %: only a paused backfill can be resumed', p_id, v_state
             USING ERRCODE = 'object_not_in_prerequisite_state';
@@ -395,10 +403,7 @@ DECLARE
     v_n integer := 0;
     v record;
 BEGIN
-    SELECT state INTO v_state FROM cairn.backfills WHERE id = p_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no backfill %', p_id USING ERRCODE = 'no_data_found';
-    END IF;
+    v_state := cairn.backfill_lock(p_id);
     IF v_state IN ('completed', 'cancelled') THEN
         RAISE EXCEPTION 'backfill % is already %', p_id, v_state
             USING ERRCODE = 'object_not_in_prerequisite_state';
@@ -425,10 +430,7 @@ DECLARE
     v_n integer := 0;
     v record;
 BEGIN
-    SELECT state INTO v_state FROM cairn.backfills WHERE id = p_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no backfill %', p_id USING ERRCODE = 'no_data_found';
-    END IF;
+    v_state := cairn.backfill_lock(p_id);
     IF v_state IN ('cancelled', 'completed') THEN
         RAISE EXCEPTION 'backfill % is %: nothing to retry', p_id, v_state
             USING ERRCODE = 'object_not_in_prerequisite_state';
