@@ -84,6 +84,9 @@ db_exec(PGconn *c, const char *sql, int n, const char *const *params, int format
         e = CN_INVAL;
     } else if (state != NULL && strcmp(state, "54000") == 0) {
         e = CN_TOOBIG;
+    } else if (state != NULL && (strcmp(state, "55P03") == 0 || strcmp(state, "40P01") == 0 ||
+                                 strcmp(state, "40001") == 0)) {
+        e = CN_BUSY; /* a lock not had in time, a deadlock, a serialization failure */
     } else {
         e = CN_DB;
     }

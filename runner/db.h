@@ -22,8 +22,10 @@ CN_MUST_CHECK cn_err rn_db_connect(const char *url, PGconn **out, struct cn_errm
 /* Runs sql with n text parameters (NULL entries are SQL NULL). On CN_OK *out (when out is not
  * NULL) holds the result (PQclear it). Errors, with the server's message in err: CN_NOTFOUND
  * (SQLSTATE 42704 undefined_object, P0002 no_data_found), CN_INVAL (class 22, data
- * exceptions, and 23514 check_violation), CN_TOOBIG (54000 program_limit_exceeded: a value over
- * a limit, e.g. cairn.enqueue's), CN_IO (the connection is gone), CN_DB (any other). */
+ * exceptions, 23514 check_violation, 55000 object_not_in_prerequisite_state), CN_TOOBIG (54000
+ * program_limit_exceeded: a value over a limit, e.g. cairn.enqueue's), CN_BUSY (55P03
+ * lock_not_available, 40P01 deadlock_detected, 40001 serialization_failure: worth another
+ * try), CN_IO (the connection is gone), CN_DB (any other). */
 CN_MUST_CHECK cn_err rn_db_exec(PGconn *c, const char *sql, int n, const char *const *params,
                                 PGresult **out, struct cn_errmsg *err);
 

@@ -169,16 +169,23 @@ DECLARE
     v_keys text[];
     v_more text[];
     v_n integer;
+    v_seen text[] := '{}';
 BEGIN
-    FOR l IN SELECT wl.workflow_name, wl.max_running, wl.max_per_key, wl.key_cursor
-               FROM cairn.workflow_limits wl
-              WHERE EXISTS (SELECT 1 FROM cairn.queued_instances q
-                             WHERE q.limit_name = wl.workflow_name AND NOT q.holds_slot
-                               AND q.scheduled_at <= now())
-              ORDER BY wl.claimed_at NULLS FIRST
-                FOR UPDATE OF wl SKIP LOCKED
+    -- One limits row at a time: a FOR loop over a locking query fetches (and locks) ten rows
+    -- at once, which other runners would then skip without this one using them.
     LOOP
         EXIT WHEN v_left <= 0;
+        SELECT wl.workflow_name, wl.max_running, wl.max_per_key, wl.key_cursor INTO l
+          FROM cairn.workflow_limits wl
+         WHERE wl.workflow_name <> ALL (v_seen)
+           AND EXISTS (SELECT 1 FROM cairn.queued_instances q
+                        WHERE q.limit_name = wl.workflow_name AND NOT q.holds_slot
+                          AND q.scheduled_at <= now())
+         ORDER BY wl.claimed_at NULLS FIRST
+         LIMIT 1
+           FOR UPDATE OF wl SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        v_seen := v_seen || l.workflow_name;
         v_free := v_left;
         IF l.max_running IS NOT NULL THEN
             SELECT least(v_free, l.max_running - count(*)) INTO v_free

@@ -28,7 +28,8 @@
     X(COMPILE, "compile error")              \
     X(VERSION, "unsupported format version") \
     X(RAISED, "workflow error raised")       \
-    X(DB, "database error")
+    X(DB, "database error")                  \
+    X(BUSY, "busy, try again")
 
 #define CN_ERR_ENUM(name, text) CN_##name,
 typedef enum cn_err { CN_ERRORS(CN_ERR_ENUM) CN_ERR_COUNT_ } cn_err;

@@ -35,7 +35,7 @@ ctl_limit_apply(const struct cn_opts *o, PGconn *c, const char *workflow, const 
                         " max_running FROM cairn.workflow_limits WHERE workflow_name = $1)"
                         " ELSE $2::integer END, $3::integer)",
                         4, params, &r, &em);
-        if (rv == CN_OK || strstr(em.text, "lock timeout") == NULL) {
+        if (rv != CN_BUSY) {
             break;
         }
         (void) usleep(200000);
