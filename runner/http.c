@@ -2,9 +2,12 @@
 /* The runner's HTTP endpoints (see http.h). */
 #include "runner/http.h"
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nng/nng.h>
 #include <nng/supplemental/http/http.h>
@@ -15,6 +18,11 @@ struct rn_http {
     struct rn_http_routes routes;
     nng_http_server *server;
     nng_url *url;
+    /* Handlers running now, and whether the server is stopping: stopping waits for the former,
+     * so that no handler still reads this struct, or the runner's insides through the
+     * callbacks, once rn_http_stop returns (nng's server stop does not wait for them). */
+    atomic_int busy;
+    atomic_bool closing;
 };
 
 static void
@@ -42,7 +50,7 @@ self(nng_aio *aio)
 }
 
 static void
-on_metrics(nng_aio *aio)
+on_metrics_(nng_aio *aio)
 {
     struct rn_http *h = self(aio);
     struct cn_buf b = CN_BUF_INIT;
@@ -65,7 +73,7 @@ rn_http_answer(struct rn_http_pending *req, uint16_t code, const char *type, con
 
 /* nng lets a handler finish its aio later, from any thread; status.c does. */
 static void
-on_status(nng_aio *aio)
+on_status_(nng_aio *aio)
 {
     struct rn_http *h = self(aio);
 
@@ -77,13 +85,13 @@ on_status(nng_aio *aio)
 }
 
 static void
-on_healthz(nng_aio *aio)
+on_healthz_(nng_aio *aio)
 {
     reply(aio, 200, "text/plain", "ok\n", 3);
 }
 
 static void
-on_readyz(nng_aio *aio)
+on_readyz_(nng_aio *aio)
 {
     struct rn_http *h = self(aio);
 
@@ -92,6 +100,45 @@ on_readyz(nng_aio *aio)
     } else {
         reply(aio, 503, "text/plain", "stopping\n", 9);
     }
+}
+
+/* Runs a handler unless the server is stopping, counted in busy. */
+static void
+guarded(nng_aio *aio, void (*fn)(nng_aio *))
+{
+    struct rn_http *h = self(aio);
+
+    atomic_fetch_add(&h->busy, 1);
+    if (atomic_load(&h->closing)) {
+        reply(aio, 503, "text/plain", "stopping\n", 9);
+    } else {
+        fn(aio);
+    }
+    atomic_fetch_sub(&h->busy, 1);
+}
+
+static void
+on_metrics(nng_aio *aio)
+{
+    guarded(aio, on_metrics_);
+}
+
+static void
+on_status(nng_aio *aio)
+{
+    guarded(aio, on_status_);
+}
+
+static void
+on_healthz(nng_aio *aio)
+{
+    guarded(aio, on_healthz_);
+}
+
+static void
+on_readyz(nng_aio *aio)
+{
+    guarded(aio, on_readyz_);
 }
 
 cn_err
@@ -108,6 +155,9 @@ rn_http_start(const char *listen, const struct rn_http_routes *routes, struct rn
                  {"/status", on_status}};
     struct rn_http *h = cn_xcalloc(1, sizeof(*h));
     char url[300];
+
+    atomic_init(&h->busy, 0);
+    atomic_init(&h->closing, false);
     size_t i;
     int rv;
 
@@ -147,8 +197,15 @@ rn_http_stop(struct rn_http *h)
     if (h == NULL) {
         return;
     }
+    atomic_store(&h->closing, true);
     if (h->server != NULL) {
+        int waited = 0;
         nng_http_server_stop(h->server);
+        /* A handler is a few milliseconds of work at most (it never waits on the database). */
+        while (atomic_load(&h->busy) > 0 && waited++ < 5000) {
+            struct timespec ts = {0, 1000000L};
+            (void) nanosleep(&ts, NULL);
+        }
         nng_http_server_release(h->server);
     }
     if (h->url != NULL) {
