@@ -308,7 +308,9 @@ BEGIN
             END IF;
         END IF;
         -- The throughput, only over time spent running: a pause is a gap, not a slow stretch.
-        -- A sample spans from one tick that saw partitions finish to the next (a = 0.3).
+        -- A sample spans at least a second (partitions finish in bursts, one per round of the
+        -- concurrency: a shorter span would take a burst for the rate), from the tick that
+        -- took the last sample to one that saw partitions finish since (a = 0.3).
         v_rate := b.rate_ps;
         v_rate_at := b.rate_at;
         v_rate_done := b.rate_done;
@@ -320,7 +322,7 @@ BEGIN
             v_rate_done := v_done + v_failed;
         ELSIF v_done + v_failed > b.rate_done THEN
             v_dt := extract(epoch FROM clock_timestamp() - b.rate_at);
-            IF v_dt > 0 THEN
+            IF v_dt >= 1 THEN
                 v_rate := (v_done + v_failed - b.rate_done) / v_dt;
                 v_rate := CASE WHEN b.rate_ps IS NULL THEN v_rate
                                ELSE 0.3 * v_rate + 0.7 * b.rate_ps END;
@@ -452,7 +454,7 @@ $$;
 -- Each backfill with its progress: partitions done, failed, running and remaining (not
 -- finished), the moving average of a partition's duration, the rate (partitions finished a
 -- minute while running, a moving average) and the ETA from it (NULL while paused or finished,
--- and until partitions have finished on two ticks).
+-- and for the first second or so of running).
 CREATE VIEW cairn.backfill_status AS
 SELECT b.id, b.workflow_name, b.param, b.kind, b.range_from, b.range_to, b.step, b.state,
        b.concurrency, b.total, b.next_index, b.done, b.failed, b.running,
