@@ -21,10 +21,11 @@ CREATE TABLE cairn.workflow_retention (
     updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
--- A finished parent whose child (one it waits for, not one it started with `start`) has not
--- finished yet: the child's outcome is still to be recorded against it, and the sweep that
--- cancels such children finds them through the parent's row. Kept until the child is done.
-CREATE FUNCTION cairn.has_open_children(p_id uuid) RETURNS boolean
+-- What retention keeps although it finished long ago: a parent whose child (one it waits for,
+-- not one it started with `start`) has not finished yet, since the child's outcome is still to
+-- be recorded against it and the sweep that cancels such children finds them through the
+-- parent's row. (0015 adds the partitions of a backfill still going.)
+CREATE FUNCTION cairn.prune_keeps(p_id uuid) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT EXISTS (SELECT 1 FROM cairn.runner_instances c
                     WHERE c.parent_id = p_id AND c.status IN ('queued', 'running')
@@ -62,7 +63,7 @@ BEGIN
              WHERE ri.workflow_name = p_workflow AND ri.created_at <= v_upto
                AND ri.status IN ('completed', 'failed', 'cancelled', 'timed_out')
                AND ri.completed_at < p_cutoff AND NOT ri.parent_pending
-               AND NOT cairn.has_open_children(ri.instance_id)
+               AND NOT cairn.prune_keeps(ri.instance_id)
              ORDER BY ri.created_at DESC LIMIT p_batch) c;
     ELSE
         SELECT array_agg(c.instance_id), min(c.created_at) INTO v_cand, next_before FROM (
@@ -88,7 +89,7 @@ BEGIN
                   ORDER BY ri.created_at DESC)) u
              WHERE u.completed_at < p_cutoff AND NOT u.parent_pending
                AND u.workflow_name <> ALL (p_exclude)
-               AND NOT cairn.has_open_children(u.instance_id)
+               AND NOT cairn.prune_keeps(u.instance_id)
              ORDER BY u.created_at DESC LIMIT p_batch) c;
     END IF;
     IF coalesce(cardinality(v_cand), 0) < p_batch THEN
@@ -100,7 +101,7 @@ BEGIN
          WHERE ri.instance_id = ANY (coalesce(v_cand, '{}'))
            AND ri.status IN ('completed', 'failed', 'cancelled', 'timed_out')
            AND ri.completed_at < p_cutoff AND NOT ri.parent_pending
-           AND NOT cairn.has_open_children(ri.instance_id)
+           AND NOT cairn.prune_keeps(ri.instance_id)
            FOR UPDATE SKIP LOCKED) l;
     DELETE FROM cairn.runner_actions_done d WHERE d.instance_id = ANY (v_ids);
     GET DIAGNOSTICS actions = ROW_COUNT;

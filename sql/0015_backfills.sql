@@ -464,3 +464,16 @@ SELECT b.id, b.workflow_name, b.param, b.kind, b.range_from, b.range_to, b.step,
             THEN make_interval(secs => (b.total - b.done - b.failed) / b.rate_ps) END AS eta,
        b.error, b.created_at, b.started_at, b.finished_at, b.updated_at
   FROM cairn.backfills b;
+
+-- Retention keeps the partitions of a backfill that is still going: its counts are recounted
+-- from them at every tick (a finished backfill's counts stay in its row).
+CREATE OR REPLACE FUNCTION cairn.prune_keeps(p_id uuid) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM cairn.runner_instances c
+                    WHERE c.parent_id = p_id AND c.status IN ('queued', 'running')
+                      AND NOT c.detached)
+        OR EXISTS (SELECT 1 FROM cairn.runner_instances ri
+                     JOIN cairn.backfills b ON b.id = ri.backfill_id
+                    WHERE ri.instance_id = p_id
+                      AND b.state IN ('pending', 'running', 'paused', 'resuming'))
+$$;

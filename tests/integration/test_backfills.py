@@ -172,12 +172,26 @@ def run_all(url, env, tmp):
     check("backfill list shows it", any(b["id"] == bid and b["state"] == "completed"
                                         for b in lst), str(lst)[:500])
 
+    # ---- retention keeps the partitions of a backfill still going ----------------------------
+    q(url, f"UPDATE cairn.runner_instances SET created_at = created_at - interval '40 days', "
+           f"completed_at = completed_at - interval '40 days' WHERE backfill_id = '{bid}'")
+    r = ctl(env, "prune", "--older-than", "30d")
+    check("retention deletes a finished backfill's partitions (its counts stay)",
+          r.returncode == 0 and partitions(url, bid) == 0 and status(env, bid).get("done") == 100,
+          r.stdout + r.stderr + str(status(env, bid)))
+
     # ---- kill -9 of a runner while backfills run ---------------------------------------------
     r = ctl(env, "backfill", "create", "daily", "--param", "day", "--from", "1", "--to", "60",
             "--step", "1", "--input", '{"ms": 200}', "--concurrency", "6", "--json")
     bid2 = json.loads(r.stdout or "{}").get("id", "")
     check("an integer backfill of 60 partitions", r.returncode == 0 and bid2, r.stderr)
     wait_until("some done", lambda: status(env, bid2).get("done", 0) >= 10, 30)
+    q(url, f"UPDATE cairn.runner_instances SET created_at = created_at - interval '40 days', "
+           f"completed_at = completed_at - interval '40 days' WHERE backfill_id = '{bid2}' "
+           "AND status = 'completed'")
+    r = ctl(env, "prune", "--older-than", "30d")
+    check("... but keeps those of a backfill still going", r.returncode == 0 and
+          partitions(url, bid2, "status = 'completed'") >= 10, r.stdout + r.stderr)
     done_key = f'cairn_backfill_partitions{{backfill="{bid2}",workflow="daily",state="done"}}'
     # a runner's figures are those of its last tick (a quarter of a second old at most)
     check("/metrics shows its partitions by state", wait_until(
