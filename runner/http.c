@@ -192,20 +192,31 @@ rn_http_start(const char *listen, const struct rn_http_routes *routes, struct rn
 }
 
 void
+rn_http_quiesce(struct rn_http *h)
+{
+    int waited = 0;
+
+    if (h == NULL) {
+        return;
+    }
+    atomic_store(&h->closing, true);
+    /* A handler is a few milliseconds of work at most (it never waits on the database). */
+    while (atomic_load(&h->busy) > 0 && waited++ < 5000) {
+        struct timespec ts = {0, 1000000L};
+        (void) nanosleep(&ts, NULL);
+    }
+}
+
+void
 rn_http_stop(struct rn_http *h)
 {
     if (h == NULL) {
         return;
     }
-    atomic_store(&h->closing, true);
+    rn_http_quiesce(h);
     if (h->server != NULL) {
-        int waited = 0;
         nng_http_server_stop(h->server);
-        /* A handler is a few milliseconds of work at most (it never waits on the database). */
-        while (atomic_load(&h->busy) > 0 && waited++ < 5000) {
-            struct timespec ts = {0, 1000000L};
-            (void) nanosleep(&ts, NULL);
-        }
+        rn_http_quiesce(h); /* one that came in between */
         nng_http_server_release(h->server);
     }
     if (h->url != NULL) {

@@ -45,6 +45,9 @@ CN_MUST_CHECK cn_err rn_http_start(const char *listen, const struct rn_http_rout
  * Out of memory the connection is closed instead. */
 void rn_http_answer(struct rn_http_pending *req, uint16_t code, const char *type, const void *body,
                     size_t len);
+/* From now on every request is answered 503 "stopping", and the handlers running now have
+ * returned when this does (at most 5 s). NULL: no-op. */
+void rn_http_quiesce(struct rn_http *h);
 /* Stops serving and frees. NULL: no-op. Requests still pending stay valid until answered. */
 void rn_http_stop(struct rn_http *h);
 

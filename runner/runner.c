@@ -74,7 +74,10 @@ struct rn_runner {
     struct rn_http *http;
     struct rn_status *status; /* NULL with a backend of its own (no database to show) */
     _Atomic size_t active;
-    atomic_bool ready;                   /* started and not stopping */
+    atomic_bool ready; /* started and not stopping */
+    /* Every part /metrics reads exists (set once rn_runner_start is done): the HTTP server
+     * starts before the shards and the persister, and a scrape may come at once. */
+    atomic_bool started;
     _Atomic int64_t leases_confirmed_ms; /* the lease gate (pool.h): written by the keeper */
 };
 
@@ -246,6 +249,9 @@ http_metrics(void *arg, struct cn_buf *out)
     struct rn_pool_stats ps;
     bool ok;
 
+    if (!atomic_load(&r->started)) {
+        return false; /* 500 "metrics unavailable" for the moment the runner takes to start */
+    }
     rn_runner_stats(r, &st);
     rn_pool_stats(r->pool, &ps);
     ok = rn_metrics_render(&st, &ps, out);
@@ -463,6 +469,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         runner_free(r);
         return rv;
     }
+    atomic_store(&r->started, true);
     atomic_store(&r->ready, true);
     *out = r;
     return CN_OK;
@@ -524,6 +531,8 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
         return;
     }
     atomic_store(&r->ready, false);
+    /* No handler may read the parts stopped below: the running ones finish, later ones get 503. */
+    rn_http_quiesce(r->http);
     rn_claimer_stop(r->claimer);
     rn_canceller_stop(r->canceller); /* it posts to the shards: stopped before them */
     r->canceller = NULL;
