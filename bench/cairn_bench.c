@@ -970,16 +970,16 @@ main(int argc, char **argv)
         const char *p[3] = {bc->child_name, version, bc->child_source};
         free(q1(c,
                 "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash,"
-                " source, inputs) VALUES ($1, $2, $2, $3, '{i}') ON CONFLICT (workflow_name,"
-                " workflow_version) DO NOTHING",
+                " source, inputs) VALUES ($1, $2, $2, $3, '{i}')"
+                " ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING",
                 3, p));
     }
     {
         const char *p[3] = {name, version, bc->source};
         free(q1(c,
                 "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash,"
-                " source) VALUES ($1, $2, $2, $3) ON CONFLICT (workflow_name, workflow_version)"
-                " DO NOTHING",
+                " source) VALUES ($1, $2, $2, $3)"
+                " ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING",
                 3, p));
     }
     {
@@ -993,7 +993,10 @@ main(int argc, char **argv)
         }
         free(q1(c, "SELECT cairn.limit_set($1, $2::integer)", 2, p));
         if (o.max_running == 0) {
-            free(q1(c, "DELETE FROM cairn.workflow_limits WHERE workflow_name = $1", 1, p));
+            free(q1(c,
+                    "DELETE FROM cairn.workflow_limits WHERE tenant_id = 'default' AND"
+                    " workflow_name = $1",
+                    1, p));
         }
     }
     (void) snprintf(tag, sizeof(tag), "%ld-%ld", (long) getpid(), (long) time(NULL));

@@ -39,6 +39,7 @@ struct pg_backend {
     bool listening_notices;    /* LISTEN cairn_cancel and cairn_child issued on c */
     bool prepared;             /* the persist statements are prepared on c */
     bool limits;               /* some workflow has a concurrency limit (checked every second) */
+    bool tenants;              /* there is more than the default tenant (checked with limits) */
     int64_t limits_checked_ms; /* monotonic; 0: never */
 };
 
@@ -252,22 +253,44 @@ get_uuid(PGresult *r, int row, int col, uint8_t out[16])
 
 /* ---- claim -------------------------------------------------------------------------------- */
 
+/* The free rows of the tenant `default` in priority order, through queued_instances_ready
+ * (0017: it leads with the tenant), which holds only rows nobody holds and no row waiting for
+ * a concurrency slot (0012): what the claim walks while there is no other tenant. */
+#define CLAIM_FREE_ONE                                                               \
+    " f AS ("                                                                        \
+    "  SELECT ctid AS tid FROM cairn.queued_instances"                               \
+    "   WHERE tenant_id = 'default' AND lock_uuid IS NULL AND scheduled_at <= now()" \
+    "     AND (limit_name IS NULL OR holds_slot)"                                    \
+    "   ORDER BY priority DESC, scheduled_at LIMIT $5 FOR UPDATE SKIP LOCKED),"
+
+/* With several tenants, the free rows taken in turns: the same walk per tenant (each up to $5,
+ * in its own priority order), then the first of each tenant, the second of each, and so on. A
+ * tenant with a backlog of 100 000 thus takes as many of a claim's places as one with a single
+ * instance due, which starts at the next claim instead of after the backlog. Priority orders
+ * a tenant's own instances, not one tenant's against another's. The rows walked past the
+ * $5 taken stay locked until the claim commits (other runners skip them meanwhile): at most
+ * $5 per tenant with instances due, one index probe for a tenant with none. */
+#define CLAIM_FREE_FAIR                                                                     \
+    " f AS ("                                                                               \
+    "  SELECT x.tid FROM cairn.tenants t CROSS JOIN LATERAL ("                              \
+    "    SELECT q.ctid AS tid, q.priority, q.scheduled_at FROM cairn.queued_instances q"    \
+    "     WHERE q.tenant_id = t.name AND q.lock_uuid IS NULL AND q.scheduled_at <= now()"   \
+    "       AND (q.limit_name IS NULL OR q.holds_slot)"                                     \
+    "     ORDER BY q.priority DESC, q.scheduled_at LIMIT $5 FOR UPDATE OF q SKIP LOCKED) x" \
+    "   ORDER BY row_number() OVER (PARTITION BY t.name ORDER BY x.priority DESC,"          \
+    "            x.scheduled_at), x.priority DESC, x.scheduled_at LIMIT $5),"
+
 /* Two index walks (0004): expired leases first (a dead runner's instances, already started,
- * through queued_instances_expiry), then the free rows in priority order (through
- * queued_instances_ready, which holds only rows nobody holds and no row waiting for a
- * concurrency slot: 0012). CTE scans are pulled on demand, so the second walk runs only when
- * the first found fewer than $1 (FOR UPDATE cannot sit under a UNION, hence the two CTEs).
- * now(), not clock_timestamp(): a stable bound is an index condition, a volatile one a filter
- * applied to every entry of the walk. CLAIM_TAKE is how many the two walks may take. */
-#define CLAIM_WALKS(CLAIM_TAKE)                                                                   \
+ * through queued_instances_expiry), then the free rows (CLAIM_FREE, one of the two above).
+ * CTE scans are pulled on demand, so the second walk runs only when the first found fewer than
+ * $1 (FOR UPDATE cannot sit under a UNION, hence the two CTEs). now(), not clock_timestamp():
+ * a stable bound is an index condition, a volatile one a filter applied to every entry of the
+ * walk. CLAIM_TAKE is how many the two walks may take. */
+#define CLAIM_WALKS(CLAIM_FREE, CLAIM_TAKE)                                                       \
     " e AS ("                                                                                     \
     "  SELECT ctid AS tid FROM cairn.queued_instances"                                            \
     "   WHERE lock_uuid IS NOT NULL AND lock_expires_at < now() AND scheduled_at <= now()"        \
-    "   ORDER BY lock_expires_at LIMIT $4 FOR UPDATE SKIP LOCKED),"                               \
-    " f AS ("                                                                                     \
-    "  SELECT ctid AS tid FROM cairn.queued_instances"                                            \
-    "   WHERE lock_uuid IS NULL AND scheduled_at <= now() AND (limit_name IS NULL OR holds_slot)" \
-    "   ORDER BY priority DESC, scheduled_at LIMIT $5 FOR UPDATE SKIP LOCKED),"                   \
+    "   ORDER BY lock_expires_at LIMIT $4 FOR UPDATE SKIP LOCKED)," CLAIM_FREE                    \
     " c AS (SELECT tid, row_number() OVER () AS n"                                                \
     "        FROM (SELECT tid FROM e UNION ALL SELECT tid FROM f LIMIT " CLAIM_TAKE               \
     ") u)," /* the stored (possibly compressed) sizes: read from the row, nothing is decompressed \
@@ -301,7 +324,6 @@ get_uuid(PGresult *r, int row, int col, uint8_t out[16])
     "        r.parent_exec_id, r.parent_attempt"                                                \
     "   FROM q JOIN r ON r.instance_id = q.instance_id"
 
-static const char *claim_sql = "WITH" CLAIM_WALKS("$1") " q AS (SELECT * FROM h)," CLAIM_MARK;
 
 /* While some workflow has a concurrency limit (0012), the claim first takes instances waiting
  * for a slot through cairn.claim_limited (at most $6), then fills the rest of $1 from the walks.
@@ -313,8 +335,15 @@ static const char *claim_sql = "WITH" CLAIM_WALKS("$1") " q AS (SELECT * FROM h)
 #define CLAIM_LIMITED_REST "greatest($1::bigint - (SELECT count(*) FROM l), 0)"
 #define CLAIM_LIMITED_Q \
     " q AS (SELECT * FROM h UNION ALL SELECT l_instance_id, l_lock, l_version FROM l),"
-static const char *claim_limited_sql = CLAIM_LIMITED_FIRST CLAIM_WALKS(CLAIM_LIMITED_REST)
-CLAIM_LIMITED_Q CLAIM_MARK;
+
+/* Indexed by [limits][tenants]: whether some workflow has a limit, whether there are tenants
+ * besides the default. */
+static const char *claim_sql[2][2] = {
+    {"WITH" CLAIM_WALKS(CLAIM_FREE_ONE, "$1") " q AS (SELECT * FROM h)," CLAIM_MARK,
+     "WITH" CLAIM_WALKS(CLAIM_FREE_FAIR, "$1") " q AS (SELECT * FROM h)," CLAIM_MARK},
+    {CLAIM_LIMITED_FIRST CLAIM_WALKS(CLAIM_FREE_ONE, CLAIM_LIMITED_REST) CLAIM_LIMITED_Q CLAIM_MARK,
+     CLAIM_LIMITED_FIRST CLAIM_WALKS(CLAIM_FREE_FAIR, CLAIM_LIMITED_REST)
+         CLAIM_LIMITED_Q CLAIM_MARK}};
 
 static const char *done_sql =
     "SELECT DISTINCT ON (instance_id, execution_id) instance_id, execution_id, attempt,"
@@ -410,17 +439,20 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
     (void) snprintf(orphans, sizeof(orphans), "%zu", max_orphans < max ? max_orphans : max);
     (void) snprintf(fresh, sizeof(fresh), "%zu", max_fresh < max ? max_fresh : max);
     if (b->limits_checked_ms == 0 || cn_mono_ms() - b->limits_checked_ms >= PG_LIMITS_CHECK_MS) {
-        if ((rv = rn_db_exec(b->c, "SELECT EXISTS (SELECT 1 FROM cairn.workflow_limits)", 0, NULL,
-                             &r, err)) != CN_OK) {
+        if ((rv = rn_db_exec(b->c,
+                             "SELECT EXISTS (SELECT 1 FROM cairn.workflow_limits),"
+                             " EXISTS (SELECT 1 FROM cairn.tenants WHERE name <> 'default')",
+                             0, NULL, &r, err)) != CN_OK) {
             return rv;
         }
         b->limits = PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+        b->tenants = PQntuples(r) == 1 && PQgetvalue(r, 0, 1)[0] == 't';
         b->limits_checked_ms = cn_mono_ms();
         PQclear(r);
         r = NULL;
     }
-    if ((rv = pg_exec_bin(b, b->limits ? claim_limited_sql : claim_sql, b->limits ? 6 : 5, params,
-                          &r, err)) != CN_OK) {
+    if ((rv = pg_exec_bin(b, claim_sql[b->limits][b->tenants], b->limits ? 6 : 5, params, &r,
+                          err)) != CN_OK) {
         return rv;
     }
     rows = PQntuples(r);

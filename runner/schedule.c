@@ -126,14 +126,14 @@ jitter_of(const char *name, int64_t slot, int64_t jitter_ms)
     return (int64_t) (h % (uint64_t) (jitter_ms + 1));
 }
 
-/* Enqueues slot (due at slot + its jitter) of schedule name: 1 when a new instance, 0 when the
- * slot had one. */
+/* Enqueues slot (due at slot + its jitter) of tenant's schedule name: 1 when a new instance, 0
+ * when the slot had one. */
 static cn_err
-fire_slot(PGconn *c, const char *name, int64_t slot, int64_t jitter_ms, int *made,
-          struct cn_errmsg *err)
+fire_slot(PGconn *c, const char *tenant, const char *name, int64_t slot, int64_t jitter_ms,
+          int *made, struct cn_errmsg *err)
 {
     char sbuf[24], dbuf[24];
-    const char *p[3] = {name, sbuf, dbuf};
+    const char *p[4] = {name, sbuf, dbuf, tenant};
     PGresult *r = NULL;
     cn_err rv;
 
@@ -143,8 +143,8 @@ fire_slot(PGconn *c, const char *name, int64_t slot, int64_t jitter_ms, int *mad
     (void) snprintf(dbuf, sizeof(dbuf), "%lld", due);
     rv = rn_db_exec(c,
                     "SELECT cairn.schedule_fire($1, to_timestamp($2::bigint / 1000.0),"
-                    " to_timestamp($3::bigint / 1000.0)) IS NOT NULL",
-                    3, p, &r, err);
+                    " to_timestamp($3::bigint / 1000.0), $4) IS NOT NULL",
+                    4, p, &r, err);
     if (rv == CN_OK) {
         *made = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
         PQclear(r);
@@ -152,23 +152,23 @@ fire_slot(PGconn *c, const char *name, int64_t slot, int64_t jitter_ms, int *mad
     return rv;
 }
 
-/* Pauses schedule name with why (after its savepoint was rolled back). */
+/* Pauses tenant's schedule name with why (after its savepoint was rolled back). */
 static cn_err
-pause_with(PGconn *c, const char *name, const char *why, struct cn_errmsg *err)
+pause_with(PGconn *c, const char *tenant, const char *name, const char *why, struct cn_errmsg *err)
 {
-    const char *p[2] = {name, why};
+    const char *p[3] = {name, why, tenant};
 
     return rn_db_exec(c,
                       "UPDATE cairn.schedules SET paused = true, error = left($2, 1000)"
-                      " WHERE name = $1",
-                      2, p, NULL, err);
+                      " WHERE name = $1 AND tenant_id = $3",
+                      3, p, NULL, err);
 }
 
 /* One due schedule, inside the caller's transaction and a savepoint of its own. */
 static cn_err
 fire_one(PGconn *c, PGresult *r, int row, int64_t now, size_t *fired, struct cn_errmsg *err)
 {
-    const char *name = PQgetvalue(r, row, 0);
+    const char *name = PQgetvalue(r, row, 0), *tenant = PQgetvalue(r, row, 8);
     const char *cron = PQgetisnull(r, row, 1) ? NULL : PQgetvalue(r, row, 1);
     int64_t every = PQgetisnull(r, row, 2) ? 0 : to_i64(PQgetvalue(r, row, 2));
     const char *tz = PQgetvalue(r, row, 3), *catch_up = PQgetvalue(r, row, 4);
@@ -217,7 +217,7 @@ fire_one(PGconn *c, PGresult *r, int row, int64_t now, size_t *fired, struct cn_
         }
         for (k = from; rv == CN_OK && k < ndue; k++) {
             int made = 0;
-            rv = fire_slot(c, name, due[k], jitter, &made, err);
+            rv = fire_slot(c, tenant, name, due[k], jitter, &made, err);
             *fired += (size_t) made;
             last = due[k];
         }
@@ -233,7 +233,7 @@ fire_one(PGconn *c, PGresult *r, int row, int64_t now, size_t *fired, struct cn_
             rv = rn_schedule_slots(c, cron, every, tz, now, 1, &nx, &got, err);
         }
         if (rv == CN_OK) {
-            const char *p[3] = {name, got == 1 ? nbuf : NULL, last != 0 ? lbuf : NULL};
+            const char *p[4] = {name, got == 1 ? nbuf : NULL, last != 0 ? lbuf : NULL, tenant};
             (void) snprintf(nbuf, sizeof(nbuf), "%lld", (long long) nx);
             (void) snprintf(lbuf, sizeof(lbuf), "%lld", (long long) last);
             rv = rn_db_exec(c,
@@ -241,8 +241,8 @@ fire_one(PGconn *c, PGresult *r, int row, int64_t now, size_t *fired, struct cn_
                             " 1000.0), last_slot = coalesce(to_timestamp($3::bigint / 1000.0),"
                             " last_slot), paused = paused OR $2 IS NULL, error = CASE WHEN $2"
                             " IS NULL THEN 'its expression has no more slots' ELSE error END"
-                            " WHERE name = $1",
-                            3, p, NULL, err);
+                            " WHERE name = $1 AND tenant_id = $4",
+                            4, p, NULL, err);
         }
     }
     free(due);
@@ -264,7 +264,7 @@ rn_schedules_fire(PGconn *c, size_t *fired, struct cn_errmsg *err)
     rv = rn_db_exec(c,
                     "SELECT name, cron, every_ms, timezone, catch_up, jitter_ms,"
                     " floor(extract(epoch FROM next_at) * 1000)::bigint,"
-                    " floor(extract(epoch FROM now()) * 1000)::bigint"
+                    " floor(extract(epoch FROM now()) * 1000)::bigint, tenant_id"
                     " FROM cairn.schedules WHERE NOT paused AND (next_at IS NULL OR next_at <="
                     " now()) ORDER BY next_at NULLS FIRST LIMIT 50 FOR UPDATE SKIP LOCKED",
                     0, NULL, &r, err);
@@ -285,7 +285,7 @@ rn_schedules_fire(PGconn *c, size_t *fired, struct cn_errmsg *err)
             /* This schedule cannot run (a bad expression or zone, its workflow gone): paused,
              * with the reason, and the others go on. */
             if ((rv = rn_db_exec(c, "ROLLBACK TO SAVEPOINT sched", 0, NULL, NULL, err)) == CN_OK) {
-                rv = pause_with(c, PQgetvalue(r, row, 0), em.text, err);
+                rv = pause_with(c, PQgetvalue(r, row, 8), PQgetvalue(r, row, 0), em.text, err);
             }
         }
     }

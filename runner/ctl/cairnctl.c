@@ -62,6 +62,9 @@ static const struct command commands[] = {
      ctl_cmd_prune},
     {"retention", "set WORKFLOW (D | forever) | unset WORKFLOW | list [--json]",
      "a workflow's own retention, instead of the runners' CAIRN_RETENTION", ctl_cmd_retention},
+    {"tenant", "create NAME [--max-running N] | list [--json] | quota NAME (N | none)",
+     "make tenants (each a role, cairn_tenant_NAME), list them, set their running quota",
+     ctl_cmd_tenant},
     {"tree", "ID [--limit N] [--json]",
      "show the task tree under an instance (its child workflows, theirs...) with statuses",
      ctl_cmd_tree},
@@ -91,7 +94,8 @@ usage(FILE *to)
     for (i = 0; i < NCOMMANDS; i++) {
         fprintf(to, "  %s %s\n      %s\n", commands[i].name, commands[i].args, commands[i].help);
     }
-    fprintf(to, "\nDatabase commands use --database-url URL, else $CAIRN_DATABASE_URL.\n"
+    fprintf(to, "\nDatabase commands use --database-url URL, else $CAIRN_DATABASE_URL, and act\n"
+                "as tenant T with --tenant T, else $CAIRN_TENANT (SET ROLE cairn_tenant_T).\n"
                 "exit status: 0 ok, 1 input rejected (compile errors, bad input, unknown name),\n"
                 "2 usage or file error, 3 database error, 4 instance failed, cancelled or timed\n"
                 "out, 5 instance not finished (or --wait timed out), 6 nothing to do\n");

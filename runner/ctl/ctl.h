@@ -2,8 +2,8 @@
 /*
  * cairnctl's internal interface between its files: cairnctl.c (command table, check, dag, the
  * option parsing every command shares), ctl_db.c (the commands that talk to the database, and
- * the helpers below they share), ctl_control.c (cancel and retry: control over instances) and
- * ctl_exec.c (exec). Single-threaded.
+ * the helpers below they share), ctl_control.c (cancel and retry: control over instances),
+ * ctl_tenant.c (tenant create/list/quota) and ctl_exec.c (exec). Single-threaded.
  */
 #ifndef RUNNER_CTL_CTL_H
 #define RUNNER_CTL_CTL_H
@@ -49,10 +49,17 @@ enum {
     {                                                             \
         .flag = "json", .kind = CN_OPT_BOOL, .help = "print JSON" \
     }
-#define CTL_OPT_DB                                                                             \
-    {                                                                                          \
-        .flag = "database-url", .kind = CN_OPT_STR, .env = "CAIRN_DATABASE_URL", .arg = "URL", \
-        .help = "libpq URL of the database"                                                    \
+/* CTL_OPT_DB is two rows, the database and the tenant to act as, so that every database command
+ * takes both and ctl_db_open applies both: a command cannot forget the tenant. */
+#define CTL_OPT_DB                                                               \
+    {.flag = "database-url",                                                     \
+     .kind = CN_OPT_STR,                                                         \
+     .env = "CAIRN_DATABASE_URL",                                                \
+     .arg = "URL",                                                               \
+     .help = "libpq URL of the database"},                                       \
+    {                                                                            \
+        .flag = "tenant", .kind = CN_OPT_STR, .env = "CAIRN_TENANT", .arg = "T", \
+        .help = "act as tenant T: SET ROLE cairn_tenant_T"                       \
     }
 
 /* Parses a command's arguments (the positional ones end up in argv[0..s->nargs)). Returns
@@ -90,8 +97,13 @@ bool ctl_check_uuid(const char *cmd, const char *id);
 int ctl_list(const char *cmd, int argc, char **argv, const char *sql, PGresult **r, bool *json);
 /* Prints column col of the first n rows of r (each a JSON object as text) as a JSON array. */
 void ctl_print_json_rows(const PGresult *r, int n, int col);
-/* Connects to --database-url; returns EXIT_OK, or the exit status after saying why. */
+/* Connects to --database-url and, with --tenant T (or CAIRN_TENANT), acts as T: SET ROLE
+ * cairn_tenant_T, so row-level security keeps every statement to T's rows. Returns EXIT_OK, or
+ * the exit status after saying why: EXIT_USAGE for a bad tenant name, EXIT_REJECTED for a tenant
+ * that does not exist or that this login may not act as, EXIT_DB when the database fails. */
 int ctl_db_open(const struct cn_opts *o, PGconn **c);
+/* Whether t is a tenant name as cairn.tenants allows it: ^[a-z][a-z0-9_]{0,47}$. */
+bool ctl_tenant_name_ok(const char *t);
 /* Says why a statement failed and returns its exit status. */
 int ctl_db_error(const struct cn_opts *o, cn_err rv, const struct cn_errmsg *em);
 /* Polls until instance id is finished (completed, failed, cancelled, timed_out) or timeout_ms
@@ -118,6 +130,7 @@ int ctl_cmd_limit(int argc, char **argv);
 int ctl_cmd_backfill(int argc, char **argv);
 int ctl_cmd_prune(int argc, char **argv);
 int ctl_cmd_retention(int argc, char **argv);
+int ctl_cmd_tenant(int argc, char **argv);
 
 /* Appends to out, NUL-separated, why the instance ID (of STATUS, with the live graph LIVE as
  * rn_snapshot_describe gives it, or null) is not moving: a concurrency slot, its due time, a

@@ -36,9 +36,12 @@ per_instance(const struct cn_opts *o, const char *verb, const char *which, const
     if ((status = ctl_db_open(o, &c)) != EXIT_OK) {
         return status;
     }
+    /* The schema owner sees every tenant's instances: --workflow W names its own tenant's W
+     * (default's, without --tenant), never a same-named workflow of another tenant. */
     (void) snprintf(sql, sizeof(sql),
                     "SELECT instance_id FROM cairn.runner_instances WHERE workflow_name = $1"
-                    " AND status = ANY(CASE WHEN $2::text IS NULL THEN %s ELSE ARRAY[$2::text]"
+                    " AND tenant_id = cairn.current_tenant() AND status = ANY(CASE WHEN $2::text "
+                    "IS NULL THEN %s ELSE ARRAY[$2::text]"
                     " END) ORDER BY created_at",
                     statuses);
     if ((rv = rn_db_exec(c, sql, 2, params, &r, &em)) != CN_OK) {

@@ -3,7 +3,8 @@
  * cairnctl's database commands: migrate, register, run, status, result, list, inspect (cancel
  * and retry are in ctl_control.c). Each
  * parses its options from its own table (ir/base/opts.h, through ctl_opts) and opens one
- * libpq connection (--database-url, else CAIRN_DATABASE_URL), runs parameterised statements
+ * libpq connection (--database-url, else CAIRN_DATABASE_URL; as tenant --tenant, else
+ * CAIRN_TENANT), runs parameterised statements
  * (user data never becomes SQL text) and prints human-readable text, or JSON with --json.
  * Single-threaded. Exit codes: ctl.h.
  */
@@ -142,15 +143,99 @@ version_ok(const char *s)
 
 /* ---- database ----------------------------------------------------------------------------- */
 
+bool
+ctl_tenant_name_ok(const char *t)
+{
+    size_t i, n = strlen(t);
+
+    if (n == 0 || n > 48 || !(t[0] >= 'a' && t[0] <= 'z')) {
+        return false;
+    }
+    for (i = 1; i < n; i++) {
+        if (!((t[i] >= 'a' && t[i] <= 'z') || (t[i] >= '0' && t[i] <= '9') || t[i] == '_')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* SET ROLE cairn_tenant_<tenant> on c. The role, not a setting, is what row-level security
+ * keys on (sql/0017): only a member of the role may take it, so a login cannot act as a tenant
+ * it was not granted. */
+static int
+act_as_tenant(const struct cn_opts *o, PGconn *c, const char *tenant)
+{
+    char role[64], *ident, *sql;
+    const char *state, *msg;
+    PGresult *r;
+    int status = EXIT_OK;
+
+    (void) snprintf(role, sizeof(role), "cairn_tenant_%s", tenant);
+    /* The name is checked already, so quoting changes nothing today; it keeps the statement
+     * safe should the name rules ever widen. */
+    if ((ident = PQescapeIdentifier(c, role, strlen(role))) == NULL) {
+        fprintf(stderr, "%s: cannot quote the tenant's role: %s", o->prog, PQerrorMessage(c));
+        return EXIT_DB;
+    }
+    sql = malloc(strlen(ident) + sizeof("SET ROLE "));
+    if (sql == NULL) {
+        PQfreemem(ident);
+        fprintf(stderr, "%s: out of memory\n", o->prog);
+        return EXIT_DB;
+    }
+    (void) sprintf(sql, "SET ROLE %s", ident);
+    PQfreemem(ident);
+    r = PQexec(c, sql);
+    free(sql);
+    if (r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK) {
+        PQclear(r);
+        return EXIT_OK;
+    }
+    state = r != NULL ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    msg = r != NULL ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    if (state != NULL && (strcmp(state, "22023") == 0 || strcmp(state, "42704") == 0)) {
+        /* SET ROLE says 22023 invalid_parameter_value for a role that does not exist */
+        fprintf(stderr, "%s: no tenant \"%s\" (cairnctl tenant list shows them)\n", o->prog,
+                tenant);
+        status = EXIT_REJECTED;
+    } else if (state != NULL && strcmp(state, "42501") == 0) {
+        fprintf(stderr, "%s: this login may not act as tenant \"%s\" (GRANT %s TO %s)\n", o->prog,
+                tenant, role, PQuser(c));
+        status = EXIT_REJECTED;
+    } else {
+        fprintf(stderr, "%s: cannot act as tenant \"%s\": %s\n", o->prog, tenant,
+                msg != NULL ? msg : PQerrorMessage(c));
+        status = EXIT_DB;
+    }
+    PQclear(r);
+    return status;
+}
+
 int
 ctl_db_open(const struct cn_opts *o, PGconn **c)
 {
+    const char *tenant = cn_opts_str(o, "tenant");
     struct cn_errmsg em;
-    cn_err rv = rn_db_connect(cn_opts_str(o, "database-url"), c, &em);
+    cn_err rv;
+    int status;
 
-    if (rv != CN_OK) {
+    *c = NULL;
+    /* Checked before connecting: a bad name is a usage error whatever the database says. */
+    if (tenant != NULL && !ctl_tenant_name_ok(tenant)) {
+        fprintf(stderr,
+                "%s: \"%s\" is not a tenant name (--tenant or CAIRN_TENANT: a lowercase letter, "
+                "then at most 47 of a-z, 0-9 and _)\n",
+                o->prog, tenant);
+        return EXIT_USAGE;
+    }
+    if ((rv = rn_db_connect(cn_opts_str(o, "database-url"), c, &em)) != CN_OK) {
         fprintf(stderr, "%s: %s\n", o->prog, em.text);
         return rv == CN_INVAL ? EXIT_USAGE : EXIT_DB;
+    }
+    if (tenant != NULL && (status = act_as_tenant(o, *c, tenant)) != EXIT_OK) {
+        PQfinish(*c);
+        *c = NULL;
+        return status;
     }
     return EXIT_OK;
 }
@@ -194,6 +279,13 @@ ctl_cmd_migrate(int argc, char **argv)
 
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
+    }
+    if (cn_opts_str(&o, "tenant") != NULL) {
+        /* A tenant's role may not change the schema, and the schema is every tenant's. */
+        fprintf(stderr,
+                "cairnctl migrate: migrations are the schema owner's, not a tenant's: run it "
+                "without --tenant (and with CAIRN_TENANT unset)\n");
+        return EXIT_USAGE;
     }
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
@@ -304,7 +396,8 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
             if ((rv = rn_db_exec(c,
                                  "SELECT array_to_json(inputs)::text FROM cairn.workflow_versions"
                                  " WHERE workflow_name = $1 AND ($2::text IS NULL OR"
-                                 " workflow_version = $2) ORDER BY created_at DESC LIMIT 1",
+                                 " workflow_version = $2) AND tenant_id ="
+                                 " cairn.current_tenant() ORDER BY created_at DESC LIMIT 1",
                                  2, params, &r, &em)) != CN_OK) {
                 status = ctl_db_error(o, rv, &em);
                 break;
@@ -402,8 +495,10 @@ ctl_cmd_register(int argc, char **argv)
         "SELECT $1, coalesce($2, left(h.ir_hash, 12)), h.ir_hash, $4, nullif($5::bigint, 0), "
         "$6::text[] "
         "FROM h "
-        "ON CONFLICT (workflow_name, workflow_version) DO NOTHING "
+        "ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING "
         "RETURNING id, workflow_version, ir_hash";
+    /* Names are per tenant. Row security keeps a tenant to its own rows, but the schema owner
+     * sees every tenant's and registers in tenant default: hence the tenant_id filters. */
     static const char *existing_sql =
         "SELECT id, workflow_version, ir_hash, "
         /* The same source is unchanged even when a newer compiler encodes its graph (and so
@@ -411,7 +506,7 @@ ctl_cmd_register(int argc, char **argv)
         "(ir_hash = encode(sha256($3::bytea), 'hex') OR source = $4) AS same "
         "FROM cairn.workflow_versions "
         "WHERE workflow_name = $1 AND workflow_version = coalesce($2, left(encode(sha256("
-        "$3::bytea), 'hex'), 12))";
+        "$3::bytea), 'hex'), 12)) AND tenant_id = cairn.current_tenant()";
     struct cn_opt rows[] = {
         CTL_OPT_DB,
         {.flag = "name",

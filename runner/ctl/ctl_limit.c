@@ -32,7 +32,8 @@ ctl_limit_apply(const struct cn_opts *o, PGconn *c, const char *workflow, const 
     for (i = 0; i < LIMIT_TRIES; i++) {
         rv = rn_db_exec(c,
                         "SELECT cairn.limit_set($1, CASE WHEN $4::boolean THEN (SELECT"
-                        " max_running FROM cairn.workflow_limits WHERE workflow_name = $1)"
+                        " max_running FROM cairn.workflow_limits WHERE workflow_name = $1"
+                        " AND tenant_id = cairn.current_tenant())"
                         " ELSE $2::integer END, $3::integer)",
                         4, params, &r, &em);
         if (rv != CN_BUSY) {

@@ -22,10 +22,9 @@ static const char *const dry_sql =
     "  WHERE ri.status IN ('completed', 'failed', 'cancelled', 'timed_out')"
     "    AND ri.created_at < now() - $1::interval AND ri.completed_at < now() - $1::interval"
     "    AND NOT ri.parent_pending AND ($2::text IS NULL OR ri.workflow_name = $2)"
-    "    AND ($2::text IS NOT NULL OR ri.workflow_name NOT IN"
-    "         (SELECT workflow_name FROM cairn.workflow_retention))"
-    "    AND NOT EXISTS (SELECT 1 FROM cairn.runner_instances c WHERE c.parent_id = ri.instance_id"
-    "         AND c.status IN ('queued', 'running') AND NOT c.detached))"
+    "    AND ($2::text IS NOT NULL OR NOT EXISTS (SELECT 1 FROM cairn.workflow_retention wr"
+    "         WHERE wr.tenant_id = ri.tenant_id AND wr.workflow_name = ri.workflow_name))"
+    "    AND NOT cairn.prune_keeps(ri.instance_id))"
     " SELECT (SELECT count(*) FROM v), (SELECT count(*) FROM cairn.runner_actions_done d"
     "  WHERE d.instance_id IN (SELECT instance_id FROM v))";
 
@@ -112,14 +111,11 @@ ctl_cmd_prune(int argc, char **argv)
         params[2] = batch;
         for (;;) {
             params[3] = before[0] != '\0' ? before : NULL; /* where the last batch stopped */
-            if ((rv =
-                     rn_db_exec(c,
-                                "SELECT instances, actions, next_before FROM cairn.prune_batch("
-                                "$1::timestamptz, $2::text, CASE WHEN $2::text IS NULL THEN (SELECT"
-                                " coalesce(array_agg(workflow_name), '{}') FROM"
-                                " cairn.workflow_retention) ELSE '{}' END, $3::integer,"
-                                " $4::timestamptz)",
-                                4, params, &r, &em)) != CN_OK) {
+            if ((rv = rn_db_exec(c,
+                                 "SELECT instances, actions, next_before FROM cairn.prune_batch("
+                                 "$1::timestamptz, $2::text, '{}', $3::integer, $4::timestamptz,"
+                                 " NULL, $2::text IS NULL)",
+                                 4, params, &r, &em)) != CN_OK) {
                 fprintf(stderr, "cairnctl prune: stopped after %lld instances: ", instances);
                 status = ctl_db_error(&o, rv, &em);
                 PQfinish(c);

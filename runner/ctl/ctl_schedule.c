@@ -274,11 +274,12 @@ sched_next(int argc, char **argv)
     }
     {
         const char *p[2] = {argv[0], cn_opts_str(&o, "from")};
-        rv = rn_db_exec(c,
-                        "SELECT cron, every_ms, timezone, floor(extract(epoch FROM"
-                        " coalesce($2::timestamptz, now())) * 1000)::bigint"
-                        " FROM cairn.schedules WHERE name = $1",
-                        2, p, &r, &em);
+        rv = rn_db_exec(
+            c,
+            "SELECT cron, every_ms, timezone, floor(extract(epoch FROM"
+            " coalesce($2::timestamptz, now())) * 1000)::bigint"
+            " FROM cairn.schedules WHERE name = $1 AND tenant_id = cairn.current_tenant()",
+            2, p, &r, &em);
     }
     if (rv == CN_OK && PQntuples(r) == 0) {
         fprintf(stderr, "cairnctl schedule next: no schedule %s\n", argv[0]);

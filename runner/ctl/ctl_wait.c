@@ -18,16 +18,23 @@
 #include "runner/ctl/ctl.h"
 #include "runner/db.h"
 
+/* Limits are per (tenant, workflow) and the queue row carries its tenant (sql/0017): the
+ * schema owner sees every tenant's, so the limit and the slots held are those of the
+ * instance's own tenant; columns 9 and 10 are the tenant's quota and the slots it holds. */
 static const char *const limit_sql =
     "SELECT q.limit_name IS NOT NULL AND NOT q.holds_slot, q.limit_key, wl.max_running,"
     " wl.max_per_key,"
-    " (SELECT count(*) FROM cairn.queued_instances h"
-    "   WHERE h.limit_name = q.limit_name AND h.holds_slot),"
-    " (SELECT count(*) FROM cairn.queued_instances h"
-    "   WHERE h.limit_name = q.limit_name AND h.holds_slot AND h.limit_key = q.limit_key),"
-    " q.scheduled_at > now(), q.scheduled_at, q.lock_uuid IS NOT NULL"
+    " (SELECT count(*) FROM cairn.queued_instances h WHERE h.tenant_id = q.tenant_id"
+    "   AND h.limit_name = q.limit_name AND h.holds_slot),"
+    " (SELECT count(*) FROM cairn.queued_instances h WHERE h.tenant_id = q.tenant_id"
+    "   AND h.limit_name = q.limit_name AND h.holds_slot AND h.limit_key = q.limit_key),"
+    " q.scheduled_at > now(), q.scheduled_at, q.lock_uuid IS NOT NULL, t.max_running,"
+    " (SELECT count(*) FROM cairn.queued_instances h WHERE h.tenant_id = q.tenant_id"
+    "   AND h.holds_slot), q.tenant_id"
     " FROM cairn.queued_instances q"
-    " LEFT JOIN cairn.workflow_limits wl ON wl.workflow_name = q.limit_name"
+    " LEFT JOIN cairn.workflow_limits wl ON wl.tenant_id = q.tenant_id"
+    "  AND wl.workflow_name = q.limit_name"
+    " LEFT JOIN cairn.tenants t ON t.name = q.tenant_id"
     " WHERE q.instance_id = $1";
 
 /* Live runners (seen within a minute) with workers for the action, and the attempts waiting
@@ -140,6 +147,12 @@ ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val li
                                                     strtoll(PQgetvalue(q, 0, 2), NULL, 10)) {
                 add(out, "a concurrency slot: workflow runs %s of at most %s (cairnctl limit list)",
                     PQgetvalue(q, 0, 4), PQgetvalue(q, 0, 2));
+            } else if (!PQgetisnull(q, 0, 9) && strtoll(PQgetvalue(q, 0, 10), NULL, 10) >=
+                                                    strtoll(PQgetvalue(q, 0, 9), NULL, 10)) {
+                add(out,
+                    "a concurrency slot: tenant %s runs %s of at most %s (its quota: cairnctl "
+                    "tenant list)",
+                    PQgetvalue(q, 0, 11), PQgetvalue(q, 0, 10), PQgetvalue(q, 0, 9));
             } else {
                 add(out, "a concurrency slot: one is free, the next claim takes it");
             }

@@ -76,6 +76,29 @@ grep -q "cannot open" "$tmp/err" || fail "missing file: no 'cannot open' message
 "$ctl" dag "$root/examples/hello.cairn" --format png >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bad format: want exit 2"
 "$ctl" --help | grep -q "check" || fail "--help does not list check"
+# --tenant and CAIRN_TENANT: every database command takes them; a malformed name is a usage
+# error before any connection (no database here), and migrate refuses a tenant.
+"$ctl" --help | grep -q "tenant create" || fail "--help does not list tenant"
+for cmd in "list" "status 00000000-0000-0000-0000-000000000000" "schedule list" "limit list" \
+    "retention list" "backfill list" "tenant list" "cancel --workflow w --yes"; do
+    # shellcheck disable=SC2086
+    "$ctl" $cmd --help | grep -q -- "--tenant T" || fail "$cmd --help does not list --tenant"
+    # shellcheck disable=SC2086
+    CAIRN_DATABASE_URL=postgresql:///nowhere "$ctl" $cmd --tenant Bad-Name >/dev/null 2>"$tmp/err"
+    status=$?
+    [ $status -eq 2 ] && grep -q '"Bad-Name" is not a tenant name' "$tmp/err" ||
+        fail "$cmd --tenant Bad-Name: exit $status, $(cat "$tmp/err")"
+done
+CAIRN_TENANT=9x CAIRN_DATABASE_URL=postgresql:///nowhere "$ctl" list >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q CAIRN_TENANT "$tmp/err" || fail "CAIRN_TENANT=9x: $(cat "$tmp/err")"
+"$ctl" migrate --tenant acme >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "schema owner" "$tmp/err" || fail "migrate --tenant: $(cat "$tmp/err")"
+"$ctl" tenant create Acme >/dev/null 2>&1
+[ $? -eq 2 ] || fail "tenant create Acme: want exit 2"
+"$ctl" tenant quota acme 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "tenant quota acme 0: want exit 2"
+"$ctl" tenant frobnicate >/dev/null 2>&1
+[ $? -eq 2 ] || fail "tenant frobnicate: want exit 2"
 "$ctl" check "$root/examples/hello.cairn" "$root/tests/cli/broken/tabs.cairn" >/dev/null 2>&1
 [ $? -eq 1 ] || fail "mixed good and bad files: want exit 1"
 printf 'fn main():\n    return 1\n' | "$ctl" check - >/dev/null || fail "check - (stdin) failed"

@@ -8,13 +8,16 @@
 Each method is one statement of the SQL API (cairn.enqueue, cairn.cancel, cairn.retry) or a read
 of cairn.runner_instances, so the client, cairnctl and psql see the same thing. AsyncClient has
 the same methods as coroutines. A Client holds one connection (autocommit); it is not for
-concurrent use from several threads."""
+concurrent use from several threads. Client(dsn, tenant="acme") acts as tenant acme (SET ROLE
+cairn_tenant_acme): it sees, enqueues and controls acme's instances only."""
 import asyncio
 import datetime
+import re
 import time
 import uuid
 
 import psycopg
+from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 FINISHED = ("completed", "failed", "cancelled", "timed_out")
@@ -67,10 +70,65 @@ def _enqueue_args(workflow, input, idempotency_key, priority, at, version, timeo
              concurrency_key))
 
 
+_TENANT_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
+
+
+class TenantError(Exception):
+    """The client cannot act as the tenant it was given: UnknownTenant or TenantNotPermitted."""
+
+    def __init__(self, tenant, message):
+        super().__init__(message)
+        self.tenant = tenant
+
+
+class UnknownTenant(TenantError, LookupError):
+    """No such tenant (`cairnctl tenant list` shows them)."""
+
+
+class TenantNotPermitted(TenantError, PermissionError):
+    """The login was not granted the tenant's role."""
+
+
+def _tenant_sql(tenant):
+    """SET ROLE for tenant (None: nothing to run); ValueError for a name no tenant can have."""
+    if tenant is None:
+        return None
+    if not isinstance(tenant, str) or not _TENANT_NAME.fullmatch(tenant):
+        raise ValueError(f"{tenant!r} is not a tenant name (a lowercase letter, then at most 47 "
+                         "of a-z, 0-9 and _)")
+    # The role, not a setting, is what row-level security keys on: only its members may take it.
+    return pgsql.SQL("SET ROLE {}").format(pgsql.Identifier(f"cairn_tenant_{tenant}"))
+
+
+def _tenant_error(tenant, e, user):
+    """The TenantError for SET ROLE's failure e, or None when it is something else."""
+    if e.sqlstate in ("22023", "42704"):  # SET ROLE of a role that does not exist: 22023
+        return UnknownTenant(tenant, f"no tenant {tenant!r} (cairnctl tenant list shows them)")
+    if e.sqlstate == "42501":
+        return TenantNotPermitted(tenant, f"this login may not act as tenant {tenant!r} (GRANT "
+                                  f"cairn_tenant_{tenant} TO {user})")
+    return None
+
+
 class Client:
-    def __init__(self, dsn, **connect_args):
+    def __init__(self, dsn, *, tenant=None, **connect_args):
+        """Connects to dsn (psycopg's connect_args pass through). tenant: act as that tenant
+        (SET ROLE cairn_tenant_<tenant>), so every call sees and makes only its rows; the login
+        must have been granted the role. ValueError for a bad name, UnknownTenant or
+        TenantNotPermitted when the database refuses it. Without it, the login acts as itself
+        (the schema owner sees every tenant and enqueues into tenant default)."""
+        set_role = _tenant_sql(tenant)
         connect_args["autocommit"] = True  # each call is its own transaction
         self.conn = psycopg.connect(dsn, **connect_args)
+        if set_role is not None:
+            try:
+                self.conn.execute(set_role)
+            except psycopg.Error as e:
+                err = _tenant_error(tenant, e, self.conn.info.user)
+                self.conn.close()
+                if err is not None:
+                    raise err from e
+                raise
 
     def close(self):
         self.conn.close()
@@ -168,9 +226,22 @@ class AsyncClient:
         self.conn = conn
 
     @classmethod
-    async def connect(cls, dsn, **connect_args):
+    async def connect(cls, dsn, *, tenant=None, **connect_args):
+        """Connects as Client does, tenant included (an AsyncClient(conn) acts as whatever role
+        conn has)."""
+        set_role = _tenant_sql(tenant)
         connect_args["autocommit"] = True
-        return cls(await psycopg.AsyncConnection.connect(dsn, **connect_args))
+        conn = await psycopg.AsyncConnection.connect(dsn, **connect_args)
+        if set_role is not None:
+            try:
+                await conn.execute(set_role)
+            except psycopg.Error as e:
+                err = _tenant_error(tenant, e, conn.info.user)
+                await conn.close()
+                if err is not None:
+                    raise err from e
+                raise
+        return cls(conn)
 
     async def close(self):
         await self.conn.close()
