@@ -1296,6 +1296,10 @@ BEGIN
     END LOOP;
 END
 $$;
+-- The queue's own tenant column is what the fair claim and the quotas count by: an application
+-- may not write another tenant's name into a row of its own.
+CREATE POLICY queue_tenant ON cairn.queued_instances AS RESTRICTIVE TO cairn_tenant, cairn_app
+    USING (true) WITH CHECK (tenant_id = (SELECT cairn.current_tenant()));
 CREATE POLICY acting_tenant ON cairn.tenants FOR SELECT TO cairn_tenant
     USING (name = (SELECT cairn.acting_tenant()));
 CREATE POLICY default_tenant ON cairn.tenants FOR SELECT TO cairn_app

@@ -116,6 +116,10 @@ def rls_checks(url, login_url):
     out, err = attempt(login_url, f"{act} UPDATE cairn.runner_instances SET tenant_id = '{B}'")
     check("A cannot move its rows into B", err is not None and "row-level security" in err,
           f"{out} {err}")
+    # ... nor make its queue rows count as B's (the fair claim's turns, B's quota)
+    out, err = attempt(login_url, f"{act} UPDATE cairn.queued_instances SET tenant_id = '{B}'")
+    check("A cannot make its queue rows count as B's",
+          err is not None and "row-level security" in err, f"{out} {err}")
     # The SQL API runs with the caller's rights: B's ids are unknown to A.
     victim = b_ids.split(",")[0]
     out, err = attempt(login_url, f"{act} SELECT cairn.cancel({victim})")
