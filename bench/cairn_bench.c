@@ -118,6 +118,7 @@ static const struct bench_case cases[] = {
 
 struct opts {
     const char *db_url, *case_name, *transport, *format, *bin_dir, *plot, *pg_bin;
+    const char *json_out; /* also append the JSON line to this file (bench/run-all --peers) */
     long instances, actions, runners, shards, workers, slots, prefetch, timeout_s;
     double rate;               /* instances/s while running; 0: all before the start */
     double fail, timeout, nap; /* mixed: fractions of steps */
@@ -578,7 +579,7 @@ usage(FILE *f)
                "                   [--fail-rate F] [--timeout-rate F] [--sleep-rate F]\n"
                "                   [--format text|json|markdown|csv] [--plot FILE.svg]\n"
                "                   [--database-url URL] [--pg-bin DIR] [--bin-dir BUILD_DIR]\n"
-               "                   [--max-running N] [--timeout S]\n"
+               "                   [--max-running N] [--timeout S] [--json-out FILE]\n"
                "cases:");
     for (i = 0; i < NCASES; i++) {
         fprintf(f, " %s", cases[i].name);
@@ -589,7 +590,8 @@ usage(FILE *f)
                "durable throwaway PostgreSQL is started from --pg-bin (default $CN_PG_BIN or\n"
                "/usr/lib/postgresql/15/bin) and stopped at the end. BUILD_DIR holds\n"
                "runner/cairn-runner and worker-protocol/cairn-worker (default: the build this\n"
-               "binary is in).\n");
+               "binary is in). --json-out appends each run's JSON line to FILE whatever the\n"
+               "--format.\n");
 }
 
 static long
@@ -670,6 +672,8 @@ parse(int argc, char **argv, struct opts *o)
             o->nap = fnum(a, v, 0, 1);
         } else if (strcmp(a, "--format") == 0) {
             o->format = v;
+        } else if (strcmp(a, "--json-out") == 0) {
+            o->json_out = v;
         } else if (strcmp(a, "--plot") == 0) {
             o->plot = v;
         } else if (strcmp(a, "--database-url") == 0) {
@@ -693,6 +697,32 @@ parse(int argc, char **argv, struct opts *o)
     }
 }
 
+/* One run as a JSON line on f. */
+static void
+json_line(FILE *f, const struct opts *o, const struct bench_case *bc, double aps, double ips,
+          const struct result *r)
+{
+    fprintf(f,
+            "{\"case\": \"%s\", \"instances\": %ld, \"actions_per_instance\": %ld, "
+            "\"runners\": %ld, \"shards\": %ld, \"workers_per_runner\": %ld, \"slots\": %ld, "
+            "\"prefetch\": %ld, \"transport\": \"%s\", \"rate\": %.1f, \"completed\": %ld, "
+            "\"failed\": %ld, \"drain_seconds\": %.3f, \"actions_per_second\": %.0f, "
+            "\"instances_per_second\": %.0f, \"enqueue_per_second\": %.0f, "
+            "\"latency_ms\": {\"p50\": %.2f, \"p95\": %.2f, \"p99\": %.2f, \"max\": %.2f}, "
+            "\"dispatch_delay_ms\": {\"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f, "
+            "\"max\": %.3f, \"count\": %.0f}, "
+            "\"persist_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"count\": %.0f}, "
+            "\"action_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"count\": %.0f}, "
+            "\"rows_per_action\": %.2f, \"wal_bytes_per_action\": %.0f, "
+            "\"runner_cpu_seconds_per_1000_actions\": %.3f, \"runner_peak_rss_kb\": %ld}\n",
+            bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
+            o->prefetch, o->transport, o->rate, r->completed, r->failed, r->drain_s, aps, ips,
+            r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->dispatch.p50, r->dispatch.p95,
+            r->dispatch.p99, r->dispatch.max, r->dispatch.count, r->persist.p50, r->persist.p99,
+            r->persist.count, r->action.p50, r->action.p99, r->action.count, r->rows, r->wal,
+            r->cpu_per_1000, r->rss_kb);
+}
+
 static void
 report(const struct opts *o, const struct bench_case *bc, long actions_total,
        const struct result *r)
@@ -706,25 +736,17 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
     } else {
         (void) snprintf(mode, sizeof(mode), "before");
     }
+    if (o->json_out != NULL) {
+        FILE *f = fopen(o->json_out, "a");
+        if (f == NULL) {
+            fprintf(stderr, "cairn-bench: %s: %s\n", o->json_out, strerror(errno));
+            exit(1);
+        }
+        json_line(f, o, bc, aps, ips, r);
+        fclose(f);
+    }
     if (strcmp(o->format, "json") == 0) {
-        printf("{\"case\": \"%s\", \"instances\": %ld, \"actions_per_instance\": %ld, "
-               "\"runners\": %ld, \"shards\": %ld, \"workers_per_runner\": %ld, \"slots\": %ld, "
-               "\"prefetch\": %ld, \"transport\": \"%s\", \"rate\": %.1f, \"completed\": %ld, "
-               "\"failed\": %ld, \"drain_seconds\": %.3f, \"actions_per_second\": %.0f, "
-               "\"instances_per_second\": %.0f, \"enqueue_per_second\": %.0f, "
-               "\"latency_ms\": {\"p50\": %.2f, \"p95\": %.2f, \"p99\": %.2f, \"max\": %.2f}, "
-               "\"dispatch_delay_ms\": {\"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f, "
-               "\"max\": %.3f, \"count\": %.0f}, "
-               "\"persist_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"count\": %.0f}, "
-               "\"action_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"count\": %.0f}, "
-               "\"rows_per_action\": %.2f, \"wal_bytes_per_action\": %.0f, "
-               "\"runner_cpu_seconds_per_1000_actions\": %.3f, \"runner_peak_rss_kb\": %ld}\n",
-               bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
-               o->prefetch, o->transport, o->rate, r->completed, r->failed, r->drain_s, aps, ips,
-               r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->dispatch.p50, r->dispatch.p95,
-               r->dispatch.p99, r->dispatch.max, r->dispatch.count, r->persist.p50, r->persist.p99,
-               r->persist.count, r->action.p50, r->action.p99, r->action.count, r->rows, r->wal,
-               r->cpu_per_1000, r->rss_kb);
+        json_line(stdout, o, bc, aps, ips, r);
     } else if (strcmp(o->format, "markdown") == 0) {
         printf("| case | instances x actions | enqueue | actions/s | instances/s | enqueue/s | "
                "latency p50 / p95 / p99 / max ms | ready to dispatch p50 / p99 / max ms | "
@@ -871,7 +893,7 @@ plot(const char *path, const struct bench_case *bc, const struct opts *o, const 
 int
 main(int argc, char **argv)
 {
-    struct opts o = {NULL, "sequence", "ipc", "text", NULL, NULL, NULL, 0,    0,    1,
+    struct opts o = {NULL, "sequence", "ipc", "text", NULL, NULL, NULL, NULL, 0,    0, 1,
                      2,    2,          16,    16,     600,  0,    0.05, 0.01, 0.02, 0};
     const struct bench_case *bc = NULL;
     struct cn_errmsg em = {{0}};
