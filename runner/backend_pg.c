@@ -307,7 +307,9 @@ get_uuid(PGresult *r, int row, int col, uint8_t out[16])
     "  RETURNING q.instance_id, q.lock_uuid, q.workflow_version_id),"
 
 /* Marks the claimed instances (q) running and returns what the runner needs of them (a child
- * started with `start` has no parent_id here: nobody waits for its outcome). */
+ * started with `start` has no parent_id here: nobody waits for its outcome). The workflow
+ * version is the instance's, whose foreign key carries the tenant (0017), not the queue row's,
+ * which an application could point at another tenant's version. */
 #define CLAIM_MARK                                                                              \
     " r AS ("                                                                                   \
     "  UPDATE cairn.runner_instances ri SET status = 'running',"                                \
@@ -318,8 +320,9 @@ get_uuid(PGresult *r, int row, int col, uint8_t out[16])
     "                 THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel,"              \
     "            floor(extract(epoch FROM ri.deadline_at) * 1000)::bigint AS deadline,"         \
     "            ri.timeout_ms, ri.redrive, CASE WHEN NOT ri.detached THEN ri.parent_id END AS" \
-    "            parent_id, ri.parent_exec_id, ri.parent_attempt)"                              \
-    " SELECT q.instance_id, q.lock_uuid, q.workflow_version_id, r.workflow_name, r.input,"      \
+    "            parent_id, ri.parent_exec_id, ri.parent_attempt,"                              \
+    "            ri.workflow_version_id AS version_id)"                                         \
+    " SELECT q.instance_id, q.lock_uuid, r.version_id, r.workflow_name, r.input,"               \
     "        r.state, r.cancel, r.deadline, r.timeout_ms, r.redrive, r.parent_id,"              \
     "        r.parent_exec_id, r.parent_attempt"                                                \
     "   FROM q JOIN r ON r.instance_id = q.instance_id"
@@ -1287,27 +1290,20 @@ pg_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
 
 /* ---- cancels ------------------------------------------------------------------------------- */
 
-struct cancel_sink {
-    rn_cancel_fn fn;
-    void *arg;
-};
-
-/* A cairn_cancel payload: the instance id, a space, the reason (sql/0007_cancel.sql). */
-static void
-cancel_notice(const PGnotify *nt, void *arg)
+/* A cairn_cancel payload: the instance id (sql/0017; before, a space and the reason followed,
+ * and are ignored). Only a hint: anyone who may connect may NOTIFY, so the ids are checked
+ * against the instances' rows before anything is cancelled (verify_cancels). */
+static bool
+cancel_notice(const PGnotify *nt, struct rn_iid *iid)
 {
-    const struct cancel_sink *sink = arg;
-    struct rn_iid iid;
     char id[37];
 
     if (strcmp(nt->relname, "cairn_cancel") != 0 || strlen(nt->extra) < 36) {
-        return;
+        return false;
     }
     memcpy(id, nt->extra, 36);
     id[36] = '\0';
-    if (cn_uuid_parse(id, iid.b)) {
-        sink->fn(sink->arg, iid, nt->extra[36] == ' ' ? nt->extra + 37 : NULL);
-    }
+    return cn_uuid_parse(id, iid->b);
 }
 
 /* A cairn_child payload: the parent id, the call's execution id and attempt, spaces between
@@ -1341,12 +1337,14 @@ child_notice(const PGnotify *nt, struct rn_child_link *l)
 }
 
 struct notice_sink {
-    rn_cancel_fn fn;
-    void *arg;
     struct {
         struct rn_child_link *items;
         size_t len, cap;
     } children;
+    struct {
+        struct rn_iid *items;
+        size_t len, cap;
+    } cancels;
 };
 
 static void
@@ -1354,12 +1352,53 @@ notice(const PGnotify *nt, void *arg)
 {
     struct notice_sink *sink = arg;
     struct rn_child_link l;
+    struct rn_iid iid;
 
     if (child_notice(nt, &l)) {
         CN_VEC_XPUSH(&sink->children, l);
-        return;
+    } else if (cancel_notice(nt, &iid)) {
+        CN_VEC_XPUSH(&sink->cancels, iid);
     }
-    cancel_notice(nt, arg);
+}
+
+/* The notified instances whose cancel was really requested, with the reason from their rows
+ * (a forged notice names an instance nobody asked to cancel, or carries a reason nobody gave). */
+static cn_err
+verify_cancels(struct pg_backend *b, const struct rn_iid *ids, size_t n, rn_cancel_fn fn, void *arg,
+               struct cn_errmsg *err)
+{
+    struct arr a;
+    const char *p[1];
+    PGresult *r = NULL;
+    size_t i;
+    int row;
+    cn_err rv;
+
+    arr_begin(&a);
+    for (i = 0; i < n; i++) {
+        arr_uuid(&a, ids[i].b);
+    }
+    if ((p[0] = arr_end(&a)) == NULL) {
+        arr_fini(&a);
+        return cn_errmsg_set(err, CN_NOMEM, "out of memory");
+    }
+    rv = rn_db_exec(b->c,
+                    "SELECT instance_id, coalesce(cancel_reason, 'cancelled')"
+                    " FROM cairn.runner_instances WHERE instance_id = ANY($1::uuid[])"
+                    " AND cancel_requested_at IS NOT NULL",
+                    1, p, &r, err);
+    arr_fini(&a);
+    if (rv != CN_OK) {
+        return rv;
+    }
+    for (row = 0; row < PQntuples(r); row++) {
+        struct rn_iid iid;
+        if (cn_uuid_parse(PQgetvalue(r, row, 0), iid.b)) {
+            fn(arg, iid, PQgetvalue(r, row, 1));
+        }
+    }
+    PQclear(r);
+    return CN_OK;
 }
 
 static cn_err
@@ -1371,8 +1410,6 @@ pg_wait_notices(struct rn_backend *base, int timeout_ms, rn_cancel_fn fn, rn_chi
     cn_err rv;
 
     memset(&sink, 0, sizeof(sink));
-    sink.fn = fn;
-    sink.arg = arg;
     /* Two channels, one LISTEN each (a prepared statement takes one command); the flag is set
      * by the second. */
     if (!b->listening_notices && ((rv = pg_conn(b, err)) != CN_OK ||
@@ -1381,10 +1418,14 @@ pg_wait_notices(struct rn_backend *base, int timeout_ms, rn_cancel_fn fn, rn_chi
     }
     rv = pg_wait_notify(b, "LISTEN cairn_cancel", &b->listening_notices, timeout_ms, notice, &sink,
                         err);
+    if (rv == CN_OK && sink.cancels.len > 0) {
+        rv = verify_cancels(b, sink.cancels.items, sink.cancels.len, fn, arg, err);
+    }
     if (sink.children.len > 0 && child_fn != NULL) {
         child_fn(arg, sink.children.items, sink.children.len);
     }
     free(sink.children.items);
+    free(sink.cancels.items);
     return rv;
 }
 

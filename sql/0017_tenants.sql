@@ -142,6 +142,28 @@ DROP INDEX cairn.workflow_versions_latest;
 CREATE INDEX workflow_versions_latest ON cairn.workflow_versions
     (workflow_name, tenant_id, created_at DESC);
 
+-- References between rows stay within a tenant, whoever writes them: an application could
+-- otherwise point a row of its own at another tenant's workflow version (and have the runners
+-- run it for it), backfill (and make up its partitions) or parent instance (and hand it a
+-- made-up child outcome). Foreign keys are checked with the owner's rights, past row security,
+-- so they carry the tenant. NOT VALID: rows from before hold one tenant, and a child whose
+-- parent a prune deleted keeps its dangling parent_id; new and changed rows are checked. A
+-- parent pruned later leaves its children's parent_id NULL (the row no longer exists).
+ALTER TABLE cairn.workflow_versions ADD CONSTRAINT workflow_versions_id_tenant
+    UNIQUE (id, tenant_id);
+ALTER TABLE cairn.backfills ADD CONSTRAINT backfills_id_tenant UNIQUE (id, tenant_id);
+ALTER TABLE cairn.runner_instances ADD CONSTRAINT runner_instances_id_tenant
+    UNIQUE (instance_id, tenant_id);
+ALTER TABLE cairn.runner_instances
+    DROP CONSTRAINT runner_instances_workflow_version_id_fkey,
+    ADD CONSTRAINT runner_instances_version_tenant FOREIGN KEY (workflow_version_id, tenant_id)
+        REFERENCES cairn.workflow_versions (id, tenant_id) NOT VALID,
+    ADD CONSTRAINT runner_instances_backfill_tenant FOREIGN KEY (backfill_id, tenant_id)
+        REFERENCES cairn.backfills (id, tenant_id) NOT VALID,
+    ADD CONSTRAINT runner_instances_parent_tenant FOREIGN KEY (parent_id, tenant_id)
+        REFERENCES cairn.runner_instances (instance_id, tenant_id)
+        ON DELETE SET NULL (parent_id) NOT VALID;
+
 -- The claim's index leads with the tenant: the runners' claim walks it per tenant when there
 -- are several (runner/backend_pg.c), and for the tenant `default` alone otherwise, in the same
 -- order as before. Replaced rather than added to: one index more on the hottest table would
@@ -784,8 +806,10 @@ DECLARE
     v_wf text;
     v_key text;
     v_tenant text;
+    v_version uuid;
 BEGIN
-    SELECT ri.workflow_name, ri.concurrency_key, ri.tenant_id INTO v_wf, v_key, v_tenant
+    SELECT ri.workflow_name, ri.concurrency_key, ri.tenant_id, ri.workflow_version_id
+      INTO v_wf, v_key, v_tenant, v_version
       FROM cairn.runner_instances ri WHERE ri.instance_id = NEW.instance_id;
     NEW.limit_name := NULL;
     NEW.limit_key := NULL;
@@ -794,6 +818,7 @@ BEGIN
         RETURN NEW;
     END IF;
     NEW.tenant_id := v_tenant;
+    NEW.workflow_version_id := v_version; -- whatever the writer said: the instance's is checked
     PERFORM pg_advisory_xact_lock_shared(1667330681, cairn.limit_lock_key(v_tenant, v_wf));
     IF v_key IS NOT NULL
        OR EXISTS (SELECT 1 FROM cairn.tenants t
@@ -1256,6 +1281,64 @@ BEGIN
 END;
 $$;
 
+-- cairn.cancel of 0010, notifying the instance id alone: anyone may LISTEN on a channel, and
+-- a reason is the canceller's text (the runner reads it from the row, which it checks anyway:
+-- anyone may NOTIFY too).
+CREATE OR REPLACE FUNCTION cairn.cancel(p_instance_id uuid, p_reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    q cairn.queued_instances%ROWTYPE;
+    st text;
+    c record;
+    reason text := left(coalesce(p_reason, 'cancelled'), 1000);
+BEGIN
+    FOR c IN
+        SELECT ri.instance_id FROM cairn.runner_instances ri
+         WHERE ri.parent_id = p_instance_id AND ri.status IN ('queued', 'running')
+         ORDER BY ri.instance_id
+    LOOP
+        PERFORM cairn.cancel(c.instance_id, reason);
+    END LOOP;
+    SELECT * INTO q FROM cairn.queued_instances WHERE instance_id = p_instance_id FOR UPDATE;
+    SELECT status INTO st FROM cairn.runner_instances WHERE instance_id = p_instance_id
+        FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no instance %', p_instance_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF st IN ('completed', 'failed', 'cancelled', 'timed_out') THEN
+        RETURN 'already ' || st;
+    END IF;
+    IF q.instance_id IS NULL THEN
+        -- Retried while this cancel waited for the instance row: its new queue row, without
+        -- waiting (see 0009).
+        SELECT * INTO q FROM cairn.queued_instances WHERE instance_id = p_instance_id
+            FOR UPDATE NOWAIT;
+    END IF;
+    IF q.instance_id IS NOT NULL AND q.lock_uuid IS NOT NULL
+       AND q.lock_expires_at > clock_timestamp() THEN
+        UPDATE cairn.runner_instances
+           SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
+               cancel_reason = reason
+         WHERE instance_id = p_instance_id;
+        PERFORM pg_notify('cairn_cancel', p_instance_id::text);
+        RETURN 'requested';
+    END IF;
+    UPDATE cairn.runner_instances
+       SET status = 'cancelled',
+           error = jsonb_build_object('type', 'Cancelled', 'message', reason,
+                                      'bases', jsonb_build_array('Exception'),
+                                      'details', NULL),
+           cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
+           cancel_reason = reason,
+           completed_at = clock_timestamp(),
+           parent_pending = parent_id IS NOT NULL AND NOT detached
+     WHERE instance_id = p_instance_id;
+    DELETE FROM cairn.queued_instances WHERE instance_id = p_instance_id;
+    RETURN 'cancelled';
+END
+$$;
+
 -- Row security. Policies per role group; a role in none of them sees no row of these tables.
 ALTER TABLE cairn.tenants ENABLE ROW LEVEL SECURITY;
 ALTER TABLE cairn.workflow_versions ENABLE ROW LEVEL SECURITY;
@@ -1309,13 +1392,15 @@ CREATE POLICY every_tenant ON cairn.tenants TO cairn_runner USING (true) WITH CH
 -- cairn_tenant has cairn_app's rights (0016): rows, not shapes.
 GRANT USAGE ON SCHEMA cairn TO cairn_tenant;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA cairn TO cairn_tenant;
-GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA cairn TO cairn_tenant;
+-- Sequences: USAGE (nextval) only, not SELECT: a sequence's last value counts every tenant's
+-- rows.
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA cairn TO cairn_tenant;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA cairn TO cairn_tenant;
 REVOKE INSERT, UPDATE, DELETE ON cairn.schema_migrations FROM cairn_tenant;
 REVOKE INSERT, UPDATE, DELETE ON cairn.runners FROM cairn_tenant;
 ALTER DEFAULT PRIVILEGES IN SCHEMA cairn
     GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO cairn_tenant;
-ALTER DEFAULT PRIVILEGES IN SCHEMA cairn GRANT USAGE, SELECT ON SEQUENCES TO cairn_tenant;
+ALTER DEFAULT PRIVILEGES IN SCHEMA cairn GRANT USAGE ON SEQUENCES TO cairn_tenant;
 ALTER DEFAULT PRIVILEGES IN SCHEMA cairn GRANT EXECUTE ON FUNCTIONS TO cairn_tenant;
 -- Tenants and quotas are the owner's; a runner locks a tenant's row (UPDATE's right) while it
 -- counts the tenant's slots.

@@ -36,6 +36,23 @@ SUFFIX = f"{os.getpid()}_{random.randint(0, 99999)}"
 A, B, C = f"ta_{SUFFIX}", f"tb_{SUFFIX}", f"tc_{SUFFIX}"
 LOGIN, RUNNER, APP = f"tl_{SUFFIX}", f"tr_{SUFFIX}", f"tapp_{SUFFIX}"
 ROLES = (LOGIN, RUNNER, APP, f"cairn_tenant_{A}", f"cairn_tenant_{B}", f"cairn_tenant_{C}")
+# Listens on cairn_cancel as a tenant until it hears something (at most 20 s); prints the
+# payloads it heard, as JSON.
+LISTENER = """
+import json, sys, time
+import psycopg
+conn = psycopg.connect(sys.argv[1], autocommit=True)
+conn.execute("SET ROLE " + sys.argv[2])
+heard = []
+conn.add_notify_handler(lambda n: heard.append(n.payload))
+conn.execute("LISTEN cairn_cancel")
+print("listening", flush=True)
+end = time.monotonic() + 20
+while time.monotonic() < end and not heard:
+    conn.execute("SELECT 1")
+    time.sleep(0.1)
+print(json.dumps(heard))
+"""
 
 
 def as_user(url, user):
@@ -149,6 +166,68 @@ def rls_checks(url, login_url):
           f"{out} {err}")
 
 
+def forgery_checks(url, login_url, ctl_as):
+    """What A's login cannot do to B through the runners: forge a cancel notification, point a
+    row of its own at B's version, backfill or instance, or overhear B's cancel reasons."""
+    act = f"SET ROLE cairn_tenant_{A};"
+    slow = ctl_as(B, "run", "slow", "--input", '{"ms": 2500}').stdout.strip()
+    check("B's slow instance runs", wait_until(
+        "running", lambda: q(url, f"SELECT status FROM cairn.runner_instances WHERE instance_id"
+                                  f" = '{slow}'") == "running", 30))
+    out, err = attempt(login_url, f"{act} SELECT pg_notify('cairn_cancel', '{slow} forged')")
+    check("A may send a notification on the runners' channel", err is None, str(err))
+    time.sleep(1.0)
+    check("... but the forged cancel cancels nothing: B's instance completes", wait_until(
+        "done", lambda: q(url, f"SELECT status FROM cairn.runner_instances WHERE instance_id ="
+                               f" '{slow}'") == "completed", 30),
+        q(url, f"SELECT status, error FROM cairn.runner_instances WHERE instance_id = '{slow}'"))
+    bver = q(url, f"SELECT id FROM cairn.workflow_versions WHERE tenant_id = '{B}' AND"
+                  " workflow_name = 'slow'")
+    aver = q(url, f"SELECT id FROM cairn.workflow_versions WHERE tenant_id = '{A}' AND"
+                  " workflow_name = 'job'")
+    bfill = q(url, f"SELECT id FROM cairn.backfills WHERE tenant_id = '{B}'")
+    for what, sql in (
+            ("B's workflow version", f"INSERT INTO cairn.runner_instances (workflow_version_id,"
+                                     f" workflow_name, input) VALUES ('{bver}', 'job', '{{}}')"),
+            ("B's backfill", f"INSERT INTO cairn.runner_instances (workflow_version_id,"
+                             f" workflow_name, input, backfill_id, backfill_index)"
+                             f" VALUES ('{aver}', 'job', '{{}}', '{bfill}', 7)"),
+            ("B's instance as its parent", f"INSERT INTO cairn.runner_instances"
+                                           f" (workflow_version_id, workflow_name, input,"
+                                           f" parent_id, parent_pending) VALUES ('{aver}',"
+                                           f" 'job', '{{}}', '{slow}', true)"),
+            ("B's workflow version, by update", f"UPDATE cairn.runner_instances SET"
+                                                f" workflow_version_id = '{bver}'")):
+        out, err = attempt(login_url, f"{act} {sql}")
+        check(f"A cannot point a row of its own at {what}",
+              err is not None and "foreign key" in err, f"{out} {err}")
+    own = q(url, f"SET ROLE cairn_tenant_{A}; INSERT INTO cairn.runner_instances"
+                 f" (workflow_version_id, workflow_name, input) VALUES ('{aver}', 'job',"
+                 f" '{{\"ms\": 1}}') RETURNING instance_id")
+    q(url, f"SET ROLE cairn_tenant_{A}; INSERT INTO cairn.queued_instances (instance_id,"
+           f" workflow_version_id, scheduled_at) VALUES ('{own}', '{bver}', '2099-01-01')")
+    check("a queue row A writes with B's version gets its instance's version",
+          q(url, f"SELECT workflow_version_id FROM cairn.queued_instances WHERE instance_id ="
+                 f" '{own}'") == aver)
+    # The listener runs in Debian's python3, which has psycopg (the python_sdk suite's).
+    listener = subprocess.Popen(
+        ["/usr/bin/python3", "-c", LISTENER, login_url, f"cairn_tenant_{A}"],
+        stdout=subprocess.PIPE, text=True)
+    listening = listener.stdout.readline().strip() == "listening"
+    victim = ctl_as(B, "run", "slow", "--input", '{"ms": 5000}').stdout.strip()
+    wait_until("running", lambda: q(url, f"SELECT status FROM cairn.runner_instances"
+                                         f" WHERE instance_id = '{victim}'") == "running", 30)
+    r = ctl_as(B, "cancel", victim, "--reason", "b-private-reason")
+    heard = json.loads(listener.communicate(timeout=30)[0] or "[]")
+    check("B cancels its instance", r.returncode == 0, r.stderr)
+    check("A overhears an id on the channel at most, never B's reason",
+          listening and heard and not any("b-private-reason" in h for h in heard), str(heard))
+    check("B's cancel took effect, with its reason", wait_until(
+        "cancelled", lambda: q(url, f"SELECT status || ' ' || (error->>'message') FROM"
+                                    f" cairn.runner_instances WHERE instance_id = '{victim}'")
+        == "cancelled b-private-reason", 30))
+
+
 def quota_checks(url, env, tmp, ctl_as):
     """Tenant C with a quota of 2: never more than 2 running, and 2 reached."""
     q(url, f"SELECT cairn.tenant_quota('{C}', 2)")
@@ -252,10 +331,11 @@ def run_all(url, env, tmp):
     # The same names in every tenant, with different source: A's job holds a worker for ms, B's
     # echoes its input a; each tenant's parent calls its own tenant's kid_double (B's triples).
     wf = os.path.join(root, "workflows")
-    for tenant, src in ((A, "hold.cairn"), (B, "echo_input.cairn"), (C, "hold.cairn"),
-                        ("default", "hold.cairn")):
-        r = ctl(env, "register", "--tenant", tenant, os.path.join(wf, src), "--name", "job")
-        check(f"register job in {tenant} (from {src})", r.returncode == 0, r.stderr)
+    for tenant, src, name in ((A, "hold.cairn", "job"), (B, "echo_input.cairn", "job"),
+                              (C, "hold.cairn", "job"), ("default", "hold.cairn", "job"),
+                              (B, "hold.cairn", "slow")):
+        r = ctl(env, "register", "--tenant", tenant, os.path.join(wf, src), "--name", name)
+        check(f"register {name} in {tenant} (from {src})", r.returncode == 0, r.stderr)
     for tenant, kid in ((A, "children/kid_double.cairn"), (B, "tenants/kid_triple.cairn")):
         r = ctl(env, "register", "--tenant", tenant, os.path.join(root, kid), "--name",
                 "kid_double")
@@ -353,6 +433,8 @@ def run_all(url, env, tmp):
     check("a member of cairn_app acts as the default tenant (as before tenants)",
           r.returncode == 0 and [x["id"] for x in json.loads(r.stdout or "[]")] == [d_id],
           r.stdout + r.stderr)
+
+    forgery_checks(url, login_url, ctl_as)
 
     # ---- fairness and quotas -----------------------------------------------------------------
     fairness_checks(url, ctl_as, lambda s: print(s, flush=True))
