@@ -1402,6 +1402,19 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA cairn
     GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO cairn_tenant;
 ALTER DEFAULT PRIVILEGES IN SCHEMA cairn GRANT USAGE ON SEQUENCES TO cairn_tenant;
 ALTER DEFAULT PRIVILEGES IN SCHEMA cairn GRANT EXECUTE ON FUNCTIONS TO cairn_tenant;
+-- What the claims go by is the runners' to write: an application's rights on the queue and
+-- the limits rows are narrowed to the columns its functions write (a new queue row: enqueue,
+-- retry, a schedule's trigger; re-marking after a limit change: cairn.limit_set), so that it
+-- cannot fake an expired lease (which the claim takes first, across tenants) or move its
+-- limits rows to the front of the claim's rotation. Row-level security already keeps each to
+-- its own rows; this keeps the scheduling of everyone's rows honest.
+REVOKE INSERT, UPDATE ON cairn.queued_instances FROM cairn_app, cairn_tenant;
+GRANT INSERT (instance_id, workflow_version_id, priority, scheduled_at),
+      UPDATE (limit_name, limit_key, holds_slot)
+    ON cairn.queued_instances TO cairn_app, cairn_tenant;
+REVOKE UPDATE ON cairn.workflow_limits FROM cairn_app, cairn_tenant;
+GRANT UPDATE (max_running, max_per_key, updated_at) ON cairn.workflow_limits
+    TO cairn_app, cairn_tenant;
 -- Tenants and quotas are the owner's; a runner locks a tenant's row (UPDATE's right) while it
 -- counts the tenant's slots.
 REVOKE INSERT, UPDATE, DELETE ON cairn.tenants FROM cairn_app, cairn_tenant;

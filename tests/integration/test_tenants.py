@@ -86,7 +86,8 @@ def rls_checks(url, login_url):
                              f"INSERT INTO cairn.runner_instances (tenant_id,"
                              f" workflow_version_id, workflow_name, input) SELECT '{B}', id,"
                              f" 'job', '{{}}' FROM cairn.workflow_versions LIMIT 1"),
-        "queued_instances": (f"instance_id IN ({b_ids})", "priority",
+        # (holds_slot: of the queue's columns, applications may write only the limits' marks)
+        "queued_instances": (f"instance_id IN ({b_ids})", "holds_slot",
                              f"INSERT INTO cairn.queued_instances (instance_id,"
                              f" workflow_version_id) VALUES ({b_ids.split(',')[0]},"
                              f" gen_random_uuid())"),
@@ -133,10 +134,21 @@ def rls_checks(url, login_url):
     out, err = attempt(login_url, f"{act} UPDATE cairn.runner_instances SET tenant_id = '{B}'")
     check("A cannot move its rows into B", err is not None and "row-level security" in err,
           f"{out} {err}")
+    # ... nor fake an expired lease (the claim takes those first), nor jump the limits' turns
+    for sql in ("UPDATE cairn.queued_instances SET lock_uuid = gen_random_uuid(),"
+                " lock_expires_at = '-infinity'",
+                "UPDATE cairn.workflow_limits SET claimed_at = NULL",
+                f"INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, lock_uuid,"
+                f" lock_expires_at) SELECT instance_id, workflow_version_id, gen_random_uuid(),"
+                f" '-infinity' FROM cairn.runner_instances LIMIT 1"):
+        out, err = attempt(login_url, f"{act} {sql}")
+        check(f"A may not write what the claim goes by: {sql[:60]}...",
+              err is not None and "permission denied" in err, f"{out} {err}")
     # ... nor make its queue rows count as B's (the fair claim's turns, B's quota)
     out, err = attempt(login_url, f"{act} UPDATE cairn.queued_instances SET tenant_id = '{B}'")
-    check("A cannot make its queue rows count as B's",
-          err is not None and "row-level security" in err, f"{out} {err}")
+    check("A cannot make its queue rows count as B's (no right on the column; the policy"
+          " would refuse it too)", err is not None and "permission denied" in err,
+          f"{out} {err}")
     # The SQL API runs with the caller's rights: B's ids are unknown to A.
     victim = b_ids.split(",")[0]
     out, err = attempt(login_url, f"{act} SELECT cairn.cancel({victim})")
