@@ -990,7 +990,10 @@ pctx_cb(void *arg)
         p->nrecv--; /* this receive is over, whatever happens next */
     }
     if (rv == NNG_ECLOSED || rv == NNG_ECANCELED || p->stopping) {
-        if (c->state == PC_SEND && (msg = nng_aio_get_msg(c->aio)) != NULL && rv != 0) {
+        /* A send that failed leaves its message with us; so does a receive that completed
+         * after rn_pool_stop set stopping (a worker's last request racing the stop). */
+        if (((c->state == PC_SEND && rv != 0) || (c->state == PC_RECV && rv == 0)) &&
+            (msg = nng_aio_get_msg(c->aio)) != NULL) {
             nng_msg_free(msg);
         }
         c->state = PC_DEAD;

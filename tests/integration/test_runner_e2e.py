@@ -60,6 +60,22 @@ def check(what, ok, detail=""):
         print(f"not ok {n_checks} - {what}" + (f": {detail}" if detail else ""), flush=True)
 
 
+def sanitizer_report(lines, n):
+    """The first n lines of a sanitizer's (or nng's) report in a log, from its ERROR line:
+    a 15-line tail shows the end of a stack, not what went wrong."""
+    for i, line in enumerate(lines):
+        if re.search(r"ERROR: \w+Sanitizer|runtime error:|panic:|Assertion .* failed", line):
+            return lines[i:i + n]
+    return []
+
+
+def exit_detail(rc, proc):
+    """A check's detail for an unexpected exit status: the status and, on one line (the test
+    summary shows that line), the start of any sanitizer report the process left."""
+    report = sanitizer_report(proc.text().splitlines(), 8)
+    return f"exit {rc}" + ("; " + " | ".join(l.strip() for l in report) if report else "")
+
+
 def db_url(name):
     return re.sub(r"^(postgresql://[^/]*/)[^?]*", lambda m: m.group(1) + name, BASE)
 
@@ -147,9 +163,15 @@ def main_in_fresh_db(prefix, run_all_fn):
                 p.p.wait()
         for p in procs:
             if failures:
+                lines = p.text().splitlines()
                 sys.stdout.write(f"# --- {p.name} log (tail) ---\n")
-                for line in p.text().splitlines()[-15:]:
+                for line in lines[-15:]:
                     sys.stdout.write("# " + line + "\n")
+                report = sanitizer_report(lines, 60)
+                if report:
+                    sys.stdout.write(f"# --- {p.name}: sanitizer report ---\n")
+                    for line in report:
+                        sys.stdout.write("# " + line + "\n")
         q(BASE, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"1..{n_checks}")
@@ -302,7 +324,7 @@ def run_all(url, env, tmp):
     # ---- kill -9 of a runner mid-run -----------------------------------------------
     # Only runner1 runs: stop runner2 gracefully first (this also checks SIGTERM).
     rc = r2.term()
-    check("SIGTERM: runner2 exits 0", rc == 0, f"exit {rc}")
+    check("SIGTERM: runner2 exits 0", rc == 0, exit_detail(rc, r2))
     enqueue_many(url, "steps", "'{\"n\": 30}'::jsonb", 40)
     progressed = wait_until("progress", lambda: int(q(
         url, "SELECT count(*) FROM cairn.runner_actions_done d JOIN cairn.runner_instances i "
@@ -340,7 +362,7 @@ def run_all(url, env, tmp):
 
     # ---- a long sleep is handed back and claimed again when due ---------------------
     rc = r2.term()
-    check("SIGTERM: runner2b exits 0", rc == 0, f"exit {rc}")
+    check("SIGTERM: runner2b exits 0", rc == 0, exit_detail(rc, r2))
     r3 = runner(env, tmp, "runner3", sock2, "--evict-sleep-threshold-ms", "1000")
     nap = ctl(env, "run", "nap", "--input", '{"seconds": 3}').stdout.strip()
     evicted = wait_until("evicted", lambda: q(
@@ -415,7 +437,7 @@ def run_all(url, env, tmp):
              f"'{stolen}'") == "2", f"{done_rows_after_steal} rows at the steal")
     check("no duplicate action results anywhere", duplicate_done(url) == "0")
     rc = r3.term()
-    check("SIGTERM: runner3 exits 0", rc == 0, f"exit {rc}")
+    check("SIGTERM: runner3 exits 0", rc == 0, exit_detail(rc, r3))
 
     # ---- a loop that never waits fails alone ------------------------------------------------
     # One shard: the poison instances and the ordinary ones share its thread. A small budget:
@@ -545,7 +567,7 @@ def paused_runner(url, env, tmp):
           0 <= extra <= 2, f"{extra} executions after SIGCONT, {at_cont} before")
     check("paused runner: it logged the lost leases", "lease lost" in ra.text())
     rc = ra.term()
-    check("paused runner: exits 0 on SIGTERM", rc == 0, f"exit {rc}")
+    check("paused runner: exits 0 on SIGTERM", rc == 0, exit_detail(rc, ra))
     rb.term()
 
 
@@ -612,7 +634,7 @@ def hello_less(url, env, tmp):
     check("hello-less: it logged the drops", "said no hello" in r.text())
     w.term()
     rc = r.term()
-    check("hello-less: exits 0 on SIGTERM", rc == 0, f"exit {rc}")
+    check("hello-less: exits 0 on SIGTERM", rc == 0, exit_detail(rc, r))
 
 
 def fd_count(proc):
