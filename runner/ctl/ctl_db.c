@@ -489,14 +489,8 @@ ctl_cmd_register(int argc, char **argv)
     /* The version defaults to the first 12 hex digits of the graph's hash: unchanged source
      * maps to the same row (a no-op), changed source to a new version. */
     static const char *insert_sql =
-        "WITH h AS (SELECT encode(sha256($3::bytea), 'hex') AS ir_hash) "
-        "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source, "
-        "timeout_ms, inputs) "
-        "SELECT $1, coalesce($2, left(h.ir_hash, 12)), h.ir_hash, $4, nullif($5::bigint, 0), "
-        "$6::text[] "
-        "FROM h "
-        "ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING "
-        "RETURNING id, workflow_version, ir_hash";
+        "SELECT id, workflow_version, ir_hash FROM cairn.register_version($1, $2, $3::bytea, $4,"
+        " nullif($5::bigint, 0), $6::text[])";
     /* Names are per tenant. Row security keeps a tenant to its own rows, but the schema owner
      * sees every tenant's and registers in tenant default: hence the tenant_id filters. */
     static const char *existing_sql =

@@ -131,9 +131,7 @@ sched_add(int argc, char **argv)
         if (rv == CN_OK && got == 1) {
             const char *p[2] = {argv[0], ms};
             (void) snprintf(ms, sizeof(ms), "%lld", (long long) first);
-            rv = rn_db_exec(c,
-                            "UPDATE cairn.schedules SET next_at = to_timestamp($2::bigint /"
-                            " 1000.0) WHERE name = $1 AND next_at IS NULL",
+            rv = rn_db_exec(c, "SELECT cairn.schedule_first($1, to_timestamp($2::bigint / 1000.0))",
                             2, p, NULL, &em);
         }
     }

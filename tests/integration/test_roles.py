@@ -114,8 +114,24 @@ def run_all(url, env, tmp):
           "permission denied" in err, str(err))
     check("app role may read it", q(app_url, "SELECT count(*) FROM cairn.runners") == "1")
     q(url, "CREATE TABLE cairn.zz_later (x int)")  # as a later migration would
-    check("what a later migration creates is granted too",
-          denied(app_url, "INSERT INTO cairn.zz_later VALUES (1)") is None)
+    check("what a later migration creates is readable by the app role",
+          denied(app_url, "SELECT count(*) FROM cairn.zz_later") is None)
+    err = denied(app_url, "INSERT INTO cairn.zz_later VALUES (1)")
+    check("... and not writable (applications write through the SQL API)",
+          err is not None and "permission denied" in err, str(err))
+    check("... and writable by the runner role",
+          denied(run_url, "INSERT INTO cairn.zz_later VALUES (1)") is None)
+    for sql, what in (
+            ("UPDATE cairn.runner_instances SET priority = priority", "update its instances"),
+            ("DELETE FROM cairn.queued_instances", "delete its queue rows"),
+            ("INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash,"
+             " source) VALUES ('x', 'v', 'h', 's')", "insert a workflow version"),
+            ("SELECT 1 FROM cairn.runner_instances FOR UPDATE", "lock its instances' rows"),
+            ("BEGIN; LOCK TABLE cairn.queued_instances IN EXCLUSIVE MODE; COMMIT",
+             "lock the queue")):
+        err = denied(app_url, sql)
+        check(f"app role may not {what} by hand (only through the SQL API's functions)",
+              err is not None and "permission denied" in err, str(err))
     fresh = f"roles_fresh_{SUFFIX}"
     q(e2e.BASE, f"CREATE DATABASE {fresh}")
     try:

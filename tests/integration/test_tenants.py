@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Meson test (suite db): tenants (sql/0017), with real runners and a worker, hand-written SQL
+"""Meson test (suite db): tenants (sql/0017, 0018), with real runners and a worker, hand-written SQL
 under each role, and the real PostgreSQL that scripts/test starts (a fresh database of its own,
 dropped at the end, with the roles this test makes).
 
 - two tenants register a workflow of the same name with different source; one runner, logged
   in as a member of cairn_runner, runs both tenants' instances, each with its own tenant's
   workflow (and child workflow, schedule, backfill);
-- row-level security: for every table, a login acting as tenant A cannot select, insert, update
-  or delete tenant B's rows (hand-written SQL, and the SQL API's functions given B's ids); it
-  cannot act as B; a login that acts as no tenant sees nothing; cairnctl --tenant lists only
-  its tenant's instances;
+- row-level security: for every table, a login acting as tenant A cannot select tenant B's
+  rows, and writes no row by hand, not even its own (sql/0018: insert, update, delete, row and
+  table locks refused); the SQL API's functions given B's ids refuse them; it cannot act as B;
+  a login that acts as no tenant sees nothing; cairnctl --tenant lists only its tenant's
+  instances; references across tenants are refused to any writer;
 - fairness: tenant B's one instance, enqueued behind tenant A's backlog of 3 000, starts at the
   next claim, not after the backlog (counted in instances of A started meanwhile, not timed);
 - a tenant's quota: never more of its instances running than the quota (sampled), and it is
@@ -119,20 +120,38 @@ def rls_checks(url, login_url):
         check(f"{t}: A cannot select B's rows", err is None and out == "0", f"{out} {err}")
         out, err = attempt(login_url, f"{act} SELECT count(*) FROM cairn.{t}")
         check(f"{t}: A sees its own rows", err is None and int(out or 0) > 0, f"{out} {err}")
+        # Applications write through the SQL API's functions alone (sql/0018): by hand, not
+        # even their own rows, nor lock them (what the runners would wait for).
         out, err = attempt(login_url, f"{act} WITH u AS (UPDATE cairn.{t} SET {col} = {col}"
                                       f" WHERE {pred} RETURNING 1) SELECT count(*) FROM u")
-        check(f"{t}: A cannot update B's rows", err is None and out == "0", f"{out} {err}")
+        check(f"{t}: A cannot update B's rows", err is not None and "permission denied" in err,
+              f"{out} {err}")
+        out, err = attempt(login_url, f"{act} UPDATE cairn.{t} SET {col} = {col}")
+        check(f"{t}: A cannot update its own rows by hand", err is not None and
+              "permission denied" in err, f"{out} {err}")
         out, err = attempt(login_url, f"{act} WITH d AS (DELETE FROM cairn.{t} WHERE {pred}"
                                       f" RETURNING 1) SELECT count(*) FROM d")
-        check(f"{t}: A cannot delete B's rows", err is None and out == "0", f"{out} {err}")
+        check(f"{t}: A cannot delete B's rows", err is not None and "permission denied" in err,
+              f"{out} {err}")
+        out, err = attempt(login_url, f"{act} DELETE FROM cairn.{t}")
+        check(f"{t}: A cannot delete its own rows by hand", err is not None and
+              "permission denied" in err, f"{out} {err}")
         out, err = attempt(login_url, f"{act} {ins}")
         check(f"{t}: A cannot insert a row of B's", err is not None and
-              "row-level security" in err, f"{out} {err}")
+              "permission denied" in err, f"{out} {err}")
+        out, err = attempt(login_url, f"{act} SELECT count(*) FROM (SELECT 1 FROM cairn.{t}"
+                                      f" FOR KEY SHARE) x")
+        check(f"{t}: A cannot lock its own rows", err is not None and
+              "permission denied" in err, f"{out} {err}")
+        out, err = attempt(login_url, f"BEGIN; {act} LOCK TABLE cairn.{t} IN SHARE MODE;"
+                                      f" COMMIT")
+        check(f"{t}: A cannot lock the table against writes", err is not None and
+              "permission denied" in err, f"{out} {err}")
         check(f"{t}: B's rows are all still there",
               q(url, f"SELECT count(*) FROM cairn.{t} WHERE {pred}") == before)
     # A tenant cannot change another tenant's row into its own either.
     out, err = attempt(login_url, f"{act} UPDATE cairn.runner_instances SET tenant_id = '{B}'")
-    check("A cannot move its rows into B", err is not None and "row-level security" in err,
+    check("A cannot move its rows into B", err is not None and "permission denied" in err,
           f"{out} {err}")
     # ... nor fake an expired lease (the claim takes those first), nor jump the limits' turns
     for sql in ("UPDATE cairn.queued_instances SET lock_uuid = gen_random_uuid(),"
@@ -198,29 +217,38 @@ def forgery_checks(url, login_url, ctl_as):
     aver = q(url, f"SELECT id FROM cairn.workflow_versions WHERE tenant_id = '{A}' AND"
                   " workflow_name = 'job'")
     bfill = q(url, f"SELECT id FROM cairn.backfills WHERE tenant_id = '{B}'")
+    # A's login may not write rows at all (sql/0018); the references are checked for every
+    # writer even so: a role that may write (the runners' login) is refused the same rows.
+    run_url = as_user(url, RUNNER)
     for what, sql in (
-            ("B's workflow version", f"INSERT INTO cairn.runner_instances (workflow_version_id,"
-                                     f" workflow_name, input) VALUES ('{bver}', 'job', '{{}}')"),
-            ("B's backfill", f"INSERT INTO cairn.runner_instances (workflow_version_id,"
-                             f" workflow_name, input, backfill_id, backfill_index)"
-                             f" VALUES ('{aver}', 'job', '{{}}', '{bfill}', 7)"),
-            ("B's instance as its parent", f"INSERT INTO cairn.runner_instances"
-                                           f" (workflow_version_id, workflow_name, input,"
-                                           f" parent_id, parent_pending) VALUES ('{aver}',"
-                                           f" 'job', '{{}}', '{slow}', true)"),
+            ("B's workflow version", f"INSERT INTO cairn.runner_instances (tenant_id,"
+                                     f" workflow_version_id, workflow_name, input) VALUES"
+                                     f" ('{A}', '{bver}', 'job', '{{}}')"),
+            ("B's backfill", f"INSERT INTO cairn.runner_instances (tenant_id,"
+                             f" workflow_version_id, workflow_name, input, backfill_id,"
+                             f" backfill_index) VALUES ('{A}', '{aver}', 'job', '{{}}',"
+                             f" '{bfill}', 7)"),
+            ("B's instance as its parent", f"INSERT INTO cairn.runner_instances (tenant_id,"
+                                           f" workflow_version_id, workflow_name, input,"
+                                           f" parent_id, parent_pending) VALUES ('{A}',"
+                                           f" '{aver}', 'job', '{{}}', '{slow}', true)"),
             ("B's workflow version, by update", f"UPDATE cairn.runner_instances SET"
-                                                f" workflow_version_id = '{bver}'")):
+                                                f" workflow_version_id = '{bver}' WHERE"
+                                                f" tenant_id = '{A}'")):
         out, err = attempt(login_url, f"{act} {sql}")
-        check(f"A cannot point a row of its own at {what}", err is not None and (
+        check(f"A cannot point a row of its own at {what}",
+              err is not None and "permission denied" in err, f"{out} {err}")
+        out, err = attempt(run_url, sql)
+        check(f"... nor can any writer (a runner's login): {what}", err is not None and (
             "foreign key" in err or f"is no instance of tenant {A}" in err), f"{out} {err}")
-    own = q(url, f"SET ROLE cairn_tenant_{A}; INSERT INTO cairn.runner_instances"
-                 f" (workflow_version_id, workflow_name, input) VALUES ('{aver}', 'job',"
-                 f" '{{\"ms\": 1}}') RETURNING instance_id")
-    q(url, f"SET ROLE cairn_tenant_{A}; INSERT INTO cairn.queued_instances (instance_id,"
-           f" workflow_version_id, scheduled_at) VALUES ('{own}', '{bver}', '2099-01-01')")
-    check("a queue row A writes with B's version gets its instance's version",
-          q(url, f"SELECT workflow_version_id FROM cairn.queued_instances WHERE instance_id ="
-                 f" '{own}'") == aver)
+    own = q(run_url, f"INSERT INTO cairn.runner_instances (tenant_id, workflow_version_id,"
+                     f" workflow_name, input) VALUES ('{A}', '{aver}', 'job', '{{\"ms\": 1}}')"
+                     f" RETURNING instance_id")
+    q(run_url, f"INSERT INTO cairn.queued_instances (instance_id, workflow_version_id,"
+               f" scheduled_at) VALUES ('{own}', '{bver}', '2099-01-01')")
+    check("a queue row written with B's version gets its instance's version (and tenant)",
+          q(url, f"SELECT workflow_version_id || ' ' || tenant_id FROM cairn.queued_instances"
+                 f" WHERE instance_id = '{own}'") == f"{aver} {A}")
     # The listener runs in Debian's python3, which has psycopg (the python_sdk suite's).
     listener = subprocess.Popen(
         ["/usr/bin/python3", "-c", LISTENER, login_url, f"cairn_tenant_{A}"],
