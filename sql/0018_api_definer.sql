@@ -40,10 +40,9 @@ LANGUAGE sql STABLE AS $$
                 ELSE session_user::text END
 $$;
 
--- 0017's acting tenant, inside the API's functions that of their caller. (This and the
--- functions below have no FROM: the planner inlines them into each policy's one-row subquery.
--- A SQL function it cannot inline is planned again for every statement that calls it, which
--- made an enqueue five times slower.)
+-- 0017's acting tenant, inside the API's functions that of their caller. (No FROM: the planner
+-- inlines it. A SQL function it cannot inline is planned again for every statement that calls
+-- it, which made an enqueue five times slower.)
 CREATE OR REPLACE FUNCTION cairn.acting_tenant() RETURNS text
 LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN current_user = 'cairn_api'
@@ -53,20 +52,28 @@ LANGUAGE sql STABLE AS $$
                 THEN substr(current_user::text, 14) END
 $$;
 
--- Whether the caller of an API function sees every tenant: a runner, or one who may create in
--- the schema (its owner; superusers), as row security does not restrict those.
-CREATE FUNCTION cairn.api_all_tenants() RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT pg_has_role(cairn.api_caller()::name, 'cairn_runner', 'USAGE')
-           OR has_schema_privilege(cairn.api_caller()::name, 'cairn', 'CREATE')
-$$;
-
--- The one tenant the caller of an API function sees otherwise (NULL: none).
-CREATE FUNCTION cairn.api_tenant() RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN cairn.acting_tenant() IS NOT NULL THEN cairn.acting_tenant()
-                WHEN pg_has_role(cairn.api_caller()::name, 'cairn_tenant', 'USAGE') THEN NULL
-                ELSE 'default' END
+-- What the caller of an API function sees: the tenant it acts as; '*' (every tenant) for a
+-- runner or one who may create in the schema (its owner, superusers), whom row security does
+-- not restrict or whose policies show everything; NULL (nothing) for a tenant's login acting
+-- as no tenant; else (cairn_app's members) `default`. PL/pgSQL, called once per statement by
+-- the policies below: as inlined SQL expressions the same tests cost a few µs more in each of
+-- the ~9 statements of an enqueue (bench/RESULTS.md, "Tenants").
+CREATE FUNCTION cairn.api_scope() RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    r name := cairn.api_caller();
+BEGIN
+    IF r LIKE 'cairn\_tenant\_%' THEN
+        RETURN substr(r, 14);
+    END IF;
+    IF pg_has_role(r, 'cairn_runner', 'USAGE') OR has_schema_privilege(r, 'cairn', 'CREATE') THEN
+        RETURN '*';
+    END IF;
+    IF pg_has_role(r, 'cairn_tenant', 'USAGE') THEN
+        RETURN NULL;
+    END IF;
+    RETURN 'default';
+END
 $$;
 
 DO $$
@@ -77,10 +84,8 @@ BEGIN
                              'workflow_limits', 'workflow_retention'] LOOP
         -- (SELECT ...): evaluated once per statement, not once per row
         EXECUTE format('CREATE POLICY api_caller ON cairn.%I TO cairn_api'
-                       ' USING ((SELECT cairn.api_all_tenants())'
-                       '        OR tenant_id = (SELECT cairn.api_tenant()))'
-                       ' WITH CHECK ((SELECT cairn.api_all_tenants())'
-                       '             OR tenant_id = (SELECT cairn.api_tenant()))', t);
+                       ' USING ((SELECT cairn.api_scope()) IN (tenant_id, ''*''))'
+                       ' WITH CHECK ((SELECT cairn.api_scope()) IN (tenant_id, ''*''))', t);
     END LOOP;
     FOREACH t IN ARRAY ARRAY['queued_instances', 'runner_actions_done', 'instance_history'] LOOP
         EXECUTE format('ALTER POLICY instance_visible ON cairn.%I'
@@ -89,7 +94,7 @@ BEGIN
 END
 $$;
 CREATE POLICY api_caller ON cairn.tenants FOR SELECT TO cairn_api
-    USING ((SELECT cairn.api_all_tenants()) OR name = (SELECT cairn.api_tenant()));
+    USING ((SELECT cairn.api_scope()) IN (name, '*'));
 -- The queue's tenant is its instance's (the insert trigger sets it), whoever writes it.
 ALTER POLICY queue_tenant ON cairn.queued_instances TO cairn_tenant, cairn_app, cairn_api
     WITH CHECK (tenant_id = (SELECT t.tenant_id FROM cairn.runner_instances t
