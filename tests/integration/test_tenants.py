@@ -278,7 +278,7 @@ def quota_checks(url, env, tmp, ctl_as):
     ids = [ctl_as(C, "run", "job", "--input", '{"ms": 300}').stdout.strip() for _ in range(8)]
     dflt = [ctl(env, "run", "job", "--input", '{"ms": 300}').stdout.strip() for _ in range(6)]
     check("C's and default's instances enqueued", all(len(i) == 36 for i in ids + dflt))
-    peak, samples, peak_default, why = 0, 0, 0, ""
+    peak, samples, peak_default, why, tries = 0, 0, 0, "", []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         n = int(q(url, f"SELECT count(*) FROM cairn.runner_instances WHERE tenant_id = '{C}'"
@@ -291,7 +291,9 @@ def quota_checks(url, env, tmp, ctl_as):
             waiting = q(url, f"SELECT instance_id FROM cairn.runner_instances WHERE tenant_id ="
                              f" '{C}' AND status = 'queued' LIMIT 1")
             if waiting:
-                why = ctl_as(C, "inspect", waiting).stdout
+                r = ctl_as(C, "inspect", waiting)
+                why = r.stdout
+                tries.append(f"exit {r.returncode}: {(r.stdout + r.stderr).strip()[-300:]}")
         if q(url, f"SELECT count(*) FROM cairn.runner_instances WHERE tenant_id = '{C}' AND "
                   "status = 'completed'") == "8":
             break
@@ -303,7 +305,9 @@ def quota_checks(url, env, tmp, ctl_as):
           peak <= 2, str(peak))
     check("... and reached it", peak == 2, str(peak))
     check("inspect of a waiting one says the tenant's quota holds it",
-          f"tenant {C} runs 2 of at most 2" in why, why)
+          f"tenant {C} runs 2 of at most 2" in why,
+          f"{len(tries)} inspect(s), the last: {tries[-1]}" if tries
+          else "no sample saw C at its quota with one of its instances queued")
     check(f"the default tenant ran more than 2 at once meanwhile (peak {peak_default})",
           peak_default > 2, str(peak_default))
     q(url, f"SELECT cairn.tenant_quota('{C}', NULL)")
