@@ -73,6 +73,7 @@ struct worker {
     uint32_t slots, prefetch;
     uint32_t cap;        /* slots + prefetch: most attempts it holds at once */
     uint32_t inflight;   /* attempts dispatched to it and not reported back */
+    uint32_t said_room;  /* the room its latest `ready` gave (WP_ROOM_ANY: none given) */
     struct pctx *parked; /* its parked `ready`, if any (at most one) */
     struct pctx *ctl;    /* its parked `control`, if any */
     bool leaving;        /* said goodbye: gets no more work */
@@ -622,6 +623,17 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     return CN_OK;
 }
 
+/* Attempts worker w takes in reply to its latest `ready`: what the runner counts free of its
+ * slots + prefetch, capped by the room that ready gave. A worker serving several runners gives
+ * one, so that it splits its slots by their demand (docs/protocol.md, Room). */
+static uint32_t
+worker_room(const struct worker *w)
+{
+    uint32_t free = w->inflight < w->cap ? w->cap - w->inflight : 0;
+
+    return free < w->said_room ? free : w->said_room;
+}
+
 /* Answers c, a request of worker w, with one `dispatch` holding as many queued attempts w
  * serves as it has room for (q first, already unlinked, when not NULL). An attempt whose
  * arguments cannot be sent at all fails with a ValueError into rs. Returns false when nothing
@@ -642,13 +654,14 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
         }
         return false;
     }
-    if (w->inflight >= w->cap || wp_batch_begin(&b, WP_DISPATCH) != CN_OK) {
+    if (worker_room(w) == 0 || wp_batch_begin(&b, WP_DISPATCH) != CN_OK) {
         if (q != NULL) {
             queue_push_front_locked(p, q);
         }
         return false;
     }
-    while (w->inflight < w->cap && (q != NULL || (q = take_for_locked(p, w)) != NULL)) {
+    while (b.n < w->said_room && w->inflight < w->cap &&
+           (q != NULL || (q = take_for_locked(p, w)) != NULL)) {
         if (q->requeues > 0 && q->d.deadline_ms != 0 && cn_wall_ms() >= q->d.deadline_ms) {
             /* Given back by a dropped worker after its deadline passed. */
             synthetic_error(rs, q->d.instance_id, q->d.exec_id, q->d.attempt,
@@ -775,7 +788,7 @@ fail_pipe_flights_locked(struct rn_pool *p, uint32_t id, struct results *rs)
     }
     if (requeued) {
         for (w = p->workers; w != NULL; w = w->next) {
-            if (w->pipe != id && w->parked != NULL && w->inflight < w->cap) {
+            if (w->pipe != id && w->parked != NULL && worker_room(w) > 0) {
                 (void) dispatch_locked(p, w, w->parked, NULL, rs);
             }
         }
@@ -847,6 +860,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
     w->slots = m->slots;
     w->prefetch = m->prefetch;
     w->cap = m->slots + m->prefetch;
+    w->said_room = WP_ROOM_ANY;
     greeted_locked(p, c->pipe);
     room_check_locked(p); /* more room for the claimer */
     wp_msg_init(&r, WP_WELCOME);
@@ -927,6 +941,7 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
         on_hello_locked(p, c, &m, rs);
         break;
     case WP_READY:
+        w->said_room = m.room; /* this request's: an older parked one is released below */
         for (uint32_t i = 0; i < m.noutcomes; i++) {
             on_outcome_locked(p, w, &m.outcomes[i], rs);
         }
@@ -1380,7 +1395,7 @@ rn_pool_submit(struct rn_pool *p, const struct rn_pool_dispatch *d)
     /* A worker with a parked `ready` and room, serving the action, takes it at once (with
      * whatever else is queued for it); else it waits for the next `ready`. */
     for (w = p->workers; w != NULL; w = w->next) {
-        if (w->parked != NULL && w->inflight < w->cap && worker_serves(w, q->d.action)) {
+        if (w->parked != NULL && worker_room(w) > 0 && worker_serves(w, q->d.action)) {
             (void) dispatch_locked(p, w, w->parked, q, &rs);
             cn_mutex_unlock(&p->mtx);
             results_deliver(p, &rs);
@@ -1488,7 +1503,7 @@ rn_pool_kick(struct rn_pool *p)
 
     cn_mutex_lock(&p->mtx);
     for (w = p->workers; w != NULL; w = w->next) {
-        if (w->parked != NULL && w->inflight < w->cap && p->qhead != NULL) {
+        if (w->parked != NULL && worker_room(w) > 0 && p->qhead != NULL) {
             (void) dispatch_locked(p, w, w->parked, NULL, &rs);
         }
     }

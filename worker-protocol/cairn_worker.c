@@ -556,13 +556,19 @@ exec_scan(const char *dir, struct exec_action **out, size_t *n_out)
 
 /* The options: one table drives the flags, CAIRN_WORKER_URL and CAIRN_WORKER_CREDENTIAL, the
  * log's settings, the range checks and the help text (ir/base/opts.h). */
+#define MAX_URLS 64 /* the SDK's bound (cairn_worker_add_url) */
+static const char *url_flags[MAX_URLS];
+
 static struct cn_opt options[] = {
     {.flag = "url",
      .kind = CN_OPT_STR,
      .env = "CAIRN_WORKER_URL",
      .def = WP_DEFAULT_URL,
      .arg = "URL",
-     .help = "runner address"},
+     .list = url_flags,
+     .list_max = MAX_URLS,
+     .help = "runner address; repeat it to serve several runners (the variable: separated by "
+             "spaces or commas)"},
     {.flag = "name", .kind = CN_OPT_STR, .arg = "NAME", .help = "worker name (default HOST-PID)"},
     {.flag = "slots",
      .kind = CN_OPT_INT,
@@ -606,7 +612,7 @@ static struct cn_opt options[] = {
 static struct cn_opts opts_table = {
     .prog = "cairn-worker",
     /* One synopsis line and a paragraph: help2man makes the man page from this. */
-    .usage = "cairn-worker [--url URL] [--slots N] [--exec-dir DIR] [OPTION]...",
+    .usage = "cairn-worker [--url URL]... [--slots N] [--exec-dir DIR] [OPTION]...",
     .about = "Serves std.noop, std.echo, std.sleep, std.fail, std.flaky and std.hash to a Cairn\n"
              "runner, and with --exec-dir each executable DIR/NAME as action exec.NAME.\n"
              "SIGTERM/SIGINT stop it after running actions finish (grace " GRACE_TEXT " s);\n"
@@ -711,7 +717,9 @@ main(int argc, char **argv)
     struct cairn_worker *w = NULL;
     struct exec_action *ex = NULL;
     size_t nex = 0;
-    const char *url, *exec_dir, *once;
+    const char *urls[MAX_URLS], *exec_dir, *once;
+    char *url_list = NULL, *save = NULL, *tok, where[512];
+    size_t nurls = 0;
     struct timespec poll_ts = {0, 200 * 1000000L};
     sigset_t sigs;
     bool waiting_logged = false;
@@ -745,7 +753,6 @@ main(int argc, char **argv)
         return 2;
     }
     memset(&opts, 0, sizeof(opts));
-    url = cn_opts_str(&opts_table, "url");
     opts.name = cn_opts_str(&opts_table, "name");
     opts.slots = (uint32_t) cn_opts_int(&opts_table, "slots");
     opts.prefetch = (uint32_t) cn_opts_int(&opts_table, "prefetch");
@@ -769,8 +776,25 @@ main(int argc, char **argv)
         exec_actions_free(ex, nex);
         return code;
     }
-    if (*url == '\0') {
-        url = WP_DEFAULT_URL; /* as when neither the flag nor the variable is set */
+    /* The runners: every --url, else CAIRN_WORKER_URL's list, else the default. */
+    if (options[0].nlist > 0) {
+        for (i = 0; i < options[0].nlist; i++) {
+            urls[nurls++] = options[0].list[i];
+        }
+    } else {
+        url_list = cn_xstrdup(cn_opts_str(&opts_table, "url"));
+        for (tok = strtok_r(url_list, " ,\t\n", &save); tok != NULL && nurls < MAX_URLS;
+             tok = strtok_r(NULL, " ,\t\n", &save)) {
+            urls[nurls++] = tok;
+        }
+        if (nurls == 0) {
+            urls[nurls++] = WP_DEFAULT_URL; /* as when neither the flag nor the variable is set */
+        }
+    }
+    where[0] = '\0';
+    for (i = 0; i < nurls; i++) {
+        size_t at = strlen(where);
+        (void) snprintf(where + at, sizeof(where) - at, "%s%s", i > 0 ? " " : "", urls[i]);
     }
     /* Signals are taken synchronously (sigtimedwait) by this thread; every thread the SDK
      * starts inherits the blocked mask. */
@@ -780,14 +804,26 @@ main(int argc, char **argv)
     (void) sigaddset(&sigs, SIGHUP);
     if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0) {
         exec_actions_free(ex, nex);
+        free(url_list);
         return 1;
     }
     opts.start_timeout_ms = 1000; /* retried below, so that a signal can interrupt */
-    if ((rv = cairn_worker_new(url, &opts, &w)) != CN_OK) {
+    if ((rv = cairn_worker_new(urls[0], &opts, &w)) != CN_OK) {
         cn_log(CN_LOG_ERROR, "cannot start: %s", cn_strerror(rv));
         exec_actions_free(ex, nex);
+        free(url_list);
         return 2;
     }
+    for (i = 1; i < nurls; i++) {
+        if (cairn_worker_add_url(w, urls[i]) != CN_OK) {
+            cn_log(CN_LOG_ERROR, "cannot start: runner address '%s' given twice", urls[i]);
+            cairn_worker_free(w);
+            exec_actions_free(ex, nex);
+            free(url_list);
+            return 2;
+        }
+    }
+    free(url_list); /* the SDK copied the addresses */
     rv = CN_OK;
     for (i = 0; rv == CN_OK && i < CAIRN_N_STD; i++) {
         rv = cairn_worker_register(w, cairn_std_actions[i].name, cairn_std_actions[i].fn, NULL);
@@ -805,7 +841,7 @@ main(int argc, char **argv)
      * behind it, and it serves by itself once a runner answers (the SDK redials). Waiting for
      * the runner instead would turn a runner outage into failed starts under systemd
      * (TimeoutStartSec) and a boot that never finishes; STATUS= tells the two apart. */
-    (void) cn_notifyf("READY=1\nSTATUS=waiting for a runner at %s", url);
+    (void) cn_notifyf("READY=1\nSTATUS=waiting for a runner at %s", where);
     for (;;) {
         rv = cairn_worker_start(w);
         if (rv == CN_OK) {
@@ -820,12 +856,12 @@ main(int argc, char **argv)
             return rv == CN_IO ? 0 : 1;
         }
         if (!waiting_logged) {
-            cn_log(CN_LOG_INFO, "waiting for a runner at %s", url);
+            cn_log(CN_LOG_INFO, "waiting for a runner at %s", where);
             waiting_logged = true;
         }
     }
-    cn_log(CN_LOG_INFO, "serving %zu actions at %s", CAIRN_N_STD + nex, url);
-    (void) cn_notifyf("STATUS=serving %zu actions at %s", CAIRN_N_STD + nex, url);
+    cn_log(CN_LOG_INFO, "serving %zu actions at %s", CAIRN_N_STD + nex, where);
+    (void) cn_notifyf("STATUS=serving %zu actions at %s", CAIRN_N_STD + nex, where);
     while (cairn_worker_running(w)) {
         sig = take_stop_signal(&sigs, &poll_ts);
         if (sig > 0) {

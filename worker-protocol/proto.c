@@ -31,6 +31,7 @@ wp_msg_init(struct wp_msg *m, enum wp_kind kind)
 {
     memset(m, 0, sizeof(*m));
     m->kind = kind;
+    m->room = WP_ROOM_ANY;
 }
 
 void
@@ -171,21 +172,25 @@ w_dispatch(struct wenc *e, const struct wp_dispatch *d)
 
 /* The entry count is an array32 header patched at finish: its size is fixed, so entries can be
  * appended before the count is known (msgpack allows a wider header than needed). */
-cn_err
-wp_batch_begin(struct wp_batch *b, enum wp_kind kind)
+static cn_err
+batch_begin(struct wp_batch *b, enum wp_kind kind, uint32_t room)
 {
     static const char hdr[5] = {(char) 0xdd, 0, 0, 0, 0};
     struct wenc e;
 
     memset(b, 0, sizeof(*b));
-    if (kind != WP_READY && kind != WP_DISPATCH) {
+    if ((kind != WP_READY && kind != WP_DISPATCH) ||
+        (room != WP_ROOM_ANY && (kind != WP_READY || room > WP_MAX_BATCH))) {
         return CN_INVAL;
     }
     memset(&e, 0, sizeof(e));
     msgpack_packer_init(&e.pk, &b->buf, wenc_write);
-    e.bad |= msgpack_pack_map(&e.pk, 3);
+    e.bad |= msgpack_pack_map(&e.pk, room != WP_ROOM_ANY ? 4 : 3);
     w_kv_u(&e, "v", WP_PROTOCOL_VERSION);
     w_kv_str(&e, "kind", wp_kind_name(kind));
+    if (room != WP_ROOM_ANY) {
+        w_kv_u(&e, "room", room);
+    }
     w_str(&e, kind == WP_READY ? "outcomes" : "items");
     b->count_at = b->buf.len;
     if (e.bad || cn_buf_append(&b->buf, hdr, sizeof(hdr)) != CN_OK) {
@@ -193,6 +198,18 @@ wp_batch_begin(struct wp_batch *b, enum wp_kind kind)
         return CN_NOMEM;
     }
     return CN_OK;
+}
+
+cn_err
+wp_batch_begin(struct wp_batch *b, enum wp_kind kind)
+{
+    return batch_begin(b, kind, WP_ROOM_ANY);
+}
+
+cn_err
+wp_batch_begin_ready(struct wp_batch *b, uint32_t room)
+{
+    return batch_begin(b, WP_READY, room);
 }
 
 /* Appends one entry written by fn; rolls back on any failure. */
@@ -279,7 +296,7 @@ encode_batch(const struct wp_msg *m, struct cn_buf *out)
     if (m->kind == WP_DISPATCH && n == 0) {
         return CN_INVAL;
     }
-    if ((rv = wp_batch_begin(&b, m->kind)) != CN_OK) {
+    if ((rv = batch_begin(&b, m->kind, m->kind == WP_READY ? m->room : WP_ROOM_ANY)) != CN_OK) {
         return rv;
     }
     for (i = 0; i < n && rv == CN_OK; i++) {
@@ -652,7 +669,8 @@ r_body(struct wdec *d, const msgpack_object *map)
     case WP_REFUSED:
         return r_str(d, map, "reason", false, &m->reason);
     case WP_READY:
-        return r_batch(d, map, "outcomes", 0);
+        return r_u32_opt(d, map, "room", WP_MAX_BATCH, WP_ROOM_ANY, &m->room) &&
+               r_batch(d, map, "outcomes", 0);
     case WP_DISPATCH:
         return r_batch(d, map, "items", 1);
     case WP_CANCEL:

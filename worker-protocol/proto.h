@@ -41,6 +41,9 @@
 /* Most outcomes in one `ready` and attempts in one `dispatch`: a worker never holds more
  * than slots + prefetch attempts. */
 #define WP_MAX_BATCH (WP_MAX_SLOTS + WP_MAX_PREFETCH)
+/* A `ready` without "room": the worker leaves its room to the runner's count (slots + prefetch
+ * minus what is in flight to it). */
+#define WP_ROOM_ANY UINT32_MAX
 
 #define WP_KINDS(X)                                                                              \
     X(HELLO, "hello")       /* worker -> runner: who I am, what I serve */                       \
@@ -98,6 +101,9 @@ struct wp_msg {
     /* READY (0..WP_MAX_BATCH outcomes) */
     struct wp_outcome *outcomes;
     uint32_t noutcomes;
+    uint32_t room; /* attempts the worker takes now (optional; WP_ROOM_ANY: as many as the
+                      runner counts free). A worker serving several runners shares its slots:
+                      each runner dispatches at most this many in reply */
     /* DISPATCH (1..WP_MAX_BATCH attempts) */
     struct wp_dispatch *items;
     uint32_t nitems;
@@ -123,7 +129,7 @@ struct wp_batch {
 /* Name of a kind ("dispatch"), for logs. */
 const char *wp_kind_name(enum wp_kind k);
 
-/* Zeroes a message for building. */
+/* Zeroes a message for building (room: WP_ROOM_ANY). */
 void wp_msg_init(struct wp_msg *m, enum wp_kind kind);
 /* Releases what a decoded message owns (values, strings, arrays). A message built by the
  * caller borrows everything and needs no fini. */
@@ -141,6 +147,8 @@ CN_MUST_CHECK cn_err wp_msg_decode(const void *buf, size_t len, struct wp_msg *m
 
 /* Starts a batch message of kind WP_READY or WP_DISPATCH (else CN_INVAL). CN_NOMEM. */
 CN_MUST_CHECK cn_err wp_batch_begin(struct wp_batch *b, enum wp_kind kind);
+/* Starts a `ready` that carries room (WP_ROOM_ANY: none; else at most WP_MAX_BATCH). */
+CN_MUST_CHECK cn_err wp_batch_begin_ready(struct wp_batch *b, uint32_t room);
 /* Appends one entry to a batch begun with the matching kind. Returns CN_OK; CN_TOOBIG when
  * the entry would take the message past WP_MAX_BODY or WP_MAX_BATCH entries (the batch is
  * unchanged: send it and add the entry to the next one; alone in a batch, the entry can never

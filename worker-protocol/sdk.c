@@ -1,37 +1,52 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The worker SDK (include/cairn/worker.h): the worker side of docs/protocol.md over an nng
- * REQ socket. All nng calls of the SDK are in this file.
+ * The worker SDK (include/cairn/worker.h): the worker side of docs/protocol.md over nng REQ
+ * sockets. All nng calls of the SDK are in this file.
  *
  * DESIGN
- * - One REQ socket, one dialer (nng reconnects, RECONNMINT/MAXT). Work flows through two
- *   `fetch` contexts driven by aio callbacks: each carries a `ready` with every outcome waiting
- *   in the outbox, and its reply (a `dispatch` batch) goes into the run queue. One of them is
- *   always out (parked at the runner when it has no work); the other carries outcomes that
- *   finish meanwhile. The runner keeps one `ready` per worker parked and releases the older
- *   one, so a fetch is always free within one round trip: outcomes are never held back, and
- *   under load they travel in batches (all that finished while both fetches were out).
+ * - A worker serves one runner or several (cairn_worker_add_url): one `link` per runner, each
+ *   with its own REQ socket and dialer (nng reconnects, RECONNMINT/MAXT), session, control
+ *   thread and requests. The slots, the run queue and the actions are shared: the runners split
+ *   the slots by their demand (below, Room).
+ * - Work flows through two `fetch` contexts per link driven by aio callbacks: each carries a
+ *   `ready` with every outcome waiting in that link's outbox, and its reply (a `dispatch`
+ *   batch) goes into the run queue. One of them is always out (parked at the runner when it has
+ *   no work); the other carries outcomes that finish meanwhile. The runner keeps one `ready` per
+ *   worker parked and releases the older one, so a fetch is always free within one round trip:
+ *   outcomes are never held back, and under load they travel in batches (all that finished
+ *   while both fetches were out).
+ * - Room: every `ready` says how many more attempts the worker takes now (slots + prefetch
+ *   minus what is queued or running, for all runners), and a runner dispatches no more than
+ *   that in reply. When a slot frees, a link whose runner was last told less gets a fresh
+ *   `ready` (which also releases its parked one), so a runner with a backlog does not keep the
+ *   slots from another that has work too. Two runners told the same room at once may both fill
+ *   it: the extra attempts wait in the run queue (as prefetched ones do), at most the room
+ *   given per runner.
  * - One thread per slot takes attempts from the run queue and runs them. One control thread
- *   says `hello` after each reconnect, then keeps a `control` request parked for `cancel`s.
- * - The control thread's aio is waited on synchronously (nng_aio_wait); another thread
+ *   per link says `hello` (the first one too: start() waits for the first welcome of any
+ *   link), after each reconnect, then keeps a `control` request parked for `cancel`s.
+ * - A control thread's aio is waited on synchronously (nng_aio_wait); another thread
  *   interrupts it with nng_aio_cancel, race-free because an operation is started only under
  *   w->mtx after checking the flags that the interrupting thread sets under w->mtx.
- * - Sessions: `gen` counts connections lost. A pipe removal (nng callback, never blocks) bumps
- *   gen, sets need_hello, empties the run queue and cancels every pending operation, so
- *   nothing is left for nng's REQ to re-send on the next pipe before the new `hello`.
- *   Outcomes of an older generation are dropped (the runner failed them with WorkerLost).
+ * - Sessions: a link's `gen` counts its connections lost. A pipe removal (nng callback, never
+ *   blocks) bumps gen, sets need_hello, drops that link's queued attempts and cancels its
+ *   pending operations, so nothing is left for nng's REQ to re-send on the next pipe before
+ *   the new `hello`. Outcomes of an older generation are dropped (the runner failed them with
+ *   WorkerLost). Other links go on.
  * - REQ re-sends are off (NNG_OPT_REQ_RESENDTIME infinite): a parked `ready` may wait long.
  * - A reply to `control` that does not decode is logged and treated as a noop; one to `ready`
  *   starts a new session (it may have carried attempts we could never report).
- * - A cancel is matched against running and queued attempts, and remembered (a few, per
- *   session) for a dispatch still on its way: a cancelled attempt that has not started is
- *   not run at all.
+ * - A cancel is matched against that link's running and queued attempts, and remembered (a
+ *   few, per session) for a dispatch still on its way: a cancelled attempt that has not
+ *   started is not run at all.
  *
- * Lock order: only w->mtx. nng calls made under it are asynchronous (ctx send/recv, aio
- * cancel); nng runs our aio callbacks on its own threads, never inside those calls.
+ * Lock order: only w->mtx, for every link. nng calls made under it are asynchronous (ctx
+ * send/recv, aio cancel); nng runs our aio callbacks on its own threads, never inside those
+ * calls.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +66,7 @@
 #include "worker-protocol/include/cairn/worker.h"
 #include "worker-protocol/proto.h"
 
-#define SDK_NAME    "libcairn-worker 0.2.0"
+#define SDK_NAME    "libcairn-worker 0.3.0"
 #define SDK_FETCHES 2
 /* Cancels remembered per session for dispatches not yet seen. */
 #define SDK_CANCEL_MEMORY 64
@@ -66,12 +81,15 @@ struct sdk_action {
     void *arg;
 };
 
+struct sdk_link;
+
 /* A dispatched attempt, queued or running. */
 struct sdk_item {
     struct wp_dispatch d; /* d.action points at `action`; kwargs owned */
     char *action;
-    uint64_t gen;
-    bool cancelled; /* a cancel came before it started */
+    struct sdk_link *link; /* the runner it came from, its outcome goes back to */
+    uint64_t gen;          /* that link's session */
+    bool cancelled;        /* a cancel came before it started */
     struct sdk_item *next;
 };
 
@@ -81,7 +99,7 @@ struct sdk_out {
 };
 
 struct sdk_fetch {
-    struct cairn_worker *w;
+    struct sdk_link *l;
     nng_ctx ctx;
     nng_aio *aio;
     enum sdk_fetch_state st; /* protected by w->mtx */
@@ -94,6 +112,7 @@ struct sdk_slot {
     bool thread_started;
     /* the attempt being run, for `cancel` matching; protected by w->mtx */
     bool running;
+    struct sdk_link *link;
     uint8_t exec_id[16];
     uint32_t attempt;
     uint64_t token;
@@ -107,8 +126,42 @@ struct sdk_cancel {
     uint64_t token;
 };
 
-struct cairn_worker {
+/* One runner served: its connection, session and requests. */
+struct sdk_link {
+    struct cairn_worker *w;
     char *url;
+    /* protected by w->mtx */
+    bool sock_open;
+    bool failed;             /* refused after a hello: this runner is not served any more */
+    bool need_hello;         /* connection lost since the last welcome */
+    bool acked;              /* stop(): the runner acknowledged our goodbye */
+    uint32_t hello_delay_ms; /* wait before that hello: grows while sessions keep failing */
+    uint64_t gen;            /* connections lost so far */
+    uint64_t welcomes;       /* sessions opened */
+    bool ctl_started;
+    bool ctl_busy;      /* control aio has an operation pending */
+    uint32_t room_said; /* the room the latest `ready` sent here gave */
+    struct sdk_out *outbox;
+    uint32_t nout, capout;
+    struct sdk_cancel cancels[SDK_CANCEL_MEMORY];
+    uint32_t ncancels;     /* total remembered this session; the ring holds the latest */
+    uint32_t npipes;       /* connections up (pipe callbacks) */
+    nng_pipe ctl_pipe;     /* connection of the latest control reply */
+    nng_pipe session_pipe; /* connection of the current session (its welcome) */
+    uint32_t idle_ms;      /* from welcome: the runner answers a parked request within it */
+    /* set up by start(), torn down by teardown */
+    nng_socket sock;
+    nng_dialer dialer;
+    nng_ctx ctl_ctx;
+    nng_aio *ctl_aio;
+    pthread_t ctl_thread;
+    struct sdk_fetch fetch[SDK_FETCHES];
+};
+
+/* Links one worker serves at most: a process talks to a fleet's runners, not to hundreds. */
+#define SDK_MAX_LINKS 64
+
+struct cairn_worker {
     char *name;
     char *credential;
     char *tls_ca_file, *tls_cert_key_file, *tls_server_name;
@@ -116,39 +169,19 @@ struct cairn_worker {
     uint32_t reconnect_min_ms, reconnect_max_ms, start_timeout_ms;
     struct sdk_action *actions;
     uint32_t nactions;
-    char errtext[320];
+    struct sdk_link *links[SDK_MAX_LINKS];
+    uint32_t nlinks;
+    char errtext[320]; /* mtx */
 
     pthread_mutex_t mtx;
-    pthread_cond_t cond; /* state changes that stop() and the control thread wait for */
+    pthread_cond_t cond; /* state changes that stop(), start() and control threads wait for */
     pthread_cond_t work; /* slot threads wait here for the run queue */
     /* protected by mtx */
-    bool started;            /* between start() success and the end of stop() */
-    bool stopping;           /* stop() called: no new work asked for */
-    bool failed;             /* refused after a reconnect: serving stopped */
-    bool need_hello;         /* connection lost since the last welcome */
-    uint32_t hello_delay_ms; /* wait before that hello: grows while sessions keep failing */
-    bool slots_exit;         /* teardown: slot threads end */
-    uint64_t gen;            /* connections lost so far */
-    bool ctl_started;
-    bool ctl_busy; /* control aio has an operation pending */
+    bool started;    /* between start()'s first step and the end of stop() or a failed start */
+    bool stopping;   /* stop() called: no new work asked for */
+    bool slots_exit; /* teardown: slot threads end */
     struct sdk_item *rq_head, *rq_tail;
-    uint32_t nidle, nrunning;
-    struct sdk_out *outbox;
-    uint32_t nout, capout;
-    struct sdk_cancel cancels[SDK_CANCEL_MEMORY];
-    uint32_t ncancels; /* total remembered this session; the ring holds the latest */
-
-    bool sock_open;
-    uint32_t npipes; /* connections up (pipe callbacks); mtx */
-    nng_socket sock;
-    nng_dialer dialer;
-    nng_ctx ctl_ctx;
-    nng_aio *ctl_aio;
-    nng_pipe ctl_pipe;     /* connection of the latest control reply; protected by mtx */
-    nng_pipe session_pipe; /* connection of the current session (its welcome); mtx */
-    uint32_t idle_ms;      /* from welcome: the runner answers a parked request within it */
-    pthread_t ctl_thread;
-    struct sdk_fetch fetch[SDK_FETCHES];
+    uint32_t nqueued, nidle, nrunning;
     struct sdk_slot *slots;
 };
 
@@ -209,21 +242,60 @@ sdk_nng_err(int rv)
     }
 }
 
-/* Through the host process's log (ir/base/log.h): its level and format apply. */
+/* Through the host process's log (ir/base/log.h): its level and format apply. A worker
+ * serving several runners names the one concerned. */
 static void
-sdk_log(const struct cairn_worker *w, enum cn_log_level level, const char *what, const char *detail)
+sdk_log(const struct sdk_link *l, enum cn_log_level level, const char *what, const char *detail)
 {
-    cn_log(level, "worker %s: %s%s%s", w->name, what, detail ? ": " : "", detail ? detail : "");
+    const struct cairn_worker *w = l->w;
+
+    if (w->nlinks > 1) {
+        cn_log(level, "worker %s (%s): %s%s%s", w->name, l->url, what, detail ? ": " : "",
+               detail ? detail : "");
+    } else {
+        cn_log(level, "worker %s: %s%s%s", w->name, what, detail ? ": " : "", detail ? detail : "");
+    }
 }
 
-/* Sets the error text of the last failure (start's callers read it). */
-static cn_err
-sdk_fail(struct cairn_worker *w, cn_err rv, const char *what, const char *detail)
+static void sdk_errtext(struct sdk_link *l, const char *fmt, ...) CN_PRINTF(2, 3);
+
+/* Sets the text cairn_worker_error returns; with several runners it names the one. */
+static void
+sdk_errtext(struct sdk_link *l, const char *fmt, ...)
 {
-    (void) snprintf(w->errtext, sizeof(w->errtext), "%s%s%s", what, detail ? ": " : "",
-                    detail ? detail : "");
-    sdk_log(w, CN_LOG_ERROR, what, detail);
+    struct cairn_worker *w = l->w;
+    char text[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void) vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    sdk_lock(w);
+    if (w->nlinks > 1) {
+        (void) snprintf(w->errtext, sizeof(w->errtext), "%s: %s", l->url, text);
+    } else {
+        (void) snprintf(w->errtext, sizeof(w->errtext), "%s", text);
+    }
+    sdk_unlock(w);
+}
+
+/* Sets the error text of a failure (start's callers read it) and logs it. */
+static cn_err
+sdk_fail(struct sdk_link *l, cn_err rv, const char *what, const char *detail)
+{
+    sdk_errtext(l, "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
+    sdk_log(l, CN_LOG_ERROR, what, detail);
     return rv;
+}
+
+/* Attempts the worker takes now, for every runner: slots + prefetch minus what is queued or
+ * running. */
+static uint32_t
+sdk_room_locked(const struct cairn_worker *w)
+{
+    uint32_t cap = w->nslots + w->prefetch, used = w->nqueued + w->nrunning;
+
+    return used < cap ? cap - used : 0;
 }
 
 /* ---- messages ------------------------------------------------------------------------------ */
@@ -257,18 +329,18 @@ out:
     return rv;
 }
 
-/* Starts op (send when msg != NULL, else receive) on ctx/aio unless the session changed or
- * the worker is stopping (for sends by slots, `allow_stopping` lets a final outcome out).
- * Waits for it. Returns 0 or an nng error (NNG_ECANCELED when not started). On a failed send
- * msg is freed. */
+/* Starts op (send when msg != NULL, else receive) on ctx/aio of link l unless its session
+ * changed or the worker is stopping (`allow_stopping` lets a goodbye out). Waits for it.
+ * Returns 0 or an nng error (NNG_ECANCELED when not started). On a failed send msg is freed. */
 static int
-sdk_op(struct cairn_worker *w, nng_ctx ctx, nng_aio *aio, nng_msg *msg, uint64_t gen,
+sdk_op(struct sdk_link *l, nng_ctx ctx, nng_aio *aio, nng_msg *msg, uint64_t gen,
        bool allow_stopping, bool *busy)
 {
+    struct cairn_worker *w = l->w;
     int rv;
 
     sdk_lock(w);
-    if (w->gen != gen || (w->stopping && !allow_stopping) || !w->sock_open) {
+    if (l->gen != gen || (w->stopping && !allow_stopping) || !l->sock_open) {
         sdk_unlock(w);
         if (msg != NULL) {
             nng_msg_free(msg);
@@ -295,28 +367,26 @@ sdk_op(struct cairn_worker *w, nng_ctx ctx, nng_aio *aio, nng_msg *msg, uint64_t
     return rv;
 }
 
-/* Receives a reply and decodes it. An undecodable one is logged and becomes a noop. */
+/* Receives a reply on l's control context and decodes it. An undecodable one is logged and
+ * becomes a noop. */
 static int
-sdk_recv(struct cairn_worker *w, nng_ctx ctx, nng_aio *aio, uint64_t gen, bool allow_stopping,
-         bool *busy, struct wp_msg *out)
+sdk_recv(struct sdk_link *l, uint64_t gen, bool allow_stopping, struct wp_msg *out)
 {
     struct cn_errmsg em = {{0}};
     nng_msg *msg;
     int rv;
 
     wp_msg_init(out, WP_NOOP);
-    if ((rv = sdk_op(w, ctx, aio, NULL, gen, allow_stopping, busy)) != 0) {
+    if ((rv = sdk_op(l, l->ctl_ctx, l->ctl_aio, NULL, gen, allow_stopping, &l->ctl_busy)) != 0) {
         return rv;
     }
-    msg = nng_aio_get_msg(aio);
-    nng_aio_set_msg(aio, NULL);
-    if (aio == w->ctl_aio) {
-        sdk_lock(w);
-        w->ctl_pipe = nng_msg_get_pipe(msg); /* the connection to drop if the runner goes silent */
-        sdk_unlock(w);
-    }
+    msg = nng_aio_get_msg(l->ctl_aio);
+    nng_aio_set_msg(l->ctl_aio, NULL);
+    sdk_lock(l->w);
+    l->ctl_pipe = nng_msg_get_pipe(msg); /* the connection to drop if the runner goes silent */
+    sdk_unlock(l->w);
     if (wp_msg_decode(nng_msg_body(msg), nng_msg_len(msg), out, &em) != CN_OK) {
-        sdk_log(w, CN_LOG_WARN, "undecodable reply, treated as noop", em.text);
+        sdk_log(l, CN_LOG_WARN, "undecodable reply, treated as noop", em.text);
         wp_msg_fini(out);
         wp_msg_init(out, WP_NOOP);
     }
@@ -324,11 +394,12 @@ sdk_recv(struct cairn_worker *w, nng_ctx ctx, nng_aio *aio, uint64_t gen, bool a
     return 0;
 }
 
-/* One hello/welcome exchange on the control context. Returns CN_OK (session open for gen),
+/* One hello/welcome exchange on l's control context. Returns CN_OK (session open for gen),
  * CN_PROTO (refused, or another reply), CN_IO (transport error, cancelled or timed out). */
 static cn_err
-sdk_hello(struct cairn_worker *w, uint64_t gen)
+sdk_hello(struct sdk_link *l, uint64_t gen)
 {
+    struct cairn_worker *w = l->w;
     const char **names = NULL;
     struct wp_msg m, r;
     nng_msg *msg = NULL;
@@ -354,33 +425,32 @@ sdk_hello(struct cairn_worker *w, uint64_t gen)
     rv = sdk_msg_new(&m, &msg);
     free(names);
     if (rv != CN_OK) {
-        return sdk_fail(w, rv, "cannot encode hello", cn_strerror(rv));
+        return sdk_fail(l, rv, "cannot encode hello", cn_strerror(rv));
     }
-    if ((nrv = sdk_op(w, w->ctl_ctx, w->ctl_aio, msg, gen, false, &w->ctl_busy)) != 0 ||
-        (nrv = sdk_recv(w, w->ctl_ctx, w->ctl_aio, gen, false, &w->ctl_busy, &r)) != 0) {
-        /* not logged: start() and the control thread retry, and say so once */
-        (void) snprintf(w->errtext, sizeof(w->errtext), "hello not answered: %s",
-                        nng_strerror(nrv));
+    if ((nrv = sdk_op(l, l->ctl_ctx, l->ctl_aio, msg, gen, false, &l->ctl_busy)) != 0 ||
+        (nrv = sdk_recv(l, gen, false, &r)) != 0) {
+        /* not logged: the control thread retries, and start() says what it waited for */
+        sdk_errtext(l, "hello not answered: %s", nng_strerror(nrv));
         return CN_IO;
     }
     switch (r.kind) {
     case WP_WELCOME:
         sdk_lock(w);
-        w->idle_ms = r.idle_ms;
-        w->session_pipe = w->ctl_pipe;
+        l->idle_ms = r.idle_ms;
+        l->session_pipe = l->ctl_pipe;
         sdk_unlock(w);
         rv = CN_OK;
         break;
     case WP_REFUSED:
-        (void) snprintf(w->errtext, sizeof(w->errtext), "refused: %s", r.reason);
-        sdk_log(w, CN_LOG_ERROR, w->errtext, NULL);
+        sdk_errtext(l, "refused: %s", r.reason);
+        sdk_log(l, CN_LOG_ERROR, "refused", r.reason);
         rv = CN_PROTO;
         break;
     case WP_NOOP:
         rv = CN_IO; /* retried by the caller */
         break;
     default:
-        rv = sdk_fail(w, CN_PROTO, "unexpected reply to hello", wp_kind_name(r.kind));
+        rv = sdk_fail(l, CN_PROTO, "unexpected reply to hello", wp_kind_name(r.kind));
         break;
     }
     wp_msg_fini(&r);
@@ -461,20 +531,20 @@ sdk_run(struct sdk_slot *s, const struct sdk_item *it, struct wp_outcome *o)
 
 /* ---- fetches ------------------------------------------------------------------------------- */
 
-/* Drops outcomes of older sessions: the runner already failed those attempts. */
+/* Drops outcomes of l's older sessions: the runner already failed those attempts. */
 static void
-sdk_outbox_prune_locked(struct cairn_worker *w)
+sdk_outbox_prune_locked(struct sdk_link *l)
 {
     uint32_t i, n = 0;
 
-    for (i = 0; i < w->nout; i++) {
-        if (w->outbox[i].gen == w->gen) {
-            w->outbox[n++] = w->outbox[i];
+    for (i = 0; i < l->nout; i++) {
+        if (l->outbox[i].gen == l->gen) {
+            l->outbox[n++] = l->outbox[i];
         } else {
-            ir_val_release(w->outbox[i].o.value);
+            ir_val_release(l->outbox[i].o.value);
         }
     }
-    w->nout = n;
+    l->nout = n;
 }
 
 /* Adds the outbox's first outcome to b. One that cannot travel even alone is replaced by an
@@ -495,22 +565,23 @@ sdk_batch_outcome(struct wp_batch *b, struct wp_outcome *o)
     return rv;
 }
 
-/* Sends a `ready` on idle fetch f with as many outbox outcomes as fit in one message. */
+/* Sends a `ready` on l's idle fetch f with the room the worker has now and as many outbox
+ * outcomes as fit in one message. */
 static void
-sdk_send_ready_locked(struct cairn_worker *w, struct sdk_fetch *f)
+sdk_send_ready_locked(struct sdk_link *l, struct sdk_fetch *f)
 {
+    uint32_t i, taken = 0, room = sdk_room_locked(l->w);
     struct wp_batch b;
     nng_msg *msg = NULL;
-    uint32_t i, taken = 0;
 
-    if (wp_batch_begin(&b, WP_READY) != CN_OK) {
+    if (wp_batch_begin_ready(&b, room) != CN_OK) {
         return; /* out of memory: the next event tries again */
     }
-    while (taken < w->nout && sdk_batch_outcome(&b, &w->outbox[taken].o) == CN_OK) {
+    while (taken < l->nout && sdk_batch_outcome(&b, &l->outbox[taken].o) == CN_OK) {
         taken++;
     }
     wp_batch_finish(&b);
-    if ((taken == 0 && w->nout > 0) || nng_msg_alloc(&msg, 0) != 0 ||
+    if ((taken == 0 && l->nout > 0) || nng_msg_alloc(&msg, 0) != 0 ||
         nng_msg_append(msg, b.buf.data, b.buf.len) != 0) {
         if (msg != NULL) {
             nng_msg_free(msg);
@@ -521,46 +592,62 @@ sdk_send_ready_locked(struct cairn_worker *w, struct sdk_fetch *f)
     wp_batch_fini(&b);
     if (taken > 0) {
         for (i = 0; i < taken; i++) {
-            ir_val_release(w->outbox[i].o.value);
+            ir_val_release(l->outbox[i].o.value);
         }
-        memmove(w->outbox, w->outbox + taken, (w->nout - taken) * sizeof(*w->outbox));
-        w->nout -= taken;
+        memmove(l->outbox, l->outbox + taken, (l->nout - taken) * sizeof(*l->outbox));
+        l->nout -= taken;
     }
+    l->room_said = room;
     f->st = FE_SEND;
-    f->gen = w->gen;
+    f->gen = l->gen;
     nng_aio_set_msg(f->aio, msg);
     nng_ctx_send(f->ctx, f->aio);
 }
 
-/* Keeps the protocol moving: outcomes waiting go out on an idle fetch, and one `ready` is
- * always out asking for work (unless stopping). Call after every change. */
+/* Keeps l's protocol moving: outcomes waiting go out on an idle fetch, and one `ready` is
+ * always out asking for work (unless stopping); with several runners, one told less room than
+ * the worker now has is told again. Call after every change. */
 static void
-sdk_pump_locked(struct cairn_worker *w)
+sdk_pump_locked(struct sdk_link *l)
 {
+    struct cairn_worker *w = l->w;
     uint32_t i;
 
-    sdk_outbox_prune_locked(w);
-    if (!w->sock_open || w->need_hello || w->failed) {
+    sdk_outbox_prune_locked(l);
+    if (!l->sock_open || l->need_hello || l->failed) {
         return;
     }
     for (i = 0; i < SDK_FETCHES; i++) {
-        bool other_out = w->fetch[(i + 1) % SDK_FETCHES].st != FE_IDLE;
+        bool other_out = l->fetch[(i + 1) % SDK_FETCHES].st != FE_IDLE;
+        bool more_room = w->nlinks > 1 && sdk_room_locked(w) > l->room_said;
 
-        if (w->fetch[i].st != FE_IDLE || (w->nout == 0 && (w->stopping || other_out))) {
+        if (l->fetch[i].st != FE_IDLE ||
+            (l->nout == 0 && (w->stopping || (other_out && !more_room)))) {
             continue;
         }
-        sdk_send_ready_locked(w, &w->fetch[i]);
+        sdk_send_ready_locked(l, &l->fetch[i]);
+    }
+}
+
+/* Every link: after a change of room (a slot freed, a session's attempts dropped). */
+static void
+sdk_pump_all_locked(struct cairn_worker *w)
+{
+    uint32_t i;
+
+    for (i = 0; i < w->nlinks; i++) {
+        sdk_pump_locked(w->links[i]);
     }
 }
 
 /* A remembered cancel matching d (consumed), if any. */
 static bool
-sdk_cancel_remembered_locked(struct cairn_worker *w, const struct wp_dispatch *d)
+sdk_cancel_remembered_locked(struct sdk_link *l, const struct wp_dispatch *d)
 {
-    uint32_t i, n = w->ncancels < SDK_CANCEL_MEMORY ? w->ncancels : SDK_CANCEL_MEMORY;
+    uint32_t i, n = l->ncancels < SDK_CANCEL_MEMORY ? l->ncancels : SDK_CANCEL_MEMORY;
 
     for (i = 0; i < n; i++) {
-        struct sdk_cancel *c = &w->cancels[i];
+        struct sdk_cancel *c = &l->cancels[i];
         if (c->token == d->token && c->attempt == d->attempt &&
             memcmp(c->exec_id, d->exec_id, 16) == 0) {
             c->attempt = 0; /* attempts start at 1: never matches again */
@@ -579,13 +666,14 @@ sdk_item_free(struct sdk_item *it)
     free(it);
 }
 
-/* Queues the attempts of a dispatch for the slots and wakes one idle slot; a slot that takes
- * an attempt wakes the next while more are queued. Waking one per attempt instead would wake
- * slots that find the queue already drained by a faster one: with short actions most wake-ups
- * would be wasted, and on a small machine they cost more than the actions. */
+/* Queues the attempts of a dispatch from l for the slots and wakes one idle slot; a slot that
+ * takes an attempt wakes the next while more are queued. Waking one per attempt instead would
+ * wake slots that find the queue already drained by a faster one: with short actions most
+ * wake-ups would be wasted, and on a small machine they cost more than the actions. */
 static void
-sdk_enqueue_locked(struct cairn_worker *w, const struct wp_msg *r)
+sdk_enqueue_locked(struct sdk_link *l, const struct wp_msg *r)
 {
+    struct cairn_worker *w = l->w;
     uint32_t i;
 
     for (i = 0; i < r->nitems; i++) {
@@ -596,38 +684,41 @@ sdk_enqueue_locked(struct cairn_worker *w, const struct wp_msg *r)
         it->d.action = it->action;
         it->d.kwargs = ir_val_retain(r->items[i].kwargs);
         it->d.last_error = ir_val_retain(r->items[i].last_error);
-        it->gen = w->gen;
-        it->cancelled = sdk_cancel_remembered_locked(w, &it->d);
+        it->link = l;
+        it->gen = l->gen;
+        it->cancelled = sdk_cancel_remembered_locked(l, &it->d);
         if (w->rq_tail != NULL) {
             w->rq_tail->next = it;
         } else {
             w->rq_head = it;
         }
         w->rq_tail = it;
+        w->nqueued++;
     }
     if (w->nidle > 0 && w->rq_head != NULL) {
         cn_cond_signal(&w->work);
     }
 }
 
-static void sdk_session_lost_locked(struct cairn_worker *w);
+static void sdk_session_lost_locked(struct sdk_link *l);
 
-/* An attempt of this session can no longer be reported (a dispatch that did not decode):
- * end the session and say hello again on the same connection. The runner treats a
- * hello on a connection that has a session as a new session and fails what the old one held
- * with WorkerLost, freeing its room, instead of keeping that room taken for good. (Closing the
+/* An attempt of l's session can no longer be reported (a dispatch that did not decode): end
+ * the session and say hello again on the same connection. The runner treats a hello on a
+ * connection that has a session as a new session and fails what the old one held with
+ * WorkerLost, freeing its room, instead of keeping that room taken for good. (Closing the
  * pipe would do the same, but nng 1.5.2 can hang in a later nng_close after nng_pipe_close.) */
 static void
-sdk_drop_locked(struct cairn_worker *w, const char *why)
+sdk_drop_locked(struct sdk_link *l, const char *why)
 {
-    if (w->sock_open && !w->need_hello) {
-        sdk_log(w, CN_LOG_WARN, "starting a new session", why);
-        sdk_session_lost_locked(w);
+    if (l->sock_open && !l->need_hello) {
+        sdk_log(l, CN_LOG_WARN, "starting a new session", why);
+        sdk_session_lost_locked(l);
         /* A runner that garbles every session would otherwise be asked a thousand times a
          * second; back off as a reconnect does. A reply that decodes resets it. */
-        w->hello_delay_ms = w->hello_delay_ms == 0                         ? w->reconnect_min_ms
-                            : w->hello_delay_ms >= w->reconnect_max_ms / 2 ? w->reconnect_max_ms
-                                                                           : 2 * w->hello_delay_ms;
+        l->hello_delay_ms = l->hello_delay_ms == 0 ? l->w->reconnect_min_ms
+                            : l->hello_delay_ms >= l->w->reconnect_max_ms / 2
+                                ? l->w->reconnect_max_ms
+                                : 2 * l->hello_delay_ms;
     }
 }
 
@@ -636,7 +727,8 @@ static void
 sdk_fetch_cb(void *arg)
 {
     struct sdk_fetch *f = arg;
-    struct cairn_worker *w = f->w;
+    struct sdk_link *l = f->l;
+    struct cairn_worker *w = l->w;
     int rv = nng_aio_result(f->aio);
     struct cn_errmsg em = {{0}};
     enum sdk_fetch_state st;
@@ -653,7 +745,7 @@ sdk_fetch_cb(void *arg)
         msg = nng_aio_get_msg(f->aio);
         nng_aio_set_msg(f->aio, NULL);
         if (wp_msg_decode(nng_msg_body(msg), nng_msg_len(msg), &r, &em) != CN_OK) {
-            sdk_log(w, CN_LOG_WARN, "undecodable reply to ready", em.text);
+            sdk_log(l, CN_LOG_WARN, "undecodable reply to ready", em.text);
             wp_msg_init(&r, WP_NOOP);
             undecodable = true; /* it may have carried attempts we can never report */
         }
@@ -668,7 +760,7 @@ sdk_fetch_cb(void *arg)
         } else {
             f->st = FE_RECV;
             nng_ctx_recv(f->ctx, f->aio);
-            if (f->gen != w->gen || !w->sock_open) {
+            if (f->gen != l->gen || !l->sock_open) {
                 /* The connection dropped as the send finished: withdraw the request, or
                  * nng's REQ would resend it on the next connection before our hello. */
                 nng_aio_cancel(f->aio);
@@ -676,27 +768,27 @@ sdk_fetch_cb(void *arg)
         }
     } else if (st == FE_RECV) {
         f->st = FE_IDLE;
-        if (undecodable && f->gen == w->gen) {
-            sdk_drop_locked(w, "a reply to ready did not decode");
+        if (undecodable && f->gen == l->gen) {
+            sdk_drop_locked(l, "a reply to ready did not decode");
         } else if (r.kind == WP_DISPATCH) {
             /* Run even while stopping: the runner assigned it before it saw our goodbye,
              * and stop() waits for it. Not from an older session (the runner failed those
              * with WorkerLost when that connection dropped), nor once teardown began. */
-            if (f->gen == w->gen && w->sock_open) {
-                w->hello_delay_ms = 0;
-                sdk_enqueue_locked(w, &r);
+            if (f->gen == l->gen && l->sock_open) {
+                l->hello_delay_ms = 0;
+                sdk_enqueue_locked(l, &r);
             } else {
-                sdk_log(w, CN_LOG_INFO, "dispatch from a previous connection: not run", NULL);
+                sdk_log(l, CN_LOG_INFO, "dispatch from a previous connection: not run", NULL);
             }
         } else if (rv == 0 && r.kind != WP_NOOP) {
-            sdk_log(w, CN_LOG_WARN, "unexpected reply to ready, treated as noop",
+            sdk_log(l, CN_LOG_WARN, "unexpected reply to ready, treated as noop",
                     wp_kind_name(r.kind));
-        } else if (rv == 0 && f->gen == w->gen) {
-            w->hello_delay_ms = 0;
+        } else if (rv == 0 && f->gen == l->gen) {
+            l->hello_delay_ms = 0;
         }
     }
     if (rv != NNG_ECLOSED) {
-        sdk_pump_locked(w);
+        sdk_pump_locked(l);
     }
     sdk_broadcast(w);
     sdk_unlock(w);
@@ -711,6 +803,7 @@ sdk_slot_main(void *arg)
     struct sdk_slot *s = arg;
     struct cairn_worker *w = s->w;
     struct sdk_item *it;
+    struct sdk_link *l;
     struct wp_outcome o;
 
     sdk_lock(w);
@@ -728,7 +821,9 @@ sdk_slot_main(void *arg)
         } else if (w->nidle > 0) {
             cn_cond_signal(&w->work); /* pass the baton */
         }
+        w->nqueued--;
         s->running = true;
+        s->link = it->link;
         memcpy(s->exec_id, it->d.exec_id, 16);
         s->attempt = it->d.attempt;
         s->token = it->d.token;
@@ -738,15 +833,18 @@ sdk_slot_main(void *arg)
         sdk_run(s, it, &o);
         sdk_lock(w);
         s->running = false;
+        s->link = NULL;
         w->nrunning--;
-        if (w->nout == w->capout) {
-            w->capout = w->capout ? w->capout * 2 : 16;
-            w->outbox = cn_xreallocarray(w->outbox, w->capout, sizeof(*w->outbox));
+        l = it->link;
+        if (l->nout == l->capout) {
+            l->capout = l->capout ? l->capout * 2 : 16;
+            l->outbox = cn_xreallocarray(l->outbox, l->capout, sizeof(*l->outbox));
         }
-        w->outbox[w->nout].o = o;
-        w->outbox[w->nout].gen = it->gen;
-        w->nout++;
-        sdk_pump_locked(w);
+        l->outbox[l->nout].o = o;
+        l->outbox[l->nout].gen = it->gen;
+        l->nout++;
+        sdk_pump_locked(l); /* its outcome first: the slot is free for that runner too */
+        sdk_pump_all_locked(w);
         sdk_broadcast(w);
         sdk_unlock(w);
         sdk_item_free(it);
@@ -756,10 +854,12 @@ sdk_slot_main(void *arg)
     return NULL;
 }
 
-/* Marks the attempt matching a `cancel`: running, queued, or (remembered) still on its way. */
+/* Marks the attempt of l matching a `cancel`: running, queued, or (remembered) still on its
+ * way. */
 static void
-sdk_cancel_attempt(struct cairn_worker *w, const struct wp_msg *c)
+sdk_cancel_attempt(struct sdk_link *l, const struct wp_msg *c)
 {
+    struct cairn_worker *w = l->w;
     struct sdk_item *it;
     uint32_t i;
     bool found = false;
@@ -768,8 +868,8 @@ sdk_cancel_attempt(struct cairn_worker *w, const struct wp_msg *c)
     for (i = 0; i < w->nslots; i++) {
         struct sdk_slot *s = &w->slots[i];
 
-        if (s->running && memcmp(s->exec_id, c->exec_id, 16) == 0 && s->attempt == c->attempt &&
-            s->token == c->token) {
+        if (s->running && s->link == l && memcmp(s->exec_id, c->exec_id, 16) == 0 &&
+            s->attempt == c->attempt && s->token == c->token) {
             /* relaxed: a flag the handler polls, no data published with it */
             atomic_store_explicit(&s->cancelled, true, memory_order_relaxed);
             cn_cond_signal(&s->wake);
@@ -777,14 +877,14 @@ sdk_cancel_attempt(struct cairn_worker *w, const struct wp_msg *c)
         }
     }
     for (it = w->rq_head; it != NULL; it = it->next) {
-        if (it->d.token == c->token && it->d.attempt == c->attempt &&
+        if (it->link == l && it->d.token == c->token && it->d.attempt == c->attempt &&
             memcmp(it->d.exec_id, c->exec_id, 16) == 0) {
             it->cancelled = true;
             found = true;
         }
     }
     if (!found) {
-        struct sdk_cancel *r = &w->cancels[w->ncancels++ % SDK_CANCEL_MEMORY];
+        struct sdk_cancel *r = &l->cancels[l->ncancels++ % SDK_CANCEL_MEMORY];
         memcpy(r->exec_id, c->exec_id, 16);
         r->attempt = c->attempt;
         r->token = c->token;
@@ -792,61 +892,76 @@ sdk_cancel_attempt(struct cairn_worker *w, const struct wp_msg *c)
     sdk_unlock(w);
 }
 
-/* Frees the run queue (its attempts will not run). */
+/* Frees the queued attempts of link l, or of every link when l is NULL (they will not run). */
 static void
-sdk_runq_clear_locked(struct cairn_worker *w)
+sdk_runq_clear_locked(struct cairn_worker *w, const struct sdk_link *l)
 {
-    struct sdk_item *it, *next;
+    struct sdk_item *it, *next, *keep = NULL, *tail = NULL;
 
     for (it = w->rq_head; it != NULL; it = next) {
         next = it->next;
-        sdk_item_free(it);
+        if (l == NULL || it->link == l) {
+            sdk_item_free(it);
+            w->nqueued--;
+            continue;
+        }
+        it->next = NULL;
+        if (tail != NULL) {
+            tail->next = it;
+        } else {
+            keep = it;
+        }
+        tail = it;
     }
-    w->rq_head = w->rq_tail = NULL;
+    w->rq_head = keep;
+    w->rq_tail = tail;
 }
 
-/* Withdraws every request out (their callbacks then see NNG_ECANCELED). */
+/* Withdraws every request l has out (their callbacks then see NNG_ECANCELED). */
 static void
-sdk_cancel_ops_locked(struct cairn_worker *w)
+sdk_cancel_ops_locked(struct sdk_link *l)
 {
     uint32_t i;
 
-    if (w->ctl_busy) {
-        nng_aio_cancel(w->ctl_aio);
+    if (l->ctl_busy) {
+        nng_aio_cancel(l->ctl_aio);
     }
     for (i = 0; i < SDK_FETCHES; i++) {
-        if (w->fetch[i].st != FE_IDLE) {
-            nng_aio_cancel(w->fetch[i].aio);
+        if (l->fetch[i].st != FE_IDLE) {
+            nng_aio_cancel(l->fetch[i].aio);
         }
     }
 }
 
-/* The session is over: what it dispatched is dropped (the runner fails it with WorkerLost),
- * nothing is sent until the next welcome. */
+/* l's session is over: what it dispatched is dropped (the runner fails it with WorkerLost),
+ * nothing is sent to it until the next welcome, and the other runners get the room. */
 static void
-sdk_session_lost_locked(struct cairn_worker *w)
+sdk_session_lost_locked(struct sdk_link *l)
 {
-    w->gen++;
-    w->need_hello = true;
-    w->ncancels = 0;
-    sdk_runq_clear_locked(w);
-    sdk_cancel_ops_locked(w);
-    sdk_broadcast(w);
+    l->gen++;
+    l->need_hello = true;
+    l->ncancels = 0;
+    sdk_runq_clear_locked(l->w, l);
+    sdk_cancel_ops_locked(l);
+    if (!l->w->stopping) {
+        sdk_pump_all_locked(l->w);
+    }
+    sdk_broadcast(l->w);
 }
 
-/* Waits (bounded) until no fetch has a request out. The SDK withdraws its requests before it
- * closes a pipe or the socket, so that nng's REQ has nothing to reschedule while closing
- * (nng 1.5.2 has known hangs in nng_close around that: nanomsg/nng#1543, #1813). */
+/* Waits (bounded) until no fetch of l has a request out. The SDK withdraws its requests
+ * before it closes a pipe or the socket, so that nng's REQ has nothing to reschedule while
+ * closing (nng 1.5.2 has known hangs in nng_close around that: nanomsg/nng#1543, #1813). */
 static void
-sdk_fetches_idle_locked(struct cairn_worker *w)
+sdk_fetches_idle_locked(struct sdk_link *l)
 {
     int64_t deadline = cn_mono_ms() + 2000;
     uint32_t i;
 
     for (;;) {
-        for (i = 0; i < SDK_FETCHES && w->fetch[i].st == FE_IDLE; i++) {
+        for (i = 0; i < SDK_FETCHES && l->fetch[i].st == FE_IDLE; i++) {
         }
-        if (i == SDK_FETCHES || !sdk_wait_until(w, deadline)) {
+        if (i == SDK_FETCHES || !sdk_wait_until(l->w, deadline)) {
             return;
         }
     }
@@ -855,7 +970,8 @@ sdk_fetches_idle_locked(struct cairn_worker *w)
 static void *
 sdk_ctl_main(void *arg)
 {
-    struct cairn_worker *w = arg;
+    struct sdk_link *l = arg;
+    struct cairn_worker *w = l->w;
     struct wp_msg m, r;
     bool hello, done;
     nng_duration silence;
@@ -866,29 +982,30 @@ sdk_ctl_main(void *arg)
 
     for (;;) {
         sdk_lock(w);
-        done = w->stopping || w->failed;
-        hello = w->need_hello;
-        gen = w->gen;
+        done = w->stopping || l->failed;
+        hello = l->need_hello;
+        gen = l->gen;
         sdk_unlock(w);
         if (done) {
             break;
         }
         if (hello) {
             sdk_lock(w);
-            if (w->hello_delay_ms != 0) {
-                int64_t until = cn_mono_ms() + w->hello_delay_ms;
+            if (l->hello_delay_ms != 0) {
+                int64_t until = cn_mono_ms() + l->hello_delay_ms;
 
                 while (!w->stopping && sdk_wait_until(w, until)) {
                 }
             }
             sdk_unlock(w);
-            rv = sdk_hello(w, gen);
+            rv = sdk_hello(l, gen);
             sdk_lock(w);
-            if (rv == CN_OK && w->gen == gen) {
-                w->need_hello = false;
-                sdk_pump_locked(w); /* ask for work in the new session */
+            if (rv == CN_OK && l->gen == gen) {
+                l->need_hello = false;
+                l->welcomes++;
+                sdk_pump_locked(l); /* ask for work in the new session */
             } else if (rv == CN_PROTO) {
-                w->failed = true; /* refused: serving stops; running() tells the owner */
+                l->failed = true; /* refused: this runner is not served; running() tells */
             } else if (rv != CN_OK && !w->stopping) {
                 (void) sdk_wait_until(w, cn_mono_ms() + w->reconnect_min_ms);
             }
@@ -898,7 +1015,7 @@ sdk_ctl_main(void *arg)
         }
         wp_msg_init(&m, WP_CONTROL);
         if ((rv = sdk_msg_new(&m, &msg)) != CN_OK) {
-            sdk_log(w, CN_LOG_ERROR, "cannot build control", cn_strerror(rv));
+            sdk_log(l, CN_LOG_ERROR, "cannot build control", cn_strerror(rv));
             break;
         }
         /* Heartbeat, the runner's rule mirrored: it answers a parked request within idle_ms,
@@ -907,28 +1024,28 @@ sdk_ctl_main(void *arg)
          * new one and the next session starts with a hello. */
         sdk_lock(w);
         silence = NNG_DURATION_INFINITE;
-        if (w->idle_ms != 0) {
-            int64_t ms = 3 * (int64_t) w->idle_ms + 1000;
+        if (l->idle_ms != 0) {
+            int64_t ms = 3 * (int64_t) l->idle_ms + 1000;
             silence = (nng_duration) (ms < INT32_MAX ? ms : INT32_MAX);
         }
         sdk_unlock(w);
-        nng_aio_set_timeout(w->ctl_aio, silence);
-        nrv = sdk_op(w, w->ctl_ctx, w->ctl_aio, msg, gen, false, &w->ctl_busy);
+        nng_aio_set_timeout(l->ctl_aio, silence);
+        nrv = sdk_op(l, l->ctl_ctx, l->ctl_aio, msg, gen, false, &l->ctl_busy);
         if (nrv == 0) {
-            nrv = sdk_recv(w, w->ctl_ctx, w->ctl_aio, gen, false, &w->ctl_busy, &r);
+            nrv = sdk_recv(l, gen, false, &r);
         }
-        nng_aio_set_timeout(w->ctl_aio, NNG_DURATION_INFINITE);
+        nng_aio_set_timeout(l->ctl_aio, NNG_DURATION_INFINITE);
         if (nrv == NNG_ECLOSED) {
             break;
         }
         if (nrv == NNG_ETIMEDOUT) {
             nng_pipe pp;
 
-            sdk_log(w, CN_LOG_WARN, "runner silent for three idle periods: reconnecting", NULL);
+            sdk_log(l, CN_LOG_WARN, "runner silent for three idle periods: reconnecting", NULL);
             sdk_lock(w);
-            pp = w->session_pipe;
-            sdk_session_lost_locked(w);
-            sdk_fetches_idle_locked(w);
+            pp = l->session_pipe;
+            sdk_session_lost_locked(l);
+            sdk_fetches_idle_locked(l);
             sdk_unlock(w);
             (void) nng_pipe_close(pp);
             continue;
@@ -937,9 +1054,9 @@ sdk_ctl_main(void *arg)
             continue;
         }
         if (r.kind == WP_CANCEL) {
-            sdk_cancel_attempt(w, &r);
+            sdk_cancel_attempt(l, &r);
         } else if (r.kind != WP_NOOP && r.kind != WP_ACK) {
-            sdk_log(w, CN_LOG_WARN, "unexpected reply to control, treated as noop",
+            sdk_log(l, CN_LOG_WARN, "unexpected reply to control, treated as noop",
                     wp_kind_name(r.kind));
         }
         wp_msg_fini(&r);
@@ -951,36 +1068,37 @@ sdk_ctl_main(void *arg)
 static void
 sdk_pipe_add(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-    struct cairn_worker *w = arg;
+    struct sdk_link *l = arg;
 
     (void) p;
     (void) ev;
-    sdk_lock(w);
-    w->npipes++;
-    sdk_unlock(w);
+    sdk_lock(l->w);
+    l->npipes++;
+    sdk_unlock(l->w);
 }
 
 /* nng callback on pipe removal: never blocks. */
 static void
 sdk_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-    struct cairn_worker *w = arg;
+    struct sdk_link *l = arg;
+    struct cairn_worker *w = l->w;
 
     (void) ev;
     sdk_lock(w);
-    if (w->npipes > 0) {
-        w->npipes--;
+    if (l->npipes > 0) {
+        l->npipes--;
     }
     sdk_broadcast(w);
-    if (!w->sock_open) {
+    if (!l->sock_open) {
         /* closing: teardown aborts everything itself */
-    } else if (w->need_hello) {
+    } else if (l->need_hello) {
         /* No session yet: a hello in flight goes again on the next connection. */
-        if (w->ctl_busy) {
-            nng_aio_cancel(w->ctl_aio);
+        if (l->ctl_busy) {
+            nng_aio_cancel(l->ctl_aio);
         }
-    } else if (nng_pipe_id(p) == nng_pipe_id(w->session_pipe)) {
-        sdk_session_lost_locked(w);
+    } else if (nng_pipe_id(p) == nng_pipe_id(l->session_pipe)) {
+        sdk_session_lost_locked(l);
     }
     /* else an older connection closing late (after the heartbeat dropped it and a new session
      * began): nothing of the current session was on it. */
@@ -988,6 +1106,22 @@ sdk_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
+
+static bool
+sdk_url_ok(const char *url)
+{
+    return url != NULL && *url != '\0' && strlen(url) < 1024;
+}
+
+static struct sdk_link *
+sdk_link_new(struct cairn_worker *w, const char *url)
+{
+    struct sdk_link *l = cn_xcalloc(1, sizeof(*l));
+
+    l->w = w;
+    l->url = cn_xstrdup(url);
+    return l;
+}
 
 cn_err
 cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
@@ -1001,8 +1135,8 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
     if (opts == NULL) {
         opts = &def;
     }
-    if (url == NULL || *url == '\0' || opts->slots > WP_MAX_SLOTS ||
-        opts->prefetch > WP_MAX_PREFETCH || (opts->name != NULL && !sdk_name_ok(opts->name)) ||
+    if (!sdk_url_ok(url) || opts->slots > WP_MAX_SLOTS || opts->prefetch > WP_MAX_PREFETCH ||
+        (opts->name != NULL && !sdk_name_ok(opts->name)) ||
         (opts->credential != NULL && !sdk_name_ok(opts->credential))) {
         return CN_INVAL;
     }
@@ -1017,7 +1151,7 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
         host[sizeof(host) - 1] = '\0';
         (void) snprintf(name, sizeof(name), "%s-%ld", host, (long) getpid());
     }
-    w->url = cn_xstrdup(url);
+    w->links[w->nlinks++] = sdk_link_new(w, url);
     w->name = cn_xstrdup(opts->name != NULL ? opts->name : name);
     w->credential = opts->credential != NULL ? cn_xstrdup(opts->credential) : NULL;
     w->tls_ca_file = opts->tls_ca_file != NULL ? cn_xstrdup(opts->tls_ca_file) : NULL;
@@ -1033,6 +1167,23 @@ cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
     }
     w->start_timeout_ms = opts->start_timeout_ms;
     *out = w;
+    return CN_OK;
+}
+
+cn_err
+cairn_worker_add_url(struct cairn_worker *w, const char *url)
+{
+    uint32_t i;
+
+    if (w->started || !sdk_url_ok(url) || w->nlinks >= SDK_MAX_LINKS) {
+        return CN_INVAL;
+    }
+    for (i = 0; i < w->nlinks; i++) {
+        if (strcmp(w->links[i]->url, url) == 0) {
+            return CN_INVAL;
+        }
+    }
+    w->links[w->nlinks++] = sdk_link_new(w, url);
     return CN_OK;
 }
 
@@ -1135,49 +1286,63 @@ sdk_close_bounded(nng_socket sock, int64_t timeout_ms)
     return done;
 }
 
-/* Closes the socket (aborting every pending operation), ends and joins the threads, and
+/* Closes l's dialer, contexts and socket. The dialer (waiting for its connection to be gone),
+ * the contexts, then the socket: nng 1.5.2 can hang in nng_close when it has to tear those
+ * down itself, more so while replies to withdrawn requests still arrive (sdk_close_bounded). */
+static void
+sdk_link_close(struct sdk_link *l)
+{
+    int64_t deadline = cn_mono_ms() + 1000;
+    uint32_t i;
+
+    (void) nng_dialer_close(l->dialer);
+    sdk_lock(l->w);
+    while (l->npipes > 0 && sdk_wait_until(l->w, deadline)) {
+    }
+    sdk_unlock(l->w);
+    for (i = 0; i < SDK_FETCHES; i++) {
+        (void) nng_ctx_close(l->fetch[i].ctx);
+    }
+    (void) nng_ctx_close(l->ctl_ctx);
+    if (!sdk_close_bounded(l->sock, SDK_CLOSE_TIMEOUT_MS)) {
+        sdk_log(l, CN_LOG_WARN, "socket close did not finish (nng 1.5.2 bug); left behind", NULL);
+    }
+}
+
+/* Closes every socket (aborting every pending operation), ends and joins the threads, and
  * drops what is left (queued attempts, unsent outcomes). */
 static void
 sdk_teardown(struct cairn_worker *w)
 {
-    uint32_t i;
-    bool was_open;
+    bool was_open[SDK_MAX_LINKS];
+    uint32_t i, k;
 
     sdk_lock(w);
     w->stopping = true;
     w->slots_exit = true;
-    sdk_runq_clear_locked(w);
+    sdk_runq_clear_locked(w, NULL);
     cn_cond_broadcast(&w->work);
-    was_open = w->sock_open;
-    w->sock_open = false; /* no new operation starts from here */
-    sdk_cancel_ops_locked(w);
+    for (k = 0; k < w->nlinks; k++) {
+        struct sdk_link *l = w->links[k];
+
+        was_open[k] = l->sock_open;
+        l->sock_open = false; /* no new operation starts from here */
+        sdk_cancel_ops_locked(l);
+    }
     sdk_broadcast(w);
     sdk_unlock(w);
-    if (w->ctl_started) {
-        (void) pthread_join(w->ctl_thread, NULL);
-        w->ctl_started = false;
+    for (k = 0; k < w->nlinks; k++) {
+        if (w->links[k]->ctl_started) {
+            (void) pthread_join(w->links[k]->ctl_thread, NULL);
+            w->links[k]->ctl_started = false;
+        }
     }
-    sdk_lock(w);
-    sdk_fetches_idle_locked(w);
-    sdk_unlock(w);
-    if (was_open) {
-        /* The dialer (waiting for its connection to be gone), the contexts, then the socket:
-         * nng 1.5.2 can hang in nng_close when it has to tear those down itself, more so while
-         * replies to withdrawn requests still arrive (see sdk_close_bounded). */
-        int64_t deadline = cn_mono_ms() + 1000;
-
-        (void) nng_dialer_close(w->dialer);
+    for (k = 0; k < w->nlinks; k++) {
         sdk_lock(w);
-        while (w->npipes > 0 && sdk_wait_until(w, deadline)) {
-        }
+        sdk_fetches_idle_locked(w->links[k]);
         sdk_unlock(w);
-        for (i = 0; i < SDK_FETCHES; i++) {
-            (void) nng_ctx_close(w->fetch[i].ctx);
-        }
-        (void) nng_ctx_close(w->ctl_ctx);
-        if (!sdk_close_bounded(w->sock, SDK_CLOSE_TIMEOUT_MS)) {
-            sdk_log(w, CN_LOG_WARN, "socket close did not finish (nng 1.5.2 bug); left behind",
-                    NULL);
+        if (was_open[k]) {
+            sdk_link_close(w->links[k]);
         }
     }
     for (i = 0; w->slots != NULL && i < w->nslots; i++) {
@@ -1186,29 +1351,37 @@ sdk_teardown(struct cairn_worker *w)
         }
         cn_cond_destroy(&w->slots[i].wake);
     }
-    for (i = 0; i < SDK_FETCHES; i++) {
-        if (w->fetch[i].aio != NULL) {
-            nng_aio_free(w->fetch[i].aio); /* waits for a callback still running */
-            w->fetch[i].aio = NULL;
+    for (k = 0; k < w->nlinks; k++) {
+        struct sdk_link *l = w->links[k];
+
+        for (i = 0; i < SDK_FETCHES; i++) {
+            if (l->fetch[i].aio != NULL) {
+                nng_aio_free(l->fetch[i].aio); /* waits for a callback still running */
+                l->fetch[i].aio = NULL;
+            }
+            l->fetch[i].st = FE_IDLE;
         }
-        w->fetch[i].st = FE_IDLE;
+        if (l->ctl_aio != NULL) {
+            nng_aio_free(l->ctl_aio);
+            l->ctl_aio = NULL;
+        }
     }
     free(w->slots);
-    if (w->ctl_aio != NULL) {
-        nng_aio_free(w->ctl_aio);
-        w->ctl_aio = NULL;
-    }
     sdk_lock(w);
-    for (i = 0; i < w->nout; i++) {
-        ir_val_release(w->outbox[i].o.value);
+    for (k = 0; k < w->nlinks; k++) {
+        struct sdk_link *l = w->links[k];
+
+        for (i = 0; i < l->nout; i++) {
+            ir_val_release(l->outbox[i].o.value);
+        }
+        free(l->outbox);
+        l->outbox = NULL;
+        l->nout = l->capout = 0;
+        l->failed = false;
     }
-    free(w->outbox);
-    w->outbox = NULL;
-    w->nout = w->capout = 0;
     w->slots = NULL;
     w->started = false;
     w->stopping = false;
-    w->failed = false;
     w->slots_exit = false;
     sdk_unlock(w);
 }
@@ -1216,170 +1389,192 @@ sdk_teardown(struct cairn_worker *w)
 /* TLS for tls+tcp:// URLs: verify the runner against the CA, present our certificate when
  * configured. Other transports ignore these options. Returns 0 or an nng error. */
 static int
-sdk_tls_setup(struct cairn_worker *w)
+sdk_tls_setup(struct sdk_link *l)
 {
+    const struct cairn_worker *w = l->w;
     int nrv = 0;
 
-    if (strncmp(w->url, "tls+", 4) != 0) {
+    if (strncmp(l->url, "tls+", 4) != 0) {
         return 0;
     }
     if (w->tls_ca_file != NULL &&
-        ((nrv = nng_dialer_set_string(w->dialer, NNG_OPT_TLS_CA_FILE, w->tls_ca_file)) != 0 ||
-         (nrv = nng_dialer_set_int(w->dialer, NNG_OPT_TLS_AUTH_MODE, NNG_TLS_AUTH_MODE_REQUIRED)) !=
+        ((nrv = nng_dialer_set_string(l->dialer, NNG_OPT_TLS_CA_FILE, w->tls_ca_file)) != 0 ||
+         (nrv = nng_dialer_set_int(l->dialer, NNG_OPT_TLS_AUTH_MODE, NNG_TLS_AUTH_MODE_REQUIRED)) !=
              0)) {
         return nrv;
     }
     if (w->tls_cert_key_file != NULL &&
-        (nrv = nng_dialer_set_string(w->dialer, NNG_OPT_TLS_CERT_KEY_FILE, w->tls_cert_key_file)) !=
+        (nrv = nng_dialer_set_string(l->dialer, NNG_OPT_TLS_CERT_KEY_FILE, w->tls_cert_key_file)) !=
             0) {
         return nrv;
     }
     if (w->tls_server_name != NULL &&
-        (nrv = nng_dialer_set_string(w->dialer, NNG_OPT_TLS_SERVER_NAME, w->tls_server_name)) !=
+        (nrv = nng_dialer_set_string(l->dialer, NNG_OPT_TLS_SERVER_NAME, w->tls_server_name)) !=
             0) {
         return nrv;
     }
     return 0;
 }
 
+/* Opens l's socket, contexts and dialer (dialing in the background). */
+static cn_err
+sdk_link_open(struct sdk_link *l)
+{
+    struct cairn_worker *w = l->w;
+    uint32_t i;
+    int nrv;
+
+    l->npipes = 0;
+    if ((nrv = nng_req0_open(&l->sock)) != 0) {
+        return sdk_fail(l, sdk_nng_err(nrv), "cannot open socket", nng_strerror(nrv));
+    }
+    sdk_lock(w);
+    l->sock_open = true;
+    l->need_hello = true;
+    l->failed = false;
+    l->gen = 0;
+    l->welcomes = 0;
+    l->hello_delay_ms = 0;
+    l->room_said = 0;
+    l->ncancels = 0;
+    sdk_unlock(w);
+    if ((nrv = nng_socket_set_ms(l->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0 ||
+        (nrv = nng_socket_set_size(l->sock, NNG_OPT_RECVMAXSZ, WP_MAX_MSG)) != 0 ||
+        (nrv = nng_pipe_notify(l->sock, NNG_PIPE_EV_ADD_POST, sdk_pipe_add, l)) != 0 ||
+        (nrv = nng_pipe_notify(l->sock, NNG_PIPE_EV_REM_POST, sdk_pipe_rem, l)) != 0 ||
+        (nrv = nng_ctx_open(&l->ctl_ctx, l->sock)) != 0 ||
+        (nrv = nng_aio_alloc(&l->ctl_aio, NULL, NULL)) != 0) {
+        return sdk_fail(l, sdk_nng_err(nrv), "cannot set up socket", nng_strerror(nrv));
+    }
+    for (i = 0; i < SDK_FETCHES; i++) {
+        l->fetch[i].l = l;
+        l->fetch[i].st = FE_IDLE;
+        if ((nrv = nng_ctx_open(&l->fetch[i].ctx, l->sock)) != 0 ||
+            (nrv = nng_aio_alloc(&l->fetch[i].aio, sdk_fetch_cb, &l->fetch[i])) != 0) {
+            return sdk_fail(l, sdk_nng_err(nrv), "cannot set up socket", nng_strerror(nrv));
+        }
+        nng_aio_set_timeout(l->fetch[i].aio, NNG_DURATION_INFINITE);
+    }
+    if ((nrv = nng_dialer_create(&l->dialer, l->sock, l->url)) != 0 ||
+        (nrv = nng_dialer_set_ms(l->dialer, NNG_OPT_RECONNMINT,
+                                 (nng_duration) w->reconnect_min_ms)) != 0 ||
+        (nrv = nng_dialer_set_ms(l->dialer, NNG_OPT_RECONNMAXT,
+                                 (nng_duration) w->reconnect_max_ms)) != 0 ||
+        (nrv = nng_dialer_set_size(l->dialer, NNG_OPT_RECVMAXSZ, WP_MAX_MSG)) != 0 ||
+        (nrv = sdk_tls_setup(l)) != 0 ||
+        (nrv = nng_dialer_start(l->dialer, NNG_FLAG_NONBLOCK)) != 0) {
+        return sdk_fail(l, sdk_nng_err(nrv), "cannot dial", nng_strerror(nrv));
+    }
+    return CN_OK;
+}
+
 cn_err
 cairn_worker_start(struct cairn_worker *w)
 {
     int64_t deadline;
-    uint32_t i;
-    cn_err rv;
-    int nrv;
+    uint32_t i, k, welcomed, refused;
+    cn_err rv = CN_OK;
 
+    sdk_lock(w);
     w->errtext[0] = '\0';
+    sdk_unlock(w);
     if (w->started || w->nactions == 0) {
-        return sdk_fail(w, CN_INVAL, "cannot start", w->started ? "already started" : "no actions");
+        return sdk_fail(w->links[0], CN_INVAL, "cannot start",
+                        w->started ? "already started" : "no actions");
     }
+    w->started = true;
     w->slots = cn_xcalloc(w->nslots, sizeof(*w->slots));
     for (i = 0; i < w->nslots; i++) {
         cn_cond_init(&w->slots[i].wake);
-    }
-    w->npipes = 0;
-    if ((nrv = nng_req0_open(&w->sock)) != 0) {
-        for (i = 0; i < w->nslots; i++) {
-            cn_cond_destroy(&w->slots[i].wake);
-        }
-        free(w->slots);
-        w->slots = NULL;
-        return sdk_fail(w, sdk_nng_err(nrv), "cannot open socket", nng_strerror(nrv));
-    }
-    sdk_lock(w);
-    w->sock_open = true;
-    w->need_hello = true;
-    w->gen = 0;
-    sdk_unlock(w);
-    if ((nrv = nng_socket_set_ms(w->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0 ||
-        (nrv = nng_socket_set_size(w->sock, NNG_OPT_RECVMAXSZ, WP_MAX_MSG)) != 0 ||
-        (nrv = nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_POST, sdk_pipe_add, w)) != 0 ||
-        (nrv = nng_pipe_notify(w->sock, NNG_PIPE_EV_REM_POST, sdk_pipe_rem, w)) != 0 ||
-        (nrv = nng_ctx_open(&w->ctl_ctx, w->sock)) != 0 ||
-        (nrv = nng_aio_alloc(&w->ctl_aio, NULL, NULL)) != 0) {
-        rv = sdk_fail(w, sdk_nng_err(nrv), "cannot set up socket", nng_strerror(nrv));
-        goto fail;
-    }
-    for (i = 0; i < w->nslots; i++) {
         w->slots[i].w = w;
         atomic_init(&w->slots[i].cancelled, false);
     }
-    for (i = 0; i < SDK_FETCHES; i++) {
-        w->fetch[i].w = w;
-        w->fetch[i].st = FE_IDLE;
-        if ((nrv = nng_ctx_open(&w->fetch[i].ctx, w->sock)) != 0 ||
-            (nrv = nng_aio_alloc(&w->fetch[i].aio, sdk_fetch_cb, &w->fetch[i])) != 0) {
-            rv = sdk_fail(w, sdk_nng_err(nrv), "cannot set up socket", nng_strerror(nrv));
-            goto fail;
-        }
-        nng_aio_set_timeout(w->fetch[i].aio, NNG_DURATION_INFINITE);
-    }
-    if ((nrv = nng_dialer_create(&w->dialer, w->sock, w->url)) != 0 ||
-        (nrv = nng_dialer_set_ms(w->dialer, NNG_OPT_RECONNMINT,
-                                 (nng_duration) w->reconnect_min_ms)) != 0 ||
-        (nrv = nng_dialer_set_ms(w->dialer, NNG_OPT_RECONNMAXT,
-                                 (nng_duration) w->reconnect_max_ms)) != 0 ||
-        (nrv = nng_dialer_set_size(w->dialer, NNG_OPT_RECVMAXSZ, WP_MAX_MSG)) != 0 ||
-        (nrv = sdk_tls_setup(w)) != 0 ||
-        (nrv = nng_dialer_start(w->dialer, NNG_FLAG_NONBLOCK)) != 0) {
-        rv = sdk_fail(w, sdk_nng_err(nrv), "cannot dial", nng_strerror(nrv));
-        goto fail;
-    }
-    /* The first session, in the caller's thread, so that a refusal is start()'s error. */
-    deadline = w->start_timeout_ms != 0 ? cn_mono_ms() + w->start_timeout_ms : INT64_MAX;
-    for (;;) {
-        int64_t left = deadline - cn_mono_ms();
-        uint64_t gen;
-
-        if (left <= 0) {
-            (void) snprintf(w->errtext, sizeof(w->errtext),
-                            "no welcome from the runner at %s in time", w->url);
-            rv = CN_IO;
-            goto fail;
-        }
-        nng_aio_set_timeout(w->ctl_aio,
-                            deadline == INT64_MAX ? NNG_DURATION_INFINITE : (nng_duration) left);
-        sdk_lock(w);
-        gen = w->gen;
-        sdk_unlock(w);
-        rv = sdk_hello(w, gen);
-        if (rv == CN_OK) {
-            sdk_lock(w);
-            if (w->gen == gen) {
-                w->need_hello = false;
-                sdk_unlock(w);
-                break;
-            }
-            sdk_unlock(w);
-            continue; /* lost the connection right after welcome: greet the next one */
-        }
-        if (rv != CN_IO) {
+    for (k = 0; k < w->nlinks; k++) {
+        if ((rv = sdk_link_open(w->links[k])) != CN_OK) {
             goto fail;
         }
     }
-    w->errtext[0] = '\0';
-    nng_aio_set_timeout(w->ctl_aio, NNG_DURATION_INFINITE);
-    w->started = true;
-    if (pthread_create(&w->ctl_thread, NULL, sdk_ctl_main, w) != 0) {
-        abort();
+    /* The control threads say hello; start() returns once any runner welcomed the worker (the
+     * others are greeted as they come up), or fails when every one refused it. */
+    for (k = 0; k < w->nlinks; k++) {
+        if (pthread_create(&w->links[k]->ctl_thread, NULL, sdk_ctl_main, w->links[k]) != 0) {
+            abort();
+        }
+        w->links[k]->ctl_started = true;
     }
-    w->ctl_started = true;
     for (i = 0; i < w->nslots; i++) {
         if (pthread_create(&w->slots[i].thread, NULL, sdk_slot_main, &w->slots[i]) != 0) {
             abort();
         }
         w->slots[i].thread_started = true;
     }
+    deadline = w->start_timeout_ms != 0 ? cn_mono_ms() + w->start_timeout_ms : INT64_MAX;
     sdk_lock(w);
-    sdk_pump_locked(w); /* the first `ready` */
+    for (;;) {
+        for (k = welcomed = refused = 0; k < w->nlinks; k++) {
+            welcomed += w->links[k]->welcomes > 0;
+            refused += w->links[k]->failed;
+        }
+        if (welcomed > 0 || refused == w->nlinks) {
+            break;
+        }
+        if (deadline == INT64_MAX) {
+            cn_cond_wait(&w->cond, &w->mtx);
+        } else if (!sdk_wait_until(w, deadline)) {
+            break;
+        }
+    }
     sdk_unlock(w);
-    return CN_OK;
+    if (welcomed > 0) {
+        sdk_lock(w);
+        w->errtext[0] = '\0';
+        sdk_unlock(w);
+        return CN_OK;
+    }
+    if (refused == w->nlinks) {
+        rv = CN_PROTO; /* the refusal's text is in errtext */
+    } else {
+        sdk_lock(w);
+        if (w->nlinks > 1) {
+            (void) snprintf(w->errtext, sizeof(w->errtext),
+                            "no welcome from any of the %u runners (%s, ...) in time", w->nlinks,
+                            w->links[0]->url);
+        } else {
+            (void) snprintf(w->errtext, sizeof(w->errtext),
+                            "no welcome from the runner at %s in time", w->links[0]->url);
+        }
+        sdk_unlock(w);
+        rv = CN_IO;
+    }
 fail:
     sdk_teardown(w);
     return rv;
 }
 
-/* Nothing left to run or report. Disconnected, outcomes cannot go anywhere. After the
- * runner's ack every request out is answered soon (it released them before the ack), so
- * waiting for those replies cannot hang and catches a dispatch still in transit. */
+/* Nothing left to run or report. A link disconnected has nowhere to send its outcomes. After
+ * a runner's ack every request out to it is answered soon (it released them before the ack),
+ * so waiting for those replies cannot hang and catches a dispatch still in transit. */
 static bool
-sdk_quiet_locked(struct cairn_worker *w, bool acked)
+sdk_quiet_locked(struct cairn_worker *w)
 {
-    uint32_t i;
+    uint32_t i, k;
 
     if (w->rq_head != NULL || w->nrunning > 0) {
         return false;
     }
-    if (!w->sock_open || w->need_hello) {
-        return true;
-    }
-    if (w->nout > 0) {
-        return false;
-    }
-    for (i = 0; i < SDK_FETCHES; i++) {
-        if (w->fetch[i].st == FE_SEND || (acked && w->fetch[i].st == FE_RECV)) {
+    for (k = 0; k < w->nlinks; k++) {
+        const struct sdk_link *l = w->links[k];
+
+        if (!l->sock_open || l->need_hello || l->failed) {
+            continue;
+        }
+        if (l->nout > 0) {
             return false;
+        }
+        for (i = 0; i < SDK_FETCHES; i++) {
+            if (l->fetch[i].st == FE_SEND || (l->acked && l->fetch[i].st == FE_RECV)) {
+                return false;
+            }
         }
     }
     return true;
@@ -1389,11 +1584,11 @@ void
 cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
 {
     int64_t deadline = cn_mono_ms() + grace_ms;
+    bool connected[SDK_MAX_LINKS];
+    uint64_t gen[SDK_MAX_LINKS];
     struct wp_msg m, r;
-    bool connected, acked = false;
     nng_msg *msg;
-    uint64_t gen;
-    uint32_t i;
+    uint32_t i, k;
 
     if (w == NULL || !w->started) {
         return;
@@ -1401,34 +1596,47 @@ cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
     sdk_lock(w);
     w->stopping = true;
     sdk_broadcast(w);
-    if (w->ctl_busy) {
-        nng_aio_cancel(w->ctl_aio); /* the parked control request, to make room for goodbye */
+    for (k = 0; k < w->nlinks; k++) {
+        struct sdk_link *l = w->links[k];
+
+        if (l->ctl_busy) {
+            nng_aio_cancel(l->ctl_aio); /* the parked control request, to make room for goodbye */
+        }
+        connected[k] = !l->need_hello && !l->failed;
+        gen[k] = l->gen;
+        l->acked = false;
     }
-    connected = !w->need_hello;
-    gen = w->gen;
     sdk_unlock(w);
-    if (w->ctl_started) {
-        (void) pthread_join(w->ctl_thread, NULL);
-        w->ctl_started = false;
+    for (k = 0; k < w->nlinks; k++) {
+        if (w->links[k]->ctl_started) {
+            (void) pthread_join(w->links[k]->ctl_thread, NULL);
+            w->links[k]->ctl_started = false;
+        }
     }
-    /* Goodbye first, so the runner stops dispatching to us; then let what runs finish. */
-    if (connected) {
+    /* Goodbye first, so the runners stop dispatching to us; then let what runs finish. */
+    for (k = 0; k < w->nlinks; k++) {
+        struct sdk_link *l = w->links[k];
         int64_t left = deadline - cn_mono_ms();
 
-        nng_aio_set_timeout(w->ctl_aio, (nng_duration) (left > 1000 ? left : 1000));
+        if (!connected[k]) {
+            continue;
+        }
+        nng_aio_set_timeout(l->ctl_aio, (nng_duration) (left > 1000 ? left : 1000));
         wp_msg_init(&m, WP_GOODBYE);
         if (sdk_msg_new(&m, &msg) == CN_OK &&
-            sdk_op(w, w->ctl_ctx, w->ctl_aio, msg, gen, true, &w->ctl_busy) == 0 &&
-            sdk_recv(w, w->ctl_ctx, w->ctl_aio, gen, true, &w->ctl_busy, &r) == 0) {
-            acked = r.kind == WP_ACK;
+            sdk_op(l, l->ctl_ctx, l->ctl_aio, msg, gen[k], true, &l->ctl_busy) == 0 &&
+            sdk_recv(l, gen[k], true, &r) == 0) {
+            sdk_lock(w);
+            l->acked = r.kind == WP_ACK;
+            sdk_unlock(w);
             wp_msg_fini(&r);
         }
     }
     sdk_lock(w);
     /* Queued and running attempts finish and their outcomes go out. */
-    while (!sdk_quiet_locked(w, acked) && sdk_wait_until(w, deadline)) {
+    while (!sdk_quiet_locked(w) && sdk_wait_until(w, deadline)) {
     }
-    if (!sdk_quiet_locked(w, acked)) {
+    if (!sdk_quiet_locked(w)) {
         for (i = 0; i < w->nslots; i++) {
             if (w->slots[i].running) {
                 atomic_store_explicit(&w->slots[i].cancelled, true, memory_order_relaxed);
@@ -1444,10 +1652,13 @@ cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
 bool
 cairn_worker_running(struct cairn_worker *w)
 {
-    bool on;
+    bool on = false;
+    uint32_t k;
 
     sdk_lock(w);
-    on = w->started && !w->stopping && !w->failed;
+    for (k = 0; w->started && !w->stopping && k < w->nlinks; k++) {
+        on = on || !w->links[k]->failed;
+    }
     sdk_unlock(w);
     return on;
 }
@@ -1470,8 +1681,11 @@ cairn_worker_free(struct cairn_worker *w)
     for (i = 0; i < w->nactions; i++) {
         free(w->actions[i].name);
     }
+    for (i = 0; i < w->nlinks; i++) {
+        free(w->links[i]->url);
+        free(w->links[i]);
+    }
     free(w->actions);
-    free(w->url);
     free(w->name);
     free(w->credential);
     free(w->tls_ca_file);

@@ -108,6 +108,13 @@ read_flags(struct cn_opts *s, int argc, char **argv)
             }
             val = argv[++i];
         }
+        if (o->list != NULL) {
+            if (o->nlist >= o->list_max) {
+                bad(s, "--%s may be given at most %zu times", o->flag, o->list_max);
+                return CN_OPTS_BAD;
+            }
+            o->list[o->nlist++] = val;
+        }
         o->value = val;
     }
     return CN_OPTS_OK;
@@ -122,6 +129,7 @@ cn_opts_parse(struct cn_opts *s, int argc, char **argv)
     for (i = 0; i < s->nopts; i++) {
         s->opts[i].value = NULL;
         s->opts[i].num = 0;
+        s->opts[i].nlist = 0;
     }
     if ((st = read_flags(s, argc, argv)) != CN_OPTS_OK) {
         return st;

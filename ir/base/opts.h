@@ -35,10 +35,15 @@ struct cn_opt {
     long long min, max; /* CN_OPT_INT's range */
     const char *arg;    /* the value's name in help ("URL"); NULL: VALUE, or N for integers */
     const char *help;   /* one line; NULL: not listed (options for tests) */
+    /* A CN_OPT_STR that may be given more than once: every flag's value is kept in
+     * list[0..nlist), at most list_max (more is bad usage); `value` is the last one. */
+    const char **list;
+    size_t list_max;
     /* Written by cn_opts_parse: */
     const char *value; /* the value's text (flag, variable or default); NULL: none. A switch:
                           its flag when given, else NULL */
     long long num;     /* CN_OPT_INT: the value, parsed; 0 without one */
+    size_t nlist;      /* list: the flags given (0: value is the variable's or the default) */
 };
 
 struct cn_opts {

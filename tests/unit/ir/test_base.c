@@ -276,6 +276,43 @@ Test(ir_base, opts_flag_beats_variable_beats_default)
     cr_assert_str_eq(cn_opts_str(&t_set, "url"), "b");
 }
 
+/* A row with a list keeps every value of a repeated flag, up to its bound. */
+Test(ir_base, opts_list_keeps_every_value_of_a_repeated_flag)
+{
+    static const char *peers[2];
+    static struct cn_opt rows[] = {
+        {.flag = "peer",
+         .kind = CN_OPT_STR,
+         .env = "T_CAIRN_PEER",
+         .def = "p0",
+         .list = peers,
+         .list_max = 2,
+         .help = "a peer, more than once"},
+    };
+    struct cn_opts set = {
+        .prog = "t-list", .usage = "t-list", .hint = "--help", .opts = rows, .nopts = 1};
+    char *argv[8] = {"--peer", "a", "--peer=b", NULL};
+    char *three[8] = {"--peer", "a", "--peer=b", "--peer", "c", NULL};
+    struct capture c;
+
+    unsetenv("T_CAIRN_PEER");
+    cr_assert_eq(cn_opts_parse(&set, 3, argv), CN_OPTS_OK);
+    cr_assert_eq(rows[0].nlist, 2);
+    cr_assert_str_eq(peers[0], "a");
+    cr_assert_str_eq(peers[1], "b");
+    cr_assert_str_eq(cn_opts_str(&set, "peer"), "b");
+    /* none given: no list, the variable's or the default's value */
+    setenv("T_CAIRN_PEER", "x y", 1);
+    cr_assert_eq(cn_opts_parse(&set, 0, argv), CN_OPTS_OK);
+    cr_assert_eq(rows[0].nlist, 0);
+    cr_assert_str_eq(cn_opts_str(&set, "peer"), "x y");
+    unsetenv("T_CAIRN_PEER");
+    capture_start(&c);
+    cr_assert_eq(cn_opts_parse(&set, 5, three), CN_OPTS_BAD);
+    capture_end(&c);
+    cr_assert_str_eq(c.text, "t-list: --peer may be given at most 2 times\n");
+}
+
 Test(ir_base, opts_syntax_and_arguments)
 {
     char *argv[16];

@@ -988,6 +988,85 @@ Test(pool, one_dispatch_carries_as_many_attempts_as_the_worker_has_room_for)
     got_fini(&g);
 }
 
+/* Sends a `ready` on context k that gives the worker's room, and starts receiving. */
+static void
+tw_ready_room(struct tw *w, int k, uint32_t room)
+{
+    struct wp_msg m;
+
+    wp_msg_init(&m, WP_READY);
+    m.room = room;
+    tw_send(w, k, &m);
+    tw_recv_start(w, k);
+}
+
+static bool
+three_queued(const struct rn_pool_stats *st)
+{
+    return st->queued == 3;
+}
+
+/* A worker that serves several runners says in each `ready` how many attempts it takes now;
+ * the runner dispatches no more than that, even with room by its own count, and a `ready`
+ * without room leaves it to that count. */
+Test(pool, a_ready_that_gives_room_caps_the_dispatch_it_gets)
+{
+    static const char *acts[] = {"t.x"};
+    struct rn_pool_stats st;
+    struct got g;
+    char url[128];
+    struct rn_pool *p;
+    struct tw w;
+    struct wp_msg r;
+    int i;
+
+    got_init(&g);
+    p = pool_up(&g, url, sizeof(url), NULL, 0);
+    tw_open(&w, url, 2);
+    tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 8, 0); /* room for 8 by the runner's count */
+    for (i = 1; i <= 6; i++) {
+        submit(p, "t.x", (uint8_t) i, 0);
+    }
+    tw_ready_room(&w, 1, 1);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 1, "room 1: one attempt, not %u", r.nitems);
+    cr_assert_eq(r.items[0].exec_id[0], 1);
+    wp_msg_fini(&r);
+    tw_ready_room(&w, 1, 3);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 3);
+    cr_assert_eq(r.items[0].exec_id[0], 2);
+    wp_msg_fini(&r);
+    /* Room 0: parked although attempts wait and the runner counts room for 4 more. */
+    nng_aio_set_timeout(w.aio[1], 500);
+    tw_ready_room(&w, 1, 0);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), NNG_ETIMEDOUT, "a ready with room 0 got work");
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.queued, 2);
+    cr_assert_eq(st.dispatched, 4);
+    /* A new submit does not go to the parked request either. */
+    nng_aio_set_timeout(w.aio[1], NNG_DURATION_INFINITE);
+    tw_ready_room(&w, 1, 0);
+    submit(p, "t.x", 7, 0);
+    cr_assert(stats_until(p, &st, three_queued), "queued %llu", (unsigned long long) st.queued);
+    cr_assert_eq(st.dispatched, 4, "the new attempt went to a ready with room 0");
+    /* A ready without room (an older SDK): the runner's own count decides, 3 + 1 released. */
+    nng_aio_set_timeout(w.aio[0], 2000);
+    tw_ready(&w, 0, NULL);
+    cr_assert_eq(tw_recv_wait(&w, 0, &r), 0);
+    cr_assert_eq(r.kind, WP_DISPATCH);
+    cr_assert_eq(r.nitems, 3, "the rest: %u", r.nitems);
+    wp_msg_fini(&r);
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0, "the parked ready is released");
+    cr_assert_eq(r.kind, WP_NOOP);
+    wp_msg_fini(&r);
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
+
 /* The pool keeps one `ready` per worker parked: a second one releases the first, so that a
  * worker always has a request free for its next outcomes. (The pool takes requests on several
  * contexts at once, so which of two back-to-back readies it sees first is not fixed: the test

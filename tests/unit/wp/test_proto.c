@@ -557,3 +557,52 @@ Test(wp_proto, batches_hold_at_most_the_entry_limit)
     wp_batch_fini(&b);
     ir_val_release(d.kwargs);
 }
+
+/* `room` on a ready: optional (absent means the runner's own count), round-trips from both
+ * encoders, and is checked against the batch limit. */
+Test(wp_proto, ready_carries_optional_room)
+{
+    struct cn_buf b = CN_BUF_INIT;
+    struct cn_errmsg em;
+    struct wp_batch bt;
+    struct wp_msg m, r;
+
+    wp_msg_init(&m, WP_READY);
+    cr_assert_eq(m.room, WP_ROOM_ANY);
+    round_trip(&m, &r, &b);
+    cr_assert_eq(r.room, WP_ROOM_ANY, "a ready without room decodes as WP_ROOM_ANY");
+    wp_msg_fini(&r);
+    m.room = 0;
+    round_trip(&m, &r, &b);
+    cr_assert_eq(r.room, 0);
+    wp_msg_fini(&r);
+    m.room = 7;
+    round_trip(&m, &r, &b);
+    cr_assert_eq(r.room, 7);
+    wp_msg_fini(&r);
+
+    T_OK(wp_batch_begin_ready(&bt, 3));
+    wp_batch_finish(&bt);
+    cr_assert_eq(wp_msg_decode(bt.buf.data, bt.buf.len, &r, &em), CN_OK, "%s", em.text);
+    cr_assert_eq(r.kind, WP_READY);
+    cr_assert_eq(r.room, 3);
+    cr_assert_eq(r.noutcomes, 0);
+    wp_msg_fini(&r);
+    wp_batch_fini(&bt);
+    T_ERR(wp_batch_begin_ready(&bt, WP_MAX_BATCH + 1), CN_INVAL);
+
+    {
+        const char *kv[] = {"v",        V1,  "kind", S_READY, "room", "\x03\xcd\x20\x01",
+                            "outcomes", ARR0}; /* 8193 */
+        pack_raw(&b, kv, 8);
+        T_ERR(decode(&b, &em), CN_PROTO);
+        cr_assert(strstr(em.text, "room") != NULL, "%s", em.text);
+    }
+    {
+        const char *kv[] = {"v", V1, "kind", S_READY, "room", STR_W, "outcomes", ARR0};
+        pack_raw(&b, kv, 8);
+        T_ERR(decode(&b, &em), CN_PROTO);
+        cr_assert(strstr(em.text, "room") != NULL, "%s", em.text);
+    }
+    cn_buf_fini(&b);
+}

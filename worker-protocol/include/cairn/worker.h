@@ -78,16 +78,25 @@ typedef cn_err (*cairn_worker_handler)(const struct cairn_worker_ctx *ctx, struc
 CN_MUST_CHECK cn_err cairn_worker_new(const char *url, const struct cairn_worker_options *opts,
                                       struct cairn_worker **out);
 
+/* Serves the runner at url too (copied), before start(): a worker process can serve a fleet
+ * of runners with one set of slots, which the runners share by their demand (each `ready`
+ * says how many attempts the worker takes; docs/protocol.md, Room). Each runner gets its own
+ * connection and session; one that goes away or refuses the worker leaves the others served.
+ * Returns CN_OK or CN_INVAL (empty url, one already given, more than 64, after start). */
+CN_MUST_CHECK cn_err cairn_worker_add_url(struct cairn_worker *w, const char *url);
+
 /* Serves action (copied) with fn, called with arg (borrowed, must outlive the worker). Only
  * before start(). Returns CN_OK, CN_INVAL (empty, too long or duplicate name; after start). */
 CN_MUST_CHECK cn_err cairn_worker_register(struct cairn_worker *w, const char *action,
                                            cairn_worker_handler fn, void *arg);
 
-/* Dials the runner, sends `hello` and waits for `welcome`, then starts the slot and control
- * threads. Blocks until welcome, refusal or opts->start_timeout_ms. Returns CN_OK, CN_INVAL
- * (no actions registered, already started, bad url), CN_PROTO (refused by the runner, or a
- * reply that is not welcome), CN_IO (transport error or timeout), CN_NOMEM; the reason is in
- * cairn_worker_error(). On failure the worker is as before start(), so start() may be retried. */
+/* Dials the runner (each runner), starts the slot and control threads, says `hello` and waits
+ * for `welcome`. Blocks until a runner welcomed the worker, every runner refused it, or
+ * opts->start_timeout_ms passed; with several runners, the others are greeted as they come up.
+ * Returns CN_OK, CN_INVAL (no actions registered, already started, bad url), CN_PROTO (refused
+ * by the runner, or a reply that is not welcome), CN_IO (transport error or timeout),
+ * CN_NOMEM; the reason is in cairn_worker_error(). On failure the worker is as before start(),
+ * so start() may be retried. */
 CN_MUST_CHECK cn_err cairn_worker_start(struct cairn_worker *w);
 
 /* Sends `goodbye` (the runner stops dispatching), runs any dispatch that crossed it, waits up
@@ -97,7 +106,8 @@ CN_MUST_CHECK cn_err cairn_worker_start(struct cairn_worker *w);
 void cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms);
 
 /* True between a successful start() and stop(), unless the runner refused a new session
- * after a reconnect (the worker then stops serving; call stop() and free()). Thread-safe. */
+ * after a reconnect (the worker then stops serving; call stop() and free()); with several
+ * runners, until every one has refused it. Thread-safe. */
 bool cairn_worker_running(struct cairn_worker *w);
 
 /* The last failure's description ("refused: bad credential"), or "" when none. Borrowed,
