@@ -17,11 +17,12 @@
  *   while both fetches were out).
  * - Room: every `ready` says how many more attempts the worker takes now (slots + prefetch
  *   minus what is queued or running, for all runners), and a runner dispatches no more than
- *   that in reply. When a slot frees, a link whose runner was last told less gets a fresh
- *   `ready` (which also releases its parked one), so a runner with a backlog does not keep the
- *   slots from another that has work too. Two runners told the same room at once may both fill
- *   it: the extra attempts wait in the run queue (as prefetched ones do), at most the room
- *   given per runner.
+ *   that in reply. When the room changes (a slot frees, another runner's dispatch arrives), a
+ *   link whose runner was last told otherwise gets a fresh `ready` (which also releases its
+ *   parked one), so a runner with a backlog does not keep the slots from another that has work
+ *   too, and a runner does not queue work here that other workers have room for. Two runners
+ *   told the same room at once may both fill it: the extra attempts wait in the run queue (as
+ *   prefetched ones do), at most the room given per runner.
  * - One thread per slot takes attempts from the run queue and runs them. One control thread
  *   per link says `hello` (the first one too: start() waits for the first welcome of any
  *   link), after each reconnect, then keeps a `control` request parked for `cancel`s.
@@ -605,8 +606,10 @@ sdk_send_ready_locked(struct sdk_link *l, struct sdk_fetch *f)
 }
 
 /* Keeps l's protocol moving: outcomes waiting go out on an idle fetch, and one `ready` is
- * always out asking for work (unless stopping); with several runners, one told less room than
- * the worker now has is told again. Call after every change. */
+ * always out asking for work (unless stopping); with several runners, one whose latest `ready`
+ * gave another room than the worker has now is told again (the runner then releases the older
+ * one): more, so that it is not kept from slots another runner left; less, so that it sends
+ * its work to workers that have room instead of queueing it here. Call after every change. */
 static void
 sdk_pump_locked(struct sdk_link *l)
 {
@@ -619,10 +622,10 @@ sdk_pump_locked(struct sdk_link *l)
     }
     for (i = 0; i < SDK_FETCHES; i++) {
         bool other_out = l->fetch[(i + 1) % SDK_FETCHES].st != FE_IDLE;
-        bool more_room = w->nlinks > 1 && sdk_room_locked(w) > l->room_said;
+        bool room_moved = w->nlinks > 1 && sdk_room_locked(w) != l->room_said;
 
         if (l->fetch[i].st != FE_IDLE ||
-            (l->nout == 0 && (w->stopping || (other_out && !more_room)))) {
+            (l->nout == 0 && (w->stopping || (other_out && !room_moved)))) {
             continue;
         }
         sdk_send_ready_locked(l, &l->fetch[i]);
@@ -789,6 +792,7 @@ sdk_fetch_cb(void *arg)
     }
     if (rv != NNG_ECLOSED) {
         sdk_pump_locked(l);
+        sdk_pump_all_locked(w); /* a dispatch took room the other runners were told of */
     }
     sdk_broadcast(w);
     sdk_unlock(w);

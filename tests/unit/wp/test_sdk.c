@@ -45,8 +45,15 @@ TestSuite(wp_sdk, .fini = t_leak_check_nng, .timeout = 30);
         }                                                                                        \
     } while (0)
 
+/* The aio callbacks get the index through this. */
+struct fr_cbarg {
+    struct fr *f;
+    size_t i;
+};
+
 struct fr {
     nng_socket sock;
+    struct fr_cbarg cb[FR_CTXS];
     char url[128];
     nng_ctx ctx[FR_CTXS];
     nng_aio *rx[FR_CTXS];
@@ -95,12 +102,6 @@ fr_timedwait(struct fr *f, int64_t ms)
     pthread_cond_timedwait(&f->cond, &f->mtx, &ts);
 }
 
-/* The aio callbacks get the index through this table. */
-struct fr_cbarg {
-    struct fr *f;
-    size_t i;
-};
-static struct fr_cbarg cbargs[FR_CTXS];
 
 static void
 fr_arrive(void *arg)
@@ -290,10 +291,10 @@ fr_start(void)
     cr_assert_eq(nng_socket_set_size(f->sock, NNG_OPT_RECVMAXSZ, WP_MAX_MSG), 0);
     cr_assert_eq(nng_listen(f->sock, f->url, NULL, 0), 0);
     for (i = 0; i < FR_CTXS; i++) {
-        cbargs[i].f = f;
-        cbargs[i].i = i;
+        f->cb[i].f = f;
+        f->cb[i].i = i;
         cr_assert_eq(nng_ctx_open(&f->ctx[i], f->sock), 0);
-        cr_assert_eq(nng_aio_alloc(&f->rx[i], fr_arrive, &cbargs[i]), 0);
+        cr_assert_eq(nng_aio_alloc(&f->rx[i], fr_arrive, &f->cb[i]), 0);
         cr_assert_eq(nng_aio_alloc(&f->tx[i], NULL, NULL), 0);
         nng_aio_set_timeout(f->tx[i], 2000);
         nng_ctx_recv(f->ctx[i], f->rx[i]);
@@ -314,6 +315,11 @@ fr_free(struct fr *f)
     pthread_join(f->thread, NULL);
     nng_close(f->sock);
     for (i = 0; i < FR_CTXS; i++) {
+        nng_aio_wait(f->rx[i]);
+        if (f->arrived[i] && nng_aio_get_msg(f->rx[i]) != NULL) {
+            /* a request the runner's thread never took (a worker still talking to it) */
+            nng_msg_free(nng_aio_get_msg(f->rx[i]));
+        }
         nng_aio_free(f->rx[i]);
         nng_aio_free(f->tx[i]);
     }
@@ -420,6 +426,31 @@ fr_await(struct fr *f, enum wp_kind k, int outcome, int n)
         for (i = 0; i < f->nlog && found < 0; i++) {
             if (f->log[i].kind == k &&
                 (outcome < 0 || (int) (f->log[i].noutcomes > 0) == outcome) && seen++ == n) {
+                found = (long) i;
+            }
+        }
+        if (found < 0) {
+            fr_timedwait(f, 50);
+        }
+    }
+    pthread_mutex_unlock(&f->mtx);
+    return found;
+}
+
+/* Index in the log of the first `ready` at or after index `from` that gives room `room`,
+ * waiting up to WAIT_MS; -1 if none came. */
+static long
+fr_await_room(struct fr *f, size_t from, uint32_t room)
+{
+    int64_t deadline = now_ms() + WAIT_MS;
+    long found = -1;
+
+    pthread_mutex_lock(&f->mtx);
+    while (found < 0 && now_ms() < deadline) {
+        size_t i;
+
+        for (i = from; i < f->nlog && found < 0; i++) {
+            if (f->log[i].kind == WP_READY && f->log[i].room == room) {
                 found = (long) i;
             }
         }
@@ -1050,4 +1081,132 @@ Test(wp_sdk, an_undecodable_reply_to_ready_drops_the_session)
     cairn_worker_free(w);
     close(p[0]);
     silent_stop(pid, url);
+}
+
+/* One worker, two runners: each gets its own hello and session, every `ready` says the room
+ * the worker has for all of them (so a runner whose work would only queue here sends it to
+ * another worker), outcomes go back to the runner that dispatched the attempt, and a runner
+ * that goes away leaves the worker serving the other. */
+Test(wp_sdk, one_worker_serves_two_runners_and_tells_each_its_room)
+{
+    struct fr *fa = fr_start(), *fb = fr_start();
+    struct cairn_worker *w = worker_new(fa, 2);
+    int64_t deadline;
+    long at;
+    size_t i;
+
+    atomic_store(&block_entered, false);
+    atomic_store(&block_release, false);
+    atomic_store(&block_runs, 0);
+    T_ERR(cairn_worker_add_url(w, fa->url), CN_INVAL); /* the same runner twice */
+    T_ERR(cairn_worker_add_url(w, ""), CN_INVAL);
+    T_OK(cairn_worker_add_url(w, fb->url));
+    T_OK(cairn_worker_start(w));
+    T_ERR(cairn_worker_add_url(w, "ipc:///tmp/late.sock"), CN_INVAL); /* after start */
+    cr_assert_eq(fr_await(fa, WP_HELLO, -1, 0), 0);
+    cr_assert_eq(fr_await(fb, WP_HELLO, -1, 0), 0, "the second runner got no hello");
+    cr_assert_geq(fr_await_room(fa, 0, 2), 0, "A was not told the room of 2 free slots");
+    cr_assert_geq(fr_await_room(fb, 0, 2), 0, "B was not told the room of 2 free slots");
+
+    /* A fills both slots: B is told there is no room. */
+    fr_dispatch(fa, "t.block", "{}", 0x21, 1, 11);
+    fr_dispatch(fa, "t.block", "{}", 0x22, 1, 12);
+    deadline = now_ms() + WAIT_MS;
+    while (atomic_load(&block_runs) < 2 && now_ms() < deadline) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(atomic_load(&block_runs), 2, "A's two attempts did not both start");
+    at = fr_await_room(fb, 0, 0);
+    cr_assert_geq(at, 0, "B was not told that the slots are taken");
+
+    /* They finish: their outcomes go to A, and B is told the room is back. */
+    atomic_store(&block_release, true);
+    cr_assert_not_null(fr_await_outcome(fa, 11));
+    cr_assert_not_null(fr_await_outcome(fa, 12));
+    cr_assert_geq(fr_await_room(fb, (size_t) at + 1, 2), 0, "B was not told the room is back");
+    pthread_mutex_lock(&fb->mtx);
+    for (i = 0; i < fb->nlog; i++) {
+        cr_assert(fb->log[i].kind != WP_READY || fb->log[i].noutcomes == 0,
+                  "B got an outcome of A's attempts");
+    }
+    pthread_mutex_unlock(&fb->mtx);
+
+    /* B's work runs and its outcome goes to B. */
+    fr_dispatch(fb, "t.echo", "{\"value\": 5}", 0x31, 1, 21);
+    cr_assert_not_null(fr_await_outcome(fb, 21));
+    cairn_worker_stop(w, 1000);
+    cr_assert_geq(fr_await(fa, WP_GOODBYE, -1, 0), 0, "A got no goodbye");
+    cr_assert_geq(fr_await(fb, WP_GOODBYE, -1, 0), 0, "B got no goodbye");
+    cairn_worker_free(w);
+    fr_free(fa);
+    fr_free(fb);
+}
+
+/* Every runner refused the worker: start() fails with the refusal; one that welcomes it is
+ * enough for start() to succeed while another is not there yet. */
+Test(wp_sdk, start_needs_one_runner_of_several)
+{
+    struct fr *fa = fr_start(), *fb = fr_start();
+    struct cairn_worker *w;
+    char absent[160];
+
+    fa->refuse = "bad credential";
+    fb->refuse = "bad credential";
+    w = worker_new(fa, 1);
+    T_OK(cairn_worker_add_url(w, fb->url));
+    T_ERR(cairn_worker_start(w), CN_PROTO);
+    cr_assert_not_null(strstr(cairn_worker_error(w), "refused: bad credential"), "%s",
+                       cairn_worker_error(w));
+    cairn_worker_free(w);
+    fr_free(fa);
+    fr_free(fb);
+
+    fa = fr_start();
+    snprintf(absent, sizeof(absent), "ipc:///tmp/cairn-sdk-test-absent-%ld.sock", (long) getpid());
+    w = worker_new(fa, 1);
+    T_OK(cairn_worker_add_url(w, absent));
+    T_OK(cairn_worker_start(w));
+    cr_assert(cairn_worker_running(w));
+    fr_dispatch(fa, "t.echo", "{\"value\": 1}", 0x41, 1, 31);
+    cr_assert_not_null(fr_await_outcome(fa, 31));
+    cairn_worker_stop(w, 1000);
+    cairn_worker_free(w);
+    fr_free(fa);
+}
+
+/* A runner that dies (kill -9 of its process) leaves the worker serving the other runner. */
+Test(wp_sdk, a_runner_that_dies_leaves_the_worker_serving_the_others)
+{
+    struct fr *fb = fr_start();
+    struct cairn_worker *w = worker_new(fb, 1);
+    char url[128], buf[64] = "";
+    int64_t deadline;
+    size_t got = 0;
+    int out[2];
+    pid_t pid;
+
+    cr_assert_eq(pipe(out), 0);
+    pid = silent_start(url, sizeof(url), "60000", NULL, out[1]);
+    close(out[1]);
+    T_OK(cairn_worker_add_url(w, url));
+    T_OK(cairn_worker_start(w));
+    cr_assert_eq(fcntl(out[0], F_SETFL, O_NONBLOCK), 0);
+    deadline = now_ms() + WAIT_MS;
+    while (strstr(buf, "hello") == NULL && now_ms() < deadline) {
+        struct timespec ts = {0, 5000000};
+
+        read_available(out[0], buf, &got, sizeof(buf));
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_not_null(strstr(buf, "hello"), "the second runner got no hello");
+    cr_assert_eq(fr_await(fb, WP_HELLO, -1, 0), 0);
+    silent_stop(pid, url);
+    cr_assert(cairn_worker_running(w));
+    fr_dispatch(fb, "t.echo", "{\"value\": 6}", 0x32, 1, 22);
+    cr_assert_not_null(fr_await_outcome(fb, 22), "not served after the other runner died");
+    cairn_worker_stop(w, 1000);
+    cairn_worker_free(w);
+    close(out[0]);
+    fr_free(fb);
 }
