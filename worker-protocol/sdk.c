@@ -15,14 +15,14 @@
  *   worker parked and releases the older one, so a fetch is always free within one round trip:
  *   outcomes are never held back, and under load they travel in batches (all that finished
  *   while both fetches were out).
- * - Room: every `ready` says how many more attempts the worker takes now (slots + prefetch
- *   minus what is queued or running, for all runners), and a runner dispatches no more than
- *   that in reply. When the room changes (a slot frees, another runner's dispatch arrives), a
- *   link whose runner was last told otherwise gets a fresh `ready` (which also releases its
- *   parked one), so a runner with a backlog does not keep the slots from another that has work
- *   too, and a runner does not queue work here that other workers have room for. Two runners
- *   told the same room at once may both fill it: the extra attempts wait in the run queue (as
- *   prefetched ones do), at most the room given per runner.
+ * - Room: serving several runners, every `ready` says how many more attempts the worker takes
+ *   now (slots + prefetch minus what is queued or running, for all runners), and a runner
+ *   dispatches no more than that in reply (serving one, the runner's own count is exact). When the
+ * room changes (a slot frees, another runner's dispatch arrives), a link whose runner was last told
+ * otherwise gets a fresh `ready` (which also releases its parked one), so a runner with a backlog
+ * does not keep the slots from another that has work too, and a runner does not queue work here
+ * that other workers have room for. Two runners told the same room at once may both fill it: the
+ * extra attempts wait in the run queue (as prefetched ones do), at most the room given per runner.
  * - One thread per slot takes attempts from the run queue and runs them. One control thread
  *   per link says `hello` (the first one too: start() waits for the first welcome of any
  *   link), after each reconnect, then keeps a `control` request parked for `cancel`s.
@@ -566,12 +566,15 @@ sdk_batch_outcome(struct wp_batch *b, struct wp_outcome *o)
     return rv;
 }
 
-/* Sends a `ready` on l's idle fetch f with the room the worker has now and as many outbox
- * outcomes as fit in one message. */
+/* Sends a `ready` on l's idle fetch f with as many outbox outcomes as fit in one message, and,
+ * serving several runners, the room the worker has now. Serving one, it leaves the room to the
+ * runner's count, which is never larger (it counts what is on its way both ways too) and never
+ * stale: a `ready` parked while the slots were full would otherwise keep saying 0 after they
+ * freed, and with nobody else to tell, queue-noop fell from 9 900 to 2 200 instances/s. */
 static void
 sdk_send_ready_locked(struct sdk_link *l, struct sdk_fetch *f)
 {
-    uint32_t i, taken = 0, room = sdk_room_locked(l->w);
+    uint32_t i, taken = 0, room = l->w->nlinks > 1 ? sdk_room_locked(l->w) : WP_ROOM_ANY;
     struct wp_batch b;
     nng_msg *msg = NULL;
 
