@@ -123,6 +123,7 @@ struct opts {
     double rate;               /* instances/s while running; 0: all before the start */
     double fail, timeout, nap; /* mixed: fractions of steps */
     long max_running;          /* a concurrency limit on the case's workflow; 0: none */
+    long shared; /* --shared-workers: workers in all, each serving every runner; 0: per runner */
 };
 
 /* A runner's latency summary (/metrics), in ms, over one or several runners: quantiles do not
@@ -580,12 +581,15 @@ usage(FILE *f)
                "                   [--format text|json|markdown|csv] [--plot FILE.svg]\n"
                "                   [--database-url URL] [--pg-bin DIR] [--bin-dir BUILD_DIR]\n"
                "                   [--max-running N] [--timeout S] [--json-out FILE]\n"
+               "                   [--shared-workers N]\n"
                "cases:");
     for (i = 0; i < NCASES; i++) {
         fprintf(f, " %s", cases[i].name);
     }
     fprintf(f, "\n--rate: enqueue R instances/s while the fleet runs (default: all before).\n"
-               "W is workers per runner. Rates of the mixed case are fractions of its steps\n"
+               "W is workers per runner; --shared-workers N starts N workers in all instead,\n"
+               "each serving every runner (cairn-worker --url R1 --url R2 ...). Rates of the mixed "
+               "case are fractions of its steps\n"
                "(defaults 0.05, 0.01, 0.02). Without --database-url or CAIRN_DATABASE_URL a\n"
                "durable throwaway PostgreSQL is started from --pg-bin (default $CN_PG_BIN or\n"
                "/usr/lib/postgresql/15/bin) and stopped at the end. BUILD_DIR holds\n"
@@ -658,6 +662,8 @@ parse(int argc, char **argv, struct opts *o)
             o->shards = num(a, v, 1, 256);
         } else if (strcmp(a, "--workers") == 0) {
             o->workers = num(a, v, 1, 64);
+        } else if (strcmp(a, "--shared-workers") == 0) {
+            o->shared = num(a, v, 1, 64);
         } else if (strcmp(a, "--slots") == 0) {
             o->slots = num(a, v, 1, 4096);
         } else if (strcmp(a, "--prefetch") == 0) {
@@ -714,13 +720,14 @@ json_line(FILE *f, const struct opts *o, const struct bench_case *bc, double aps
             "\"persist_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"count\": %.0f}, "
             "\"action_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"count\": %.0f}, "
             "\"rows_per_action\": %.2f, \"wal_bytes_per_action\": %.0f, "
-            "\"runner_cpu_seconds_per_1000_actions\": %.3f, \"runner_peak_rss_kb\": %ld}\n",
+            "\"runner_cpu_seconds_per_1000_actions\": %.3f, \"runner_peak_rss_kb\": %ld, "
+            "\"shared_workers\": %ld}\n",
             bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
             o->prefetch, o->transport, o->rate, r->completed, r->failed, r->drain_s, aps, ips,
             r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->dispatch.p50, r->dispatch.p95,
             r->dispatch.p99, r->dispatch.max, r->dispatch.count, r->persist.p50, r->persist.p99,
             r->persist.count, r->action.p50, r->action.p99, r->action.count, r->rows, r->wal,
-            r->cpu_per_1000, r->rss_kb);
+            r->cpu_per_1000, r->rss_kb, o->shared);
 }
 
 static void
@@ -894,7 +901,7 @@ int
 main(int argc, char **argv)
 {
     struct opts o = {NULL, "sequence", "ipc", "text", NULL, NULL, NULL, NULL, 0,    0, 1,
-                     2,    2,          16,    16,     600,  0,    0.05, 0.01, 0.02, 0};
+                     2,    2,          16,    16,     600,  0,    0.05, 0.01, 0.02, 0, 0};
     const struct bench_case *bc = NULL;
     struct cn_errmsg em = {{0}};
     struct result res;
@@ -902,6 +909,7 @@ main(int argc, char **argv)
     size_t nsamples = 0, applied, k;
     PGconn *c;
     pid_t runners[16];
+    char wurls[16][256];
     int http_ports[16], nrunners = 0, i;
     char tag[64], version[32], name[64], tq_db[64], t0_db[64];
     char exe[PATH_MAX], bin[PATH_MAX], runner_bin[PATH_MAX + 32], worker_bin[PATH_MAX + 32];
@@ -1041,7 +1049,7 @@ main(int argc, char **argv)
         g.tmp[0] = '\0';
         die("mkdtemp: %s", strerror(errno));
     }
-    /* The fleet: each runner with its own workers. */
+    /* The fleet: each runner with its own workers, or --shared-workers serving every runner. */
     s = q1(c, "SELECT clock_timestamp()", 0, NULL);
     (void) snprintf(t0_db, sizeof(t0_db), "%s", s);
     free(s);
@@ -1067,7 +1075,8 @@ main(int argc, char **argv)
         }
         (void) snprintf(sl, sizeof(sl), "%ld", o.slots);
         (void) snprintf(pf, sizeof(pf), "%ld", o.prefetch);
-        for (w = 0; w < o.workers; w++) {
+        (void) snprintf(wurls[i], sizeof(wurls[i]), "%s", wurl);
+        for (w = 0; o.shared == 0 && w < o.workers; w++) {
             const char *wargv[] = {worker_bin,   "--url", wurl,     "--slots", sl,
                                    "--prefetch", pf,      "--name", wname,     NULL};
             (void) snprintf(wname, sizeof(wname), "bench-%d-%d", i, w);
@@ -1075,13 +1084,37 @@ main(int argc, char **argv)
             (void) spawn(wargv, log);
         }
     }
+    for (i = 0; i < o.shared; i++) {
+        const char *wargv[8 + 2 * 16];
+        char sl[16], pf[16], wname[32], log[300];
+        int r, n = 0;
+
+        (void) snprintf(sl, sizeof(sl), "%ld", o.slots);
+        (void) snprintf(pf, sizeof(pf), "%ld", o.prefetch);
+        (void) snprintf(wname, sizeof(wname), "bench-shared-%d", i);
+        (void) snprintf(log, sizeof(log), "%s/worker-shared%d.log", g.tmp, i);
+        wargv[n++] = worker_bin;
+        for (r = 0; r < nrunners; r++) {
+            wargv[n++] = "--url";
+            wargv[n++] = wurls[r];
+        }
+        wargv[n++] = "--slots";
+        wargv[n++] = sl;
+        wargv[n++] = "--prefetch";
+        wargv[n++] = pf;
+        wargv[n++] = "--name";
+        wargv[n++] = wname;
+        wargv[n] = NULL;
+        (void) spawn(wargv, log);
+    }
     /* At --rate, the schedule starts once every worker is connected, so that the first
      * instances do not measure the fleet's start. */
     if (o.rate > 0) {
         double until = now_s() + 30;
         for (i = 0; i < nrunners && !g_stop; i++) {
             while (!(scrape(http_ports[i], mtext, 1 << 16) &&
-                     sample_value(mtext, "cairn_workers") >= (double) o.workers)) {
+                     sample_value(mtext, "cairn_workers") >=
+                         (double) (o.shared > 0 ? o.shared : o.workers))) {
                 if (now_s() > until) {
                     die("the workers of runner %d did not connect within 30 s", i);
                 }

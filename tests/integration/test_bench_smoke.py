@@ -115,6 +115,14 @@ def main():
         rows = list(csv.DictReader(io.StringIO(r.stdout)))
         check("csv, tcp, two runners", r.returncode == 0 and len(rows) == 1 and
               rows[0]["completed"] == "4" and rows[0]["runners"] == "2", r.stdout + r.stderr[-300:])
+        r = subprocess.run([BENCH, "--database-url", url, "--bin-dir", BUILD, "--case", "sequence",
+                            "--instances", "6", "--actions", "2", "--format", "json", "--runners",
+                            "2", "--shared-workers", "1"], capture_output=True, text=True,
+                           timeout=120)
+        d = report(r)
+        check("--shared-workers: one worker serving two runners runs every instance",
+              r.returncode == 0 and d.get("completed") == 6 and d.get("runners") == 2 and
+              d.get("shared_workers") == 1, r.stdout + r.stderr[-300:])
         r = subprocess.run([BENCH, "--database-url", url, "--bin-dir", BUILD, "--case", "queue-noop",
                             "--instances", "5", "--format", "markdown"],
                            capture_output=True, text=True, timeout=120)
