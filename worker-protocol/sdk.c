@@ -1321,7 +1321,7 @@ sdk_link_close(struct sdk_link *l)
 static void
 sdk_teardown(struct cairn_worker *w)
 {
-    bool was_open[SDK_MAX_LINKS];
+    bool was_open[SDK_MAX_LINKS] = {false};
     uint32_t i, k;
 
     sdk_lock(w);
@@ -1591,8 +1591,8 @@ void
 cairn_worker_stop(struct cairn_worker *w, uint32_t grace_ms)
 {
     int64_t deadline = cn_mono_ms() + grace_ms;
-    bool connected[SDK_MAX_LINKS];
-    uint64_t gen[SDK_MAX_LINKS];
+    bool connected[SDK_MAX_LINKS] = {false};
+    uint64_t gen[SDK_MAX_LINKS] = {0};
     struct wp_msg m, r;
     nng_msg *msg;
     uint32_t i, k;
