@@ -556,7 +556,7 @@ exec_scan(const char *dir, struct exec_action **out, size_t *n_out)
 
 /* The options: one table drives the flags, CAIRN_WORKER_URL and CAIRN_WORKER_CREDENTIAL, the
  * log's settings, the range checks and the help text (ir/base/opts.h). */
-#define MAX_URLS 64 /* the SDK's bound (cairn_worker_add_url) */
+#define MAX_URLS CAIRN_WORKER_MAX_URLS
 static const char *url_flags[MAX_URLS];
 
 static struct cn_opt options[] = {

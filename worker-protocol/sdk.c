@@ -159,8 +159,8 @@ struct sdk_link {
     struct sdk_fetch fetch[SDK_FETCHES];
 };
 
-/* Links one worker serves at most: a process talks to a fleet's runners, not to hundreds. */
-#define SDK_MAX_LINKS 64
+/* Links one worker serves at most (include/cairn/worker.h). */
+#define SDK_MAX_LINKS CAIRN_WORKER_MAX_URLS
 
 struct cairn_worker {
     char *name;
@@ -635,14 +635,17 @@ sdk_pump_locked(struct sdk_link *l)
     }
 }
 
-/* Every link: after a change of room (a slot freed, a session's attempts dropped). */
+/* Every link but `except` (NULL: every link), after a change of room (a slot freed, a
+ * dispatch arrived, a session's attempts dropped). Serving one runner, that is no other. */
 static void
-sdk_pump_all_locked(struct cairn_worker *w)
+sdk_pump_others_locked(struct cairn_worker *w, const struct sdk_link *except)
 {
     uint32_t i;
 
     for (i = 0; i < w->nlinks; i++) {
-        sdk_pump_locked(w->links[i]);
+        if (w->links[i] != except) {
+            sdk_pump_locked(w->links[i]);
+        }
     }
 }
 
@@ -795,7 +798,7 @@ sdk_fetch_cb(void *arg)
     }
     if (rv != NNG_ECLOSED) {
         sdk_pump_locked(l);
-        sdk_pump_all_locked(w); /* a dispatch took room the other runners were told of */
+        sdk_pump_others_locked(w, l); /* a dispatch took room the others were told of */
     }
     sdk_broadcast(w);
     sdk_unlock(w);
@@ -851,7 +854,7 @@ sdk_slot_main(void *arg)
         l->outbox[l->nout].gen = it->gen;
         l->nout++;
         sdk_pump_locked(l); /* its outcome first: the slot is free for that runner too */
-        sdk_pump_all_locked(w);
+        sdk_pump_others_locked(w, l);
         sdk_broadcast(w);
         sdk_unlock(w);
         sdk_item_free(it);
@@ -951,7 +954,7 @@ sdk_session_lost_locked(struct sdk_link *l)
     sdk_runq_clear_locked(l->w, l);
     sdk_cancel_ops_locked(l);
     if (!l->w->stopping) {
-        sdk_pump_all_locked(l->w);
+        sdk_pump_others_locked(l->w, l);
     }
     sdk_broadcast(l->w);
 }

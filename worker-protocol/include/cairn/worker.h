@@ -34,6 +34,9 @@
 
 struct cairn_worker;
 
+/* Runners one worker may serve (cairn_worker_new's url and cairn_worker_add_url's). */
+#define CAIRN_WORKER_MAX_URLS 64
+
 /* Options for cairn_worker_new; zero means the default. Strings are copied. */
 struct cairn_worker_options {
     const char *name;          /* worker name shown by the runner; default "<host>-<pid>" */
