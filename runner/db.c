@@ -50,11 +50,10 @@ rn_db_connect(const char *url, PGconn **out, struct cn_errmsg *err)
     return CN_OK;
 }
 
+/* Hands over r (a statement's result) or turns it into the error it says. */
 static cn_err
-db_exec(PGconn *c, const char *sql, int n, const char *const *params, int format, PGresult **out,
-        struct cn_errmsg *err)
+db_result(PGconn *c, PGresult *r, PGresult **out, struct cn_errmsg *err)
 {
-    PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, format);
     ExecStatusType st = r != NULL ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     const char *state, *msg;
     cn_err e;
@@ -93,6 +92,20 @@ db_exec(PGconn *c, const char *sql, int n, const char *const *params, int format
     e = db_fail(err, e, "", msg);
     PQclear(r);
     return e;
+}
+
+static cn_err
+db_exec(PGconn *c, const char *sql, int n, const char *const *params, int format, PGresult **out,
+        struct cn_errmsg *err)
+{
+    return db_result(c, PQexecParams(c, sql, n, NULL, params, NULL, NULL, format), out, err);
+}
+
+cn_err
+rn_db_exec_prepared_binary(PGconn *c, const char *name, int n, const char *const *params,
+                           PGresult **out, struct cn_errmsg *err)
+{
+    return db_result(c, PQexecPrepared(c, name, n, params, NULL, NULL, 1), out, err);
 }
 
 cn_err

@@ -33,4 +33,9 @@ CN_MUST_CHECK cn_err rn_db_exec(PGconn *c, const char *sql, int n, const char *c
 CN_MUST_CHECK cn_err rn_db_exec_binary(PGconn *c, const char *sql, int n, const char *const *params,
                                        PGresult **out, struct cn_errmsg *err);
 
+/* The same, for the statement prepared on c under name. */
+CN_MUST_CHECK cn_err rn_db_exec_prepared_binary(PGconn *c, const char *name, int n,
+                                                const char *const *params, PGresult **out,
+                                                struct cn_errmsg *err);
+
 #endif
