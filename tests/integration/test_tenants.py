@@ -275,7 +275,10 @@ def quota_checks(url, env, tmp, ctl_as):
     sock = f"ipc://{tmp}/r2.sock"
     e2e.runner(env, tmp, "runner2", sock, "--max-instances", "64")
     e2e.worker(env, tmp, "worker2", sock, slots="16")
-    ids = [ctl_as(C, "run", "job", "--input", '{"ms": 300}').stdout.strip() for _ in range(8)]
+    # 800 ms each: the quota sits full, with one waiting, for about 3 s, long enough for a few
+    # inspects on a loaded machine (at 300 ms, a 2-core machine running the chaos suite beside
+    # this test inspected only twice in that window, each time just after a slot freed)
+    ids = [ctl_as(C, "run", "job", "--input", '{"ms": 800}').stdout.strip() for _ in range(8)]
     dflt = [ctl(env, "run", "job", "--input", '{"ms": 300}').stdout.strip() for _ in range(6)]
     check("C's and default's instances enqueued", all(len(i) == 36 for i in ids + dflt))
     peak, samples, peak_default, why, tries = 0, 0, 0, "", []

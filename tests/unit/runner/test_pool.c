@@ -1638,7 +1638,7 @@ Test(pool, the_backlog_decides_whether_the_runner_claims_more)
     char url[128];
     struct rn_pool *p;
     struct tw w;
-    uint32_t i;
+    uint32_t i, left, holds;
 
     got_init(&g);
     p = pool_up(&g, url, sizeof(url), NULL, 0);
@@ -1658,22 +1658,29 @@ Test(pool, the_backlog_decides_whether_the_runner_claims_more)
         memset(lock.b, 1, 16);
         cr_assert_eq(rn_pool_withdraw(p, iid, lock), RN_POOL_BACKLOG_MIN / 4 + 1);
     }
-    cr_assert_eq(atomic_load(&wakes), 0, "191 left: not under half the cap (128) yet");
-    /* A worker holding 150 at once raises the cap to 300: 191 is not under 150 either. */
+    /* left: 3/4 of the cap, less the one withdrawn beyond the quarter (191 of 256) */
+    left = RN_POOL_BACKLOG_MIN - (RN_POOL_BACKLOG_MIN / 4 + 1);
+    cr_assert_eq(atomic_load(&wakes), 0, "%u left: not under half the cap (%u) yet", left,
+                 RN_POOL_BACKLOG_MIN / 2);
+    /* A worker holding `holds` at once (over half the old cap, at most what is left) raises the
+     * cap to twice that: what is left is not under half the new one either. */
+    holds = (RN_POOL_BACKLOG_MIN / 2 + left) / 2;
     tw_open(&w, url, 2);
-    tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 100, 50);
+    tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, holds - 50, 50);
     cr_assert_eq(atomic_load(&wakes), 0);
-    /* Its ready takes 150 of them: 41 left, and the claimer is woken. */
+    /* Its ready takes `holds` of them, which leaves less than half the new cap: the claimer is
+     * woken. */
     tw_ready(&w, 1, NULL);
     {
         struct wp_msg r;
         cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
         cr_assert_eq(r.kind, WP_DISPATCH);
-        cr_assert_eq(r.nitems, 150);
+        cr_assert_eq(r.nitems, holds);
         wp_msg_fini(&r);
     }
     cr_assert_eq(atomic_load(&wakes), 1, "woken once the backlog fell under half the cap");
-    cr_assert_eq(rn_pool_room(p, count_wake, &wakes), 300 - 41, "room to the new cap");
+    cr_assert_eq(rn_pool_room(p, count_wake, &wakes), 2 * holds - (left - holds),
+                 "room to the new cap");
     tw_close(&w, 2);
     rn_pool_stop(p);
     got_fini(&g);
