@@ -535,12 +535,13 @@ attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
 static cn_err
 plan_mode(struct pg_backend *b, bool generic, struct cn_errmsg *err)
 {
+    cn_err rv;
+
     if (b->generic == generic) {
         return CN_OK;
     }
-    cn_err rv = pg_simple(
+    rv = pg_simple(
         b, generic ? "SET plan_cache_mode = force_generic_plan" : "RESET plan_cache_mode", err);
-
     if (rv == CN_OK) {
         b->generic = generic;
     }

@@ -36,12 +36,13 @@ struct rn_pool;
  * fleet's reconnect burst after a runner restart (each worker connects once). */
 #define RN_POOL_HELLO_TIMEOUT_MS 5000
 #define RN_POOL_MAX_UNGREETED    128
-/* The least backlog that rn_pool_room allows: two claim batches' worth of attempts. With one
- * (256), the claimer stopped whenever a batch of fast attempts sat queued while the next one's
- * first snapshots were being written, and claimed again only once half had drained: queue-noop
- * ran 9 000-9 500 instances/s, and 13 000-15 600 with 512 (1 024: no better), sequence and
- * fan-out alike either way (bench/RESULTS.md). */
-#define RN_POOL_BACKLOG_MIN 512
+/* The least backlog that rn_pool_room allows: a claim batch's worth of attempts. It trades
+ * one runner's speed against the spread of work over runners: with 512, queue-noop ran 13 000-
+ * 15 600 instances/s instead of 9 000-9 500 (the claimer stopped less often while a batch's
+ * first snapshots were written), but a runner with small workers then held every instance of
+ * the chaos suite's smoke tier, and a runner restarted after kill -9 got none of the rest;
+ * with 16, queue-noop fell to 2 200 (bench/RESULTS.md). */
+#define RN_POOL_BACKLOG_MIN 256
 
 struct rn_pool_cfg {
     const char *listen_url;    /* ipc://PATH, tcp://HOST:PORT (port 0: any; see rn_pool_port) */

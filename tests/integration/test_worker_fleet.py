@@ -10,7 +10,7 @@ ran at once.
 - B comes up: the worker greets it, both runners' work runs on the one set of slots (never more
   than 4 at once, and 4 reached), and each runner gets a share of them (at least a fifth of
   the attempts each) while both have work (each runner holds at most 6 instances,
-  --max-instances, so that both have some: a runner's backlog is at least 512 attempts, and the
+  --max-instances, so that both have some: a runner's backlog is at least 256 attempts, and the
   first to claim would otherwise hold all 60);
 - kill -9 of runner A with work in flight: the worker keeps serving B, which takes over A's
   instances; every instance completes, and B gets all 4 slots;
