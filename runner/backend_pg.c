@@ -256,7 +256,7 @@ barr_begin(struct barr *a, uint32_t oid)
     a->b.len = a->bad ? 0 : BARR_HEADER; /* written by barr_end, once the count is known */
 }
 
-/* An element of any type, as its binary form's bytes. */
+/* An element of any type, as its binary form's bytes (text: its bytes, no NUL). */
 static void
 barr_put(struct barr *a, const void *p, size_t len)
 {
@@ -281,12 +281,6 @@ static void
 barr_uuid(struct barr *a, const uint8_t id[16])
 {
     barr_put(a, id, 16);
-}
-
-static void
-barr_text(struct barr *a, const char *s, size_t len)
-{
-    barr_put(a, s, len);
 }
 
 /* int4 or int8, as the array's element type says. */
@@ -548,6 +542,23 @@ plan_mode(struct pg_backend *b, bool generic, struct cn_errmsg *err)
     return rv;
 }
 
+/* Prepares sql on b's session under name. */
+static cn_err
+prepare_stmt(struct pg_backend *b, const char *name, const char *sql, int nparams,
+             struct cn_errmsg *err)
+{
+    PGresult *r = PQprepare(b->c, name, sql, nparams, NULL);
+    cn_err rv = CN_OK;
+
+    if (r == NULL || PQresultStatus(r) != PGRES_COMMAND_OK) {
+        const char *msg = r != NULL ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+        rv = cn_errmsg_set(err, PQstatus(b->c) == CONNECTION_OK ? CN_DB : CN_IO, "prepare %s: %s",
+                           name, msg != NULL ? msg : PQerrorMessage(b->c));
+    }
+    PQclear(r);
+    return rv;
+}
+
 /* Runs the claim variant the database needs (b->limits, b->tenants) with params.
  *
  * The one-tenant claim without limits, by far the most run, is prepared once and runs one
@@ -574,17 +585,9 @@ claim_exec(struct pg_backend *b, const char *const *params, PGresult **out, stru
         return rv;
     }
     if (!b->claim_prepared) {
-        PGresult *r = PQprepare(b->c, "cairn_claim", claim_sql[0][0], 5, NULL);
-        bool ok = r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK;
-
-        if (!ok) {
-            const char *msg = r != NULL ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-            rv = cn_errmsg_set(err, PQstatus(b->c) == CONNECTION_OK ? CN_DB : CN_IO,
-                               "prepare the claim: %s", msg != NULL ? msg : PQerrorMessage(b->c));
-            PQclear(r);
+        if ((rv = prepare_stmt(b, "cairn_claim", claim_sql[0][0], 5, err)) != CN_OK) {
             return rv;
         }
-        PQclear(r);
         b->claim_prepared = true;
     }
     return rn_db_exec_prepared_binary(b->c, "cairn_claim", 5, params, out, err);
@@ -850,6 +853,7 @@ static cn_err
 pg_prepare(struct pg_backend *b, struct cn_errmsg *err)
 {
     size_t i;
+    cn_err rv;
 
     if (b->prepared) {
         return CN_OK;
@@ -859,30 +863,14 @@ pg_prepare(struct pg_backend *b, struct cn_errmsg *err)
      * settings (pg_conn) make it a plan of index nested loops, right for every batch size.
      * Only this connection's prepared statements are generic: the other connections' statements
      * (claim, heartbeat, reclaim) keep custom plans, fitted to their arrays' sizes. */
-    {
-        PGresult *r = PQexec(b->c, "SET plan_cache_mode = force_generic_plan");
-        bool ok = r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK;
-        PQclear(r);
-        if (!ok) {
-            return cn_errmsg_set(err, PQstatus(b->c) == CONNECTION_OK ? CN_DB : CN_IO,
-                                 "persist session settings: %s", PQerrorMessage(b->c));
-        }
-        b->generic = true;
+    if ((rv = plan_mode(b, true, err)) != CN_OK) {
+        return rv;
     }
     for (i = 0; i < NPERSIST; i++) {
-        PGresult *r = PQprepare(b->c, persist_stmts[i].name, persist_stmts[i].sql,
-                                persist_stmts[i].nparams, NULL);
-        bool ok = r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK;
-
-        if (!ok) {
-            const char *msg = r != NULL ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-            cn_err rv = cn_errmsg_set(err, PQstatus(b->c) == CONNECTION_OK ? CN_DB : CN_IO,
-                                      "prepare %s: %s", persist_stmts[i].name,
-                                      msg != NULL ? msg : PQerrorMessage(b->c));
-            PQclear(r);
+        if ((rv = prepare_stmt(b, persist_stmts[i].name, persist_stmts[i].sql,
+                               persist_stmts[i].nparams, err)) != CN_OK) {
             return rv;
         }
-        PQclear(r);
     }
     b->prepared = true;
     return CN_OK;
@@ -1059,7 +1047,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             barr_uuid(&a[PS_DONE][1], w[i].lock.b);
             barr_uuid(&a[PS_DONE][2], d->exec_id.b);
             barr_int(&a[PS_DONE][3], d->attempt);
-            barr_text(&a[PS_DONE][4], d->ok ? "ok" : "error", d->ok ? 2 : 5);
+            barr_put(&a[PS_DONE][4], d->ok ? "ok" : "error", d->ok ? 2 : 5);
             barr_put(&a[PS_DONE][5], tmp.data, tmp.len);
         }
         for (k = 0; k < w[i].nchildren; k++) {
@@ -1081,13 +1069,13 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             barr_uuid(&ca[2], c->child_id.b);
             barr_uuid(&ca[3], c->exec_id.b);
             barr_int(&ca[4], c->attempt);
-            barr_text(&ca[5], c->workflow, strlen(c->workflow));
+            barr_put(&ca[5], c->workflow, strlen(c->workflow));
             if (c->version != NULL) {
-                barr_text(&ca[6], c->version, strlen(c->version));
+                barr_put(&ca[6], c->version, strlen(c->version));
             } else {
                 barr_null(&ca[6]);
             }
-            barr_text(&ca[7], js.data, js.len);
+            barr_put(&ca[7], js.data, js.len);
             barr_int(&ca[8], c->timeout_ms);
             barr_bool(&ca[9], c->detached);
             depth[0] = (char) (w[i].max_child_depth >> 24);
@@ -1107,7 +1095,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             barr_uuid(&pa[2], w[i].parent.parent.b);
             barr_uuid(&pa[3], w[i].parent.exec_id.b);
             barr_int(&pa[4], w[i].parent.attempt);
-            barr_text(&pa[5], w[i].parent_ok ? "ok" : "error", w[i].parent_ok ? 2 : 5);
+            barr_put(&pa[5], w[i].parent_ok ? "ok" : "error", w[i].parent_ok ? 2 : 5);
             barr_put(&pa[6], tmp.data, tmp.len);
         }
         if (w[i].state != NULL && w[i].outcome == RN_RUNNING) {
@@ -1119,14 +1107,14 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             const char *status = rn_outcome_name(w[i].outcome);
             barr_uuid(&a[PS_FINISH][0], w[i].instance_id.b);
             barr_uuid(&a[PS_FINISH][1], w[i].lock.b);
-            barr_text(&a[PS_FINISH][2], status, strlen(status));
+            barr_put(&a[PS_FINISH][2], status, strlen(status));
             if (w[i].outcome == RN_COMPLETED && json_text(w[i].result, &js)) {
-                barr_text(&a[PS_FINISH][3], js.data, js.len);
+                barr_put(&a[PS_FINISH][3], js.data, js.len);
                 barr_null(&a[PS_FINISH][4]);
             } else {
                 barr_null(&a[PS_FINISH][3]);
                 if (w[i].result.type != IR_T_NULL && json_text(w[i].result, &js)) {
-                    barr_text(&a[PS_FINISH][4], js.data, js.len);
+                    barr_put(&a[PS_FINISH][4], js.data, js.len);
                 } else {
                     barr_null(&a[PS_FINISH][4]);
                 }
