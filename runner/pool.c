@@ -43,6 +43,7 @@
 #include "runner/defaults.h"
 #include "runner/errors.h"
 #include "runner/idmap.h"
+#include "worker-protocol/nngclose.h"
 #include "worker-protocol/proto.h"
 
 #define POOL_RECEIVERS 4
@@ -125,6 +126,7 @@ struct rn_pool {
     pthread_t timer;
     bool timer_started;
     bool stopping;
+    struct rn_pool *left_next; /* in left_behind, when its socket did not close */
     nng_socket sock;
     nng_listener listener;
     int port;
@@ -1663,6 +1665,39 @@ rn_pool_snapshot_fini(struct rn_pool_snapshot *s)
     memset(s, 0, sizeof(*s));
 }
 
+/* Pools whose socket did not close (nng 1.5.2, see nngclose.h): nng may still call back into
+ * them, so they are never freed; kept here so that they are not reported as leaks either. */
+static struct rn_pool *left_behind;
+static pthread_mutex_t left_behind_mtx = PTHREAD_MUTEX_INITIALIZER;
+
+/* The stop of a pool whose nng_close hangs: the attempts in flight are reported lost as in a
+ * normal stop (their instances run them again; nothing is dropped), and the pool is kept.
+ * The callbacks nng may still run see `stopping` and return without calling out. */
+static void
+pool_leave_behind(struct rn_pool *p)
+{
+    struct results rs = RESULTS_INIT;
+    size_t i;
+
+    cn_log(CN_LOG_WARN,
+           "pool: the worker socket did not close within %d ms (nng 1.5.2); left behind",
+           WP_CLOSE_TIMEOUT_MS);
+    cn_mutex_lock(&p->mtx);
+    for (i = 0; i < p->nfl; i++) {
+        if (p->fl[i].used && !p->fl[i].done) {
+            synthetic_error(&rs, p->fl[i].instance_id, p->fl[i].exec_id, p->fl[i].attempt,
+                            rn_error_name(RN_ERR_WORKER_LOST), "the worker pool stopped");
+            p->fl[i].done = true;
+        }
+    }
+    cn_mutex_unlock(&p->mtx);
+    results_deliver(p, &rs);
+    cn_mutex_lock(&left_behind_mtx);
+    p->left_next = left_behind;
+    left_behind = p;
+    cn_mutex_unlock(&left_behind_mtx);
+}
+
 void
 rn_pool_stop(struct rn_pool *p)
 {
@@ -1682,7 +1717,11 @@ rn_pool_stop(struct rn_pool *p)
     if (p->timer_started) {
         cn_thread_join(p->timer);
     }
-    nng_close(p->sock); /* completes every aio with NNG_ECLOSED */
+    if (!wp_close_bounded(p->sock, WP_CLOSE_TIMEOUT_MS)) {
+        pool_leave_behind(p);
+        return;
+    }
+    /* nng_close returned: every aio completed with NNG_ECLOSED, no callback runs again. */
     for (c = p->all; c != NULL; c = next) {
         next = c->next;
         nng_aio_stop(c->aio);

@@ -199,7 +199,9 @@ void rn_pool_snapshot(struct rn_pool *p, struct rn_pool_snapshot *out);
 void rn_pool_snapshot_fini(struct rn_pool_snapshot *s);
 
 /* Stops listening, drops every connection (in-flight attempts come back as WorkerLost), joins
- * the timer thread and frees everything. Never call from the result callback. NULL: no-op. */
+ * the timer thread and frees everything. Returns within about WP_CLOSE_TIMEOUT_MS even when
+ * nng_close hangs (nngclose.h): the pool is then logged and kept, not freed. Never call from
+ * the result callback. NULL: no-op. */
 void rn_pool_stop(struct rn_pool *p);
 
 #endif

@@ -65,14 +65,13 @@
 #include "ir/base/xalloc.h"
 #include "ir/error.h"
 #include "worker-protocol/include/cairn/worker.h"
+#include "worker-protocol/nngclose.h"
 #include "worker-protocol/proto.h"
 
 #define SDK_NAME    "libcairn-worker 0.3.0"
 #define SDK_FETCHES 2
 /* Cancels remembered per session for dispatches not yet seen. */
 #define SDK_CANCEL_MEMORY 64
-/* How long a stop waits for nng_close (see sdk_close_bounded). */
-#define SDK_CLOSE_TIMEOUT_MS 3000
 
 enum sdk_fetch_state { FE_IDLE, FE_SEND, FE_RECV };
 
@@ -1222,83 +1221,9 @@ cairn_worker_register(struct cairn_worker *w, const char *action, cairn_worker_h
     return CN_OK;
 }
 
-/* nng_close, bounded. nng 1.5.2 (Debian 12's) can hang for good in nng_close when a pipe is
- * reaped while one of its internal tasks was prepared but never started (nanomsg/nng#1543,
- * fixed in later releases); seen about once in 50 stops of a worker whose runner was
- * resetting its session. A stop that hangs would keep a worker process from exiting on
- * SIGTERM, so the close runs on a thread of its own and, past the deadline, is left behind:
- * the socket (and that thread) leak, logged, and the stop goes on. */
-struct sdk_closer {
-    pthread_mutex_t mtx;
-    pthread_cond_t done_cv;
-    nng_socket sock;
-    bool done;
-    int refs; /* the closing thread and the waiter; the last one frees */
-};
-
-static void
-sdk_closer_unref(struct sdk_closer *c)
-{
-    bool last;
-
-    cn_mutex_lock(&c->mtx);
-    last = --c->refs == 0;
-    cn_mutex_unlock(&c->mtx);
-    if (last) {
-        cn_cond_destroy(&c->done_cv);
-        cn_mutex_destroy(&c->mtx);
-        free(c);
-    }
-}
-
-static void *
-sdk_closer_main(void *arg)
-{
-    struct sdk_closer *c = arg;
-
-    (void) nng_close(c->sock);
-    cn_mutex_lock(&c->mtx);
-    c->done = true;
-    cn_cond_broadcast(&c->done_cv);
-    cn_mutex_unlock(&c->mtx);
-    sdk_closer_unref(c);
-    return NULL;
-}
-
-/* Returns false when nng_close did not return within timeout_ms (it goes on in the
- * background). */
-static bool
-sdk_close_bounded(nng_socket sock, int64_t timeout_ms)
-{
-    struct sdk_closer *c = cn_xcalloc(1, sizeof(*c));
-    int64_t deadline = cn_mono_ms() + timeout_ms;
-    pthread_t t;
-    bool done;
-
-    cn_mutex_init(&c->mtx);
-    cn_cond_init(&c->done_cv);
-    c->sock = sock;
-    c->refs = 2;
-    if (pthread_create(&t, NULL, sdk_closer_main, c) != 0) {
-        c->refs = 1;
-        (void) nng_close(sock); /* no thread to spare: close here, unbounded */
-        sdk_closer_unref(c);
-        return true;
-    }
-    (void) pthread_detach(t);
-    cn_mutex_lock(&c->mtx);
-    while (!c->done && cn_mono_ms() < deadline) {
-        cn_cond_wait_until(&c->done_cv, &c->mtx, deadline);
-    }
-    done = c->done;
-    cn_mutex_unlock(&c->mtx);
-    sdk_closer_unref(c);
-    return done;
-}
-
 /* Closes l's dialer, contexts and socket. The dialer (waiting for its connection to be gone),
  * the contexts, then the socket: nng 1.5.2 can hang in nng_close when it has to tear those
- * down itself, more so while replies to withdrawn requests still arrive (sdk_close_bounded). */
+ * down itself, more so while replies to withdrawn requests still arrive (wp_close_bounded). */
 static void
 sdk_link_close(struct sdk_link *l)
 {
@@ -1314,7 +1239,7 @@ sdk_link_close(struct sdk_link *l)
         (void) nng_ctx_close(l->fetch[i].ctx);
     }
     (void) nng_ctx_close(l->ctl_ctx);
-    if (!sdk_close_bounded(l->sock, SDK_CLOSE_TIMEOUT_MS)) {
+    if (!wp_close_bounded(l->sock, WP_CLOSE_TIMEOUT_MS)) {
         sdk_log(l, CN_LOG_WARN, "socket close did not finish (nng 1.5.2 bug); left behind", NULL);
     }
 }

@@ -980,11 +980,14 @@ Test(wp_sdk, a_silent_runner_is_dropped_and_the_worker_reconnects)
     cr_assert_not_null(strstr(buf, "runner silent"), "the worker kept a silent runner: %s", buf);
     cr_assert_geq(now_ms() - t0, 1200, "dropped after %lld ms", (long long) (now_ms() - t0));
     cr_assert(cairn_worker_running(w), "a dropped connection is not a stopped worker");
+    /* The runner goes first. Stopped while the worker was mid-reconnect to a live runner,
+     * nng 1.5.2 leaked the dialer and a half-made pipe (no reference of ours; LeakSanitizer
+     * failed the suite about once in 50 runs). Stops with a live runner: stop_says_goodbye_... */
+    silent_stop(pid, url);
     cairn_worker_stop(w, 200);
     cairn_worker_free(w);
     close(p[0]);
     close(p[1]);
-    silent_stop(pid, url);
 }
 
 Test(wp_sdk, a_runner_answering_the_idle_cycle_is_kept)
