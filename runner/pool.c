@@ -134,6 +134,7 @@ struct rn_pool {
     void *arg;
     char *credential;
     uint32_t idle_ms;
+    uint32_t backlog_horizon_ms; /* rn_pool_cfg */
     uint32_t requeue_lost;
     struct pctx *all;   /* every context */
     struct pctx *spare; /* contexts with nothing to do (PC_SPARE) */
@@ -170,6 +171,11 @@ struct rn_pool {
         size_t len, cap;
     } acts;
     struct cn_strmap act_index; /* name (borrowed from acts) -> index in acts */
+    struct {
+        int64_t at_ms; /* monotonic ms of the last sample */
+        uint64_t at_n; /* st.dispatched then */
+        double per_ms; /* attempts dispatched per ms, smoothed over the samples */
+    } drain;           /* how fast the workers take attempts (backlog_cap_locked) */
     struct rn_pool_stats st;
 };
 
@@ -182,19 +188,40 @@ token_key(uint64_t token, uint8_t key[16])
     memcpy(key + 8, &token, 8);
 }
 
-/* Attempts queued at or above this many mean the runner has claimed more than its workers can
- * take soon (pool.h, rn_pool_room): twice what the connected workers hold at once, and never
- * less than a claim batch so that a runner with few or no workers still takes work. */
-static uint64_t
-backlog_cap_locked(const struct rn_pool *p)
+/* The workers' recent drain rate, sampled every DRAIN_SAMPLE_MS and halved into the running
+ * figure (a sample over a long idle gap replaces it, so an idle pool's rate falls to 0). */
+#define DRAIN_SAMPLE_MS 100
+
+static double
+drain_rate_locked(struct rn_pool *p)
 {
-    uint64_t cap = 0;
+    int64_t now = cn_mono_ms(), dt = now - p->drain.at_ms;
+
+    if (dt >= DRAIN_SAMPLE_MS) {
+        double rate = (double) (p->st.dispatched - p->drain.at_n) / (double) dt;
+
+        p->drain.per_ms = dt > 4 * DRAIN_SAMPLE_MS ? rate : (p->drain.per_ms + rate) / 2;
+        p->drain.at_ms = now;
+        p->drain.at_n = p->st.dispatched;
+    }
+    return p->drain.per_ms;
+}
+
+/* Attempts queued at or above this many mean the runner has claimed more than its workers can
+ * take soon (pool.h, rn_pool_room): the most of twice what the connected workers hold at once,
+ * backlog_horizon_ms of attempts at the rate the workers take them, and a claim batch
+ * (so that a runner with few or no workers still takes work). */
+static uint64_t
+backlog_cap_locked(struct rn_pool *p)
+{
+    uint64_t cap = 0, ahead = (uint64_t) (drain_rate_locked(p) * p->backlog_horizon_ms);
     const struct worker *w;
 
     for (w = p->workers; w != NULL; w = w->next) {
         cap += w->cap;
     }
-    return 2 * cap > RN_POOL_BACKLOG_MIN ? 2 * cap : RN_POOL_BACKLOG_MIN;
+    cap = 2 * cap > ahead ? 2 * cap : ahead;
+    return cap > RN_POOL_BACKLOG_MIN ? cap : RN_POOL_BACKLOG_MIN;
 }
 
 /* Wakes the claimer that was told there was no room, once the backlog is under half the cap
@@ -1312,6 +1339,8 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
     p->fn = fn;
     p->arg = arg;
     p->idle_ms = cfg->idle_ms ? cfg->idle_ms : RN_DEFAULT_WORKER_IDLE_MS;
+    p->backlog_horizon_ms =
+        cfg->backlog_horizon_ms ? cfg->backlog_horizon_ms : RN_POOL_BACKLOG_HORIZON_MS;
     p->requeue_lost = cfg->requeue_lost;
     p->hello_timeout_ms = cfg->hello_timeout_ms ? cfg->hello_timeout_ms : RN_POOL_HELLO_TIMEOUT_MS;
     p->max_ungreeted = cfg->max_ungreeted ? cfg->max_ungreeted : RN_POOL_MAX_UNGREETED;

@@ -37,24 +37,31 @@ struct rn_pool;
 #define RN_POOL_HELLO_TIMEOUT_MS 5000
 #define RN_POOL_MAX_UNGREETED    128
 /* The least backlog that rn_pool_room allows: a claim batch's worth of attempts. It trades
- * one runner's speed against the spread of work over runners: with 512, queue-noop ran 13 000-
- * 15 600 instances/s instead of 9 000-9 500 (the claimer stopped less often while a batch's
- * first snapshots were written), but a runner with small workers then held every instance of
- * the chaos suite's smoke tier, and a runner restarted after kill -9 got none of the rest;
- * with 16, queue-noop fell to 2 200 (bench/RESULTS.md). */
-#define RN_POOL_BACKLOG_MIN 256
+ * one runner's speed against the spread of work over runners: a constant 512 made queue-noop
+ * run 13 000-15 600 instances/s instead of 9 000-9 500 (the claimer stopped less often while a
+ * batch's first snapshots were written), but a runner with small workers then held every
+ * instance of the chaos suite's smoke tier, and a runner restarted after kill -9 got none of
+ * the rest; with 16, queue-noop fell to 2 200 (bench/RESULTS.md). So the floor stays 256 and
+ * the backlog grows past it with the workers' drain rate instead: RN_POOL_BACKLOG_HORIZON_MS
+ * of attempts at the rate they were dispatched over the last few hundred ms. Measured against
+ * the floor alone, interleaved (bench/RESULTS.md): queue-noop +17-41% at 100 ms, +40-60% at
+ * 200 ms; sequence and fan-out unchanged. A slow fleet's rate leaves the floor as it was. */
+#define RN_POOL_BACKLOG_MIN        256
+#define RN_POOL_BACKLOG_HORIZON_MS 200
 
 struct rn_pool_cfg {
-    const char *listen_url;    /* ipc://PATH, tcp://HOST:PORT (port 0: any; see rn_pool_port) */
-    const char *credential;    /* required in hello when not NULL */
-    uint32_t idle_ms;          /* parked requests are answered with noop after this; 0:
-                                  RN_DEFAULT_WORKER_IDLE_MS */
-    uint32_t requeue_lost;     /* a dropped worker's attempts are dispatched again up to this many
-                                  times each before failing with WorkerLost (0: fail at once) */
-    uint32_t hello_timeout_ms; /* a connection that has not said hello by then is dropped (0:
-                                  RN_POOL_HELLO_TIMEOUT_MS) */
-    uint32_t max_ungreeted;    /* connections waiting to say hello at once; more are dropped as
-                                  they arrive (0: RN_POOL_MAX_UNGREETED) */
+    const char *listen_url;      /* ipc://PATH, tcp://HOST:PORT (port 0: any; see rn_pool_port) */
+    const char *credential;      /* required in hello when not NULL */
+    uint32_t idle_ms;            /* parked requests are answered with noop after this; 0:
+                                    RN_DEFAULT_WORKER_IDLE_MS */
+    uint32_t requeue_lost;       /* a dropped worker's attempts are dispatched again up to this many
+                                    times each before failing with WorkerLost (0: fail at once) */
+    uint32_t hello_timeout_ms;   /* a connection that has not said hello by then is dropped (0:
+                                    RN_POOL_HELLO_TIMEOUT_MS) */
+    uint32_t max_ungreeted;      /* connections waiting to say hello at once; more are dropped as
+                                    they arrive (0: RN_POOL_MAX_UNGREETED) */
+    uint32_t backlog_horizon_ms; /* rn_pool_room keeps this long of attempts ahead at the
+                                    workers' drain rate (0: RN_POOL_BACKLOG_HORIZON_MS) */
     /* The lease gate: attempts are dispatched only while *leases_confirmed_ms (the monotonic
      * instant the runner's last complete lease renewal started) is less than lease_ttl_ms old.
      * Past that, every lease may have expired and been claimed elsewhere (the process was
@@ -123,7 +130,8 @@ CN_MUST_CHECK cn_err rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result
 int rn_pool_port(const struct rn_pool *p);
 
 /* How many more instances the runner should claim: the attempts that may still queue before
- * they reach twice what the connected workers hold at once (at least RN_POOL_BACKLOG_MIN), as
+ * they reach twice what the connected workers hold at once, or RN_POOL_BACKLOG_HORIZON_MS of
+ * their recent drain rate, whichever is more (and at least RN_POOL_BACKLOG_MIN), as
  * an instance has at least one. Claiming past that only hoards work that other runners' idle
  * workers could run: after a runner restart the survivor took every orphan and the restarted
  * runner's workers sat idle. When it returns 0, wake(arg) is called once the backlog is under

@@ -1685,3 +1685,56 @@ Test(pool, the_backlog_decides_whether_the_runner_claims_more)
     rn_pool_stop(p);
     got_fini(&g);
 }
+
+/* Past RN_POOL_BACKLOG_MIN the backlog follows how fast the workers take attempts: the room
+ * grows with the drain rate (here a minute's worth, so that the test's slow pace shows), and
+ * falls back to the floor once the workers have taken nothing for a while. */
+Test(pool, the_backlog_follows_how_fast_the_workers_take_attempts)
+{
+    static const char *acts[] = {"t.rate"};
+    struct rn_pool_cfg cfg;
+    struct rn_pool *p = NULL;
+    struct cn_errmsg em = {{0}};
+    struct wp_outcome o;
+    struct wp_msg r;
+    struct got g;
+    char url[128];
+    struct tw w;
+    size_t room;
+    int i;
+
+    got_init(&g);
+    (void) snprintf(url, sizeof(url), "ipc:///tmp/cairn-pool-test-%d-rate.sock", (int) getpid());
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.listen_url = url;
+    cfg.backlog_horizon_ms = 60000;
+    cr_assert_eq(rn_pool_start(&cfg, on_result, &g, &p, &em), CN_OK, "%s", em.text);
+    tw_open(&w, url, 2);
+    tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 1, 0); /* holds one: twice that is 2 */
+    for (i = 0; i < 50; i++) {
+        submit(p, "t.rate", (uint8_t) (i + 1), 0);
+    }
+    cr_assert_eq(rn_pool_room(p, NULL, NULL), RN_POOL_BACKLOG_MIN - 50, "nothing taken yet");
+    /* 20 attempts taken one at a time over 200 ms or more: 0.1 a ms at most, a minute of
+     * which is thousands. */
+    tw_ready(&w, 1, NULL);
+    for (i = 0; i < 20; i++) {
+        cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+        cr_assert_eq(r.kind, WP_DISPATCH);
+        cr_assert_eq(r.nitems, 1);
+        o = outcome_for(&r.items[0], ir_int(i));
+        wp_msg_fini(&r);
+        usleep(10000);
+        tw_ready(&w, 1, &o);
+    }
+    cr_assert_eq(tw_recv_wait(&w, 1, &r), 0);
+    wp_msg_fini(&r);
+    room = rn_pool_room(p, NULL, NULL);
+    cr_assert_gt(room, 1000, "room %zu after 21 attempts taken in about 200 ms", room);
+    /* Half a second without a dispatch: the rate is that of the last sample, nothing. */
+    usleep(500000);
+    cr_assert_eq(rn_pool_room(p, NULL, NULL), RN_POOL_BACKLOG_MIN - 29, "idle again");
+    tw_close(&w, 2);
+    rn_pool_stop(p);
+    got_fini(&g);
+}
