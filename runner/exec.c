@@ -365,7 +365,6 @@ eval(struct rn_instance *in, uint32_t xi, uint32_t e, struct ir_val *out)
     if (rv != CN_OK && rv != CN_RAISED) {
         oom(in);
     }
-    in->stats.inline_steps++;
     return rv;
 }
 
@@ -1250,7 +1249,6 @@ run_node(struct rn_instance *in, const struct rn_work *w)
         t->kind != IR_N_OUTPUT) {
         ir_val_release(w->val); /* only these consume a carried value */
     }
-    in->stats.inline_steps++;
     switch ((enum ir_node_kind) t->kind) {
     case IR_N_ENTRY:
         run_entry(in, xi);

@@ -248,7 +248,6 @@ struct rn_instance_stats {
     size_t node_slots;     /* node slots ever used: the most nodes live at once (the peak) */
     size_t live_scopes;    /* scopes in the graph now */
     uint64_t stale_events; /* events dropped: unknown id, stale attempt, early timer */
-    uint64_t inline_steps; /* inline nodes run so far */
 };
 void rn_instance_stats(const struct rn_instance *in, struct rn_instance_stats *st);
 
