@@ -125,103 +125,11 @@ pg_rollback(struct pg_backend *b)
     }
 }
 
-static bool
-hex_append(struct cn_buf *out, const void *p, size_t n)
-{
-    static const char digits[] = "0123456789abcdef";
-    const unsigned char *s = p;
-    size_t i;
-
-    if (cn_buf_reserve(out, n * 2) != CN_OK) {
-        return false;
-    }
-    for (i = 0; i < n; i++) {
-        out->data[out->len++] = digits[s[i] >> 4];
-        out->data[out->len++] = digits[s[i] & 15];
-    }
-    return true;
-}
-
-/* A text array literal, built one element at a time; every element is quoted, so any text is
- * safe in it. */
-struct arr {
-    struct cn_buf b;
-    size_t n;
-    bool bad;
-};
-
-static void
-arr_begin(struct arr *a)
-{
-    memset(a, 0, sizeof(*a));
-    a->bad = cn_buf_putc(&a->b, '{') != CN_OK;
-}
-
-static void
-arr_sep(struct arr *a)
-{
-    if (a->n++ > 0) {
-        a->bad |= cn_buf_putc(&a->b, ',') != CN_OK;
-    }
-}
-
-static void
-arr_text(struct arr *a, const char *s, size_t len)
-{
-    size_t i;
-
-    arr_sep(a);
-    a->bad |= cn_buf_putc(&a->b, '"') != CN_OK;
-    for (i = 0; i < len && !a->bad; i++) {
-        if (s[i] == '"' || s[i] == '\\') {
-            a->bad |= cn_buf_putc(&a->b, '\\') != CN_OK;
-        }
-        a->bad |= cn_buf_putc(&a->b, s[i]) != CN_OK;
-    }
-    a->bad |= cn_buf_putc(&a->b, '"') != CN_OK;
-}
-
-static void
-arr_uuid(struct arr *a, const uint8_t id[16])
-{
-    char text[CN_UUID_TEXT_LEN + 1];
-
-    cn_uuid_format(id, text);
-    arr_text(a, text, CN_UUID_TEXT_LEN);
-}
-
-static void
-arr_hex(struct arr *a, const void *p, size_t n)
-{
-    arr_sep(a);
-    a->bad |= cn_buf_putc(&a->b, '"') != CN_OK || !hex_append(&a->b, p, n) ||
-              cn_buf_putc(&a->b, '"') != CN_OK;
-}
-
-static void
-arr_i64(struct arr *a, int64_t v)
-{
-    arr_sep(a);
-    a->bad |= cn_buf_printf(&a->b, "%lld", (long long) v) != CN_OK;
-}
-
-static const char *
-arr_end(struct arr *a)
-{
-    a->bad |= cn_buf_putc(&a->b, '}') != CN_OK;
-    return a->bad ? NULL : a->b.data;
-}
-
-static void
-arr_fini(struct arr *a)
-{
-    cn_buf_fini(&a->b);
-}
-
 /* A one-dimensional array in PostgreSQL's binary format (array_recv), built one element at a
- * time: the persist statements' parameters. Their text form cost the server array_in, uuid_in
- * and hex decoding of every element, about a tenth of its time in the sequence benchmark, and
- * the runner the hex encoding of every snapshot and result (twice the bytes on the wire). */
+ * time: every array parameter the runner sends. Their text form cost the server array_in,
+ * uuid_in and hex decoding of every element, about a tenth of its time in the sequence
+ * benchmark, and the runner the hex encoding of every snapshot and result (twice the bytes on
+ * the wire). */
 struct barr {
     struct cn_buf b;
     uint32_t oid; /* the element type: one of the PG_OID_ below */
@@ -332,6 +240,45 @@ static void
 barr_fini(struct barr *a)
 {
     cn_buf_fini(&a->b);
+}
+
+/* A statement's parameters for pg_exec_args: scalars in text form, arrays in binary. */
+#define PA_MAX 5
+struct pargs {
+    const char *v[PA_MAX];
+    int len[PA_MAX], fmt[PA_MAX];
+    int n;
+    bool bad;
+};
+
+static void
+pa_text(struct pargs *g, const char *s)
+{
+    g->v[g->n] = s;
+    g->len[g->n] = 0;
+    g->fmt[g->n++] = 0;
+}
+
+/* a's bytes as the next parameter: a is ended here, and must outlive the statement. */
+static void
+pa_array(struct pargs *g, struct barr *a)
+{
+    g->len[g->n] = 0;
+    g->v[g->n] = barr_end(a, &g->len[g->n]);
+    g->bad |= g->v[g->n] == NULL;
+    g->fmt[g->n++] = 1;
+}
+
+/* Runs sql with g's parameters and binary results (db.c's errors), or CN_NOMEM when one of
+ * g's arrays could not be built. */
+static cn_err
+pg_exec_args(struct pg_backend *b, const char *sql, const struct pargs *g, PGresult **out,
+             struct cn_errmsg *err)
+{
+    if (g->bad) {
+        return cn_errmsg_set(err, CN_NOMEM, "out of memory");
+    }
+    return rn_db_exec_formats(b->c, sql, g->n, g->v, g->len, g->fmt, out, err);
 }
 
 static uint32_t
@@ -603,7 +550,7 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
     const char *params[6] = {maxs, leases, bytes, orphans, fresh, fresh};
     struct rn_claimed *cl = NULL;
     PGresult *r = NULL, *d = NULL;
-    struct arr ids;
+    struct barr ids;
     size_t n = 0;
     int rows, row;
     bool resumed = false;
@@ -642,7 +589,7 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
         return CN_OK;
     }
     cl = cn_xcalloc((size_t) rows, sizeof(*cl));
-    arr_begin(&ids);
+    barr_begin(&ids, PG_OID_UUID);
     for (row = 0; row < rows; row++) {
         struct rn_claimed *c = &cl[n];
         struct cn_errmsg em;
@@ -675,7 +622,7 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
             c->parent.attempt = be32(PQgetvalue(r, row, 12));
             c->parent.has = true;
         }
-        arr_uuid(&ids, c->instance_id.b);
+        barr_uuid(&ids, c->instance_id.b);
         resumed = resumed || c->state != NULL;
         n++;
     }
@@ -683,15 +630,14 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
     /* Results are recorded only for an instance with a snapshot (its first one is committed
      * before anything is dispatched): a claim of new instances has none to read. */
     if (rv == CN_OK && resumed) {
-        const char *p[1] = {arr_end(&ids)};
-        if (p[0] == NULL) {
-            rv = CN_NOMEM;
-        } else if ((rv = pg_exec_bin(b, done_sql, 1, p, &d, err)) == CN_OK) {
+        struct pargs g = {0};
+        pa_array(&g, &ids);
+        if ((rv = pg_exec_args(b, done_sql, &g, &d, err)) == CN_OK) {
             rv = attach_done(d, cl, n, err);
             PQclear(d);
         }
     }
-    arr_fini(&ids);
+    barr_fini(&ids);
     if (rv != CN_OK) {
         /* The leases were taken: they expire and another claim takes the instances. */
         rn_claimed_free(cl, n);
@@ -1264,9 +1210,9 @@ pg_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, i
 {
     struct pg_backend *b = (struct pg_backend *) base;
     char ms[24];
-    const char *p[3];
+    struct pargs g = {0};
     PGresult *r = NULL;
-    struct arr ids, toks;
+    struct barr ids, toks;
     size_t i;
     cn_err rv;
 
@@ -1279,43 +1225,42 @@ pg_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, i
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
-    arr_begin(&ids);
-    arr_begin(&toks);
+    barr_begin(&ids, PG_OID_UUID);
+    barr_begin(&toks, PG_OID_UUID);
     for (i = 0; i < n; i++) {
-        arr_uuid(&ids, leases[i].instance_id.b);
-        arr_uuid(&toks, leases[i].lock.b);
+        barr_uuid(&ids, leases[i].instance_id.b);
+        barr_uuid(&toks, leases[i].lock.b);
     }
     (void) snprintf(ms, sizeof(ms), "%lld", (long long) lease_ms);
-    p[0] = arr_end(&ids);
-    p[1] = arr_end(&toks);
-    p[2] = ms;
+    pa_array(&g, &ids);
+    pa_array(&g, &toks);
+    pa_text(&g, ms);
     /* Renewal never waits for a row lock. A row locked now is being written by this runner's
      * persister (or claimed by another runner after the lease expired): waiting for it is what
      * made renewals and writes queue behind each other for seconds at 10 000 leases (each
      * renewal batch waiting for writes, the writes after it waiting for the batch). Such a row
      * is skipped here and reported busy; the keeper asks again a moment later. */
-    rv = p[0] == NULL || p[1] == NULL
-             ? CN_NOMEM
-             : pg_exec_bin(b,
-                           "WITH h AS MATERIALIZED (SELECT x.tid FROM unnest($1::uuid[],"
-                           " $2::uuid[]) AS t(iid, tok) CROSS JOIN LATERAL (SELECT q.ctid AS tid"
-                           " FROM cairn.queued_instances q WHERE q.instance_id = t.iid AND"
-                           " q.lock_uuid = t.tok FOR UPDATE SKIP LOCKED) x)"
-                           " UPDATE cairn.queued_instances q SET lock_expires_at ="
-                           " clock_timestamp() + $3::bigint * interval '1 millisecond'"
-                           " FROM h WHERE q.ctid = h.tid RETURNING q.lock_uuid",
-                           3, p, &r, err);
+    rv = pg_exec_args(b,
+                      "WITH h AS MATERIALIZED (SELECT x.tid FROM unnest($1::uuid[],"
+                      " $2::uuid[]) AS t(iid, tok) CROSS JOIN LATERAL (SELECT q.ctid AS tid"
+                      " FROM cairn.queued_instances q WHERE q.instance_id = t.iid AND"
+                      " q.lock_uuid = t.tok FOR UPDATE SKIP LOCKED) x)"
+                      " UPDATE cairn.queued_instances q SET lock_expires_at ="
+                      " clock_timestamp() + $3::bigint * interval '1 millisecond'"
+                      " FROM h WHERE q.ctid = h.tid RETURNING q.lock_uuid",
+                      &g, &r, err);
     if (rv == CN_OK) {
         mark_tokens(r, leases, n, st, RN_LEASE_RENEWED);
         PQclear(r);
         r = NULL;
         /* The rest: still ours (skipped while locked), or gone. A plain read waits for no
          * lock. */
-        rv = pg_exec_bin(b,
-                         "SELECT q.lock_uuid FROM unnest($1::uuid[], $2::uuid[]) AS t(iid, tok)"
-                         " JOIN cairn.queued_instances q ON q.instance_id = t.iid AND"
-                         " q.lock_uuid = t.tok",
-                         2, p, &r, err);
+        g.n = 2; /* the same arrays, without the TTL */
+        rv = pg_exec_args(b,
+                          "SELECT q.lock_uuid FROM unnest($1::uuid[], $2::uuid[]) AS t(iid, tok)"
+                          " JOIN cairn.queued_instances q ON q.instance_id = t.iid AND"
+                          " q.lock_uuid = t.tok",
+                          &g, &r, err);
         if (rv == CN_OK) {
             enum rn_lease_state *renewed = cn_xmalloc(n * sizeof(*renewed));
             memcpy(renewed, st, n * sizeof(*st));
@@ -1332,8 +1277,8 @@ pg_heartbeat(struct rn_backend *base, const struct rn_lease *leases, size_t n, i
             PQclear(r);
         }
     }
-    arr_fini(&ids);
-    arr_fini(&toks);
+    barr_fini(&ids);
+    barr_fini(&toks);
     return rv;
 }
 
@@ -1341,9 +1286,9 @@ static cn_err
 pg_release(struct rn_backend *base, const struct rn_token *locks, size_t n, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    const char *p[1];
+    struct pargs g = {0};
     PGresult *r = NULL;
-    struct arr a;
+    struct barr a;
     size_t i;
     cn_err rv;
 
@@ -1353,21 +1298,20 @@ pg_release(struct rn_backend *base, const struct rn_token *locks, size_t n, stru
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
-    arr_begin(&a);
+    barr_begin(&a, PG_OID_UUID);
     for (i = 0; i < n; i++) {
-        arr_uuid(&a, locks[i].b);
+        barr_uuid(&a, locks[i].b);
     }
-    p[0] = arr_end(&a);
-    rv = p[0] == NULL ? CN_NOMEM
-                      : pg_exec_bin(b,
-                                    "WITH q AS (UPDATE cairn.queued_instances SET lock_uuid ="
-                                    " NULL, lock_expires_at = NULL WHERE lock_uuid ="
-                                    " ANY($1::uuid[]) RETURNING instance_id)"
-                                    " UPDATE cairn.runner_instances ri SET status = 'queued'"
-                                    " FROM q WHERE ri.instance_id = q.instance_id",
-                                    1, p, &r, err);
+    pa_array(&g, &a);
+    rv = pg_exec_args(b,
+                      "WITH q AS (UPDATE cairn.queued_instances SET lock_uuid ="
+                      " NULL, lock_expires_at = NULL WHERE lock_uuid ="
+                      " ANY($1::uuid[]) RETURNING instance_id)"
+                      " UPDATE cairn.runner_instances ri SET status = 'queued'"
+                      " FROM q WHERE ri.instance_id = q.instance_id",
+                      &g, &r, err);
     PQclear(r);
-    arr_fini(&a);
+    barr_fini(&a);
     return rv;
 }
 
@@ -1565,34 +1509,31 @@ static cn_err
 verify_cancels(struct pg_backend *b, const struct rn_iid *ids, size_t n, rn_cancel_fn fn, void *arg,
                struct cn_errmsg *err)
 {
-    struct arr a;
-    const char *p[1];
+    struct pargs g = {0};
+    struct barr a;
     PGresult *r = NULL;
     size_t i;
     int row;
     cn_err rv;
 
-    arr_begin(&a);
+    barr_begin(&a, PG_OID_UUID);
     for (i = 0; i < n; i++) {
-        arr_uuid(&a, ids[i].b);
+        barr_uuid(&a, ids[i].b);
     }
-    if ((p[0] = arr_end(&a)) == NULL) {
-        arr_fini(&a);
-        return cn_errmsg_set(err, CN_NOMEM, "out of memory");
-    }
-    rv = rn_db_exec(b->c,
-                    "SELECT instance_id, coalesce(cancel_reason, 'cancelled')"
-                    " FROM cairn.runner_instances WHERE instance_id = ANY($1::uuid[])"
-                    " AND cancel_requested_at IS NOT NULL",
-                    1, p, &r, err);
-    arr_fini(&a);
+    pa_array(&g, &a);
+    rv = pg_exec_args(b,
+                      "SELECT instance_id, coalesce(cancel_reason, 'cancelled')"
+                      " FROM cairn.runner_instances WHERE instance_id = ANY($1::uuid[])"
+                      " AND cancel_requested_at IS NOT NULL",
+                      &g, &r, err);
+    barr_fini(&a);
     if (rv != CN_OK) {
         return rv;
     }
     for (row = 0; row < PQntuples(r); row++) {
         struct rn_iid iid;
-        if (cn_uuid_parse(PQgetvalue(r, row, 0), iid.b)) {
-            fn(arg, iid, PQgetvalue(r, row, 1));
+        if (get_uuid(r, row, 0, iid.b)) {
+            fn(arg, iid, PQgetvalue(r, row, 1)); /* text's binary form: its bytes, and a NUL */
         }
     }
     PQclear(r);
@@ -1634,8 +1575,9 @@ pg_child_results(struct rn_backend *base, const struct rn_child_link *calls, siz
                  struct rn_done *out, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    struct arr a[3];
-    const char *p[3];
+    static const uint32_t types[3] = {PG_OID_UUID, PG_OID_UUID, PG_OID_INT4};
+    struct pargs g = {0};
+    struct barr a[3];
     PGresult *r = NULL;
     size_t i, k;
     int row;
@@ -1652,28 +1594,24 @@ pg_child_results(struct rn_backend *base, const struct rn_child_link *calls, siz
         return rv;
     }
     for (k = 0; k < 3; k++) {
-        arr_begin(&a[k]);
+        barr_begin(&a[k], types[k]);
     }
     for (i = 0; i < n; i++) {
-        arr_uuid(&a[0], calls[i].parent.b);
-        arr_uuid(&a[1], calls[i].exec_id.b);
-        arr_i64(&a[2], calls[i].attempt);
+        barr_uuid(&a[0], calls[i].parent.b);
+        barr_uuid(&a[1], calls[i].exec_id.b);
+        barr_int(&a[2], calls[i].attempt);
     }
     for (k = 0; k < 3; k++) {
-        if ((p[k] = arr_end(&a[k])) == NULL) {
-            rv = CN_NOMEM;
-        }
+        pa_array(&g, &a[k]);
     }
-    if (rv == CN_OK) {
-        rv = pg_exec_bin(b,
-                         "SELECT d.instance_id, d.execution_id, d.attempt, d.status = 'ok',"
-                         " d.result FROM unnest($1::uuid[], $2::uuid[], $3::integer[]) AS"
-                         " t(i, e, a) JOIN cairn.runner_actions_done d ON d.instance_id = t.i"
-                         " AND d.execution_id = t.e AND d.attempt = t.a",
-                         3, p, &r, err);
-    }
+    rv = pg_exec_args(b,
+                      "SELECT d.instance_id, d.execution_id, d.attempt, d.status = 'ok',"
+                      " d.result FROM unnest($1::uuid[], $2::uuid[], $3::integer[]) AS"
+                      " t(i, e, a) JOIN cairn.runner_actions_done d ON d.instance_id = t.i"
+                      " AND d.execution_id = t.e AND d.attempt = t.a",
+                      &g, &r, err);
     for (k = 0; k < 3; k++) {
-        arr_fini(&a[k]);
+        barr_fini(&a[k]);
     }
     if (rv != CN_OK) {
         return rv;
@@ -1727,11 +1665,11 @@ static const char *pending_sql =
  * commit). */
 static const char *deliver_sql =
     "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[],"
-    " $5::text[]) AS t(c, p, e, a, x) WHERE NOT EXISTS (SELECT 1 FROM"
+    " $5::bytea[]) AS t(c, p, e, a, x) WHERE NOT EXISTS (SELECT 1 FROM"
     " cairn.runner_actions_done d WHERE d.instance_id = t.p AND d.execution_id = t.e AND"
     " d.attempt = t.a)),"
     " d AS (INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status,"
-    " result) SELECT t.p, t.e, t.a, 'error', decode(t.x, 'hex') FROM t)"
+    " result) SELECT t.p, t.e, t.a, 'error', t.x FROM t)"
     " SELECT pg_notify('cairn_child', t.p::text || ' ' || t.e::text || ' ' || t.a) FROM t";
 
 /* The advisory lock key of the sweep's deliveries ("cairn" and 16 in ASCII, arbitrary). */
@@ -1741,9 +1679,11 @@ static cn_err
 pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
+    static const uint32_t types[5] = {PG_OID_UUID, PG_OID_UUID, PG_OID_UUID, PG_OID_INT4,
+                                      PG_OID_BYTEA};
     struct cn_buf mp = CN_BUF_INIT;
-    struct arr a[5];
-    const char *p[5];
+    struct pargs g = {0};
+    struct barr a[5];
     PGresult *r = NULL, *r2 = NULL;
     size_t k, n = 0;
     bool locked = false;
@@ -1764,16 +1704,19 @@ pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
         rv = rn_db_exec(b->c, pending_sql, 0, NULL, &r, err);
     }
     for (k = 0; k < 5; k++) {
-        arr_begin(&a[k]);
+        barr_begin(&a[k], types[k]);
     }
     for (row = 0; rv == CN_OK && r != NULL && row < PQntuples(r); row++) {
-        struct rn_iid cid;
+        struct rn_iid cid, pid;
+        struct rn_xid xid;
         struct ir_val e = ir_null(), v = ir_null();
         struct cn_errmsg em;
         enum rn_outcome o = RN_FAILED;
         bool ok;
 
-        if (!cn_uuid_parse(PQgetvalue(r, row, 0), cid.b) || PQgetisnull(r, row, 4)) {
+        if (!cn_uuid_parse(PQgetvalue(r, row, 0), cid.b) || PQgetisnull(r, row, 4) ||
+            !cn_uuid_parse(PQgetvalue(r, row, 4), pid.b) ||
+            !cn_uuid_parse(PQgetvalue(r, row, 5), xid.b)) {
             continue;
         }
         (void) rn_outcome_parse(PQgetvalue(r, row, 2), &o);
@@ -1808,25 +1751,23 @@ pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
             continue;
         }
         ir_val_release(v);
-        arr_text(&a[0], PQgetvalue(r, row, 0), strlen(PQgetvalue(r, row, 0)));
-        arr_text(&a[1], PQgetvalue(r, row, 4), strlen(PQgetvalue(r, row, 4)));
-        arr_text(&a[2], PQgetvalue(r, row, 5), strlen(PQgetvalue(r, row, 5)));
-        arr_text(&a[3], PQgetvalue(r, row, 6), strlen(PQgetvalue(r, row, 6)));
-        arr_hex(&a[4], mp.data, mp.len);
+        barr_uuid(&a[0], cid.b);
+        barr_uuid(&a[1], pid.b);
+        barr_uuid(&a[2], xid.b);
+        barr_int(&a[3], strtol(PQgetvalue(r, row, 6), NULL, 10));
+        barr_put(&a[4], mp.data, mp.len);
         n++;
     }
     PQclear(r);
-    for (k = 0; k < 5 && rv == CN_OK; k++) {
-        if ((p[k] = arr_end(&a[k])) == NULL) {
-            rv = CN_NOMEM;
-        }
+    for (k = 0; k < 5; k++) {
+        pa_array(&g, &a[k]);
     }
-    if (rv == CN_OK && n > 0 && (rv = rn_db_exec(b->c, deliver_sql, 5, p, &r2, err)) == CN_OK) {
+    if (rv == CN_OK && n > 0 && (rv = pg_exec_args(b, deliver_sql, &g, &r2, err)) == CN_OK) {
         PQclear(r2);
         *nout = n;
     }
     for (k = 0; k < 5; k++) {
-        arr_fini(&a[k]);
+        barr_fini(&a[k]);
     }
     cn_buf_fini(&mp);
     if (rv != CN_OK) {
@@ -1946,8 +1887,8 @@ pg_cancel_children(struct rn_backend *base, struct rn_iid parent, const struct r
 {
     struct pg_backend *b = (struct pg_backend *) base;
     char pid[CN_UUID_TEXT_LEN + 1];
-    const char *p[3];
-    struct arr a;
+    struct pargs g = {0};
+    struct barr a;
     PGresult *r = NULL;
     size_t i;
     cn_err rv;
@@ -1956,21 +1897,20 @@ pg_cancel_children(struct rn_backend *base, struct rn_iid parent, const struct r
         return rv;
     }
     cn_uuid_format(parent.b, pid);
-    arr_begin(&a);
+    barr_begin(&a, PG_OID_UUID);
     for (i = 0; i < n; i++) {
-        arr_uuid(&a, exec_ids[i].b);
+        barr_uuid(&a, exec_ids[i].b);
     }
-    p[0] = pid;
-    p[1] = n > 0 ? arr_end(&a) : NULL;
-    p[2] = reason;
-    if (n > 0 && p[1] == NULL) {
-        arr_fini(&a);
-        return CN_NOMEM;
+    pa_text(&g, pid);
+    if (n > 0) {
+        pa_array(&g, &a);
+    } else {
+        pa_text(&g, NULL); /* NULL: every child */
     }
-    rv = rn_db_exec(b->c, "SELECT cairn.reap_children($1::uuid, $2::uuid[], $3::text)", 3, p, &r,
-                    err);
+    pa_text(&g, reason);
+    rv = pg_exec_args(b, "SELECT cairn.reap_children($1::uuid, $2::uuid[], $3::text)", &g, &r, err);
     PQclear(r);
-    arr_fini(&a);
+    barr_fini(&a);
     return rv;
 }
 
@@ -2019,8 +1959,8 @@ pg_sweep_cancels(struct rn_backend *base, rn_cancel_fn fn, void *arg, struct cn_
  * runner) takes its results through the fenced path of whoever holds it. */
 static const char *late_sql =
     "INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status, result)"
-    " SELECT t.i, t.e, t.a, t.s, decode(t.x, 'hex') FROM unnest($1::uuid[], $2::uuid[],"
-    " $3::integer[], $4::text[], $5::text[]) AS t(i, e, a, s, x)"
+    " SELECT t.i, t.e, t.a, t.s, t.x FROM unnest($1::uuid[], $2::uuid[],"
+    " $3::integer[], $4::text[], $5::bytea[]) AS t(i, e, a, s, x)"
     " WHERE EXISTS (SELECT 1 FROM cairn.runner_instances ri WHERE ri.instance_id = t.i"
     " AND ri.status IN ('failed', 'cancelled', 'timed_out'))"
     " AND NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d"
@@ -2031,9 +1971,11 @@ pg_record_late(struct rn_backend *base, const struct rn_late_result *l, size_t n
                struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    struct arr a[5];
+    static const uint32_t types[5] = {PG_OID_UUID, PG_OID_UUID, PG_OID_INT4, PG_OID_TEXT,
+                                      PG_OID_BYTEA};
     struct cn_buf tmp = CN_BUF_INIT;
-    const char *params[5];
+    struct pargs g = {0};
+    struct barr a[5];
     PGresult *r = NULL;
     size_t i, k;
     cn_err rv;
@@ -2042,29 +1984,26 @@ pg_record_late(struct rn_backend *base, const struct rn_late_result *l, size_t n
         return rv;
     }
     for (k = 0; k < 5; k++) {
-        arr_begin(&a[k]);
+        barr_begin(&a[k], types[k]);
     }
     for (i = 0; i < n; i++) {
         cn_buf_clear(&tmp);
         if (ir_val_to_msgpack(l[i].d.value, IR_MP_INTERNAL, &tmp) != CN_OK) {
             continue; /* not storable (too deep): it changes nothing, leave it out */
         }
-        arr_uuid(&a[0], l[i].instance_id.b);
-        arr_uuid(&a[1], l[i].d.exec_id.b);
-        arr_i64(&a[2], l[i].d.attempt);
-        arr_text(&a[3], l[i].d.ok ? "ok" : "error", l[i].d.ok ? 2 : 5);
-        arr_hex(&a[4], tmp.data, tmp.len);
+        barr_uuid(&a[0], l[i].instance_id.b);
+        barr_uuid(&a[1], l[i].d.exec_id.b);
+        barr_int(&a[2], l[i].d.attempt);
+        barr_put(&a[3], l[i].d.ok ? "ok" : "error", l[i].d.ok ? 2 : 5);
+        barr_put(&a[4], tmp.data, tmp.len);
     }
     for (k = 0; k < 5; k++) {
-        params[k] = arr_end(&a[k]);
-        rv = params[k] == NULL ? CN_NOMEM : rv;
+        pa_array(&g, &a[k]);
     }
-    if (rv == CN_OK) {
-        rv = rn_db_exec(b->c, late_sql, 5, params, &r, err);
-        PQclear(r);
-    }
+    rv = pg_exec_args(b, late_sql, &g, &r, err);
+    PQclear(r);
     for (k = 0; k < 5; k++) {
-        arr_fini(&a[k]);
+        barr_fini(&a[k]);
     }
     cn_buf_fini(&tmp);
     return rv;

@@ -121,3 +121,10 @@ rn_db_exec_binary(PGconn *c, const char *sql, int n, const char *const *params, 
 {
     return db_exec(c, sql, n, params, 1, out, err);
 }
+
+cn_err
+rn_db_exec_formats(PGconn *c, const char *sql, int n, const char *const *params, const int *lengths,
+                   const int *formats, PGresult **out, struct cn_errmsg *err)
+{
+    return db_result(c, PQexecParams(c, sql, n, NULL, params, lengths, formats, 1), out, err);
+}

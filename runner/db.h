@@ -33,6 +33,12 @@ CN_MUST_CHECK cn_err rn_db_exec(PGconn *c, const char *sql, int n, const char *c
 CN_MUST_CHECK cn_err rn_db_exec_binary(PGconn *c, const char *sql, int n, const char *const *params,
                                        PGresult **out, struct cn_errmsg *err);
 
+/* The same with each parameter's length and format (formats[i] 1: binary, such as an array
+ * in array_recv's form, lengths[i] bytes; 0: text, NUL-terminated). */
+CN_MUST_CHECK cn_err rn_db_exec_formats(PGconn *c, const char *sql, int n,
+                                        const char *const *params, const int *lengths,
+                                        const int *formats, PGresult **out, struct cn_errmsg *err);
+
 /* The same, for the statement prepared on c under name. */
 CN_MUST_CHECK cn_err rn_db_exec_prepared_binary(PGconn *c, const char *name, int n,
                                                 const char *const *params, PGresult **out,
