@@ -1580,6 +1580,7 @@ rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st)
 
     cn_mutex_lock(&p->mtx);
     *st = p->st;
+    st->backlog_cap = backlog_cap_locked(p);
     st->contexts = 0;
     for (c = p->all; c != NULL; c = c->next) {
         st->contexts++;

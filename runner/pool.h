@@ -116,6 +116,8 @@ struct rn_pool_stats {
     uint64_t ungreeted;     /* connections dropped without a hello: too slow, or too many */
     uint64_t gated;         /* dispatches held because the leases were not confirmed recently */
     uint64_t queued;        /* submitted attempts waiting for a worker now */
+    uint64_t backlog_cap;   /* the most attempts that may wait before the claimer stops
+                               (rn_pool_room: the workers' slots, their drain rate, the floor) */
     uint64_t contexts;      /* nng contexts open now (receiving, parked, replying, spare) */
     struct rn_lathist dispatch_delay; /* ready_us to the dispatch's send, per measured attempt */
     struct rn_lathist action_time;    /* the dispatch's send to its outcome's arrival */

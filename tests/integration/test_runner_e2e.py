@@ -286,6 +286,10 @@ def run_all(url, env, tmp):
           text[:300])
     check("/metrics counts the two workers", samples.get("cairn_workers") == "2", text[:300])
     check("/metrics is Prometheus text", "# TYPE cairn_actions_dispatched_total counter" in text)
+    check("/metrics has the claim backlog's cap, at least its floor of 256 attempts",
+          "# TYPE cairn_pool_backlog_cap gauge" in text and
+          int(samples.get("cairn_pool_backlog_cap", "0")) >= 256,
+          samples.get("cairn_pool_backlog_cap", "missing"))
     check("/metrics has the persist and action-time summaries",
           float(samples.get("cairn_persist_seconds_count", "0")) > 0 and
           float(samples.get('cairn_persist_seconds{quantile="0.5"}', "0")) > 0 and
