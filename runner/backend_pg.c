@@ -242,7 +242,8 @@ barr_fini(struct barr *a)
     cn_buf_fini(&a->b);
 }
 
-/* A statement's parameters for pg_exec_args: scalars in text form, arrays in binary. */
+/* A statement's parameters for pg_exec_args: scalars in text form, arrays in binary. One past
+ * PA_MAX marks them bad (the statement is then not run). */
 #define PA_MAX 5
 struct pargs {
     const char *v[PA_MAX];
@@ -254,6 +255,10 @@ struct pargs {
 static void
 pa_text(struct pargs *g, const char *s)
 {
+    if (g->n == PA_MAX) {
+        g->bad = true;
+        return;
+    }
     g->v[g->n] = s;
     g->len[g->n] = 0;
     g->fmt[g->n++] = 0;
@@ -263,6 +268,10 @@ pa_text(struct pargs *g, const char *s)
 static void
 pa_array(struct pargs *g, struct barr *a)
 {
+    if (g->n == PA_MAX) {
+        g->bad = true;
+        return;
+    }
     g->len[g->n] = 0;
     g->v[g->n] = barr_end(a, &g->len[g->n]);
     g->bad |= g->v[g->n] == NULL;
@@ -276,7 +285,8 @@ pg_exec_args(struct pg_backend *b, const char *sql, const struct pargs *g, PGres
              struct cn_errmsg *err)
 {
     if (g->bad) {
-        return cn_errmsg_set(err, CN_NOMEM, "out of memory");
+        return cn_errmsg_set(err, CN_NOMEM, "statement parameters: out of memory, or more than %d",
+                             PA_MAX);
     }
     return rn_db_exec_formats(b->c, sql, g->n, g->v, g->len, g->fmt, out, err);
 }

@@ -296,23 +296,31 @@ submit(struct rn_pool *p, const char *action, uint8_t idbyte, int64_t deadline)
     ir_val_release(d.kwargs);
 }
 
+/* Starts a pool with cfg (its listen_url set here to a fresh ipc URL, written to url). */
 static struct rn_pool *
-pool_up_requeue(struct got *g, char *url, size_t n, const char *cred, uint32_t idle_ms,
-                uint32_t requeue_lost)
+pool_up_cfg(struct got *g, char *url, size_t n, struct rn_pool_cfg *cfg)
 {
-    struct rn_pool_cfg cfg;
     struct rn_pool *p = NULL;
     struct cn_errmsg em = {{0}};
     static int seq;
 
     (void) snprintf(url, n, "ipc:///tmp/cairn-pool-test-%d-%d.sock", (int) getpid(), ++seq);
+    cfg->listen_url = url;
+    cr_assert_eq(rn_pool_start(cfg, on_result, g, &p, &em), CN_OK, "%s", em.text);
+    return p;
+}
+
+static struct rn_pool *
+pool_up_requeue(struct got *g, char *url, size_t n, const char *cred, uint32_t idle_ms,
+                uint32_t requeue_lost)
+{
+    struct rn_pool_cfg cfg;
+
     memset(&cfg, 0, sizeof(cfg));
-    cfg.listen_url = url;
     cfg.credential = cred;
     cfg.idle_ms = idle_ms;
     cfg.requeue_lost = requeue_lost;
-    cr_assert_eq(rn_pool_start(&cfg, on_result, g, &p, &em), CN_OK, "%s", em.text);
-    return p;
+    return pool_up_cfg(g, url, n, &cfg);
 }
 
 static struct rn_pool *
@@ -1576,17 +1584,11 @@ static struct rn_pool *
 pool_up_greet(struct got *g, char *url, size_t n, uint32_t hello_timeout_ms, uint32_t max_ungreeted)
 {
     struct rn_pool_cfg cfg;
-    struct rn_pool *p = NULL;
-    struct cn_errmsg em = {{0}};
-    static int seq;
 
-    (void) snprintf(url, n, "ipc:///tmp/cairn-pool-greet-%d-%d.sock", (int) getpid(), ++seq);
     memset(&cfg, 0, sizeof(cfg));
-    cfg.listen_url = url;
     cfg.hello_timeout_ms = hello_timeout_ms;
     cfg.max_ungreeted = max_ungreeted;
-    cr_assert_eq(rn_pool_start(&cfg, on_result, g, &p, &em), CN_OK, "%s", em.text);
-    return p;
+    return pool_up_cfg(g, url, n, &cfg);
 }
 
 /* Waits up to ms for worker w to have lost at least n pipes. */
@@ -1735,8 +1737,7 @@ Test(pool, the_backlog_follows_how_fast_the_workers_take_attempts)
 {
     static const char *acts[] = {"t.rate"};
     struct rn_pool_cfg cfg;
-    struct rn_pool *p = NULL;
-    struct cn_errmsg em = {{0}};
+    struct rn_pool *p;
     struct wp_outcome o;
     struct wp_msg r;
     struct got g;
@@ -1746,11 +1747,9 @@ Test(pool, the_backlog_follows_how_fast_the_workers_take_attempts)
     int i;
 
     got_init(&g);
-    (void) snprintf(url, sizeof(url), "ipc:///tmp/cairn-pool-test-%d-rate.sock", (int) getpid());
     memset(&cfg, 0, sizeof(cfg));
-    cfg.listen_url = url;
     cfg.backlog_horizon_ms = 60000;
-    cr_assert_eq(rn_pool_start(&cfg, on_result, &g, &p, &em), CN_OK, "%s", em.text);
+    p = pool_up_cfg(&g, url, sizeof(url), &cfg);
     tw_open(&w, url, 2);
     tw_hello_cap(&w, acts, 1, NULL, WP_WELCOME, 1, 0); /* holds one: twice that is 2 */
     for (i = 0; i < 50; i++) {
