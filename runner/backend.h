@@ -87,6 +87,8 @@ struct rn_claimed {
                             none */
     int64_t timeout_ms;  /* the timeout the deadline comes from, for the error message */
     bool redrive;        /* queued again by cairn.retry: resume with rn_instance_redrive */
+    bool started_before; /* an earlier claim started it: without a snapshot, its first step went
+                            out recorded by that claim (rn_instance_resume_unsnapshotted) */
     struct rn_child_link parent; /* a child instance: the parent call it answers */
 };
 

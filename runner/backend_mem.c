@@ -33,6 +33,7 @@ struct mem_instance {
     struct cn_buf state; /* len 0: none yet */
     enum rn_outcome outcome;
     bool running;         /* claimed (status running) */
+    bool started;         /* claimed at least once (started_at) */
     struct ir_val result; /* COMPLETED: the value; FAILED: the error */
     bool queued;          /* has a queue row */
     int priority;
@@ -145,6 +146,8 @@ mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orph
         mem_id(b, best->lock.b);
         best->lock_expires = now + lease_ms;
         best->running = true;
+        cl[n].started_before = best->started;
+        best->started = true;
         cl[n].instance_id = best->id;
         cl[n].lock = best->lock;
         cl[n].version_id = best->version_id;

@@ -369,14 +369,15 @@ get_uuid(PGresult *r, int row, int col, uint8_t out[16])
     ") u)," /* the stored (possibly compressed) sizes: read from the row, nothing is decompressed \
              */                                                                                   \
     " s AS (SELECT c.tid, c.n, sum(pg_column_size(ri.input) +"                                    \
-    "              coalesce(pg_column_size(ri.state), 0)) OVER (ORDER BY c.n) AS upto"            \
+    "              coalesce(pg_column_size(ri.state), 0)) OVER (ORDER BY c.n) AS upto,"           \
+    "              ri.started_at IS NOT NULL AS again"                                            \
     "        FROM c JOIN cairn.runner_instances ri ON ri.instance_id = c.iid),"                   \
-    " k AS (SELECT tid FROM s WHERE s.n = 1 OR s.upto <= $3::bigint),"                            \
+    " k AS (SELECT tid, again FROM s WHERE s.n = 1 OR s.upto <= $3::bigint),"                     \
     " h AS ("                                                                                     \
     "  UPDATE cairn.queued_instances q SET lock_uuid = gen_random_uuid(), woken = false,"         \
     "         lock_expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond'"        \
     "    FROM k WHERE q.ctid = k.tid"                                                             \
-    "  RETURNING q.instance_id, q.lock_uuid, q.workflow_version_id),"
+    "  RETURNING q.instance_id, q.lock_uuid, q.workflow_version_id, k.again),"
 
 /* Marks the claimed instances (q) running and returns what the runner needs of them (a child
  * started with `start` has no parent_id here: nobody waits for its outcome). The workflow
@@ -392,7 +393,7 @@ get_uuid(PGresult *r, int row, int col, uint8_t out[16])
     "                THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel,"              \
     "           floor(extract(epoch FROM ri.deadline_at) * 1000)::bigint AS deadline,"         \
     "           ri.timeout_ms, ri.redrive, CASE WHEN NOT ri.detached THEN ri.parent_id END AS" \
-    "           parent_id, ri.parent_exec_id, ri.parent_attempt"
+    "           parent_id, ri.parent_exec_id, ri.parent_attempt, q.again"
 
 
 /* While some workflow has a concurrency limit (0012), the claim first takes instances waiting
@@ -403,8 +404,10 @@ get_uuid(PGresult *r, int row, int col, uint8_t out[16])
 #define CLAIM_LIMITED_FIRST \
     "WITH l AS (SELECT * FROM cairn.claim_limited($6::integer, $2::bigint)),"
 #define CLAIM_LIMITED_REST "greatest($1::bigint - (SELECT count(*) FROM l), 0)"
-#define CLAIM_LIMITED_Q \
-    " q AS (SELECT * FROM h UNION ALL SELECT l_instance_id, l_lock, l_version FROM l)"
+#define CLAIM_LIMITED_Q                                                         \
+    " q AS (SELECT * FROM h UNION ALL SELECT l_instance_id, l_lock, l_version," \
+    "        (SELECT ri.started_at IS NOT NULL FROM cairn.runner_instances ri"  \
+    "          WHERE ri.instance_id = l_instance_id) FROM l)"
 
 /* Indexed by [limits][tenants]: whether some workflow has a limit, whether there are tenants
  * besides the default. */
@@ -632,13 +635,16 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
             c->parent.attempt = be32(PQgetvalue(r, row, 12));
             c->parent.has = true;
         }
+        /* The claim's own mark is in the row it returns; whether an earlier claim had started
+         * it was read before (binary bool). */
+        c->started_before = PQgetlength(r, row, 13) == 1 && PQgetvalue(r, row, 13)[0] == 1;
         barr_uuid(&ids, c->instance_id.b);
-        resumed = resumed || c->state != NULL;
+        resumed = resumed || c->state != NULL || c->started_before;
         n++;
     }
     PQclear(r);
-    /* Results are recorded only for an instance with a snapshot (its first one is committed
-     * before anything is dispatched): a claim of new instances has none to read. */
+    /* Results are recorded only for an instance that was started before (its first step goes
+     * out recorded by the claim that started it): a claim of new instances has none to read. */
     if (rv == CN_OK && resumed) {
         struct pargs g = {0};
         pa_array(&g, &ids);

@@ -264,6 +264,7 @@ out_timer(struct rn_instance *in, uint32_t xi, enum rn_timer_kind kind, int64_t 
     t.exec_id = in->x.items[xi].id;
     t.kind = kind;
     t.at_ms = at;
+    in->out->timed = true;
     if (CN_VEC_PUSH(&in->out->timers, t) != CN_OK) {
         oom(in);
     }
@@ -315,6 +316,7 @@ rn_step_out_clear(struct rn_step_out *o)
     o->result = ir_null();
     o->actions.len = o->timers.len = o->done.len = o->cancels.len = o->child_cancels.len = 0;
     o->snapshot_needed = false;
+    o->timed = false;
     o->outcome = RN_RUNNING;
 }
 
@@ -705,6 +707,21 @@ timeout_for(const struct rn_instance *in, const struct ir_node *t)
     return t->timeout_ms > 0 ? t->timeout_ms : in->cfg.default_timeout_ms;
 }
 
+/* Whether a retry policy of t bounds the time its retries may take (max_elapsed): only then
+ * does the time of its first attempt matter. */
+static bool
+bounds_elapsed(const struct ir_node *t)
+{
+    uint32_t k;
+
+    for (k = 0; k < t->nretries; k++) {
+        if (t->retries[k].max_elapsed_ms > 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Evaluates the kwargs and requests attempt x->attempt. The timeout (start to close) goes with
  * the request: the pool counts it from when a worker starts the attempt, so waiting for a slot
  * is not counted (pool.h). With [deadline: D] (schedule to close) a new attempt also gets the
@@ -755,10 +772,12 @@ dispatch(struct rn_instance *in, uint32_t xi, bool resend)
         }
         if (x->first_at == 0) {
             x->first_at = in->now; /* max_elapsed counts from here */
+            in->out->timed = in->out->timed || bounds_elapsed(t);
         }
         x->status = RN_X_RUNNING;
         if (!resend || x->deadline == 0) {
             x->deadline = t->deadline_ms > 0 ? in->now + t->deadline_ms : 0;
+            in->out->timed = in->out->timed || t->deadline_ms > 0;
         }
         r.exec_id = x->id;
         r.attempt = x->attempt;
@@ -1834,6 +1853,35 @@ rn_instance_redrive(const struct ir_dag *dag, const void *snap, size_t len,
                     struct cn_errmsg *err)
 {
     return hydrate(dag, snap, len, results, nresults, cfg, now_ms, true, out, o, err);
+}
+
+cn_err
+rn_instance_resume_unsnapshotted(const struct ir_dag *dag, struct rn_iid instance_id,
+                                 struct ir_val input, const struct rn_done *results,
+                                 size_t nresults, const struct rn_exec_cfg *cfg, int64_t now_ms,
+                                 bool redrive, struct rn_instance **out, struct rn_step_out *o,
+                                 struct cn_errmsg *err)
+{
+    struct rn_instance *first = NULL;
+    struct rn_step_out scratch;
+    struct cn_buf snap = {0};
+    cn_err rv;
+
+    memset(&scratch, 0, sizeof(scratch));
+    scratch.result = ir_null();
+    rv = rn_instance_start(dag, instance_id, input, cfg, now_ms, &first, &scratch);
+    rn_step_out_fini(&scratch);
+    if (rv != CN_OK) {
+        return rv;
+    }
+    rv = rn_instance_snapshot(first, &snap);
+    rn_instance_free(first);
+    if (rv == CN_OK) {
+        rv =
+            hydrate(dag, snap.data, snap.len, results, nresults, cfg, now_ms, redrive, out, o, err);
+    }
+    cn_buf_fini(&snap);
+    return rv;
 }
 
 void

@@ -161,6 +161,11 @@ struct rn_step_out {
         size_t len, cap;
     } child_cancels;
     bool snapshot_needed;
+    /* What this step recorded depends on its clock (now_ms): a timer, an attempt's deadline, the
+     * start a retry bound counts from. A step without one computes the same state whenever it
+     * runs, so a replay of it recomputes what it recorded (the shard relies on this for the
+     * first step of a new instance). */
+    bool timed;
     enum rn_outcome outcome;
     struct ir_val result; /* COMPLETED: the workflow's value; FAILED: the error; CANCELLED:
                              a Cancelled error whose message is the reason; TIMED_OUT: a
@@ -215,6 +220,17 @@ CN_MUST_CHECK cn_err rn_instance_redrive(const struct ir_dag *dag, const void *s
                                          const struct rn_exec_cfg *cfg, int64_t now_ms,
                                          struct rn_instance **out, struct rn_step_out *o,
                                          struct cn_errmsg *err);
+
+/* Resumes an instance that was started (claimed) before but has no snapshot: its first step,
+ * recorded by the claim and not by a snapshot (the shard dispatches a first step that is not
+ * `timed` without one), is run again and the result is hydrated, or redriven when redrive,
+ * from the snapshot that step would have written, with `results` as in rn_instance_hydrate.
+ * Equivalent to hydrating that snapshot because the step is a function of the instance's id
+ * and input alone. Returns what rn_instance_start and rn_instance_hydrate return. */
+CN_MUST_CHECK cn_err rn_instance_resume_unsnapshotted(
+    const struct ir_dag *dag, struct rn_iid instance_id, struct ir_val input,
+    const struct rn_done *results, size_t nresults, const struct rn_exec_cfg *cfg, int64_t now_ms,
+    bool redrive, struct rn_instance **out, struct rn_step_out *o, struct cn_errmsg *err);
 
 /* Describes a snapshot for people (cairnctl inspect): a list with one map per live execution
  * node: exec_id, status (running, backoff, sleeping, waiting), kind (the template node's kind:

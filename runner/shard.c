@@ -41,6 +41,7 @@ struct inst {
     struct rn_child_link parent; /* a child instance: the call its outcome answers */
     int64_t active_ms;           /* wall clock of the last event applied (child-wait hand-back) */
     bool idle_armed;             /* a child-wait check is in the timer heap */
+    bool first_step;             /* its output is a new instance's first step (handle_output) */
 };
 
 /* The timer entry of a child-wait check (an execution id no executor makes: version nibble 0). */
@@ -419,8 +420,17 @@ handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn
     struct rn_step_out *o = &sh->step;
     struct rn_wreq *q;
     size_t k;
+    /* A new instance's first step that read no clock is recorded by the claim that took it: the
+     * claim committed the instance as started (started_at), and the step is a function of its
+     * id and input alone, so a runner that claims it next recomputes the snapshot this step
+     * would write (rn_instance_resume_unsnapshotted) and hydrates it with the results recorded
+     * meanwhile. Its actions go out without that write: one commit and one row version less
+     * per instance (bench/RESULTS.md). */
+    bool claim_records = in->first_step && !o->timed;
 
-    if (o->done.len == 0 && !o->snapshot_needed && o->outcome == RN_RUNNING && !has_children(o)) {
+    in->first_step = false;
+    if (o->done.len == 0 && (!o->snapshot_needed || claim_records) && o->outcome == RN_RUNNING &&
+        !has_children(o)) {
         release_output(sh, in, o, now.mono_us, now, out);
         rn_step_out_clear(o);
         busy_sync(sh, in);
@@ -612,9 +622,15 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     } else if (c->state != NULL) {
         rv = rn_instance_hydrate(in->dag, c->state, c->state_len, c->done, c->ndone, &sh->cfg.exec,
                                  now.wall_ms, &in->ex, &sh->step, &em);
+    } else if (c->started_before) {
+        /* Started before without a snapshot: its first step went out recorded by the claim. */
+        rv = rn_instance_resume_unsnapshotted(in->dag, in->id, c->input, c->done, c->ndone,
+                                              &sh->cfg.exec, now.wall_ms, c->redrive, &in->ex,
+                                              &sh->step, &em);
     } else {
         rv = rn_instance_start(in->dag, in->id, c->input, &sh->cfg.exec, now.wall_ms, &in->ex,
                                &sh->step);
+        in->first_step = true;
     }
     if (rv == CN_NOMEM) {
         cn_oom("instance hydration");

@@ -1417,6 +1417,67 @@ print_live(struct ir_val live, bool ended)
     cn_buf_fini(&b);
 }
 
+/* The state of a started instance that has no snapshot: its first step went out recorded by
+ * the claim (docs/semantics.md, "Durability and replay"), so it is recomputed from the instance's
+ * id and input as a runner resuming it would, with the results recorded since (rows of d:
+ * execution id, attempt, status, completed_at, hex result) when with_results. */
+static cn_err
+unsnapshotted_state(const struct ir_dag *dag, const char *id, const char *input_json, PGresult *d,
+                    bool with_results, struct cn_buf *snap, struct cn_errmsg *em)
+{
+    struct rn_exec_cfg cfg;
+    struct rn_iid iid;
+    struct ir_val input = ir_null();
+    struct rn_done *done = NULL;
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    size_t n = 0;
+    int row, rows = with_results ? PQntuples(d) : 0;
+    cn_err rv;
+
+    memset(&cfg, 0, sizeof(cfg));
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    if (!cn_uuid_parse(id, iid.b)) {
+        return cn_errmsg_set(em, CN_PARSE, "bad instance id");
+    }
+    if ((rv = ir_val_from_json(input_json, strlen(input_json), &input, em)) != CN_OK) {
+        return rv;
+    }
+    done = calloc(rows > 0 ? (size_t) rows : 1, sizeof(*done));
+    if (done == NULL) {
+        ir_val_release(input);
+        return CN_NOMEM;
+    }
+    for (row = 0; row < rows; row++) {
+        struct rn_done *x = &done[n];
+        struct cn_errmsg vem;
+        size_t len = 0;
+        unsigned char *raw = unhex(PQgetvalue(d, row, 4), &len);
+
+        if (raw != NULL && cn_uuid_parse(PQgetvalue(d, row, 0), x->exec_id.b) &&
+            ir_val_from_msgpack(raw, len, IR_MP_INTERNAL, &x->value, &vem) == CN_OK) {
+            x->attempt = (uint32_t) strtoul(PQgetvalue(d, row, 1), NULL, 10);
+            x->ok = strcmp(PQgetvalue(d, row, 2), "ok") == 0;
+            n++;
+        }
+        free(raw);
+    }
+    rv = rn_instance_resume_unsnapshotted(dag, iid, input, done, n, &cfg, cn_wall_ms(), false, &in,
+                                          &o, em);
+    if (rv == CN_OK) {
+        rv = rn_instance_snapshot(in, snap);
+    }
+    rn_instance_free(in);
+    rn_step_out_fini(&o);
+    while (n > 0) {
+        ir_val_release(done[--n].value);
+    }
+    free(done);
+    ir_val_release(input);
+    return rv;
+}
+
 int
 ctl_cmd_inspect(int argc, char **argv)
 {
@@ -1473,23 +1534,32 @@ ctl_cmd_inspect(int argc, char **argv)
         status = EXIT_REJECTED;
         goto out;
     }
-    /* The live graph, decoded against the instance's own version. */
-    if (!PQgetisnull(r, 0, 4)) {
+    /* The live graph, decoded against the instance's own version; for a started instance
+     * without a snapshot, recomputed (a run that ended so resumes from its first step). */
+    if (!PQgetisnull(r, 0, 4) || !PQgetisnull(r, 0, 8)) {
         struct ir_diags diags;
         const char *src = PQgetvalue(r, 0, 3);
-        unsigned char *snap;
-        size_t len = 0;
+        struct cn_buf snap = CN_BUF_INIT;
+        bool running = strcmp(PQgetvalue(r, 0, 0), "running") == 0 ||
+                       strcmp(PQgetvalue(r, 0, 0), "queued") == 0;
 
         ir_diags_init(&diags, "source", src, strlen(src));
         rv = ir_compile_source(src, strlen(src), &diags, &dag);
         ir_diags_fini(&diags);
-        snap = rv == CN_OK ? unhex(PQgetvalue(r, 0, 4), &len) : NULL;
-        if (snap == NULL || rn_snapshot_describe(dag, snap, len, &live, &em) != CN_OK) {
+        if (rv == CN_OK && !PQgetisnull(r, 0, 4)) {
+            size_t len = 0;
+            unsigned char *raw = unhex(PQgetvalue(r, 0, 4), &len);
+            rv = raw != NULL && cn_buf_append(&snap, raw, len) == CN_OK ? CN_OK : CN_NOMEM;
+            free(raw);
+        } else if (rv == CN_OK) {
+            rv = unsnapshotted_state(dag, id, PQgetvalue(r, 0, 12), d, running, &snap, &em);
+        }
+        if (rv != CN_OK || rn_snapshot_describe(dag, snap.data, snap.len, &live, &em) != CN_OK) {
             fprintf(stderr, "cairnctl inspect: the stored state cannot be decoded: %s\n",
-                    rv != CN_OK ? "its version does not compile" : em.text);
+                    dag == NULL ? "its version does not compile" : em.text);
             live = ir_null();
         }
-        free(snap);
+        cn_buf_fini(&snap);
     }
     if (ir_list_new((size_t) PQntuples(d), &acts) != CN_OK) {
         status = EXIT_USAGE;

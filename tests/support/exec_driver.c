@@ -52,6 +52,9 @@ struct world {
     } results;
     struct cn_buf snap;
     struct t_result *r;
+    struct rn_iid iid;
+    struct ir_val input;  /* kept for a resume without a snapshot */
+    bool skip_first_snap; /* the next absorb writes no snapshot: the claim records that step */
 };
 
 /* ---- actions ------------------------------------------------------------------------------ */
@@ -217,7 +220,10 @@ absorb(struct world *w, struct rn_step_out *o)
         cr_assert_eq(CN_VEC_PUSH(&w->results, d), CN_OK);
     }
     /* As the shard writes them: a run that fails keeps its last running snapshot (redrive). */
-    if (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED) {
+    if (w->skip_first_snap) {
+        w->skip_first_snap = false;
+        w->r->first_unwritten = true;
+    } else if (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED) {
         cn_buf_clear(&w->snap);
         cr_assert_eq(rn_instance_snapshot(w->in, &w->snap), CN_OK);
         w->r->snapshots++;
@@ -313,8 +319,15 @@ crash(struct world *w, struct rn_step_out *o)
     rn_instance_free(w->in);
     w->in = NULL;
     drop_pending(w); /* in-flight dispatches and timers die with the runner */
-    rv = rn_instance_hydrate(w->dag, w->snap.data, w->snap.len, w->results.items, w->results.len,
-                             &w->cfg, w->now, &w->in, o, &em);
+    if (w->snap.len == 0) {
+        cr_assert(w->r->first_unwritten, "a crash with no snapshot and a written first step");
+        rv = rn_instance_resume_unsnapshotted(w->dag, w->iid, w->input, w->results.items,
+                                              w->results.len, &w->cfg, w->now, false, &w->in, o,
+                                              &em);
+    } else {
+        rv = rn_instance_hydrate(w->dag, w->snap.data, w->snap.len, w->results.items,
+                                 w->results.len, &w->cfg, w->now, &w->in, o, &em);
+    }
     cr_assert_eq(rv, CN_OK, "hydrate failed: %s (%s)", cn_errname(rv), em.text);
     w->r->crashes++;
     absorb(w, o);
@@ -349,8 +362,19 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
         iid.b[i] = (uint8_t) (i * 17 + 3);
     }
     cr_assert_eq(rn_instance_start(w.dag, iid, input, &w.cfg, w.now, &w.in, &o), CN_OK);
-    ir_val_release(input);
+    w.iid = iid;
+    w.input = input;
+    if (opts->first_step_by_claim && o.outcome == RN_RUNNING && !o.timed && o.done.len == 0) {
+        size_t k;
+        w.skip_first_snap = true;
+        for (k = 0; k < o.actions.len; k++) {
+            w.skip_first_snap = w.skip_first_snap && o.actions.items[k].call == IR_CALL_ACTION;
+        }
+    }
     absorb(&w, &o);
+    if (opts->crash_after_start && r.outcome == RN_RUNNING) {
+        crash(&w, &o);
+    }
     while (r.outcome == RN_RUNNING) {
         struct {
             struct rn_event *items;
@@ -456,7 +480,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
             /* cairn.retry: the instance is claimed again and redriven from its last running
              * snapshot and every result recorded so far. */
             cn_err rv;
-            cr_assert_gt(w.snap.len, 0, "nothing to redrive from");
+            cr_assert(w.snap.len > 0 || r.first_unwritten, "nothing to redrive from");
             rn_instance_stats(w.in, &st);
             r.stale += (int) st.stale_events;
             rn_instance_free(w.in);
@@ -467,8 +491,14 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
             r.json = r.error_type = NULL;
             r.outcome = RN_RUNNING;
             r.redrives++;
-            rv = rn_instance_redrive(w.dag, w.snap.data, w.snap.len, w.results.items, w.results.len,
-                                     &w.cfg, w.now, &w.in, &o, &em);
+            if (w.snap.len == 0) {
+                rv = rn_instance_resume_unsnapshotted(w.dag, w.iid, w.input, w.results.items,
+                                                      w.results.len, &w.cfg, w.now, true, &w.in, &o,
+                                                      &em);
+            } else {
+                rv = rn_instance_redrive(w.dag, w.snap.data, w.snap.len, w.results.items,
+                                         w.results.len, &w.cfg, w.now, &w.in, &o, &em);
+            }
             cr_assert_eq(rv, CN_OK, "redrive failed: %s (%s)", cn_errname(rv), em.text);
             absorb(&w, &o);
         }
@@ -487,6 +517,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
         ir_val_release(w.results.items[i].value);
     }
     free(w.results.items);
+    ir_val_release(w.input);
     cn_buf_fini(&w.snap);
     rn_instance_free(w.in);
     rn_step_out_fini(&o);

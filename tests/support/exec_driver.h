@@ -34,6 +34,11 @@ struct t_opts {
     uint64_t max_inline_steps; /* the executor's budget per step; 0: its default */
     int max_steps;             /* safety net; 0 = 100000 */
     int redrives;              /* redrive (cairn.retry) a run that fails, up to this many times */
+    /* As the shard does: a first step that is not `timed` writes no snapshot (its claim records
+     * it), and a crash or redrive with no snapshot resumes through
+     * rn_instance_resume_unsnapshotted. */
+    bool first_step_by_claim;
+    bool crash_after_start; /* crash and rehydrate once right after the first step */
 };
 
 struct t_result {
@@ -48,7 +53,8 @@ struct t_result {
     int duplicate_done; /* requests for an (id, attempt) that already had a recorded result */
     int stale;          /* events the executor dropped as stale, summed over incarnations */
     size_t max_live_nodes;
-    size_t snapshots; /* snapshots written */
+    size_t snapshots;     /* snapshots written */
+    bool first_unwritten; /* first_step_by_claim: the first step wrote no snapshot */
     size_t first_snapshot_bytes, last_snapshot_bytes, max_snapshot_bytes;
     int64_t elapsed_ms;     /* simulated time from start to outcome */
     int64_t backoff_ms[64]; /* delays of the retry timers, in the order they were set */

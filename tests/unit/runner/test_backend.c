@@ -357,6 +357,68 @@ Test(backend, postgres_a_result_is_recorded_once)
     a_result_is_recorded_once(true);
 }
 
+/* A claim says whether an earlier claim started the instance, and reads back the results
+ * recorded for a started instance that has no snapshot (its first step went out recorded by
+ * the claim): the runner resumes it from them. Under every claim path: plain, and with a
+ * concurrency limit (cairn.claim_limited, PostgreSQL only). */
+static void
+a_started_instance_without_a_snapshot_comes_back_with_its_results(bool pg, bool limited)
+{
+    struct fx f;
+    struct rn_claimed *c = NULL;
+    struct cn_errmsg em = {{0}};
+    struct rn_done d;
+    struct rn_write w;
+    struct rn_iid id;
+
+    fx_open(&f, pg);
+    if (limited) {
+        PGresult *r = PQexec(f.admin, "SELECT cairn.limit_set('t', 5)");
+        cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(f.admin));
+        PQclear(r);
+    }
+    fx_enqueue(&f, 4, &id);
+    cr_assert_eq(claim(&f, 30000, &c), 1);
+    cr_expect_not(c[0].started_before, "a new instance was started before");
+    cr_expect_eq(c[0].ndone, 0);
+    /* The first step went out with no write; its result is recorded, still no snapshot. */
+    memset(&d, 0, sizeof(d));
+    memset(d.exec_id.b, 0xE3, 16);
+    d.attempt = 1;
+    d.ok = true;
+    d.value = ir_int(40);
+    w = write_for(&c[0]);
+    w.done = &d;
+    w.ndone = 1;
+    persist(&f, &w, 1);
+    cr_assert(!w.lost);
+    cr_assert_eq(f.b->ops->release(f.b, &c[0].lock, 1, &em), CN_OK, "%s", em.text);
+    rn_claimed_free(c, 1);
+
+    cr_assert_eq(claim(&f, 30000, &c), 1);
+    cr_expect(c[0].started_before, "the second claim does not know it was started");
+    cr_expect_null(c[0].state);
+    cr_assert_eq(c[0].ndone, 1, "the result recorded without a snapshot was not read back");
+    cr_expect_eq(c[0].done[0].value.u.i, 40);
+    rn_claimed_free(c, 1);
+    fx_close(&f);
+}
+
+Test(backend, memory_a_started_instance_without_a_snapshot_comes_back_with_its_results)
+{
+    a_started_instance_without_a_snapshot_comes_back_with_its_results(false, false);
+}
+
+Test(backend, postgres_a_started_instance_without_a_snapshot_comes_back_with_its_results)
+{
+    a_started_instance_without_a_snapshot_comes_back_with_its_results(true, false);
+}
+
+Test(backend, postgres_a_started_instance_under_a_limit_comes_back_with_its_results)
+{
+    a_started_instance_without_a_snapshot_comes_back_with_its_results(true, true);
+}
+
 static void
 expired_leases_move_and_the_old_holder_is_fenced(bool pg)
 {

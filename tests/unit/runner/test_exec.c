@@ -156,67 +156,87 @@ Test(exec, examples_answering_one_action_per_step)
 
 /* ---- crash replay -------------------------------------------------------------------------- */
 
-/* Crashes after step k for every k the uninterrupted run has, and after every step. */
-static void
+/* Crashes after step k for every k the uninterrupted run has, and after every step: with every
+ * step written, and as the shard runs a new instance (a first step that reads no clock is
+ * recorded by its claim, not a snapshot), then also right after that first step. */
+static int
 replay_everywhere(const char *src, const char *input)
 {
     struct t_result base = t_run(src, input, &plain), r;
-    struct t_opts o = {0};
-    int k;
+    int k, by_claim, unwritten = 0;
 
     cr_assert(base.outcome == RN_COMPLETED || base.outcome == RN_FAILED);
-    for (k = 1; k <= base.steps + 1; k++) {
-        o.crash_after_step = k;
+    for (by_claim = 0; by_claim < 2; by_claim++) {
+        struct t_opts o = {.first_step_by_claim = by_claim};
+        const char *mode = by_claim ? " (first step recorded by the claim)" : "";
+
+        for (k = 0; k <= base.steps + 1; k++) {
+            o.crash_after_start = k == 0;
+            o.crash_after_step = k;
+            if (k == 0 && !by_claim) {
+                continue;
+            }
+            r = t_run(src, input, &o);
+            cr_expect_eq(r.outcome, base.outcome, "crash after step %d changed the outcome%s", k,
+                         mode);
+            cr_expect_str_eq(r.json, base.json, "crash after step %d changed the result%s", k,
+                             mode);
+            cr_expect_eq(r.duplicate_done, 0, "crash after step %d: a completed action ran again%s",
+                         k, mode);
+            unwritten += r.first_unwritten;
+            t_result_free(&r);
+        }
+        o.crash_after_start = false;
+        o.crash_after_step = 0;
+        o.crash_every_step = true;
         r = t_run(src, input, &o);
-        cr_expect_eq(r.outcome, base.outcome, "crash after step %d changed the outcome", k);
-        cr_expect_str_eq(r.json, base.json, "crash after step %d changed the result", k);
-        cr_expect_eq(r.duplicate_done, 0, "crash after step %d: a completed action ran again", k);
+        cr_expect_eq(r.outcome, base.outcome, "crashing after every step changed the outcome%s",
+                     mode);
+        cr_expect_str_eq(r.json, base.json, "crashing after every step changed the result%s", mode);
+        cr_expect_eq(r.duplicate_done, 0);
+        if (base.steps > 1) {
+            cr_expect_geq(r.crashes, 1);
+        }
         t_result_free(&r);
     }
-    o.crash_after_step = 0;
-    o.crash_every_step = true;
-    r = t_run(src, input, &o);
-    cr_expect_eq(r.outcome, base.outcome, "crashing after every step changed the outcome");
-    cr_expect_str_eq(r.json, base.json, "crashing after every step changed the result");
-    cr_expect_eq(r.duplicate_done, 0);
-    if (base.steps > 1) {
-        cr_expect_geq(r.crashes, 1);
-    }
-    t_result_free(&r);
     t_result_free(&base);
+    return unwritten;
 }
 
 Test(exec, crash_replay_of_every_example)
 {
     size_t i, n;
+    int unwritten = 0;
     json_t *cases = example_cases(&n);
 
     for (i = 0; i < n; i++) {
         struct example_case ec = example_case(cases, i);
         char *src = example(ec.name);
-        replay_everywhere(src, ec.input);
+        unwritten += replay_everywhere(src, ec.input);
         free(src);
     }
     json_decref(cases);
+    /* Most examples start with an action and no deadline: their first step went unwritten. */
+    cr_expect_gt(unwritten, (int) n, "%d runs resumed without a snapshot", unwritten);
 }
 
 Test(exec, crash_replay_of_retries_sleeps_fanout_and_failures)
 {
-    replay_everywhere("fn main():\n"
-                      "    a = @std.flaky(key=\"k\", failures=2) [retry: 3, backoff: 50ms]\n"
-                      "    sleep 1\n"
-                      "    xs = spread [1, 2, 3, 4]:v -> @std.fail_if(value=v, bad=[])\n"
-                      "    b, c = parallel:\n"
-                      "        @std.echo(value=a)\n"
-                      "        @std.add(a=1, b=2)\n"
-                      "    return [a, xs, b, c]\n",
-                      "{}");
-    replay_everywhere("fn main():\n"
-                      "    xs = spread [1, 2, 3]:v -> @std.fail_if(value=v, bad=[2, 3])\n"
-                      "    return xs\n",
-                      "{}");
-    replay_everywhere("fn main():\n    r = @std.hang() [timeout: 2s] [ActionTimeout -> retry: 1]\n",
-                      "{}");
+    (void) replay_everywhere("fn main():\n"
+                             "    a = @std.flaky(key=\"k\", failures=2) [retry: 3, backoff: 50ms]\n"
+                             "    sleep 1\n"
+                             "    xs = spread [1, 2, 3, 4]:v -> @std.fail_if(value=v, bad=[])\n"
+                             "    b, c = parallel:\n"
+                             "        @std.echo(value=a)\n"
+                             "        @std.add(a=1, b=2)\n"
+                             "    return [a, xs, b, c]\n",
+                             "{}");
+    (void) replay_everywhere("fn main():\n"
+                             "    xs = spread [1, 2, 3]:v -> @std.fail_if(value=v, bad=[2, 3])\n"
+                             "    return xs\n",
+                             "{}");
+    (void) replay_everywhere(
+        "fn main():\n    r = @std.hang() [timeout: 2s] [ActionTimeout -> retry: 1]\n", "{}");
 }
 
 /* ---- control flow -------------------------------------------------------------------------- */
@@ -1310,12 +1330,12 @@ Test(exec, a_fail_fast_error_can_be_caught_and_replays_the_same)
     cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
     cr_assert_str_eq(r.json, "[\"caught\", \"1\", 3]");
     t_result_free(&r);
-    replay_everywhere(src, "{}");
-    replay_everywhere("fn main():\n"
-                      "    a, b = parallel [fail_fast]:\n"
-                      "        @std.flaky(key=\"k\", failures=1) [retry: 2, backoff: 10ms]\n"
-                      "        @std.fail(type=\"Declined\")\n",
-                      "{}");
+    (void) replay_everywhere(src, "{}");
+    (void) replay_everywhere("fn main():\n"
+                             "    a, b = parallel [fail_fast]:\n"
+                             "        @std.flaky(key=\"k\", failures=1) [retry: 2, backoff: 10ms]\n"
+                             "        @std.fail(type=\"Declined\")\n",
+                             "{}");
 }
 
 /* max_elapsed bounds the time for retries from the first attempt's dispatch: the last retry
@@ -1362,7 +1382,7 @@ Test(exec, a_retry_sees_the_previous_attempts_error)
     cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
     cr_assert_str_eq(r.json, "[null, \"attempt 2 failed\"]");
     t_result_free(&r);
-    replay_everywhere(src, "{}");
+    (void) replay_everywhere(src, "{}");
 }
 
 /* RN_EV_TIMEOUT ends the instance timed_out with a WorkflowTimeout (a TimeoutError), and its
@@ -1635,7 +1655,7 @@ Test(exec, fail_fast_in_a_nested_branch_drops_everything_under_it)
     cr_assert_lt(r.elapsed_ms, 10, "not after the hangs' timeouts: %lld ms",
                  (long long) r.elapsed_ms);
     t_result_free(&r);
-    replay_everywhere(src, "{}");
+    (void) replay_everywhere(src, "{}");
 }
 
 /* Found by review: a sibling whose request this same step made is dropped from the step's
@@ -2663,4 +2683,78 @@ Test(exec, hydration_output_does_not_depend_on_uninitialized_memory)
     rn_step_out_fini(&o);
     rn_instance_free(in);
     t_compiled_free(&c);
+}
+
+/* ---- a first step recorded by the claim ---------------------------------------------------- */
+
+/* A first step is `timed` when what it records depends on its clock: the shard then writes it
+ * before its actions go out, so that a restart cannot move a deadline or a retry bound. */
+Test(exec, a_first_step_that_reads_the_clock_is_timed)
+{
+    static const struct {
+        const char *src;
+        bool timed;
+    } cases[] = {
+        {"fn main():\n    a = @std.echo(value=1)\n", false},
+        {"fn main():\n    a = @std.echo(value=1) [retry: 3, backoff: 1s]\n", false},
+        {"fn main():\n    a = @std.echo(value=1) [deadline: 1s]\n", true},
+        {"fn main():\n    a = @std.echo(value=1) [retry: 3, backoff: 1s, max_elapsed: 5s]\n", true},
+        {"fn main():\n    sleep 1\n    return 1\n", true},
+        {"fn main():\n    x = 1 + 2\n    a, b = parallel:\n        @std.echo(value=x)\n"
+         "        @std.echo(value=2) [deadline: 5s]\n    return [a, b]\n",
+         true},
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct t_compiled c = t_compile(cases[i].src);
+        struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
+        struct rn_instance *in = NULL;
+        struct rn_step_out o;
+        struct rn_iid id = {{7}};
+        struct ir_val input;
+
+        cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+        memset(&o, 0, sizeof(o));
+        o.result = ir_null();
+        cr_assert_eq(ir_map_new(0, &input), CN_OK);
+        cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+        cr_expect_eq(o.outcome, RN_RUNNING, "case %zu", i);
+        cr_expect_eq(o.timed, cases[i].timed, "case %zu: %s", i, cases[i].src);
+        ir_val_release(input);
+        rn_step_out_fini(&o);
+        rn_instance_free(in);
+        t_compiled_free(&c);
+    }
+}
+
+/* A run that fails before it wrote any snapshot (its first step recorded by the claim, the
+ * results after it only fed an aggregate) is redriven from the snapshot its first step would
+ * have written: the action that succeeded does not run again, the one that failed does, and a
+ * crash anywhere on the way changes nothing. */
+Test(exec, a_run_without_a_snapshot_is_redriven_from_its_first_step)
+{
+    static const char *const src = "fn main():\n"
+                                   "    a, b = parallel:\n"
+                                   "        @std.echo(value=1)\n"
+                                   "        @std.until(key=1, failures=1)\n"
+                                   "    return [a, b]\n";
+    int k;
+
+    for (k = 0; k <= 5; k++) {
+        struct t_opts o = {.redrives = 1,
+                           .one_at_a_time = true,
+                           .first_step_by_claim = true,
+                           .crash_after_start = k == 0,
+                           .crash_after_step = k};
+        struct t_result r;
+        t_until_reset();
+        r = t_run(src, "{}", &o);
+        cr_expect(r.first_unwritten, "crash after step %d: the first step was written", k);
+        cr_expect_eq(r.outcome, RN_COMPLETED, "crash after step %d: %s", k, r.json);
+        cr_expect_str_eq(r.json, "[1, 2]", "crash after step %d", k);
+        cr_expect_eq(r.redrives, 1, "crash after step %d", k);
+        cr_expect_eq(r.duplicate_done, 0, "crash after step %d: a completed action ran again", k);
+        t_result_free(&r);
+    }
 }

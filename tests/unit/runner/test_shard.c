@@ -21,16 +21,27 @@
 
 TestSuite(shard, .fini = t_leak_check, .timeout = 60);
 
+/* The actions of these two have a deadline, so their first step reads the clock and is written
+ * before its actions go out, like every later step (what most tests here look at: the write
+ * barrier). A first step that reads no clock goes out with no write: plain_src, below. */
 static const char *const steps_src = "fn main(input: [n], output: [total]):\n"
+                                     "    total = 0\n"
+                                     "    for i in range(n):\n"
+                                     "        r = @t.echo(value=i) [deadline: 1h]\n"
+                                     "        total = total + r\n"
+                                     "    return total\n";
+
+static const char *const spread_src =
+    "fn main(input: [n], output: [count]):\n"
+    "    results = spread range(n):i -> @t.noop(i=i) [deadline: 1h]\n"
+    "    return len(results)\n";
+
+static const char *const plain_src = "fn main(input: [n], output: [total]):\n"
                                      "    total = 0\n"
                                      "    for i in range(n):\n"
                                      "        r = @t.echo(value=i)\n"
                                      "        total = total + r\n"
                                      "    return total\n";
-
-static const char *const spread_src = "fn main(input: [n], output: [count]):\n"
-                                      "    results = spread range(n):i -> @t.noop(i=i)\n"
-                                      "    return len(results)\n";
 
 static const char *const nap_src = "fn main(input: [s], output: [woke]):\n"
                                    "    sleep s\n"
@@ -212,6 +223,121 @@ Test(shard, an_action_is_never_dispatched_before_its_write_commits)
     cr_expect_eq(rn_shard_busy(h.sh), 0);
     cr_expect_eq(rn_shard_claim_latency(h.sh)->count, 1);
     h_fini(&h);
+}
+
+/* A new instance's first step that reads no clock is recorded by the claim: its action goes out
+ * at once, with no write; every later step goes through the barrier. */
+Test(shard, a_first_step_that_reads_no_clock_goes_out_with_no_write)
+{
+    struct rn_pool_dispatch d[4];
+    struct h h;
+
+    h_init(&h, plain_src, 60000);
+    h_claim(&h, 1, 11, "{\"n\": 2}");
+    cr_assert_eq(h.out.leases.len, 1);
+    cr_expect_eq(h.out.writes.len, 0, "the claim records the first step");
+    cr_assert_eq(h.out.dispatches.len, 1, "its action goes out at once");
+    cr_expect_eq(h.out.dispatches.items[0].attempt, 1);
+    cr_expect_eq(h.out.dispatches.items[0].deadline_ms, 0);
+    cr_expect_eq(rn_shard_busy(h.sh), 1);
+    cr_expect_eq(rn_shard_claim_latency(h.sh)->count, 1);
+    (void) h_take_dispatches(&h, d, 4);
+
+    h_result(&h, &d[0], 5);
+    cr_assert_eq(h.out.writes.len, 1, "the second step is written");
+    cr_expect_eq(h.out.writes.items[0]->w.ndone, 1);
+    cr_expect_not_null(h.out.writes.items[0]->w.state, "with the snapshot the claim did not write");
+    cr_expect_eq(h.out.dispatches.len, 0, "dispatched before its write committed");
+    h_ack(&h, 1, 11, false);
+    cr_assert_eq(h.out.dispatches.len, 1);
+    (void) h_take_dispatches(&h, d, 4);
+    h_result(&h, &d[0], 6);
+    cr_assert_eq(h.out.writes.len, 1);
+    cr_expect_eq(h.out.writes.items[0]->w.outcome, RN_COMPLETED);
+    cr_expect_eq(h.out.writes.items[0]->w.result.u.i, 11);
+    h_ack(&h, 1, 11, false);
+    cr_expect_eq(h.out.completed, 1);
+    cr_expect_eq(rn_shard_count(h.sh), 0);
+    h_fini(&h);
+}
+
+/* Claims an instance that an earlier claim started (no snapshot: its first step went out
+ * recorded by that claim), with the results recorded since. */
+static void
+h_claim_started(struct h *h, uint8_t tag, uint8_t lock_tag, const char *input_json,
+                const struct rn_done *done, size_t ndone)
+{
+    struct rn_iid iid = iid_of(tag);
+    struct rn_sev *e;
+    size_t k;
+
+    e = rn_sev_new(RN_SEV_NEW, iid);
+    e->claimed.instance_id = iid;
+    e->claimed.lock = token_of(lock_tag);
+    e->claimed.workflow = strdup("t");
+    e->claimed.started_before = true;
+    T_OK(ir_val_from_json(input_json, strlen(input_json), &e->claimed.input, NULL));
+    e->claimed.done = calloc(ndone ? ndone : 1, sizeof(*done));
+    for (k = 0; k < ndone; k++) {
+        e->claimed.done[k] = done[k];
+        e->claimed.done[k].value = ir_val_retain(done[k].value);
+    }
+    e->claimed.ndone = ndone;
+    e->dag = h->c.dag;
+    e->claimed_mono_us = h->now.mono_us;
+    h_apply(h, e);
+}
+
+/* The runner that held it died after the first step's action went out: the next claim runs the
+ * first step again and hydrates what it would have written. Without a recorded result the same
+ * attempt is requested again (at least once); with one, the action is not run again and the
+ * instance goes on from its result. */
+Test(shard, a_started_instance_without_a_snapshot_resumes_from_its_first_step)
+{
+    struct rn_pool_dispatch first[1], d[4];
+    struct rn_done done;
+    struct h h, again, resumed;
+
+    h_init(&h, plain_src, 60000);
+    h_claim(&h, 6, 60, "{\"n\": 2}");
+    cr_assert_eq(h_take_dispatches(&h, first, 1), 1);
+    h_fini(&h); /* the runner dies */
+
+    h_init(&again, plain_src, 60000);
+    h_claim_started(&again, 6, 61, "{\"n\": 2}", NULL, 0);
+    cr_assert_eq(again.out.writes.len, 1, "a resumed instance writes its snapshot");
+    cr_expect_not_null(again.out.writes.items[0]->w.state);
+    cr_expect_eq(again.out.dispatches.len, 0);
+    h_ack(&again, 6, 61, false);
+    cr_assert_eq(again.out.dispatches.len, 1);
+    cr_expect(rn_xid_eq(again.out.dispatches.items[0].exec_id, first[0].exec_id),
+              "the same execution id is requested again");
+    cr_expect_eq(again.out.dispatches.items[0].attempt, 1);
+    cr_expect(rn_token_eq(again.out.dispatches.items[0].lock, token_of(61)));
+    h_fini(&again);
+
+    h_init(&resumed, plain_src, 60000);
+    memset(&done, 0, sizeof(done));
+    done.exec_id = first[0].exec_id;
+    done.attempt = 1;
+    done.ok = true;
+    done.value = ir_int(5);
+    h_claim_started(&resumed, 6, 62, "{\"n\": 2}", &done, 1);
+    cr_assert_eq(resumed.out.writes.len, 1, "the step after the recorded result is written");
+    cr_expect_eq(resumed.out.writes.items[0]->w.ndone, 0,
+                 "a recorded result is not recorded again");
+    cr_expect_not_null(resumed.out.writes.items[0]->w.state);
+    cr_expect_eq(resumed.out.dispatches.len, 0);
+    h_ack(&resumed, 6, 62, false);
+    cr_assert_eq(h_take_dispatches(&resumed, d, 4), 1, "only the second action goes out");
+    cr_expect_not(rn_xid_eq(d[0].exec_id, first[0].exec_id));
+    h_result(&resumed, &d[0], 6);
+    cr_assert_eq(resumed.out.writes.len, 1);
+    cr_expect_eq(resumed.out.writes.items[0]->w.outcome, RN_COMPLETED);
+    cr_expect_eq(resumed.out.writes.items[0]->w.result.u.i, 11, "the recorded 5 plus 6");
+    h_ack(&resumed, 6, 62, false);
+    cr_expect_eq(resumed.out.completed, 1);
+    h_fini(&resumed);
 }
 
 /* A result that arrives while the instance's write is in flight waits, and is applied (and
