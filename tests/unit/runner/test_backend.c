@@ -373,9 +373,7 @@ a_started_instance_without_a_snapshot_comes_back_with_its_results(bool pg, bool 
 
     fx_open(&f, pg);
     if (limited) {
-        PGresult *r = PQexec(f.admin, "SELECT cairn.limit_set('t', 5)");
-        cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(f.admin));
-        PQclear(r);
+        pg_exec_ok(f.admin, "SELECT cairn.limit_set('t', 5)");
     }
     fx_enqueue(&f, 4, &id);
     cr_assert_eq(claim(&f, 30000, &c), 1);

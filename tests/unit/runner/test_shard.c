@@ -116,20 +116,40 @@ h_apply(struct h *h, struct rn_sev *e)
     rn_sev_free(e);
 }
 
+/* Claims instance `tag` under token `lock_tag`; started_before, with the results recorded
+ * since (done, ndone), for an instance an earlier claim started (no snapshot: its first step
+ * went out recorded by that claim). */
 static void
-h_claim(struct h *h, uint8_t tag, uint8_t lock_tag, const char *input_json)
+h_claim_as(struct h *h, uint8_t tag, uint8_t lock_tag, const char *input_json, bool started_before,
+           const struct rn_done *done, size_t ndone)
 {
     struct rn_iid iid = iid_of(tag);
     struct rn_sev *e;
+    size_t k;
 
     e = rn_sev_new(RN_SEV_NEW, iid);
     e->claimed.instance_id = iid;
     e->claimed.lock = token_of(lock_tag);
     e->claimed.workflow = strdup("t");
+    e->claimed.started_before = started_before;
     T_OK(ir_val_from_json(input_json, strlen(input_json), &e->claimed.input, NULL));
+    if (ndone > 0) {
+        e->claimed.done = calloc(ndone, sizeof(*done));
+        for (k = 0; k < ndone; k++) {
+            e->claimed.done[k] = done[k];
+            e->claimed.done[k].value = ir_val_retain(done[k].value);
+        }
+        e->claimed.ndone = ndone;
+    }
     e->dag = h->c.dag;
     e->claimed_mono_us = h->now.mono_us;
     h_apply(h, e);
+}
+
+static void
+h_claim(struct h *h, uint8_t tag, uint8_t lock_tag, const char *input_json)
+{
+    h_claim_as(h, tag, lock_tag, input_json, false, NULL, 0);
 }
 
 static void
@@ -261,33 +281,6 @@ Test(shard, a_first_step_that_reads_no_clock_goes_out_with_no_write)
     h_fini(&h);
 }
 
-/* Claims an instance that an earlier claim started (no snapshot: its first step went out
- * recorded by that claim), with the results recorded since. */
-static void
-h_claim_started(struct h *h, uint8_t tag, uint8_t lock_tag, const char *input_json,
-                const struct rn_done *done, size_t ndone)
-{
-    struct rn_iid iid = iid_of(tag);
-    struct rn_sev *e;
-    size_t k;
-
-    e = rn_sev_new(RN_SEV_NEW, iid);
-    e->claimed.instance_id = iid;
-    e->claimed.lock = token_of(lock_tag);
-    e->claimed.workflow = strdup("t");
-    e->claimed.started_before = true;
-    T_OK(ir_val_from_json(input_json, strlen(input_json), &e->claimed.input, NULL));
-    e->claimed.done = calloc(ndone ? ndone : 1, sizeof(*done));
-    for (k = 0; k < ndone; k++) {
-        e->claimed.done[k] = done[k];
-        e->claimed.done[k].value = ir_val_retain(done[k].value);
-    }
-    e->claimed.ndone = ndone;
-    e->dag = h->c.dag;
-    e->claimed_mono_us = h->now.mono_us;
-    h_apply(h, e);
-}
-
 /* The runner that held it died after the first step's action went out: the next claim runs the
  * first step again and hydrates what it would have written. Without a recorded result the same
  * attempt is requested again (at least once); with one, the action is not run again and the
@@ -304,7 +297,7 @@ Test(shard, a_started_instance_without_a_snapshot_resumes_from_its_first_step)
     h_fini(&h); /* the runner dies */
 
     h_init(&again, plain_src, 60000);
-    h_claim_started(&again, 6, 61, "{\"n\": 2}", NULL, 0);
+    h_claim_as(&again, 6, 61, "{\"n\": 2}", true, NULL, 0);
     cr_assert_eq(again.out.writes.len, 1, "a resumed instance writes its snapshot");
     cr_expect_not_null(again.out.writes.items[0]->w.state);
     cr_expect_eq(again.out.dispatches.len, 0);
@@ -322,7 +315,7 @@ Test(shard, a_started_instance_without_a_snapshot_resumes_from_its_first_step)
     done.attempt = 1;
     done.ok = true;
     done.value = ir_int(5);
-    h_claim_started(&resumed, 6, 62, "{\"n\": 2}", &done, 1);
+    h_claim_as(&resumed, 6, 62, "{\"n\": 2}", true, &done, 1);
     cr_assert_eq(resumed.out.writes.len, 1, "the step after the recorded result is written");
     cr_expect_eq(resumed.out.writes.items[0]->w.ndone, 0,
                  "a recorded result is not recorded again");
