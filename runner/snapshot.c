@@ -17,7 +17,8 @@
  * max_elapsed bound applies to that action) and their last error as none.
  *
  * Decoding checks every reference against the template and the state machine of exec_int.h,
- * so a corrupt snapshot is an error (CN_PARSE/CN_RANGE/CN_VERSION), never a crash.
+ * and every time against [0, SNAP_MAX_TIME_MS], so a corrupt snapshot is an error
+ * (CN_PARSE/CN_RANGE/CN_VERSION), never a crash or an overflow.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,23 @@ si(struct sdec *d, const msgpack_object *o, int64_t *v, const char *what)
     return sfail(d, CN_PARSE, what);
 }
 
+/* The latest wall-clock time a snapshot may hold, in ms (9999-12-31T23:59:59.999Z). Times are
+ * ms since the epoch or 0 for none; the executor adds durations of at most a year and a day to
+ * them (a retry bound from first_at), which this bound keeps far from overflow. */
+#define SNAP_MAX_TIME_MS 253402300799999LL
+
+static bool
+stime(struct sdec *d, const msgpack_object *o, int64_t *v, const char *what)
+{
+    if (!si(d, o, v, what)) {
+        return false;
+    }
+    if (*v < 0 || *v > SNAP_MAX_TIME_MS) {
+        return sfail(d, CN_RANGE, what);
+    }
+    return true;
+}
+
 static bool
 sopt(struct sdec *d, const msgpack_object *o, size_t limit, uint32_t *v, const char *what)
 {
@@ -389,8 +407,8 @@ sdec_node(struct sdec *d, const msgpack_object *o, uint32_t nscopes, uint32_t nn
     }
     in->s.items[x->scope].refs++;
     if (!su(d, &a[6], UINT32_MAX, &u, "bad attempt") ||
-        !si(d, &a[7], &x->scheduled_at, "bad scheduled_at") ||
-        !si(d, &a[8], &x->deadline, "bad deadline")) {
+        !stime(d, &a[7], &x->scheduled_at, "bad scheduled_at") ||
+        !stime(d, &a[8], &x->deadline, "bad deadline")) {
         return false;
     }
     x->attempt = (uint32_t) u;
@@ -423,7 +441,7 @@ sdec_node(struct sdec *d, const msgpack_object *o, uint32_t nscopes, uint32_t nn
         }
     }
     if (format >= 2) {
-        if (!si(d, &a[11], &x->first_at, "bad first_at")) {
+        if (!stime(d, &a[11], &x->first_at, "bad first_at")) {
             return false;
         }
         if (a[12].type != MSGPACK_OBJECT_NIL) {

@@ -2758,3 +2758,92 @@ Test(exec, a_run_without_a_snapshot_is_redriven_from_its_first_step)
         t_result_free(&r);
     }
 }
+
+/* Sets field `field` of the first node of snapshot snap (see runner/snapshot.c) to v and packs
+ * the result into out. */
+static void
+snapshot_with_node_field(const struct cn_buf *snap, uint32_t field, int64_t v, msgpack_sbuffer *out)
+{
+    msgpack_unpacked u;
+    msgpack_packer pk;
+    uint32_t k;
+    bool done = false;
+
+    msgpack_unpacked_init(&u);
+    cr_assert_eq(msgpack_unpack_next(&u, snap->data, snap->len, NULL), MSGPACK_UNPACK_SUCCESS);
+    cr_assert_eq(u.data.type, MSGPACK_OBJECT_MAP);
+    for (k = 0; k < u.data.via.map.size; k++) {
+        msgpack_object_kv *kv = &u.data.via.map.ptr[k];
+        if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == 5 &&
+            memcmp(kv->key.via.str.ptr, "nodes", 5) == 0) {
+            msgpack_object *node = &kv->val.via.array.ptr[0];
+            msgpack_object *f = &node->via.array.ptr[field];
+            cr_assert_gt(kv->val.via.array.size, 0);
+            cr_assert_gt(node->via.array.size, field);
+            f->type = v < 0 ? MSGPACK_OBJECT_NEGATIVE_INTEGER : MSGPACK_OBJECT_POSITIVE_INTEGER;
+            if (v < 0) {
+                f->via.i64 = v;
+            } else {
+                f->via.u64 = (uint64_t) v;
+            }
+            done = true;
+        }
+    }
+    cr_assert(done, "no nodes in the snapshot");
+    msgpack_sbuffer_init(out);
+    msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+    cr_assert_eq(msgpack_pack_object(&pk, u.data), 0);
+    msgpack_unpacked_destroy(&u);
+}
+
+/* Times in a snapshot are wall-clock ms: one outside [0, the end of year 9999] is refused, not
+ * used (a retry bound counted from a first_at near INT64_MIN overflowed). */
+Test(exec, a_snapshot_time_out_of_range_is_refused)
+{
+    struct t_compiled c = t_compile("fn main():\n"
+                                    "    a = @std.echo(value=1) [retry: 3, backoff: 1s, "
+                                    "max_elapsed: 5s]\n");
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
+    struct rn_instance *in = NULL, *back = NULL;
+    struct rn_step_out o;
+    struct cn_buf snap = CN_BUF_INIT;
+    struct cn_errmsg em;
+    struct ir_val input;
+    struct rn_iid id = {{5, 5}};
+    static const uint32_t fields[] = {7, 8, 11}; /* scheduled_at, deadline, first_at */
+    static const int64_t bad[] = {-1, INT64_MIN, 253402300800000LL, INT64_MAX};
+    size_t i, j;
+
+    memset(&o, 0, sizeof(o));
+    o.result = ir_null();
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    cr_assert_eq(ir_map_new(0, &input), CN_OK);
+    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+    ir_val_release(input);
+    cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
+    rn_instance_free(in);
+    for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        msgpack_sbuffer sb;
+        /* The last time a snapshot may hold is taken. */
+        snapshot_with_node_field(&snap, fields[i], 253402300799999LL, &sb);
+        rn_step_out_clear(&o);
+        cr_expect_eq(
+            rn_instance_hydrate(c.dag, sb.data, sb.size, NULL, 0, &cfg, 2000, &back, &o, &em),
+            CN_OK, "field %u at the bound: %s", fields[i], em.text);
+        rn_instance_free(back);
+        back = NULL;
+        msgpack_sbuffer_destroy(&sb);
+        for (j = 0; j < sizeof(bad) / sizeof(bad[0]); j++) {
+            snapshot_with_node_field(&snap, fields[i], bad[j], &sb);
+            rn_step_out_clear(&o);
+            cr_expect_eq(
+                rn_instance_hydrate(c.dag, sb.data, sb.size, NULL, 0, &cfg, 2000, &back, &o, &em),
+                CN_RANGE, "field %u = %lld was accepted", fields[i], (long long) bad[j]);
+            cr_expect_null(back);
+            msgpack_sbuffer_destroy(&sb);
+        }
+    }
+    rn_step_out_fini(&o);
+    cn_buf_fini(&snap);
+    t_compiled_free(&c);
+}
