@@ -1700,18 +1700,14 @@ rn_pool_snapshot_fini(struct rn_pool_snapshot *s)
 static struct rn_pool *left_behind;
 static pthread_mutex_t left_behind_mtx = PTHREAD_MUTEX_INITIALIZER;
 
-/* The stop of a pool whose nng_close hangs: the attempts in flight are reported lost as in a
- * normal stop (their instances run them again; nothing is dropped), and the pool is kept.
- * The callbacks nng may still run see `stopping` and return without calling out. */
+/* A stopping pool reports every attempt still in flight lost (WorkerLost): their instances
+ * run them again, nothing is dropped. */
 static void
-pool_leave_behind(struct rn_pool *p)
+report_in_flight_lost(struct rn_pool *p)
 {
     struct results rs = RESULTS_INIT;
     size_t i;
 
-    cn_log(CN_LOG_WARN,
-           "pool: the worker socket did not close within %d ms (nng 1.5.2); left behind",
-           WP_CLOSE_TIMEOUT_MS);
     cn_mutex_lock(&p->mtx);
     for (i = 0; i < p->nfl; i++) {
         if (p->fl[i].used && !p->fl[i].done) {
@@ -1722,6 +1718,18 @@ pool_leave_behind(struct rn_pool *p)
     }
     cn_mutex_unlock(&p->mtx);
     results_deliver(p, &rs);
+}
+
+/* The stop of a pool whose nng_close hangs: the attempts in flight are reported lost as in a
+ * normal stop, and the pool is kept. The callbacks nng may still run see `stopping` and
+ * return without calling out. */
+static void
+pool_leave_behind(struct rn_pool *p)
+{
+    cn_log(CN_LOG_WARN,
+           "pool: the worker socket did not close within %d ms (nng 1.5.2); left behind",
+           WP_CLOSE_TIMEOUT_MS);
+    report_in_flight_lost(p);
     cn_mutex_lock(&left_behind_mtx);
     p->left_next = left_behind;
     left_behind = p;
@@ -1731,7 +1739,6 @@ pool_leave_behind(struct rn_pool *p)
 void
 rn_pool_stop(struct rn_pool *p)
 {
-    struct results rs = RESULTS_INIT;
     struct pctx *c, *next;
     struct worker *w, *wn;
     struct queued *q, *qn;
@@ -1758,16 +1765,12 @@ rn_pool_stop(struct rn_pool *p)
         nng_aio_free(c->aio);
         free(c);
     }
+    report_in_flight_lost(p);
     for (i = 0; i < p->nfl; i++) {
-        if (p->fl[i].used && !p->fl[i].done) {
-            synthetic_error(&rs, p->fl[i].instance_id, p->fl[i].exec_id, p->fl[i].attempt,
-                            rn_error_name(RN_ERR_WORKER_LOST), "the worker pool stopped");
-        }
         if (p->fl[i].used && p->fl[i].q != NULL) {
             queued_free(p->fl[i].q);
         }
     }
-    results_deliver(p, &rs);
     for (w = p->workers; w != NULL; w = wn) {
         wn = w->next;
         worker_free(w);

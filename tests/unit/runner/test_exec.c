@@ -2712,16 +2712,11 @@ Test(exec, a_first_step_that_reads_the_clock_is_timed)
         struct rn_instance *in = NULL;
         struct rn_step_out o;
         struct rn_iid id = {{7}};
-        struct ir_val input;
 
         cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
-        memset(&o, 0, sizeof(o));
-        o.result = ir_null();
-        cr_assert_eq(ir_map_new(0, &input), CN_OK);
-        cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
+        start_empty(c.dag, id, &cfg, &in, &o);
         cr_expect_eq(o.outcome, RN_RUNNING, "case %zu", i);
         cr_expect_eq(o.timed, cases[i].timed, "case %zu: %s", i, cases[i].src);
-        ir_val_release(input);
         rn_step_out_fini(&o);
         rn_instance_free(in);
         t_compiled_free(&c);
@@ -2808,18 +2803,13 @@ Test(exec, a_snapshot_time_out_of_range_is_refused)
     struct rn_step_out o;
     struct cn_buf snap = CN_BUF_INIT;
     struct cn_errmsg em;
-    struct ir_val input;
     struct rn_iid id = {{5, 5}};
     static const uint32_t fields[] = {7, 8, 11}; /* scheduled_at, deadline, first_at */
     static const int64_t bad[] = {-1, INT64_MIN, 253402300800000LL, INT64_MAX};
     size_t i, j;
 
-    memset(&o, 0, sizeof(o));
-    o.result = ir_null();
     cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
-    cr_assert_eq(ir_map_new(0, &input), CN_OK);
-    cr_assert_eq(rn_instance_start(c.dag, id, input, &cfg, 1000, &in, &o), CN_OK);
-    ir_val_release(input);
+    start_empty(c.dag, id, &cfg, &in, &o);
     cr_assert_eq(rn_instance_snapshot(in, &snap), CN_OK);
     rn_instance_free(in);
     for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
