@@ -79,7 +79,9 @@ struct rn_claimed {
     struct ir_val input;      /* the input object */
     void *state;              /* the last committed snapshot; NULL for a fresh instance */
     size_t state_len;
-    struct rn_done *done; /* the latest recorded result per execution id (values owned) */
+    uint32_t state_step;  /* the last step the snapshot holds (rn_done.step; 0: none) */
+    struct rn_done *done; /* the latest recorded result per execution id, and every result
+                             numbered as a step after state_step (values owned) */
     size_t ndone;
     char *cancel_reason; /* a cancel was asked for (cairn.cancel) while another runner held it:
                             its reason (malloc'd); NULL: none */
@@ -88,7 +90,7 @@ struct rn_claimed {
     int64_t timeout_ms;  /* the timeout the deadline comes from, for the error message */
     bool redrive;        /* queued again by cairn.retry: resume with rn_instance_redrive */
     bool started_before; /* an earlier claim started it: without a snapshot, its first step went
-                            out recorded by that claim (rn_instance_resume_unsnapshotted) */
+                            out recorded by that claim (rn_instance_resume) */
     struct rn_child_link parent; /* a child instance: the parent call it answers */
 };
 
@@ -118,6 +120,7 @@ struct rn_write {
     size_t ndone;
     const void *state; /* the new snapshot, or NULL to keep the stored one */
     size_t state_len;
+    uint32_t state_step;     /* with state: the last step it holds (rn_done.step) */
     enum rn_outcome outcome; /* RN_RUNNING: not finished */
     struct ir_val result;    /* COMPLETED: the value; FAILED: the error map */
     int64_t wake_at_ms;      /* with release: when to claim it again (wall ms); else unused */

@@ -31,6 +31,7 @@ struct mem_instance {
     char *workflow;
     struct ir_val input;
     struct cn_buf state; /* len 0: none yet */
+    uint32_t state_step; /* the last step the snapshot holds (rn_done.step) */
     enum rn_outcome outcome;
     bool running;         /* claimed (status running) */
     bool started;         /* claimed at least once (started_at) */
@@ -160,14 +161,16 @@ mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orph
             memcpy(cl[n].state, best->state.data, best->state.len);
             cl[n].state_len = best->state.len;
         }
-        /* The latest result per execution id. */
+        cl[n].state_step = best->state_step;
+        /* As backend_pg: the latest result per execution id of those that are no step, and
+         * every step after the snapshot. */
         cl[n].done = cn_xcalloc(best->ndone ? best->ndone : 1, sizeof(*cl[n].done));
         for (k = best->ndone; k > 0; k--) {
             const struct rn_done *d = &best->done[k - 1];
             size_t j;
-            bool seen = false;
-            for (j = 0; j < cl[n].ndone && !seen; j++) {
-                seen = rn_xid_eq(cl[n].done[j].exec_id, d->exec_id);
+            bool seen = d->step > 0 && d->step <= best->state_step;
+            for (j = 0; j < cl[n].ndone && !seen && d->step == 0; j++) {
+                seen = cl[n].done[j].step == 0 && rn_xid_eq(cl[n].done[j].exec_id, d->exec_id);
             }
             if (!seen) {
                 cl[n].done[cl[n].ndone] = *d;
@@ -279,6 +282,9 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
             if (cn_buf_append(&in->state, w[i].state, w[i].state_len) != CN_OK) {
                 cn_mutex_unlock(&b->mtx);
                 return CN_NOMEM;
+            }
+            if (w[i].outcome == RN_RUNNING) {
+                in->state_step = w[i].state_step;
             }
         }
         if (w[i].outcome != RN_RUNNING) {

@@ -393,7 +393,7 @@ get_uuid(PGresult *r, int row, int col, uint8_t out[16])
     "                THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel,"              \
     "           floor(extract(epoch FROM ri.deadline_at) * 1000)::bigint AS deadline,"         \
     "           ri.timeout_ms, ri.redrive, CASE WHEN NOT ri.detached THEN ri.parent_id END AS" \
-    "           parent_id, ri.parent_exec_id, ri.parent_attempt, q.again"
+    "           parent_id, ri.parent_exec_id, ri.parent_attempt, q.again, ri.state_step"
 
 
 /* While some workflow has a concurrency limit (0012), the claim first takes instances waiting
@@ -418,11 +418,18 @@ static const char *claim_sql[2][2] = {
      CLAIM_LIMITED_FIRST CLAIM_WALKS(CLAIM_FREE_FAIR, CLAIM_LIMITED_REST)
          CLAIM_LIMITED_Q CLAIM_MARK}};
 
+/* The latest result per execution id of those recorded with a snapshot (or by a child), and
+ * every result recorded as a step after the snapshot: those are replayed in order. */
 static const char *done_sql =
-    "SELECT DISTINCT ON (instance_id, execution_id) instance_id, execution_id, attempt,"
-    "       status = 'ok', result"
-    "  FROM cairn.runner_actions_done WHERE instance_id = ANY($1::uuid[])"
-    " ORDER BY instance_id, execution_id, attempt DESC, id DESC";
+    "(SELECT DISTINCT ON (instance_id, execution_id) instance_id, execution_id, attempt,"
+    "        status = 'ok', result, NULL::integer AS step"
+    "   FROM cairn.runner_actions_done WHERE instance_id = ANY($1::uuid[]) AND step IS NULL"
+    "  ORDER BY instance_id, execution_id, attempt DESC, id DESC)"
+    " UNION ALL"
+    " SELECT d.instance_id, d.execution_id, d.attempt, d.status = 'ok', d.result, d.step"
+    "   FROM cairn.runner_actions_done d JOIN cairn.runner_instances ri"
+    "     ON ri.instance_id = d.instance_id"
+    "  WHERE d.instance_id = ANY($1::uuid[]) AND d.step > ri.state_step";
 
 void
 rn_claimed_free(struct rn_claimed *c, size_t n)
@@ -474,6 +481,7 @@ attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
         }
         d->attempt = be32(PQgetvalue(r, row, 2));
         d->ok = PQgetvalue(r, row, 3)[0] != 0;
+        d->step = PQgetlength(r, row, 5) == 4 ? be32(PQgetvalue(r, row, 5)) : 0;
         if (ir_val_from_msgpack(PQgetvalue(r, row, 4), (size_t) PQgetlength(r, row, 4),
                                 IR_MP_INTERNAL, &d->value, &em) != CN_OK) {
             /* A result that does not decode is skipped: hydration then runs that attempt
@@ -638,6 +646,7 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
         /* The claim's own mark is in the row it returns; whether an earlier claim had started
          * it was read before (binary bool). */
         c->started_before = PQgetlength(r, row, 13) == 1 && PQgetvalue(r, row, 13)[0] == 1;
+        c->state_step = PQgetlength(r, row, 14) == 4 ? be32(PQgetvalue(r, row, 14)) : 0;
         barr_uuid(&ids, c->instance_id.b);
         resumed = resumed || c->state != NULL || c->started_before;
         n++;
@@ -740,21 +749,22 @@ static const struct {
      " WHERE q.instance_id = t.i AND (t.l IS NULL OR q.lock_uuid = t.l) FOR UPDATE) x",
      2, "uu"},
     {"cairn_done",
-     "INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status, result)"
-     " SELECT t.i, t.e, t.a, t.s, t.x FROM unnest($1::uuid[], $2::uuid[],"
-     " $3::uuid[], $4::integer[], $5::text[], $6::bytea[]) AS t(i, l, e, a, s, x)"
+     "INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status, result,"
+     " step) SELECT t.i, t.e, t.a, t.s, t.x, t.k FROM unnest($1::uuid[], $2::uuid[],"
+     " $3::uuid[], $4::integer[], $5::text[], $6::bytea[], $7::integer[]) AS"
+     " t(i, l, e, a, s, x, k)"
      " CROSS JOIN LATERAL (SELECT 1 FROM cairn.queued_instances q WHERE q.instance_id = t.i"
      " AND q.lock_uuid = t.l OFFSET 0) ok"
      " WHERE NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d"
      " WHERE d.instance_id = t.i AND d.execution_id = t.e AND d.attempt = t.a)",
-     6, "uuuitb"},
+     7, "uuuitbi"},
     {"cairn_state",
-     "UPDATE cairn.runner_instances ri SET state = t.s, redrive = false FROM"
+     "UPDATE cairn.runner_instances ri SET state = t.s, state_step = t.k, redrive = false FROM"
      " unnest($1::uuid[],"
-     " $2::uuid[], $3::bytea[]) AS t(i, l, s) CROSS JOIN LATERAL (SELECT 1 FROM"
-     " cairn.queued_instances q WHERE q.instance_id = t.i AND q.lock_uuid = t.l OFFSET 0) ok"
-     " WHERE ri.instance_id = t.i",
-     3, "uub"},
+     " $2::uuid[], $3::bytea[], $4::integer[]) AS t(i, l, s, k) CROSS JOIN LATERAL (SELECT 1"
+     " FROM cairn.queued_instances q WHERE q.instance_id = t.i AND q.lock_uuid = t.l OFFSET 0)"
+     " ok WHERE ri.instance_id = t.i",
+     4, "uubi"},
     {"cairn_release",
      "WITH t AS (SELECT t.w, ok.tid FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS"
      " t(i, l, w) CROSS JOIN LATERAL (SELECT q.ctid AS tid FROM cairn.queued_instances q"
@@ -1011,6 +1021,11 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             barr_int(&a[PS_DONE][3], d->attempt);
             barr_put(&a[PS_DONE][4], d->ok ? "ok" : "error", d->ok ? 2 : 5);
             barr_put(&a[PS_DONE][5], tmp.data, tmp.len);
+            if (d->step > 0) {
+                barr_int(&a[PS_DONE][6], d->step);
+            } else {
+                barr_null(&a[PS_DONE][6]);
+            }
         }
         for (k = 0; k < w[i].nchildren; k++) {
             struct rn_child_start *c = &w[i].children[k];
@@ -1064,6 +1079,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             barr_uuid(&a[PS_STATE][0], w[i].instance_id.b);
             barr_uuid(&a[PS_STATE][1], w[i].lock.b);
             barr_put(&a[PS_STATE][2], w[i].state, w[i].state_len);
+            barr_int(&a[PS_STATE][3], w[i].state_step);
         }
         if (w[i].outcome != RN_RUNNING) {
             const char *status = rn_outcome_name(w[i].outcome);

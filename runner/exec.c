@@ -275,6 +275,7 @@ out_done(struct rn_instance *in, const struct rn_xnode *x, bool ok, struct ir_va
 {
     struct rn_done d;
 
+    memset(&d, 0, sizeof(d));
     d.exec_id = x->id;
     d.attempt = x->attempt;
     d.ok = ok;
@@ -1855,32 +1856,121 @@ rn_instance_redrive(const struct ir_dag *dag, const void *snap, size_t len,
     return hydrate(dag, snap, len, results, nresults, cfg, now_ms, true, out, o, err);
 }
 
-cn_err
-rn_instance_resume_unsnapshotted(const struct ir_dag *dag, struct rn_iid instance_id,
-                                 struct ir_val input, const struct rn_done *results,
-                                 size_t nresults, const struct rn_exec_cfg *cfg, int64_t now_ms,
-                                 bool redrive, struct rn_instance **out, struct rn_step_out *o,
-                                 struct cn_errmsg *err)
+bool
+rn_step_by_results(const struct rn_step_out *o, const struct rn_event *evs, size_t n)
 {
-    struct rn_instance *first = NULL;
+    size_t k;
+
+    if (o->timed || o->outcome != RN_RUNNING || o->cancels.len > 0 || o->child_cancels.len > 0 ||
+        n == 0 || o->done.len != n) {
+        return false;
+    }
+    for (k = 0; k < o->actions.len; k++) {
+        if (o->actions.items[k].call != IR_CALL_ACTION) {
+            return false;
+        }
+    }
+    for (k = 0; k < n; k++) {
+        const struct rn_done *d = &o->done.items[k];
+        if ((evs[k].kind != RN_EV_RESULT && evs[k].kind != RN_EV_ERROR) || evs[k].recorded ||
+            !rn_xid_eq(d->exec_id, evs[k].exec_id) || d->attempt != evs[k].attempt ||
+            d->ok != (evs[k].kind == RN_EV_RESULT)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static int
+cmp_step(const void *x, const void *y)
+{
+    const struct rn_done *a = *(const struct rn_done *const *) x;
+    const struct rn_done *b = *(const struct rn_done *const *) y;
+
+    return a->step < b->step ? -1 : a->step > b->step;
+}
+
+/* The state of r before its hydration (rn_instance_resume): its snapshot, or its first step,
+ * with the steps recorded by their results replayed on it in order. Those no longer running at
+ * their turn are appended to rest[*nrest]. */
+static cn_err
+replay(const struct ir_dag *dag, const struct rn_resume *r, const struct rn_done **steps,
+       size_t nsteps, const struct rn_exec_cfg *cfg, int64_t now_ms, struct rn_done *rest,
+       size_t *nrest, struct cn_buf *snap, struct cn_errmsg *err)
+{
+    struct rn_instance *in = NULL;
     struct rn_step_out scratch;
-    struct cn_buf snap = {0};
+    size_t i;
     cn_err rv;
 
     memset(&scratch, 0, sizeof(scratch));
     scratch.result = ir_null();
-    rv = rn_instance_start(dag, instance_id, input, cfg, now_ms, &first, &scratch);
-    rn_step_out_fini(&scratch);
-    if (rv != CN_OK) {
-        return rv;
+    /* What either call asks for (dispatches, timers) is what the hydration at the end asks
+     * for again: dropped here. */
+    rv = r->snap != NULL
+             ? hydrate(dag, r->snap, r->len, NULL, 0, cfg, now_ms, false, &in, &scratch, err)
+             : rn_instance_start(dag, r->instance_id, r->input, cfg, now_ms, &in, &scratch);
+    for (i = 0; rv == CN_OK && i < nsteps; i++) {
+        struct rn_event ev;
+
+        rn_step_out_clear(&scratch);
+        memset(&ev, 0, sizeof(ev));
+        ev.kind = steps[i]->ok ? RN_EV_RESULT : RN_EV_ERROR;
+        ev.exec_id = steps[i]->exec_id;
+        ev.attempt = steps[i]->attempt;
+        ev.value = steps[i]->value;
+        rv = rn_instance_step(in, &ev, 1, now_ms, &scratch);
+        if (rv == CN_OK && scratch.done.len == 0) {
+            rest[(*nrest)++] = *steps[i];
+        }
     }
-    rv = rn_instance_snapshot(first, &snap);
-    rn_instance_free(first);
+    rn_step_out_fini(&scratch);
     if (rv == CN_OK) {
-        rv =
-            hydrate(dag, snap.data, snap.len, results, nresults, cfg, now_ms, redrive, out, o, err);
+        rv = rn_instance_snapshot(in, snap);
+    }
+    rn_instance_free(in);
+    return rv;
+}
+
+cn_err
+rn_instance_resume(const struct ir_dag *dag, const struct rn_resume *r,
+                   const struct rn_exec_cfg *cfg, int64_t now_ms, struct rn_instance **out,
+                   struct rn_step_out *o, struct cn_errmsg *err)
+{
+    const struct rn_done **steps;
+    struct rn_done *rest;
+    struct cn_buf snap = CN_BUF_INIT;
+    size_t i, nsteps = 0, nrest = 0;
+    cn_err rv;
+
+    *out = NULL;
+    steps = malloc((r->nresults ? r->nresults : 1) * sizeof(*steps));
+    rest = malloc((r->nresults ? r->nresults : 1) * sizeof(*rest));
+    if (steps == NULL || rest == NULL) {
+        free(steps);
+        free(rest);
+        return CN_NOMEM;
+    }
+    for (i = 0; i < r->nresults; i++) {
+        if (r->results[i].step > r->state_step) {
+            steps[nsteps++] = &r->results[i];
+        } else if (r->results[i].step == 0) {
+            rest[nrest++] = r->results[i];
+        } /* else held by the snapshot already */
+    }
+    if (nsteps == 0 && r->snap != NULL) {
+        rv = hydrate(dag, r->snap, r->len, rest, nrest, cfg, now_ms, r->redrive, out, o, err);
+    } else {
+        qsort(steps, nsteps, sizeof(*steps), cmp_step);
+        rv = replay(dag, r, steps, nsteps, cfg, now_ms, rest, &nrest, &snap, err);
+        if (rv == CN_OK) {
+            rv = hydrate(dag, snap.data, snap.len, rest, nrest, cfg, now_ms, r->redrive, out, o,
+                         err);
+        }
     }
     cn_buf_fini(&snap);
+    free(steps);
+    free(rest);
     return rv;
 }
 

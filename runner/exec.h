@@ -112,6 +112,10 @@ struct rn_done {
     uint32_t attempt;
     bool ok;
     struct ir_val value; /* owned by the step output */
+    /* The step this result makes, for a result whose write carried no snapshot (the shard
+     * numbers them; rn_instance_resume replays them in this order); 0: the write that recorded
+     * it carried a snapshot, or it is no step of this instance's own (a child's outcome). */
+    uint32_t step;
 };
 
 /* How an instance stands (running, or how it ended), with the name its status has in
@@ -221,16 +225,42 @@ CN_MUST_CHECK cn_err rn_instance_redrive(const struct ir_dag *dag, const void *s
                                          struct rn_instance **out, struct rn_step_out *o,
                                          struct cn_errmsg *err);
 
-/* Resumes an instance that was started (claimed) before but has no snapshot: its first step,
- * recorded by the claim and not by a snapshot (the shard dispatches a first step that is not
- * `timed` without one), is run again and the result is hydrated, or redriven when redrive,
- * from the snapshot that step would have written, with `results` as in rn_instance_hydrate.
- * Equivalent to hydrating that snapshot because the step is a function of the instance's id
- * and input alone. Returns what rn_instance_start and rn_instance_hydrate return. */
-CN_MUST_CHECK cn_err rn_instance_resume_unsnapshotted(
-    const struct ir_dag *dag, struct rn_iid instance_id, struct ir_val input,
-    const struct rn_done *results, size_t nresults, const struct rn_exec_cfg *cfg, int64_t now_ms,
-    bool redrive, struct rn_instance **out, struct rn_step_out *o, struct cn_errmsg *err);
+/* Whether the step that produced o (from events evs[0..n), applied one at a time) may be
+ * recorded by its results alone, with no snapshot (rn_instance_resume replays it): it read no
+ * clock (not timed), the instance runs on, it started no child and stopped nothing, and it
+ * consumed exactly those events, each a result of one of its own actions that made one done
+ * record, in order. A child's outcome (recorded), a timer, a cancel, or a stale result that
+ * made no record does not qualify. */
+bool rn_step_by_results(const struct rn_step_out *o, const struct rn_event *evs, size_t n);
+
+/* What is committed of an instance that was started before (rn_instance_resume). */
+struct rn_resume {
+    const void *snap; /* its last snapshot; NULL: none (its first step went out recorded by the
+                         claim that started it, and is run again from instance_id and input) */
+    size_t len;
+    struct rn_iid instance_id;
+    struct ir_val input;           /* borrowed */
+    uint32_t state_step;           /* the last step the snapshot holds (0: none) */
+    const struct rn_done *results; /* recorded results (borrowed): those with a step greater
+                                      than state_step are steps to replay, the rest as in
+                                      rn_instance_hydrate */
+    size_t nresults;
+    bool redrive; /* resume with rn_instance_redrive's rules */
+};
+
+/* Resumes an instance from what is committed: its snapshot, or for an instance without one its
+ * first step run again; then, in step order, every step recorded by its result alone (one
+ * event each, as the step that recorded it applied it; the shard writes no snapshot for a step
+ * that read no clock and consumed only results of its own, each numbered); then hydrates, or
+ * redrives when redrive, the state so rebuilt with the other results. Equivalent to hydrating
+ * the snapshot the last of those steps would have written, because each is a function of the
+ * state before it and its result. A recorded step that no longer applies (its attempt is not
+ * running at its turn) is handed to the hydration like any other result. Returns what
+ * rn_instance_start and rn_instance_hydrate return. */
+CN_MUST_CHECK cn_err rn_instance_resume(const struct ir_dag *dag, const struct rn_resume *r,
+                                        const struct rn_exec_cfg *cfg, int64_t now_ms,
+                                        struct rn_instance **out, struct rn_step_out *o,
+                                        struct cn_errmsg *err);
 
 /* Describes a snapshot for people (cairnctl inspect): a list with one map per live execution
  * node: exec_id, status (running, backoff, sleeping, waiting), kind (the template node's kind:

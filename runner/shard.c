@@ -42,7 +42,15 @@ struct inst {
     int64_t active_ms;           /* wall clock of the last event applied (child-wait hand-back) */
     bool idle_armed;             /* a child-wait check is in the timer heap */
     bool first_step;             /* its output is a new instance's first step (handle_output) */
+    uint32_t step_seq;           /* the last step numbered by a result (rn_done.step) */
+    uint32_t unsnapped;          /* steps recorded by their results since the last snapshot */
 };
+
+/* A step recorded by its results alone is replayed by whoever resumes the instance (from the
+ * last snapshot, rn_instance_resume): after this many, the next step writes a snapshot, which
+ * bounds that replay and the results a claim reads back. Replaying one step costs microseconds;
+ * a snapshot's update, a row version and its WAL (bench/RESULTS.md). */
+#define RN_SHARD_REPLAY_MAX 64
 
 /* The timer entry of a child-wait check (an execution id no executor makes: version nibble 0). */
 static const struct rn_xid idle_check = {{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f, 0xff, 0xff,
@@ -415,7 +423,8 @@ take_children(struct rn_shard *sh, struct rn_step_out *o, struct rn_wreq *q)
 /* Acts on the output of a step (in sh->step): writes what must be durable, holding actions and
  * timers until it commits; releases at once what needs no write. */
 static void
-handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn_shard_out *out)
+handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, size_t nevs,
+              struct cn_now now, struct rn_shard_out *out)
 {
     struct rn_step_out *o = &sh->step;
     struct rn_wreq *q;
@@ -423,10 +432,18 @@ handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn
     /* A new instance's first step that read no clock is recorded by the claim that took it: the
      * claim committed the instance as started (started_at), and the step is a function of its
      * id and input alone, so a runner that claims it next recomputes the snapshot this step
-     * would write (rn_instance_resume_unsnapshotted) and hydrates it with the results recorded
+     * would write (rn_instance_resume) and hydrates it with the results recorded
      * meanwhile. Its actions go out without that write: one commit and one row version less
      * per instance (bench/RESULTS.md). */
     bool claim_records = in->first_step && !o->timed;
+    /* Likewise a later step that read no clock and consumed only results of its own actions
+     * (rn_step_by_results), each one event applied alone (the executor promises a batch behaves
+     * so): the state after it is a function of the state before it and those results. Its
+     * write records them, each numbered as a step, and no snapshot; a runner that resumes the
+     * instance replays them from the last snapshot (rn_instance_resume). One row version and
+     * about a third of the WAL less per step (bench/RESULTS.md). */
+    bool by_results = in->unsnapped + nevs <= RN_SHARD_REPLAY_MAX &&
+                      in->step_seq <= INT32_MAX - nevs && rn_step_by_results(o, evs, nevs);
 
     in->first_step = false;
     if (o->done.len == 0 && (!o->snapshot_needed || claim_records) && o->outcome == RN_RUNNING &&
@@ -447,14 +464,22 @@ handle_output(struct rn_shard *sh, struct inst *in, struct cn_now now, struct rn
         q->w.done = q->done;
         q->w.ndone = q->ndone;
     }
-    /* A run that fails, is cancelled or times out keeps its last running snapshot: a redrive
-     * (cairn.retry) resumes from it. The final one (no live nodes) would leave nothing to run. */
-    if (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED) {
+    if (by_results) {
+        for (k = 0; k < q->ndone; k++) {
+            q->done[k].step = ++in->step_seq;
+        }
+        in->unsnapped += (uint32_t) q->ndone;
+    } else if (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED) {
+        /* A run that fails, is cancelled or times out keeps its last running snapshot: a
+         * redrive (cairn.retry) resumes from it, and replays the steps recorded after it. The
+         * final one (no live nodes) would leave nothing to run. */
         if (rn_instance_snapshot(in->ex, &q->state) != CN_OK) {
             cn_oom("instance snapshot");
         }
         q->w.state = q->state.data;
         q->w.state_len = q->state.len;
+        q->w.state_step = in->step_seq;
+        in->unsnapped = 0;
     }
     q->w.outcome = o->outcome;
     if (o->outcome != RN_RUNNING) {
@@ -503,6 +528,7 @@ out_late(struct rn_shard_out *out, struct rn_iid iid, const struct rn_event *ev)
 {
     struct rn_late_result l;
 
+    memset(&l, 0, sizeof(l));
     l.instance_id = iid;
     l.d.exec_id = ev->exec_id;
     l.d.attempt = ev->attempt;
@@ -538,7 +564,7 @@ step_events(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, si
     for (; k < n; k++) {
         keep_late(in, &evs[k]);
     }
-    handle_output(sh, in, now, out);
+    handle_output(sh, in, evs, n, now, out);
 }
 
 /* Fails an instance that cannot resume (its snapshot does not decode or fit its version):
@@ -615,18 +641,32 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     in->timeout_ms = c->timeout_ms;
     in->parent = c->parent;
     in->active_ms = now.wall_ms;
-    if (c->state != NULL && c->redrive) {
-        log_instance(CN_LOG_INFO, in, "redriven: what had not succeeded starts over");
-        rv = rn_instance_redrive(in->dag, c->state, c->state_len, c->done, c->ndone, &sh->cfg.exec,
-                                 now.wall_ms, &in->ex, &sh->step, &em);
-    } else if (c->state != NULL) {
-        rv = rn_instance_hydrate(in->dag, c->state, c->state_len, c->done, c->ndone, &sh->cfg.exec,
-                                 now.wall_ms, &in->ex, &sh->step, &em);
-    } else if (c->started_before) {
-        /* Started before without a snapshot: its first step went out recorded by the claim. */
-        rv = rn_instance_resume_unsnapshotted(in->dag, in->id, c->input, c->done, c->ndone,
-                                              &sh->cfg.exec, now.wall_ms, c->redrive, &in->ex,
-                                              &sh->step, &em);
+    if (c->state != NULL || c->started_before) {
+        /* Resumed from what is committed: the snapshot, or the first step that the claim which
+         * started it recorded, and the steps recorded by their results since. */
+        struct rn_resume r;
+        size_t k;
+
+        memset(&r, 0, sizeof(r));
+        r.snap = c->state;
+        r.len = c->state_len;
+        r.instance_id = in->id;
+        r.input = c->input;
+        r.state_step = c->state_step;
+        r.results = c->done;
+        r.nresults = c->ndone;
+        r.redrive = c->redrive;
+        in->step_seq = c->state_step;
+        for (k = 0; k < c->ndone; k++) {
+            if (c->done[k].step > c->state_step) {
+                in->unsnapped++;
+                in->step_seq = c->done[k].step > in->step_seq ? c->done[k].step : in->step_seq;
+            }
+        }
+        if (c->redrive) {
+            log_instance(CN_LOG_INFO, in, "redriven: what had not succeeded starts over");
+        }
+        rv = rn_instance_resume(in->dag, &r, &sh->cfg.exec, now.wall_ms, &in->ex, &sh->step, &em);
     } else {
         rv = rn_instance_start(in->dag, in->id, c->input, &sh->cfg.exec, now.wall_ms, &in->ex,
                                &sh->step);
@@ -672,7 +712,7 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     } else if (in->deadline_ms != 0) {
         arm_deadline(sh, in, now);
     }
-    handle_output(sh, in, now, out);
+    handle_output(sh, in, NULL, 0, now, out);
 }
 
 /* The heap cannot drop an entry, and a deadline may be months away: an entry stays in it at

@@ -1417,28 +1417,32 @@ print_live(struct ir_val live, bool ended)
     cn_buf_fini(&b);
 }
 
-/* The state of a started instance that has no snapshot: its first step went out recorded by
- * the claim (docs/semantics.md, "Durability and replay"), so it is recomputed from the instance's
- * id and input as a runner resuming it would, with the results recorded since (rows of d:
- * execution id, attempt, status, completed_at, hex result) when with_results. */
+/* The live state of an instance whose stored snapshot is not all of it: a started instance
+ * without one (its first step went out recorded by the claim), or one with steps recorded by
+ * their results after it (docs/semantics.md, "Durability and replay"). Recomputed as a runner
+ * resuming it would (rn_instance_resume), from snap (NULL: none; hex in the row) and the rows of
+ * d (execution id, attempt, status, completed_at, hex result, step): all of them when
+ * with_results, else only the steps. */
 static cn_err
-unsnapshotted_state(const struct ir_dag *dag, const char *id, const char *input_json, PGresult *d,
-                    bool with_results, struct cn_buf *snap, struct cn_errmsg *em)
+resumed_state(const struct ir_dag *dag, const char *id, const char *input_json,
+              const struct cn_buf *snap, uint32_t state_step, PGresult *d, bool with_results,
+              struct cn_buf *out, struct cn_errmsg *em)
 {
     struct rn_exec_cfg cfg;
-    struct rn_iid iid;
+    struct rn_resume r;
     struct ir_val input = ir_null();
     struct rn_done *done = NULL;
     struct rn_instance *in = NULL;
     struct rn_step_out o;
     size_t n = 0;
-    int row, rows = with_results ? PQntuples(d) : 0;
+    int row, rows = PQntuples(d);
     cn_err rv;
 
     memset(&cfg, 0, sizeof(cfg));
+    memset(&r, 0, sizeof(r));
     memset(&o, 0, sizeof(o));
     o.result = ir_null();
-    if (!cn_uuid_parse(id, iid.b)) {
+    if (!cn_uuid_parse(id, r.instance_id.b)) {
         return cn_errmsg_set(em, CN_PARSE, "bad instance id");
     }
     if ((rv = ir_val_from_json(input_json, strlen(input_json), &input, em)) != CN_OK) {
@@ -1453,8 +1457,13 @@ unsnapshotted_state(const struct ir_dag *dag, const char *id, const char *input_
         struct rn_done *x = &done[n];
         struct cn_errmsg vem;
         size_t len = 0;
-        unsigned char *raw = unhex(PQgetvalue(d, row, 4), &len);
+        unsigned char *raw;
 
+        x->step = (uint32_t) strtoul(PQgetvalue(d, row, 5), NULL, 10); /* NULL reads "" */
+        if (!with_results && x->step == 0) {
+            continue;
+        }
+        raw = unhex(PQgetvalue(d, row, 4), &len);
         if (raw != NULL && cn_uuid_parse(PQgetvalue(d, row, 0), x->exec_id.b) &&
             ir_val_from_msgpack(raw, len, IR_MP_INTERNAL, &x->value, &vem) == CN_OK) {
             x->attempt = (uint32_t) strtoul(PQgetvalue(d, row, 1), NULL, 10);
@@ -1463,10 +1472,15 @@ unsnapshotted_state(const struct ir_dag *dag, const char *id, const char *input_
         }
         free(raw);
     }
-    rv = rn_instance_resume_unsnapshotted(dag, iid, input, done, n, &cfg, cn_wall_ms(), false, &in,
-                                          &o, em);
+    r.snap = snap->len > 0 ? snap->data : NULL;
+    r.len = snap->len;
+    r.input = input;
+    r.state_step = state_step;
+    r.results = done;
+    r.nresults = n;
+    rv = rn_instance_resume(dag, &r, &cfg, cn_wall_ms(), &in, &o, em);
     if (rv == CN_OK) {
-        rv = rn_instance_snapshot(in, snap);
+        rv = rn_instance_snapshot(in, out);
     }
     rn_instance_free(in);
     rn_step_out_fini(&o);
@@ -1478,6 +1492,20 @@ unsnapshotted_state(const struct ir_dag *dag, const char *id, const char *input_
     return rv;
 }
 
+/* Whether d (resumed_state's rows) has a step after state_step. */
+static bool
+has_steps_after(PGresult *d, uint32_t state_step)
+{
+    int row;
+
+    for (row = 0; row < PQntuples(d); row++) {
+        if (strtoul(PQgetvalue(d, row, 5), NULL, 10) > state_step) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int
 ctl_cmd_inspect(int argc, char **argv)
 {
@@ -1486,12 +1514,12 @@ ctl_cmd_inspect(int argc, char **argv)
         " encode(ri.state, 'hex'), ri.result::text, ri.error::text, ri.created_at,"
         " ri.started_at, ri.completed_at, q.scheduled_at, coalesce(q.lock_expires_at > now(),"
         " false), ri.input::text, ri.deadline_at, ri.redrive, ri.schedule_name,"
-        " ri.schedule_slot"
+        " ri.schedule_slot, ri.state_step"
         " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv"
         " ON wv.id = ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id"
         " = ri.instance_id WHERE ri.instance_id = $1";
     static const char *done_sql =
-        "SELECT execution_id, attempt, status, completed_at, encode(result, 'hex')"
+        "SELECT execution_id, attempt, status, completed_at, encode(result, 'hex'), step"
         " FROM cairn.runner_actions_done WHERE instance_id = $1 ORDER BY id";
     static const char *history_sql =
         "SELECT status, redriven_at, error->>'type', error->>'message',"
@@ -1534,8 +1562,8 @@ ctl_cmd_inspect(int argc, char **argv)
         status = EXIT_REJECTED;
         goto out;
     }
-    /* The live graph, decoded against the instance's own version; for a started instance
-     * without a snapshot, recomputed (a run that ended so resumes from its first step). */
+    /* The live graph, decoded against the instance's own version; recomputed for a started
+     * instance without a snapshot, or with steps recorded by their results after it. */
     if (!PQgetisnull(r, 0, 4) || !PQgetisnull(r, 0, 8)) {
         struct ir_diags diags;
         const char *src = PQgetvalue(r, 0, 3);
@@ -1546,19 +1574,28 @@ ctl_cmd_inspect(int argc, char **argv)
         ir_diags_init(&diags, "source", src, strlen(src));
         rv = ir_compile_source(src, strlen(src), &diags, &dag);
         ir_diags_fini(&diags);
+        uint32_t state_step = (uint32_t) strtoul(PQgetvalue(r, 0, 17), NULL, 10);
+        struct cn_buf resumed = CN_BUF_INIT;
+        const struct cn_buf *shown = &snap;
+
         if (rv == CN_OK && !PQgetisnull(r, 0, 4)) {
             size_t len = 0;
             unsigned char *raw = unhex(PQgetvalue(r, 0, 4), &len);
             rv = raw != NULL && cn_buf_append(&snap, raw, len) == CN_OK ? CN_OK : CN_NOMEM;
             free(raw);
-        } else if (rv == CN_OK) {
-            rv = unsnapshotted_state(dag, id, PQgetvalue(r, 0, 12), d, running, &snap, &em);
         }
-        if (rv != CN_OK || rn_snapshot_describe(dag, snap.data, snap.len, &live, &em) != CN_OK) {
+        if (rv == CN_OK && (snap.len == 0 || has_steps_after(d, state_step))) {
+            rv = resumed_state(dag, id, PQgetvalue(r, 0, 12), &snap, state_step, d, running,
+                               &resumed, &em);
+            shown = &resumed;
+        }
+        if (rv != CN_OK ||
+            rn_snapshot_describe(dag, shown->data, shown->len, &live, &em) != CN_OK) {
             fprintf(stderr, "cairnctl inspect: the stored state cannot be decoded: %s\n",
                     dag == NULL ? "its version does not compile" : em.text);
             live = ir_null();
         }
+        cn_buf_fini(&resumed);
         cn_buf_fini(&snap);
     }
     if (ir_list_new((size_t) PQntuples(d), &acts) != CN_OK) {

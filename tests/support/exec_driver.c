@@ -55,6 +55,11 @@ struct world {
     struct rn_iid iid;
     struct ir_val input;  /* kept for a resume without a snapshot */
     bool skip_first_snap; /* the next absorb writes no snapshot: the claim records that step */
+    bool by_results;      /* opts->steps_by_results */
+    uint32_t replay_max;
+    const struct rn_event *evs; /* the events of the step absorb takes (NULL: none) */
+    size_t nevs;
+    uint32_t step_seq, unsnapped, state_step; /* as the shard keeps them */
 };
 
 /* ---- actions ------------------------------------------------------------------------------ */
@@ -213,17 +218,27 @@ static void
 absorb(struct world *w, struct rn_step_out *o)
 {
     size_t i;
+    bool by_results = w->by_results && w->unsnapped + w->nevs <= w->replay_max &&
+                      rn_step_by_results(o, w->evs, w->nevs);
 
     for (i = 0; i < o->done.len; i++) {
         struct rn_done d = o->done.items[i];
         d.value = ir_val_retain(d.value);
+        d.step = by_results ? ++w->step_seq : 0;
         cr_assert_eq(CN_VEC_PUSH(&w->results, d), CN_OK);
     }
+    w->evs = NULL;
+    w->nevs = 0;
     /* As the shard writes them: a run that fails keeps its last running snapshot (redrive). */
     if (w->skip_first_snap) {
         w->skip_first_snap = false;
         w->r->first_unwritten = true;
+    } else if (by_results) {
+        w->unsnapped += (uint32_t) o->done.len;
+        w->r->by_results++;
     } else if (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED) {
+        w->state_step = w->step_seq;
+        w->unsnapped = 0;
         cn_buf_clear(&w->snap);
         cr_assert_eq(rn_instance_snapshot(w->in, &w->snap), CN_OK);
         w->r->snapshots++;
@@ -307,6 +322,30 @@ drop_pending(struct world *w)
     w->hung.len = 0;
 }
 
+/* Resumes from what was written, as a runner claiming the instance does (shard.c on_new). */
+static cn_err
+resume(struct world *w, bool redrive, struct rn_step_out *o, struct cn_errmsg *em)
+{
+    struct rn_resume r;
+    size_t i;
+
+    memset(&r, 0, sizeof(r));
+    r.snap = w->snap.len > 0 ? w->snap.data : NULL;
+    r.len = w->snap.len;
+    r.instance_id = w->iid;
+    r.input = w->input;
+    r.state_step = w->state_step;
+    r.results = w->results.items;
+    r.nresults = w->results.len;
+    r.redrive = redrive;
+    w->unsnapped = 0;
+    for (i = 0; i < w->results.len; i++) {
+        w->unsnapped += w->results.items[i].step > w->state_step;
+    }
+    w->r->replayed += w->unsnapped > 0;
+    return rn_instance_resume(w->dag, &r, &w->cfg, w->now, &w->in, o, em);
+}
+
 static void
 crash(struct world *w, struct rn_step_out *o)
 {
@@ -319,15 +358,9 @@ crash(struct world *w, struct rn_step_out *o)
     rn_instance_free(w->in);
     w->in = NULL;
     drop_pending(w); /* in-flight dispatches and timers die with the runner */
-    if (w->snap.len == 0) {
-        cr_assert(w->r->first_unwritten, "a crash with no snapshot and a written first step");
-        rv = rn_instance_resume_unsnapshotted(w->dag, w->iid, w->input, w->results.items,
-                                              w->results.len, &w->cfg, w->now, false, &w->in, o,
-                                              &em);
-    } else {
-        rv = rn_instance_hydrate(w->dag, w->snap.data, w->snap.len, w->results.items,
-                                 w->results.len, &w->cfg, w->now, &w->in, o, &em);
-    }
+    cr_assert(w->snap.len > 0 || w->r->first_unwritten,
+              "a crash with no snapshot and a written first step");
+    rv = resume(w, false, o, &em);
     cr_assert_eq(rv, CN_OK, "hydrate failed: %s (%s)", cn_errname(rv), em.text);
     w->r->crashes++;
     absorb(w, o);
@@ -354,6 +387,8 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
     cr_assert_eq(ir_val_from_json(input_json, strlen(input_json), &input, &em), CN_OK, "input: %s",
                  em.text);
     w.dag = c.dag;
+    w.by_results = opts->steps_by_results;
+    w.replay_max = opts->replay_max ? opts->replay_max : 64;
     w.cfg.default_timeout_ms = opts->default_timeout_ms ? opts->default_timeout_ms : 60000;
     w.cfg.max_inline_steps = opts->max_inline_steps;
     w.now = T_START_MS;
@@ -461,16 +496,18 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
         }
         w.now += 1; /* every step takes a little time */
         cr_assert_eq(rn_instance_step(w.in, evs.items, evs.len, w.now, &o), CN_OK);
-        for (k = 0; k < evs.len; k++) {
-            ir_val_release(evs.items[k].value);
-        }
-        free(evs.items);
         r.steps++;
         rn_instance_stats(w.in, &st);
         if (st.live_nodes > r.max_live_nodes) {
             r.max_live_nodes = st.live_nodes;
         }
+        w.evs = evs.items;
+        w.nevs = evs.len;
         absorb(&w, &o);
+        for (k = 0; k < evs.len; k++) {
+            ir_val_release(evs.items[k].value);
+        }
+        free(evs.items);
         if (r.outcome == RN_RUNNING &&
             (opts->crash_every_step || opts->crash_after_step == r.steps)) {
             crash(&w, &o);
@@ -491,14 +528,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
             r.json = r.error_type = NULL;
             r.outcome = RN_RUNNING;
             r.redrives++;
-            if (w.snap.len == 0) {
-                rv = rn_instance_resume_unsnapshotted(w.dag, w.iid, w.input, w.results.items,
-                                                      w.results.len, &w.cfg, w.now, true, &w.in, &o,
-                                                      &em);
-            } else {
-                rv = rn_instance_redrive(w.dag, w.snap.data, w.snap.len, w.results.items,
-                                         w.results.len, &w.cfg, w.now, &w.in, &o, &em);
-            }
+            rv = resume(&w, true, &o, &em);
             cr_assert_eq(rv, CN_OK, "redrive failed: %s (%s)", cn_errname(rv), em.text);
             absorb(&w, &o);
         }

@@ -35,9 +35,12 @@ struct t_opts {
     int max_steps;             /* safety net; 0 = 100000 */
     int redrives;              /* redrive (cairn.retry) a run that fails, up to this many times */
     /* As the shard does: a first step that is not `timed` writes no snapshot (its claim records
-     * it), and a crash or redrive with no snapshot resumes through
-     * rn_instance_resume_unsnapshotted. */
+     * it), and a crash or redrive resumes through rn_instance_resume. */
     bool first_step_by_claim;
+    /* Also as the shard does: a later step that rn_step_by_results allows records its results,
+     * numbered as steps, and no snapshot, up to replay_max of them in a row (0: 64). */
+    bool steps_by_results;
+    uint32_t replay_max;
     bool crash_after_start; /* crash and rehydrate once right after the first step */
 };
 
@@ -55,6 +58,8 @@ struct t_result {
     size_t max_live_nodes;
     size_t snapshots;     /* snapshots written */
     bool first_unwritten; /* first_step_by_claim: the first step wrote no snapshot */
+    int by_results;       /* steps_by_results: steps recorded by their results alone */
+    int replayed;         /* resumes (crash or redrive) that replayed such steps */
     size_t first_snapshot_bytes, last_snapshot_bytes, max_snapshot_bytes;
     int64_t elapsed_ms;     /* simulated time from start to outcome */
     int64_t backoff_ms[64]; /* delays of the retry timers, in the order they were set */

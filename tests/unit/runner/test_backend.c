@@ -417,6 +417,93 @@ Test(backend, postgres_a_started_instance_under_a_limit_comes_back_with_its_resu
     a_started_instance_without_a_snapshot_comes_back_with_its_results(true, true);
 }
 
+/* Results recorded as steps (rn_done.step, no snapshot) come back with the next claim when
+ * they are after the stored snapshot's state_step, every one of them (also an earlier attempt
+ * of the same execution id); those the snapshot holds do not, and results recorded with a
+ * snapshot come back as the latest per execution id, as before. */
+static void
+steps_after_the_snapshot_come_back_with_the_claim(bool pg)
+{
+    struct fx f;
+    struct rn_claimed *c = NULL;
+    struct cn_errmsg em = {{0}};
+    struct rn_done d[5];
+    struct rn_write w;
+    struct rn_iid id;
+    bool seen[5] = {false};
+    size_t k, j;
+
+    fx_open(&f, pg);
+    fx_enqueue(&f, 4, &id);
+    cr_assert_eq(claim(&f, 30000, &c), 1);
+    memset(d, 0, sizeof(d));
+    for (k = 0; k < 5; k++) {
+        memset(d[k].exec_id.b, 0xD0 + (int) k, 16);
+        d[k].attempt = 1;
+        d[k].ok = true;
+        d[k].value = ir_int(50 + (int64_t) k);
+    }
+    d[1].step = 1; /* steps 1 and 2, then a snapshot holding them with d[2] */
+    d[0].step = 2;
+    w = write_for(&c[0]);
+    w.done = d;
+    w.ndone = 2;
+    persist(&f, &w, 1);
+    cr_assert(!w.lost);
+    w = write_for(&c[0]);
+    w.done = &d[2];
+    w.ndone = 1;
+    w.state = "\x91\x02";
+    w.state_len = 2;
+    w.state_step = 2;
+    persist(&f, &w, 1);
+    d[3].step = 3; /* after the snapshot: an error, then the same id's next attempt */
+    d[3].ok = false;
+    d[4] = d[3];
+    d[4].attempt = 2;
+    d[4].ok = true;
+    d[4].step = 4;
+    d[4].value = ir_int(54);
+    w = write_for(&c[0]);
+    w.done = &d[3];
+    w.ndone = 2;
+    persist(&f, &w, 1);
+    cr_assert(!w.lost);
+    cr_assert_eq(f.b->ops->release(f.b, &c[0].lock, 1, &em), CN_OK, "%s", em.text);
+    rn_claimed_free(c, 1);
+
+    cr_assert_eq(claim(&f, 30000, &c), 1);
+    cr_expect_eq(c[0].state_step, 2);
+    cr_assert_not_null(c[0].state);
+    for (k = 0; k < c[0].ndone; k++) {
+        for (j = 0; j < 5; j++) {
+            if (rn_xid_eq(c[0].done[k].exec_id, d[j].exec_id) &&
+                c[0].done[k].attempt == d[j].attempt) {
+                cr_expect_not(seen[j], "result %zu came back twice", j);
+                seen[j] = true;
+                cr_expect_eq(c[0].done[k].step, d[j].step, "result %zu's step", j);
+                cr_expect_eq(c[0].done[k].ok, d[j].ok);
+            }
+        }
+    }
+    cr_expect_not(seen[0] || seen[1], "steps the snapshot holds came back");
+    cr_expect(seen[2], "the result recorded with the snapshot did not come back");
+    cr_expect(seen[3] && seen[4], "a step after the snapshot did not come back");
+    cr_expect_eq(c[0].ndone, 3);
+    rn_claimed_free(c, 1);
+    fx_close(&f);
+}
+
+Test(backend, memory_steps_after_the_snapshot_come_back_with_the_claim)
+{
+    steps_after_the_snapshot_come_back_with_the_claim(false);
+}
+
+Test(backend, postgres_steps_after_the_snapshot_come_back_with_the_claim)
+{
+    steps_after_the_snapshot_come_back_with_the_claim(true);
+}
+
 static void
 expired_leases_move_and_the_old_holder_is_fenced(bool pg)
 {

@@ -156,43 +156,55 @@ Test(exec, examples_answering_one_action_per_step)
 
 /* ---- crash replay -------------------------------------------------------------------------- */
 
+/* What replay_everywhere saw of the shard's ways of writing less. */
+struct replay_seen {
+    int unwritten; /* runs whose first step went unwritten (recorded by the claim) */
+    int replayed;  /* resumes that replayed steps recorded by their results */
+};
+
 /* Crashes after step k for every k the uninterrupted run has, and after every step: with every
- * step written, and as the shard runs a new instance (a first step that reads no clock is
- * recorded by its claim, not a snapshot), then also right after that first step. */
-static int
-replay_everywhere(const char *src, const char *input)
+ * step written; as the shard runs a new instance (a first step that reads no clock is recorded
+ * by its claim, not a snapshot), then also right after that first step; and as the shard runs
+ * every step (a step that reads no clock and consumes only its own results is recorded by them,
+ * at most three in a row here, so that the snapshots in between are crossed too). */
+static void
+replay_everywhere(const char *src, const char *input, struct replay_seen *seen)
 {
+    static const char *const modes[] = {"", " (first step recorded by the claim)",
+                                        " (steps recorded by their results)"};
     struct t_result base = t_run(src, input, &plain), r;
-    int k, by_claim, unwritten = 0;
+    int k, mode;
 
     cr_assert(base.outcome == RN_COMPLETED || base.outcome == RN_FAILED);
-    for (by_claim = 0; by_claim < 2; by_claim++) {
-        struct t_opts o = {.first_step_by_claim = by_claim};
-        const char *mode = by_claim ? " (first step recorded by the claim)" : "";
+    for (mode = 0; mode < 3; mode++) {
+        struct t_opts o = {
+            .first_step_by_claim = mode > 0, .steps_by_results = mode == 2, .replay_max = 3};
+        const char *m = modes[mode];
 
         for (k = 0; k <= base.steps + 1; k++) {
             o.crash_after_start = k == 0;
             o.crash_after_step = k;
-            if (k == 0 && !by_claim) {
+            if (k == 0 && mode == 0) {
                 continue;
             }
             r = t_run(src, input, &o);
             cr_expect_eq(r.outcome, base.outcome, "crash after step %d changed the outcome%s", k,
-                         mode);
-            cr_expect_str_eq(r.json, base.json, "crash after step %d changed the result%s", k,
-                             mode);
+                         m);
+            cr_expect_str_eq(r.json, base.json, "crash after step %d changed the result%s", k, m);
             cr_expect_eq(r.duplicate_done, 0, "crash after step %d: a completed action ran again%s",
-                         k, mode);
-            unwritten += r.first_unwritten;
+                         k, m);
+            if (seen != NULL) {
+                seen->unwritten += r.first_unwritten;
+                seen->replayed += r.replayed;
+            }
             t_result_free(&r);
         }
         o.crash_after_start = false;
         o.crash_after_step = 0;
         o.crash_every_step = true;
         r = t_run(src, input, &o);
-        cr_expect_eq(r.outcome, base.outcome, "crashing after every step changed the outcome%s",
-                     mode);
-        cr_expect_str_eq(r.json, base.json, "crashing after every step changed the result%s", mode);
+        cr_expect_eq(r.outcome, base.outcome, "crashing after every step changed the outcome%s", m);
+        cr_expect_str_eq(r.json, base.json, "crashing after every step changed the result%s", m);
         cr_expect_eq(r.duplicate_done, 0);
         if (base.steps > 1) {
             cr_expect_geq(r.crashes, 1);
@@ -200,43 +212,68 @@ replay_everywhere(const char *src, const char *input)
         t_result_free(&r);
     }
     t_result_free(&base);
-    return unwritten;
 }
 
 Test(exec, crash_replay_of_every_example)
 {
     size_t i, n;
-    int unwritten = 0;
+    struct replay_seen seen = {0, 0};
     json_t *cases = example_cases(&n);
 
     for (i = 0; i < n; i++) {
         struct example_case ec = example_case(cases, i);
         char *src = example(ec.name);
-        unwritten += replay_everywhere(src, ec.input);
+        replay_everywhere(src, ec.input, &seen);
         free(src);
     }
     json_decref(cases);
-    /* Most examples start with an action and no deadline: their first step went unwritten. */
-    cr_expect_gt(unwritten, (int) n, "%d runs resumed without a snapshot", unwritten);
+    /* Most examples start with an action and no deadline: their first step went unwritten.
+     * They are short, so few go on to a step recorded by its result before a crash; some do. */
+    cr_expect_gt(seen.unwritten, (int) n, "%d runs resumed without a snapshot", seen.unwritten);
+    cr_expect_gt(seen.replayed, 0, "%d resumes replayed steps", seen.replayed);
+}
+
+/* Steps recorded by their results in loops, caught errors and parallel branches answered
+ * together (several results in one write, each its own step), crossed by crashes everywhere. */
+Test(exec, crash_replay_of_steps_recorded_by_their_results)
+{
+    struct replay_seen seen = {0, 0};
+
+    replay_everywhere("fn main(input: [xs]):\n"
+                      "    total = 0\n"
+                      "    for x in xs:\n"
+                      "        y = @std.add(a=x, b=total)\n"
+                      "        try:\n"
+                      "            z = @std.fail_if(value=y, bad=[3, 10])\n"
+                      "        except BadValue:\n"
+                      "            z = 0\n"
+                      "        total = total + z\n"
+                      "    a, b = parallel:\n"
+                      "        @std.echo(value=total)\n"
+                      "        @std.add(a=total, b=1)\n"
+                      "    c = @std.echo(value=a + b)\n"
+                      "    return [total, a, b, c]\n",
+                      "{\"xs\": [1, 2, 3, 4, 5]}", &seen);
+    cr_expect_geq(seen.replayed, 5, "%d resumes replayed steps", seen.replayed);
 }
 
 Test(exec, crash_replay_of_retries_sleeps_fanout_and_failures)
 {
-    (void) replay_everywhere("fn main():\n"
-                             "    a = @std.flaky(key=\"k\", failures=2) [retry: 3, backoff: 50ms]\n"
-                             "    sleep 1\n"
-                             "    xs = spread [1, 2, 3, 4]:v -> @std.fail_if(value=v, bad=[])\n"
-                             "    b, c = parallel:\n"
-                             "        @std.echo(value=a)\n"
-                             "        @std.add(a=1, b=2)\n"
-                             "    return [a, xs, b, c]\n",
-                             "{}");
-    (void) replay_everywhere("fn main():\n"
-                             "    xs = spread [1, 2, 3]:v -> @std.fail_if(value=v, bad=[2, 3])\n"
-                             "    return xs\n",
-                             "{}");
-    (void) replay_everywhere(
-        "fn main():\n    r = @std.hang() [timeout: 2s] [ActionTimeout -> retry: 1]\n", "{}");
+    replay_everywhere("fn main():\n"
+                      "    a = @std.flaky(key=\"k\", failures=2) [retry: 3, backoff: 50ms]\n"
+                      "    sleep 1\n"
+                      "    xs = spread [1, 2, 3, 4]:v -> @std.fail_if(value=v, bad=[])\n"
+                      "    b, c = parallel:\n"
+                      "        @std.echo(value=a)\n"
+                      "        @std.add(a=1, b=2)\n"
+                      "    return [a, xs, b, c]\n",
+                      "{}", NULL);
+    replay_everywhere("fn main():\n"
+                      "    xs = spread [1, 2, 3]:v -> @std.fail_if(value=v, bad=[2, 3])\n"
+                      "    return xs\n",
+                      "{}", NULL);
+    replay_everywhere("fn main():\n    r = @std.hang() [timeout: 2s] [ActionTimeout -> retry: 1]\n",
+                      "{}", NULL);
 }
 
 /* ---- control flow -------------------------------------------------------------------------- */
@@ -1330,12 +1367,12 @@ Test(exec, a_fail_fast_error_can_be_caught_and_replays_the_same)
     cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
     cr_assert_str_eq(r.json, "[\"caught\", \"1\", 3]");
     t_result_free(&r);
-    (void) replay_everywhere(src, "{}");
-    (void) replay_everywhere("fn main():\n"
-                             "    a, b = parallel [fail_fast]:\n"
-                             "        @std.flaky(key=\"k\", failures=1) [retry: 2, backoff: 10ms]\n"
-                             "        @std.fail(type=\"Declined\")\n",
-                             "{}");
+    replay_everywhere(src, "{}", NULL);
+    replay_everywhere("fn main():\n"
+                      "    a, b = parallel [fail_fast]:\n"
+                      "        @std.flaky(key=\"k\", failures=1) [retry: 2, backoff: 10ms]\n"
+                      "        @std.fail(type=\"Declined\")\n",
+                      "{}", NULL);
 }
 
 /* max_elapsed bounds the time for retries from the first attempt's dispatch: the last retry
@@ -1382,7 +1419,7 @@ Test(exec, a_retry_sees_the_previous_attempts_error)
     cr_assert_eq(r.outcome, RN_COMPLETED, "%s", r.json);
     cr_assert_str_eq(r.json, "[null, \"attempt 2 failed\"]");
     t_result_free(&r);
-    (void) replay_everywhere(src, "{}");
+    replay_everywhere(src, "{}", NULL);
 }
 
 /* RN_EV_TIMEOUT ends the instance timed_out with a WorkflowTimeout (a TimeoutError), and its
@@ -1655,7 +1692,7 @@ Test(exec, fail_fast_in_a_nested_branch_drops_everything_under_it)
     cr_assert_lt(r.elapsed_ms, 10, "not after the hangs' timeouts: %lld ms",
                  (long long) r.elapsed_ms);
     t_result_free(&r);
-    (void) replay_everywhere(src, "{}");
+    replay_everywhere(src, "{}", NULL);
 }
 
 /* Found by review: a sibling whose request this same step made is dropped from the step's
@@ -2429,6 +2466,7 @@ Test(exec, a_run_call_replays_from_its_snapshot_with_the_same_child_id)
     back = NULL;
 
     /* Its outcome recorded meanwhile: applied, and the next call asked for. */
+    memset(&done, 0, sizeof(done));
     done.exec_id = x;
     done.attempt = 1;
     done.ok = true;
@@ -2660,6 +2698,7 @@ Test(exec, hydration_output_does_not_depend_on_uninitialized_memory)
 
     cr_assert_eq(o.actions.len, 1);
     T_OK(rn_instance_snapshot(in, &snap));
+    memset(done, 0, sizeof(done));
     done[0].exec_id = o.actions.items[0].exec_id;
     done[0].attempt = 1;
     done[0].ok = true;
@@ -2836,4 +2875,46 @@ Test(exec, a_snapshot_time_out_of_range_is_refused)
     rn_step_out_fini(&o);
     cn_buf_fini(&snap);
     t_compiled_free(&c);
+}
+
+/* A sequence of actions, written as the shard writes it: the first step recorded by the claim,
+ * every later one but the last by its result alone (none reads a clock), at most replay_max in a
+ * row, a snapshot in between; a crash after any step resumes by replaying them, and nothing that
+ * completed runs again. */
+Test(exec, a_sequence_is_recorded_by_its_results_and_replayed)
+{
+    static const char *const src = "fn main():\n"
+                                   "    a = @std.echo(value=1)\n"
+                                   "    b = @std.add(a=a, b=1)\n"
+                                   "    c = @std.add(a=b, b=1)\n"
+                                   "    d = @std.add(a=c, b=1)\n"
+                                   "    e = @std.add(a=d, b=1)\n"
+                                   "    f = @std.add(a=e, b=1)\n"
+                                   "    return [a, b, c, d, e, f]\n";
+    struct t_opts whole = {.first_step_by_claim = true, .steps_by_results = true};
+    struct t_result r = t_run(src, "{}", &whole);
+    int k, replayed = 0;
+
+    cr_assert_eq(r.outcome, RN_COMPLETED);
+    cr_expect_str_eq(r.json, "[1, 2, 3, 4, 5, 6]");
+    cr_expect(r.first_unwritten);
+    cr_expect_eq(r.by_results, 5, "steps recorded by their results: %d", r.by_results);
+    cr_expect_eq(r.snapshots, 1, "snapshots: %zu (only the outcome's)", r.snapshots);
+    t_result_free(&r);
+    for (k = 0; k <= 7; k++) {
+        struct t_opts o = {.first_step_by_claim = true,
+                           .steps_by_results = true,
+                           .replay_max = 2,
+                           .crash_after_start = k == 0,
+                           .crash_after_step = k};
+        r = t_run(src, "{}", &o);
+        cr_expect_eq(r.outcome, RN_COMPLETED, "crash after step %d", k);
+        cr_expect_str_eq(r.json, "[1, 2, 3, 4, 5, 6]", "crash after step %d", k);
+        cr_expect_eq(r.duplicate_done, 0, "crash after step %d: a completed action ran again", k);
+        cr_expect_eq(r.dispatches, 6 + (k < 6), "crash after step %d: %d dispatches", k,
+                     r.dispatches);
+        replayed += r.replayed;
+        t_result_free(&r);
+    }
+    cr_expect_geq(replayed, 3, "%d resumes replayed steps", replayed);
 }

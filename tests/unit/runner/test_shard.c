@@ -265,8 +265,9 @@ Test(shard, a_first_step_that_reads_no_clock_goes_out_with_no_write)
 
     h_result(&h, &d[0], 5);
     cr_assert_eq(h.out.writes.len, 1, "the second step is written");
-    cr_expect_eq(h.out.writes.items[0]->w.ndone, 1);
-    cr_expect_not_null(h.out.writes.items[0]->w.state, "with the snapshot the claim did not write");
+    cr_assert_eq(h.out.writes.items[0]->w.ndone, 1);
+    cr_expect_null(h.out.writes.items[0]->w.state, "recorded by its result alone");
+    cr_expect_eq(h.out.writes.items[0]->w.done[0].step, 1, "numbered as the first such step");
     cr_expect_eq(h.out.dispatches.len, 0, "dispatched before its write committed");
     h_ack(&h, 1, 11, false);
     cr_assert_eq(h.out.dispatches.len, 1);
@@ -330,6 +331,84 @@ Test(shard, a_started_instance_without_a_snapshot_resumes_from_its_first_step)
     cr_expect_eq(resumed.out.writes.items[0]->w.result.u.i, 11, "the recorded 5 plus 6");
     h_ack(&resumed, 6, 62, false);
     cr_expect_eq(resumed.out.completed, 1);
+    h_fini(&resumed);
+}
+
+/* Steps recorded by their results alone: each write carries its result, numbered, and no
+ * snapshot, until RN_SHARD_REPLAY_MAX in a row, when a snapshot holding them all is written. A
+ * runner that claims the instance after one of them replays the recorded steps from the last
+ * snapshot and requests the action in flight again, and none that completed. */
+Test(shard, steps_recorded_by_their_results_are_replayed_by_the_next_claim)
+{
+    struct rn_pool_dispatch d[4];
+    struct rn_done done[3];
+    struct h h, resumed;
+    uint32_t k, snapshot_at = 0;
+    int got;
+
+    h_init(&h, plain_src, 60000);
+    h_claim(&h, 7, 70, "{\"n\": 80}");
+    cr_assert_eq(h_take_dispatches(&h, d, 4), 1);
+    for (k = 1; k <= 70; k++) {
+        h_result(&h, &d[0], 1);
+        cr_assert_eq(h.out.writes.len, 1);
+        if (h.out.writes.items[0]->w.state != NULL) {
+            cr_expect_eq(snapshot_at, 0, "one snapshot in the first 70 steps");
+            cr_expect_eq(h.out.writes.items[0]->w.state_step, k - 1, "it holds the steps before");
+            cr_expect_eq(h.out.writes.items[0]->w.done[0].step, 0);
+            snapshot_at = k;
+        } else {
+            cr_expect_eq(h.out.writes.items[0]->w.done[0].step, snapshot_at ? k - 1 : k);
+        }
+        h_ack(&h, 7, 70, false);
+        cr_assert_eq(h_take_dispatches(&h, d, 4), 1);
+    }
+    cr_expect_eq(snapshot_at, 65, "a snapshot after 64 steps recorded by their results");
+    h_fini(&h);
+
+    /* What a claim reads back of a first step recorded by the claim and two steps recorded by
+     * their results: the third action was in flight when the runner died. */
+    h_init(&h, plain_src, 60000);
+    h_claim(&h, 8, 80, "{\"n\": 4}");
+    memset(done, 0, sizeof(done));
+    for (k = 0; k < 3; k++) {
+        cr_assert_eq(h_take_dispatches(&h, d, 4), 1);
+        done[k].exec_id = d[0].exec_id;
+        done[k].attempt = 1;
+        done[k].ok = true;
+        done[k].value = ir_int(10 + k);
+        if (k == 2) {
+            break;
+        }
+        h_result(&h, &d[0], 10 + (int) k);
+        cr_assert_eq(h.out.writes.len, 1);
+        done[k].step = h.out.writes.items[0]->w.done[0].step;
+        cr_expect_eq(done[k].step, k + 1);
+        h_ack(&h, 8, 80, false);
+    }
+    h_fini(&h); /* the runner dies with the third action in flight */
+
+    h_init(&resumed, plain_src, 60000);
+    h_claim_as(&resumed, 8, 81, "{\"n\": 4}", true, done, 2);
+    cr_assert_eq(resumed.out.writes.len, 1, "a resumed instance writes its snapshot");
+    cr_expect_not_null(resumed.out.writes.items[0]->w.state);
+    cr_expect_eq(resumed.out.writes.items[0]->w.state_step, 2, "holding both replayed steps");
+    cr_expect_eq(resumed.out.writes.items[0]->w.ndone, 0, "nothing is recorded again");
+    h_ack(&resumed, 8, 81, false);
+    got = h_take_dispatches(&resumed, d, 4);
+    cr_assert_eq(got, 1, "only the action in flight goes out again");
+    cr_expect(rn_xid_eq(d[0].exec_id, done[2].exec_id), "the same execution id");
+    cr_expect_eq(d[0].attempt, 1);
+    h_result(&resumed, &d[0], 12);
+    cr_assert_eq(resumed.out.writes.len, 1);
+    cr_expect_eq(resumed.out.writes.items[0]->w.done[0].step, 3, "numbering goes on");
+    h_ack(&resumed, 8, 81, false);
+    cr_assert_eq(h_take_dispatches(&resumed, d, 4), 1);
+    h_result(&resumed, &d[0], 13);
+    cr_assert_eq(resumed.out.writes.len, 1);
+    cr_expect_eq(resumed.out.writes.items[0]->w.outcome, RN_COMPLETED);
+    cr_expect_eq(resumed.out.writes.items[0]->w.result.u.i, 10 + 11 + 12 + 13);
+    h_ack(&resumed, 8, 81, false);
     h_fini(&resumed);
 }
 
