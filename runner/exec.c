@@ -1856,8 +1856,9 @@ rn_instance_redrive(const struct ir_dag *dag, const void *snap, size_t len,
     return hydrate(dag, snap, len, results, nresults, cfg, now_ms, true, out, o, err);
 }
 
-bool
-rn_step_by_results(const struct rn_step_out *o, const struct rn_event *evs, size_t n)
+/* Whether o, made from evs[0..n), is a step that its results alone record (rn_steplog). */
+static bool
+by_results(const struct rn_step_out *o, const struct rn_event *evs, size_t n)
 {
     size_t k;
 
@@ -1879,6 +1880,49 @@ rn_step_by_results(const struct rn_step_out *o, const struct rn_event *evs, size
         }
     }
     return true;
+}
+
+bool
+rn_steplog_take(struct rn_steplog *l, struct rn_step_out *o, const struct rn_event *evs, size_t n,
+                uint32_t max)
+{
+    size_t k;
+
+    if (l->inexact || l->unsnapped + n > max || l->seq > INT32_MAX - n || !by_results(o, evs, n)) {
+        /* Whatever changed is recorded otherwise: by a snapshot, which clears this
+         * (rn_steplog_snapshot), or by nothing that a replay could put in its place. */
+        l->inexact = l->inexact || n > 0;
+        return false;
+    }
+    for (k = 0; k < n; k++) {
+        o->done.items[k].step = ++l->seq;
+    }
+    l->unsnapped += (uint32_t) n;
+    return true;
+}
+
+void
+rn_steplog_snapshot(struct rn_steplog *l)
+{
+    l->unsnapped = 0;
+    l->inexact = false;
+}
+
+void
+rn_steplog_resumed(struct rn_steplog *l, uint32_t state_step, const struct rn_done *results,
+                   size_t n)
+{
+    size_t k;
+
+    l->seq = state_step;
+    l->unsnapped = 0;
+    for (k = 0; k < n; k++) {
+        if (results[k].step > state_step) {
+            l->unsnapped++;
+            l->seq = results[k].step > l->seq ? results[k].step : l->seq;
+        }
+    }
+    l->inexact = true;
 }
 
 static int

@@ -112,9 +112,9 @@ struct rn_done {
     uint32_t attempt;
     bool ok;
     struct ir_val value; /* owned by the step output */
-    /* The step this result makes, for a result whose write carried no snapshot (the shard
-     * numbers them; rn_instance_resume replays them in this order); 0: the write that recorded
-     * it carried a snapshot, or it is no step of this instance's own (a child's outcome). */
+    /* The step this result makes, for a result whose write carried no snapshot (rn_steplog
+     * numbers them; rn_instance_resume replays them in this order); 0: none (its write carried
+     * a snapshot or fed an aggregate, or it is a child's outcome). */
     uint32_t step;
 };
 
@@ -225,13 +225,37 @@ CN_MUST_CHECK cn_err rn_instance_redrive(const struct ir_dag *dag, const void *s
                                          struct rn_instance **out, struct rn_step_out *o,
                                          struct cn_errmsg *err);
 
-/* Whether the step that produced o (from events evs[0..n), applied one at a time) may be
- * recorded by its results alone, with no snapshot (rn_instance_resume replays it): it read no
- * clock (not timed), the instance runs on, it started no child and stopped nothing, and it
- * consumed exactly those events, each a result of one of its own actions that made one done
- * record, in order. A child's outcome (recorded), a timer, a cancel, or a stale result that
- * made no record does not qualify. */
-bool rn_step_by_results(const struct rn_step_out *o, const struct rn_event *evs, size_t n);
+/* Which steps of a run are recorded by their results alone, with no snapshot: the caller (the
+ * shard; the tests' driver) keeps one per instance and asks it about every step's output.
+ *
+ * A step qualifies when it read no clock (not timed), the instance runs on, it started no child
+ * and stopped nothing, and it consumed exactly its events evs[0..n), each a result of one of the
+ * instance's own actions that made one done record, in order (a child's outcome, a timer, a
+ * cancel, or a stale result that made no record does not). Its results are then numbered, in
+ * that order, and rn_instance_resume replays them, each alone, on the last snapshot. Replay is
+ * exact only while every change of state since that snapshot was such a step: after one that
+ * was neither numbered nor followed by a snapshot (a child's outcome fed to an aggregate, say),
+ * a later numbered step would be replayed before it and could draw the instance's execution
+ * ids in another order. So none is numbered until the next snapshot; nor more than max in a
+ * row, which bounds a replay. */
+struct rn_steplog {
+    uint32_t seq;       /* the last step numbered */
+    uint32_t unsnapped; /* steps numbered since the last snapshot */
+    bool inexact;       /* the state changed since the last snapshot outside a numbered step */
+};
+
+/* Decides for the step whose output is o and whose events were evs[0..n) (none for a start or a
+ * resume): true when it is recorded by its results, which are numbered in o->done. Call
+ * rn_steplog_snapshot when the step writes a snapshot instead. */
+bool rn_steplog_take(struct rn_steplog *l, struct rn_step_out *o, const struct rn_event *evs,
+                     size_t n, uint32_t max);
+/* A snapshot holding every step so far is being written: its state_step is l->seq. */
+void rn_steplog_snapshot(struct rn_steplog *l);
+/* An instance resumed from state_step and the recorded results[0..n): numbering goes on after
+ * the last, and the state is inexact until the next snapshot (the resume applied the other
+ * results after the replayed steps). */
+void rn_steplog_resumed(struct rn_steplog *l, uint32_t state_step, const struct rn_done *results,
+                        size_t n);
 
 /* What is committed of an instance that was started before (rn_instance_resume). */
 struct rn_resume {

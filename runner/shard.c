@@ -42,8 +42,7 @@ struct inst {
     int64_t active_ms;           /* wall clock of the last event applied (child-wait hand-back) */
     bool idle_armed;             /* a child-wait check is in the timer heap */
     bool first_step;             /* its output is a new instance's first step (handle_output) */
-    uint32_t step_seq;           /* the last step numbered by a result (rn_done.step) */
-    uint32_t unsnapped;          /* steps recorded by their results since the last snapshot */
+    struct rn_steplog steps;     /* which steps its results alone record (handle_output) */
 };
 
 /* A step recorded by its results alone is replayed by whoever resumes the instance (from the
@@ -437,13 +436,12 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
      * per instance (bench/RESULTS.md). */
     bool claim_records = in->first_step && !o->timed;
     /* Likewise a later step that read no clock and consumed only results of its own actions
-     * (rn_step_by_results), each one event applied alone (the executor promises a batch behaves
-     * so): the state after it is a function of the state before it and those results. Its
-     * write records them, each numbered as a step, and no snapshot; a runner that resumes the
+     * (rn_steplog), each one event applied alone (the executor promises a batch behaves so):
+     * the state after it is a function of the state before it and those results. Its write
+     * records them, each numbered as a step, and no snapshot; a runner that resumes the
      * instance replays them from the last snapshot (rn_instance_resume). One row version and
-     * about a third of the WAL less per step (bench/RESULTS.md). */
-    bool by_results = in->unsnapped + nevs <= RN_SHARD_REPLAY_MAX &&
-                      in->step_seq <= INT32_MAX - nevs && rn_step_by_results(o, evs, nevs);
+     * two fifths of the WAL less per step of a sequence (bench/RESULTS.md). */
+    bool by_results = rn_steplog_take(&in->steps, o, evs, nevs, RN_SHARD_REPLAY_MAX);
 
     in->first_step = false;
     if (o->done.len == 0 && (!o->snapshot_needed || claim_records) && o->outcome == RN_RUNNING &&
@@ -465,10 +463,7 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
         q->w.ndone = q->ndone;
     }
     if (by_results) {
-        for (k = 0; k < q->ndone; k++) {
-            q->done[k].step = ++in->step_seq;
-        }
-        in->unsnapped += (uint32_t) q->ndone;
+        /* the results are numbered (q->done copied them): no snapshot */
     } else if (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED) {
         /* A run that fails, is cancelled or times out keeps its last running snapshot: a
          * redrive (cairn.retry) resumes from it, and replays the steps recorded after it. The
@@ -478,8 +473,8 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
         }
         q->w.state = q->state.data;
         q->w.state_len = q->state.len;
-        q->w.state_step = in->step_seq;
-        in->unsnapped = 0;
+        q->w.state_step = in->steps.seq;
+        rn_steplog_snapshot(&in->steps);
     }
     q->w.outcome = o->outcome;
     if (o->outcome != RN_RUNNING) {
@@ -645,7 +640,6 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         /* Resumed from what is committed: the snapshot, or the first step that the claim which
          * started it recorded, and the steps recorded by their results since. */
         struct rn_resume r;
-        size_t k;
 
         memset(&r, 0, sizeof(r));
         r.snap = c->state;
@@ -656,13 +650,7 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         r.results = c->done;
         r.nresults = c->ndone;
         r.redrive = c->redrive;
-        in->step_seq = c->state_step;
-        for (k = 0; k < c->ndone; k++) {
-            if (c->done[k].step > c->state_step) {
-                in->unsnapped++;
-                in->step_seq = c->done[k].step > in->step_seq ? c->done[k].step : in->step_seq;
-            }
-        }
+        rn_steplog_resumed(&in->steps, c->state_step, c->done, c->ndone);
         if (c->redrive) {
             log_instance(CN_LOG_INFO, in, "redriven: what had not succeeded starts over");
         }

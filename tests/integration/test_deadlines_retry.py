@@ -16,6 +16,8 @@ dropped at the end):
   again (the timed_out one gets a new deadline and times out again, not at once);
 - the outcome of an attempt that comes after its instance was cancelled is recorded (the
   instance stays cancelled), and a retry runs the action again since that outcome was an error;
+- a sequence's steps are recorded by their results alone (numbered, no snapshot), and inspect
+  of the running instance replays them to show the action it waits on;
 - `retry --workflow W --status failed` counts without --yes and queues them all with it;
 - retry of a completed instance is refused (exit 1, the result kept), of a running one is a
   no-op (exit 6), of an unknown id an error (exit 1).
@@ -51,7 +53,7 @@ def run_all(url, env, tmp):
     wf = os.path.join(e2e.ROOT, "tests/integration/workflows")
     for args in (["migrate"], ["register", f"{wf}/bounded.cairn"], ["register", f"{wf}/hold.cairn"],
                  ["register", f"{wf}/nap.cairn"], ["register", f"{wf}/gated.cairn"],
-                 ["register", f"{wf}/crunch.cairn"]):
+                 ["register", f"{wf}/crunch.cairn"], ["register", f"{wf}/paced.cairn"]):
         r = ctl(env, *args)
         check(f"cairnctl {' '.join(args[:1])} {os.path.basename(args[-1])}", r.returncode == 0,
               r.stderr)
@@ -100,6 +102,27 @@ def run_all(url, env, tmp):
     check("a long sleep is handed back to the database", handed, status(url, nap))
     check("past its deadline nobody holds it, and the sweep times it out", wait_until(
         "expired", lambda: status(url, nap) == "timed_out WorkflowTimeout", 20), status(url, nap))
+
+    # ---- steps recorded by their results: what inspect shows ----------------------------------
+    paced = ctl(env, "run", "paced", "--input", '{"n": 5, "ms": 60000}').stdout.strip()
+    wait_until("on its sleep", lambda: q(url, f"SELECT count(*) FROM cairn.runner_actions_done "
+                                              f"WHERE instance_id = '{paced}'") == "5", 30)
+    check("five steps recorded by their results alone, numbered, and no snapshot written",
+          q(url, f"SELECT string_agg(step::text, ',' ORDER BY step) FROM "
+                 f"cairn.runner_actions_done WHERE instance_id = '{paced}'") == "1,2,3,4,5"
+          and q(url, f"SELECT state IS NULL FROM cairn.runner_instances "
+                     f"WHERE instance_id = '{paced}'") == "t",
+          q(url, f"SELECT step, attempt FROM cairn.runner_actions_done "
+                 f"WHERE instance_id = '{paced}'"))
+    r = ctl(env, "inspect", paced, "--json")
+    live = json.loads(r.stdout).get("waiting_on", []) if r.returncode == 0 else []
+    check("inspect replays them: the instance waits on its sixth action, std.sleep",
+          [n.get("action") for n in live if n.get("status") == "running"] == ["std.sleep"],
+          f"{r.stdout} {r.stderr}")
+    r = ctl(env, "cancel", paced, "--wait", "--timeout", "30")
+    check("and it is cancelled (the worker's only slot is free again)",
+          r.returncode == 0 and status(url, paced) == "cancelled Cancelled",
+          f"exit {r.returncode}: {r.stderr} {status(url, paced)}")
 
     # ---- retry: a failed instance resumes from where it stopped ------------------------------
     r = ctl(env, "run", "gated", "--input", '{"n": 3}', "--wait", "--timeout", "60")

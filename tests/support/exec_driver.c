@@ -59,7 +59,8 @@ struct world {
     uint32_t replay_max;
     const struct rn_event *evs; /* the events of the step absorb takes (NULL: none) */
     size_t nevs;
-    uint32_t step_seq, unsnapped, state_step; /* as the shard keeps them */
+    struct rn_steplog steps; /* as the shard keeps it */
+    uint32_t state_step;     /* the written snapshot's */
 };
 
 /* ---- actions ------------------------------------------------------------------------------ */
@@ -218,13 +219,12 @@ static void
 absorb(struct world *w, struct rn_step_out *o)
 {
     size_t i;
-    bool by_results = w->by_results && w->unsnapped + w->nevs <= w->replay_max &&
-                      rn_step_by_results(o, w->evs, w->nevs);
+    bool by_results =
+        w->by_results && rn_steplog_take(&w->steps, o, w->evs, w->nevs, w->replay_max);
 
     for (i = 0; i < o->done.len; i++) {
         struct rn_done d = o->done.items[i];
         d.value = ir_val_retain(d.value);
-        d.step = by_results ? ++w->step_seq : 0;
         cr_assert_eq(CN_VEC_PUSH(&w->results, d), CN_OK);
     }
     w->evs = NULL;
@@ -234,11 +234,10 @@ absorb(struct world *w, struct rn_step_out *o)
         w->skip_first_snap = false;
         w->r->first_unwritten = true;
     } else if (by_results) {
-        w->unsnapped += (uint32_t) o->done.len;
         w->r->by_results++;
     } else if (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED) {
-        w->state_step = w->step_seq;
-        w->unsnapped = 0;
+        w->state_step = w->steps.seq;
+        rn_steplog_snapshot(&w->steps);
         cn_buf_clear(&w->snap);
         cr_assert_eq(rn_instance_snapshot(w->in, &w->snap), CN_OK);
         w->r->snapshots++;
@@ -327,7 +326,6 @@ static cn_err
 resume(struct world *w, bool redrive, struct rn_step_out *o, struct cn_errmsg *em)
 {
     struct rn_resume r;
-    size_t i;
 
     memset(&r, 0, sizeof(r));
     r.snap = w->snap.len > 0 ? w->snap.data : NULL;
@@ -338,11 +336,8 @@ resume(struct world *w, bool redrive, struct rn_step_out *o, struct cn_errmsg *e
     r.results = w->results.items;
     r.nresults = w->results.len;
     r.redrive = redrive;
-    w->unsnapped = 0;
-    for (i = 0; i < w->results.len; i++) {
-        w->unsnapped += w->results.items[i].step > w->state_step;
-    }
-    w->r->replayed += w->unsnapped > 0;
+    rn_steplog_resumed(&w->steps, w->state_step, w->results.items, w->results.len);
+    w->r->replayed += w->steps.unsnapped > 0;
     return rn_instance_resume(w->dag, &r, &w->cfg, w->now, &w->in, o, em);
 }
 

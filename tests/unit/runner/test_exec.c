@@ -2918,3 +2918,93 @@ Test(exec, a_sequence_is_recorded_by_its_results_and_replayed)
     }
     cr_expect_geq(replayed, 3, "%d resumes replayed steps", replayed);
 }
+
+/* Steps one at a time through a sequence of echoes: answers the one action o asked for with its
+ * value plus one, into o (cleared first), and returns the event (its value an int). */
+static struct rn_event
+answer_echo(struct rn_instance *in, struct rn_step_out *o, int64_t at)
+{
+    struct rn_event ev;
+
+    cr_assert_eq(o->actions.len, 1);
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = RN_EV_RESULT;
+    ev.exec_id = o->actions.items[0].exec_id;
+    ev.attempt = o->actions.items[0].attempt;
+    ev.value = ir_int(at);
+    rn_step_out_clear(o);
+    cr_assert_eq(rn_instance_step(in, &ev, 1, at, o), CN_OK);
+    return ev;
+}
+
+/* The step log numbers the steps its results alone record, at most `max` in a row; and after a
+ * change of state that is neither numbered nor snapshotted (here a child's outcome, recorded by
+ * the child) none until the next snapshot, since a replay would apply that change after them. */
+Test(exec, the_step_log_numbers_steps_only_while_a_replay_is_exact)
+{
+    struct t_compiled c = t_compile("fn main():\n"
+                                    "    total = 0\n"
+                                    "    for i in range(10):\n"
+                                    "        r = @std.echo(value=i)\n"
+                                    "        total = total + r\n"
+                                    "    return total\n");
+    struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
+    struct rn_instance *in = NULL;
+    struct rn_step_out o, none;
+    struct rn_steplog l;
+    struct rn_event ev, child;
+    struct rn_iid id = {{9}};
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    memset(&l, 0, sizeof(l));
+    memset(&none, 0, sizeof(none));
+    none.result = ir_null();
+    start_empty(c.dag, id, &cfg, &in, &o);
+    cr_expect_not(rn_steplog_take(&l, &o, NULL, 0, 2), "a start has no results");
+    ev = answer_echo(in, &o, 2000);
+    cr_expect(rn_steplog_take(&l, &o, &ev, 1, 2));
+    cr_expect_eq(o.done.items[0].step, 1);
+    ev = answer_echo(in, &o, 3000);
+    cr_expect(rn_steplog_take(&l, &o, &ev, 1, 2));
+    cr_expect_eq(o.done.items[0].step, 2);
+    ev = answer_echo(in, &o, 4000);
+    cr_expect_not(rn_steplog_take(&l, &o, &ev, 1, 2), "a third in a row with max 2");
+    cr_expect_eq(o.done.items[0].step, 0);
+    rn_steplog_snapshot(&l);
+    ev = answer_echo(in, &o, 5000);
+    cr_expect(rn_steplog_take(&l, &o, &ev, 1, 2), "after a snapshot");
+    cr_expect_eq(o.done.items[0].step, 3, "numbering goes on");
+
+    /* A child's outcome, recorded by the child, changed the state with no write of its own. */
+    memset(&child, 0, sizeof(child));
+    child.kind = RN_EV_RESULT;
+    child.recorded = true;
+    child.value = ir_null();
+    cr_expect_not(rn_steplog_take(&l, &none, &child, 1, 64));
+    ev = answer_echo(in, &o, 6000);
+    cr_expect_not(rn_steplog_take(&l, &o, &ev, 1, 64), "numbered after an unrecorded change");
+    rn_steplog_snapshot(&l);
+    ev = answer_echo(in, &o, 7000);
+    cr_expect(rn_steplog_take(&l, &o, &ev, 1, 64), "exact again after a snapshot");
+    cr_expect_eq(o.done.items[0].step, 4);
+
+    /* Resumed: numbering goes on after the last recorded step, and waits for a snapshot. */
+    {
+        struct rn_done rec[2];
+        memset(rec, 0, sizeof(rec));
+        rec[0].step = 7;
+        rec[1].step = 2; /* held by the snapshot */
+        rn_steplog_resumed(&l, 3, rec, 2);
+        cr_expect_eq(l.seq, 7);
+        cr_expect_eq(l.unsnapped, 1);
+        ev = answer_echo(in, &o, 8000);
+        cr_expect_not(rn_steplog_take(&l, &o, &ev, 1, 64));
+        rn_steplog_snapshot(&l);
+        ev = answer_echo(in, &o, 9000);
+        cr_expect(rn_steplog_take(&l, &o, &ev, 1, 64));
+        cr_expect_eq(o.done.items[0].step, 8);
+    }
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
