@@ -238,6 +238,12 @@ CN_MUST_CHECK cn_err rn_instance_redrive(const struct ir_dag *dag, const void *s
  * a later numbered step would be replayed before it and could draw the instance's execution
  * ids in another order. So none is numbered until the next snapshot; nor more than max in a
  * row, which bounds a replay. */
+/* How many steps in a row a run records by their results (rn_steplog_take's max) before the
+ * next writes a snapshot: that bounds a resume's replay and the results a claim reads back.
+ * Replaying one step costs microseconds; a snapshot, an update, a row version and its WAL
+ * (bench/RESULTS.md). */
+#define RN_STEPLOG_REPLAY_MAX 64
+
 struct rn_steplog {
     uint32_t seq;       /* the last step numbered */
     uint32_t unsnapped; /* steps numbered since the last snapshot */

@@ -45,12 +45,6 @@ struct inst {
     struct rn_steplog steps;     /* which steps its results alone record (handle_output) */
 };
 
-/* A step recorded by its results alone is replayed by whoever resumes the instance (from the
- * last snapshot, rn_instance_resume): after this many, the next step writes a snapshot, which
- * bounds that replay and the results a claim reads back. Replaying one step costs microseconds;
- * a snapshot's update, a row version and its WAL (bench/RESULTS.md). */
-#define RN_SHARD_REPLAY_MAX 64
-
 /* The timer entry of a child-wait check (an execution id no executor makes: version nibble 0). */
 static const struct rn_xid idle_check = {{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f, 0xff, 0xff,
                                           0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}};
@@ -441,7 +435,7 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
      * records them, each numbered as a step, and no snapshot; a runner that resumes the
      * instance replays them from the last snapshot (rn_instance_resume). One row version and
      * two fifths of the WAL less per step of a sequence (bench/RESULTS.md). */
-    bool by_results = rn_steplog_take(&in->steps, o, evs, nevs, RN_SHARD_REPLAY_MAX);
+    bool by_results = rn_steplog_take(&in->steps, o, evs, nevs, RN_STEPLOG_REPLAY_MAX);
 
     in->first_step = false;
     if (o->done.len == 0 && (!o->snapshot_needed || claim_records) && o->outcome == RN_RUNNING &&
@@ -462,9 +456,9 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
         q->w.done = q->done;
         q->w.ndone = q->ndone;
     }
-    if (by_results) {
-        /* the results are numbered (q->done copied them): no snapshot */
-    } else if (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED) {
+    /* A step recorded by its results (q->done copied their numbers) writes no snapshot. */
+    if (!by_results &&
+        (o->outcome == RN_RUNNING ? o->snapshot_needed : o->outcome == RN_COMPLETED)) {
         /* A run that fails, is cancelled or times out keeps its last running snapshot: a
          * redrive (cairn.retry) resumes from it, and replays the steps recorded after it. The
          * final one (no live nodes) would leave nothing to run. */

@@ -1570,14 +1570,13 @@ ctl_cmd_inspect(int argc, char **argv)
         struct cn_buf snap = CN_BUF_INIT;
         bool running = strcmp(PQgetvalue(r, 0, 0), "running") == 0 ||
                        strcmp(PQgetvalue(r, 0, 0), "queued") == 0;
-
-        ir_diags_init(&diags, "source", src, strlen(src));
-        rv = ir_compile_source(src, strlen(src), &diags, &dag);
-        ir_diags_fini(&diags);
         uint32_t state_step = (uint32_t) strtoul(PQgetvalue(r, 0, 17), NULL, 10);
         struct cn_buf resumed = CN_BUF_INIT;
         const struct cn_buf *shown = &snap;
 
+        ir_diags_init(&diags, "source", src, strlen(src));
+        rv = ir_compile_source(src, strlen(src), &diags, &dag);
+        ir_diags_fini(&diags);
         if (rv == CN_OK && !PQgetisnull(r, 0, 4)) {
             size_t len = 0;
             unsigned char *raw = unhex(PQgetvalue(r, 0, 4), &len);

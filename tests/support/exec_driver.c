@@ -383,7 +383,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
                  em.text);
     w.dag = c.dag;
     w.by_results = opts->steps_by_results;
-    w.replay_max = opts->replay_max ? opts->replay_max : 64;
+    w.replay_max = opts->replay_max ? opts->replay_max : RN_STEPLOG_REPLAY_MAX;
     w.cfg.default_timeout_ms = opts->default_timeout_ms ? opts->default_timeout_ms : 60000;
     w.cfg.max_inline_steps = opts->max_inline_steps;
     w.now = T_START_MS;

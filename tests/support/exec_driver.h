@@ -38,7 +38,8 @@ struct t_opts {
      * it), and a crash or redrive resumes through rn_instance_resume. */
     bool first_step_by_claim;
     /* Also as the shard does: a later step that rn_step_by_results allows records its results,
-     * numbered as steps, and no snapshot, up to replay_max of them in a row (0: 64). */
+     * numbered as steps, and no snapshot, up to replay_max of them in a row (0:
+     * RN_STEPLOG_REPLAY_MAX). */
     bool steps_by_results;
     uint32_t replay_max;
     bool crash_after_start; /* crash and rehydrate once right after the first step */

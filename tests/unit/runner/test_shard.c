@@ -335,7 +335,7 @@ Test(shard, a_started_instance_without_a_snapshot_resumes_from_its_first_step)
 }
 
 /* Steps recorded by their results alone: each write carries its result, numbered, and no
- * snapshot, until RN_SHARD_REPLAY_MAX in a row, when a snapshot holding them all is written. A
+ * snapshot, until RN_STEPLOG_REPLAY_MAX in a row, when a snapshot holding them all is written. A
  * runner that claims the instance after one of them replays the recorded steps from the last
  * snapshot and requests the action in flight again, and none that completed. */
 Test(shard, steps_recorded_by_their_results_are_replayed_by_the_next_claim)
