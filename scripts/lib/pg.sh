@@ -23,6 +23,8 @@
 #   CN_PG_TMPDIR  where the cluster directory is made (default /tmp: the socket path must stay
 #                 short, and as root the postgres user must be able to reach it)
 #   CN_PG_PORT    if set, used as the port instead of picking a free one in 20000-40000
+#   CN_PG_EXTRA_OPTS  more server options, appended to the others (e.g. `-c
+#                 shared_preload_libraries=pg_stat_statements`)
 # Set by cn_pg_start (plain shell variables, not exported: export what children need):
 #   CN_PG_DIR (socket directory, = PGHOST), CN_PG_PORT, CN_PG_URL (database `postgres`),
 #   CN_PG_PID (postmaster pid).
@@ -117,6 +119,7 @@ cn_pg_start()
     if [[ "${CN_PG_DURABLE:-0}" != 1 ]]; then
         opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     fi
+    opts+=${CN_PG_EXTRA_OPTS:+ $CN_PG_EXTRA_OPTS}
     _CN_PG_OPTS=$opts
     if ! _cn_pg_as_owner "$CN_PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
         -o "$opts" start >/dev/null 2>&1; then
