@@ -3,8 +3,9 @@
 # Meson test (suite db): cairn.enqueue called from SQL refuses what the engine cannot run, each
 # with its SQLSTATE and message (input not an object, over the size limit, nested too deep,
 # numbers outside int64 or float64, an empty or too long idempotency key, an infinite time),
-# and still takes an input exactly at the size limit and one exactly at the depth limit
-# (TAP output). Works in a fresh database of its own on the server of CAIRN_TEST_DATABASE_URL,
+# and still takes an input exactly at the size limit and one exactly at the depth limit;
+# idempotency keys: a key's instance again, per workflow, under eight concurrent enqueues, and
+# instances without a key left out of the key's index (TAP output). Works in a fresh database of its own on the server of CAIRN_TEST_DATABASE_URL,
 # dropped at the end. Argument: SOURCE_ROOT. Without CAIRN_TEST_DATABASE_URL it reports a skip.
 set -uo pipefail
 
@@ -88,6 +89,27 @@ check "the largest finite float, written with a fraction" \
     "$(try "SELECT cairn.enqueue('w', '{\"a\": $(python3 -c 'print(2**1024 - 2**970 - 1)').9}')")" "no error"
 check "an idempotency key of 255 bytes" "$(try "SELECT cairn.enqueue('w', '{}', repeat('k', 255))")" "no error"
 check "a finite time" "$(try "SELECT cairn.enqueue('w', '{}', NULL, 0, '2999-01-01T00:00:00Z')")" "no error"
+
+# ---- idempotency keys (0020: the unique index holds the keyed instances only) ---------------
+used=$(q "$url" "SELECT instance_id FROM cairn.runner_instances WHERE idempotency_key = 'used'")
+check "a key used before: its instance again" "$(q "$url" "SELECT cairn.enqueue('w', '{\"other\": 1}', 'used')")" "$used"
+check "and no second instance" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE idempotency_key = 'used'")" 1
+check "no key: a new instance each time" \
+    "$(q "$url" "SELECT cairn.enqueue('w', '{}') <> cairn.enqueue('w', '{}')")" t
+q "$url" "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source) VALUES ('w2', 'v1', 'h2', 'workflow w2')" >/dev/null
+check "the same key in another workflow: another instance" \
+    "$(q "$url" "SELECT cairn.enqueue('w2', '{}', 'used') <> '$used'")" t
+# Eight sessions enqueue one fresh key at once: one instance, and every caller gets its id
+# (xargs gives each psql /dev/null for input; -I__N__: "{}" and "@" are in the arguments).
+raced=$(seq 8 | xargs -P 8 -I__N__ "$psql_bin" -X -q -A -t -v ON_ERROR_STOP=1 -d "$url" \
+    -c "SELECT cairn.enqueue('w', '{}', 'raced')")
+check "a key enqueued by eight sessions at once: one instance" \
+    "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE idempotency_key = 'raced'")" 1
+check "and all eight got its id" "$(printf '%s\n' "$raced" | wc -l) $(printf '%s\n' "$raced" | sort -u)" \
+    "8 $(q "$url" "SELECT instance_id FROM cairn.runner_instances WHERE idempotency_key = 'raced'")"
+check "the key's index leaves out the instances without one" \
+    "$(q "$url" "SELECT pg_get_expr(indpred, indrelid) FROM pg_index WHERE indexrelid = 'cairn.runner_instances_idempotency'::regclass")" \
+    "(idempotency_key IS NOT NULL)"
 
 echo "1..$n"
 if [[ $failures -ne 0 ]]; then
