@@ -5,8 +5,9 @@
 # numbers outside int64 or float64, an empty or too long idempotency key, an infinite time),
 # and still takes an input exactly at the size limit and one exactly at the depth limit;
 # idempotency keys: a key's instance again, per workflow, under eight concurrent enqueues, and
-# instances without a key left out of the key's index (TAP output). Works in a fresh database of its own on the server of CAIRN_TEST_DATABASE_URL,
-# dropped at the end. Argument: SOURCE_ROOT. Without CAIRN_TEST_DATABASE_URL it reports a skip.
+# instances without a key left out of the key's index (TAP output). Works in a fresh database
+# of its own on the server of CAIRN_TEST_DATABASE_URL, dropped at the end. Argument:
+# SOURCE_ROOT. Without CAIRN_TEST_DATABASE_URL it reports a skip.
 set -uo pipefail
 
 root=${1:?usage: test_db_enqueue.sh SOURCE_ROOT}
