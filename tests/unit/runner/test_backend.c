@@ -196,6 +196,18 @@ write_for(const struct rn_claimed *c)
     return w;
 }
 
+/* Records d[0..n) under c's lease, with no snapshot, and asserts that the write was not lost. */
+static void
+record_results(struct fx *f, const struct rn_claimed *c, struct rn_done *d, size_t n)
+{
+    struct rn_write w = write_for(c);
+
+    w.done = d;
+    w.ndone = n;
+    persist(f, &w, 1);
+    cr_assert(!w.lost);
+}
+
 static void
 sleep_ms(int ms)
 {
@@ -368,7 +380,6 @@ a_started_instance_without_a_snapshot_comes_back_with_its_results(bool pg, bool 
     struct rn_claimed *c = NULL;
     struct cn_errmsg em = {{0}};
     struct rn_done d;
-    struct rn_write w;
     struct rn_iid id;
 
     fx_open(&f, pg);
@@ -385,11 +396,7 @@ a_started_instance_without_a_snapshot_comes_back_with_its_results(bool pg, bool 
     d.attempt = 1;
     d.ok = true;
     d.value = ir_int(40);
-    w = write_for(&c[0]);
-    w.done = &d;
-    w.ndone = 1;
-    persist(&f, &w, 1);
-    cr_assert(!w.lost);
+    record_results(&f, &c[0], &d, 1);
     cr_assert_eq(f.b->ops->release(f.b, &c[0].lock, 1, &em), CN_OK, "%s", em.text);
     rn_claimed_free(c, 1);
 
@@ -445,11 +452,7 @@ steps_after_the_snapshot_come_back_with_the_claim(bool pg)
     }
     d[1].step = 1; /* steps 1 and 2, then a snapshot holding them with d[2] */
     d[0].step = 2;
-    w = write_for(&c[0]);
-    w.done = d;
-    w.ndone = 2;
-    persist(&f, &w, 1);
-    cr_assert(!w.lost);
+    record_results(&f, &c[0], d, 2);
     w = write_for(&c[0]);
     w.done = &d[2];
     w.ndone = 1;
@@ -464,11 +467,7 @@ steps_after_the_snapshot_come_back_with_the_claim(bool pg)
     d[4].ok = true;
     d[4].step = 4;
     d[4].value = ir_int(54);
-    w = write_for(&c[0]);
-    w.done = &d[3];
-    w.ndone = 2;
-    persist(&f, &w, 1);
-    cr_assert(!w.lost);
+    record_results(&f, &c[0], &d[3], 2);
     cr_assert_eq(f.b->ops->release(f.b, &c[0].lock, 1, &em), CN_OK, "%s", em.text);
     rn_claimed_free(c, 1);
 
