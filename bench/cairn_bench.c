@@ -143,6 +143,7 @@ struct result {
     double rows, wal;          /* per action */
     double cpu_per_1000;       /* runner CPU seconds per 1000 actions */
     long rss_kb;               /* largest runner peak RSS */
+    double sent, messages;     /* attempts sent to workers, `dispatch` messages (batching) */
 };
 
 struct sample {
@@ -703,6 +704,13 @@ parse(int argc, char **argv, struct opts *o)
     }
 }
 
+/* Attempts one `dispatch` message carried on average (0: none sent). */
+static double
+per_message(const struct result *r)
+{
+    return r->messages > 0 ? r->sent / r->messages : 0;
+}
+
 /* One run as a JSON line on f. */
 static void
 json_line(FILE *f, const struct opts *o, const struct bench_case *bc, double aps, double ips,
@@ -721,13 +729,13 @@ json_line(FILE *f, const struct opts *o, const struct bench_case *bc, double aps
             "\"action_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"count\": %.0f}, "
             "\"rows_per_action\": %.2f, \"wal_bytes_per_action\": %.0f, "
             "\"runner_cpu_seconds_per_1000_actions\": %.3f, \"runner_peak_rss_kb\": %ld, "
-            "\"shared_workers\": %ld}\n",
+            "\"shared_workers\": %ld, \"attempts_per_dispatch_message\": %.1f}\n",
             bc->name, o->instances, o->actions, o->runners, o->shards, o->workers, o->slots,
             o->prefetch, o->transport, o->rate, r->completed, r->failed, r->drain_s, aps, ips,
             r->enqueue_rate, r->p50, r->p95, r->p99, r->max, r->dispatch.p50, r->dispatch.p95,
             r->dispatch.p99, r->dispatch.max, r->dispatch.count, r->persist.p50, r->persist.p99,
             r->persist.count, r->action.p50, r->action.p99, r->action.count, r->rows, r->wal,
-            r->cpu_per_1000, r->rss_kb, o->shared);
+            r->cpu_per_1000, r->rss_kb, o->shared, per_message(r));
 }
 
 static void
@@ -793,8 +801,9 @@ report(const struct opts *o, const struct bench_case *bc, long actions_total,
                r->dispatch.count);
         printf("  persist      %.0f transactions, p50 %.2f ms, p99 %.2f\n", r->persist.count,
                r->persist.p50, r->persist.p99);
-        printf("  actions      dispatch to outcome p50 %.2f ms, p99 %.2f (%.0f outcomes)\n",
-               r->action.p50, r->action.p99, r->action.count);
+        printf("  actions      dispatch to outcome p50 %.2f ms, p99 %.2f (%.0f outcomes), %.1f "
+               "per dispatch message\n",
+               r->action.p50, r->action.p99, r->action.count, per_message(r));
         printf("  database     %.2f rows and %.0f WAL bytes written per action\n", r->rows, r->wal);
         printf("  runner       %.3f CPU s per 1000 actions, peak RSS %ld MiB\n", r->cpu_per_1000,
                r->rss_kb / 1024);
@@ -1206,6 +1215,8 @@ main(int argc, char **argv)
         summ_merge(&res.dispatch, mtext, "cairn_action_dispatch_delay_seconds");
         summ_merge(&res.persist, mtext, "cairn_persist_seconds");
         summ_merge(&res.action, mtext, "cairn_action_seconds");
+        res.sent += fmax(0, sample_value(mtext, "cairn_pool_sent_total"));
+        res.messages += fmax(0, sample_value(mtext, "cairn_pool_dispatch_messages_total"));
     }
     res.cpu_per_1000 = cpu_total * 1000.0 / (double) actions_total;
     stop_fleet();

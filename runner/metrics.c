@@ -84,6 +84,10 @@ rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *
     X("cairn_pool_queued", "gauge", "Attempts waiting for a worker.", ps->queued)                  \
     X("cairn_pool_backlog_cap", "gauge",                                                           \
       "Attempts that may wait for a worker before the runner stops claiming.", ps->backlog_cap)    \
+    X("cairn_pool_sent_total", "counter", "Attempts sent to workers.", ps->dispatched)             \
+    X("cairn_pool_dispatch_messages_total", "counter",                                             \
+      "Dispatch messages that carried them (attempts per message: sent / messages).",              \
+      ps->dispatch_msgs)                                                                           \
     X("cairn_pool_results_total", "counter", "Worker outcomes accepted.", ps->results)             \
     X("cairn_pool_stale_total", "counter", "Late or duplicate outcomes dropped.", ps->stale)       \
     X("cairn_pool_timeouts_total", "counter", "Attempts past their deadline.", ps->timeouts)       \

@@ -290,6 +290,12 @@ def run_all(url, env, tmp):
           "# TYPE cairn_pool_backlog_cap gauge" in text and
           int(samples.get("cairn_pool_backlog_cap", "0")) >= 256,
           samples.get("cairn_pool_backlog_cap", "missing"))
+    sent = int(samples.get("cairn_pool_sent_total", "-1"))
+    msgs = int(samples.get("cairn_pool_dispatch_messages_total", "-1"))
+    check("/metrics counts the attempts sent and the dispatch messages that carried them: "
+          "every accepted outcome was sent, a message carries one attempt or more",
+          sent >= int(samples.get("cairn_pool_results_total", "0")) > 0 and 0 < msgs <= sent,
+          f"sent {sent}, messages {msgs}")
     check("/metrics has the persist and action-time summaries",
           float(samples.get("cairn_persist_seconds_count", "0")) > 0 and
           float(samples.get('cairn_persist_seconds{quantile="0.5"}', "0")) > 0 and
