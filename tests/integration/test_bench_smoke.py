@@ -66,6 +66,10 @@ def main():
                 k in d for k in ("actions_per_second", "instances_per_second", "latency_ms",
                                  "rows_per_action", "wal_bytes_per_action",
                                  "runner_cpu_seconds_per_1000_actions", "runner_peak_rss_kb")))
+            # Two workers of 16 slots and 16 prefetch: a dispatch carries 1 to 32 attempts.
+            per = d.get("attempts_per_dispatch_message", 0)
+            check(f"{case}: attempts per dispatch message between 1 and a worker's room (32)",
+                  1 <= per <= 32, str(per))
             dd = d.get("dispatch_delay_ms", {})
             check(f"{case}: ready-to-dispatch latency covers every action, quantiles in order",
                   dd.get("count") == int(inst) * (1 if case == "queue-noop" else int(acts)) and
@@ -167,6 +171,25 @@ def main():
               r.returncode == 0 and d.get("completed") == 5 and
               "starting a durable throwaway PostgreSQL" in r.stderr and after == before,
               f"exit {r.returncode} {r.stderr[-400:]} left: {after - before}")
+
+        # bench/compare-builds: two builds (here the same one twice) interleaved on a throwaway
+        # cluster of its own, a table per case with each build's runs and its ratio.
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                              "compare-builds")
+        r = subprocess.run([script, "--rounds", "2", "--case",
+                            "CAIRN_MAX_INSTANCES=3 --case sequence --instances 6 --actions 2",
+                            f"one={BUILD}", f"two={BUILD}"],
+                           capture_output=True, text=True, timeout=240, env=env)
+        rows = [line for line in r.stdout.splitlines() if line.startswith(("| one |", "| two |"))]
+        check("compare-builds: both builds' two runs, the first build's ratio 1.00x",
+              r.returncode == 0 and
+              "`CAIRN_MAX_INSTANCES=3 cairn-bench --case sequence --instances 6 --actions 2`"
+              in r.stdout and len(rows) == 2 and rows[0].count(" / ") >= 2 and
+              "| 1.00x |" in rows[0], r.stdout[-600:] + r.stderr[-600:])
+        r = subprocess.run([script, f"one={BUILD}/nothing-here"], capture_output=True, text=True,
+                           timeout=30, env=env)
+        check("compare-builds: a directory without the binaries is refused before anything runs",
+              r.returncode == 2 and "missing" in r.stderr, r.stderr)
     finally:
         q(BASE, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     print(f"1..{n}")
