@@ -322,19 +322,25 @@ recorded_results(struct fx *f, struct rn_iid id)
 }
 
 /* A result written again (a batch resent, or reported again after a re-claim's hydration) is
- * recorded once; another attempt of the same execution is a result of its own. */
+ * recorded once; another attempt of the same execution is a result of its own. The rest of a
+ * batch that carries such a result is written: on PostgreSQL the results' key refuses the
+ * batch's plain insert, and the batch goes again with the probe. */
 static void
 a_result_is_recorded_once(bool pg)
 {
     struct fx f;
     struct rn_claimed *c = NULL;
-    struct rn_done d[2];
-    struct rn_write w;
-    struct rn_iid id;
+    struct rn_done d[3], other;
+    struct rn_write w, both[2];
+    struct rn_iid id, id2;
+    static const char snap[] = "the snapshot of the resent batch";
+    size_t k, mine;
 
     fx_open(&f, pg);
     fx_enqueue(&f, 3, &id);
-    cr_assert_eq(claim(&f, 30000, &c), 1);
+    fx_enqueue(&f, 4, &id2);
+    cr_assert_eq(claim(&f, 30000, &c), 2);
+    mine = rn_iid_eq(c[0].instance_id, id) ? 0 : 1;
     memset(d, 0, sizeof(d));
     memset(d[0].exec_id.b, 0xE2, 16);
     d[0].attempt = 1;
@@ -342,7 +348,10 @@ a_result_is_recorded_once(bool pg)
     d[0].value = ir_int(30);
     d[1] = d[0];
     d[1].attempt = 2;
-    w = write_for(&c[0]);
+    d[2] = d[0];
+    memset(d[2].exec_id.b, 0xE3, 16);
+    other = d[0];
+    w = write_for(&c[mine]);
     w.done = &d[0];
     w.ndone = 1;
     persist(&f, &w, 1);
@@ -355,7 +364,36 @@ a_result_is_recorded_once(bool pg)
     persist(&f, &w, 1);
     cr_assert(!w.lost);
     cr_expect_eq(recorded_results(&f, id), 2, "the second attempt's result was not recorded");
-    rn_claimed_free(c, 1);
+
+    /* Resent with a new result and a snapshot, beside another instance's first result. */
+    both[0] = write_for(&c[mine]);
+    both[0].done = d;
+    both[0].ndone = 3;
+    both[0].state = snap;
+    both[0].state_len = sizeof(snap) - 1;
+    both[1] = write_for(&c[1 - mine]);
+    both[1].done = &other;
+    both[1].ndone = 1;
+    persist(&f, both, 2);
+    for (k = 0; k < 2; k++) {
+        cr_assert(!both[k].lost, "write %zu of the resent batch was lost", k);
+    }
+    cr_expect_eq(recorded_results(&f, id), 3, "the resent batch's new result was not recorded");
+    cr_expect_eq(recorded_results(&f, id2), 1, "the other instance's result was not recorded");
+    if (pg) {
+        const char *p[1] = {(const char *) id.b};
+        int len[1] = {16}, fmt[1] = {1};
+        PGresult *r = PQexecParams(f.admin,
+                                   "SELECT state FROM cairn.runner_instances"
+                                   " WHERE instance_id = $1",
+                                   1, NULL, p, len, fmt, 1);
+        cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(f.admin));
+        cr_expect(PQgetlength(r, 0, 0) == (int) sizeof(snap) - 1 &&
+                      memcmp(PQgetvalue(r, 0, 0), snap, sizeof(snap) - 1) == 0,
+                  "the resent batch's snapshot was not stored");
+        PQclear(r);
+    }
+    rn_claimed_free(c, 2);
     fx_close(&f);
 }
 
