@@ -397,6 +397,64 @@ a_result_is_recorded_once(bool pg)
     fx_close(&f);
 }
 
+/* Many results per write (a fan-out's batch; on PostgreSQL they go grouped by write, each lease
+ * probed once): a write under a stale token records none of its results, the current one all
+ * of them, and the batch resent with more records only the new ones. */
+static void
+many_results_per_write(bool pg)
+{
+    struct fx f;
+    struct rn_claimed *c = NULL;
+    struct rn_done d[2][8];
+    struct rn_write w[2];
+    struct rn_iid id[2];
+    size_t i, k;
+
+    fx_open(&f, pg);
+    fx_enqueue(&f, 1, &id[0]);
+    fx_enqueue(&f, 2, &id[1]);
+    cr_assert_eq(claim(&f, 30000, &c), 2);
+    memset(d, 0, sizeof(d));
+    for (i = 0; i < 2; i++) {
+        for (k = 0; k < 8; k++) {
+            memset(d[i][k].exec_id.b, (int) (0x10 * (i + 1) + k), 16);
+            d[i][k].attempt = 1;
+            d[i][k].ok = k % 3 != 0;
+            d[i][k].value = ir_int((int64_t) (100 * i + k));
+        }
+        w[i] = write_for(&c[i]);
+        w[i].done = d[i];
+        w[i].ndone = 6;
+    }
+    w[1].lock.b[0] ^= 0xFF; /* a token no longer current */
+    persist(&f, w, 2);
+    cr_assert(!w[0].lost);
+    cr_assert(w[1].lost, "a write under a stale token was not reported lost");
+    cr_expect_eq(recorded_results(&f, c[0].instance_id), 6);
+    cr_expect_eq(recorded_results(&f, c[1].instance_id), 0,
+                 "results of a write under a stale token were recorded");
+
+    w[0].ndone = 8; /* resent, with two more */
+    w[1].lock = c[1].lock;
+    w[1].ndone = 8;
+    persist(&f, w, 2);
+    cr_assert(!w[0].lost && !w[1].lost);
+    cr_expect_eq(recorded_results(&f, c[0].instance_id), 8, "a resent result was recorded twice");
+    cr_expect_eq(recorded_results(&f, c[1].instance_id), 8);
+    rn_claimed_free(c, 2);
+    fx_close(&f);
+}
+
+Test(backend, memory_many_results_per_write)
+{
+    many_results_per_write(false);
+}
+
+Test(backend, postgres_many_results_per_write)
+{
+    many_results_per_write(true);
+}
+
 Test(backend, memory_a_result_is_recorded_once)
 {
     a_result_is_recorded_once(false);
