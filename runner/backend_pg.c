@@ -730,28 +730,22 @@ json_text(struct ir_val v, struct cn_buf *out)
     return cn_buf_puts(out, "null") == CN_OK;
 }
 
-/* The results' insert, in its two forms (below). */
+/* The results' insert (cairn_done, cairn_done_probed). */
 #define DONE_INSERT                                                                              \
     "INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status, result," \
-    " step) "
-#define DONE_ROWS                                                                           \
-    "SELECT t.i, t.e, t.a, t.s, t.x, t.k FROM unnest($1::uuid[], $2::uuid[], $3::uuid[],"   \
-    " $4::integer[], $5::text[], $6::bytea[], $7::integer[]) AS t(i, l, e, a, s, x, k)"     \
-    " CROSS JOIN LATERAL (SELECT 1 FROM cairn.queued_instances q WHERE q.instance_id = t.i" \
-    " AND q.lock_uuid = t.l OFFSET 0) ok"
-#define DONE_GROUPED                                                                           \
-    "SELECT ($1::uuid[])[t.w], t.e, t.a, t.s, t.x, t.k FROM unnest($3::integer[], $4::uuid[]," \
-    " $5::integer[], $6::text[], $7::bytea[], $8::integer[]) AS t(w, e, a, s, x, k)"           \
-    " WHERE (SELECT array_agg(EXISTS (SELECT 1 FROM cairn.queued_instances q WHERE"            \
-    " q.instance_id = u.i AND q.lock_uuid = u.l) ORDER BY u.n) FROM unnest($1::uuid[],"        \
+    " step) SELECT ($1::uuid[])[t.w], t.e, t.a, t.s, t.x, t.k FROM unnest($3::integer[],"        \
+    " $4::uuid[], $5::integer[], $6::text[], $7::bytea[], $8::integer[]) AS t(w, e, a, s, x,"    \
+    " k) WHERE (SELECT array_agg(EXISTS (SELECT 1 FROM cairn.queued_instances q WHERE"           \
+    " q.instance_id = u.i AND q.lock_uuid = u.l) ORDER BY u.n) FROM unnest($1::uuid[],"          \
     " $2::uuid[]) WITH ORDINALITY AS u(i, l, n))[t.w]"
 
 /* The persist statements, prepared once per connection and sent as one pipeline (one round
  * trip per batch). Each write statement fences itself: it probes the queue row of each
- * (instance, claim token) in a LATERAL subquery, and the first statement locks those rows FOR
- * UPDATE for the transaction, so a write whose token is gone touches nothing. The fence's result
- * says which writes were lost. Never a join with the queue table: its statistics are often those
- * of an empty queue, and the planner would scan it once per row (RESULTS.md, step 6). */
+ * (instance, claim token) in a subquery (the results' once per write, the others' per row),
+ * and the first statement locks those rows FOR UPDATE for the transaction, so a write whose
+ * token is gone touches nothing. The fence's result says which writes were lost. Never a join with
+ * the queue table: its statistics are often those of an empty queue, and the planner would scan it
+ * once per row (RESULTS.md, step 6). */
 static const struct {
     const char *name;
     const char *sql;
@@ -765,18 +759,15 @@ static const struct {
      " CROSS JOIN LATERAL (SELECT q.instance_id, q.lock_uuid FROM cairn.queued_instances q"
      " WHERE q.instance_id = t.i AND (t.l IS NULL OR q.lock_uuid = t.l) FOR UPDATE) x",
      2, "uu"},
-    /* The results, inserted plainly: the key (0021) refuses one recorded already, and the batch
-     * is then written again with the probed forms instead (pg_persist). A probe per row in
-     * every batch cost a third of the insert's time, for a duplicate that comes only after a
-     * lost commit acknowledgement or a re-claim (bench/RESULTS.md, "One index on the results").
-     * A row per result, each with its instance's lease probed: */
-    {"cairn_done", DONE_INSERT DONE_ROWS, 7, "uuuitbi"},
-    /* The same grouped by write, for batches of many results per write (a fan-out's): the
-     * writes' instances and tokens once, each result naming its write by position, each lease
-     * probed once into an array the rows index. 600 000 results, 1 000 per write, in batches
-     * of 10 000: 1.8-2.0 s against 2.4-2.5 s a row at a time; with one result per write,
-     * 2.4-2.5 s against 2.2-2.4 (bench/RESULTS.md, "One index on the results"). */
-    {"cairn_done_grouped", DONE_INSERT DONE_GROUPED, 8, "uuiuitbi"},
+    /* The results, grouped by write: the writes' instances and tokens once, each result naming
+     * its write by position, each lease probed once into an array the rows index. Inserted
+     * plainly: the key (0021) refuses a result recorded already, and the batch is then written
+     * again with cairn_done_probed (pg_persist). Per result, 600 000 in batches of 10 000
+     * (bench/results-insert, bench/RESULTS.md "One index on the results"): 3.75 µs with 1 000
+     * per write, 5.16 with one, against 6.70 and 7.76 for a probe of the result and of the lease
+     * per row as before 0021; a probe per row cost more than a third of the insert, for a
+     * duplicate that comes only after a lost commit acknowledgement or a re-claim. */
+    {"cairn_done", DONE_INSERT, 8, "uuiuitbi"},
     {"cairn_state",
      "UPDATE cairn.runner_instances ri SET state = t.s, state_step = t.k, redrive = false FROM"
      " unnest($1::uuid[],"
@@ -833,17 +824,12 @@ static const struct {
      " ri.instance_id = t.i RETURNING ri.instance_id)"
      " DELETE FROM cairn.queued_instances q USING t WHERE q.ctid = t.tid",
      6, "uutttb"},
-    /* The two with the probe: each sent in its form's place, with its parameters, when a
-     * batch's plain insert met a result recorded already. Never sent on their own. */
+    /* cairn_done with the probe: sent in its place, with its parameters, when a batch's plain
+     * insert met a result recorded already. Never sent on its own. */
     {"cairn_done_probed",
-     DONE_INSERT DONE_ROWS " WHERE NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d"
-                           " WHERE d.instance_id = t.i AND d.execution_id = t.e AND"
-                           " d.attempt = t.a)",
-     7, "uuuitbi"},
-    {"cairn_done_grouped_probed",
-     DONE_INSERT DONE_GROUPED " AND NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d"
-                              " WHERE d.instance_id = ($1::uuid[])[t.w] AND d.execution_id ="
-                              " t.e AND d.attempt = t.a)",
+     DONE_INSERT " AND NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d WHERE"
+                 " d.instance_id = ($1::uuid[])[t.w] AND d.execution_id = t.e AND"
+                 " d.attempt = t.a)",
      8, "uuiuitbi"},
 };
 #define NPERSIST (sizeof(persist_stmts) / sizeof(persist_stmts[0]))
@@ -851,14 +837,12 @@ static const struct {
 enum {
     PS_FENCE,
     PS_DONE,
-    PS_DONE_GROUPED,
     PS_STATE,
     PS_RELEASE,
     PS_CHILDREN,
     PS_CHILD_DONE,
     PS_FINISH,
-    PS_DONE_PROBED, /* the probed forms: in their plain forms' places only */
-    PS_DONE_GROUPED_PROBED
+    PS_DONE_PROBED /* in PS_DONE's place only */
 };
 #define PS_MAXP 11
 
@@ -994,13 +978,6 @@ elem_oid(char type)
     }
 }
 
-/* The statement sent in s's place once a batch met a result recorded already. */
-static size_t
-probed_form(size_t s)
-{
-    return s == PS_DONE ? PS_DONE_PROBED : s == PS_DONE_GROUPED ? PS_DONE_GROUPED_PROBED : s;
-}
-
 /* Sends one persist batch, its parameters built in a, as one pipeline: BEGIN, the fence, the
  * writes in the fixed order, COMMIT, sync; then reads every result, clearing w[i].lost for the
  * writes the fence kept. probed: the results go by cairn_done_probed. *dup: the batch failed on
@@ -1036,7 +1013,8 @@ persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr
             }
         }
         if (rv == CN_OK &&
-            PQsendQueryPrepared(b->c, persist_stmts[probed ? probed_form(s) : s].name,
+            PQsendQueryPrepared(b->c,
+                                persist_stmts[probed && s == PS_DONE ? PS_DONE_PROBED : s].name,
                                 persist_stmts[s].nparams, params, lengths, formats, 1) != 1) {
             rv = cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
         }
@@ -1097,56 +1075,35 @@ persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr
     return rv;
 }
 
-/* A batch whose writes carry at least this many results each, on average, sends them grouped
- * by write (cairn_done_grouped): its one probe per write is then cheaper than one per row. */
-#define PG_DONE_GROUPED_MIN 4
-
-/* Puts the results of w[0..n) into the parameters of cairn_done or cairn_done_grouped. tmp:
- * scratch. */
+/* Puts the results of w[0..n) into cairn_done's parameters: each write with results once, then
+ * its results, each naming it by its position. tmp: scratch. */
 static void
-put_results(struct barr (*a)[PS_MAXP], const struct rn_write *w, size_t n, struct cn_buf *tmp)
+put_results(struct barr *da, const struct rn_write *w, size_t n, struct cn_buf *tmp)
 {
-    size_t i, k, nres = 0, nwrites = 0;
-    bool grouped;
-    struct barr *da;
+    size_t i, k;
 
-    for (i = 0; i < n; i++) {
-        nres += w[i].ndone;
-        nwrites += w[i].ndone > 0;
-    }
-    grouped = nres >= PG_DONE_GROUPED_MIN * nwrites;
-    da = a[grouped ? PS_DONE_GROUPED : PS_DONE];
     for (i = 0; i < n; i++) {
         if (w[i].ndone == 0) {
             continue;
         }
-        if (grouped) {
-            barr_uuid(&da[0], w[i].instance_id.b);
-            barr_uuid(&da[1], w[i].lock.b);
-        }
+        barr_uuid(&da[0], w[i].instance_id.b);
+        barr_uuid(&da[1], w[i].lock.b);
         for (k = 0; k < w[i].ndone; k++) {
             const struct rn_done *d = &w[i].done[k];
-            /* the result's columns: after the write's two, or its position among the writes */
-            struct barr *ra = grouped ? &da[3] : &da[2];
             cn_buf_clear(tmp);
             if (ir_val_to_msgpack(d->value, IR_MP_INTERNAL, tmp) != CN_OK) {
                 cn_buf_clear(tmp); /* not storable (too deep): nil in its place */
-                ra[3].bad |= cn_buf_putc(tmp, (char) 0xc0) != CN_OK;
+                da[6].bad |= cn_buf_putc(tmp, (char) 0xc0) != CN_OK;
             }
-            if (grouped) {
-                barr_int(&da[2], (int64_t) da[0].n);
-            } else {
-                barr_uuid(&da[0], w[i].instance_id.b);
-                barr_uuid(&da[1], w[i].lock.b);
-            }
-            barr_uuid(&ra[0], d->exec_id.b);
-            barr_int(&ra[1], d->attempt);
-            barr_put(&ra[2], d->ok ? "ok" : "error", d->ok ? 2 : 5);
-            barr_put(&ra[3], tmp->data, tmp->len);
+            barr_int(&da[2], (int64_t) da[0].n);
+            barr_uuid(&da[3], d->exec_id.b);
+            barr_int(&da[4], d->attempt);
+            barr_put(&da[5], d->ok ? "ok" : "error", d->ok ? 2 : 5);
+            barr_put(&da[6], tmp->data, tmp->len);
             if (d->step > 0) {
-                barr_int(&ra[4], d->step);
+                barr_int(&da[7], d->step);
             } else {
-                barr_null(&ra[4]);
+                barr_null(&da[7]);
             }
         }
     }
@@ -1209,7 +1166,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
         }
     }
     free(order);
-    put_results(a, w, n, &tmp);
+    put_results(a[PS_DONE], w, n, &tmp);
     for (i = 0; i < n; i++) {
         w[i].lost = true;
         for (k = 0; k < w[i].nchildren; k++) {

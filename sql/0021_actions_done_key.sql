@@ -8,10 +8,10 @@
 -- instead of a probe of its own. Runners insert plainly and, in the rare batch that writes a
 -- result already recorded (a batch resent after a lost commit acknowledgement, a result reported
 -- again after a re-claim), get a unique violation, roll back and write the batch again with the
--- probe. Measured on 600 000 results in batches of 10 000, interleaved: 2.8-4.2 s with the key,
--- 4.6-5.9 s with the two indexes and the probe, 4.2-5.3 s with the key and ON CONFLICT DO
--- NOTHING instead (its speculative insertion costs what the probe saved) (bench/RESULTS.md,
--- "One index on the results").
+-- probe. Measured on 600 000 results in batches of 10 000, 1 000 per instance, interleaved
+-- (bench/results-insert): 2.9-3.5 s with the key, 3.9-4.8 s with the two indexes and the probe,
+-- 3.8-4.9 s with the key and ON CONFLICT DO NOTHING instead (its speculative insertion costs
+-- what the probe saved) (bench/RESULTS.md, "One index on the results").
 --
 -- `id` stays: it is the order results were recorded in (`cairnctl inspect`).
 --

@@ -190,6 +190,18 @@ def main():
                            timeout=30, env=env)
         check("compare-builds: a directory without the binaries is refused before anything runs",
               r.returncode == 2 and "missing" in r.stderr, r.stderr)
+
+        # bench/results-insert: every shape inserts every row (it exits 1 otherwise), one row of
+        # the table each, on a throwaway cluster of its own.
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                              "results-insert")
+        r = subprocess.run([script, "--results", "900", "--batch", "200", "--per-write", "30",
+                            "--rounds", "1"], capture_output=True, text=True, timeout=180, env=env)
+        rows = [line.split(" | ")[0] for line in r.stdout.splitlines() if line.startswith("| ")]
+        check("results-insert: each shape inserted every result, one table row each",
+              r.returncode == 0 and
+              rows[1:] == ["| two-indexes", "| key", "| key-on-conflict", "| grouped"],
+              r.stdout[-600:] + r.stderr[-600:])
     finally:
         q(BASE, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     print(f"1..{n}")

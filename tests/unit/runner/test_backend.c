@@ -397,9 +397,9 @@ a_result_is_recorded_once(bool pg)
     fx_close(&f);
 }
 
-/* Many results per write (a fan-out's batch; on PostgreSQL they go grouped by write, each lease
- * probed once): a write under a stale token records none of its results, the current one all
- * of them, and the batch resent with more records only the new ones. */
+/* Many results per write (a fan-out's batch; on PostgreSQL each write's lease is probed once
+ * for all its results): a write under a stale token records none of its results, the current
+ * one all of them, and the batch resent with more records only the new ones. */
 static void
 many_results_per_write(bool pg)
 {
