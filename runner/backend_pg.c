@@ -979,9 +979,9 @@ elem_oid(char type)
 }
 
 /* Sends one persist batch, its parameters built in a, as one pipeline: BEGIN, the fence, the
- * writes in the fixed order, COMMIT, sync; then reads every result, clearing w[i].lost for the
- * writes the fence kept. probed: the results go by cairn_done_probed. *dup: the batch failed on
- * a result recorded already. */
+ * writes in the fixed order, COMMIT, sync; then reads every result: w[i].lost is set for every
+ * write but those the fence kept. probed: the results go by cairn_done_probed. *dup: the batch
+ * failed on a result recorded already. */
 static cn_err
 persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr (*a)[PS_MAXP],
                  const char depth[4], bool probed, bool *dup, struct cn_errmsg *err)
@@ -994,6 +994,9 @@ persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr
     cn_err rv;
 
     *dup = false;
+    for (i = 0; i < n; i++) {
+        w[i].lost = true; /* until the fence says it kept the write */
+    }
     rv = PQenterPipelineMode(b->c) == 1 ? CN_OK
                                         : cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
     if (rv == CN_OK && PQsendQueryParams(b->c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) != 1) {
@@ -1168,7 +1171,6 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
     free(order);
     put_results(a[PS_DONE], w, n, &tmp);
     for (i = 0; i < n; i++) {
-        w[i].lost = true;
         for (k = 0; k < w[i].nchildren; k++) {
             struct rn_child_start *c = &w[i].children[k];
             struct barr *ca = a[PS_CHILDREN];
@@ -1256,9 +1258,6 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
         /* A result recorded already (a batch resent after a lost commit acknowledgement, a
          * result reported again after a re-claim): the whole transaction rolled back; written
          * again with the probe, which leaves such results out and keeps the rest. */
-        for (i = 0; i < n; i++) {
-            w[i].lost = true;
-        }
         rv = persist_pipeline(b, w, n, a, depth, true, &dup, err);
     }
 

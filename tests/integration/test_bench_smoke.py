@@ -20,6 +20,7 @@ import time
 BENCH, BUILD = sys.argv[1:3]
 BASE = os.environ.get("CAIRN_TEST_DATABASE_URL", "")
 PSQL = os.environ.get("PSQL") or shutil.which("psql") or "/usr/lib/postgresql/15/bin/psql"
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
 n = 0
 failures = 0
 
@@ -174,8 +175,7 @@ def main():
 
         # bench/compare-builds: two builds (here the same one twice) interleaved on a throwaway
         # cluster of its own, a table per case with each build's runs and its ratio.
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
-                              "compare-builds")
+        script = os.path.join(SCRIPTS, "compare-builds")
         r = subprocess.run([script, "--rounds", "2", "--case",
                             "CAIRN_MAX_INSTANCES=3 --case sequence --instances 6 --actions 2",
                             f"one={BUILD}", f"two={BUILD}"],
@@ -193,8 +193,7 @@ def main():
 
         # bench/results-insert: every shape inserts every row (it exits 1 otherwise), one row of
         # the table each, on a throwaway cluster of its own.
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
-                              "results-insert")
+        script = os.path.join(SCRIPTS, "results-insert")
         r = subprocess.run([script, "--results", "900", "--batch", "200", "--per-write", "30",
                             "--rounds", "1"], capture_output=True, text=True, timeout=180, env=env)
         rows = [line.split(" | ")[0] for line in r.stdout.splitlines() if line.startswith("| ")]

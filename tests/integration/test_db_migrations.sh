@@ -26,10 +26,12 @@ if [[ -z "$psql_bin" ]]; then
 fi
 
 failures=0
-q()
+# A statement's result in the database at $1 (q: the test database).
+q_at()
 {
-    "$psql_bin" -X -q -A -t -v ON_ERROR_STOP=1 -d "$url" -c "$1" </dev/null
+    "$psql_bin" -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" -c "$2" </dev/null
 }
+q() { q_at "$url" "$1"; }
 check()
 {
     local what=$1 got=$2 want=$3
@@ -80,7 +82,7 @@ cleanup_upgrade() {
     rm -rf "$upgrade_sql"
 }
 trap cleanup_upgrade EXIT
-uq() { "$psql_bin" -X -q -A -t -v ON_ERROR_STOP=1 -d "$upgrade_url" -c "$1" </dev/null; }
+uq() { q_at "$upgrade_url" "$1"; }
 q "CREATE DATABASE $upgrade_db" >/dev/null
 for f in "$root"/sql/[0-9][0-9][0-9][0-9]_*.sql; do
     base=${f##*/}
