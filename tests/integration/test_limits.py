@@ -20,8 +20,10 @@ its own, dropped at the end).
 Arguments: CAIRN_RUNNER CAIRN_WORKER CAIRNCTL SOURCE_ROOT. TAP output; without
 CAIRN_TEST_DATABASE_URL it reports a skip.
 """
+import calendar
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -270,9 +272,25 @@ def run_all(url, env, tmp):
         "sleeping", lambda: says(nap, "waiting for a sleep, until "), 30),
         ctl(env, "inspect", nap).stdout)
     boff = ctl(env, "run", "backs_off").stdout.strip()
-    check("inspect: a failed attempt waits for its retry backoff", wait_until(
-        "backoff", lambda: says(boff, "waiting for a retry backoff: `std.fail` attempt 2 at "),
-        30), ctl(env, "inspect", boff).stdout)
+    # Backoffs have full jitter (docs/semantics.md): retry N waits uniform in [0, 30 s * 2^(N-2)],
+    # so a short draw can run attempt 2 before a poll sees its wait; whichever retry waits, the
+    # reason names it and its wake time lies within that retry's cap of now.
+    seen = {}
+
+    def backoff_reason():
+        out = ctl(env, "inspect", boff).stdout
+        m = re.search(r"waiting for a retry backoff: `std\.fail` attempt (\d+) at "
+                      r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)", out)
+        if m is None:
+            return False
+        seen["attempt"], seen["at"] = int(m.group(1)), m.group(2)
+        seen["ahead"] = calendar.timegm(time.strptime(m.group(2), "%Y-%m-%dT%H:%M:%SZ")) - \
+            time.time()
+        return True
+    ok = wait_until("backoff", backoff_reason, 30)
+    check("inspect: a failed attempt waits for its retry backoff", ok and
+          2 <= seen["attempt"] <= 4 and -5 <= seen["ahead"] <= 30 * 2 ** (seen["attempt"] - 2) + 1,
+          f"{seen} {ctl(env, 'inspect', boff).stdout}")
     wt = ctl(env, "run", "waiter", "--input", '{"ms": 30000}').stdout.strip()
     check("inspect: a parent waits for its child workflow", wait_until(
         "child", lambda: says(wt, "waiting for child workflow kid_hold "), 30),
