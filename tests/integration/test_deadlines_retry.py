@@ -185,7 +185,9 @@ def run_all(url, env, tmp):
           f"exit {r.returncode}: {r.stderr}")
 
     # ---- retry of a cancelled and of a timed_out instance ------------------------------------
-    held = ctl(env, "run", "hold", "--input", '{"ms": 1500}').stdout.strip()
+    # 6 s: the retry no-op and the cancel below must come while it runs, and under ASan on a
+    # loaded machine three cairnctl calls can take most of 1.5 s
+    held = ctl(env, "run", "hold", "--input", '{"ms": 6000}').stdout.strip()
     wait_until("running", lambda: status(url, held).startswith("running"), 30)
     r = ctl(env, "retry", held)
     check("retry of a running instance is a no-op (exit 6)",

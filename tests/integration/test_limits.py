@@ -118,8 +118,14 @@ def run_all(url, env, tmp):
          "WHERE instance_id IN (SELECT instance_id FROM cairn.queued_instances WHERE lock_uuid "
          "IS NOT NULL AND instance_id IN (SELECT instance_id FROM cairn.runner_instances WHERE "
          "workflow_name = 'race')); SELECT pg_sleep(0.3); COMMIT;"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.1)
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PGAPPNAME="limits-claim-race"))
+    # limit_set comes once the claim holds its rows (it sleeps), not after a guess at psql's
+    # start-up; the sleep stays under limit_set's lock_timeout
+    check("the claim-like transaction holds its rows", wait_until(
+        "claim sleeps", lambda: q(url, "SELECT count(*) FROM pg_stat_activity WHERE "
+                                       "application_name = 'limits-claim-race' AND "
+                                       "wait_event = 'PgSleep'") == "1", 10))
     r = ctl(env, "limit", "set", "race", "1")
     claim.wait(timeout=30)
     check("limit set during a claim marks every instance (the claimed ones hold slots)",
@@ -148,8 +154,11 @@ def run_all(url, env, tmp):
 
     # ---- a workflow limit: priority, then age --------------------------------------------------
     # Queued in one transaction, before any runner runs: the claim order is the limit's alone.
-    q(url, "SELECT count(cairn.enqueue('limited', jsonb_build_object('ms', 700, 'i', g), "
-           "priority => CASE WHEN g > 9 THEN 5 ELSE 0 END)) FROM generate_series(1, 12) g")
+    # The three first (priority 5) hold the limit full for 5 s, with no gap for inspect to fall
+    # into (at 700 ms they finished together and a poll could land before the next claim).
+    q(url, "SELECT count(cairn.enqueue('limited', jsonb_build_object('ms', CASE WHEN g > 9 "
+           "THEN 5000 ELSE 700 END, 'i', g), priority => CASE WHEN g > 9 THEN 5 ELSE 0 END)) "
+           "FROM generate_series(1, 12) g")
     lst = json.loads(ctl(env, "limit", "list", "--json").stdout or "[]")
     check("limit list shows the limit and 12 waiting", any(
         x["workflow"] == "limited" and x["max_running"] == 3 and x["waiting"] == 12
@@ -193,17 +202,28 @@ def run_all(url, env, tmp):
     r = ctl(env, "limit", "set", "limited", "1")
     check("limit set lowers the limit", r.returncode == 0 and "at most 1 running" in r.stdout,
           r.stdout + r.stderr)
-    time.sleep(1.0)  # the three running ones finish
+    # the ones claimed under the old limit finish (waited for, not slept on: under ASan on a
+    # loaded machine one second was not always enough)
+    before = q(url, "SELECT string_agg(quote_literal(instance_id), ',') FROM "
+                    "cairn.runner_instances WHERE workflow_name = 'limited' AND status = "
+                    "'running'")
+    check("the ones running under the old limit finish", not before or wait_until(
+        "old ones", lambda: q(url, "SELECT count(*) FROM cairn.runner_instances WHERE "
+                                   f"instance_id IN ({before}) AND status <> 'completed'") == "0",
+        30), before)
     s = Sampler(url, "limited")
     time.sleep(1.5)
     s.stop()
     check("from then on at most 1 runs", s.max_total == 1,
           f"max {s.max_total} over {s.samples} samples")
+    # three more wait behind the limit of 1, so that several are queued when it goes
+    q(url, "SELECT count(cairn.enqueue('limited', jsonb_build_object('ms', 600))) "
+           "FROM generate_series(1, 3)")
     r = ctl(env, "limit", "set", "limited", "none")
     check("limit set none removes it", r.returncode == 0 and "no limit on the whole workflow"
           in r.stdout, r.stdout + r.stderr)
     s = Sampler(url, "limited")
-    check("the rest complete", wait_until("completed", lambda: completed(url, "limited") == 20,
+    check("the rest complete", wait_until("completed", lambda: completed(url, "limited") == 23,
                                           30), str(completed(url, "limited")))
     s.stop()
     check("... several at once now", s.max_total >= 2, f"max {s.max_total}")
@@ -247,7 +267,7 @@ def run_all(url, env, tmp):
     s = Sampler(url, "limited")
     r1.kill9()
     check("after kill -9 of a runner all complete", wait_until(
-        "completed", lambda: completed(url, "limited") == 30, 90), str(completed(url, "limited")))
+        "completed", lambda: completed(url, "limited") == 33, 90), str(completed(url, "limited")))
     s.stop()
     check("... and the limit held meanwhile", s.max_total <= 4 and s.max_total >= 1,
           f"max {s.max_total} over {s.samples} samples")
