@@ -18,8 +18,8 @@
 #include "ir/base/vec.h"
 #include "ir/parser.h"
 
-/* Upper bounds that keep a hostile or runaway source from exhausting memory at registration. */
-#define COMPILE_MAX_NODES        (1u << 20)
+/* An upper bound that keeps a hostile or runaway source from exhausting memory at
+ * registration (the graph's is the caller's: ir_compile_limits). */
 #define COMPILE_MAX_INLINE_DEPTH 64
 
 #define EXC_TOKEN 0x80000000u
@@ -61,6 +61,7 @@ struct compiler {
     struct ir_program *p;
     struct ir_diags *d;
     cn_err rv;
+    uint32_t max_nodes;     /* the graph's limit (ir_compile_limits) */
     struct cn_arena *arena; /* the DAG's (taken over from the program) */
     struct {
         struct ir_node *items;
@@ -187,10 +188,10 @@ new_node(struct compiler *c, const struct frame_ctx *fc, enum ir_node_kind kind,
     if (c->rv != CN_OK) {
         return IR_NO_NODE;
     }
-    if (c->nodes.len >= COMPILE_MAX_NODES) {
+    if (c->nodes.len >= c->max_nodes) {
         ir_diags_add(c->d, pos.line, pos.col,
                      "workflow is too large: more than %u graph nodes after inlining helpers",
-                     COMPILE_MAX_NODES);
+                     c->max_nodes);
         fail(c, CN_TOOBIG);
         return IR_NO_NODE;
     }
@@ -971,7 +972,7 @@ size_check(struct compiler *c, const struct ir_func *entry)
         return false;
     }
     total = est_add(2, est_block(&e, &entry->body));
-    if (total > COMPILE_MAX_NODES && !e.too_deep) {
+    if (total > c->max_nodes && !e.too_deep) {
         uint32_t line = entry->pos.line, col = entry->pos.col;
         if (e.worst_call != IR_NO_EXPR) {
             line = c->p->exprs.items[e.worst_call].line;
@@ -981,7 +982,7 @@ size_check(struct compiler *c, const struct ir_func *entry)
                      "workflow is too large: inlining the helpers makes at least %.3g graph "
                      "nodes (limit %u); each call inlines a copy of the helper, so helpers that "
                      "call other helpers several times multiply",
-                     (double) total, COMPILE_MAX_NODES);
+                     (double) total, c->max_nodes);
         fail(c, CN_TOOBIG);
         ok = false;
     }
@@ -991,6 +992,13 @@ size_check(struct compiler *c, const struct ir_func *entry)
 
 cn_err
 ir_compile_program(struct ir_program *p, struct ir_diags *diags, struct ir_dag **out)
+{
+    return ir_compile_program_limited(p, IR_COMPILE_MAX_NODES, diags, out);
+}
+
+cn_err
+ir_compile_program_limited(struct ir_program *p, uint32_t max_nodes, struct ir_diags *diags,
+                           struct ir_dag **out)
 {
     struct compiler c;
     const struct ir_func *entry = ir_program_entry(p);
@@ -1007,6 +1015,7 @@ ir_compile_program(struct ir_program *p, struct ir_diags *diags, struct ir_dag *
     memset(&c, 0, sizeof(c));
     c.p = p;
     c.d = diags;
+    c.max_nodes = max_nodes < IR_COMPILE_MAX_NODES ? max_nodes : IR_COMPILE_MAX_NODES;
     c.arena = p->arena;
     for (uint32_t fi = 0; fi < p->nfuncs; fi++) {
         if (cn_strmap_put(&c.funcs, p->funcs[fi].name, fi) != CN_OK) {
@@ -1072,14 +1081,30 @@ ir_compile_program(struct ir_program *p, struct ir_diags *diags, struct ir_dag *
 cn_err
 ir_compile_source(const char *src, size_t len, struct ir_diags *diags, struct ir_dag **out)
 {
+    const struct ir_compile_limits ceilings = {IR_COMPILE_MAX_SOURCE_BYTES, IR_COMPILE_MAX_NODES};
+
+    return ir_compile_source_limited(src, len, &ceilings, diags, out);
+}
+
+cn_err
+ir_compile_source_limited(const char *src, size_t len, const struct ir_compile_limits *lim,
+                          struct ir_diags *diags, struct ir_dag **out)
+{
     struct ir_program *p = NULL;
+    size_t max_src = lim->max_source_bytes < IR_COMPILE_MAX_SOURCE_BYTES
+                         ? lim->max_source_bytes
+                         : IR_COMPILE_MAX_SOURCE_BYTES;
     cn_err rv;
 
+    if (len > max_src) {
+        ir_diags_add(diags, 1, 1, "source is %zu bytes, over the limit of %zu bytes", len, max_src);
+        return CN_TOOBIG;
+    }
     if ((rv = ir_parse(src, len, diags, &p)) != CN_OK) {
         return rv;
     }
     if ((rv = ir_check(p, diags)) == CN_OK) {
-        rv = ir_compile_program(p, diags, out);
+        rv = ir_compile_program_limited(p, lim->max_nodes, diags, out);
     }
     ir_program_free(p);
     return rv;

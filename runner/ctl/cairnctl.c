@@ -16,8 +16,6 @@
 #include "ir/compile.h"
 #include "runner/ctl/ctl.h"
 
-#define CTL_MAX_SOURCE (16u << 20) /* workflow sources are text; 16 MiB is far beyond any */
-
 
 struct command {
     const char *name;
@@ -31,13 +29,14 @@ static int cmd_dag(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const struct command commands[] = {
-    {"check", "[--quiet] FILE...", "compile workflow files and report every error", cmd_check},
+    {"check", "[--quiet] [--max-source-bytes N] [--max-graph-nodes N] FILE...",
+     "compile workflow files and report every error", cmd_check},
     {"dag", "FILE [--format text|dot|summary|msgpack]",
      "print the compiled graph of a workflow file", cmd_dag},
     {"migrate", "[--json]", "apply pending schema migrations", ctl_cmd_migrate},
     {"register",
      "FILE [--name N] [--version V] [--max-running N] [--max-per-key M] "
-     "[--allow-missing-children] [--json]",
+     "[--allow-missing-children] [--max-source-bytes N] [--max-graph-nodes N] [--json]",
      "compile a workflow and store it as a version", ctl_cmd_register},
     {"run",
      "NAME [--input JSON] [--idempotency-key K] [--concurrency-key K] [--priority P] [--at TIME] "
@@ -131,9 +130,9 @@ ctl_read_file(const char *path, size_t *len)
     }
     for (;;) {
         if (n == cap) {
-            if (cap >= CTL_MAX_SOURCE) {
+            if (cap > IR_COMPILE_MAX_SOURCE_BYTES) {
                 fprintf(stderr, "cairnctl: %s: file is larger than %u MiB\n", path,
-                        CTL_MAX_SOURCE >> 20);
+                        IR_COMPILE_MAX_SOURCE_BYTES >> 20);
                 goto fail;
             }
             cap = cap ? cap * 2 : 65536;
@@ -163,9 +162,21 @@ fail:
     return NULL;
 }
 
-int
-ctl_compile_file(const char *path, struct ir_dag **out, char **src_out, size_t *src_len)
+struct ir_compile_limits
+ctl_compile_limits(const struct cn_opts *o)
 {
+    struct ir_compile_limits lim;
+
+    lim.max_source_bytes = (size_t) cn_opts_int(o, "max-source-bytes");
+    lim.max_nodes = (uint32_t) cn_opts_int(o, "max-graph-nodes");
+    return lim;
+}
+
+int
+ctl_compile_file(const char *path, const struct ir_compile_limits *lim, struct ir_dag **out,
+                 char **src_out, size_t *src_len)
+{
+    const struct ir_compile_limits ceilings = {IR_COMPILE_MAX_SOURCE_BYTES, IR_COMPILE_MAX_NODES};
     struct ir_diags d;
     struct cn_buf msg = CN_BUF_INIT;
     size_t len = 0;
@@ -176,8 +187,20 @@ ctl_compile_file(const char *path, struct ir_dag **out, char **src_out, size_t *
     if (src == NULL) {
         return EXIT_USAGE;
     }
+    if (lim == NULL) {
+        lim = &ceilings;
+    }
+    if (len > lim->max_source_bytes) {
+        /* Before a line of it is parsed, and without quoting it: the line may be megabytes. */
+        fprintf(stderr,
+                "%s: error: the source is %zu bytes, over the limit of %zu bytes "
+                "(--max-source-bytes, CAIRN_MAX_SOURCE_BYTES)\n",
+                path, len, lim->max_source_bytes);
+        free(src);
+        return EXIT_REJECTED;
+    }
     ir_diags_init(&d, path, src, len);
-    rv = ir_compile_source(src, len, &d, out);
+    rv = ir_compile_source_limited(src, len, lim, &d, out);
     if (rv != CN_OK) {
         if (d.len > 0 && ir_diags_format(&d, &msg) == CN_OK) {
             fputs(msg.data, stderr);
@@ -202,8 +225,11 @@ cmd_check(int argc, char **argv)
 {
     struct cn_opt rows[] = {
         {.flag = "quiet", .letter = 'q', .kind = CN_OPT_BOOL, .help = "print errors only"},
+        CTL_OPT_COMPILE_LIMITS,
     };
-    struct cn_opts o = CTL_OPTS("check", "[--quiet] FILE...", rows, SIZE_MAX);
+    struct cn_opts o = CTL_OPTS(
+        "check", "[--quiet] [--max-source-bytes N] [--max-graph-nodes N] FILE...", rows, SIZE_MAX);
+    struct ir_compile_limits lim;
     int status = EXIT_OK, r;
     bool quiet;
     size_t i;
@@ -212,10 +238,11 @@ cmd_check(int argc, char **argv)
         return status;
     }
     quiet = cn_opts_bool(&o, "quiet");
+    lim = ctl_compile_limits(&o);
     for (i = 0; i < o.nargs; i++) {
         struct ir_dag *dag = NULL;
 
-        r = ctl_compile_file(argv[i], &dag, NULL, NULL);
+        r = ctl_compile_file(argv[i], &lim, &dag, NULL, NULL);
         if (r == EXIT_OK && !quiet) {
             printf("%s: ok (%u nodes, %u frame%s)\n", argv[i], dag->nnodes, dag->nframes,
                    dag->nframes == 1 ? "" : "s");
@@ -264,7 +291,7 @@ cmd_dag(int argc, char **argv)
                 format);
         return EXIT_USAGE;
     }
-    if ((status = ctl_compile_file(file, &dag, NULL, NULL)) != EXIT_OK) {
+    if ((status = ctl_compile_file(file, NULL, &dag, NULL, NULL)) != EXIT_OK) {
         return status;
     }
     if (strcmp(format, "dot") == 0) {

@@ -16,6 +16,7 @@
 #include "ir/base/buf.h"
 #include "ir/base/err.h"
 #include "ir/base/opts.h"
+#include "ir/compile.h"
 #include "ir/dag.h"
 
 /* Exit codes (README "cairnctl"). */
@@ -67,13 +68,36 @@ enum {
  * command's help for --help, EXIT_USAGE after reporting bad usage. */
 bool ctl_opts(struct cn_opts *s, int argc, char **argv, int *status);
 
-/* Reads a whole file ("-": stdin); on failure prints why and returns NULL. */
+/* Reads a whole file ("-": stdin) of at most IR_COMPILE_MAX_SOURCE_BYTES; on failure prints
+ * why and returns NULL. */
 char *ctl_read_file(const char *path, size_t *len);
 
-/* Compiles one file. Returns EXIT_OK with *out set (and, when src is not NULL, the source in
- * *src, malloc'd), EXIT_REJECTED after printing diagnostics, or EXIT_USAGE when the file cannot
- * be read. */
-int ctl_compile_file(const char *path, struct ir_dag **out, char **src, size_t *src_len);
+/* The two rows of the compiler's limits (ir_compile_limits), for the commands that compile a
+ * source to store or check it; ctl_compile_limits reads them back. */
+#define CTL_OPT_COMPILE_LIMITS                                                                \
+    {.flag = "max-source-bytes",                                                              \
+     .kind = CN_OPT_INT,                                                                      \
+     .env = "CAIRN_MAX_SOURCE_BYTES",                                                         \
+     .def = CTL_TEXT(IR_COMPILE_DEFAULT_SOURCE_BYTES),                                        \
+     .min = 1,                                                                                \
+     .max = IR_COMPILE_MAX_SOURCE_BYTES,                                                      \
+     .help = "refuse a source larger than N bytes"},                                          \
+    {                                                                                         \
+        .flag = "max-graph-nodes", .kind = CN_OPT_INT, .env = "CAIRN_MAX_GRAPH_NODES",        \
+        .def = CTL_TEXT(IR_COMPILE_DEFAULT_NODES), .min = 1, .max = IR_COMPILE_MAX_NODES,     \
+        .help = "refuse a workflow whose graph has more than N nodes after inlining helpers " \
+                "(each costs about 400 bytes to compile)"                                     \
+    }
+#define CTL_TEXT(x)  CTL_TEXT_(x)
+#define CTL_TEXT_(x) #x
+struct ir_compile_limits ctl_compile_limits(const struct cn_opts *o);
+
+/* Compiles one file under lim (NULL: the compiler's ceilings). Returns EXIT_OK with *out set
+ * (and, when src is not NULL, the source in *src, malloc'd), EXIT_REJECTED after printing
+ * diagnostics (a source over the limit included), or EXIT_USAGE when the file cannot be
+ * read. */
+int ctl_compile_file(const char *path, const struct ir_compile_limits *lim, struct ir_dag **out,
+                     char **src, size_t *src_len);
 
 /* Checks an --input value (NULL: "{}"): valid JSON (else the error with line and column), an
  * object, numbers within int64 and float64, nesting within IR_VALUE_MAX_DEPTH. Returns EXIT_OK

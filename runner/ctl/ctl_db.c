@@ -526,12 +526,15 @@ ctl_cmd_register(int argc, char **argv)
          .max = 1000000,
          .arg = "M",
          .help = "at most M instances with the same --concurrency-key run at once (default 1)"},
+        CTL_OPT_COMPILE_LIMITS,
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS("register",
                                 "FILE [--name N] [--version V] [--max-running N] "
-                                "[--max-per-key M] [--allow-missing-children] [--json]",
+                                "[--max-per-key M] [--allow-missing-children] "
+                                "[--max-source-bytes N] [--max-graph-nodes N] [--json]",
                                 rows, 1);
+    struct ir_compile_limits lim;
     const char *file, *version;
     struct cn_errmsg em;
     struct ir_dag *dag = NULL;
@@ -571,7 +574,8 @@ ctl_cmd_register(int argc, char **argv)
         free(name);
         return EXIT_REJECTED;
     }
-    if ((status = ctl_compile_file(file, &dag, &src, &src_len)) != EXIT_OK) {
+    lim = ctl_compile_limits(&o);
+    if ((status = ctl_compile_file(file, &lim, &dag, &src, &src_len)) != EXIT_OK) {
         free(name);
         return status;
     }
@@ -905,6 +909,53 @@ check_enqueue(const char *input, const char *key, const char *at)
     return EXIT_OK;
 }
 
+/* Whether PostgreSQL reads text as a value of type (a data exception otherwise). */
+static cn_err
+pg_reads_as(PGconn *c, const char *text, const char *type, struct cn_errmsg *em)
+{
+    char sql[64];
+    const char *params[1] = {text};
+
+    (void) snprintf(sql, sizeof(sql), "SELECT $1::%s", type);
+    return rn_db_exec(c, sql, 1, params, NULL, em);
+}
+
+/* --at and --workflow-timeout are read by the database, which takes more forms than any parser
+ * here would (time zone names, 'tomorrow', '1 day 2 hours'); they are read apart from the
+ * enqueue, so that a bad one is named with the forms it takes instead of PostgreSQL's
+ * "invalid input syntax for type timestamp with time zone". */
+static int
+check_time_options(PGconn *c, const char *at, const char *timeout)
+{
+    struct cn_errmsg em;
+    cn_err rv;
+
+    if (at != NULL && (rv = pg_reads_as(c, at, "timestamptz", &em)) != CN_OK) {
+        if (rv != CN_INVAL) {
+            fprintf(stderr, "cairnctl run: %s\n", em.text);
+            return EXIT_DB;
+        }
+        fprintf(stderr,
+                "cairnctl run: --at '%s' is not a time: give an ISO 8601 time with its offset "
+                "(2026-12-01T09:00:00Z, 2026-12-01 10:00:00+01:00), a time in a named zone "
+                "(2026-12-01 09:00 Europe/Paris), or now, today or tomorrow\n",
+                at);
+        return EXIT_REJECTED;
+    }
+    if (timeout != NULL && (rv = pg_reads_as(c, timeout, "interval", &em)) != CN_OK) {
+        if (rv != CN_INVAL) {
+            fprintf(stderr, "cairnctl run: %s\n", em.text);
+            return EXIT_DB;
+        }
+        fprintf(stderr,
+                "cairnctl run: --workflow-timeout '%s' is not a duration: give a number with a "
+                "unit (90s, 5 minutes, 2 hours, 1 day) or hh:mm:ss (01:30:00)\n",
+                timeout);
+        return EXIT_REJECTED;
+    }
+    return EXIT_OK;
+}
+
 int
 ctl_cmd_run(int argc, char **argv)
 {
@@ -989,6 +1040,12 @@ ctl_cmd_run(int argc, char **argv)
     }
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         free(input_text);
+        return status;
+    }
+    if ((status = check_time_options(c, cn_opts_str(&o, "at"),
+                                     cn_opts_str(&o, "workflow-timeout"))) != EXIT_OK) {
+        free(input_text);
+        PQfinish(c);
         return status;
     }
     (void) snprintf(prio, sizeof(prio), "%lld", cn_opts_int(&o, "priority"));

@@ -86,7 +86,7 @@ ctl_cmd_exec(int argc, char **argv)
         return EXIT_REJECTED;
     }
     free(compact);
-    if ((status = ctl_compile_file(file, &dag, &src, &src_len)) != EXIT_OK) {
+    if ((status = ctl_compile_file(file, NULL, &dag, &src, &src_len)) != EXIT_OK) {
         ir_val_release(input);
         return status;
     }

@@ -103,6 +103,50 @@ CAIRN_TENANT=9x CAIRN_DATABASE_URL=postgresql:///nowhere "$ctl" list >/dev/null 
 [ $? -eq 1 ] || fail "mixed good and bad files: want exit 1"
 printf 'fn main():\n    return 1\n' | "$ctl" check - >/dev/null || fail "check - (stdin) failed"
 
+# 4b. The compiler's limits: a source over --max-source-bytes (default 1 MiB) is refused before
+#     it is parsed, naming its size and the limit; so is a graph over --max-graph-nodes (default
+#     262144) after inlining, at the call that makes it; both settings also come from the
+#     environment, and a source within them passes.
+python3 - "$tmp" <<'PY'
+import sys
+tmp = sys.argv[1]
+with open(f"{tmp}/long.cairn", "w") as f:
+    f.write("fn main(input: [a]):\n")
+    for i in range(60000):  # about 1.2 MB
+        f.write(f"    x{i % 100} = a + {i}\n")
+    f.write("    return a\n")
+with open(f"{tmp}/bomb.cairn", "w") as f:  # 2**16 copies of h0 if inlined: about 600 000 nodes
+    f.write("fn h0(input: [a]):\n    x = a + 1\n    y = x * 2\n    return y\n")
+    for i in range(1, 17):
+        f.write(f"fn h{i}(input: [a]):\n    p = h{i-1}(a)\n    q = h{i-1}(p)\n    return q\n")
+    f.write("fn main(input: [a]):\n    r = h16(a)\n    return r\n")
+PY
+size=$(stat -c %s "$tmp/long.cairn")
+"$ctl" check "$tmp/long.cairn" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] || fail "source over 1 MiB: want exit 1"
+grep -qF "$tmp/long.cairn: error: the source is $size bytes, over the limit of 1048576 bytes (--max-source-bytes, CAIRN_MAX_SOURCE_BYTES)" "$tmp/err" ||
+    fail "source over 1 MiB: $(head -c 300 "$tmp/err")"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "source over 1 MiB: more than one line of error (the source quoted?)"
+"$ctl" check --max-source-bytes 2000000 "$tmp/long.cairn" >/dev/null 2>"$tmp/err" ||
+    fail "--max-source-bytes 2000000: $(head -c 300 "$tmp/err")"
+CAIRN_MAX_SOURCE_BYTES=2000000 "$ctl" check "$tmp/long.cairn" >/dev/null 2>"$tmp/err" ||
+    fail "CAIRN_MAX_SOURCE_BYTES=2000000: $(head -c 300 "$tmp/err")"
+"$ctl" check --max-source-bytes 20 "$root/examples/hello.cairn" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "over the limit of 20 bytes" "$tmp/err" || fail "--max-source-bytes 20: $(cat "$tmp/err")"
+"$ctl" check --max-source-bytes 16777217 "$root/examples/hello.cairn" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--max-source-bytes over the 16 MiB ceiling: want exit 2"
+"$ctl" check "$tmp/bomb.cairn" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] || fail "graph over 262144 nodes: want exit 1"
+grep -qE "bomb.cairn:[0-9]+:9: error: workflow is too large: inlining the helpers makes at least .* graph nodes \(limit 262144\)" "$tmp/err" ||
+    fail "graph over 262144 nodes: $(cat "$tmp/err")"
+CAIRN_MAX_GRAPH_NODES=1048576 "$ctl" check "$tmp/bomb.cairn" >"$tmp/out" 2>"$tmp/err" ||
+    fail "CAIRN_MAX_GRAPH_NODES=1048576: $(cat "$tmp/err")"
+grep -q "ok (524288 nodes" "$tmp/out" || fail "the bomb's graph: $(cat "$tmp/out")"
+"$ctl" check --max-graph-nodes 3 "$root/examples/hello.cairn" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "graph nodes (limit 3)" "$tmp/err" || fail "--max-graph-nodes 3: $(cat "$tmp/err")"
+"$ctl" register --help | grep -q -- "--max-source-bytes N" || fail "register --help does not list --max-source-bytes"
+"$ctl" help 2>&1 | grep -q -- "--max-graph-nodes" || fail "help does not show --max-graph-nodes"
+
 # 5. cairnctl exec: every example case of tests/fixtures/example_cases.json runs in process (the
 #    engine on the in-memory backend, std.* actions built in) and returns its expected result;
 #    a failing instance exits 4 with its error, a loop that never waits too (the inline budget,

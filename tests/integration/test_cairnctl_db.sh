@@ -102,6 +102,19 @@ out=$("$ctl" run hello --version nope 2>&1); rc=$?
 check "unknown version: exit 1" "$rc" 1
 out=$("$ctl" run hello --at 'yesterday-ish' 2>&1); rc=$?
 check "bad --at: exit 1" "$rc" 1
+contains "bad --at: names the value and the forms" "$out" "--at 'yesterday-ish' is not a time: give an ISO 8601 time with its offset (2026-12-01T09:00:00Z"
+check "bad --at: not PostgreSQL's message" "$(printf '%s' "$out" | grep -c 'invalid input syntax')" 0
+out=$("$ctl" run hello --at '2026-13-45T99:00:00Z' 2>&1); rc=$?
+check "out-of-range --at: exit 1" "$rc" 1
+contains "out-of-range --at: says so" "$out" "is not a time"
+out=$("$ctl" run hello --workflow-timeout 'soonish' 2>&1); rc=$?
+check "bad --workflow-timeout: exit 1" "$rc" 1
+contains "bad --workflow-timeout: names the value and the forms" "$out" "--workflow-timeout 'soonish' is not a duration: give a number with a unit (90s"
+before=$(q "$url" "SELECT count(*) FROM cairn.runner_instances")
+"$ctl" run hello --at 'not-a-time' >/dev/null 2>&1
+check "bad --at: nothing enqueued" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances")" "$before"
+zoned=$("$ctl" run hello --at '2999-06-01 09:00 Europe/Paris' 2>&1)
+check "--at in a named zone is stored" "$(q "$url" "SELECT to_char(scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') FROM cairn.queued_instances WHERE instance_id = '$zoned'")" "2999-06-01 07:00"
 later=$("$ctl" run hello --at '2999-01-01T00:00:00Z' --priority 5 2>&1)
 check "--at and --priority are stored" "$(q "$url" "SELECT extract(year FROM scheduled_at)::int || ' ' || priority FROM cairn.queued_instances WHERE instance_id = '$later'")" "2999 5"
 out=$("$ctl" run hello --priority x 2>&1); rc=$?

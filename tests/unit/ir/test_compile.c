@@ -849,3 +849,41 @@ Test(ir_compile, helper_diamond_is_refused_at_the_call_before_building)
     t_compiled_free(&c);
     cn_buf_fini(&src);
 }
+
+/* ir_compile_source_limited: the source's size is refused before parsing (nothing of it is
+ * quoted), the graph's at the limit given, and a source within both compiles the same graph as
+ * under the ceilings. */
+Test(ir_compile, limits_refuse_a_large_source_and_a_large_graph)
+{
+    const char *src = "fn main(input: [a]):\n    x = a + 1\n    y = x + 2\n    return y\n";
+    struct ir_compile_limits small_src = {20, IR_COMPILE_MAX_NODES};
+    struct ir_compile_limits few_nodes = {IR_COMPILE_MAX_SOURCE_BYTES, 3};
+    struct ir_compile_limits ok = {strlen(src), 64};
+    struct ir_dag *dag = NULL;
+    struct ir_diags d;
+    struct cn_buf b = CN_BUF_INIT;
+
+    ir_diags_init(&d, "t.cairn", src, strlen(src));
+    cr_assert_eq(ir_compile_source_limited(src, strlen(src), &small_src, &d, &dag), CN_TOOBIG);
+    cr_assert_null(dag);
+    cr_assert_eq(ir_diags_format(&d, &b), CN_OK);
+    cr_assert(strstr(b.data, "t.cairn:1:1: error: source is 62 bytes, over the limit of 20 "
+                             "bytes") != NULL,
+              "%s", b.data);
+    cn_buf_fini(&b);
+    ir_diags_fini(&d);
+
+    ir_diags_init(&d, "t.cairn", src, strlen(src));
+    cr_assert_eq(ir_compile_source_limited(src, strlen(src), &few_nodes, &d, &dag), CN_TOOBIG);
+    cr_assert_null(dag);
+    cr_assert_eq(ir_diags_format(&d, &b), CN_OK);
+    cr_assert(strstr(b.data, "graph nodes (limit 3)") != NULL, "%s", b.data);
+    cn_buf_fini(&b);
+    ir_diags_fini(&d);
+
+    ir_diags_init(&d, "t.cairn", src, strlen(src));
+    cr_assert_eq(ir_compile_source_limited(src, strlen(src), &ok, &d, &dag), CN_OK);
+    cr_assert_eq(dag->nnodes, 5);
+    ir_dag_free(dag);
+    ir_diags_fini(&d);
+}
