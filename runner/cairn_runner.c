@@ -59,7 +59,32 @@ static struct cn_opt settings[] = {
     {.env = "CAIRN_HTTP_LISTEN",
      .flag = "http-listen",
      .kind = CN_OPT_STR,
-     .help = "HOST:PORT for /metrics (Prometheus), /healthz and /readyz (none: no HTTP)"},
+     .help = "HOST:PORT for /metrics (Prometheus), /healthz, /readyz and the status page at / "
+             "and /status (none: no HTTP)"},
+    {.env = "CAIRN_HTTP_MAX_CONNECTIONS",
+     .flag = "http-max-connections",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_HTTP_MAX_CONNECTIONS),
+     .min = 1,
+     .max = 65536,
+     .help = "HTTP connections open at once; a new one past it closes the oldest that is "
+             "waiting for a request"},
+    {.env = "CAIRN_HTTP_HEADER_TIMEOUT_MS",
+     .flag = "http-header-timeout-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_HTTP_HEADER_TIMEOUT_MS),
+     .min = 100,
+     .max = 600000,
+     .help = "an HTTP connection's first request line and headers must arrive within this of "
+             "its opening"},
+    {.env = "CAIRN_HTTP_IDLE_TIMEOUT_MS",
+     .flag = "http-idle-timeout-ms",
+     .kind = CN_OPT_INT,
+     .def = D(RN_DEFAULT_HTTP_IDLE_TIMEOUT_MS),
+     .min = 100,
+     .max = 600000,
+     .help = "a kept-alive HTTP connection's next request head must arrive within this of the "
+             "last response"},
     {.env = "CAIRN_SHARDS",
      .flag = "shards",
      .kind = CN_OPT_INT,
@@ -354,6 +379,9 @@ main(int argc, char **argv)
     cfg.worker_tls_cert_key = get("worker-tls-cert-key");
     cfg.worker_tls_ca = get("worker-tls-ca");
     cfg.http_listen = get("http-listen");
+    cfg.http_max_connections = u32("http-max-connections");
+    cfg.http_header_timeout_ms = u32("http-header-timeout-ms");
+    cfg.http_idle_timeout_ms = u32("http-idle-timeout-ms");
     cfg.shards = u32("shards");
     cfg.persisters = u32("persisters");
     cfg.max_instances = u32("max-instances");

@@ -28,6 +28,12 @@
 #define RN_DEFAULT_SHUTDOWN_GRACE_MS        30000
 #define RN_DEFAULT_WORKER_IDLE_MS           20000
 #define RN_DEFAULT_MAX_INLINE_STEPS         RN_EXEC_DEFAULT_MAX_INLINE_STEPS /* why: exec.h */
+/* The HTTP listener's bounds (runner/http.h): a real client sends its request head in one
+ * packet, within milliseconds; 5 s covers a loaded host and a person typing into telnet no
+ * more. 128 connections is far above what operators and a Prometheus server open at once. */
+#define RN_DEFAULT_HTTP_MAX_CONNECTIONS   128
+#define RN_DEFAULT_HTTP_HEADER_TIMEOUT_MS 5000
+#define RN_DEFAULT_HTTP_IDLE_TIMEOUT_MS   5000
 /* Off: deleting what users may still want is their decision, and a runner upgraded onto a
  * database with history must not start deleting it unasked. */
 #define RN_DEFAULT_RETENTION         "off"

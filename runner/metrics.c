@@ -102,7 +102,26 @@ rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *
     X("cairn_pool_ungreeted_total", "counter",                                                     \
       "Connections dropped without a hello (too slow, or too many waiting).", ps->ungreeted)       \
     X("cairn_pool_dispatch_gated_total", "counter",                                                \
-      "Dispatches held while the leases were not confirmed within a lease period.", ps->gated)
+      "Dispatches held while the leases were not confirmed within a lease period.", ps->gated)     \
+    X("cairn_http_connections", "gauge", "HTTP connections open.", st->http.connections)           \
+    X("cairn_http_accepted_total", "counter", "HTTP connections accepted.", st->http.accepted)     \
+    X("cairn_http_requests_total", "counter", "HTTP requests answered.", st->http.requests)        \
+    X("cairn_http_header_timeouts_total", "counter",                                               \
+      "HTTP connections closed because a request head came later than its timeout.",               \
+      st->http.header_timeouts)                                                                    \
+    X("cairn_http_evicted_total", "counter",                                                       \
+      "HTTP connections waiting for a request closed for a newer one past the cap.",               \
+      st->http.evicted)                                                                            \
+    X("cairn_http_refused_total", "counter",                                                       \
+      "HTTP connections closed at accept because the descriptor budget was spent.",                \
+      st->http.refused)                                                                            \
+    X("cairn_fd_budget", "gauge",                                                                  \
+      "Connections the listeners may hold: the open-file limit less the runner's reserve.",        \
+      st->fd_budget)                                                                               \
+    X("cairn_fd_budget_used", "gauge", "Connections the listeners hold now.", st->fd_used)         \
+    X("cairn_fd_budget_exhausted_total", "counter",                                                \
+      "Connections a listener refused or did not accept because the budget was spent.",            \
+      st->fd_exhausted)
 #define RN_SAMPLE(name, type, help, v) ok = ok && metric(b, name, type, help, (uint64_t) (v));
     bool ok = true;
 

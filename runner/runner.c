@@ -72,6 +72,7 @@ struct rn_runner {
     uint32_t nloops;
     struct rn_busy busy;
     struct rn_http *http;
+    struct rn_fdbudget fds;   /* the listeners' connections (fdbudget.h) */
     struct rn_status *status; /* NULL with a backend of its own (no database to show) */
     _Atomic size_t active;
     atomic_bool ready; /* started and not stopping */
@@ -231,6 +232,10 @@ rn_runner_stats(struct rn_runner *r, struct rn_runner_stats *st)
         st->dispatched += c.dispatched;
     }
     st->claimed = r->claimer != NULL ? rn_claimer_claimed(r->claimer) : 0;
+    rn_http_stats(r->http, &st->http);
+    st->fd_budget = r->fds.budget;
+    st->fd_used = atomic_load(&r->fds.used);
+    st->fd_exhausted = atomic_load(&r->fds.exhausted);
     st->active = atomic_load(&r->active);
     rn_persister_stats(r->persister, &st->batches, &st->persist);
     {
@@ -365,6 +370,9 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         runner_free(r);
         return rv;
     }
+    /* After the backends' first sessions, before the listeners: the budget counts what is open
+     * now and keeps the reserve for the sessions still to come and their reconnects. */
+    rn_fdbudget_init(&r->fds, RN_FD_RESERVE(r->npersisters));
     memset(&pcfg, 0, sizeof(pcfg));
     pcfg.listen_url = cfg->worker_listen;
     pcfg.credential = cfg->worker_credential;
@@ -392,7 +400,9 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     }
     if (cfg->http_listen != NULL && *cfg->http_listen != '\0') {
         struct rn_http_routes routes = {http_metrics, http_ready, http_status, r};
-        if ((rv = rn_http_start(cfg->http_listen, &routes, &r->http, err)) != CN_OK) {
+        struct rn_http_cfg hcfg = {cfg->http_listen, cfg->http_max_connections,
+                                   cfg->http_header_timeout_ms, cfg->http_idle_timeout_ms, &r->fds};
+        if ((rv = rn_http_start(&hcfg, &routes, &r->http, err)) != CN_OK) {
             runner_free(r);
             return rv;
         }

@@ -11,10 +11,10 @@
  * persisters (persister.h; each batches the writes queued by every shard into one transaction
  * on its own connection), a lease keeper that also runs the reclaimer (keeper.h), the
  * canceller: the control session for cancels, child workflows' outcomes, sweeps and schedules
- * (canceller.h), the worker pool's threads (pool.h) and nng's HTTP threads (http.h). They talk
- * through queues; no thread holds two locks at once and none holds a lock across storage or network
- * calls (runner.c). rn_runner_start, rn_runner_stop and rn_runner_stats are called from one
- * controlling thread; rn_runner_stats may also run concurrently with the engine.
+ * (canceller.h), the worker pool's threads (pool.h) and the HTTP listener's thread (http.h).
+ * They talk through queues; no thread holds two locks at once and none holds a lock across
+ * storage or network calls (runner.c). rn_runner_start, rn_runner_stop and rn_runner_stats are
+ * called from one controlling thread; rn_runner_stats may also run concurrently with the engine.
  */
 #ifndef RUNNER_RUNNER_H
 #define RUNNER_RUNNER_H
@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "ir/base/err.h"
+#include "runner/http.h"
 #include "runner/lathist.h"
 
 struct rn_backend;
@@ -36,13 +37,16 @@ struct rn_runner_cfg {
     const char *worker_tls_ca;       /* tls+tcp://: CA workers' certificates must chain to
                                         (then required); NULL: no client certificates */
     const char *http_listen;         /* HOST:PORT for /metrics, /healthz, /readyz; NULL: none */
-    uint32_t shards;                 /* executor threads */
-    uint32_t persisters;             /* persist threads, one connection each (1 to 8) */
-    uint32_t max_instances;          /* most instances held at once */
-    uint32_t poll_interval_ms;       /* claim poll when no NOTIFY comes */
-    uint32_t lock_ttl_ms;            /* lease length */
-    uint32_t lock_heartbeat_ms;      /* lease renewal period */
-    uint32_t reclaim_interval_ms;    /* expired-lease sweep period (0: never) */
+    uint32_t http_max_connections;   /* http.h; 0: the defaults (defaults.h) */
+    uint32_t http_header_timeout_ms;
+    uint32_t http_idle_timeout_ms;
+    uint32_t shards;                   /* executor threads */
+    uint32_t persisters;               /* persist threads, one connection each (1 to 8) */
+    uint32_t max_instances;            /* most instances held at once */
+    uint32_t poll_interval_ms;         /* claim poll when no NOTIFY comes */
+    uint32_t lock_ttl_ms;              /* lease length */
+    uint32_t lock_heartbeat_ms;        /* lease renewal period */
+    uint32_t reclaim_interval_ms;      /* expired-lease sweep period (0: never) */
     uint32_t evict_sleep_threshold_ms; /* sleeps longer than this are handed back */
     uint32_t evict_child_wait_ms; /* a parent waiting only for children this long is handed back */
     uint32_t max_child_depth;     /* children nest at most this deep */
@@ -66,6 +70,10 @@ struct rn_runner_stats {
     uint64_t pruned;           /* finished instances deleted by retention */
     uint64_t pruned_actions;   /* their action results */
     struct rn_lathist persist; /* duration of each committed persist transaction */
+    struct rn_http_stats http; /* the HTTP listener's (zero without one) */
+    uint64_t fd_budget;        /* connections the listeners may hold (fdbudget.h) */
+    uint64_t fd_used;          /* held now */
+    uint64_t fd_exhausted;     /* connections refused because the budget was spent */
 };
 
 struct rn_runner;

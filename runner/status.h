@@ -17,8 +17,8 @@
  * Threads: two of its own. The database thread, with its own connection (used by it alone),
  * publishes the row and refreshes the snapshot; it may block on the database. The answer thread
  * answers parked requests whose wait ran out, so a database that hangs cannot hold a request
- * longer than RN_STATUS_WAIT_MS. rn_status_serve runs on nng's HTTP threads and takes only the
- * module's mutex, briefly. One mutex guards the snapshot, the parked requests and the flags; it
+ * longer than RN_STATUS_WAIT_MS. rn_status_serve runs on the HTTP listener's thread and takes only
+ * the module's mutex, briefly. One mutex guards the snapshot, the parked requests and the flags; it
  * is a leaf (nothing else is taken under it, the pool's snapshot and rendering happen outside
  * it).
  */

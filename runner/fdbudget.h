@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The descriptor budget: how many connections the runner's listeners (HTTP, workers) may hold
+ * at once, so that no client of either can take the descriptors the runner needs for itself.
+ * Without it, 1 100 connections that each sent half a request (or never finished a transport
+ * handshake) filled a table of 1 024 descriptors, and the runner could not reconnect to
+ * PostgreSQL after its sessions were terminated: its instances stalled and /healthz timed out.
+ *
+ * The budget is set once, at start: the open-file limit (RLIMIT_NOFILE, which cairn-runner
+ * raises to its hard limit), less the descriptors open at that moment, less a reserve for what
+ * the runner opens later (RN_FD_RESERVE: every database session twice over, since a reconnect
+ * may open the new socket before the old one is closed, the log file twice for a SIGHUP
+ * reopen, and room for the libraries' own pipes and lookups). A listener takes one unit per
+ * connection from the moment it accepts it and gives it back when the connection closes; a
+ * listener that finds the budget spent stops accepting (or closes the new connection at once,
+ * or one of its own idle ones to make room: then it is over the budget by the few closing, at
+ * most 16, which the reserve's slack covers) until one is given back, and says so once in the
+ * log.
+ *
+ * Threads: any; take and give are lock-free (one atomic counter).
+ */
+#ifndef RUNNER_FDBUDGET_H
+#define RUNNER_FDBUDGET_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Descriptors kept back for the runner itself: 2 per database session (sessions: the claimer,
+ * keeper, canceller, pruner, status page and each persister), 2 for the log file, and 64 for
+ * everything else it or its libraries open after start (nng's and libmicrohttpd's pipes,
+ * name lookups, /proc reads). */
+#define RN_FD_RESERVE(persisters) (2u * (5u + (persisters)) + 2u + 64u)
+
+struct rn_fdbudget {
+    uint64_t limit;             /* RLIMIT_NOFILE's soft limit at start */
+    uint64_t baseline;          /* descriptors open at start */
+    uint64_t reserve;           /* kept back (RN_FD_RESERVE) */
+    uint64_t budget;            /* what the listeners may hold: limit - baseline - reserve */
+    _Atomic uint64_t used;      /* held by the listeners now */
+    _Atomic uint64_t exhausted; /* times a listener found it spent */
+    _Atomic bool warned;        /* a log line said so; cleared when it has room again */
+};
+
+/* Sets the budget from the process's open-file limit and its open descriptors now. */
+void rn_fdbudget_init(struct rn_fdbudget *b, uint64_t reserve);
+/* Takes one unit for a connection that who (for the log: "HTTP", "worker") accepted: false
+ * when the budget is spent (the caller refuses it; logged once until there is room again). */
+bool rn_fdbudget_take(struct rn_fdbudget *b, const char *who);
+/* Takes one unit whatever the budget says: for a connection accepted while another of the
+ * same listener is being closed to make room (that one gives its unit back within a moment,
+ * and the reserve's slack covers the moment). */
+void rn_fdbudget_force(struct rn_fdbudget *b);
+/* Gives back a unit taken. */
+void rn_fdbudget_give(struct rn_fdbudget *b);
+/* Descriptors open in this process now (a walk of /proc/self/fd), or 0 if unknown. */
+uint64_t rn_fd_count(void);
+
+#endif
