@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include "ir/base/log.h"
+#include "ir/base/sync.h"
 
 uint64_t
 rn_fd_count(void)
@@ -39,6 +40,10 @@ rn_fdbudget_init(struct rn_fdbudget *b, uint64_t reserve)
     atomic_init(&b->used, 0);
     atomic_init(&b->exhausted, 0);
     atomic_init(&b->warned, false);
+    atomic_init(&b->waiting, false);
+    cn_mutex_init(&b->mtx);
+    b->room = NULL;
+    b->room_arg = NULL;
     if (b->budget < 64) {
         cn_log(CN_LOG_WARN,
                "the open-file limit (%llu) leaves room for %llu listener connection(s) after "
@@ -79,9 +84,43 @@ rn_fdbudget_force(struct rn_fdbudget *b)
 }
 
 void
+rn_fdbudget_fini(struct rn_fdbudget *b)
+{
+    cn_mutex_destroy(&b->mtx);
+}
+
+void
+rn_fdbudget_on_room(struct rn_fdbudget *b, void (*room)(void *arg), void *arg)
+{
+    cn_mutex_lock(&b->mtx);
+    b->room = room;
+    b->room_arg = arg;
+    cn_mutex_unlock(&b->mtx);
+}
+
+bool
+rn_fdbudget_wait(struct rn_fdbudget *b)
+{
+    atomic_store(&b->waiting, true);
+    /* A unit given back before the flag was up would have found no waiter: look again. */
+    if (atomic_load(&b->used) < b->budget && atomic_exchange(&b->waiting, false)) {
+        return false;
+    }
+    return true;
+}
+
+void
 rn_fdbudget_give(struct rn_fdbudget *b)
 {
     uint64_t u = atomic_fetch_sub(&b->used, 1) - 1;
+
+    if (u < b->budget && atomic_load(&b->waiting) && atomic_exchange(&b->waiting, false)) {
+        cn_mutex_lock(&b->mtx);
+        if (b->room != NULL) {
+            b->room(b->room_arg);
+        }
+        cn_mutex_unlock(&b->mtx);
+    }
 
     /* Told once per episode: the warning again only after the listeners are back under 90%. */
     if (u * 10 < b->budget * 9 && atomic_load(&b->warned) && atomic_exchange(&b->warned, false)) {

@@ -17,11 +17,13 @@
  * most 16, which the reserve's slack covers) until one is given back, and says so once in the
  * log.
  *
- * Threads: any; take and give are lock-free (one atomic counter).
+ * Threads: any; take and give are lock-free (one atomic counter) but for a give while a
+ * listener waits for room, which calls its callback under the budget's leaf mutex.
  */
 #ifndef RUNNER_FDBUDGET_H
 #define RUNNER_FDBUDGET_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,10 +43,17 @@ struct rn_fdbudget {
     _Atomic uint64_t used;      /* held by the listeners now */
     _Atomic uint64_t exhausted; /* times a listener found it spent */
     _Atomic bool warned;        /* a log line said so; cleared when it has room again */
+    /* One listener that stopped accepting is told when a unit comes back (rn_fdbudget_wait):
+     * `waiting` is the fast path, `mtx` (a leaf) guards the callback. */
+    _Atomic bool waiting;
+    pthread_mutex_t mtx;
+    void (*room)(void *arg);
+    void *room_arg;
 };
 
 /* Sets the budget from the process's open-file limit and its open descriptors now. */
 void rn_fdbudget_init(struct rn_fdbudget *b, uint64_t reserve);
+void rn_fdbudget_fini(struct rn_fdbudget *b);
 /* Takes one unit for a connection that who (for the log: "HTTP", "worker") accepted: false
  * when the budget is spent (the caller refuses it; logged once until there is room again). */
 bool rn_fdbudget_take(struct rn_fdbudget *b, const char *who);
@@ -52,8 +61,14 @@ bool rn_fdbudget_take(struct rn_fdbudget *b, const char *who);
  * same listener is being closed to make room (that one gives its unit back within a moment,
  * and the reserve's slack covers the moment). */
 void rn_fdbudget_force(struct rn_fdbudget *b);
-/* Gives back a unit taken. */
+/* Gives back a unit taken; calls the waiter's room callback if it waits (from this thread:
+ * the callback must not block or take a lock the caller may hold). */
 void rn_fdbudget_give(struct rn_fdbudget *b);
+/* Sets (NULL: clears) the callback of the one listener that may stop accepting. */
+void rn_fdbudget_on_room(struct rn_fdbudget *b, void (*room)(void *arg), void *arg);
+/* The waiter stopped accepting: its room callback runs once when a unit comes back. Returns
+ * false when there is room already (it must not wait, then). */
+bool rn_fdbudget_wait(struct rn_fdbudget *b);
 /* Descriptors open in this process now (a walk of /proc/self/fd), or 0 if unknown. */
 uint64_t rn_fd_count(void);
 

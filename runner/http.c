@@ -43,10 +43,7 @@
 #include "ir/base/xalloc.h"
 #include "runner/defaults.h"
 
-/* Connections past the cap (or the descriptor budget) that may be open while the ones shut down
- * to make room for them close, within a loop pass: libmicrohttpd's own limit is the cap plus
- * this, and past the budget a connection is refused instead once this many are closing. */
-#define CONN_SLACK 16
+#define CONN_SLACK RN_HTTP_CONN_SLACK
 
 /* One open connection (the loop thread's). */
 struct conn {
@@ -520,6 +517,10 @@ take_answers(struct rn_http *h)
     }
     return stop;
 }
+
+/* libmicrohttpd's messages, at debug level: its format strings are its own, hence the
+ * attribute (clang checks that a non-literal format reaches only a printf-like function). */
+static void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 static void
 mhd_log(void *cls, const char *fmt, va_list ap)

@@ -19,7 +19,9 @@
  *   body declared over RN_HTTP_MAX_BODY with 413 (a chunked one that grows past it closes the
  *   connection);
  * - each connection takes a unit of the descriptor budget (fdbudget.h) from its accept to its
- *   close: one accepted when the budget is spent is closed at once.
+ *   close: one accepted when the budget is spent closes the oldest waiting one, or is closed
+ *   at once. The runner caps max_connections at half the budget, so that the worker port
+ *   always keeps the other half.
  *
  * Threads: one thread of this module's runs libmicrohttpd (external polling on its epoll
  * descriptor) and calls every callback, so the connection table needs no lock; the callbacks
@@ -44,6 +46,11 @@
  * its body: the routes take no body today; the console's forms will be far below 64 KiB. */
 #define RN_HTTP_MAX_HEAD (32u << 10)
 #define RN_HTTP_MAX_BODY (64u << 10)
+
+/* Connections past the cap (or the descriptor budget) that may be open while the ones shut
+ * down to make room for them close, within a loop pass: libmicrohttpd's own limit is the cap
+ * plus this, and past the budget a connection is refused instead once this many are closing. */
+#define RN_HTTP_CONN_SLACK 16
 
 struct rn_http_cfg {
     const char *listen;         /* HOST:PORT or http://HOST:PORT; port 0: any (rn_http_port) */

@@ -101,6 +101,12 @@ rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *
     X("cairn_pool_silent_total", "counter", "Worker connections dropped for silence.", ps->silent) \
     X("cairn_pool_ungreeted_total", "counter",                                                     \
       "Connections dropped without a hello (too slow, or too many waiting).", ps->ungreeted)       \
+    X("cairn_pool_connections", "gauge",                                                           \
+      "Connections to the worker port open now, counted from their accept.", ps->connections)      \
+    X("cairn_pool_greeting", "gauge", "Connections waiting to say hello now.", ps->greeting)       \
+    X("cairn_pool_accept_paused_total", "counter",                                                 \
+      "Times the worker port stopped accepting because the descriptor budget was spent.",          \
+      ps->accept_paused)                                                                           \
     X("cairn_pool_dispatch_gated_total", "counter",                                                \
       "Dispatches held while the leases were not confirmed within a lease period.", ps->gated)     \
     X("cairn_http_connections", "gauge", "HTTP connections open.", st->http.connections)           \

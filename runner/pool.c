@@ -1,21 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The worker pool (see pool.h for the contract). One nng REP socket; every request arrives on
- * one of a few receiving contexts. A `ready` that finds no work is parked on its context and
- * another context takes over receiving, so idle workers wait without blocking other requests;
- * submitting work answers the parked `ready` of a worker that serves the action and has room.
- * Contexts are reused: one whose reply went out becomes a spare when enough others receive.
+ * The worker pool (see pool.h for the contract). Its transport is sprep.h (the REP end of
+ * nng's REQ/REP over streams, with connections reported from their accept); every request
+ * arrives there as a callback and is answered at once or held: a `ready` that finds no work is
+ * parked, so idle workers wait without blocking other requests; submitting work answers the
+ * parked `ready` of a worker that serves the action and has room.
  *
  * DESIGN
- * - Lock order: only `p->mtx`. The result callback, log lines (struct results collects both)
- *   and every nng call that may block run with it released; replies (nng_ctx_send) are
- *   asynchronous and safe under the lock. The one call out under it is the claimer's room wake
+ * - Lock order: `p->mtx`, then sprep's own (rn_sprep_reply and rn_sprep_close queue under
+ *   it and never block). The result callback and log lines (struct results collects both) run
+ *   with p->mtx released. The one call out under it is the claimer's room wake
  *   (rn_pool_room), which takes only a leaf mutex.
- * - A context is RECV (waiting for a request), SEND (a reply in flight), or PARKED (holding a
- *   worker's request). Its aio callback sees which by `state`.
+ * - A request the pool holds (struct pctx) is HANDLING while its callback runs, PARKED once
+ *   kept for later (in p->all), and ANSWERED once its reply is queued; a parked one is freed
+ *   when answered, the one being handled when its callback returns.
  * - Every dispatch is recorded (token -> exec id, attempt, pipe, deadline) before its reply is
  *   sent; an outcome is accepted only when all four match. When a pipe goes away its records
- *   become WorkerLost results at once, and its parked contexts are retired.
+ *   become WorkerLost results at once, and its parked requests are dropped.
  * - The timer thread answers parked requests idle for idle_ms with `noop` and turns expired
  *   dispatches into ActionTimeout results. It sleeps on a condition variable until the next
  *   such moment (never spins).
@@ -30,10 +31,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/rep.h>
-#include <nng/supplemental/tls/tls.h>
-
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
 #include "ir/base/strmap.h"
@@ -43,26 +40,25 @@
 #include "runner/defaults.h"
 #include "runner/errors.h"
 #include "runner/idmap.h"
-#include "worker-protocol/nngclose.h"
+#include "runner/sprep.h"
+#include "worker-protocol/nngclose.h" /* WP_CLOSE_TIMEOUT_MS */
 #include "worker-protocol/proto.h"
 
-#define POOL_RECEIVERS 4
 /* A refused worker gets time to read `refused` before its connection is closed: closing at
  * once can drop the reply still queued on the pipe. */
 #define REFUSE_GRACE_MS 500
 
-enum pctx_state { PC_RECV = 0, PC_SEND, PC_PARKED, PC_SPARE, PC_DEAD };
+enum pctx_state { PC_HANDLING = 0, PC_PARKED, PC_ANSWERED };
 
+/* A worker's request (pool.c DESIGN). */
 struct pctx {
-    struct rn_pool *p;
-    nng_ctx ctx;
-    nng_aio *aio;
     enum pctx_state state;
-    uint32_t pipe;
+    bool handling; /* its callback runs now: that frees it */
+    uint32_t pipe; /* its connection */
+    struct rn_sprep_req rq;
     bool control;
-    int64_t parked_at;       /* monotonic ms */
-    struct pctx *next;       /* in p->all */
-    struct pctx *next_spare; /* in p->spare, while PC_SPARE */
+    int64_t parked_at;        /* monotonic ms */
+    struct pctx *prev, *next; /* in p->all, while PARKED */
 };
 
 struct worker {
@@ -126,9 +122,8 @@ struct rn_pool {
     pthread_t timer;
     bool timer_started;
     bool stopping;
-    struct rn_pool *left_next; /* in left_behind, when its socket did not close */
-    nng_socket sock;
-    nng_listener listener;
+    struct rn_pool *left_next; /* in left_behind, when its transport did not close */
+    struct rn_sprep *srv;
     int port;
     rn_pool_result_fn fn;
     void *arg;
@@ -136,9 +131,8 @@ struct rn_pool {
     uint32_t idle_ms;
     uint32_t backlog_horizon_ms; /* rn_pool_cfg */
     uint32_t requeue_lost;
-    struct pctx *all;   /* every context */
-    struct pctx *spare; /* contexts with nothing to do (PC_SPARE) */
-    size_t nrecv;       /* contexts receiving now */
+    struct pctx *all; /* the parked requests */
+    size_t nparked;
     struct worker *workers;
     struct {
         uint32_t pipe;
@@ -148,11 +142,11 @@ struct rn_pool {
     struct {
         struct greet {
             uint32_t pipe;
-            int64_t at;                  /* monotonic ms of its arrival */
+            int64_t at;                  /* monotonic ms of its accept */
             char peer[RN_POOL_PEER_LEN]; /* its address, handed to its worker at hello */
         } * items;
         size_t len, cap;
-    } greet; /* connections that have not said hello yet */
+    } greet; /* connections that have not said hello yet, oldest first */
     uint32_t hello_timeout_ms, max_ungreeted;
     _Atomic int64_t *confirmed; /* the lease gate (pool.h); NULL: none */
     uint32_t lease_ttl_ms;
@@ -417,28 +411,42 @@ flight_release_locked(struct rn_pool *p, size_t i)
 
 /* ---- replies ------------------------------------------------------------------------------ */
 
-static void pctx_cb(void *arg);
-
-/* Starts receiving on c. Call with the lock held. */
+/* Keeps c for later (a parked `ready` or `control`). Call with the lock held. */
 static void
-pctx_recv_locked(struct rn_pool *p, struct pctx *c)
+park_locked(struct rn_pool *p, struct pctx *c, bool control)
 {
-    c->state = PC_RECV;
-    p->nrecv++;
-    nng_ctx_recv(c->ctx, c->aio);
+    c->state = PC_PARKED;
+    c->control = control;
+    c->parked_at = cn_mono_ms();
+    c->prev = NULL;
+    c->next = p->all;
+    if (p->all != NULL) {
+        p->all->prev = c;
+    }
+    p->all = c;
+    p->nparked++;
 }
 
-/* c has nothing more to do: it receives again, or becomes a spare when enough others do. */
+/* c is answered (or abandoned: its connection is gone, or its reply could not be made): a
+ * parked one leaves p->all and is freed, the one being handled is freed by its callback. */
 static void
-pctx_idle_locked(struct rn_pool *p, struct pctx *c)
+pctx_done_locked(struct rn_pool *p, struct pctx *c)
 {
-    if (p->nrecv >= POOL_RECEIVERS) {
-        c->state = PC_SPARE;
-        c->next_spare = p->spare;
-        p->spare = c;
-        return;
+    if (c->state == PC_PARKED) {
+        if (c->prev != NULL) {
+            c->prev->next = c->next;
+        } else {
+            p->all = c->next;
+        }
+        if (c->next != NULL) {
+            c->next->prev = c->prev;
+        }
+        p->nparked--;
     }
-    pctx_recv_locked(p, c);
+    c->state = PC_ANSWERED;
+    if (!c->handling) {
+        free(c);
+    }
 }
 
 /* c is about to stop being parked: its worker no longer points at it. */
@@ -458,24 +466,15 @@ unpark_locked(struct rn_pool *p, struct pctx *c)
     }
 }
 
-/* Sends len bytes as the reply on c (asynchronous). Call with the lock held. */
+/* Sends len bytes as the reply on c (queued: never blocks); c is done. Call with the lock
+ * held. */
 static void
 reply_bytes_locked(struct rn_pool *p, struct pctx *c, const void *data, size_t len)
 {
-    nng_msg *msg = NULL;
-
     unpark_locked(p, c);
-    if (nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, data, len) != 0) {
-        /* Cannot answer: abandon the request; the worker's REQ will see the pipe close. */
-        if (msg != NULL) {
-            nng_msg_free(msg);
-        }
-        pctx_idle_locked(p, c);
-        return;
-    }
-    c->state = PC_SEND;
-    nng_aio_set_msg(c->aio, msg);
-    nng_ctx_send(c->ctx, c->aio);
+    /* A connection gone meanwhile: its removal callback fails what it held. */
+    (void) rn_sprep_reply(p->srv, c->pipe, &c->rq, data, len);
+    pctx_done_locked(p, c);
 }
 
 /* Sends m as the reply on c. Call with the lock held. */
@@ -487,7 +486,7 @@ reply_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m)
     if (wp_msg_encode(m, &b) != CN_OK) {
         cn_buf_fini(&b);
         unpark_locked(p, c);
-        pctx_idle_locked(p, c); /* abandoned, as above */
+        pctx_done_locked(p, c); /* abandoned: the worker resends nothing, its SDK times out */
         return;
     }
     reply_bytes_locked(p, c, b.data, b.len);
@@ -736,36 +735,10 @@ dispatch_locked(struct rn_pool *p, struct worker *w, struct pctx *c, struct queu
     return true;
 }
 
-/* One more receiving context: a spare if there is one, else a new one. */
-static struct pctx *
-pctx_new_locked(struct rn_pool *p)
-{
-    struct pctx *c = p->spare;
-
-    if (c != NULL) {
-        p->spare = c->next_spare;
-        pctx_recv_locked(p, c);
-        return c;
-    }
-    c = cn_xcalloc(1, sizeof(*c));
-    c->p = p;
-    if (nng_ctx_open(&c->ctx, p->sock) != 0 || nng_aio_alloc(&c->aio, pctx_cb, c) != 0) {
-        free(c);
-        return NULL;
-    }
-    c->next = p->all;
-    p->all = c;
-    pctx_recv_locked(p, c);
-    return c;
-}
-
 static void
-close_pipe(uint32_t id)
+close_pipe(struct rn_pool *p, uint32_t id)
 {
-    nng_pipe pp;
-
-    pp.id = id;
-    (void) nng_pipe_close(pp);
+    rn_sprep_close(p->srv, id);
 }
 
 /* Pipe id said hello (or went away): it no longer waits for one. */
@@ -843,7 +816,7 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
             p->refused[p->nrefused].at = cn_mono_ms();
             p->nrefused++;
         } else {
-            close_pipe(c->pipe); /* too many at once: no grace */
+            close_pipe(p, c->pipe); /* too many at once: no grace */
         }
         if (p->timer_wake > cn_mono_ms() + REFUSE_GRACE_MS) {
             cn_cond_signal(&p->cond);
@@ -942,15 +915,15 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
     for (size_t i = 0; i < p->nrefused; i++) {
         if (p->refused[i].pipe == c->pipe) {
             /* Refused at hello: nothing more is answered on this connection. */
-            pctx_recv_locked(p, c);
+            pctx_done_locked(p, c);
             return;
         }
     }
     if (wp_msg_decode(buf, len, &m, &em) != CN_OK) {
         results_note(rs, "dropping worker connection %u: %s", c->pipe, em.text);
         p->st.bad_messages++;
-        close_pipe(c->pipe);
-        pctx_recv_locked(p, c);
+        close_pipe(p, c->pipe);
+        pctx_done_locked(p, c);
         return;
     }
     w = worker_find(p, c->pipe);
@@ -960,8 +933,8 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
     if (m.kind != WP_HELLO && w == NULL) {
         /* Everything but hello needs a welcomed worker. */
         p->st.bad_messages++;
-        close_pipe(c->pipe);
-        pctx_recv_locked(p, c);
+        close_pipe(p, c->pipe);
+        pctx_done_locked(p, c);
         wp_msg_fini(&m);
         return;
     }
@@ -982,22 +955,16 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
             if (w->parked != NULL) {
                 reply_kind_locked(p, w->parked, WP_NOOP);
             }
-            c->state = PC_PARKED;
-            c->control = false;
-            c->parked_at = cn_mono_ms();
+            park_locked(p, c, false);
             w->parked = c;
-            (void) pctx_new_locked(p); /* keep receiving while this one waits */
         }
         break;
     case WP_CONTROL:
         if (w->ctl != NULL) {
             reply_kind_locked(p, w->ctl, WP_NOOP);
         }
-        c->state = PC_PARKED;
-        c->control = true;
-        c->parked_at = cn_mono_ms();
+        park_locked(p, c, true);
         w->ctl = c;
-        (void) pctx_new_locked(p);
         send_pending_cancel_locked(p, c);
         break;
     case WP_GOODBYE:
@@ -1013,146 +980,99 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
     default:
         /* A runner-to-worker kind sent by a worker. */
         p->st.bad_messages++;
-        close_pipe(c->pipe);
-        pctx_recv_locked(p, c);
+        close_pipe(p, c->pipe);
+        pctx_done_locked(p, c);
         break;
     }
     wp_msg_fini(&m);
 }
 
+/* A request from connection conn (sprep's callback). */
 static void
-pctx_cb(void *arg)
+on_request(void *arg, uint32_t conn, const struct rn_sprep_req *rq, const void *body, size_t len)
 {
-    struct pctx *c = arg;
-    struct rn_pool *p = c->p;
+    struct rn_pool *p = arg;
     struct results rs = RESULTS_INIT;
-    int rv = nng_aio_result(c->aio);
-    nng_msg *msg;
+    struct pctx *c = cn_xcalloc(1, sizeof(*c));
 
+    c->state = PC_HANDLING;
+    c->handling = true;
+    c->pipe = conn;
+    c->rq = *rq;
     cn_mutex_lock(&p->mtx);
-    if (c->state == PC_RECV) {
-        p->nrecv--; /* this receive is over, whatever happens next */
-    }
-    if (rv == NNG_ECLOSED || rv == NNG_ECANCELED || p->stopping) {
-        /* A send that failed leaves its message with us; so does a receive that completed
-         * after rn_pool_stop set stopping (a worker's last request racing the stop). */
-        if (((c->state == PC_SEND && rv != 0) || (c->state == PC_RECV && rv == 0)) &&
-            (msg = nng_aio_get_msg(c->aio)) != NULL) {
-            nng_msg_free(msg);
-        }
-        c->state = PC_DEAD;
+    if (p->stopping) {
+        free(c); /* a worker's last request racing the stop */
         cn_mutex_unlock(&p->mtx);
         return;
     }
-    if (c->state == PC_SEND) {
-        if (rv != 0 && (msg = nng_aio_get_msg(c->aio)) != NULL) {
-            nng_msg_free(msg); /* the worker went away; its pipe callback handles the rest */
-        }
-        pctx_idle_locked(p, c);
-    } else if (c->state == PC_RECV) {
-        if (rv != 0) {
-            pctx_recv_locked(p, c);
-        } else {
-            msg = nng_aio_get_msg(c->aio);
-            c->pipe = nng_pipe_id(nng_msg_get_pipe(msg));
-            on_request_locked(p, c, nng_msg_body(msg), nng_msg_len(msg), &rs);
-            nng_msg_free(msg);
-        }
+    on_request_locked(p, c, body, len, &rs);
+    c->handling = false;
+    if (c->state != PC_PARKED) {
+        free(c); /* answered, or abandoned */
     }
     cn_mutex_unlock(&p->mtx);
     results_deliver(p, &rs);
 }
 
-/* A pipe's remote address as text: "HOST:PORT" over TCP, "ipc, pid N" over ipc (the address
- * of both ends is the socket's path), "" when nng cannot tell. */
+/* Drops the connection that has waited longest for its hello (counted in ungreeted). Call with
+ * the lock held. */
 static void
-peer_text(nng_pipe pp, char out[RN_POOL_PEER_LEN])
+drop_oldest_ungreeted_locked(struct rn_pool *p)
 {
-    nng_sockaddr sa;
-    uint64_t pid = 0;
+    size_t i, oldest = 0;
 
-    out[0] = '\0';
-    if (nng_pipe_get_addr(pp, NNG_OPT_REMADDR, &sa) != 0) {
-        return;
-    }
-    switch (sa.s_family) {
-    case NNG_AF_INET: {
-        const uint8_t *a = (const uint8_t *) &sa.s_in.sa_addr; /* network order */
-        const uint8_t *port = (const uint8_t *) &sa.s_in.sa_port;
-        (void) snprintf(out, RN_POOL_PEER_LEN, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3],
-                        (unsigned) port[0] << 8 | port[1]);
-        break;
-    }
-    case NNG_AF_INET6: {
-        const uint8_t *port = (const uint8_t *) &sa.s_in6.sa_port;
-        char host[INET6_ADDRSTRLEN];
-        if (inet_ntop(AF_INET6, sa.s_in6.sa_addr, host, sizeof(host)) != NULL) {
-            (void) snprintf(out, RN_POOL_PEER_LEN, "[%s]:%u", host,
-                            (unsigned) port[0] << 8 | port[1]);
+    for (i = 1; i < p->greet.len; i++) {
+        if (p->greet.items[i].at < p->greet.items[oldest].at) {
+            oldest = i;
         }
-        break;
     }
-    case NNG_AF_IPC:
-        if (nng_pipe_get_uint64(pp, NNG_OPT_IPC_PEER_PID, &pid) == 0) {
-            (void) snprintf(out, RN_POOL_PEER_LEN, "ipc, pid %llu", (unsigned long long) pid);
-        } else {
-            (void) snprintf(out, RN_POOL_PEER_LEN, "ipc");
-        }
-        break;
-    default:
-        break;
-    }
+    close_pipe(p, p->greet.items[oldest].pipe); /* its removal callback finds nothing more */
+    p->greet.items[oldest] = p->greet.items[--p->greet.len];
+    p->st.ungreeted++;
 }
 
-/* A connection arrived: it must say hello within hello_timeout_ms (the timer thread drops it
- * otherwise), and only max_ungreeted may wait at once. */
-static void
-pipe_added(nng_pipe pp, nng_pipe_ev ev, void *arg)
+/* A connection was accepted, before any byte of it was read: it must complete the transport
+ * handshake and say hello within hello_timeout_ms of now (the timer thread drops it
+ * otherwise), and at most max_ungreeted wait at once: past that, the one that has waited
+ * longest is dropped for it, so that a real worker connecting during a flood of silent
+ * connections gets in. With the descriptor budget spent, one waiting for hello makes room the
+ * same way, or the transport stops accepting until a connection closes. */
+static bool
+on_accepted(void *arg, uint32_t conn, const char *peer, bool must_make_room)
 {
     struct rn_pool *p = arg;
-    uint32_t id = nng_pipe_id(pp);
-    struct worker *w;
     struct greet g;
 
-    (void) ev;
     memset(&g, 0, sizeof(g));
-    peer_text(pp, g.peer); /* before the lock: an nng call */
+    (void) snprintf(g.peer, sizeof(g.peer), "%s", peer);
     cn_mutex_lock(&p->mtx);
-    if (p->stopping || (w = worker_find(p, id)) != NULL) {
-        /* stopping; or its hello was handled before this callback ran */
-        if (!p->stopping) {
-            memcpy(w->peer, g.peer, sizeof(w->peer));
-        }
+    if (p->stopping || (must_make_room && p->greet.len == 0)) {
         cn_mutex_unlock(&p->mtx);
-        return;
+        return false;
     }
-    if (p->greet.len >= p->max_ungreeted) {
-        p->st.ungreeted++;
-        cn_mutex_unlock(&p->mtx);
-        (void) nng_pipe_close(pp);
-        return;
+    if (must_make_room || p->greet.len >= p->max_ungreeted) {
+        drop_oldest_ungreeted_locked(p);
     }
-    g.pipe = id;
+    g.pipe = conn;
     g.at = cn_mono_ms();
     CN_VEC_XPUSH(&p->greet, g);
     if (p->timer_wake > g.at + (int64_t) p->hello_timeout_ms) {
         cn_cond_signal(&p->cond);
     }
     cn_mutex_unlock(&p->mtx);
+    return true;
 }
 
-/* A connection went away: its attempts fail now, its parked contexts are retired. */
+/* A connection went away: its attempts fail now, its parked requests are dropped. */
 static void
-pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
+on_closed(void *arg, uint32_t id)
 {
     struct rn_pool *p = arg;
     struct results rs = RESULTS_INIT;
-    uint32_t id = nng_pipe_id(pp);
     struct worker **wp, *w;
-    struct pctx *c;
+    struct pctx *c, *next;
     size_t i;
 
-    (void) ev;
     cn_mutex_lock(&p->mtx);
     if (p->stopping) {
         /* rn_pool_stop returns every attempt in flight itself. */
@@ -1175,10 +1095,10 @@ pipe_removed(nng_pipe pp, nng_pipe_ev ev, void *arg)
         }
     }
     fail_pipe_flights_locked(p, id, &rs);
-    for (c = p->all; c != NULL; c = c->next) {
-        if (c->state == PC_PARKED && c->pipe == id) {
-            /* Nothing can answer it any more: it is free for other requests. */
-            pctx_idle_locked(p, c);
+    for (c = p->all; c != NULL; c = next) {
+        next = c->next;
+        if (c->pipe == id) {
+            pctx_done_locked(p, c); /* nothing can answer it any more */
         }
     }
     cn_mutex_unlock(&p->mtx);
@@ -1197,13 +1117,13 @@ timer_main(void *arg)
         struct results rs = RESULTS_INIT;
         int64_t mono = cn_mono_ms(), wall = cn_wall_ms();
         int64_t next = mono + p->idle_ms, wake;
-        struct pctx *c;
+        struct pctx *c, *cnext;
         struct worker *w;
         size_t i, dropped = 0;
 
         for (i = 0; i < p->nrefused; i++) {
             if (mono - p->refused[i].at >= REFUSE_GRACE_MS) {
-                close_pipe(p->refused[i].pipe); /* its removal callback drops the entry */
+                close_pipe(p, p->refused[i].pipe); /* its removal callback drops the entry */
             } else if (p->refused[i].at + REFUSE_GRACE_MS < next) {
                 next = p->refused[i].at + REFUSE_GRACE_MS;
             }
@@ -1212,7 +1132,7 @@ timer_main(void *arg)
             int64_t limit = p->greet.items[i].at + (int64_t) p->hello_timeout_ms;
             if (mono >= limit) {
                 /* Forgotten now: its removal callback finds nothing more to do. */
-                close_pipe(p->greet.items[i].pipe);
+                close_pipe(p, p->greet.items[i].pipe);
                 p->greet.items[i] = p->greet.items[--p->greet.len];
                 p->st.ungreeted++;
                 dropped++;
@@ -1240,15 +1160,13 @@ timer_main(void *arg)
                              w->name != NULL ? w->name : "?", (long long) (mono - w->last_seen));
                 p->st.silent++;
                 w->last_seen = mono; /* once: its removal callback fails what it held */
-                close_pipe(w->pipe);
+                close_pipe(p, w->pipe);
             } else if (limit < next) {
                 next = limit;
             }
         }
-        for (c = p->all; c != NULL; c = c->next) {
-            if (c->state != PC_PARKED) {
-                continue;
-            }
+        for (c = p->all; c != NULL; c = cnext) {
+            cnext = c->next; /* an answer frees c */
             if (mono - c->parked_at >= (int64_t) p->idle_ms) {
                 reply_kind_locked(p, c, WP_NOOP); /* liveness for both sides */
             } else if (c->parked_at + p->idle_ms < next) {
@@ -1298,36 +1216,11 @@ timer_main(void *arg)
 
 /* ---- public API --------------------------------------------------------------------------- */
 
-/* TLS for tls+tcp:// listeners: our certificate, and client certificates from the CA when
- * required (nng does not require them unless the auth mode says so). Returns 0 or an nng
- * error. */
-static int
-pool_tls_setup(nng_listener l, const struct rn_pool_cfg *cfg)
-{
-    int rv;
-
-    if (strncmp(cfg->listen_url, "tls+", 4) != 0) {
-        return 0;
-    }
-    if (cfg->tls_ca_file != NULL &&
-        (rv = nng_listener_set_string(l, NNG_OPT_TLS_CA_FILE, cfg->tls_ca_file)) != 0) {
-        return rv;
-    }
-    if (cfg->tls_cert_key_file != NULL &&
-        (rv = nng_listener_set_string(l, NNG_OPT_TLS_CERT_KEY_FILE, cfg->tls_cert_key_file)) != 0) {
-        return rv;
-    }
-    return nng_listener_set_int(l, NNG_OPT_TLS_AUTH_MODE,
-                                cfg->tls_require_client_cert ? NNG_TLS_AUTH_MODE_REQUIRED
-                                                             : NNG_TLS_AUTH_MODE_NONE);
-}
-
 cn_err
 rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, struct rn_pool **out,
               struct cn_errmsg *err)
 {
     struct rn_pool *p;
-    int rv, i;
 
     if (cfg->listen_url == NULL || fn == NULL) {
         return CN_INVAL;
@@ -1349,29 +1242,22 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
     p->credential = cfg->credential ? strdup(cfg->credential) : NULL;
     cn_mutex_init(&p->mtx);
     cn_cond_init(&p->cond);
-    if ((rv = nng_rep0_open(&p->sock)) != 0) {
-        free(p->credential);
-        free(p);
-        return cn_errmsg_set(err, CN_IO, "worker pool: %s", nng_strerror(rv));
+    {
+        struct rn_sprep_cfg scfg = {cfg->listen_url,  WP_MAX_MSG,
+                                    cfg->budget,      cfg->tls_cert_key_file,
+                                    cfg->tls_ca_file, cfg->tls_require_client_cert};
+        struct rn_sprep_ops ops = {on_accepted, on_request, on_closed, p};
+        struct cn_errmsg em;
+        cn_err rv;
+        if ((rv = rn_sprep_start(&scfg, &ops, &p->srv, &em)) != CN_OK) {
+            cn_mutex_destroy(&p->mtx);
+            cn_cond_destroy(&p->cond);
+            free(p->credential);
+            free(p);
+            return cn_errmsg_set(err, rv, "worker pool: %s", em.text);
+        }
     }
-    (void) nng_socket_set_size(p->sock, NNG_OPT_RECVMAXSZ, WP_MAX_MSG);
-    (void) nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_POST, pipe_added, p);
-    (void) nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, pipe_removed, p);
-    if ((rv = nng_listener_create(&p->listener, p->sock, cfg->listen_url)) != 0 ||
-        (rv = pool_tls_setup(p->listener, cfg)) != 0 ||
-        (rv = nng_listener_start(p->listener, 0)) != 0) {
-        nng_close(p->sock);
-        free(p->credential);
-        free(p);
-        return cn_errmsg_set(err, CN_IO, "worker pool: cannot listen on %s: %s", cfg->listen_url,
-                             nng_strerror(rv));
-    }
-    (void) nng_listener_get_int(p->listener, NNG_OPT_TCP_BOUND_PORT, &p->port);
-    cn_mutex_lock(&p->mtx);
-    for (i = 0; i < POOL_RECEIVERS; i++) {
-        (void) pctx_new_locked(p);
-    }
-    cn_mutex_unlock(&p->mtx);
+    p->port = rn_sprep_port(p->srv);
     if (pthread_create(&p->timer, NULL, timer_main, p) != 0) {
         rn_pool_stop(p);
         return CN_NOMEM;
@@ -1576,16 +1462,14 @@ rn_pool_withdraw(struct rn_pool *p, struct rn_iid iid, struct rn_token lock)
 void
 rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st)
 {
-    struct pctx *c;
-
     cn_mutex_lock(&p->mtx);
     *st = p->st;
     st->backlog_cap = backlog_cap_locked(p);
-    st->contexts = 0;
-    for (c = p->all; c != NULL; c = c->next) {
-        st->contexts++;
-    }
+    st->parked = p->nparked;
+    st->greeting = p->greet.len;
     cn_mutex_unlock(&p->mtx);
+    st->connections = rn_sprep_connections(p->srv);
+    st->accept_paused = rn_sprep_paused(p->srv);
 }
 
 static int
@@ -1695,7 +1579,7 @@ rn_pool_snapshot_fini(struct rn_pool_snapshot *s)
     memset(s, 0, sizeof(*s));
 }
 
-/* Pools whose socket did not close (nng 1.5.2, see nngclose.h): nng may still call back into
+/* Pools whose transport did not close in time (rn_sprep_stop): nng may still call back into
  * them, so they are never freed; kept here so that they are not reported as leaks either. */
 static struct rn_pool *left_behind;
 static pthread_mutex_t left_behind_mtx = PTHREAD_MUTEX_INITIALIZER;
@@ -1720,14 +1604,13 @@ report_in_flight_lost(struct rn_pool *p)
     results_deliver(p, &rs);
 }
 
-/* The stop of a pool whose nng_close hangs: the attempts in flight are reported lost as in a
- * normal stop, and the pool is kept. The callbacks nng may still run see `stopping` and
- * return without calling out. */
+/* The stop of a pool whose transport does not close in time: the attempts in flight are
+ * reported lost as in a normal stop, and the pool is kept. The callbacks nng may still run
+ * see `stopping` and return without calling out. */
 static void
 pool_leave_behind(struct rn_pool *p)
 {
-    cn_log(CN_LOG_WARN,
-           "pool: the worker socket did not close within %d ms (nng 1.5.2); left behind",
+    cn_log(CN_LOG_WARN, "pool: the worker connections did not close within %d ms; left behind",
            WP_CLOSE_TIMEOUT_MS);
     report_in_flight_lost(p);
     cn_mutex_lock(&left_behind_mtx);
@@ -1754,15 +1637,13 @@ rn_pool_stop(struct rn_pool *p)
     if (p->timer_started) {
         cn_thread_join(p->timer);
     }
-    if (!wp_close_bounded(p->sock, WP_CLOSE_TIMEOUT_MS)) {
+    if (!rn_sprep_stop(p->srv, WP_CLOSE_TIMEOUT_MS)) {
         pool_leave_behind(p);
         return;
     }
-    /* nng_close returned: every aio completed with NNG_ECLOSED, no callback runs again. */
+    /* Every connection is closed and no callback runs again. */
     for (c = p->all; c != NULL; c = next) {
         next = c->next;
-        nng_aio_stop(c->aio);
-        nng_aio_free(c->aio);
         free(c);
     }
     report_in_flight_lost(p);

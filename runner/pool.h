@@ -8,10 +8,10 @@
  * schedule-to-close deadline: a synthetic ActionTimeout, and `cancel` to the worker), and turns the
  * in-flight attempts of a dropped connection into WorkerLost errors at once.
  *
- * Threads: nng's callback threads run the protocol; one pool thread runs timers (idle noops,
- * deadlines). All pool state is guarded by one mutex; the result callback is always called
- * with no pool lock held, from an nng or pool thread, and must not block (the shards push the
- * result into their inbox). rn_pool_submit is thread-safe.
+ * Threads: nng's callback threads run the protocol (through sprep.h); one pool thread runs timers
+ * (idle noops, deadlines). All pool state is guarded by one mutex; the result callback is always
+ * called with no pool lock held, from an nng or pool thread, and must not block (the shards push
+ * the result into their inbox). rn_pool_submit is thread-safe.
  */
 #ifndef RUNNER_POOL_H
 #define RUNNER_POOL_H
@@ -23,17 +23,19 @@
 
 #include "ir/base/err.h"
 #include "ir/value.h"
+#include "runner/fdbudget.h"
 #include "runner/ids.h"
 #include "runner/lathist.h"
 
 struct rn_pool;
 
-/* A connection costs a file descriptor from the moment its transport handshake completes, and
- * nothing but a `hello` proves it is a worker: without a bound, idle connections that never
+/* A connection costs a file descriptor from its accept, and nothing but a `hello` proves it
+ * is a worker: without a bound, connections that never finish the transport handshake or never
  * say hello (a port scan, a misconfigured client, an attack) exhaust the process's descriptors
- * and with them the runner's database connections. A real worker says hello within
- * milliseconds of connecting; 5 s covers a loaded host. 128 waiting at once is far above any
- * fleet's reconnect burst after a runner restart (each worker connects once). */
+ * and with them the runner's database connections. Both are counted from the accept (sprep.h):
+ * a real worker says hello within milliseconds of connecting; 5 s covers a loaded host. 128
+ * waiting at once is far above any fleet's reconnect burst after a runner restart (each worker
+ * connects once); past it the one that has waited longest is dropped for the newcomer. */
 #define RN_POOL_HELLO_TIMEOUT_MS 5000
 #define RN_POOL_MAX_UNGREETED    128
 /* The least backlog that rn_pool_room allows: a claim batch's worth of attempts. It trades
@@ -73,6 +75,10 @@ struct rn_pool_cfg {
     const char *tls_cert_key_file; /* the runner's certificate and key, one file */
     const char *tls_ca_file;       /* CA for worker certificates */
     bool tls_require_client_cert;  /* refuse workers without a certificate from tls_ca_file */
+    /* Every connection takes a unit from its accept to its close (fdbudget.h); with the budget
+     * spent, one waiting for hello is dropped to make room, or accepting stops until one
+     * closes. NULL: none. */
+    struct rn_fdbudget *budget;
 };
 
 struct rn_pool_dispatch {
@@ -114,11 +120,14 @@ struct rn_pool_stats {
     uint64_t refused;       /* hellos refused */
     uint64_t silent;        /* connections dropped after 3 idle periods without a request */
     uint64_t ungreeted;     /* connections dropped without a hello: too slow, or too many */
+    uint64_t greeting;      /* connections waiting for their hello now */
+    uint64_t connections;   /* connections open now, from their accept (workers and others) */
+    uint64_t accept_paused; /* times accepting stopped: the descriptor budget was spent */
     uint64_t gated;         /* dispatches held because the leases were not confirmed recently */
     uint64_t queued;        /* submitted attempts waiting for a worker now */
     uint64_t backlog_cap;   /* the most attempts that may wait before the claimer stops
                                (rn_pool_room: the workers' slots, their drain rate, the floor) */
-    uint64_t contexts;      /* nng contexts open now (receiving, parked, replying, spare) */
+    uint64_t parked;        /* requests parked now (a worker's `ready` and `control`) */
     struct rn_lathist dispatch_delay; /* ready_us to the dispatch's send, per measured attempt */
     struct rn_lathist action_time;    /* the dispatch's send to its outcome's arrival */
 };

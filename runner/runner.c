@@ -366,13 +366,13 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     rn_busy_init(&r->busy);
     cn_mutex_init(&r->backfills.mtx);
     rn_late_queue_init(&r->late);
+    /* Before anything opens a descriptor: the budget counts what is open now and keeps the
+     * reserve for every session the runner opens, and their reconnects. */
+    rn_fdbudget_init(&r->fds, RN_FD_RESERVE(r->npersisters));
     if ((rv = open_backends(r, err)) != CN_OK) {
         runner_free(r);
         return rv;
     }
-    /* After the backends' first sessions, before the listeners: the budget counts what is open
-     * now and keeps the reserve for the sessions still to come and their reconnects. */
-    rn_fdbudget_init(&r->fds, RN_FD_RESERVE(r->npersisters));
     memset(&pcfg, 0, sizeof(pcfg));
     pcfg.listen_url = cfg->worker_listen;
     pcfg.credential = cfg->worker_credential;
@@ -383,6 +383,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     /* A crashed worker is an infrastructure failure, not the action's: its attempts go to
      * another worker (same execution id and attempt) before the workflow sees WorkerLost. */
     pcfg.requeue_lost = 3;
+    pcfg.budget = &r->fds;
     atomic_store(&r->leases_confirmed_ms, cn_mono_ms());
     pcfg.leases_confirmed_ms = &r->leases_confirmed_ms;
     pcfg.lease_ttl_ms = cfg->lock_ttl_ms;
@@ -402,6 +403,22 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         struct rn_http_routes routes = {http_metrics, http_ready, http_status, r};
         struct rn_http_cfg hcfg = {cfg->http_listen, cfg->http_max_connections,
                                    cfg->http_header_timeout_ms, cfg->http_idle_timeout_ms, &r->fds};
+        uint64_t half = r->fds.budget / 2;
+
+        if (hcfg.max_connections == 0) {
+            hcfg.max_connections = RN_DEFAULT_HTTP_MAX_CONNECTIONS;
+        }
+        /* Half the descriptor budget at most: the worker port keeps the other half, so that
+         * idle HTTP clients cannot keep workers out (and none can take the runner's own). */
+        if ((uint64_t) hcfg.max_connections + RN_HTTP_CONN_SLACK > half) {
+            uint32_t was = hcfg.max_connections;
+            hcfg.max_connections =
+                half > RN_HTTP_CONN_SLACK + 1 ? (uint32_t) (half - RN_HTTP_CONN_SLACK) : 1;
+            cn_log(CN_LOG_WARN,
+                   "CAIRN_HTTP_MAX_CONNECTIONS %u lowered to %u: half of the %llu connections the "
+                   "open-file limit leaves to the listeners (raise LimitNOFILE for more)",
+                   was, hcfg.max_connections, (unsigned long long) r->fds.budget);
+        }
         if ((rv = rn_http_start(&hcfg, &routes, &r->http, err)) != CN_OK) {
             runner_free(r);
             return rv;
@@ -616,6 +633,7 @@ runner_free(struct rn_runner *r)
         }
     }
     rn_busy_fini(&r->busy);
+    rn_fdbudget_fini(&r->fds);
     rn_late_queue_fini(&r->late); /* what came after the canceller stopped is not recorded */
     free(r->backfills.items);
     cn_mutex_destroy(&r->backfills.mtx);

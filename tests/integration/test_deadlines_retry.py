@@ -87,7 +87,7 @@ def run_all(url, env, tmp):
     before = q(url, "SELECT count(*) FROM cairn.runner_instances")
     for bad, why in (("-5 seconds", "timeout must be positive"),
                      ("400 days", "at most 366 days"),
-                     ("soon", "invalid input syntax for type interval")):
+                     ("soon", "is not a duration: give a number with a unit")):
         r = ctl(env, "run", "hold", "--input", '{"ms": 1}', "--workflow-timeout", bad)
         check(f"--workflow-timeout '{bad}' is refused", r.returncode == 1 and why in r.stderr,
               f"exit {r.returncode}: {r.stderr}")

@@ -14,11 +14,13 @@ HTTP (runner/http.h), with a cap of 32 connections and 1 s timeouts:
 - the series on /metrics count what was done (evicted, header timeouts, connections).
 
 The descriptor budget (runner/fdbudget.h), on a runner whose open-file limit is 256:
-- 400 half requests held open never take the runner past its budget (the listeners' use on
-  /metrics stays within cairn_fd_budget and the 16 that may be closing to make room, its
-  descriptors under the limit), /healthz is answered, its database
-  sessions are terminated meanwhile, and an instance enqueued then still completes: the runner
-  reconnected with the descriptors it kept for itself.
+- 300 half HTTP requests and 300 worker connections that never send the transport handshake,
+  held open, never take the runner past its budget (the listeners' use on /metrics stays within
+  cairn_fd_budget and the 16 that may be closing to make room, at most 128 wait for hello, its
+  descriptors stay under the limit); its database sessions are terminated meanwhile, and an
+  instance enqueued then completes on a worker that connected during the flood: the runner
+  reconnected with the descriptors it kept for itself; /healthz is answered; every silent
+  worker connection is dropped within the hello timeout of its accept.
 
 Arguments: CAIRN_RUNNER CAIRN_WORKER CAIRNCTL SOURCE_ROOT. TAP output; without
 CAIRN_TEST_DATABASE_URL it reports a skip.
@@ -61,8 +63,12 @@ def half_requests(port, n):
 
 
 def closed(s):
+    """Whether the peer closed s (what it sent before, such as the runner's SP header, is
+    read and dropped)."""
     try:
-        return s.recv(4096) == b""
+        while True:
+            if s.recv(4096) == b"":
+                return True
     except BlockingIOError:
         return False
     except OSError:
@@ -179,32 +185,46 @@ def http_bounds(url, env, tmp):
 
 def fd_budget(url, env, tmp):
     port = e2e.free_port()
-    sock = f"ipc://{tmp}/b.sock"
+    wport = e2e.free_port()
+    wurl = f"tcp://127.0.0.1:{wport}"
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     low = min(256, hard)
-    r = e2e.runner(env, tmp, "runner-fds", sock, "--http-listen", f"127.0.0.1:{port}",
+    r = e2e.runner(env, tmp, "runner-fds", wurl, "--http-listen", f"127.0.0.1:{port}",
                    "--http-max-connections", "1000", "--http-header-timeout-ms", "10000",
                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (low, low)))
-    e2e.worker(env, tmp, "worker-fds", sock, slots="4")
     up = wait_until("http up", lambda: timed_get(port, "/healthz")[0] == 200, 20)
     check("budget: /healthz answers", up)
     m = e2e.metrics(port)
     budget = m.get("cairn_fd_budget", 0)
     check("budget: the budget leaves a reserve under the open-file limit of 256",
           0 < budget <= low - 64, f"cairn_fd_budget {budget}")
+    # Both listeners at once: half HTTP requests, and worker connections that never send the
+    # transport handshake (nng's REP socket would not even have counted these).
     socks = []
-    for _ in range(400):
+    for _ in range(300):
         try:
             socks += half_requests(port, 1)
         except OSError:
             break
+    silent = []
+    t0 = time.monotonic()
+    for _ in range(300):
+        try:
+            silent.append(socket.create_connection(("127.0.0.1", wport), timeout=5))
+        except OSError:
+            break
+    for s in silent:
+        s.setblocking(False)
+    w = e2e.worker(env, tmp, "worker-fds", wurl, slots="4")
     m = e2e.metrics(port)
     check("budget: the listeners never hold more than the budget and the 16 closing to make "
           "room", m.get("cairn_fd_budget_used", 999) <= budget + 16,
           f"{m.get('cairn_fd_budget_used')} of {budget}")
-    check("budget: past it, HTTP connections waiting for a request made room",
+    check("budget: past it, connections waiting for a request or a hello made room",
           m.get("cairn_http_evicted_total", 0) >= 1 and m.get("cairn_fd_budget_exhausted_total", 0)
           >= 1, f"{m}")
+    check("budget: at most 128 worker connections wait for hello",
+          m.get("cairn_pool_greeting", 999) <= 128, f"{m.get('cairn_pool_greeting')}")
     fds = e2e.fd_count(r)
     check("budget: the runner's descriptors stay under its limit", 0 < fds < low, f"{fds}")
     db = re.search(r"/([^/?]+)(\?|$)", url).group(1)
@@ -212,13 +232,20 @@ def fd_budget(url, env, tmp):
                     f"datname = '{db}' AND pid <> pg_backend_pid()")
     check("budget: the runner's sessions were terminated", int(n) >= 2, n)
     ok = ctl(env, "run", "hello", "--input", '{"name": "budget"}', "--wait", "--timeout", "30")
-    check("budget: an instance enqueued after the sessions were killed completes (the runner "
-          "reconnected within its reserve)", ok.returncode == 0, ok.stderr)
+    check("budget: a worker that connected during the flood is served, and an instance enqueued "
+          "after the sessions were killed completes (the runner reconnected within its reserve)",
+          ok.returncode == 0, ok.stderr)
     st, took = timed_get(port, "/healthz")
     check("budget: /healthz answers while they are held", st == 200, f"{st} after {took:.1f} s")
     check("budget: it said the reserve was reached", "descriptor reserve reached" in r.text())
-    for s in socks:
+    gone = wait_until("silent worker connections dropped",
+                      lambda: all(closed(s) for s in silent), 8)
+    check("budget: every worker connection that never sent the handshake is dropped within the "
+          "hello timeout (5 s) of its accept", gone and time.monotonic() - t0 < 9,
+          f"{sum(1 for s in silent if not closed(s))} open after {time.monotonic() - t0:.1f} s")
+    for s in socks + silent:
         s.close()
+    w.term()
     rc = r.term()
     check("budget: exits 0 on SIGTERM", rc == 0, e2e.exit_detail(rc, r))
 
