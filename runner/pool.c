@@ -1468,8 +1468,11 @@ rn_pool_stats(struct rn_pool *p, struct rn_pool_stats *st)
     st->parked = p->nparked;
     st->greeting = p->greet.len;
     cn_mutex_unlock(&p->mtx);
-    st->connections = rn_sprep_connections(p->srv);
-    st->accept_paused = rn_sprep_paused(p->srv);
+    {
+        size_t open;
+        rn_sprep_counts(p->srv, &open, &st->accept_paused);
+        st->connections = open;
+    }
 }
 
 static int

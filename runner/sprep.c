@@ -58,6 +58,7 @@ struct conn {
     uint8_t head[9];
     size_t want, got;
     uint8_t *body;
+    size_t cap; /* of body: grown as bytes arrive, so a length alone reserves no memory */
     /* Under s->mtx: */
     bool closing;
     bool sending;
@@ -293,15 +294,26 @@ recv_into(struct conn *c, void *buf, size_t len)
     nng_stream_recv(c->st, c->rx);
 }
 
-/* Reads the rest of the current stage's bytes. */
+/* The first read of a body: a peer that announces 16 MiB and sends nothing holds this much. */
+#define BODY_FIRST (64u << 10)
+
+/* Reads the rest of the current stage's bytes (a body into what its buffer has room for,
+ * doubling it when full). */
 static void
 recv_more(struct conn *c)
 {
-    if (c->stage == RX_BODY) {
-        recv_into(c, c->body + c->got, c->want - c->got);
-    } else {
+    if (c->stage != RX_BODY) {
         recv_into(c, c->head + c->got, c->want - c->got);
+        return;
     }
+    if (c->got == c->cap) {
+        c->cap = c->cap == 0 ? BODY_FIRST : 2 * c->cap;
+        if (c->cap > c->want) {
+            c->cap = c->want;
+        }
+        c->body = cn_xrealloc(c->body, c->cap);
+    }
+    recv_into(c, c->body + c->got, c->cap - c->got);
 }
 
 static void
@@ -392,7 +404,7 @@ rx_cb(void *arg)
         c->stage = RX_BODY;
         c->want = (size_t) len;
         c->got = 0;
-        c->body = cn_xmalloc(c->want);
+        c->cap = 0;
         recv_more(c);
         return;
     }
@@ -401,6 +413,7 @@ rx_cb(void *arg)
 
         free(c->body);
         c->body = NULL;
+        c->cap = 0;
         if (!ok) {
             rx_end(c);
             return;
@@ -666,26 +679,13 @@ rn_sprep_port(const struct rn_sprep *s)
     return s->port;
 }
 
-size_t
-rn_sprep_connections(struct rn_sprep *s)
+void
+rn_sprep_counts(struct rn_sprep *s, size_t *open, uint64_t *paused)
 {
-    size_t n;
-
     cn_mutex_lock(&s->mtx);
-    n = s->open;
+    *open = s->open;
+    *paused = s->npaused;
     cn_mutex_unlock(&s->mtx);
-    return n;
-}
-
-uint64_t
-rn_sprep_paused(struct rn_sprep *s)
-{
-    uint64_t n;
-
-    cn_mutex_lock(&s->mtx);
-    n = s->npaused;
-    cn_mutex_unlock(&s->mtx);
-    return n;
 }
 
 bool

@@ -88,10 +88,9 @@ bool rn_sprep_reply(struct rn_sprep *s, uint32_t conn, const struct rn_sprep_req
                     const void *data, size_t len);
 /* Closes conn (its `closed` follows); no-op when it is gone. Any thread. */
 void rn_sprep_close(struct rn_sprep *s, uint32_t conn);
-/* Connections open now (accepted and not yet closed). */
-size_t rn_sprep_connections(struct rn_sprep *s);
-/* Times accepting stopped because the budget was spent and nothing could make room. */
-uint64_t rn_sprep_paused(struct rn_sprep *s);
+/* Connections open now (accepted and not yet closed), and the times accepting stopped because
+ * the budget was spent and nothing could make room. */
+void rn_sprep_counts(struct rn_sprep *s, size_t *open, uint64_t *paused);
 /* Stops listening and closes every connection; waits up to timeout_ms for their callbacks to
  * end. True when they did (s is freed and no callback runs again); false when one is still
  * running past it (s is left allocated: nng may still call into it). */

@@ -909,17 +909,6 @@ check_enqueue(const char *input, const char *key, const char *at)
     return EXIT_OK;
 }
 
-/* Whether PostgreSQL reads text as a value of type (a data exception otherwise). */
-static cn_err
-pg_reads_as(PGconn *c, const char *text, const char *type, struct cn_errmsg *em)
-{
-    char sql[64];
-    const char *params[1] = {text};
-
-    (void) snprintf(sql, sizeof(sql), "SELECT $1::%s", type);
-    return rn_db_exec(c, sql, 1, params, NULL, em);
-}
-
 /* --at and --workflow-timeout are read by the database, which takes more forms than any parser
  * here would (time zone names, 'tomorrow', '1 day 2 hours'); they are read apart from the
  * enqueue, so that a bad one is named with the forms it takes instead of PostgreSQL's
@@ -927,30 +916,33 @@ pg_reads_as(PGconn *c, const char *text, const char *type, struct cn_errmsg *em)
 static int
 check_time_options(PGconn *c, const char *at, const char *timeout)
 {
-    struct cn_errmsg em;
-    cn_err rv;
+    const struct {
+        const char *flag, *value, *sql, *what;
+    } opts[] = {
+        {"--at", at, "SELECT $1::timestamptz",
+         "is not a time: give an ISO 8601 time with its offset (2026-12-01T09:00:00Z, "
+         "2026-12-01 10:00:00+01:00), a time in a named zone (2026-12-01 09:00 Europe/Paris), "
+         "or now, today or tomorrow"},
+        {"--workflow-timeout", timeout, "SELECT $1::interval",
+         "is not a duration: give a number with a unit (90s, 5 minutes, 2 hours, 1 day) or "
+         "hh:mm:ss (01:30:00)"},
+    };
+    size_t i;
 
-    if (at != NULL && (rv = pg_reads_as(c, at, "timestamptz", &em)) != CN_OK) {
-        if (rv != CN_INVAL) {
+    for (i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        const char *params[1] = {opts[i].value};
+        struct cn_errmsg em;
+        cn_err rv;
+
+        if (opts[i].value == NULL ||
+            (rv = rn_db_exec(c, opts[i].sql, 1, params, NULL, &em)) == CN_OK) {
+            continue;
+        }
+        if (rv != CN_INVAL) { /* not the value's fault */
             fprintf(stderr, "cairnctl run: %s\n", em.text);
             return EXIT_DB;
         }
-        fprintf(stderr,
-                "cairnctl run: --at '%s' is not a time: give an ISO 8601 time with its offset "
-                "(2026-12-01T09:00:00Z, 2026-12-01 10:00:00+01:00), a time in a named zone "
-                "(2026-12-01 09:00 Europe/Paris), or now, today or tomorrow\n",
-                at);
-        return EXIT_REJECTED;
-    }
-    if (timeout != NULL && (rv = pg_reads_as(c, timeout, "interval", &em)) != CN_OK) {
-        if (rv != CN_INVAL) {
-            fprintf(stderr, "cairnctl run: %s\n", em.text);
-            return EXIT_DB;
-        }
-        fprintf(stderr,
-                "cairnctl run: --workflow-timeout '%s' is not a duration: give a number with a "
-                "unit (90s, 5 minutes, 2 hours, 1 day) or hh:mm:ss (01:30:00)\n",
-                timeout);
+        fprintf(stderr, "cairnctl run: %s '%s' %s\n", opts[i].flag, opts[i].value, opts[i].what);
         return EXIT_REJECTED;
     }
     return EXIT_OK;

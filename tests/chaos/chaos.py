@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Set by tests/chaos/run; other scenario scripts import this module with their own database.
@@ -56,6 +57,21 @@ PG_PORT = os.environ.get("CHAOS_PG_PORT", "")
 PG_OPTS = os.environ.get("CHAOS_PG_OPTS", "")
 SLOTS = 16
 TTL_MS = 2000
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def migrate_register(build, env, workflow):
+    """cairnctl migrate, then register workflow, in env's database."""
+    ctl = f"{build}/runner/cairnctl"
+    for args in (["migrate"], ["register", workflow]):
+        r = subprocess.run([ctl, *args], env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"cairnctl {args[0]}: {r.stderr}")
 
 
 def url_of(db):
@@ -121,12 +137,12 @@ SELECT count(*) FROM chaos_transitions WHERE old IN ('completed', 'failed', 'can
 
 
 class Proc:
-    def __init__(self, run, name, argv, env):
+    def __init__(self, run, name, argv, env, preexec_fn=None):
         self.name = name
         self.log = os.path.join(run.tmp, name + ".log")
         self.f = open(self.log, "w")
         self.p = subprocess.Popen(argv, env=env, stdout=self.f, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
         self.killed = False
         run.procs.append(self)
 
@@ -146,22 +162,25 @@ class Run:
         self.env = dict(os.environ, CAIRN_DATABASE_URL=self.url, CAIRN_CHAOS_WORK_S="0.05")
         self.tmp = tempfile.mkdtemp(prefix=f"cairn-chaos-{name}-")
         self.procs = []
-        ctl = f"{build}/runner/cairnctl"
-        for args in (["migrate"], ["register", f"{ROOT}/tests/chaos/workflows/chaos.cairn"]):
-            r = subprocess.run([ctl, *args], env=self.env, capture_output=True, text=True)
-            if r.returncode != 0:
-                raise RuntimeError(f"cairnctl {args[0]}: {r.stderr}")
+        migrate_register(build, self.env, f"{ROOT}/tests/chaos/workflows/chaos.cairn")
         q(self.url, AUDIT_SQL)
 
-    def runner(self, name, sock=None):
+    def runner(self, name, sock=None, nofile=None):
+        """A runner; nofile: start it with that open-file limit, soft and hard (it raises its
+        soft limit to the hard one itself)."""
         sock = sock or f"ipc://{self.tmp}/{name}.sock"
         # Its sessions carry its name, so the audit tells the runners apart.
         env = dict(self.env, CAIRN_DATABASE_URL=f"{self.url}&application_name={name}")
+        http = free_port()
+        limit = ((lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
+                 if nofile else None)
         p = Proc(self, name, [f"{self.build}/runner/cairn-runner", "--worker-listen", sock,
                               "--poll-interval-ms", "100", "--lock-ttl-ms", str(TTL_MS),
                               "--lock-heartbeat-ms", "500", "--reclaim-interval-ms", "500",
-                              "--worker-idle-ms", "1000"], env)
+                              "--worker-idle-ms", "1000", "--http-listen",
+                              f"127.0.0.1:{http}"], env, preexec_fn=limit)
         p.sock = sock
+        p.http = http
         return p
 
     def worker(self, name, runner):
@@ -356,6 +375,62 @@ def hello_less(run, a, wa, b, wb):
     return "1 000 connections to runner A that never say hello"
 
 
+def healthz_s(port):
+    """Seconds /healthz took to answer 200 (None if it did not within 3 s)."""
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=3) as f:
+            return time.monotonic() - t0 if f.status == 200 else None
+    except OSError:
+        return None
+
+
+def slowloris(run, a, wa, b, wb):
+    """The doors, attacked as issue 34 found them open: against runner A, started with
+    RLIMIT_NOFILE 1 024, 1 100 HTTP connections that each send half a request and 1 100 worker
+    connections that never send the transport handshake, held, while every session of runner A
+    is terminated. Its instances must complete, /healthz must answer meanwhile, and runner A
+    must be back on PostgreSQL within its reconnect backoff (200 ms doubling to 5 s)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    path = a.sock[len("ipc://"):]
+    conns, fails = [], 0
+    for _ in range(1100):
+        try:
+            c = socket.create_connection(("127.0.0.1", a.http), timeout=5)
+            c.sendall(b"GET /metrics HTTP/1.1\r\n")  # and nothing more
+            conns.append(c)
+        except OSError:
+            fails += 1
+        try:
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(5)
+            c.connect(path)  # and nothing more: not even the SP header
+            conns.append(c)
+        except OSError:
+            fails += 1
+    t_kill = time.monotonic()
+    q(url_of("postgres"), "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                          f" WHERE datname = '{run.db}' AND application_name = 'runner-a'")
+    back, probes = None, []
+    while time.monotonic() - t_kill < 8:
+        probes.append(healthz_s(a.http))
+        if back is None and int(q(url_of("postgres"), "SELECT count(*) FROM pg_stat_activity"
+                                                      f" WHERE datname = '{run.db}' AND"
+                                                      " application_name = 'runner-a'")) >= 2:
+            back = time.monotonic() - t_kill
+        time.sleep(0.25)
+    try:
+        run.fds_a = len(os.listdir(f"/proc/{a.p.pid}/fd"))
+    except OSError:
+        run.fds_a = -1
+    for c in conns:
+        c.close()
+    run.doors = {"back": back, "probes": probes, "fails": fails, "held": len(conns)}
+    return ("1 100 half HTTP requests and 1 100 worker connections without a handshake to "
+            "runner A (RLIMIT_NOFILE 1 024), its sessions terminated")
+
+
 SCENARIOS = {
     "runner-kill9": runner_kill9,
     "runner-kill9-repeated": runner_kill9_repeated,
@@ -368,7 +443,11 @@ SCENARIOS = {
     "pg-terminate": pg_terminate,
     "poison": poison,
     "hello-less": hello_less,
+    "slowloris": slowloris,
 }
+# Runner A's open-file limit, for the scenarios that need one.
+NOFILE_A = {"slowloris": 1024}
+RECONNECT_S = 6.0  # runner A's sessions are back within its backoff's cap (5 s) and a second
 
 # Targets (docs/reliability.md), checked in every run.
 TAKEOVER_S = TTL_MS / 1000 + 1.0  # a dead runner's instances run elsewhere within TTL + 1 s
@@ -454,7 +533,7 @@ def run_scenario(build, name, n, k):
     run = Run(build, name, n, k)
     ok, notes = True, []
     try:
-        a = run.runner("runner-a")
+        a = run.runner("runner-a", nofile=NOFILE_A.get(name))
         wa = run.worker("worker-a", a)
         b = run.runner("runner-b")
         wb = run.worker("worker-b", b)
@@ -555,6 +634,24 @@ def run_scenario(build, name, n, k):
                             f"{'refused' if run.refused else 'ACCEPTED'}")
             checks.append((failed == "4", f"{failed}/4 poison instances failed as they should"))
             checks.append((run.refused, "an input over the limit was not refused"))
+        if name == "slowloris":
+            d = run.doors
+            answered = [x for x in d["probes"] if x is not None]
+            measured.append(f"{d['held']} held ({d['fails']} refused at connect); /healthz "
+                            f"answered {len(answered)}/{len(d['probes'])} probes, slowest "
+                            f"{max(answered, default=0) * 1000:.0f} ms; sessions back after "
+                            + (f"{d['back']:.1f} s" if d["back"] is not None else "never")
+                            + f"; {run.fds_a} descriptors open")
+            checks.append((len(answered) == len(d["probes"]) and len(answered) > 0,
+                           f"/healthz unanswered in {len(d['probes']) - len(answered)} of "
+                           f"{len(d['probes'])} probes"))
+            checks.append((d["back"] is not None and d["back"] <= RECONNECT_S,
+                           f"runner A's sessions back after {d['back']} s (target "
+                           f"{RECONNECT_S:.0f} s)"))
+            a.f.flush()
+            with open(a.log, errors="replace") as fh:
+                emfile = "Too many open files" in fh.read()
+            checks.append((not emfile, "runner A logged 'Too many open files'"))
         if name == "hello-less":
             measured.append(f"{1000 - run.hello_left}/1000 dropped by the runner")
             checks.append((run.hello_left == 0, f"{run.hello_left} hello-less connections "
