@@ -212,8 +212,14 @@ tx_cb(void *arg)
         return;
     }
     c->q->sent += nng_aio_count(c->tx);
-    if (c->q->sent < c->q->len) {
-        send_head_locked(c);
+    if (c->q->sent < c->q->len && !c->closing) {
+        send_head_locked(c); /* never on a closed stream: that send would never complete */
+        cn_mutex_unlock(&s->mtx);
+        return;
+    }
+    if (c->closing) {
+        c->sending = false;
+        unref_locked(s, c);
         cn_mutex_unlock(&s->mtx);
         return;
     }
@@ -298,9 +304,10 @@ recv_into(struct conn *c, void *buf, size_t len)
 #define BODY_FIRST (64u << 10)
 
 /* Reads the rest of the current stage's bytes (a body into what its buffer has room for,
- * doubling it when full). */
+ * doubling it when full). Call with s->mtx held and c not closing: a read started on a closed
+ * stream never completes (nng 1.5.2's ipc), so closing and arming a read are serialised. */
 static void
-recv_more(struct conn *c)
+recv_more_locked(struct conn *c)
 {
     if (c->stage != RX_BODY) {
         recv_into(c, c->head + c->got, c->want - c->got);
@@ -316,13 +323,29 @@ recv_more(struct conn *c)
     recv_into(c, c->body + c->got, c->cap - c->got);
 }
 
-static void
+/* recv_more_locked unless c is closing; false then (the receive loop ends). */
+static bool
+recv_more(struct conn *c)
+{
+    struct rn_sprep *s = c->s;
+    bool open;
+
+    cn_mutex_lock(&s->mtx);
+    open = !c->closing;
+    if (open) {
+        recv_more_locked(c);
+    }
+    cn_mutex_unlock(&s->mtx);
+    return open;
+}
+
+static bool
 expect_length(struct conn *c)
 {
     c->stage = RX_LENGTH;
     c->want = c->ipc ? 9 : 8;
     c->got = 0;
-    recv_more(c);
+    return recv_more(c);
 }
 
 /* The receive loop ends: c is closed and reported. */
@@ -377,7 +400,9 @@ rx_cb(void *arg)
     }
     c->got += nng_aio_count(c->rx);
     if (c->got < c->want) {
-        recv_more(c);
+        if (!recv_more(c)) {
+            rx_end(c);
+        }
         return;
     }
     switch (c->stage) {
@@ -388,7 +413,9 @@ rx_cb(void *arg)
             rx_end(c); /* not a REQ0 peer */
             return;
         }
-        expect_length(c);
+        if (!expect_length(c)) {
+            rx_end(c);
+        }
         return;
     case RX_LENGTH: {
         const uint8_t *p = c->ipc ? c->head + 1 : c->head;
@@ -405,7 +432,9 @@ rx_cb(void *arg)
         c->want = (size_t) len;
         c->got = 0;
         c->cap = 0;
-        recv_more(c);
+        if (!recv_more(c)) {
+            rx_end(c);
+        }
         return;
     }
     case RX_BODY: {
@@ -414,11 +443,9 @@ rx_cb(void *arg)
         free(c->body);
         c->body = NULL;
         c->cap = 0;
-        if (!ok) {
+        if (!ok || !expect_length(c)) {
             rx_end(c);
-            return;
         }
-        expect_length(c);
         return;
     }
     }
@@ -561,7 +588,7 @@ accept_cb(void *arg)
     if (rn_idmap_put(&s->byid, key, c->slot) != CN_OK) {
         cn_oom("worker connections");
     }
-    c->refs = 1; /* the table's */
+    c->refs = 2; /* the table's, and this call's: the owner may close it in `accepted` */
     s->open++;
     cn_mutex_unlock(&s->mtx);
 
@@ -574,8 +601,9 @@ accept_cb(void *arg)
     if (!ok && room && s->cfg.budget != NULL) {
         rn_fdbudget_give(s->cfg.budget);
     }
-    if (!ok || s->stopping) {
-        close_locked(s, c); /* frees it: no loop runs */
+    if (!ok || s->stopping || c->closing) {
+        close_locked(s, c);
+        unref_locked(s, c); /* this call's: frees it, no loop runs */
         if (!room && !s->stopping && rn_fdbudget_wait(s->cfg.budget)) {
             /* Resumes when a unit comes back: from a connection of ours (unref_locked), or of
              * another listener (budget_room). */
@@ -597,7 +625,8 @@ accept_cb(void *arg)
     c->stage = RX_HANDSHAKE;
     c->want = 8;
     c->got = 0;
-    recv_more(c);
+    recv_more_locked(c);
+    unref_locked(s, c); /* this call's */
     accept_next(s);
     cn_mutex_unlock(&s->mtx);
 }
