@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The worker pool: the runner's end of the worker protocol (docs/protocol.md). It listens on
- * an nng REP socket, accepts workers (hello/welcome), keeps their idle `ready` requests parked,
+ * The worker pool: the runner's end of the worker protocol (docs/protocol.md). It listens as
+ * the REP end of nng's REQ/REP (sprep.h), bounds connections from their accept (the transport
+ * handshake and hello in time, few waiting at once), accepts workers (hello/welcome), keeps
+ * their idle `ready` requests parked,
  * answers one with a `dispatch` when work for an action that worker serves is submitted,
  * routes outcomes back through a callback, enforces per-attempt timeouts (counted from the
  * dispatch to a worker, so that waiting for a slot does not count, and bounded by the attempt's

@@ -12,15 +12,21 @@
  * This file routes events between them: pool results, persister ACKs, claims and lost leases
  * all go to the shard that owns the instance (chosen by a hash of its id).
  *
- * LOCK ORDER: no thread holds two of the engine's mutexes at once but in one case below. Each one
- * (a shard inbox, the persister queue, the keeper's registry and its wake mutex, the claimer's stop
- * mutex, the busy gauge, the pool's mutex, the in-memory backend's mutex) is a leaf: taken,
- * used for a short non-blocking section, released, and never held across a backend, pool or
- * network call or a callback. Routing an event (rn_shardloop_post) therefore happens with no
- * lock held: the pool calls back without its lock, the persisters acknowledge after releasing
- * theirs, the keeper reports lost leases outside the registry lock. One nesting, and only in
- * this order: the pool wakes the claimer when it has room again (rn_pool_room) under its
- * own mutex, and that wake takes the claimer's mutex, which is never held while taking another.
+ * LOCK ORDER: no thread holds two of the engine's mutexes at once but in the cases below. Each
+ * one (a shard inbox, the persister queue, the keeper's registry and its wake mutex, the
+ * claimer's stop mutex, the busy gauge, the pool's mutex, the in-memory backend's mutex, the
+ * HTTP listener's answer queue) is taken for a short non-blocking section, released, and never
+ * held across a backend or network call or a callback. Routing an event (rn_shardloop_post)
+ * therefore happens with no lock held: the pool calls back without its lock, the persisters
+ * acknowledge after releasing theirs, the keeper reports lost leases outside the registry lock.
+ * The nestings, each only in this order (an arrow: taken while holding the one before):
+ *   pool -> claimer's stop mutex: the pool wakes the claimer when it has room again
+ *     (rn_pool_room);
+ *   pool -> worker transport (sprep.h) -> descriptor budget (fdbudget.h): a reply or a close
+ *     is queued under the pool's mutex; the transport gives descriptor units back under its own,
+ *     and the budget calls its waiter (which only schedules an nng aio) under its own.
+ * The claimer's stop mutex and the budget's are leaves; the transport's is taken under nothing
+ * but the pool's, and its callbacks into the pool run with it released.
  *
  * NO HALF-ALIVE PROCESS: no engine thread returns before rn_runner_stop asks it to. Storage and
  * network errors are retried with backoff (backoff.h) and logged; running out of memory

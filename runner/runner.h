@@ -12,8 +12,8 @@
  * on its own connection), a lease keeper that also runs the reclaimer (keeper.h), the
  * canceller: the control session for cancels, child workflows' outcomes, sweeps and schedules
  * (canceller.h), the worker pool's threads (pool.h) and the HTTP listener's thread (http.h).
- * They talk through queues; no thread holds two locks at once and none holds a lock across
- * storage or network calls (runner.c). rn_runner_start, rn_runner_stop and rn_runner_stats are
+ * They talk through queues; locks nest only as runner.c's lock order says, and none is held
+ * across storage or network calls. rn_runner_start, rn_runner_stop and rn_runner_stats are
  * called from one controlling thread; rn_runner_stats may also run concurrently with the engine.
  */
 #ifndef RUNNER_RUNNER_H
