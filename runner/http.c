@@ -586,10 +586,12 @@ parse_listen(const char *listen, struct sockaddr_storage *sa, socklen_t *len, bo
     struct addrinfo hints, *res = NULL;
     int rv;
 
-    if (strlen(s) >= sizeof(host)) {
+    size_t n = strlen(s);
+
+    if (n >= sizeof(host)) {
         return cn_errmsg_set(err, CN_INVAL, "CAIRN_HTTP_LISTEN %s: too long", listen);
     }
-    strcpy(host, s);
+    memcpy(host, s, n + 1);
     host[strcspn(host, "/")] = '\0';
     port = strrchr(host, ':');
     if (port == NULL || port[1] == '\0') {

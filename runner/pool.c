@@ -11,9 +11,11 @@
  *   it and never block). The result callback and log lines (struct results collects both) run
  *   with p->mtx released. The one call out under it is the claimer's room wake
  *   (rn_pool_room), which takes only a leaf mutex.
- * - A request the pool holds (struct pctx) is HANDLING while its callback runs, PARKED once
- *   kept for later (in p->all), and ANSWERED once its reply is queued; a parked one is freed
- *   when answered, the one being handled when its callback returns.
+ * - A request (struct pctx) lives on its callback's stack while it is HANDLED; one kept for
+ *   later is copied to the heap, PARKED (in p->all, the copy the worker points at), and goes
+ *   to p->spare when answered, for the next one parked (a worker parks two at most, so the
+ *   spares are bounded by the fleet; freed at stop). A handled one is ANSWERED once its reply
+ *   is queued (or MOVED, once parked).
  * - Every dispatch is recorded (token -> exec id, attempt, pipe, deadline) before its reply is
  *   sent; an outcome is accepted only when all four match. When a pipe goes away its records
  *   become WorkerLost results at once, and its parked requests are dropped.
@@ -48,12 +50,11 @@
  * once can drop the reply still queued on the pipe. */
 #define REFUSE_GRACE_MS 500
 
-enum pctx_state { PC_HANDLING = 0, PC_PARKED, PC_ANSWERED };
+enum pctx_state { PC_HANDLING = 0, PC_PARKED, PC_ANSWERED, PC_MOVED };
 
 /* A worker's request (pool.c DESIGN). */
 struct pctx {
     enum pctx_state state;
-    bool handling; /* its callback runs now: that frees it */
     uint32_t pipe; /* its connection */
     struct rn_sprep_req rq;
     bool control;
@@ -133,6 +134,7 @@ struct rn_pool {
     uint32_t requeue_lost;
     struct pctx *all; /* the parked requests */
     size_t nparked;
+    struct pctx *spare; /* answered parked requests, reused by park_locked */
     struct worker *workers;
     struct {
         uint32_t pipe;
@@ -411,10 +413,20 @@ flight_release_locked(struct rn_pool *p, size_t i)
 
 /* ---- replies ------------------------------------------------------------------------------ */
 
-/* Keeps c for later (a parked `ready` or `control`). Call with the lock held. */
-static void
-park_locked(struct rn_pool *p, struct pctx *c, bool control)
+/* Keeps the request being handled for later (a parked `ready` or `control`): returns its heap
+ * copy, the one to answer from now on. Call with the lock held. */
+static struct pctx *
+park_locked(struct rn_pool *p, struct pctx *handled, bool control)
 {
+    struct pctx *c = p->spare;
+
+    if (c != NULL) {
+        p->spare = c->next;
+    } else {
+        c = cn_xmalloc(sizeof(*c));
+    }
+    *c = *handled;
+    handled->state = PC_MOVED;
     c->state = PC_PARKED;
     c->control = control;
     c->parked_at = cn_mono_ms();
@@ -425,28 +437,29 @@ park_locked(struct rn_pool *p, struct pctx *c, bool control)
     }
     p->all = c;
     p->nparked++;
+    return c;
 }
 
 /* c is answered (or abandoned: its connection is gone, or its reply could not be made): a
- * parked one leaves p->all and is freed, the one being handled is freed by its callback. */
+ * parked one leaves p->all for p->spare; the one being handled is only marked. */
 static void
 pctx_done_locked(struct rn_pool *p, struct pctx *c)
 {
-    if (c->state == PC_PARKED) {
-        if (c->prev != NULL) {
-            c->prev->next = c->next;
-        } else {
-            p->all = c->next;
-        }
-        if (c->next != NULL) {
-            c->next->prev = c->prev;
-        }
-        p->nparked--;
+    if (c->state != PC_PARKED) {
+        c->state = PC_ANSWERED;
+        return;
     }
-    c->state = PC_ANSWERED;
-    if (!c->handling) {
-        free(c);
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        p->all = c->next;
     }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    p->nparked--;
+    c->next = p->spare;
+    p->spare = c;
 }
 
 /* c is about to stop being parked: its worker no longer points at it. */
@@ -955,17 +968,15 @@ on_request_locked(struct rn_pool *p, struct pctx *c, const void *buf, size_t len
             if (w->parked != NULL) {
                 reply_kind_locked(p, w->parked, WP_NOOP);
             }
-            park_locked(p, c, false);
-            w->parked = c;
+            w->parked = park_locked(p, c, false);
         }
         break;
     case WP_CONTROL:
         if (w->ctl != NULL) {
             reply_kind_locked(p, w->ctl, WP_NOOP);
         }
-        park_locked(p, c, true);
-        w->ctl = c;
-        send_pending_cancel_locked(p, c);
+        w->ctl = park_locked(p, c, true);
+        send_pending_cancel_locked(p, w->ctl);
         break;
     case WP_GOODBYE:
         w->leaving = true;
@@ -993,22 +1004,15 @@ on_request(void *arg, uint32_t conn, const struct rn_sprep_req *rq, const void *
 {
     struct rn_pool *p = arg;
     struct results rs = RESULTS_INIT;
-    struct pctx *c = cn_xcalloc(1, sizeof(*c));
+    struct pctx c;
 
-    c->state = PC_HANDLING;
-    c->handling = true;
-    c->pipe = conn;
-    c->rq = *rq;
+    memset(&c, 0, sizeof(c));
+    c.state = PC_HANDLING;
+    c.pipe = conn;
+    c.rq = *rq;
     cn_mutex_lock(&p->mtx);
-    if (p->stopping) {
-        free(c); /* a worker's last request racing the stop */
-        cn_mutex_unlock(&p->mtx);
-        return;
-    }
-    on_request_locked(p, c, body, len, &rs);
-    c->handling = false;
-    if (c->state != PC_PARKED) {
-        free(c); /* answered, or abandoned */
+    if (!p->stopping) { /* else a worker's last request racing the stop */
+        on_request_locked(p, &c, body, len, &rs);
     }
     cn_mutex_unlock(&p->mtx);
     results_deliver(p, &rs);
@@ -1646,6 +1650,10 @@ rn_pool_stop(struct rn_pool *p)
     }
     /* Every connection is closed and no callback runs again. */
     for (c = p->all; c != NULL; c = next) {
+        next = c->next;
+        free(c);
+    }
+    for (c = p->spare; c != NULL; c = next) {
         next = c->next;
         free(c);
     }

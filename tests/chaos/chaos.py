@@ -65,6 +65,16 @@ def free_port():
         return probe.getsockname()[1]
 
 
+def wait_for(cond, timeout):
+    """Polls cond every 100 ms until it holds or timeout seconds pass; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return cond()
+
+
 def migrate_register(build, env, workflow):
     """cairnctl migrate, then register workflow, in env's database."""
     ctl = f"{build}/runner/cairnctl"
@@ -198,12 +208,7 @@ class Run:
                                "'completed'"))
 
     def wait(self, cond, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if cond():
-                return True
-            time.sleep(0.1)
-        return cond()
+        return wait_for(cond, timeout)
 
     def exec_lines(self):
         """Lines in each worker's execution log now: {worker: count}."""

@@ -17,7 +17,7 @@ workers' execution logs (one line per action start: time, instance key, step, at
   were in flight on A at the kill (at least once allows those).
 
 Prints one Markdown row for docs/reliability.md and exits 1 if a check fails.
-Usage: takeover.py BUILD_DIR. Env: N (default 2000), MIN_HELD (default N / 4), STEPS (3),
+Usage: takeover.py BUILD_DIR. Env: N (default 4000), MIN_HELD (default N / 4), STEPS (3),
 HOLD_MS (4000), TTL_MS (default: the runner's default, 30000), HEARTBEAT_MS (TTL / 3).
 """
 import collections
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chaos  # noqa: E402  (the suite's cluster settings, psql and process helpers)
 
 ROOT = chaos.ROOT
-N = int(os.environ.get("N", "2000"))
+N = int(os.environ.get("N", "4000"))  # two runners: runner A holds about half
 MIN_HELD = int(os.environ.get("MIN_HELD", str(N // 4)))
 STEPS = int(os.environ.get("STEPS", "3"))
 HOLD_MS = int(os.environ.get("HOLD_MS", "4000"))
@@ -93,15 +93,6 @@ class Run:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def wait_for(cond, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return cond()
-
-
 def percentile(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else None
@@ -125,12 +116,13 @@ def main():
             keys = {k for _, _, k, _, _ in s}
             on_a = {k for w, _, k, _, _ in s if w == "worker-a"}
             return len(keys) >= N and len(on_a) >= MIN_HELD
-        spread = wait_for(running_everywhere, 120)
+        spread = chaos.wait_for(running_everywhere, 120)
         kill_wall = time.time()
         a.signal(signal.SIGKILL)
-        done = wait_for(lambda: int(chaos.q(run.url, "SELECT count(*) FROM cairn.runner_instances"
-                                                     " WHERE status = 'completed'")) >= N,
-                        TTL_MS / 1000 + STEPS * HOLD_MS / 1000 + 120)
+        def all_completed():
+            return int(chaos.q(run.url, "SELECT count(*) FROM cairn.runner_instances"
+                                        " WHERE status = 'completed'")) >= N
+        done = chaos.wait_for(all_completed, TTL_MS / 1000 + STEPS * HOLD_MS / 1000 + 120)
         lost, wrong = (int(x) for x in chaos.q(
             run.url, "SELECT count(*) FILTER (WHERE status <> 'completed'), count(*) FILTER"
                      f" (WHERE status = 'completed' AND result <> '{STEPS * (STEPS - 1) // 2}'"
