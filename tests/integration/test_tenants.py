@@ -157,9 +157,9 @@ def rls_checks(url, login_url):
     for sql in ("UPDATE cairn.queued_instances SET lock_uuid = gen_random_uuid(),"
                 " lock_expires_at = '-infinity'",
                 "UPDATE cairn.workflow_limits SET claimed_at = NULL",
-                f"INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, lock_uuid,"
-                f" lock_expires_at) SELECT instance_id, workflow_version_id, gen_random_uuid(),"
-                f" '-infinity' FROM cairn.runner_instances LIMIT 1"):
+                "INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, lock_uuid,"
+                " lock_expires_at) SELECT instance_id, workflow_version_id, gen_random_uuid(),"
+                " '-infinity' FROM cairn.runner_instances LIMIT 1"):
         out, err = attempt(login_url, f"{act} {sql}")
         check(f"A may not write what the claim goes by: {sql[:60]}...",
               err is not None and "permission denied" in err, f"{out} {err}")

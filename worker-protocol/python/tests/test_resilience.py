@@ -2,19 +2,17 @@
 """The Python worker under faults, as real processes: kill -9 mid-action, a runner restarted
 under it, several runners at once, TLS with client certificates, and a fake runner sending
 garbage."""
-import asyncio
 import os
 import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from conftest import HERE, PKG, wait_until
+from conftest import wait_until
 
 
 def pids(path):

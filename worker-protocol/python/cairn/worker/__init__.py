@@ -21,7 +21,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextvars
-import functools
 import inspect
 import logging
 import os
@@ -228,7 +227,7 @@ class _Session:
         entry[2] = self._spawn(self._run(entry))
 
     async def _run(self, entry):
-        a, ev, gen = entry[0], entry[1], entry[4]
+        a, gen = entry[0], entry[4]
         async with self.sem:
             ok, value = await self._call(entry)
         try:
