@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -108,10 +109,16 @@ cn_log_level_parse(const char *name, enum cn_log_level *out)
     size_t i;
 
     for (i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
-        if (strcmp(name, level_names[i]) == 0) {
+        if (strcasecmp(name, level_names[i]) == 0) {
             *out = (enum cn_log_level) i;
             return true;
         }
+    }
+    /* Python's name for it, and any case, as Python's logging takes: the Python worker reads
+     * the same words, so one CAIRN_LOG_LEVEL serves both. */
+    if (strcasecmp(name, "warning") == 0) {
+        *out = CN_LOG_WARN;
+        return true;
     }
     return false;
 }

@@ -29,7 +29,7 @@
 enum cn_log_level { CN_LOG_DEBUG = 0, CN_LOG_INFO, CN_LOG_WARN, CN_LOG_ERROR };
 
 /* The level names, as CAIRN_LOG_LEVEL spells them, in level order. */
-#define CN_LOG_LEVEL_NAMES "debug, info, warn or error"
+#define CN_LOG_LEVEL_NAMES "debug, info, warn (or warning) or error"
 
 void cn_log_setup(enum cn_log_level min, bool json);
 
@@ -51,7 +51,8 @@ const char *cn_log_file_path(void);
  * a line saying what came of it (info without a log file: SIGHUP is then not an error). */
 void cn_log_sighup(void);
 
-/* Parses a level name ("debug", "info", "warn", "error"). Returns false for anything else. */
+/* Parses a level name ("debug", "info", "warn" or "warning", "error", in any case). Returns
+ * false for anything else. */
 bool cn_log_level_parse(const char *name, enum cn_log_level *out);
 
 /* Parses a format name: "text" (json false) or "json". Returns false for anything else. */

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "ir/base/log.h"
+
 enum cn_opt_kind {
     CN_OPT_STR,  /* --flag VALUE */
     CN_OPT_INT,  /* --flag N: a decimal integer in [min, max] */
@@ -83,7 +85,7 @@ void cn_opts_help(FILE *f, const struct cn_opts *s);
      .env = "CAIRN_LOG_LEVEL",                                                              \
      .def = "info",                                                                         \
      .arg = "LEVEL",                                                                        \
-     .help = "debug, info, warn or error"},                                                 \
+     .help = CN_LOG_LEVEL_NAMES},                                                           \
         {.flag = "log-format",                                                              \
          .kind = CN_OPT_STR,                                                                \
          .env = "CAIRN_LOG_FORMAT",                                                         \

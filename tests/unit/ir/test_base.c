@@ -115,7 +115,10 @@ Test(ir_base, log_levels_and_names)
 
     cr_assert(cn_log_level_parse("debug", &l) && l == CN_LOG_DEBUG);
     cr_assert(cn_log_level_parse("error", &l) && l == CN_LOG_ERROR);
-    cr_assert(!cn_log_level_parse("warning", &l));
+    cr_assert(cn_log_level_parse("warn", &l) && l == CN_LOG_WARN);
+    cr_assert(cn_log_level_parse("warning", &l) && l == CN_LOG_WARN); /* as the Python worker */
+    cr_assert(!cn_log_level_parse("verbose", &l));
+    cr_assert(cn_log_level_parse("INFO", &l) && l == CN_LOG_INFO); /* any case, as Python's */
     cr_assert(cn_log_format_parse("text", &json) && !json);
     cr_assert(cn_log_format_parse("json", &json) && json);
     cr_assert(!cn_log_format_parse("JSON", &json));
@@ -364,7 +367,8 @@ Test(ir_base, opts_log_rows_set_the_log_up)
     capture_start(&c);
     cr_assert(!cn_opts_log_setup(&t_set));
     capture_end(&c);
-    cr_assert_str_eq(c.text, "t-prog: CAIRN_LOG_LEVEL must be debug, info, warn or error, got "
+    cr_assert_str_eq(c.text, "t-prog: CAIRN_LOG_LEVEL must be debug, info, warn (or warning) or "
+                             "error, got "
                              "'loud'\n");
     cr_assert_eq(t_parse(argv, (const char *const[]){"--log-format=xml", NULL}), CN_OPTS_OK);
     capture_start(&c);

@@ -27,7 +27,8 @@ SETTINGS = [
      "certificate (default: the URL's host)"),
     ("grace", "CAIRN_WORKER_GRACE_S", "10", "seconds running actions get to finish after "
      "SIGTERM"),
-    ("log-level", "CAIRN_LOG_LEVEL", "info", "debug, info, warning or error"),
+    ("log-level", "CAIRN_LOG_LEVEL", "info", "debug, info, warn (or warning) or error, as for "
+     "cairn-runner"),
 ]
 
 
@@ -53,11 +54,14 @@ def main(argv=None):
         if v is None and os.environ.get(env):
             v = os.environ[env].split(",") if flag in ("url", "module") else os.environ[env]
         vals[key] = v if v is not None else default
-    if vals["log_level"].lower() not in ("debug", "info", "warning", "error"):
-        print(f"python3 -m cairn.worker: --log-level must be debug, info, warning or error, "
-              f"not {vals['log_level']!r}", file=sys.stderr)
+    # The runner's words (ir/base/log.h): Python's "warning" or "warn", in any case.
+    levels = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING", "warning": "WARNING",
+              "error": "ERROR"}
+    if vals["log_level"].lower() not in levels:
+        print(f"python3 -m cairn.worker: --log-level must be debug, info, warn (or warning) or "
+              f"error, not {vals['log_level']!r}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=vals["log_level"].upper(), stream=sys.stderr,
+    logging.basicConfig(level=levels[vals["log_level"].lower()], stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not vals["url"] or not vals["module"]:
         print("python3 -m cairn.worker: --url and --module are required (see --help)",

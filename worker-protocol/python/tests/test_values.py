@@ -115,3 +115,19 @@ def test_names_are_checked_like_the_c_sdk():
     w = cairn.Worker("tcp://127.0.0.1:1", registry=r)
     with pytest.raises(ValueError, match="256 bytes"):
         asyncio.run(w.run_async())
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "warn", "warning", "error", "WARN", "Info"])
+def test_log_levels_are_the_runners_words(level, capsys):
+    """CAIRN_LOG_LEVEL takes the words cairn-runner takes (ir/base/log.h): the level passes, and
+    the worker stops at the next check (no --url) instead."""
+    from cairn import _cli
+    assert _cli.main(["--log-level", level]) == 2
+    assert "--url and --module are required" in capsys.readouterr().err
+
+
+def test_an_unknown_log_level_is_refused(capsys):
+    from cairn import _cli
+    assert _cli.main(["--log-level", "verbose"]) == 2
+    assert "--log-level must be debug, info, warn (or warning) or error, not 'verbose'" in \
+        capsys.readouterr().err
