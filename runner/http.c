@@ -359,9 +359,6 @@ on_completed(void *cls, struct MHD_Connection *mc, void **req_cls,
     cn_mutex_lock(&h->mtx);
     p->gone = true; /* an answer from now on goes nowhere */
     cn_mutex_unlock(&h->mtx);
-    if (p->suspended) { /* cannot happen: a suspended connection is not closed */
-        p->suspended = false;
-    }
     pending_unref(p);
 }
 

@@ -69,7 +69,7 @@ struct rn_sprep {
     struct rn_sprep_ops ops;
     struct rn_sprep_cfg cfg;
     nng_stream_listener *l;
-    nng_aio *acc, *retry;
+    nng_aio *acc;
     nng_aio *resume;          /* accepting again after a pause, off any caller's locks */
     _Atomic bool resume_busy; /* resume is scheduled */
     int port;
@@ -494,19 +494,14 @@ accept_next(struct rn_sprep *s)
     nng_stream_listener_accept(s->l, s->acc);
 }
 
+/* Accepting resumes in ms (if it is still paused then), on an nng thread: the one way a paused
+ * accept starts again but for a connection of ours being freed (unref_locked). */
 static void
-retry_cb(void *arg)
+resume_after(struct rn_sprep *s, nng_duration ms)
 {
-    struct rn_sprep *s = arg;
-
-    if (nng_aio_result(s->retry) != 0) {
-        return;
+    if (!atomic_exchange(&s->resume_busy, true)) {
+        nng_sleep_aio(ms, s->resume);
     }
-    cn_mutex_lock(&s->mtx);
-    if (!s->stopping) {
-        accept_next(s);
-    }
-    cn_mutex_unlock(&s->mtx);
 }
 
 /* The budget has a unit again (fdbudget.h's room callback: any thread, maybe under s->mtx,
@@ -514,11 +509,7 @@ retry_cb(void *arg)
 static void
 budget_room(void *arg)
 {
-    struct rn_sprep *s = arg;
-
-    if (!atomic_exchange(&s->resume_busy, true)) {
-        nng_sleep_aio(0, s->resume);
-    }
+    resume_after(arg, 0);
 }
 
 static void
@@ -554,7 +545,8 @@ accept_cb(void *arg)
         cn_mutex_lock(&s->mtx);
         if (!s->stopping && rv != NNG_ECLOSED) {
             if (rv == NNG_ENOFILES || rv == NNG_ENOMEM) {
-                nng_sleep_aio(10, s->retry); /* out of descriptors anyway: try again soon */
+                s->paused = true; /* out of descriptors anyway: try again soon */
+                resume_after(s, 10);
             } else {
                 accept_next(s);
             }
@@ -675,14 +667,12 @@ rn_sprep_start(const struct rn_sprep_cfg *cfg, const struct rn_sprep_ops *ops,
     if ((rv = nng_stream_listener_alloc(&s->l, cfg->url)) != 0 ||
         (rv = tls_setup(s->l, cfg)) != 0 || (rv = nng_stream_listener_listen(s->l)) != 0 ||
         (rv = nng_aio_alloc(&s->acc, accept_cb, s)) != 0 ||
-        (rv = nng_aio_alloc(&s->retry, retry_cb, s)) != 0 ||
         (rv = nng_aio_alloc(&s->resume, resume_cb, s)) != 0) {
         cn_err e = cn_errmsg_set(err, CN_IO, "cannot listen on %s: %s", cfg->url, nng_strerror(rv));
         if (s->l != NULL) {
             nng_stream_listener_free(s->l);
         }
         nng_aio_free(s->acc);
-        nng_aio_free(s->retry);
         nng_aio_free(s->resume);
         cn_cond_destroy(&s->cond);
         cn_mutex_destroy(&s->mtx);
@@ -733,7 +723,6 @@ rn_sprep_stop(struct rn_sprep *s, int64_t timeout_ms)
     /* No accept runs after these: a connection accepted meanwhile is closed by accept_cb. */
     nng_stream_listener_close(s->l);
     nng_aio_stop(s->acc);
-    nng_aio_stop(s->retry);
     if (s->cfg.budget != NULL) {
         rn_fdbudget_on_room(s->cfg.budget, NULL, NULL);
     }
@@ -754,7 +743,6 @@ rn_sprep_stop(struct rn_sprep *s, int64_t timeout_ms)
     }
     nng_stream_listener_free(s->l);
     nng_aio_free(s->acc);
-    nng_aio_free(s->retry);
     nng_aio_free(s->resume);
     rn_idmap_fini(&s->byid);
     free(s->slots.items);
