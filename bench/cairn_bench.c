@@ -915,7 +915,8 @@ main(int argc, char **argv)
     struct cn_errmsg em = {{0}};
     struct result res;
     struct sample *samples;
-    size_t nsamples = 0, applied, k;
+    size_t nsamples = 0, k;
+    struct rn_migrate_report applied;
     PGconn *c;
     pid_t runners[16];
     char wurls[16][256];

@@ -65,57 +65,5 @@ CREATE TABLE cairn.runner_actions_done (
 CREATE INDEX runner_actions_done_instance ON cairn.runner_actions_done (instance_id);
 CREATE INDEX runner_actions_done_execution ON cairn.runner_actions_done (execution_id, attempt);
 
--- Enqueues an instance of the latest (or the given) version of a workflow and returns its id.
--- With an idempotency key that was used before, returns that instance and enqueues nothing.
--- Wakes runners with NOTIFY cairn_enqueue (a hint; they also poll).
-CREATE FUNCTION cairn.enqueue(
-    workflow_name text,
-    input jsonb DEFAULT '{}',
-    idempotency_key text DEFAULT NULL,
-    priority integer DEFAULT 0,
-    scheduled_at timestamptz DEFAULT NULL,
-    workflow_version text DEFAULT NULL
-) RETURNS uuid
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_version_id uuid;
-    v_id uuid;
-BEGIN
-    IF input IS NULL OR jsonb_typeof(input) <> 'object' THEN
-        RAISE EXCEPTION 'cairn.enqueue: input must be a JSON object, got %',
-            coalesce(jsonb_typeof(input), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    SELECT v.id INTO v_version_id
-      FROM cairn.workflow_versions v
-     WHERE v.workflow_name = enqueue.workflow_name
-       AND (enqueue.workflow_version IS NULL OR v.workflow_version = enqueue.workflow_version)
-     ORDER BY v.created_at DESC
-     LIMIT 1;
-    IF v_version_id IS NULL THEN
-        IF enqueue.workflow_version IS NULL THEN
-            RAISE EXCEPTION 'cairn.enqueue: unknown workflow "%" (register it first)',
-                enqueue.workflow_name USING ERRCODE = 'undefined_object';
-        END IF;
-        RAISE EXCEPTION 'cairn.enqueue: workflow "%" has no version "%"',
-            enqueue.workflow_name, enqueue.workflow_version USING ERRCODE = 'undefined_object';
-    END IF;
-    INSERT INTO cairn.runner_instances AS ri
-           (workflow_version_id, workflow_name, input, idempotency_key, priority)
-    VALUES (v_version_id, enqueue.workflow_name, enqueue.input, enqueue.idempotency_key,
-            coalesce(enqueue.priority, 0))
-    ON CONFLICT ON CONSTRAINT runner_instances_idempotency_key_key DO NOTHING
-    RETURNING ri.instance_id INTO v_id;
-    IF v_id IS NULL THEN
-        SELECT ri.instance_id INTO v_id
-          FROM cairn.runner_instances ri
-         WHERE ri.idempotency_key = enqueue.idempotency_key;
-        RETURN v_id;
-    END IF;
-    INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
-    VALUES (v_id, v_version_id, coalesce(enqueue.priority, 0),
-            coalesce(enqueue.scheduled_at, clock_timestamp()));
-    PERFORM pg_notify('cairn_enqueue', '');
-    RETURN v_id;
-END;
-$$;
+-- Added or changed here, now defined in sql/api/, whose files always hold the current definitions:
+-- cairn.enqueue (sql/api/20_instances.sql).

@@ -20,26 +20,7 @@ ALTER TABLE cairn.runner_instances DROP CONSTRAINT runner_instances_status_check
 ALTER TABLE cairn.runner_instances ADD CONSTRAINT runner_instances_status_check
     CHECK (status IN ('queued', 'running', 'completed', 'failed', 'cancelled', 'timed_out'));
 
-CREATE FUNCTION cairn.check_status_transition() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF (OLD.status = 'queued' AND NEW.status = 'running')
-       OR (OLD.status = 'running' AND NEW.status = 'queued')
-       OR (OLD.status IN ('queued', 'running')
-           AND NEW.status IN ('completed', 'failed', 'cancelled', 'timed_out'))
-       OR (OLD.status IN ('failed', 'cancelled', 'timed_out') AND NEW.status = 'queued') THEN
-        RETURN NEW;
-    END IF;
-    RAISE EXCEPTION 'instance %: status % -> % is not allowed', OLD.instance_id, OLD.status,
-        NEW.status
-        USING ERRCODE = 'check_violation',
-              HINT = 'allowed: queued -> running -> queued; queued or running -> completed, '
-                     'failed, cancelled or timed_out; failed, cancelled or timed_out -> queued';
-END
-$$;
+-- Added or changed here, now defined in sql/api/, whose files always hold the current definitions:
+-- cairn.check_status_transition, trigger runner_instances_status_transition
+-- (sql/api/20_instances.sql).
 
--- Only when the status changes: the runner's other updates (snapshots, leases) skip it.
-CREATE TRIGGER runner_instances_status_transition
-    BEFORE UPDATE OF status ON cairn.runner_instances
-    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
-    EXECUTE FUNCTION cairn.check_status_transition();

@@ -37,103 +37,11 @@ ALTER TABLE cairn.runner_instances
 CREATE UNIQUE INDEX runner_instances_schedule_slot ON cairn.runner_instances
     (schedule_name, schedule_slot) WHERE schedule_name IS NOT NULL;
 
--- A schedule from SQL: the same checks as `cairnctl schedule add`, but for the cron expression,
--- which the runner reads (one it cannot read pauses the schedule, with `error` set). Returns
--- the name.
-CREATE FUNCTION cairn.schedule_add(
-    p_name text, p_workflow text, p_cron text DEFAULT NULL, p_every interval DEFAULT NULL,
-    p_timezone text DEFAULT 'UTC', p_input jsonb DEFAULT '{}', p_jitter interval DEFAULT NULL,
-    p_catch_up text DEFAULT 'skip', p_paused boolean DEFAULT false,
-    p_workflow_version text DEFAULT NULL)
-RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF (p_cron IS NULL) = (p_every IS NULL) THEN
-        RAISE EXCEPTION 'cairn.schedule_add: give a cron expression or an interval, not both'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    PERFORM 1 FROM cairn.workflow_versions v
-      WHERE v.workflow_name = p_workflow
-        AND (p_workflow_version IS NULL OR v.workflow_version = p_workflow_version);
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'cairn.schedule_add: unknown workflow "%"%', p_workflow,
-            CASE WHEN p_workflow_version IS NULL THEN ' (register it first)'
-                 ELSE format(' version "%s"', p_workflow_version) END
-            USING ERRCODE = 'undefined_object';
-    END IF;
-    PERFORM now() AT TIME ZONE p_timezone; -- an unknown zone raises 22023 here
-    INSERT INTO cairn.schedules (name, workflow_name, workflow_version, cron, every_ms,
-                                 timezone, input, jitter_ms, catch_up, paused)
-    VALUES (p_name, p_workflow, p_workflow_version, p_cron,
-            floor(extract(epoch FROM p_every) * 1000), p_timezone, coalesce(p_input, '{}'),
-            coalesce(floor(extract(epoch FROM p_jitter) * 1000), 0), p_catch_up, p_paused);
-    RETURN p_name;
-END
-$$;
+-- Added or changed here, now defined in sql/api/, whose files always hold the current definitions:
+-- cairn.schedule_add, cairn.schedule_fire, cairn.schedule_pause, cairn.schedule_resume,
+-- cairn.schedule_delete, cairn.schedule_trigger (sql/api/40_schedules.sql).
 
--- Enqueues the instance of schedule p_name's slot p_slot (due at p_due: the slot plus its
--- jitter), once: a slot already enqueued returns NULL. p_slot NULL: a manual trigger (due at
--- once, always a new instance). Returns the instance id.
-CREATE FUNCTION cairn.schedule_fire(p_name text, p_slot timestamptz, p_due timestamptz)
-RETURNS uuid
-LANGUAGE plpgsql AS $$
-DECLARE
-    s cairn.schedules%ROWTYPE;
-    v_version_id uuid;
-    v_timeout bigint;
-    v_id uuid;
-BEGIN
-    SELECT * INTO s FROM cairn.schedules WHERE name = p_name;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no schedule "%"', p_name USING ERRCODE = 'no_data_found';
-    END IF;
-    SELECT v.id, v.timeout_ms INTO v_version_id, v_timeout
-      FROM cairn.workflow_versions v
-     WHERE v.workflow_name = s.workflow_name
-       AND (s.workflow_version IS NULL OR v.workflow_version = s.workflow_version)
-     ORDER BY v.created_at DESC LIMIT 1;
-    IF v_version_id IS NULL THEN
-        RAISE EXCEPTION 'schedule "%": workflow "%" is not registered', p_name, s.workflow_name
-            USING ERRCODE = 'undefined_object';
-    END IF;
-    INSERT INTO cairn.runner_instances AS ri
-           (workflow_version_id, workflow_name, input, timeout_ms, deadline_at, schedule_name,
-            schedule_slot)
-    VALUES (v_version_id, s.workflow_name, s.input, v_timeout,
-            coalesce(p_due, clock_timestamp()) + v_timeout * interval '1 millisecond', p_name,
-            p_slot)
-    ON CONFLICT (schedule_name, schedule_slot) WHERE schedule_name IS NOT NULL DO NOTHING
-    RETURNING ri.instance_id INTO v_id;
-    IF v_id IS NULL THEN
-        RETURN NULL; -- this slot was enqueued before
-    END IF;
-    INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
-    VALUES (v_id, v_version_id, 0, coalesce(p_due, clock_timestamp()));
-    PERFORM pg_notify('cairn_enqueue', '');
-    RETURN v_id;
-END
-$$;
 
-CREATE FUNCTION cairn.schedule_pause(p_name text) RETURNS boolean
-LANGUAGE sql AS $$
-    UPDATE cairn.schedules SET paused = true WHERE name = p_name RETURNING true
-$$;
 
--- Resumes a schedule from now: slots missed while it was paused are not caught up.
-CREATE FUNCTION cairn.schedule_resume(p_name text) RETURNS boolean
-LANGUAGE sql AS $$
-    UPDATE cairn.schedules SET paused = false, error = NULL, next_at = NULL
-     WHERE name = p_name RETURNING true
-$$;
 
--- Deletes a schedule; the instances it started keep its name.
-CREATE FUNCTION cairn.schedule_delete(p_name text) RETURNS boolean
-LANGUAGE sql AS $$
-    DELETE FROM cairn.schedules WHERE name = p_name RETURNING true
-$$;
 
--- Runs a schedule's workflow once now (outside its slots). Returns the instance id.
-CREATE FUNCTION cairn.schedule_trigger(p_name text) RETURNS uuid
-LANGUAGE sql AS $$
-    SELECT cairn.schedule_fire(p_name, NULL, NULL)
-$$;

@@ -33,72 +33,12 @@ $$;
 -- replace them in later migrations).
 GRANT cairn_api TO CURRENT_USER;
 
--- The role whose view the API's functions take: the SET ROLE target, else the login.
-CREATE FUNCTION cairn.api_caller() RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN current_setting('role') <> 'none' THEN current_setting('role')
-                ELSE session_user::text END
-$$;
+-- Added or changed here, now defined in sql/api/, whose files always hold the current definitions:
+-- cairn.api_caller, cairn.acting_tenant, cairn.api_scope (sql/api/10_tenants.sql);
+-- cairn.register_version (sql/api/20_instances.sql); cairn.schedule_first
+-- (sql/api/40_schedules.sql).
 
--- 0017's acting tenant, inside the API's functions that of their caller. (No FROM: the planner
--- inlines it. A SQL function it cannot inline is planned again for every statement that calls
--- it, which made an enqueue five times slower.)
-CREATE OR REPLACE FUNCTION cairn.acting_tenant() RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN current_user = 'cairn_api'
-                THEN CASE WHEN cairn.api_caller() LIKE 'cairn\_tenant\_%'
-                          THEN substr(cairn.api_caller(), 14) END
-                WHEN current_user::text LIKE 'cairn\_tenant\_%'
-                THEN substr(current_user::text, 14) END
-$$;
-
--- What the caller of an API function sees: the tenant it acts as; '*' (every tenant) for a
--- runner or one who may create in the schema (its owner, superusers), whom row security does
--- not restrict or whose policies show everything; NULL (nothing) for a tenant's login acting
--- as no tenant; else (cairn_app's members) `default`. PL/pgSQL, called once per statement by
--- the policies below: as inlined SQL expressions the same tests cost a few microseconds more
--- in each of the ~9 statements of an enqueue (bench/RESULTS.md, "Tenants").
-CREATE FUNCTION cairn.api_scope() RETURNS text
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    r name := cairn.api_caller();
-BEGIN
-    IF r LIKE 'cairn\_tenant\_%' THEN
-        RETURN substr(r, 14);
-    END IF;
-    IF pg_has_role(r, 'cairn_runner', 'USAGE') OR has_schema_privilege(r, 'cairn', 'CREATE') THEN
-        RETURN '*';
-    END IF;
-    IF pg_has_role(r, 'cairn_tenant', 'USAGE') THEN
-        RETURN NULL;
-    END IF;
-    RETURN 'default';
-END
-$$;
-
-DO $$
-DECLARE
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['workflow_versions', 'runner_instances', 'schedules', 'backfills',
-                             'workflow_limits', 'workflow_retention'] LOOP
-        -- (SELECT ...): evaluated once per statement, not once per row
-        EXECUTE format('CREATE POLICY api_caller ON cairn.%I TO cairn_api'
-                       ' USING ((SELECT cairn.api_scope()) IN (tenant_id, ''*''))'
-                       ' WITH CHECK ((SELECT cairn.api_scope()) IN (tenant_id, ''*''))', t);
-    END LOOP;
-    FOREACH t IN ARRAY ARRAY['queued_instances', 'runner_actions_done', 'instance_history'] LOOP
-        EXECUTE format('ALTER POLICY instance_visible ON cairn.%I'
-                       ' TO cairn_tenant, cairn_app, cairn_api', t);
-    END LOOP;
-END
-$$;
-CREATE POLICY api_caller ON cairn.tenants FOR SELECT TO cairn_api
-    USING ((SELECT cairn.api_scope()) IN (name, '*'));
--- 0017's restrictive queue_tenant policy is not extended to cairn_api: the queue's insert
--- trigger sets a row's tenant from its instance, and no function writes the column otherwise,
--- so checking it again would cost an index probe per queue row written (each enqueue, each row
--- cairn.limit_mark re-marks) for nothing.
+-- cairn_api's policies (the view of its caller) are in sql/api/80_row_security.sql.
 
 -- cairn_api's rights: what the functions write. Not the migrations' record, the runners'
 -- registry or the tenants (the owner's).
@@ -121,58 +61,5 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA cairn
 ALTER DEFAULT PRIVILEGES IN SCHEMA cairn
     REVOKE ALL ON SEQUENCES FROM cairn_app, cairn_tenant;
 
--- What `cairnctl register` wrote itself: a version of a workflow of the caller's tenant (the
--- same statement; an existing version is left alone and nothing is returned).
-CREATE FUNCTION cairn.register_version(p_name text, p_version text, p_graph bytea,
-                                       p_source text, p_timeout_ms bigint, p_inputs text[])
-RETURNS TABLE (id uuid, workflow_version text, ir_hash text)
-LANGUAGE sql AS $$
-    WITH h AS (SELECT encode(sha256(p_graph), 'hex') AS ir_hash)
-    INSERT INTO cairn.workflow_versions AS v (workflow_name, workflow_version, ir_hash, source,
-                                              timeout_ms, inputs)
-    SELECT p_name, coalesce(p_version, left(h.ir_hash, 12)), h.ir_hash, p_source,
-           nullif(p_timeout_ms, 0), p_inputs
-      FROM h
-    ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING
-    RETURNING v.id, v.workflow_version, v.ir_hash
-$$;
-
--- What `cairnctl schedule add` wrote itself: the first slot, when the schedule has none yet
--- (so that `schedule list` shows it at once; a runner computes it too).
-CREATE FUNCTION cairn.schedule_first(p_name text, p_at timestamptz) RETURNS boolean
-LANGUAGE sql AS $$
-    WITH u AS (UPDATE cairn.schedules SET next_at = p_at
-                WHERE name = p_name AND tenant_id = cairn.current_tenant() AND next_at IS NULL
-               RETURNING 1)
-    SELECT EXISTS (SELECT 1 FROM u)
-$$;
-
--- The API's writing functions run as cairn_api. search_path is fixed (pg_temp last), as for
--- any SECURITY DEFINER function: a caller's temporary objects must not stand in for ours.
--- cairn_api may create in the schema only while it is handed the functions.
-GRANT CREATE ON SCHEMA cairn TO cairn_api;
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure FROM pg_proc p
-         WHERE p.pronamespace = 'cairn'::regnamespace
-           AND p.proname = ANY (ARRAY[
-               'enqueue', 'cancel', 'retry', 'register_version',
-               'schedule_add', 'schedule_first', 'schedule_pause', 'schedule_resume',
-               'schedule_delete', 'schedule_trigger',
-               'backfill_create', 'backfill_pause', 'backfill_resume', 'backfill_cancel',
-               'backfill_retry_failed',
-               'limit_set', 'limit_delete', 'retention_set', 'prune_batch'])
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER'
-                       ' SET search_path = pg_catalog, cairn, pg_temp', f);
-        EXECUTE format('ALTER FUNCTION %s OWNER TO cairn_api', f);
-        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
-        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO cairn_app, cairn_tenant, cairn_runner',
-                       f);
-    END LOOP;
-END
-$$;
-REVOKE CREATE ON SCHEMA cairn FROM cairn_api;
+-- The API's writing functions (SECURITY DEFINER) are owned by cairn_api; sql/api/90_api_owner.sql
+-- hands them over each time the API is applied.

@@ -19,33 +19,3 @@
 ALTER TABLE cairn.runner_instances DROP CONSTRAINT runner_instances_idempotency;
 CREATE UNIQUE INDEX runner_instances_idempotency ON cairn.runner_instances
     (workflow_name, idempotency_key, tenant_id) WHERE idempotency_key IS NOT NULL;
-
-DO $$
-DECLARE
-    f regprocedure;
-    def text;
-    old constant text := 'ON CONFLICT ON CONSTRAINT runner_instances_idempotency DO NOTHING';
-    -- Qualified (and so parenthesized): the function's parameters have the columns' names.
-    new constant text := 'ON CONFLICT ((ri.workflow_name), (ri.idempotency_key), (ri.tenant_id))'
-                         ' WHERE ri.idempotency_key IS NOT NULL DO NOTHING';
-BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure FROM pg_proc p
-         WHERE p.pronamespace = 'cairn'::regnamespace AND p.prosrc LIKE '%' || old || '%'
-    LOOP
-        def := pg_get_functiondef(f);
-        IF array_length(string_to_array(def, old), 1) <> 2 THEN
-            RAISE EXCEPTION '0020: % names the idempotency constraint more than once', f;
-        END IF;
-        EXECUTE replace(def, old, new);
-    END LOOP;
-    IF EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = 'cairn'::regnamespace
-                  AND p.prosrc LIKE '%runner_instances_idempotency%') THEN
-        RAISE EXCEPTION '0020: a function still names runner_instances_idempotency';
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = 'cairn'::regnamespace
-                      AND p.proname = 'enqueue' AND p.prosrc LIKE '%' || new || '%') THEN
-        RAISE EXCEPTION '0020: cairn.enqueue was not rewritten';
-    END IF;
-END
-$$;

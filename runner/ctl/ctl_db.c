@@ -251,15 +251,29 @@ ctl_db_error(const struct cn_opts *o, cn_err rv, const struct cn_errmsg *em)
     return rv == CN_NOTFOUND || rv == CN_INVAL || rv == CN_TOOBIG ? EXIT_REJECTED : EXIT_DB;
 }
 
+/* Collects the files applied, printed once the transaction committed (a failure keeps none). */
 static void
-print_migration(void *arg, const struct rn_migration *m)
+note_migration(void *arg, const struct rn_migration *m)
 {
-    struct cn_buf *json = arg;
+    struct cn_buf *names = arg;
 
-    if (json == NULL) {
-        printf("applied %s\n", m->file);
-    } else if (cn_buf_printf(json, "%s\"%s\"", json->len > 0 ? ", " : "", m->file) != CN_OK) {
-        /* out of memory: the list is shorter; the version line below is still right */
+    if (cn_buf_printf(names, "%s%s", names->len > 0 ? "\n" : "", m->file) != CN_OK) {
+        /* out of memory: the list is shorter; the counts below are still right */
+    }
+}
+
+/* The collected names, each as a line "applied F" or a JSON string. */
+static void
+print_migrations(const struct cn_buf *names, int json)
+{
+    const char *p = names->data != NULL ? names->data : "";
+
+    while (*p != '\0') {
+        size_t n = strcspn(p, "\n");
+
+        printf(json ? "%s\"%.*s\"" : "%sapplied %.*s\n", json && p != names->data ? ", " : "",
+               (int) n, p);
+        p += n + (p[n] == '\n');
     }
 }
 
@@ -268,14 +282,14 @@ ctl_cmd_migrate(int argc, char **argv)
 {
     struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
     struct cn_opts o = CTL_OPTS("migrate", "[--json]", rows, 0);
+    struct rn_migrate_report rep;
     struct cn_errmsg em;
     PGconn *c = NULL;
-    size_t applied = 0;
     char current[16];
     int status;
     cn_err rv;
 
-    struct cn_buf files = CN_BUF_INIT;
+    struct cn_buf names = CN_BUF_INIT;
 
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
@@ -290,20 +304,25 @@ ctl_cmd_migrate(int argc, char **argv)
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    rv = rn_migrate(c, print_migration, ctl_json_out(&o) ? &files : NULL, &applied, &em);
+    rv = rn_migrate(c, note_migration, &names, &rep, &em);
     if (rv == CN_OK) {
         rv = rn_migrate_current(c, current, sizeof(current), &em);
     }
     if (rv != CN_OK) {
         status = ctl_db_error(&o, rv, &em);
     } else if (ctl_json_out(&o)) {
-        printf("{\"version\": \"%s\", \"applied\": [%s]}\n", current,
-               files.data != NULL ? files.data : "");
+        printf("{\"version\": \"%s\", \"applied\": [", current);
+        print_migrations(&names, 1);
+        printf("], \"api_files\": %zu}\n", rep.api_files);
     } else {
-        printf("schema at version %s (%zu migration%s applied now)\n", current, applied,
-               applied == 1 ? "" : "s");
+        print_migrations(&names, 0);
+        if (rep.api_files > 0) {
+            printf("applied the SQL API (%zu files of sql/api)\n", rep.api_files);
+        }
+        printf("schema at version %s (%zu migration%s applied now)\n", current, rep.applied,
+               rep.applied == 1 ? "" : "s");
     }
-    cn_buf_fini(&files);
+    cn_buf_fini(&names);
     PQfinish(c);
     return status;
 }

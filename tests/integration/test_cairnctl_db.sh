@@ -34,8 +34,9 @@ export CAIRN_DATABASE_URL=$url
 nfiles=$(find "$root/sql" -maxdepth 1 -name '[0-9][0-9][0-9][0-9]_*.sql' | wc -l)
 for i in 1 2 3; do "$ctl" migrate >"$tmp/m$i" 2>&1 & done
 wait
-applied=$(cat "$tmp"/m1 "$tmp"/m2 "$tmp"/m3 | grep -c '^applied ')
+applied=$(cat "$tmp"/m1 "$tmp"/m2 "$tmp"/m3 | grep -c '^applied [0-9]')
 check "three concurrent migrates apply each file exactly once" "$applied" "$nfiles"
+check "and the SQL API once" "$(cat "$tmp"/m1 "$tmp"/m2 "$tmp"/m3 | grep -c '^applied the SQL API')" 1
 contains "migrate reports the schema version" "$(cat "$tmp/m1")" "schema at version"
 check "every file recorded" "$(q "$url" "SELECT count(*) FROM cairn.schema_migrations")" "$nfiles"
 out=$("$ctl" migrate 2>&1); rc=$?

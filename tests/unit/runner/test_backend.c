@@ -87,7 +87,7 @@ fx_open(struct fx *f, bool pg)
         const char *base = getenv("CAIRN_TEST_DATABASE_URL");
         PGconn *root;
         char sql[128], *url;
-        size_t applied;
+        struct rn_migrate_report applied;
 
         if (base == NULL || *base == '\0') {
             cr_skip_test("CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)");

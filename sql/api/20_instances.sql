@@ -1,0 +1,379 @@
+-- SPDX-License-Identifier: MIT
+-- 20_instances.sql
+--
+-- Instances (docs/operations.md "Instance states", "Cancelling instances", "Workflow timeouts",
+-- "Retrying an instance", "Limits"): registering a version, enqueueing with its checks, the
+-- status transitions the database allows, cancel, retry, and the sweep of overdue instances.
+--
+-- This file always holds the current definitions: change them here, not in a migration
+-- (sql/README.md). The API's writing functions are SECURITY DEFINER, owned by cairn_api
+-- (90_api_owner.sql).
+
+-- The limits as one row. cairnctl checks the same figures (runner/ctl/ctl.h) before it calls
+-- cairn.enqueue; a test holds the two to the same values.
+CREATE OR REPLACE FUNCTION cairn.limits(
+    OUT input_bytes integer,
+    OUT value_depth integer,
+    OUT idempotency_key_bytes integer
+)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    -- input_bytes: the input travels in every claim (up to 256 instances at once) and its values
+    -- stay in the snapshot rewritten after every step, so it must stay small; larger data goes
+    -- by reference. value_depth: IR_VALUE_MAX_DEPTH, the deepest value the runner can load and
+    -- snapshot. idempotency_key_bytes: far below the B-tree row limit (about 2.7 kB) of the
+    -- unique index on the key, and long enough for any identifier or a hex SHA-256.
+    SELECT 262144, 32, 255
+$$;
+
+-- The longest timeout: a year and a day (the language's bound for every policy duration).
+CREATE OR REPLACE FUNCTION cairn.max_timeout_ms() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 31622400000::bigint $$;
+
+CREATE OR REPLACE FUNCTION cairn.check_status_transition() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (OLD.status = 'queued' AND NEW.status = 'running')
+       OR (OLD.status = 'running' AND NEW.status = 'queued')
+       OR (OLD.status IN ('queued', 'running')
+           AND NEW.status IN ('completed', 'failed', 'cancelled', 'timed_out'))
+       OR (OLD.status IN ('failed', 'cancelled', 'timed_out') AND NEW.status = 'queued') THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'instance %: status % -> % is not allowed', OLD.instance_id, OLD.status,
+        NEW.status
+        USING ERRCODE = 'check_violation',
+              HINT = 'allowed: queued -> running -> queued; queued or running -> completed, '
+                     'failed, cancelled or timed_out; failed, cancelled or timed_out -> queued';
+END
+$$;
+
+-- Only when the status changes: the runner's other updates (snapshots, leases) skip it.
+CREATE OR REPLACE TRIGGER runner_instances_status_transition
+    BEFORE UPDATE OF status ON cairn.runner_instances
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION cairn.check_status_transition();
+
+-- What `cairnctl register` wrote itself: a version of a workflow of the caller's tenant (the
+-- same statement; an existing version is left alone and nothing is returned).
+CREATE OR REPLACE FUNCTION cairn.register_version(p_name text, p_version text, p_graph bytea,
+                                       p_source text, p_timeout_ms bigint, p_inputs text[])
+RETURNS TABLE (id uuid, workflow_version text, ir_hash text)
+LANGUAGE sql
+SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
+AS $$
+    WITH h AS (SELECT encode(sha256(p_graph), 'hex') AS ir_hash)
+    INSERT INTO cairn.workflow_versions AS v (workflow_name, workflow_version, ir_hash, source,
+                                              timeout_ms, inputs)
+    SELECT p_name, coalesce(p_version, left(h.ir_hash, 12)), h.ir_hash, p_source,
+           nullif(p_timeout_ms, 0), p_inputs
+      FROM h
+    ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING
+    RETURNING v.id, v.workflow_version, v.ir_hash
+$$;
+
+-- Enqueues an instance of the latest (or the given) version of a workflow of the caller's tenant
+-- and returns its id. With an idempotency key that was used before for the workflow, returns
+-- that instance and enqueues nothing. Every check runs before the idempotency lookup: a request
+-- is refused for what it is, whichever key it carries. Wakes runners with NOTIFY cairn_enqueue
+-- (a hint; they also poll).
+CREATE OR REPLACE FUNCTION cairn.enqueue(
+    workflow_name text,
+    input jsonb DEFAULT '{}',
+    idempotency_key text DEFAULT NULL,
+    priority integer DEFAULT 0,
+    scheduled_at timestamptz DEFAULT NULL,
+    workflow_version text DEFAULT NULL,
+    timeout interval DEFAULT NULL,
+    concurrency_key text DEFAULT NULL
+) RETURNS uuid
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
+AS $$
+DECLARE
+    v_version_id uuid;
+    v_version_timeout bigint;
+    v_timeout_ms bigint;
+    v_due timestamptz;
+    v_id uuid;
+    v_lim record;
+    v_len integer;
+    v_num numeric;
+    v_tenant text := cairn.current_tenant();
+BEGIN
+    SELECT * INTO v_lim FROM cairn.limits();
+    IF input IS NULL OR jsonb_typeof(input) <> 'object' THEN
+        RAISE EXCEPTION 'cairn.enqueue: input must be a JSON object, got %',
+            coalesce(jsonb_typeof(input), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Measured as PostgreSQL prints it (what the runner reads back), before the walks below,
+    -- so that they only ever see a bounded document.
+    v_len := octet_length(enqueue.input::text);
+    IF v_len > v_lim.input_bytes THEN
+        RAISE EXCEPTION 'cairn.enqueue: input is % bytes of JSON, over the limit of % bytes',
+            v_len, v_lim.input_bytes
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Pass large data by reference (a URL, a row id) and let an action '
+                         'fetch it. SELECT * FROM cairn.limits() lists the limits.';
+    END IF;
+    -- The top object is at level 1 and jsonpath counts it as level 0, so anything at jsonpath
+    -- level value_depth is one level too deep. The walk stops at that level.
+    IF jsonb_path_exists(enqueue.input,
+                         format('strict $.**{%s}', v_lim.value_depth)::jsonpath) THEN
+        RAISE EXCEPTION 'cairn.enqueue: input is nested deeper than % levels', v_lim.value_depth
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'The top object is level 1; each array or object adds one.';
+    END IF;
+    -- jsonb keeps numbers exactly, the runner does not: one printed without a fraction (jsonb
+    -- prints 1e19 as 10000000000000000000) must fit int64, any other a finite float64, i.e.
+    -- stay below 2^1024 - 2^970, from which strtod rounds to infinity. Only numbers of at least
+    -- 2^63 in magnitude can fail either test, and jsonpath finds those without leaving C (in
+    -- strict mode .abs() of anything but a number is an error, which a filter counts as false;
+    -- measured, twice as fast as testing .type() first).
+    SELECT q.n::numeric INTO v_num
+      FROM jsonb_path_query(enqueue.input, 'strict $.** ? (@.abs() >= 9223372036854775808)')
+           AS q(n)
+     WHERE (scale(q.n::numeric) = 0 AND q.n::numeric <> -9223372036854775808)
+        OR abs(q.n::numeric) >= 2::numeric ^ 1024 - 2::numeric ^ 970
+     LIMIT 1;
+    IF v_num IS NOT NULL AND scale(v_num) = 0 THEN
+        RAISE EXCEPTION 'cairn.enqueue: input holds the integer %, outside the 64-bit range',
+            CASE WHEN length(v_num::text) > 24 THEN left(v_num::text, 20) || '... ('
+                 || length(v_num::text) || ' digits)' ELSE v_num::text END
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  HINT = 'Integers must lie in -9223372036854775808..9223372036854775807. '
+                         'jsonb stores a number without a fraction, such as 1e19, as an '
+                         'integer: write a float with a fraction (10000000000000000000.0).';
+    ELSIF v_num IS NOT NULL THEN
+        RAISE EXCEPTION 'cairn.enqueue: input holds the number %, beyond the largest float',
+            left(v_num::text, 20) || '... (' || length(v_num::text) || ' characters)'
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  HINT = 'Floats are 64-bit: their magnitude must stay below about 1.8e308.';
+    END IF;
+    IF enqueue.idempotency_key = '' THEN
+        RAISE EXCEPTION 'cairn.enqueue: the idempotency key is empty'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use NULL for no key.';
+    END IF;
+    IF octet_length(enqueue.idempotency_key) > v_lim.idempotency_key_bytes THEN
+        RAISE EXCEPTION 'cairn.enqueue: the idempotency key is % bytes, over the limit of % bytes',
+            octet_length(enqueue.idempotency_key), v_lim.idempotency_key_bytes
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Use a digest of a longer key (a hex SHA-256 is 64 bytes).';
+    END IF;
+    IF enqueue.concurrency_key = '' THEN
+        RAISE EXCEPTION 'cairn.enqueue: the concurrency key is empty'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use NULL for no key.';
+    END IF;
+    IF octet_length(enqueue.concurrency_key) > v_lim.idempotency_key_bytes THEN
+        RAISE EXCEPTION 'cairn.enqueue: the concurrency key is % bytes, over the limit of % bytes',
+            octet_length(enqueue.concurrency_key), v_lim.idempotency_key_bytes
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF NOT isfinite(enqueue.scheduled_at) THEN
+        RAISE EXCEPTION 'cairn.enqueue: scheduled_at must be a finite time, got %',
+            enqueue.scheduled_at
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'NULL means now.';
+    END IF;
+    IF enqueue.timeout IS NOT NULL THEN
+        v_timeout_ms := floor(extract(epoch FROM enqueue.timeout) * 1000);
+        IF v_timeout_ms <= 0 OR v_timeout_ms > cairn.max_timeout_ms() THEN
+            RAISE EXCEPTION 'cairn.enqueue: timeout must be positive and at most 366 days, got %',
+                enqueue.timeout
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'NULL means the workflow''s own [timeout: D], if it has one.';
+        END IF;
+    END IF;
+    SELECT v.id, v.timeout_ms INTO v_version_id, v_version_timeout
+      FROM cairn.workflow_versions v
+     WHERE v.tenant_id = v_tenant AND v.workflow_name = enqueue.workflow_name
+       AND (enqueue.workflow_version IS NULL OR v.workflow_version = enqueue.workflow_version)
+     ORDER BY v.created_at DESC
+     LIMIT 1;
+    IF v_version_id IS NULL THEN
+        IF enqueue.workflow_version IS NULL THEN
+            RAISE EXCEPTION 'cairn.enqueue: unknown workflow "%" (register it first)',
+                enqueue.workflow_name USING ERRCODE = 'undefined_object';
+        END IF;
+        RAISE EXCEPTION 'cairn.enqueue: workflow "%" has no version "%"',
+            enqueue.workflow_name, enqueue.workflow_version USING ERRCODE = 'undefined_object';
+    END IF;
+    v_timeout_ms := coalesce(v_timeout_ms, v_version_timeout);
+    v_due := coalesce(enqueue.scheduled_at, clock_timestamp());
+    INSERT INTO cairn.runner_instances AS ri
+           (tenant_id, workflow_version_id, workflow_name, input, idempotency_key, priority,
+            timeout_ms, deadline_at, concurrency_key)
+    VALUES (v_tenant, v_version_id, enqueue.workflow_name, enqueue.input, enqueue.idempotency_key,
+            coalesce(enqueue.priority, 0), v_timeout_ms,
+            v_due + v_timeout_ms * interval '1 millisecond', enqueue.concurrency_key)
+    ON CONFLICT ((ri.workflow_name), (ri.idempotency_key), (ri.tenant_id))
+        WHERE ri.idempotency_key IS NOT NULL DO NOTHING
+    RETURNING ri.instance_id INTO v_id;
+    IF v_id IS NULL THEN
+        SELECT ri.instance_id INTO v_id
+          FROM cairn.runner_instances ri
+         WHERE ri.tenant_id = v_tenant AND ri.workflow_name = enqueue.workflow_name
+           AND ri.idempotency_key = enqueue.idempotency_key;
+        RETURN v_id;
+    END IF;
+    INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
+    VALUES (v_id, v_version_id, coalesce(enqueue.priority, 0), v_due);
+    PERFORM pg_notify('cairn_enqueue', '');
+    RETURN v_id;
+END;
+$$;
+
+-- Cancels one instance. Returns what happened:
+--   'cancelled'  nobody held it: it is cancelled now;
+--   'requested'  a runner holds it: that runner cancels it (normally within a second);
+--   'completed', 'failed', 'cancelled', 'timed_out' with a prefix 'already ': it had finished;
+--                nothing changed (its result or error is kept).
+-- Raises no_data_found (P0002) when there is no such instance. The instance's unfinished
+-- descendants are cancelled first, and a child it cancels itself (nobody held it) is marked
+-- parent_pending, so that a runner hands the outcome to its parent. Descendants first: a
+-- child's final write locks the child's queue row, then its parent's (to wake it), and this
+-- takes them in the same order, so the two never wait on each other in a cycle. When the
+-- instance turns out unfinished although it had no queue row at first, cairn.retry queued it
+-- again meanwhile: waiting for that row (a claim may hold it while it waits for the instance
+-- row this holds) would deadlock, so NOWAIT makes the race a clear error (55P03, try again).
+-- The NOTIFY carries the instance id alone: anyone may LISTEN on a channel, and a reason is the
+-- canceller's text (the runner reads it from the row, which it checks anyway: anyone may NOTIFY
+-- too).
+CREATE OR REPLACE FUNCTION cairn.cancel(p_instance_id uuid, p_reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
+AS $$
+DECLARE
+    q cairn.queued_instances%ROWTYPE;
+    st text;
+    c record;
+    reason text := left(coalesce(p_reason, 'cancelled'), 1000);
+BEGIN
+    FOR c IN
+        SELECT ri.instance_id FROM cairn.runner_instances ri
+         WHERE ri.parent_id = p_instance_id AND ri.status IN ('queued', 'running')
+         ORDER BY ri.instance_id
+    LOOP
+        PERFORM cairn.cancel(c.instance_id, reason);
+    END LOOP;
+    SELECT * INTO q FROM cairn.queued_instances WHERE instance_id = p_instance_id FOR UPDATE;
+    SELECT status INTO st FROM cairn.runner_instances WHERE instance_id = p_instance_id
+        FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no instance %', p_instance_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF st IN ('completed', 'failed', 'cancelled', 'timed_out') THEN
+        RETURN 'already ' || st;
+    END IF;
+    IF q.instance_id IS NULL THEN
+        -- Retried while this cancel waited for the instance row: its new queue row, without
+        -- waiting (see 0009).
+        SELECT * INTO q FROM cairn.queued_instances WHERE instance_id = p_instance_id
+            FOR UPDATE NOWAIT;
+    END IF;
+    IF q.instance_id IS NOT NULL AND q.lock_uuid IS NOT NULL
+       AND q.lock_expires_at > clock_timestamp() THEN
+        UPDATE cairn.runner_instances
+           SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
+               cancel_reason = reason
+         WHERE instance_id = p_instance_id;
+        PERFORM pg_notify('cairn_cancel', p_instance_id::text);
+        RETURN 'requested';
+    END IF;
+    UPDATE cairn.runner_instances
+       SET status = 'cancelled',
+           error = jsonb_build_object('type', 'Cancelled', 'message', reason,
+                                      'bases', jsonb_build_array('Exception'),
+                                      'details', NULL),
+           cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
+           cancel_reason = reason,
+           completed_at = clock_timestamp(),
+           parent_pending = parent_id IS NOT NULL AND NOT detached
+     WHERE instance_id = p_instance_id;
+    DELETE FROM cairn.queued_instances WHERE instance_id = p_instance_id;
+    RETURN 'cancelled';
+END
+$$;
+
+-- Queues a failed, cancelled or timed_out instance again (redrive). Returns 'queued', or
+-- 'already queued' / 'already running' for an unfinished instance (nothing changes). Raises
+-- no_data_found (P0002) for an unknown id and check_violation (23514) for a completed one.
+-- Clears parent_pending: a child queued again answers its parent when it finishes again, not
+-- with the outcome it is retried from.
+CREATE OR REPLACE FUNCTION cairn.retry(p_instance_id uuid, p_reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
+AS $$
+DECLARE
+    ri cairn.runner_instances%ROWTYPE;
+BEGIN
+    SELECT * INTO ri FROM cairn.runner_instances WHERE instance_id = p_instance_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no instance %', p_instance_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF ri.status IN ('queued', 'running') THEN
+        RETURN 'already ' || ri.status;
+    END IF;
+    IF ri.status = 'completed' THEN
+        RAISE EXCEPTION 'instance % completed: only failed, cancelled or timed_out instances '
+                        'can be retried', p_instance_id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    INSERT INTO cairn.instance_history (instance_id, status, error, started_at, completed_at,
+                                        reason)
+    VALUES (ri.instance_id, ri.status, ri.error, ri.started_at, ri.completed_at,
+            left(p_reason, 1000));
+    UPDATE cairn.runner_instances
+       SET status = 'queued', error = NULL, result = NULL, completed_at = NULL,
+           cancel_requested_at = NULL, cancel_reason = NULL, redrive = true,
+           parent_pending = false,
+           deadline_at = clock_timestamp() + timeout_ms * interval '1 millisecond'
+     WHERE instance_id = p_instance_id;
+    INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
+    VALUES (ri.instance_id, ri.workflow_version_id, ri.priority, clock_timestamp());
+    PERFORM pg_notify('cairn_enqueue', '');
+    RETURN 'queued';
+END
+$$;
+
+-- Times out the unfinished instances past their deadline that no live runner holds (a runner
+-- that holds one times it out itself, with its running attempts), marking the children among
+-- them parent_pending. Returns how many. The walk is bounded by now(), the calling statement's
+-- start: a stable bound is an index condition on runner_instances_deadline, a volatile one a
+-- filter over every unfinished instance that has a deadline (23 ms a call with 200 000 of them,
+-- and every runner calls it every 2 s).
+CREATE OR REPLACE FUNCTION cairn.expire_overdue() RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := 0;
+    r record;
+BEGIN
+    FOR r IN
+        SELECT ri.instance_id, ri.timeout_ms
+          FROM cairn.runner_instances ri
+         WHERE ri.deadline_at < now() AND ri.status IN ('queued', 'running')
+         ORDER BY ri.deadline_at
+         LIMIT 1000
+    LOOP
+        PERFORM 1 FROM cairn.queued_instances q
+          WHERE q.instance_id = r.instance_id
+            AND (q.lock_uuid IS NULL OR q.lock_expires_at <= clock_timestamp())
+          FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE cairn.runner_instances
+           SET status = 'timed_out',
+               error = jsonb_build_object(
+                   'type', 'WorkflowTimeout',
+                   'message', format('the instance did not finish within its timeout of %s ms',
+                                     r.timeout_ms),
+                   'bases', jsonb_build_array('TimeoutError', 'Exception'), 'details', NULL),
+               completed_at = clock_timestamp(),
+               parent_pending = parent_id IS NOT NULL AND NOT detached
+         WHERE instance_id = r.instance_id AND status IN ('queued', 'running');
+        DELETE FROM cairn.queued_instances WHERE instance_id = r.instance_id;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
