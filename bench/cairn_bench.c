@@ -49,8 +49,8 @@
 
 #include <libpq-fe.h>
 
-#include "runner/db.h"
-#include "runner/migrate.h"
+#include "runner/store/db.h"
+#include "runner/store/migrate.h"
 
 #define MAX_PROCS   256
 #define MAX_SAMPLES 100000

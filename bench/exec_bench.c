@@ -18,7 +18,7 @@
 #include "ir/base/xalloc.h"
 #include "ir/compile.h"
 #include "ir/value.h"
-#include "runner/exec.h"
+#include "runner/exec/exec.h"
 
 static double
 cpu_now(void)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cairn-pool-bench: the worker pool (runner/pool.c) and the C worker SDK (libcairn-worker)
+ * cairn-pool-bench: the worker pool (runner/pool/pool.c) and the C worker SDK (libcairn-worker)
  * driven together in one process with no-op actions, next to the physical limit of the same
  * design on the same transport: raw nng REQ/REP round trips.
  *   pool  rn_pool_start on URL; W SDK workers with S slots each (and P prefetch) serve
@@ -35,7 +35,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "cairn/worker.h"
-#include "runner/pool.h"
+#include "runner/pool/pool.h"
 
 #define NOOP_ACTION   "bench.noop"
 #define RAW_MSG_BYTES 64

@@ -25,7 +25,7 @@ struct error_bases {
 };
 
 /* Python's bases of the errors expressions raise (error.h lists them). Types raised elsewhere
- * (the runner's, in runner/errors.h; workers') bring their bases with them (ir_error_new). */
+ * (the runner's, in runner/exec/errors.h; workers') bring their bases with them (ir_error_new). */
 static const struct error_bases error_known_bases[] = {
     {"KeyError", {"LookupError", "Exception", NULL}},
     {"IndexError", {"LookupError", "Exception", NULL}},

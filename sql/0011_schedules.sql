@@ -6,7 +6,7 @@
 -- schedules (FOR UPDATE SKIP LOCKED, so one runner takes each), enqueues the due slots and
 -- moves next_at on, in one transaction. Each instance records its schedule and slot, unique
 -- together: a slot is enqueued at most once however many runners look and whatever crashes.
--- Slots are computed by the runner (cron matching in runner/cron.c, zones by PostgreSQL); a
+-- Slots are computed by the runner (cron matching in runner/ops/cron.c, zones by PostgreSQL); a
 -- schedule added by SQL has next_at NULL until a runner computes its first slot, and one whose
 -- expression a runner cannot read is paused with the reason in `error`.
 

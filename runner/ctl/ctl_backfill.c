@@ -10,7 +10,7 @@
 
 #include "ir/base/uuid.h"
 #include "runner/ctl/ctl.h"
-#include "runner/db.h"
+#include "runner/store/db.h"
 
 #define BACKFILL_USAGE                                                                         \
     "backfill (create WORKFLOW --param P --from A --to B --step S [--input JSON] "             \

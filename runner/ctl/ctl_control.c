@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "runner/ctl/ctl.h"
-#include "runner/db.h"
+#include "runner/store/db.h"
 
 /* ---- --workflow W: many at once -------------------------------------------------------------- */
 

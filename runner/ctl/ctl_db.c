@@ -26,9 +26,9 @@
 #include "ir/numtext.h"
 #include "ir/value.h"
 #include "runner/ctl/ctl.h"
-#include "runner/db.h"
-#include "runner/exec.h"
-#include "runner/migrate.h"
+#include "runner/exec/exec.h"
+#include "runner/store/db.h"
+#include "runner/store/migrate.h"
 
 #define WAIT_POLL_MS 50
 

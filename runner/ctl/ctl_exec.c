@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `cairnctl exec FILE --input JSON`: runs one workflow instance without a database. The whole
- * engine runs in this process — the runner (runner/runner.h) on the in-memory backend, its
+ * engine runs in this process — the runner (runner/engine/runner.h) on the in-memory backend, its
  * worker pool on an ipc socket in a temp directory, and one in-process SDK worker serving the
  * std.* actions — then prints the result. For trying a workflow; nothing is kept.
  */
@@ -15,11 +15,11 @@
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
 #include "ir/value.h"
-#include "runner/backend.h"
 #include "runner/ctl/ctl.h"
-#include "runner/defaults.h"
-#include "runner/exec.h"
-#include "runner/runner.h"
+#include "runner/engine/defaults.h"
+#include "runner/engine/runner.h"
+#include "runner/exec/exec.h"
+#include "runner/store/backend.h"
 #include "worker-protocol/std_actions.h"
 
 int
@@ -107,7 +107,7 @@ ctl_cmd_exec(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    /* cairn-runner's defaults (runner/defaults.h), but sized for one instance in memory. */
+    /* cairn-runner's defaults (runner/engine/defaults.h), but sized for one instance in memory. */
     memset(&cfg, 0, sizeof(cfg));
     cfg.backend = mem;
     cfg.worker_listen = url;

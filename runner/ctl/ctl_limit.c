@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "runner/ctl/ctl.h"
-#include "runner/db.h"
+#include "runner/store/db.h"
 
 #define LIMIT_USAGE \
     "limit (set WORKFLOW (N | none) [--per-key M] | delete WORKFLOW | list [--json])"

@@ -12,7 +12,7 @@
 
 #include "ir/base/clock.h"
 #include "runner/ctl/ctl.h"
-#include "runner/db.h"
+#include "runner/store/db.h"
 
 #define RETENTION_USAGE "retention (set WORKFLOW (D | forever) | unset WORKFLOW | list [--json])"
 

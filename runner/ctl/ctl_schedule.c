@@ -2,7 +2,7 @@
 /*
  * `cairnctl schedule ...`: adding, listing, pausing, resuming, deleting, triggering schedules
  * and previewing their next slots, each a call of the SQL API (sql/0011_schedules.sql). The
- * cron expression is checked here (runner/cron.h: errors with their column) before the
+ * cron expression is checked here (runner/ops/cron.h: errors with their column) before the
  * database sees it; durations are PostgreSQL intervals (`90s`, `5 minutes`, `1 day`).
  */
 #include <stdio.h>
@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "ir/base/uuid.h"
-#include "runner/cron.h"
 #include "runner/ctl/ctl.h"
-#include "runner/db.h"
-#include "runner/schedule.h"
+#include "runner/ops/cron.h"
+#include "runner/ops/schedule.h"
+#include "runner/store/db.h"
 
 #define SCHEDULE_USAGE                                                                          \
     "schedule (add NAME --workflow W (--cron EXPR [--timezone TZ] | --every D) [--input JSON] " \

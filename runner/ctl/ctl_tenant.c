@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "runner/ctl/ctl.h"
-#include "runner/db.h"
+#include "runner/store/db.h"
 
 #define TENANT_USAGE \
     "tenant (create NAME [--max-running N] [--json] | list [--json] | quota NAME (N | none))"

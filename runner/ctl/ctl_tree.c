@@ -10,7 +10,7 @@
 
 #include "ir/base/buf.h"
 #include "runner/ctl/ctl.h"
-#include "runner/db.h"
+#include "runner/store/db.h"
 
 /* The tree under $1, depth first in creation order: id, workflow, status, level, error type,
  * and the JSON row. Bounded by $2 rows and 10 000 levels (deeper than any depth limit). */

@@ -16,7 +16,7 @@
 #include "ir/base/buf.h"
 #include "ir/base/xalloc.h"
 #include "runner/ctl/ctl.h"
-#include "runner/db.h"
+#include "runner/store/db.h"
 
 /* Limits are per (tenant, workflow) and the queue row carries its tenant (sql/0017): the
  * schema owner sees every tenant's, so the limit and the slots held are those of the

@@ -2,7 +2,7 @@
 -- 40_schedules.sql
 --
 -- Schedules (docs/operations.md "Schedules"): adding, pausing, resuming, deleting and triggering
--- them, the first slot, and the firing of a slot (the runners compute slots, runner/schedule.c).
+-- them, the first slot, and the firing of a slot (the runners compute slots, runner/ops/schedule.c).
 --
 -- This file always holds the current definitions: change them here, not in a migration
 -- (sql/README.md). The API's writing functions are SECURITY DEFINER, owned by cairn_api

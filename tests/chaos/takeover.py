@@ -36,7 +36,7 @@ N = int(os.environ.get("N", "4000"))  # two runners: runner A holds about half
 MIN_HELD = int(os.environ.get("MIN_HELD", str(N // 4)))
 STEPS = int(os.environ.get("STEPS", "3"))
 HOLD_MS = int(os.environ.get("HOLD_MS", "4000"))
-TTL_MS = int(os.environ.get("TTL_MS", "30000"))  # the runner's default (runner/defaults.h)
+TTL_MS = int(os.environ.get("TTL_MS", "30000"))  # the runner's default (runner/engine/defaults.h)
 HEARTBEAT_MS = int(os.environ.get("HEARTBEAT_MS", str(TTL_MS // 3)))
 SLOTS = 4096  # a worker's most: room for every instance at once
 PY = shutil.which("python3", path="/usr/bin") or "python3"  # Debian's, with python3-msgpack

@@ -3,7 +3,7 @@
 """Meson test (suite db): what the runner's listeners bound, against a real cairn-runner, a real
 cairn-worker and the real PostgreSQL that scripts/test starts (a database of its own).
 
-HTTP (runner/http.h), with a cap of 32 connections and 1 s timeouts:
+HTTP (runner/ops/http.h), with a cap of 32 connections and 1 s timeouts:
 - 200 connections that each send half a request: a /healthz asked meanwhile is answered at
   once (the oldest waiting connections make room for new ones), and every one of the 200 is
   closed within the header timeout (plus a second of slack);
@@ -13,7 +13,7 @@ HTTP (runner/http.h), with a cap of 32 connections and 1 s timeouts:
   413, POST with 405 and an Allow header, an unknown path with 404; HEAD answers with no body;
 - the series on /metrics count what was done (evicted, header timeouts, connections).
 
-The descriptor budget (runner/fdbudget.h), on a runner whose open-file limit is 256:
+The descriptor budget (runner/pool/fdbudget.h), on a runner whose open-file limit is 256:
 - 300 half HTTP requests and 300 worker connections that never send the transport handshake,
   held open, never take the runner past its budget (the listeners' use on /metrics stays within
   cairn_fd_budget and the 16 that may be closing to make room, at most 128 wait for hello, its

@@ -19,7 +19,7 @@
 #include <criterion/criterion.h>
 
 #include "ir/error.h"
-#include "runner/pool.h"
+#include "runner/pool/pool.h"
 #include "tests/support/leak.h"
 
 TestSuite(pool_worker, .fini = t_leak_check_nng, .timeout = 120);

@@ -20,7 +20,7 @@
 #include <criterion/criterion.h>
 
 #include "ir/value.h"
-#include "runner/pool.h"
+#include "runner/pool/pool.h"
 #include "tests/support/leak.h"
 
 TestSuite(tls, .fini = t_leak_check_nng, .timeout = 120);

@@ -25,9 +25,9 @@
 #include "ir/base/clock.h"
 #include "ir/base/log.h"
 #include "ir/value.h"
-#include "runner/backend.h"
-#include "runner/exec.h"
-#include "runner/runner.h"
+#include "runner/engine/runner.h"
+#include "runner/exec/exec.h"
+#include "runner/store/backend.h"
 #include "worker-protocol/std_actions.h"
 
 #define N_INSTANCES 240

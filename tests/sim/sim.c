@@ -24,9 +24,9 @@
 #include "ir/base/uuid.h"
 #include "ir/compile.h"
 #include "ir/error.h"
-#include "runner/backend.h"
-#include "runner/errors.h"
-#include "runner/shard.h"
+#include "runner/core/shard.h"
+#include "runner/exec/errors.h"
+#include "runner/store/backend.h"
 
 /* ---- workflows ---------------------------------------------------------------------------- */
 

@@ -10,7 +10,7 @@
 
 #include "ir/base/vec.h"
 #include "ir/error.h"
-#include "runner/errors.h"
+#include "runner/exec/errors.h"
 #include "tests/support/compile_util.h"
 
 #define T_START_MS 1700000000000LL
@@ -22,7 +22,7 @@ struct pending {
 };
 
 /* An attempt that never answers, and when the pool would time it out: its timeout counted from
- * its start, or its schedule-to-close deadline if that comes first (runner/pool.h). */
+ * its start, or its schedule-to-close deadline if that comes first (runner/pool/pool.h). */
 struct hung {
     struct rn_xid exec_id;
     uint32_t attempt;

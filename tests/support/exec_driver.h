@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/exec.h"
+#include "runner/exec/exec.h"
 
 struct t_opts {
     int crash_after_step;  /* 0: never; k: crash and rehydrate after step k (once) */

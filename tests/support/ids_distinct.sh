@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# ids_distinct.sh SRCROOT CC [CC ARGS...]: proves that the runner's id types (runner/ids.h) keep a
+# ids_distinct.sh SRCROOT CC [CC ARGS...]: proves that the runner's id types (runner/exec/ids.h) keep a
 # swapped argument from compiling. One call to a real backend operation, fail(instance id,
 # token), is compiled twice: in the right order it must compile (so the include paths and the
 # snippet are sound), with the two ids swapped it must fail, and fail for the type reason.
@@ -8,7 +8,7 @@ set -uo pipefail
 root=$1; shift
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 cat >"$dir/swap.c" <<'C'
-#include "runner/backend.h"
+#include "runner/store/backend.h"
 
 cn_err swap_check(struct rn_backend *b, const struct rn_claimed *c, struct cn_errmsg *em);
 

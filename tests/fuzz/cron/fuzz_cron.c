@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/cron.h"
+#include "runner/ops/cron.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

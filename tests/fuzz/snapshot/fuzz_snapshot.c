@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "ir/compile.h"
-#include "runner/exec.h"
+#include "runner/exec/exec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/* Write requests (see wreq.h). */
+#include "runner/core/wreq.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/base/xalloc.h"
+
+struct rn_wreq *
+rn_wreq_new(uint32_t shard, struct rn_iid iid, struct rn_token lock)
+{
+    struct rn_wreq *q = cn_xcalloc(1, sizeof(*q));
+
+    q->shard = shard;
+    q->w.result = ir_null();
+    q->w.parent_value = ir_null();
+    q->w.instance_id = iid;
+    q->w.lock = lock;
+    return q;
+}
+
+void
+rn_wreq_free(struct rn_wreq *q)
+{
+    size_t k;
+
+    if (q == NULL) {
+        return;
+    }
+    for (k = 0; k < q->ndone; k++) {
+        ir_val_release(q->done[k].value);
+    }
+    free(q->done);
+    for (k = 0; k < q->nchildren; k++) {
+        ir_val_release(q->children[k].input);
+    }
+    free(q->children);
+    cn_buf_fini(&q->state);
+    ir_val_release(q->w.result);
+    ir_val_release(q->w.parent_value);
+    free(q);
+}

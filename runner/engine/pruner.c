@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+/* The pruner (see pruner.h). */
+#include "runner/engine/pruner.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ir/base/clock.h"
+#include "ir/base/log.h"
+#include "ir/base/sync.h"
+#include "ir/base/xalloc.h"
+
+struct rn_pruner {
+    struct rn_pruner_cfg cfg;
+    pthread_t thread;
+    atomic_bool stop;
+    _Atomic uint64_t instances, actions, errors;
+};
+
+static void
+pause_ms(struct rn_pruner *p, int64_t ms)
+{
+    int64_t until = cn_mono_ms() + ms;
+
+    while (!atomic_load(&p->stop) && cn_mono_ms() < until) {
+        struct timespec ts = {0, 50 * 1000000L};
+        (void) nanosleep(&ts, NULL);
+    }
+}
+
+static void *
+pruner_main(void *arg)
+{
+    struct rn_pruner *p = arg;
+    struct rn_backend *b = p->cfg.backend;
+    uint64_t round_i = 0, round_a = 0;
+    char cursor[RN_PRUNE_CURSOR_LEN] = "";
+    bool failing = false;
+
+    while (!atomic_load(&p->stop)) {
+        struct cn_errmsg em;
+        size_t ni = 0, na = 0;
+        cn_err rv = b->ops->prune_due(b, p->cfg.retention_s, RN_PRUNE_BATCH, cursor, &ni, &na, &em);
+
+        if (rv != CN_OK) {
+            cursor[0] = '\0'; /* the next round starts over */
+            atomic_fetch_add(&p->errors, 1);
+            if (!failing) { /* once per outage, not once per round */
+                cn_log(CN_LOG_WARN, "retention: pruning failed: %s", em.text);
+            }
+            failing = true;
+            pause_ms(p, p->cfg.interval_ms);
+            continue;
+        }
+        failing = false;
+        atomic_fetch_add(&p->instances, ni);
+        atomic_fetch_add(&p->actions, na);
+        round_i += ni;
+        round_a += na;
+        if (ni >= RN_PRUNE_BATCH || cursor[0] != '\0') { /* more to look at */
+            pause_ms(p, RN_PRUNE_PAUSE_MS);
+            continue;
+        }
+        if (round_i > 0) {
+            cn_log(CN_LOG_INFO,
+                   "retention: deleted %llu finished instance(s), %llu action result(s)",
+                   (unsigned long long) round_i, (unsigned long long) round_a);
+        }
+        round_i = round_a = 0;
+        pause_ms(p, p->cfg.interval_ms);
+    }
+    return NULL;
+}
+
+cn_err
+rn_pruner_start(const struct rn_pruner_cfg *cfg, struct rn_pruner **out, struct cn_errmsg *err)
+{
+    struct rn_pruner *p;
+
+    *out = NULL;
+    if (cfg->backend->ops->prune_due == NULL) {
+        return CN_OK;
+    }
+    p = cn_xcalloc(1, sizeof(*p));
+    p->cfg = *cfg;
+    atomic_init(&p->stop, false);
+    if (pthread_create(&p->thread, NULL, pruner_main, p) != 0) {
+        free(p);
+        return cn_errmsg_set(err, CN_IO, "cannot start the pruner thread");
+    }
+    *out = p;
+    return CN_OK;
+}
+
+void
+rn_pruner_stats(struct rn_pruner *p, struct rn_pruner_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    if (p != NULL) {
+        st->instances = atomic_load(&p->instances);
+        st->actions = atomic_load(&p->actions);
+        st->errors = atomic_load(&p->errors);
+    }
+}
+
+void
+rn_pruner_stop(struct rn_pruner *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    atomic_store(&p->stop, true);
+    cn_thread_join(p->thread);
+    free(p);
+}
+
+bool
+rn_retention_parse(const char *s, int64_t *seconds)
+{
+    static const struct {
+        char unit;
+        int64_t s;
+    } units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
+    char *end = NULL;
+    long long n;
+    size_t i;
+
+    if (s == NULL || strcmp(s, "off") == 0 || strcmp(s, "0") == 0) {
+        *seconds = 0;
+        return s != NULL;
+    }
+    if (*s < '0' || *s > '9') {
+        return false;
+    }
+    errno = 0;
+    n = strtoll(s, &end, 10);
+    if (errno != 0 || n <= 0 || end == s || end[0] == '\0' || end[1] != '\0') {
+        return false;
+    }
+    for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        /* at most 100 years: an interval PostgreSQL takes and a product that cannot overflow */
+        if (end[0] == units[i].unit && n <= 3650 * 10 * 86400LL / units[i].s) {
+            *seconds = n * units[i].s;
+            return true;
+        }
+    }
+    return false;
+}

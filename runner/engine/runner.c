@@ -1,0 +1,647 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The runner engine: configuration, start, stop and statistics. The work is done by:
+ *   shard.c       the shard core (instances, events, the commit barrier, timers), no threads;
+ *   shardloop.c   one thread per shard: inbox, wait, carrying out the core's output;
+ *   persister.c   the persist threads (batched fenced writes, one connection each);
+ *   claimer.c     the claim thread and its DAG cache (dagcache.c);
+ *   keeper.c      the lease registry, the heartbeat and the reclaimer;
+ *   http.c        /metrics (metrics.c), /healthz, /readyz, the status page (status.c);
+ *   status.c      this runner's row in cairn.runners, the status page's data (its own threads);
+ *   pool.c        the worker pool.
+ * This file routes events between them: pool results, persister ACKs, claims and lost leases
+ * all go to the shard that owns the instance (chosen by a hash of its id).
+ *
+ * LOCK ORDER: no thread holds two of the engine's mutexes at once but in the cases below. Each
+ * one (a shard inbox, the persister queue, the keeper's registry and its wake mutex, the
+ * claimer's stop mutex, the busy gauge, the pool's mutex, the in-memory backend's mutex, the
+ * HTTP listener's answer queue) is taken for a short non-blocking section, released, and never
+ * held across a backend or network call or a callback. Routing an event (rn_shardloop_post)
+ * therefore happens with no lock held: the pool calls back without its lock, the persisters
+ * acknowledge after releasing theirs, the keeper reports lost leases outside the registry lock.
+ * The nestings, each only in this order (an arrow: taken while holding the one before):
+ *   pool -> claimer's stop mutex: the pool wakes the claimer when it has room again
+ *     (rn_pool_room);
+ *   pool -> worker transport (sprep.h) -> descriptor budget (fdbudget.h): a reply or a close
+ *     is queued under the pool's mutex; the transport gives descriptor units back under its own,
+ *     and the budget calls its waiter (which only schedules an nng aio) under its own.
+ * The claimer's stop mutex and the budget's are leaves; the transport's is taken under nothing
+ * but the pool's, and its callbacks into the pool run with it released.
+ *
+ * NO HALF-ALIVE PROCESS: no engine thread returns before rn_runner_stop asks it to. Storage and
+ * network errors are retried with backoff (backoff.h) and logged; running out of memory
+ * (ir/base/xalloc.h) or a failed pthread call (ir/base/sync.h) aborts the whole process with a
+ * log line, so a supervisor sees it exit and restarts it, and another runner takes its leases
+ * when they expire.
+ */
+#include "runner/engine/runner.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/base/clock.h"
+#include "ir/base/log.h"
+#include "ir/base/sync.h"
+#include "ir/base/xalloc.h"
+#include "runner/engine/canceller.h"
+#include "runner/engine/claimer.h"
+#include "runner/engine/defaults.h"
+#include "runner/engine/keeper.h"
+#include "runner/engine/persister.h"
+#include "runner/engine/pruner.h"
+#include "runner/engine/shardloop.h"
+#include "runner/ops/http.h"
+#include "runner/ops/metrics.h"
+#include "runner/ops/status.h"
+#include "runner/pool/pool.h"
+#include "runner/store/backend.h"
+
+struct rn_runner {
+    struct rn_runner_cfg cfg;
+    uint32_t npersisters;
+    struct rn_backend *claim_b, *lease_b, *cancel_b, *persist_b[RN_PERSISTERS_MAX];
+    struct rn_pool *pool;
+    struct rn_persister *persister;
+    struct rn_keeper *keeper;
+    struct rn_claimer *claimer;
+    struct rn_canceller *canceller; /* NULL with a backend without cancels */
+    struct rn_pruner *pruner;       /* NULL with a backend that cannot prune */
+    struct {
+        pthread_mutex_t mtx; /* canceller thread writes, HTTP threads read */
+        struct rn_backfill_stat *items;
+        size_t n;
+    } backfills; /* the last tick's progress, for /metrics */
+    struct rn_backend *prune_b;
+    struct rn_late_queue late; /* shards -> canceller: results after an outcome */
+    struct rn_shardloop **loops;
+    uint32_t nloops;
+    struct rn_busy busy;
+    struct rn_http *http;
+    struct rn_fdbudget fds;   /* the listeners' connections (fdbudget.h) */
+    struct rn_status *status; /* NULL with a backend of its own (no database to show) */
+    _Atomic size_t active;
+    atomic_bool ready; /* started and not stopping */
+    /* Every part /metrics reads exists (set once rn_runner_start is done): the HTTP server
+     * starts before the shards and the persister, and a scrape may come at once. */
+    atomic_bool started;
+    _Atomic int64_t leases_confirmed_ms; /* the lease gate (pool.h): written by the keeper */
+};
+
+/* ---- routing ------------------------------------------------------------------------------ */
+
+static uint32_t
+shard_of(const struct rn_runner *r, struct rn_iid iid)
+{
+    uint32_t h = 2166136261u; /* FNV-1a: ids are random, any mix spreads them */
+    int i;
+
+    for (i = 0; i < (int) sizeof(iid.b); i++) {
+        h = (h ^ iid.b[i]) * 16777619u;
+    }
+    return h % r->nloops;
+}
+
+/* The pool's result callback (no pool lock held; must not block). */
+static void
+on_pool_result(void *arg, const struct rn_pool_result *res)
+{
+    struct rn_runner *r = arg;
+    struct rn_sev *e = rn_sev_new(RN_SEV_RESULT, res->instance_id);
+
+    e->value = ir_val_retain(res->value);
+    e->exec_id = res->exec_id;
+    e->attempt = res->attempt;
+    e->ok = res->ok;
+    rn_shardloop_post(r->loops[shard_of(r, res->instance_id)], e);
+}
+
+static void
+on_persist_ack(void *arg, const struct rn_wreq *q, bool lost, bool failed)
+{
+    struct rn_runner *r = arg;
+    struct rn_sev *e = rn_sev_new(RN_SEV_ACK, q->w.instance_id);
+
+    e->lock = q->w.lock;
+    e->lost = lost;
+    e->write_failed = failed;
+    if (q->nchildren > 0) {
+        size_t k;
+        e->children = cn_xcalloc(q->nchildren, sizeof(*e->children));
+        for (k = 0; k < q->nchildren; k++) {
+            e->children[k] = q->w.children[k];
+            e->children[k].input = ir_null(); /* the write keeps it */
+        }
+        e->nchildren = q->nchildren;
+    }
+    rn_shardloop_post(r->loops[q->shard], e);
+}
+
+static void
+on_lease_lost(void *arg, uint32_t shard, struct rn_sev *e)
+{
+    struct rn_runner *r = arg;
+
+    /* Withdrawn here, on the keeper thread, before the keeper confirms its renewal and the
+     * pool's lease gate opens again: no attempt under a lost lease can be dispatched in the
+     * moment before its shard reads this event (the shard withdraws too; the second finds
+     * nothing). */
+    (void) rn_pool_withdraw(r->pool, e->iid, e->lock);
+    rn_shardloop_post(r->loops[shard], e);
+}
+
+/* The lease gate reopened after a pause or an outage longer than a lease: dispatch what
+ * waited. */
+static void
+on_leases_reopened(void *arg)
+{
+    struct rn_runner *r = arg;
+
+    cn_log(CN_LOG_WARN, "leases confirmed again after more than a lease period: dispatching "
+                        "resumes");
+    rn_pool_kick(r->pool);
+    rn_persister_retry_now(r->persister); /* writes waiting out a backoff pause go now */
+}
+
+static void
+on_claimed(void *arg, struct rn_sev *e)
+{
+    struct rn_runner *r = arg;
+    uint32_t shard = shard_of(r, e->iid);
+    struct rn_lease_op op;
+
+    /* Renewed from the claim on, not from when its shard gets to it: a shard busy with a long
+     * step (up to CAIRN_MAX_INLINE_STEPS) must not let the leases queued behind it expire. The
+     * lease goes to the keeper before the event goes to the shard, so the shard's own "let go"
+     * for it always comes after, and removes it. */
+    op.take = true;
+    op.iid = e->iid;
+    op.lock = e->claimed.lock;
+    rn_keeper_apply(r->keeper, shard, &op, 1);
+    rn_shardloop_post(r->loops[shard], e);
+}
+
+/* The canceller's callback (canceller thread; must not block): to the shard that would hold
+ * the instance, which drops it when it does not. */
+static void
+on_cancel(void *arg, struct rn_iid iid, const char *reason)
+{
+    struct rn_runner *r = arg;
+    struct rn_sev *e = rn_sev_new(RN_SEV_CANCEL, iid);
+
+    if (reason == NULL || ir_str_from_cstr(reason, &e->value) != CN_OK) {
+        e->value = ir_null(); /* not text: the executor says "cancelled" */
+    }
+    rn_shardloop_post(r->loops[shard_of(r, iid)], e);
+}
+
+/* The canceller asks before it reads a child's outcome for a parent (canceller thread). */
+static bool
+holds(void *arg, struct rn_iid iid)
+{
+    struct rn_runner *r = arg;
+
+    return rn_keeper_holds(r->keeper, iid);
+}
+
+/* A child's outcome for a parent held here (canceller thread): to the parent's shard. */
+static void
+on_child_result(void *arg, struct rn_iid parent, const struct rn_done *d)
+{
+    struct rn_runner *r = arg;
+    struct rn_sev *e = rn_sev_new(RN_SEV_RESULT, parent);
+
+    e->exec_id = d->exec_id;
+    e->attempt = d->attempt;
+    e->ok = d->ok;
+    e->value = ir_val_retain(d->value);
+    e->child = true;
+    rn_shardloop_post(r->loops[shard_of(r, parent)], e);
+}
+
+/* ---- statistics and HTTP ------------------------------------------------------------------ */
+
+void
+rn_runner_stats(struct rn_runner *r, struct rn_runner_stats *st)
+{
+    uint32_t i;
+
+    memset(st, 0, sizeof(*st));
+    for (i = 0; i < r->nloops; i++) {
+        struct rn_shardloop_counts c;
+        rn_shardloop_counts(r->loops[i], &c);
+        st->completed += c.completed;
+        st->failed += c.failed;
+        st->evicted += c.evicted;
+        st->lost += c.lost;
+        st->writes += c.writes;
+        st->dispatched += c.dispatched;
+    }
+    st->claimed = r->claimer != NULL ? rn_claimer_claimed(r->claimer) : 0;
+    rn_http_stats(r->http, &st->http);
+    st->fd_budget = r->fds.budget;
+    st->fd_used = atomic_load(&r->fds.used);
+    st->fd_exhausted = atomic_load(&r->fds.exhausted);
+    st->active = atomic_load(&r->active);
+    rn_persister_stats(r->persister, &st->batches, &st->persist);
+    {
+        struct rn_pruner_stats ps;
+        rn_pruner_stats(r->pruner, &ps);
+        st->pruned = ps.instances;
+        st->pruned_actions = ps.actions;
+    }
+}
+
+static bool
+http_metrics(void *arg, struct cn_buf *out)
+{
+    struct rn_runner *r = arg;
+    struct rn_runner_stats st;
+    struct rn_pool_stats ps;
+    bool ok;
+
+    if (!atomic_load(&r->started)) {
+        return false; /* 500 "metrics unavailable" for the moment the runner takes to start */
+    }
+    rn_runner_stats(r, &st);
+    rn_pool_stats(r->pool, &ps);
+    ok = rn_metrics_render(&st, &ps, out);
+    cn_mutex_lock(&r->backfills.mtx);
+    ok = ok && rn_metrics_render_backfills(r->backfills.items, r->backfills.n, out);
+    cn_mutex_unlock(&r->backfills.mtx);
+    return ok;
+}
+
+/* The canceller's backfill progress (canceller thread): kept for /metrics. */
+static void
+on_backfills(void *arg, const struct rn_backfill_stat *st, size_t n)
+{
+    struct rn_runner *r = arg;
+    struct rn_backfill_stat *copy = n > 0 ? cn_xcalloc(n, sizeof(*copy)) : NULL;
+
+    if (n > 0) {
+        memcpy(copy, st, n * sizeof(*copy));
+    }
+    cn_mutex_lock(&r->backfills.mtx);
+    free(r->backfills.items);
+    r->backfills.items = copy;
+    r->backfills.n = n;
+    cn_mutex_unlock(&r->backfills.mtx);
+}
+
+static void
+http_status(void *arg, struct rn_http_pending *req)
+{
+    static const char none[] = "the status page needs PostgreSQL\n";
+    struct rn_runner *r = arg;
+
+    if (r->status == NULL) {
+        rn_http_answer(req, 503, "text/plain", none, sizeof(none) - 1);
+        return;
+    }
+    rn_status_serve(r->status, req);
+}
+
+static bool
+http_ready(void *arg)
+{
+    struct rn_runner *r = arg;
+
+    return atomic_load(&r->ready);
+}
+
+/* ---- start and stop ----------------------------------------------------------------------- */
+
+static void runner_free(struct rn_runner *r);
+
+static cn_err
+open_backends(struct rn_runner *r, struct cn_errmsg *err)
+{
+    const struct rn_runner_cfg *cfg = &r->cfg;
+    uint32_t i;
+    cn_err rv;
+
+    if (cfg->backend != NULL) {
+        r->claim_b = r->lease_b = r->cancel_b = r->prune_b = cfg->backend;
+        for (i = 0; i < r->npersisters; i++) {
+            r->persist_b[i] = cfg->backend;
+        }
+        return CN_OK;
+    }
+    if ((rv = rn_backend_pg_open(cfg->database_url, &r->claim_b, err)) != CN_OK ||
+        (rv = rn_backend_pg_open(cfg->database_url, &r->lease_b, err)) != CN_OK ||
+        (rv = rn_backend_pg_open(cfg->database_url, &r->cancel_b, err)) != CN_OK ||
+        (rv = rn_backend_pg_open(cfg->database_url, &r->prune_b, err)) != CN_OK) {
+        return rv;
+    }
+    for (i = 0; i < r->npersisters; i++) {
+        if ((rv = rn_backend_pg_open(cfg->database_url, &r->persist_b[i], err)) != CN_OK) {
+            return rv;
+        }
+    }
+    return CN_OK;
+}
+
+static size_t
+pool_room(void *pool, void (*wake)(void *), void *arg)
+{
+    return rn_pool_room(pool, wake, arg);
+}
+
+cn_err
+rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct cn_errmsg *err)
+{
+    struct rn_pool_cfg pcfg;
+    struct rn_shardloop_deps deps;
+    struct rn_keeper_cfg kcfg;
+    struct rn_claimer_cfg ccfg;
+    struct rn_runner *r;
+    uint32_t i;
+    cn_err rv;
+
+    *out = NULL;
+    if (cfg->shards == 0 || cfg->max_instances == 0 || cfg->worker_listen == NULL ||
+        cfg->persisters == 0 || cfg->persisters > RN_PERSISTERS_MAX) {
+        return cn_errmsg_set(err, CN_INVAL, "invalid runner configuration");
+    }
+    r = cn_xcalloc(1, sizeof(*r));
+    r->cfg = *cfg;
+    r->npersisters = cfg->persisters;
+    r->nloops = cfg->shards;
+    r->loops = cn_xcalloc(r->nloops, sizeof(*r->loops));
+    rn_busy_init(&r->busy);
+    cn_mutex_init(&r->backfills.mtx);
+    rn_late_queue_init(&r->late);
+    /* Before anything opens a descriptor: the budget counts what is open now and keeps the
+     * reserve for every session the runner opens, and their reconnects. */
+    rn_fdbudget_init(&r->fds, RN_FD_RESERVE(r->npersisters));
+    if ((rv = open_backends(r, err)) != CN_OK) {
+        runner_free(r);
+        return rv;
+    }
+    memset(&pcfg, 0, sizeof(pcfg));
+    pcfg.listen_url = cfg->worker_listen;
+    pcfg.credential = cfg->worker_credential;
+    pcfg.tls_cert_key_file = cfg->worker_tls_cert_key;
+    pcfg.tls_ca_file = cfg->worker_tls_ca;
+    pcfg.tls_require_client_cert = cfg->worker_tls_ca != NULL;
+    pcfg.idle_ms = cfg->worker_idle_ms;
+    /* A crashed worker is an infrastructure failure, not the action's: its attempts go to
+     * another worker (same execution id and attempt) before the workflow sees WorkerLost. */
+    pcfg.requeue_lost = 3;
+    pcfg.budget = &r->fds;
+    atomic_store(&r->leases_confirmed_ms, cn_mono_ms());
+    pcfg.leases_confirmed_ms = &r->leases_confirmed_ms;
+    pcfg.lease_ttl_ms = cfg->lock_ttl_ms;
+    /* No result can arrive before a shard dispatches, and the shards start below. */
+    if ((rv = rn_pool_start(&pcfg, on_pool_result, r, &r->pool, err)) != CN_OK) {
+        runner_free(r);
+        return rv;
+    }
+    if (cfg->backend == NULL) {
+        struct rn_status_cfg stcfg = {cfg->database_url, r->pool, cfg->http_listen};
+        if ((rv = rn_status_start(&stcfg, &r->status, err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
+    }
+    if (cfg->http_listen != NULL && *cfg->http_listen != '\0') {
+        struct rn_http_routes routes = {http_metrics, http_ready, http_status, r};
+        struct rn_http_cfg hcfg = {cfg->http_listen, cfg->http_max_connections,
+                                   cfg->http_header_timeout_ms, cfg->http_idle_timeout_ms, &r->fds};
+        uint64_t half = r->fds.budget / 2;
+
+        if (hcfg.max_connections == 0) {
+            hcfg.max_connections = RN_DEFAULT_HTTP_MAX_CONNECTIONS;
+        }
+        /* Half the descriptor budget at most: the worker port keeps the other half, so that
+         * idle HTTP clients cannot keep workers out (and none can take the runner's own). */
+        if ((uint64_t) hcfg.max_connections + RN_HTTP_CONN_SLACK > half) {
+            uint32_t was = hcfg.max_connections;
+            hcfg.max_connections =
+                half > RN_HTTP_CONN_SLACK + 1 ? (uint32_t) (half - RN_HTTP_CONN_SLACK) : 1;
+            cn_log(CN_LOG_WARN,
+                   "CAIRN_HTTP_MAX_CONNECTIONS %u lowered to %u: half of the %llu connections the "
+                   "open-file limit leaves to the listeners (raise LimitNOFILE for more)",
+                   was, hcfg.max_connections, (unsigned long long) r->fds.budget);
+        }
+        if ((rv = rn_http_start(&hcfg, &routes, &r->http, err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
+    }
+    if ((rv = rn_persister_start(r->persist_b, r->npersisters, on_persist_ack, r, &r->persister,
+                                 err)) != CN_OK) {
+        runner_free(r);
+        return rv;
+    }
+    memset(&kcfg, 0, sizeof(kcfg));
+    kcfg.backend = r->lease_b;
+    kcfg.lock_ttl_ms = cfg->lock_ttl_ms;
+    kcfg.heartbeat_ms = cfg->lock_heartbeat_ms;
+    kcfg.reclaim_interval_ms = cfg->reclaim_interval_ms;
+    kcfg.confirmed_ms = &r->leases_confirmed_ms;
+    kcfg.reopened = on_leases_reopened;
+    if ((rv = rn_keeper_start(&kcfg, on_lease_lost, r, &r->keeper, err)) != CN_OK) {
+        runner_free(r);
+        return rv;
+    }
+    deps.pool = r->pool;
+    deps.persister = r->persister;
+    deps.keeper = r->keeper;
+    deps.active = &r->active;
+    deps.busy = &r->busy;
+    /* Only a backend that records them (not the in-memory one) gets late results: nothing
+     * would drain the queue. */
+    deps.late = r->cancel_b->ops->record_late != NULL ? &r->late : NULL;
+    for (i = 0; i < r->nloops; i++) {
+        struct rn_shard_cfg scfg;
+        memset(&scfg, 0, sizeof(scfg));
+        scfg.index = i;
+        scfg.exec.default_timeout_ms = cfg->default_action_timeout_ms;
+        scfg.exec.max_inline_steps = cfg->max_inline_steps;
+        scfg.evict_sleep_threshold_ms = cfg->evict_sleep_threshold_ms;
+        scfg.evict_child_wait_ms = cfg->evict_child_wait_ms;
+        scfg.max_child_depth = cfg->max_child_depth;
+        if ((rv = rn_shardloop_start(&scfg, &deps, &r->loops[i], err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
+    }
+    /* Before the claimer: a parent claimed before the canceller listens could miss its
+     * children's notifications (it would wait for CAIRN_EVICT_CHILD_WAIT_MS, be handed back and
+     * claimed again). */
+    {
+        struct rn_canceller_cfg xcfg = {r->cancel_b, RN_CANCEL_SWEEP_MS, &r->late};
+        struct rn_canceller_hooks hooks = {on_cancel, holds, on_child_result, on_backfills, r};
+        if ((rv = rn_canceller_start(&xcfg, &hooks, &r->canceller, err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
+    }
+    {
+        struct rn_pruner_cfg pcfg_ = {r->prune_b, cfg->retention_s,
+                                      cfg->prune_interval_ms ? cfg->prune_interval_ms
+                                                             : RN_DEFAULT_PRUNE_INTERVAL_MS};
+        if ((rv = rn_pruner_start(&pcfg_, &r->pruner, err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
+    }
+    memset(&ccfg, 0, sizeof(ccfg));
+    ccfg.backend = r->claim_b;
+    ccfg.max_instances = cfg->max_instances;
+    ccfg.lock_ttl_ms = cfg->lock_ttl_ms;
+    ccfg.heartbeat_ms = cfg->lock_heartbeat_ms;
+    ccfg.leases_confirmed_ms = &r->leases_confirmed_ms;
+    ccfg.poll_interval_ms = cfg->poll_interval_ms;
+    ccfg.active = &r->active;
+    ccfg.room = pool_room;
+    ccfg.room_arg = r->pool;
+    if ((rv = rn_claimer_start(&ccfg, on_claimed, r, &r->claimer, err)) != CN_OK) {
+        runner_free(r);
+        return rv;
+    }
+    atomic_store(&r->started, true);
+    atomic_store(&r->ready, true);
+    *out = r;
+    return CN_OK;
+}
+
+/* Logs the claim-to-first-dispatch latency over this runner's life (shards are stopped). */
+static void
+report_latency(struct rn_runner *r)
+{
+    struct rn_lathist all;
+    uint32_t i;
+
+    memset(&all, 0, sizeof(all));
+    for (i = 0; i < r->nloops; i++) {
+        rn_lathist_merge(&all, rn_shardloop_claim_latency(r->loops[i]));
+    }
+    if (all.count == 0) {
+        return;
+    }
+    cn_log(CN_LOG_INFO,
+           "claim-to-first-dispatch: p50 %llu ms, p99 %llu ms, max %llu ms over %llu instances",
+           (unsigned long long) rn_lathist_quantile(&all, 0.5) / 1000,
+           (unsigned long long) rn_lathist_quantile(&all, 0.99) / 1000,
+           (unsigned long long) all.max_us / 1000, (unsigned long long) all.count);
+}
+
+/* Clears the leases of instances handed back, so another runner continues them at once. */
+static void
+release_handed_back(struct rn_runner *r, const struct rn_shard_out *handed)
+{
+    size_t n = handed->handed_back.len, k;
+    struct cn_errmsg em = {{0}};
+    struct rn_token *locks;
+
+    if (n == 0) {
+        return;
+    }
+    locks = cn_xmalloc(n * sizeof(*locks));
+    for (k = 0; k < n; k++) {
+        locks[k] = handed->handed_back.items[k].lock;
+    }
+    if (r->lease_b->ops->release(r->lease_b, locks, n, &em) != CN_OK) {
+        cn_log(CN_LOG_ERROR,
+               "could not hand back %zu instance(s): %s (their leases expire instead)", n, em.text);
+    } else {
+        cn_log(CN_LOG_INFO, "handed back %zu instance(s)", n);
+    }
+    free(locks);
+}
+
+void
+rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
+{
+    struct rn_shard_out handed;
+    int64_t busy;
+    uint32_t i;
+
+    if (r == NULL) {
+        return;
+    }
+    atomic_store(&r->ready, false);
+    /* No handler may read the parts stopped below: the running ones finish, later ones get 503. */
+    rn_http_quiesce(r->http);
+    rn_claimer_stop(r->claimer);
+    rn_canceller_stop(r->canceller); /* it posts to the shards: stopped before them */
+    r->canceller = NULL;
+    rn_pruner_stop(r->pruner);
+    r->pruner = NULL;
+    /* Let running actions report and their writes commit, up to the grace period. */
+    busy = rn_busy_wait_idle(&r->busy, cn_mono_ms() + grace_ms);
+    if (busy > 0) {
+        cn_log(CN_LOG_WARN,
+               "shutdown: %lld instance(s) still busy after the grace period; handing them back",
+               (long long) busy);
+    }
+    memset(&handed, 0, sizeof(handed));
+    for (i = 0; i < r->nloops; i++) {
+        rn_shardloop_stop(r->loops[i], &handed);
+    }
+    rn_persister_stop(r->persister); /* writes what is queued; ACKs wait unread in the inboxes */
+    r->persister = NULL;
+    rn_keeper_stop(r->keeper);
+    r->keeper = NULL;
+    report_latency(r);
+    release_handed_back(r, &handed);
+    rn_shard_out_fini(&handed);
+    runner_free(r);
+}
+
+static void
+runner_free(struct rn_runner *r)
+{
+    uint32_t i;
+
+    rn_http_stop(r->http);
+    rn_status_stop(r->status); /* answers what is parked; deletes this runner's row */
+    rn_claimer_stop(r->claimer);
+    rn_canceller_stop(r->canceller);
+    rn_pruner_stop(r->pruner);
+    /* Shards stop before the persisters and the keeper they feed. */
+    for (i = 0; i < r->nloops; i++) {
+        if (r->loops[i] != NULL) {
+            struct rn_shard_out scratch;
+            memset(&scratch, 0, sizeof(scratch));
+            rn_shardloop_stop(r->loops[i], &scratch);
+            rn_shard_out_fini(&scratch);
+        }
+    }
+    rn_persister_stop(r->persister);
+    rn_keeper_stop(r->keeper);
+    rn_pool_stop(r->pool); /* its last WorkerLost results go to the inboxes, freed below */
+    for (i = 0; i < r->nloops; i++) {
+        rn_shardloop_free(r->loops[i]);
+    }
+    free(r->loops);
+    rn_claimer_free(r->claimer); /* the templates: no instance is left to use them */
+    if (r->cfg.backend == NULL) {
+        if (r->claim_b != NULL) {
+            r->claim_b->ops->close(r->claim_b);
+        }
+        if (r->cancel_b != NULL) {
+            r->cancel_b->ops->close(r->cancel_b);
+        }
+        if (r->prune_b != NULL) {
+            r->prune_b->ops->close(r->prune_b);
+        }
+        if (r->lease_b != NULL) {
+            r->lease_b->ops->close(r->lease_b);
+        }
+        for (i = 0; i < r->npersisters; i++) {
+            if (r->persist_b[i] != NULL) {
+                r->persist_b[i]->ops->close(r->persist_b[i]);
+            }
+        }
+    }
+    rn_busy_fini(&r->busy);
+    rn_fdbudget_fini(&r->fds);
+    rn_late_queue_fini(&r->late); /* what came after the canceller stopped is not recorded */
+    free(r->backfills.items);
+    cn_mutex_destroy(&r->backfills.mtx);
+    free(r);
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Executor internals shared by exec.c (stepping) and snapshot.c (codec). Not for use outside
+ * runner/exec*.c and runner/exec/snapshot.c.
+ *
+ * Execution node states (only ACTION, SLEEP and AGGREGATE nodes are ever persisted):
+ *
+ *     ACTIVE --dispatch--> RUNNING --result--> (advances: ACTIVE at the next node)
+ *                            |  ^
+ *                     error, |  | backoff timer
+ *                 retry left v  |
+ *                           BACKOFF
+ *     ACTIVE --sleep--> SLEEPING --timer--> ACTIVE
+ *     ACTIVE --fork--> WAITING (aggregate) --last branch--> ACTIVE
+ *
+ *   transition                     function (exec.c)
+ *   ACTIVE -> RUNNING              dispatch (from run_node, an ACTION node)
+ *   RUNNING -> ACTIVE / BACKOFF    apply_event: on_action_result / attempt_failed
+ *   BACKOFF -> RUNNING             apply_event (its timer) -> dispatch
+ *   ACTIVE -> SLEEPING -> ACTIVE   run_sleep / apply_event (its timer)
+ *   ACTIVE -> WAITING -> ACTIVE    run_fork / deliver -> run_aggregate_done
+ * Guarantees: a RUNNING node has an execution id and a dispatched request for its current
+ * attempt; a BACKOFF or SLEEPING node has a timer at scheduled_at; a WAITING node has
+ * `pending` unfilled slots and that many live branches reporting to it.
+ */
+#ifndef RUNNER_EXEC_INT_H
+#define RUNNER_EXEC_INT_H
+
+#include "runner/exec/exec.h"
+#include "runner/exec/idmap.h"
+
+#define RN_NONE UINT32_MAX
+
+enum rn_xstatus {
+    RN_X_FREE = 0,
+    RN_X_ACTIVE,   /* moving through inline nodes (only inside a step) */
+    RN_X_RUNNING,  /* action attempt dispatched */
+    RN_X_BACKOFF,  /* action waiting for its retry timer */
+    RN_X_SLEEPING, /* sleep waiting for its timer */
+    RN_X_WAITING,  /* aggregate waiting for branches */
+    RN_X_STATUS_COUNT_
+};
+
+struct rn_slot {
+    bool filled;
+    bool ok;
+    struct ir_val value;
+};
+
+struct rn_xnode {
+    struct rn_xid id;
+    bool has_id;
+    uint8_t status; /* enum rn_xstatus */
+    uint32_t node;  /* template node */
+    uint32_t scope;
+    uint32_t fork_agg; /* the aggregate node this branch reports to, or RN_NONE */
+    uint32_t fork_idx;
+    uint32_t attempt;
+    int64_t scheduled_at;     /* BACKOFF, SLEEPING */
+    int64_t deadline;         /* RUNNING */
+    int64_t first_at;         /* RUNNING, BACKOFF: when attempt 1 was dispatched (max_elapsed) */
+    struct ir_val last_error; /* BACKOFF, RUNNING after a retry: the previous attempt's error */
+    const char *item_name;    /* spread item variable (borrowed from the template) or NULL */
+    struct ir_val item;
+    uint32_t nslots, pending; /* WAITING */
+    struct rn_slot *slots;
+    uint32_t next_free;
+};
+
+struct rn_scope {
+    bool live;
+    uint32_t frame;
+    uint32_t parent;    /* caller's scope, or RN_NONE */
+    uint32_t refs;      /* execution nodes and child scopes using it */
+    struct ir_val vars; /* a map, owned, never shared */
+    uint32_t next_free;
+};
+
+struct rn_work {
+    uint32_t x;
+    bool has_val;  /* carrying a value: a return value, a branch result, an error */
+    bool agg_done; /* an aggregate whose last branch reported */
+    struct ir_val val;
+};
+
+struct rn_instance {
+    const struct ir_dag *dag;
+    struct rn_exec_cfg cfg;
+    struct rn_iid id;
+    uint64_t rng;
+    enum rn_outcome outcome;
+    struct ir_val result;
+    struct {
+        struct rn_xnode *items;
+        size_t len, cap;
+    } x;
+    uint32_t x_free;
+    struct {
+        struct rn_scope *items;
+        size_t len, cap;
+    } s;
+    uint32_t s_free;
+    size_t live_x, live_s;
+    struct rn_xidmap ids;
+    struct {
+        struct rn_work *items;
+        size_t head, len, cap;
+    } q;
+    /* per step */
+    struct rn_step_out *out;
+    int64_t now;
+    const struct ir_val *input; /* only while starting */
+    uint64_t step_nodes;        /* inline nodes run in this call, against cfg.max_inline_steps */
+    cn_err rv;
+    struct rn_instance_stats stats;
+};
+
+/* Allocation helpers used by the codec when rebuilding state. */
+uint32_t rn_x_alloc(struct rn_instance *in);
+uint32_t rn_s_alloc(struct rn_instance *in);
+struct rn_instance *rn_instance_alloc(const struct ir_dag *dag, const struct rn_exec_cfg *cfg);
+
+/* Snapshot decode into a fresh instance (ids map, refs rebuilt). Returns CN_OK or an error. */
+CN_MUST_CHECK cn_err rn_snapshot_decode(struct rn_instance *in, const void *buf, size_t len,
+                                        struct cn_errmsg *err);
+
+#endif
