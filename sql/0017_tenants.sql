@@ -24,7 +24,7 @@
 -- queued_instances, runner_actions_done and instance_history are visible to an application
 -- when their instance is. The queue also carries its instance's tenant (set by the trigger
 -- that marks limits, which reads the instance anyway) for the runners' fair claim across
--- tenants (runner/store/pg/backend_pg.c).
+-- tenants (runner/store/pg/claim.c).
 
 CREATE TABLE cairn.tenants (
     name text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_]{0,47}$'),
@@ -122,7 +122,7 @@ ALTER TABLE cairn.runner_instances
         REFERENCES cairn.backfills (id, tenant_id) NOT VALID;
 
 -- The claim's index leads with the tenant: the runners' claim walks it per tenant when there
--- are several (runner/store/pg/backend_pg.c), and for the tenant `default` alone otherwise, in the same
+-- are several (runner/store/pg/claim.c), and for the tenant `default` alone otherwise, in the same
 -- order as before. Replaced rather than added to: one index more on the hottest table would
 -- cost every enqueue and every claim.
 DROP INDEX cairn.queued_instances_ready;

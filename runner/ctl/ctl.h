@@ -174,5 +174,9 @@ int ctl_limit_apply(const struct cn_opts *o, PGconn *c, const char *workflow,
  * "children": [...], "children_truncated": b) or text lines, appended to out. EXIT_OK, or the
  * status after printing why. */
 int ctl_inspect_family(PGconn *c, const char *id, bool json, struct cn_buf *out);
+/* Whether s is a workflow name ([A-Za-z_][A-Za-z0-9_.-]{0,127}) or a version
+ * ([A-Za-z0-9_.-]{1,64}) as the schema allows them (ctl_db.c). */
+bool ctl_name_ok(const char *s);
+bool ctl_version_ok(const char *s);
 
 #endif

@@ -124,4 +124,53 @@ struct rn_instance *rn_instance_alloc(const struct ir_dag *dag, const struct rn_
 CN_MUST_CHECK cn_err rn_snapshot_decode(struct rn_instance *in, const void *buf, size_t len,
                                         struct cn_errmsg *err);
 
+/* The template node n and edge k of node n. */
+static inline const struct ir_node *
+tnode(const struct rn_instance *in, uint32_t n)
+{
+    return &in->dag->nodes[n];
+}
+
+static inline const struct ir_edge *
+tedge(const struct rn_instance *in, const struct ir_node *n, uint32_t k)
+{
+    return &in->dag->edges[n->first_edge + k];
+}
+
+/* The executor's parts that its files share; each is described where it is defined.
+ * graph.c: the live graph's storage. */
+uint32_t rn_ex_x_new(struct rn_instance *in, uint32_t node, uint32_t scope, uint32_t fork_agg,
+                     uint32_t idx);
+void rn_ex_x_free(struct rn_instance *in, uint32_t i);
+cn_err rn_ex_x_ensure_id(struct rn_instance *in, uint32_t i);
+uint32_t rn_ex_scope_new(struct rn_instance *in, uint32_t frame, uint32_t parent);
+void rn_ex_scope_hold(struct rn_instance *in, uint32_t i);
+void rn_ex_scope_rele(struct rn_instance *in, uint32_t i);
+
+/* exec.c: the work queue, outputs, evaluation, control flow, actions, events, a step's frame. */
+void rn_ex_oom(struct rn_instance *in);
+void rn_ex_new_uuid(struct rn_instance *in, struct rn_xid *id);
+void rn_ex_push(struct rn_instance *in, uint32_t x, bool has_val, struct ir_val val, bool agg_done);
+void rn_ex_out_timer(struct rn_instance *in, uint32_t xi, enum rn_timer_kind kind, int64_t at);
+cn_err rn_ex_eval(struct rn_instance *in, uint32_t xi, uint32_t e, struct ir_val *out);
+cn_err rn_ex_check_storable(struct rn_instance *in, struct ir_val v, struct ir_val *err);
+cn_err rn_ex_bind(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct ir_val v,
+                  struct ir_val *err);
+void rn_ex_scope_to_frame(struct rn_instance *in, uint32_t xi, uint32_t frame);
+void rn_ex_finish(struct rn_instance *in, enum rn_outcome outcome, struct ir_val v);
+void rn_ex_deliver(struct rn_instance *in, uint32_t ai, uint32_t idx, bool ok, struct ir_val v);
+void rn_ex_follow(struct rn_instance *in, uint32_t xi, const struct ir_edge *edge, bool has_val,
+                  struct ir_val val);
+void rn_ex_follow_first(struct rn_instance *in, uint32_t xi, bool has_val, struct ir_val val);
+void rn_ex_raise_error(struct rn_instance *in, uint32_t xi, struct ir_val err);
+void rn_ex_raise_new(struct rn_instance *in, uint32_t xi, const char *type, const char *msg);
+void rn_ex_forget_attempts(struct rn_xnode *x);
+void rn_ex_dispatch(struct rn_instance *in, uint32_t xi, bool resend);
+void rn_ex_apply_event(struct rn_instance *in, const struct rn_event *ev);
+void rn_ex_begin_step(struct rn_instance *in, struct rn_step_out *o, int64_t now);
+cn_err rn_ex_end_step(struct rn_instance *in);
+
+/* nodes.c: the step loop. */
+void rn_ex_run_queue(struct rn_instance *in);
+
 #endif

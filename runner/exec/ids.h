@@ -8,7 +8,7 @@
  *
  * They are passed by value (16 bytes) or, for arrays, by const pointer. The bytes inside (.b)
  * meet the outside world only at a few boundaries, each an explicit copy of .b: libpq's binary
- * parameters and results (backend_pg.c), the snapshot codec (snapshot.c), the worker
+ * parameters and results (store/pg/), the snapshot codec (snapshot.c), the worker
  * protocol's wire structs (pool.c; worker-protocol/ stays on raw bytes) and uuid text
  * (cn_uuid_format(x.b, buf) from ir/base/uuid.h). Header only; pure, thread-safe.
  */

@@ -3,7 +3,7 @@
  * The runner's storage interface: claiming due instances under a lease, loading workflow
  * versions, writing progress in the fixed order, and keeping leases (docs/operations.md gives
  * the operator's account). Two implementations with the same semantics: PostgreSQL
- * (backend_pg.c) and in memory (backend_mem.c, for tests and `cairnctl exec`).
+ * (store/pg/) and in memory (backend_mem.c, for tests and `cairnctl exec`).
  *
  * Fencing: every claim gets a fresh lock token. Every write names the token it was made under
  * and is applied only while the instance's queue row still carries that token, under a row

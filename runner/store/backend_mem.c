@@ -162,8 +162,8 @@ mem_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orph
             cl[n].state_len = best->state.len;
         }
         cl[n].state_step = best->state_step;
-        /* As backend_pg: the latest result per execution id of those that are no step, and
-         * every step after the snapshot. */
+        /* As the PostgreSQL backend: the latest result per execution id of those that are no step,
+         * and every step after the snapshot. */
         cl[n].done = cn_xcalloc(best->ndone ? best->ndone : 1, sizeof(*cl[n].done));
         for (k = best->ndone; k > 0; k--) {
             const struct rn_done *d = &best->done[k - 1];

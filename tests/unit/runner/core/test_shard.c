@@ -1414,7 +1414,7 @@ Test(shard, a_parent_that_times_out_reaps_all_its_children)
  * through the fenced write path; that write is its final write, so it must carry its outcome
  * for its parent like any other (a ChildWorkflowError), or the parent's `run` call never gets
  * an answer: the write that finishes an instance is the only place a child's outcome is handed
- * over (backend_pg.c cairn_child_done), and its queue row is gone after it. */
+ * over (store/pg/control.c, cairn_child_done), and its queue row is gone after it. */
 Test(shard, an_unresumable_child_still_answers_its_parent)
 {
     struct rn_xid call = {{0x77, 9}};

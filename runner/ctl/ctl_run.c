@@ -1,0 +1,430 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `cairnctl run`: an instance enqueued through cairn.enqueue, its input and options checked first
+ * against the limits the database enforces (ctl.h), and `--wait` for its outcome.
+ */
+#include <ctype.h>
+#include <math.h>
+
+#include <jansson.h>
+
+#include "ir/base/clock.h"
+#include "ir/numtext.h"
+#include "runner/ctl/ctl.h"
+#include "runner/exec/exec.h"
+#include "runner/store/db.h"
+
+/* How often --wait looks at the instance's status. */
+#define WAIT_POLL_MS 50
+
+/* ---- run ---------------------------------------------------------------------------------- */
+
+int
+ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms, char *st,
+                size_t stlen)
+{
+    int64_t deadline = cn_mono_ms() + timeout_ms;
+    const char *params[1] = {id};
+    struct cn_errmsg em;
+    PGresult *r = NULL;
+    cn_err rv;
+
+    for (;;) {
+        bool done;
+        struct timespec ts = {0, WAIT_POLL_MS * 1000000L};
+
+        if ((rv = rn_db_exec(
+                 c,
+                 "SELECT status, status IN ('completed', 'failed', 'cancelled', 'timed_out') "
+                 "FROM cairn.runner_instances WHERE instance_id = $1",
+                 1, params, &r, &em)) != CN_OK) {
+            return ctl_db_error(o, rv, &em);
+        }
+        done = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 1), "t") == 0;
+        (void) snprintf(st, stlen, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "");
+        PQclear(r);
+        if (done) {
+            return EXIT_OK;
+        }
+        if (timeout_ms > 0 && cn_mono_ms() >= deadline) {
+            fprintf(stderr, "%s: %s did not finish within %lld s\n", o->prog, id,
+                    timeout_ms / 1000);
+            return EXIT_PENDING;
+        }
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Waits for the instance to finish, then prints its result as `result` does. */
+static int
+wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
+{
+    char st[16];
+    int status = ctl_wait_status(o, c, id, timeout_ms, st, sizeof(st));
+
+    return status == EXIT_OK ? ctl_print_result(o, c, id) : status;
+}
+
+int
+ctl_read_input(const char *cmd, const char *input, const char *input_file, char **compact)
+{
+    char *file_text = NULL;
+    size_t file_len = 0;
+    int status;
+
+    if (input_file != NULL) {
+        if (input != NULL) {
+            fprintf(stderr, "cairnctl %s: give --input or --input-file, not both\n", cmd);
+            return EXIT_USAGE;
+        }
+        if ((file_text = ctl_read_file(input_file, &file_len)) == NULL) {
+            return EXIT_USAGE;
+        }
+        if (strlen(file_text) != file_len) {
+            fprintf(stderr, "cairnctl %s: %s contains a NUL byte\n", cmd, input_file);
+            free(file_text);
+            return EXIT_REJECTED;
+        }
+        input = file_text;
+    }
+    status = ctl_parse_input(cmd, input, compact);
+    free(file_text);
+    return status;
+}
+
+int
+ctl_parse_input(const char *cmd, const char *text, char **compact)
+{
+    const char *src = text != NULL ? text : "{}";
+    json_error_t je;
+    json_t *input = json_loads(src, JSON_REJECT_DUPLICATES, &je);
+    struct cn_buf out = CN_BUF_INIT;
+    struct cn_errmsg em;
+    struct ir_val v;
+    size_t len;
+    cn_err rv;
+
+    *compact = NULL;
+    if (input == NULL && json_error_code(&je) == json_error_numeric_overflow) {
+        fprintf(stderr,
+                "cairnctl %s: --input holds a number out of range (integers are 64-bit, floats "
+                "at most about 1.8e308): %s (line %d, column %d)\n",
+                cmd, je.text, je.line, je.column);
+        return EXIT_REJECTED;
+    }
+    if (input == NULL) {
+        fprintf(stderr, "cairnctl %s: --input is not valid JSON: %s (line %d, column %d)\n", cmd,
+                je.text, je.line, je.column);
+        return EXIT_REJECTED;
+    }
+    if (!json_is_object(input)) {
+        fprintf(stderr, "cairnctl %s: --input must be a JSON object ({\"name\": value, ...})\n",
+                cmd);
+        json_decref(input);
+        return EXIT_REJECTED;
+    }
+    json_decref(input);
+    /* jansson has vouched for the syntax, the keys and the numbers, with positions; the
+     * engine's own decoder adds its depth limit, and its encoder the text that is sent. */
+    rv = ir_val_from_json(src, strlen(src), &v, &em);
+    if (rv == CN_DEPTH) {
+        fprintf(stderr,
+                "cairnctl %s: --input is nested deeper than %d levels (the top object is level "
+                "1; each array or object adds one)\n",
+                cmd, IR_VALUE_MAX_DEPTH);
+        return EXIT_REJECTED;
+    }
+    if (rv == CN_OK) {
+        rv = ir_val_to_json(v, &out, &em);
+        ir_val_release(v);
+    }
+    if (rv == CN_OK) {
+        rv = cn_buf_take(&out, compact, &len);
+    }
+    cn_buf_fini(&out);
+    if (rv == CN_NOMEM) {
+        fprintf(stderr, "cairnctl %s: out of memory\n", cmd);
+        return EXIT_USAGE;
+    }
+    if (rv != CN_OK) {
+        fprintf(stderr, "cairnctl %s: --input: %s\n", cmd, em.text);
+        return EXIT_REJECTED;
+    }
+    return EXIT_OK;
+}
+
+/* A float at or beyond 2^63 reaches jsonb in exponent form (1e+20), which PostgreSQL keeps as
+ * the integer 100000000000000000000: outside int64, so cairn.enqueue refuses it. Says so first,
+ * for the first one found (v is within IR_VALUE_MAX_DEPTH: the recursion is bounded). */
+static bool
+jsonb_numbers_ok(struct ir_val v)
+{
+    size_t i;
+
+    switch (v.type) {
+    case IR_T_FLOAT:
+        if (fabs(v.u.f) >= 9223372036854775808.0) {
+            char fb[IR_FLOAT_REPR_MAX];
+            (void) ir_float_repr(v.u.f, fb);
+            fprintf(stderr,
+                    "cairnctl run: --input holds %s, which PostgreSQL stores as an integer, "
+                    "outside the 64-bit range (write it with a fraction to keep a float: "
+                    "100000000000000000000.0)\n",
+                    fb);
+            return false;
+        }
+        return true;
+    case IR_T_LIST:
+        for (i = 0; i < ir_list_len(v); i++) {
+            if (!jsonb_numbers_ok(ir_list_items(v)[i])) {
+                return false;
+            }
+        }
+        return true;
+    case IR_T_MAP:
+        for (i = 0; i < ir_map_len(v); i++) {
+            if (!jsonb_numbers_ok(ir_map_val_at(v, i))) {
+                return false;
+            }
+        }
+        return true;
+    default:
+        return true;
+    }
+}
+
+/* PostgreSQL's spellings of the infinite times, 'infinity' and '-infinity', which it takes in
+ * any case, with blanks around. */
+static bool
+infinite_time(const char *s)
+{
+    size_t n;
+
+    while (isspace((unsigned char) *s)) {
+        s++;
+    }
+    if (*s == '-') {
+        s++;
+    }
+    n = strlen(s);
+    while (n > 0 && isspace((unsigned char) s[n - 1])) {
+        n--;
+    }
+    return n == 8 && strncasecmp(s, "infinity", 8) == 0;
+}
+
+/* The checks cairn.enqueue makes that can be made here (the database makes them all again). */
+static int
+check_enqueue(const char *input, const char *key, const char *at)
+{
+    struct ir_val v;
+    struct cn_errmsg em;
+    size_t n = strlen(input);
+    bool ok;
+
+    if (n > CTL_INPUT_MAX_BYTES) {
+        fprintf(stderr,
+                "cairnctl run: --input is %zu bytes of JSON, over the limit of %d bytes (pass "
+                "large data by reference: a URL, a row id)\n",
+                n, CTL_INPUT_MAX_BYTES);
+        return EXIT_REJECTED;
+    }
+    if (ir_val_from_json(input, n, &v, &em) != CN_OK) { /* ctl_parse_input made this text */
+        fprintf(stderr, "cairnctl run: --input: %s\n", em.text);
+        return EXIT_USAGE;
+    }
+    ok = jsonb_numbers_ok(v);
+    ir_val_release(v);
+    if (!ok) {
+        return EXIT_REJECTED;
+    }
+    if (key != NULL && key[0] == '\0') {
+        fprintf(stderr, "cairnctl run: --idempotency-key is empty (leave it out for no key)\n");
+        return EXIT_REJECTED;
+    }
+    if (key != NULL && strlen(key) > CTL_IDEMPOTENCY_KEY_MAX_BYTES) {
+        fprintf(stderr,
+                "cairnctl run: --idempotency-key is %zu bytes, over the limit of %d bytes (use a "
+                "digest of a longer key: a hex SHA-256 is 64 bytes)\n",
+                strlen(key), CTL_IDEMPOTENCY_KEY_MAX_BYTES);
+        return EXIT_REJECTED;
+    }
+    if (at != NULL && infinite_time(at)) {
+        fprintf(stderr,
+                "cairnctl run: --at must be a finite time (2026-12-01T09:00:00Z), not '%s'\n", at);
+        return EXIT_REJECTED;
+    }
+    return EXIT_OK;
+}
+
+/* --at and --workflow-timeout are read by the database, which takes more forms than any parser
+ * here would (time zone names, 'tomorrow', '1 day 2 hours'); they are read apart from the
+ * enqueue, so that a bad one is named with the forms it takes instead of PostgreSQL's
+ * "invalid input syntax for type timestamp with time zone". */
+static int
+check_time_options(PGconn *c, const char *at, const char *timeout)
+{
+    const struct {
+        const char *flag, *value, *sql, *what;
+    } opts[] = {
+        {"--at", at, "SELECT $1::timestamptz",
+         "is not a time: give an ISO 8601 time with its offset (2026-12-01T09:00:00Z, "
+         "2026-12-01 10:00:00+01:00), a time in a named zone (2026-12-01 09:00 Europe/Paris), "
+         "or now, today or tomorrow"},
+        {"--workflow-timeout", timeout, "SELECT $1::interval",
+         "is not a duration: give a number with a unit (90s, 5 minutes, 2 hours, 1 day) or "
+         "hh:mm:ss (01:30:00)"},
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        const char *params[1] = {opts[i].value};
+        struct cn_errmsg em;
+        cn_err rv;
+
+        if (opts[i].value == NULL ||
+            (rv = rn_db_exec(c, opts[i].sql, 1, params, NULL, &em)) == CN_OK) {
+            continue;
+        }
+        if (rv != CN_INVAL) { /* not the value's fault */
+            fprintf(stderr, "cairnctl run: %s\n", em.text);
+            return EXIT_DB;
+        }
+        fprintf(stderr, "cairnctl run: %s '%s' %s\n", opts[i].flag, opts[i].value, opts[i].what);
+        return EXIT_REJECTED;
+    }
+    return EXIT_OK;
+}
+
+int
+ctl_cmd_run(int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        {.flag = "input",
+         .kind = CN_OPT_STR,
+         .arg = "JSON",
+         .help = "the instance's input, a JSON object (default {})"},
+        {.flag = "input-file",
+         .kind = CN_OPT_STR,
+         .arg = "FILE",
+         .help = "read the input from FILE (-: stdin), for one too long for a command line"},
+        {.flag = "idempotency-key",
+         .kind = CN_OPT_STR,
+         .arg = "K",
+         .help = "the same key returns the workflow's first instance instead of making another"},
+        {.flag = "concurrency-key",
+         .kind = CN_OPT_STR,
+         .arg = "K",
+         .help = "instances with the same key run at most the workflow's per-key limit at once "
+                 "(1 unless set: cairnctl limit set)"},
+        {.flag = "priority",
+         .kind = CN_OPT_INT,
+         .def = "0",
+         .min = -1000000,
+         .max = 1000000,
+         .arg = "P",
+         .help = "higher runs first"},
+        {.flag = "at",
+         .kind = CN_OPT_STR,
+         .arg = "TIME",
+         .help = "not before this ISO 8601 time (2026-12-01T09:00:00Z)"},
+        {.flag = "version",
+         .kind = CN_OPT_STR,
+         .arg = "V",
+         .help = "this version of the workflow (default: the newest)"},
+        {.flag = "workflow-timeout",
+         .kind = CN_OPT_STR,
+         .arg = "D",
+         .help = "the instance times out D after it is due (30s, 5 min, 2 hours; default: the "
+                 "workflow's own [timeout: D], if any)"},
+        {.flag = "wait", .kind = CN_OPT_BOOL, .help = "wait until it finishes; print its result"},
+        {.flag = "timeout",
+         .kind = CN_OPT_INT,
+         .min = 1,
+         .max = 86400 * 365,
+         .arg = "S",
+         .help = "with --wait: give up after S seconds (exit 5)"},
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS("run",
+                                "NAME [--input JSON | --input-file FILE] [--idempotency-key K] "
+                                "[--concurrency-key K] [--priority P] [--at TIME] [--version V] "
+                                "[--workflow-timeout D] [--wait [--timeout S]] [--json]",
+                                rows, 1);
+    struct cn_errmsg em;
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    const char *params[8];
+    char prio[24];
+    char *input_text = NULL;
+    int status;
+    cn_err rv;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    if (o.nargs != 1) {
+        fprintf(stderr, "usage: %s\n", o.usage);
+        return EXIT_USAGE;
+    }
+    /* The input is checked here, with a position, before the database sees it. */
+    if ((status = ctl_read_input("run", cn_opts_str(&o, "input"), cn_opts_str(&o, "input-file"),
+                                 &input_text)) != EXIT_OK) {
+        return status;
+    }
+    if ((status = check_enqueue(input_text, cn_opts_str(&o, "idempotency-key"),
+                                cn_opts_str(&o, "at"))) != EXIT_OK) {
+        free(input_text);
+        return status;
+    }
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
+        free(input_text);
+        return status;
+    }
+    if ((status = check_time_options(c, cn_opts_str(&o, "at"),
+                                     cn_opts_str(&o, "workflow-timeout"))) != EXIT_OK) {
+        free(input_text);
+        PQfinish(c);
+        return status;
+    }
+    (void) snprintf(prio, sizeof(prio), "%lld", cn_opts_int(&o, "priority"));
+    params[0] = argv[0];
+    params[1] = input_text;
+    params[2] = cn_opts_str(&o, "idempotency-key");
+    params[3] = prio;
+    params[4] = cn_opts_str(&o, "at");
+    params[5] = cn_opts_str(&o, "version");
+    params[6] = cn_opts_str(&o, "workflow-timeout"); /* PostgreSQL reads the interval */
+    params[7] = cn_opts_str(&o, "concurrency-key");
+    rv = rn_db_exec(c,
+                    "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer, $5::timestamptz, $6, "
+                    "$7::interval, $8)",
+                    8, params, &r, &em);
+    free(input_text);
+    if (rv != CN_OK) {
+        status = ctl_db_error(&o, rv, &em);
+        PQfinish(c);
+        return status;
+    }
+    if (cn_opts_bool(&o, "wait")) {
+        char id[64];
+
+        (void) snprintf(id, sizeof(id), "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+        if (!ctl_json_out(&o)) {
+            fprintf(stderr, "%s\n", id);
+        }
+        status = wait_finished(&o, c, id, cn_opts_int(&o, "timeout") * 1000);
+        PQfinish(c);
+        return status;
+    }
+    if (ctl_json_out(&o)) {
+        printf("{\"id\": \"%s\"}\n", PQgetvalue(r, 0, 0));
+    } else {
+        printf("%s\n", PQgetvalue(r, 0, 0));
+    }
+    PQclear(r);
+    PQfinish(c);
+    return EXIT_OK;
+}

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The operations features the runners call: retention's due pruning, the backfills' tick and
+ * the schedules' firing (runner/ops/schedule.c).
+ *
+ * Threads: used by one thread at a time (pg_int.h).
+ */
+
+#include <stdlib.h>
+
+#include "ir/base/xalloc.h"
+#include "runner/ops/schedule.h"
+#include "runner/store/db.h"
+#include "runner/store/pg/pg_int.h"
+
+cn_err
+pg_prune_due(struct rn_backend *base, int64_t retention_s, size_t batch,
+             char cursor[RN_PRUNE_CURSOR_LEN], size_t *instances, size_t *actions,
+             struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    char keep[24], n[24];
+    const char *params[3] = {keep, n, cursor[0] != '\0' ? cursor : NULL};
+    PGresult *r = NULL;
+    cn_err rv;
+
+    *instances = *actions = 0;
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    (void) snprintf(keep, sizeof(keep), "%lld", (long long) retention_s);
+    (void) snprintf(n, sizeof(n), "%zu", batch);
+    if ((rv = rn_db_exec(b->c,
+                         "SELECT instances, actions, next_before FROM cairn.prune_due(CASE WHEN"
+                         " $1::bigint > 0 THEN $1::bigint * interval '1 second' END, $2::integer,"
+                         " $3::timestamptz)",
+                         3, params, &r, err)) != CN_OK) {
+        return rv;
+    }
+    cursor[0] = '\0';
+    if (PQntuples(r) == 1) {
+        *instances = (size_t) strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+        *actions = (size_t) strtoull(PQgetvalue(r, 0, 1), NULL, 10);
+        if (!PQgetisnull(r, 0, 2)) {
+            (void) snprintf(cursor, RN_PRUNE_CURSOR_LEN, "%s", PQgetvalue(r, 0, 2));
+        }
+    }
+    PQclear(r);
+    return CN_OK;
+}
+
+cn_err
+pg_tick_backfills(struct rn_backend *base, struct rn_backfill_stat **out, size_t *n,
+                  struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    PGresult *r = NULL;
+    int i, rows;
+    cn_err rv;
+
+    *out = NULL;
+    *n = 0;
+    if ((rv = pg_conn(b, err)) != CN_OK ||
+        (rv = rn_db_exec(b->c, "SELECT cairn.backfill_tick(1000)", 0, NULL, NULL, err)) != CN_OK ||
+        (rv = rn_db_exec(b->c,
+                         "SELECT id, workflow_name, state, done, failed, running,"
+                         " total - done - failed FROM cairn.backfills"
+                         " WHERE state IN ('pending', 'running', 'paused', 'resuming')"
+                         "    OR finished_at > now() - interval '10 minutes'"
+                         " ORDER BY created_at DESC LIMIT 100",
+                         0, NULL, &r, err)) != CN_OK) {
+        return rv;
+    }
+    rows = PQntuples(r);
+    if (rows > 0) {
+        *out = cn_xcalloc((size_t) rows, sizeof(**out));
+        for (i = 0; i < rows; i++) {
+            struct rn_backfill_stat *s = &(*out)[i];
+            (void) snprintf(s->id, sizeof(s->id), "%s", PQgetvalue(r, i, 0));
+            (void) snprintf(s->workflow, sizeof(s->workflow), "%s", PQgetvalue(r, i, 1));
+            (void) snprintf(s->state, sizeof(s->state), "%s", PQgetvalue(r, i, 2));
+            s->done = strtoll(PQgetvalue(r, i, 3), NULL, 10);
+            s->failed = strtoll(PQgetvalue(r, i, 4), NULL, 10);
+            s->running = strtoll(PQgetvalue(r, i, 5), NULL, 10);
+            s->remaining = strtoll(PQgetvalue(r, i, 6), NULL, 10);
+        }
+        *n = (size_t) rows;
+    }
+    PQclear(r);
+    return CN_OK;
+}
+
+cn_err
+pg_fire_schedules(struct rn_backend *base, size_t *n, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    cn_err rv;
+
+    *n = 0;
+    if ((rv = pg_conn(b, err)) != CN_OK) {
+        return rv;
+    }
+    return rn_schedules_fire(b->c, n, err);
+}
