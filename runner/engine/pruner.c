@@ -14,24 +14,14 @@
 #include "ir/base/log.h"
 #include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
+#include "runner/engine/stop.h"
 
 struct rn_pruner {
     struct rn_pruner_cfg cfg;
     pthread_t thread;
-    atomic_bool stop;
-    _Atomic uint64_t instances, actions, errors;
+    struct rn_stop stop;
+    _Atomic uint64_t instances, actions, errors, runs;
 };
-
-static void
-pause_ms(struct rn_pruner *p, int64_t ms)
-{
-    int64_t until = cn_mono_ms() + ms;
-
-    while (!atomic_load(&p->stop) && cn_mono_ms() < until) {
-        struct timespec ts = {0, 50 * 1000000L};
-        (void) nanosleep(&ts, NULL);
-    }
-}
 
 static void *
 pruner_main(void *arg)
@@ -42,11 +32,12 @@ pruner_main(void *arg)
     char cursor[RN_PRUNE_CURSOR_LEN] = "";
     bool failing = false;
 
-    while (!atomic_load(&p->stop)) {
+    while (!rn_stop_is_set(&p->stop)) {
         struct cn_errmsg em;
         size_t ni = 0, na = 0;
         cn_err rv = b->ops->prune_due(b, p->cfg.retention_s, RN_PRUNE_BATCH, cursor, &ni, &na, &em);
 
+        atomic_fetch_add(&p->runs, 1);
         if (rv != CN_OK) {
             cursor[0] = '\0'; /* the next round starts over */
             atomic_fetch_add(&p->errors, 1);
@@ -54,7 +45,7 @@ pruner_main(void *arg)
                 cn_log(CN_LOG_WARN, "retention: pruning failed: %s", em.text);
             }
             failing = true;
-            pause_ms(p, p->cfg.interval_ms);
+            (void) rn_stop_pause(&p->stop, p->cfg.interval_ms);
             continue;
         }
         failing = false;
@@ -63,7 +54,7 @@ pruner_main(void *arg)
         round_i += ni;
         round_a += na;
         if (ni >= RN_PRUNE_BATCH || cursor[0] != '\0') { /* more to look at */
-            pause_ms(p, RN_PRUNE_PAUSE_MS);
+            (void) rn_stop_pause(&p->stop, RN_PRUNE_PAUSE_MS);
             continue;
         }
         if (round_i > 0) {
@@ -72,7 +63,7 @@ pruner_main(void *arg)
                    (unsigned long long) round_i, (unsigned long long) round_a);
         }
         round_i = round_a = 0;
-        pause_ms(p, p->cfg.interval_ms);
+        (void) rn_stop_pause(&p->stop, p->cfg.interval_ms);
     }
     return NULL;
 }
@@ -88,8 +79,9 @@ rn_pruner_start(const struct rn_pruner_cfg *cfg, struct rn_pruner **out, struct 
     }
     p = cn_xcalloc(1, sizeof(*p));
     p->cfg = *cfg;
-    atomic_init(&p->stop, false);
+    rn_stop_init(&p->stop);
     if (pthread_create(&p->thread, NULL, pruner_main, p) != 0) {
+        rn_stop_fini(&p->stop);
         free(p);
         return cn_errmsg_set(err, CN_IO, "cannot start the pruner thread");
     }
@@ -105,6 +97,7 @@ rn_pruner_stats(struct rn_pruner *p, struct rn_pruner_stats *st)
         st->instances = atomic_load(&p->instances);
         st->actions = atomic_load(&p->actions);
         st->errors = atomic_load(&p->errors);
+        st->runs = atomic_load(&p->runs);
     }
 }
 
@@ -114,8 +107,9 @@ rn_pruner_stop(struct rn_pruner *p)
     if (p == NULL) {
         return;
     }
-    atomic_store(&p->stop, true);
+    rn_stop_set(&p->stop);
     cn_thread_join(p->thread);
+    rn_stop_fini(&p->stop);
     free(p);
 }
 

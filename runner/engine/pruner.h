@@ -35,6 +35,7 @@ struct rn_pruner_stats {
     uint64_t instances; /* deleted so far */
     uint64_t actions;   /* action results deleted so far */
     uint64_t errors;    /* rounds that failed */
+    uint64_t runs;      /* rounds (one batch each) */
 };
 
 struct rn_pruner;

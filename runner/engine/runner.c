@@ -1,32 +1,52 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The runner engine: configuration, start, stop and statistics. The work is done by:
- *   shard.c       the shard core (instances, events, the commit barrier, timers), no threads;
- *   shardloop.c   one thread per shard: inbox, wait, carrying out the core's output;
- *   persister.c   the persist threads (batched fenced writes, one connection each);
- *   claimer.c     the claim thread and its DAG cache (dagcache.c);
- *   keeper.c      the lease registry, the heartbeat and the reclaimer;
- *   http.c        /metrics (metrics.c), /healthz, /readyz, the status page (status.c);
- *   status.c      this runner's row in cairn.runners, the status page's data (its own threads);
- *   pool.c        the worker pool.
+ *   core/shard.c        the shard core (instances, events, the commit barrier, timers), no threads;
+ *   engine/shardloop.c  one thread per shard: inbox, wait, carrying out the core's output;
+ *   engine/persister.c  the persist threads (batched fenced writes, one connection each);
+ *   engine/claimer.c    the claim thread and its DAG cache (dagcache.c);
+ *   engine/keeper.c     the lease registry, the heartbeat and the reclaimer;
+ *   engine/canceller.c  the listener for cancels and children's outcomes;
+ *   engine/ticker.c     the periodic jobs (sweeps, schedules, backfills, late results, reaps);
+ *   engine/pruner.c     retention;
+ *   ops/http.c          /metrics (ops/metrics.c), /healthz, /readyz, the status page;
+ *   ops/status.c        this runner's row in cairn.runners, the status page's data (its own
+ *                       threads);
+ *   pool/               the worker pool.
  * This file routes events between them: pool results, persister ACKs, claims and lost leases
  * all go to the shard that owns the instance (chosen by a hash of its id).
  *
- * LOCK ORDER: no thread holds two of the engine's mutexes at once but in the cases below. Each
- * one (a shard inbox, the persister queue, the keeper's registry and its wake mutex, the
- * claimer's stop mutex, the busy gauge, the pool's mutex, the in-memory backend's mutex, the
- * HTTP listener's answer queue) is taken for a short non-blocking section, released, and never
- * held across a backend or network call or a callback. Routing an event (rn_shardloop_post)
- * therefore happens with no lock held: the pool calls back without its lock, the persisters
- * acknowledge after releasing theirs, the keeper reports lost leases outside the registry lock.
- * The nestings, each only in this order (an arrow: taken while holding the one before):
- *   pool -> claimer's stop mutex: the pool wakes the claimer when it has room again
- *     (rn_pool_room);
- *   pool -> worker transport (sprep.h) -> descriptor budget (fdbudget.h): a reply or a close
- *     is queued under the pool's mutex; the transport gives descriptor units back under its own,
- *     and the budget calls its waiter (which only schedules an nng aio) under its own.
- * The claimer's stop mutex and the budget's are leaves; the transport's is taken under nothing
- * but the pool's, and its callbacks into the pool run with it released.
+ * LOCK ORDER. Every mutex of the runner process, where it lives, and what may be taken while
+ * it is held. A leaf is never held while taking another. None is held across a backend or
+ * network call, a callback, a log line or a condition wait other than its own; routing an
+ * event (rn_shardloop_post) therefore happens with no lock held: the pool calls back without
+ * its lock, the persisters acknowledge after releasing theirs, the keeper reports lost leases
+ * outside its registry lock.
+ *   mutex                                   file                  taken under / takes
+ *   the pool's p->mtx                       pool/pool_int.h       takes the claimer's and the
+ *                                                                 transport's (below)
+ *   the worker transport's s->mtx           pool/sprep.c          under the pool's only; takes
+ *                                                                 the descriptor budget's
+ *   the descriptor budget's                 pool/fdbudget.h       leaf (its waiter only
+ *                                                                 schedules an nng aio)
+ *   the claimer's c->mtx                    engine/claimer.c      leaf; under the pool's
+ *                                                                 (rn_pool_room wakes it)
+ *   the pools left behind                   pool/pool.c           leaf
+ *   a shard inbox l->mtx                    engine/shardloop.c    leaf
+ *   the busy gauge                          engine/shardloop.h    leaf
+ *   the persister queue p->mtx              engine/persister.c    leaf
+ *   the keeper's registry k->reg, its wake  engine/keeper.c       leaves (never nested)
+ *   the ticker's stop flag (its clocks)     engine/ticker.c       leaf
+ *   the late queue q->mtx                   engine/ticker.h       leaf
+ *   the canceller's, the pruner's stop flag engine/stop.h         leaves
+ *   the backfills' progress                 engine/runner.c       leaf
+ *   the HTTP listener's h->mtx              ops/http.c            leaf (routes run unlocked)
+ *   the status page's s->mtx                ops/status.c          leaf (answers and pool
+ *                                                                 snapshots taken unlocked)
+ *   the in-memory backend's b->mtx          store/backend_mem.c   leaf
+ * So the only nestings are pool -> claimer and pool -> transport -> budget, each in that order
+ * alone. The ThreadSanitizer program (tests/race) runs the whole engine and fails on any
+ * lock-order inversion.
  *
  * NO HALF-ALIVE PROCESS: no engine thread returns before rn_runner_stop asks it to. Storage and
  * network errors are retried with backoff (backoff.h) and logged; running out of memory
@@ -66,6 +86,7 @@ struct rn_runner {
     struct rn_keeper *keeper;
     struct rn_claimer *claimer;
     struct rn_canceller *canceller; /* NULL with a backend without cancels */
+    struct rn_ticker *ticker;       /* NULL with a backend without periodic jobs */
     struct rn_pruner *pruner;       /* NULL with a backend that cannot prune */
     struct {
         pthread_mutex_t mtx; /* canceller thread writes, HTTP threads read */
@@ -73,7 +94,8 @@ struct rn_runner {
         size_t n;
     } backfills; /* the last tick's progress, for /metrics */
     struct rn_backend *prune_b;
-    struct rn_late_queue late; /* shards -> canceller: results after an outcome */
+    struct rn_backend *tick_b;
+    struct rn_late_queue late; /* shards -> ticker: results after an outcome, reaps */
     struct rn_shardloop **loops;
     uint32_t nloops;
     struct rn_busy busy;
@@ -221,6 +243,25 @@ on_child_result(void *arg, struct rn_iid parent, const struct rn_done *d)
 
 /* ---- statistics and HTTP ------------------------------------------------------------------ */
 
+/* The background jobs' counters, by name (rn_runner_stats). */
+static void
+job_stats(struct rn_runner *r, const struct rn_pruner_stats *ps, struct rn_runner_stats *st)
+{
+    struct rn_ticker_stats ts;
+    size_t j;
+
+    rn_ticker_stats(r->ticker, &ts);
+    st->njobs = 0;
+    for (j = 0; j < RN_JOB_COUNT; j++) {
+        st->jobs[st->njobs++] = (struct rn_job_stat){rn_ticker_job_name((enum rn_ticker_job) j),
+                                                     ts.runs[j], ts.failures[j]};
+    }
+    st->jobs[st->njobs].name = "notices";
+    rn_canceller_stats(r->canceller, &st->jobs[st->njobs].runs, &st->jobs[st->njobs].failures);
+    st->njobs++;
+    st->jobs[st->njobs++] = (struct rn_job_stat){"retention", ps->runs, ps->errors};
+}
+
 void
 rn_runner_stats(struct rn_runner *r, struct rn_runner_stats *st)
 {
@@ -249,6 +290,7 @@ rn_runner_stats(struct rn_runner *r, struct rn_runner_stats *st)
         rn_pruner_stats(r->pruner, &ps);
         st->pruned = ps.instances;
         st->pruned_actions = ps.actions;
+        job_stats(r, &ps, st);
     }
 }
 
@@ -272,7 +314,7 @@ http_metrics(void *arg, struct cn_buf *out)
     return ok;
 }
 
-/* The canceller's backfill progress (canceller thread): kept for /metrics. */
+/* The ticker's backfill progress (ticker thread): kept for /metrics. */
 static void
 on_backfills(void *arg, const struct rn_backfill_stat *st, size_t n)
 {
@@ -322,7 +364,7 @@ open_backends(struct rn_runner *r, struct cn_errmsg *err)
     cn_err rv;
 
     if (cfg->backend != NULL) {
-        r->claim_b = r->lease_b = r->cancel_b = r->prune_b = cfg->backend;
+        r->claim_b = r->lease_b = r->cancel_b = r->prune_b = r->tick_b = cfg->backend;
         for (i = 0; i < r->npersisters; i++) {
             r->persist_b[i] = cfg->backend;
         }
@@ -331,7 +373,8 @@ open_backends(struct rn_runner *r, struct cn_errmsg *err)
     if ((rv = rn_backend_pg_open(cfg->database_url, &r->claim_b, err)) != CN_OK ||
         (rv = rn_backend_pg_open(cfg->database_url, &r->lease_b, err)) != CN_OK ||
         (rv = rn_backend_pg_open(cfg->database_url, &r->cancel_b, err)) != CN_OK ||
-        (rv = rn_backend_pg_open(cfg->database_url, &r->prune_b, err)) != CN_OK) {
+        (rv = rn_backend_pg_open(cfg->database_url, &r->prune_b, err)) != CN_OK ||
+        (rv = rn_backend_pg_open(cfg->database_url, &r->tick_b, err)) != CN_OK) {
         return rv;
     }
     for (i = 0; i < r->npersisters; i++) {
@@ -453,7 +496,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     deps.busy = &r->busy;
     /* Only a backend that records them (not the in-memory one) gets late results: nothing
      * would drain the queue. */
-    deps.late = r->cancel_b->ops->record_late != NULL ? &r->late : NULL;
+    deps.late = r->tick_b->ops->record_late != NULL ? &r->late : NULL;
     for (i = 0; i < r->nloops; i++) {
         struct rn_shard_cfg scfg;
         memset(&scfg, 0, sizeof(scfg));
@@ -472,8 +515,15 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
      * children's notifications (it would wait for CAIRN_EVICT_CHILD_WAIT_MS, be handed back and
      * claimed again). */
     {
-        struct rn_canceller_cfg xcfg = {r->cancel_b, RN_CANCEL_SWEEP_MS, &r->late};
-        struct rn_canceller_hooks hooks = {on_cancel, holds, on_child_result, on_backfills, r};
+        struct rn_ticker_cfg tcfg = {r->tick_b, deps.late};
+        struct rn_ticker_hooks thooks = {on_cancel, on_backfills, r};
+        struct rn_canceller_cfg xcfg = {r->cancel_b, NULL};
+        struct rn_canceller_hooks hooks = {on_cancel, holds, on_child_result, r};
+        if ((rv = rn_ticker_start(&tcfg, &thooks, &r->ticker, err)) != CN_OK) {
+            runner_free(r);
+            return rv;
+        }
+        xcfg.ticker = r->ticker;
         if ((rv = rn_canceller_start(&xcfg, &hooks, &r->canceller, err)) != CN_OK) {
             runner_free(r);
             return rv;
@@ -569,6 +619,8 @@ rn_runner_stop(struct rn_runner *r, uint32_t grace_ms)
     rn_claimer_stop(r->claimer);
     rn_canceller_stop(r->canceller); /* it posts to the shards: stopped before them */
     r->canceller = NULL;
+    rn_ticker_stop(r->ticker); /* so does it; first the late results queued until now */
+    r->ticker = NULL;
     rn_pruner_stop(r->pruner);
     r->pruner = NULL;
     /* Let running actions report and their writes commit, up to the grace period. */
@@ -601,6 +653,7 @@ runner_free(struct rn_runner *r)
     rn_status_stop(r->status); /* answers what is parked; deletes this runner's row */
     rn_claimer_stop(r->claimer);
     rn_canceller_stop(r->canceller);
+    rn_ticker_stop(r->ticker);
     rn_pruner_stop(r->pruner);
     /* Shards stop before the persisters and the keeper they feed. */
     for (i = 0; i < r->nloops; i++) {
@@ -629,6 +682,9 @@ runner_free(struct rn_runner *r)
         if (r->prune_b != NULL) {
             r->prune_b->ops->close(r->prune_b);
         }
+        if (r->tick_b != NULL) {
+            r->tick_b->ops->close(r->tick_b);
+        }
         if (r->lease_b != NULL) {
             r->lease_b->ops->close(r->lease_b);
         }
@@ -640,7 +696,7 @@ runner_free(struct rn_runner *r)
     }
     rn_busy_fini(&r->busy);
     rn_fdbudget_fini(&r->fds);
-    rn_late_queue_fini(&r->late); /* what came after the canceller stopped is not recorded */
+    rn_late_queue_fini(&r->late); /* what came after the ticker stopped is not recorded */
     free(r->backfills.items);
     cn_mutex_destroy(&r->backfills.mtx);
     free(r);

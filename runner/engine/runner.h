@@ -10,8 +10,11 @@
  * (shardloop.h; each owns its instances exclusively, the executor runs there), CAIRN_PERSISTERS
  * persisters (persister.h; each batches the writes queued by every shard into one transaction
  * on its own connection), a lease keeper that also runs the reclaimer (keeper.h), the
- * canceller: the control session for cancels, child workflows' outcomes, sweeps and schedules
- * (canceller.h), the worker pool's threads (pool.h) and the HTTP listener's thread (http.h).
+ * canceller, which listens for cancels and child workflows' outcomes (canceller.h), the ticker,
+ * which runs the periodic jobs (sweeps, schedules, backfills, late results; ticker.h), the
+ * pruner (retention, pruner.h), the status page's reader (runner/ops/status.h), the worker
+ * pool's threads (pool.h) and the HTTP listener's thread (http.h); each with its own database
+ * session where it has one.
  * They talk through queues; locks nest only as runner.c's lock order says, and none is held
  * across storage or network calls. rn_runner_start, rn_runner_stop and rn_runner_stats are
  * called from one controlling thread; rn_runner_stats may also run concurrently with the engine.
@@ -23,6 +26,7 @@
 
 #include "ir/base/err.h"
 #include "runner/core/lathist.h"
+#include "runner/engine/ticker.h"
 #include "runner/ops/http.h"
 
 struct rn_backend;
@@ -57,6 +61,9 @@ struct rn_runner_cfg {
     uint32_t prune_interval_ms; /* between retention rounds (0: its default) */
 };
 
+/* The ticker's jobs, the canceller's "notices" and retention's "retention". */
+#define RN_RUNNER_JOBS (RN_JOB_COUNT + 2)
+
 struct rn_runner_stats {
     uint64_t claimed;          /* instances claimed */
     uint64_t completed;        /* instances finished: completed */
@@ -74,6 +81,13 @@ struct rn_runner_stats {
     uint64_t fd_budget;        /* connections the listeners may hold (fdbudget.h) */
     uint64_t fd_used;          /* held now */
     uint64_t fd_exhausted;     /* connections refused because the budget was spent */
+    /* The background jobs (the ticker's, the canceller's wait for notices, retention's
+     * rounds): each one's runs and failed runs, by name. */
+    struct rn_job_stat {
+        const char *name;
+        uint64_t runs, failures;
+    } jobs[RN_RUNNER_JOBS];
+    size_t njobs;
 };
 
 struct rn_runner;

@@ -20,9 +20,9 @@
 
 #include "ir/base/err.h"
 #include "runner/core/shard.h"
-#include "runner/engine/canceller.h"
 #include "runner/engine/keeper.h"
 #include "runner/engine/persister.h"
+#include "runner/engine/ticker.h"
 #include "runner/pool/pool.h"
 
 /* Instances busy (writing, or with actions in flight) over every shard, and a wait for none:
@@ -44,7 +44,7 @@ struct rn_shardloop_deps {
     struct rn_keeper *keeper;
     _Atomic size_t *active; /* the runner's held-instance count; decremented here */
     struct rn_busy *busy;
-    struct rn_late_queue *late; /* where late results go (the canceller records them) */
+    struct rn_late_queue *late; /* where late results go (the ticker records them) */
 };
 
 /* What a shard did, for the runner's statistics. */

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Appends one Prometheus sample with its HELP and TYPE lines. */
 static bool
@@ -58,6 +59,39 @@ rn_metrics_render_backfills(const struct rn_backfill_stat *bf, size_t n, struct 
         }
     }
     return ok;
+}
+
+/* The background jobs' runs and failed runs, one sample per job (ticker.h names them). */
+static bool
+render_jobs(const struct rn_runner_stats *st, struct cn_buf *b)
+{
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } series[] = {
+        {"cairn_job_runs_total", "Runs of each background job.",
+         offsetof(struct rn_job_stat, runs)},
+        {"cairn_job_failures_total",
+         "Runs of each background job that failed (each backs off on its own).",
+         offsetof(struct rn_job_stat, failures)},
+    };
+    size_t s, j;
+
+    for (s = 0; s < sizeof(series) / sizeof(series[0]); s++) {
+        if (cn_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", series[s].name, series[s].help,
+                          series[s].name) != CN_OK) {
+            return false;
+        }
+        for (j = 0; j < st->njobs; j++) {
+            uint64_t v;
+            memcpy(&v, (const char *) &st->jobs[j] + series[s].off, sizeof(v));
+            if (cn_buf_printf(b, "%s{job=\"%s\"} %llu\n", series[s].name, st->jobs[j].name,
+                              (unsigned long long) v) != CN_OK) {
+                return false;
+            }
+        }
+    }
+    return true;
 }
 
 bool
@@ -134,7 +168,7 @@ rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *
     RN_SAMPLES(RN_SAMPLE)
 #undef RN_SAMPLE
 #undef RN_SAMPLES
-    return ok &&
+    return ok && render_jobs(st, b) &&
            summary(b, "cairn_persist_seconds",
                    "Duration of each committed persist transaction (the commit barrier's floor).",
                    &st->persist) &&

@@ -30,10 +30,10 @@
 #include <stdint.h>
 
 /* Descriptors kept back for the runner itself: 2 per database session (sessions: the claimer,
- * keeper, canceller, pruner, status page and each persister), 2 for the log file, and 64 for
- * everything else it or its libraries open after start (nng's and libmicrohttpd's pipes,
- * name lookups, /proc reads). */
-#define RN_FD_RESERVE(persisters) (2u * (5u + (persisters)) + 2u + 64u)
+ * keeper, canceller, ticker, pruner, status page and each persister), 2 for the log file, and 64
+ * for everything else it or its libraries open after start (nng's and libmicrohttpd's pipes, name
+ * lookups, /proc reads). */
+#define RN_FD_RESERVE(persisters) (2u * (6u + (persisters)) + 2u + 64u)
 
 struct rn_fdbudget {
     uint64_t limit;             /* RLIMIT_NOFILE's soft limit at start */
