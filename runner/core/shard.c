@@ -2,6 +2,7 @@
 /* The shard core (see shard.h for the contract: commit barrier, held events, stale ACKs). */
 #include "runner/core/shard.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,14 +15,30 @@
 #include "runner/exec/errors.h"
 #include "runner/exec/idmap.h"
 
+/* An instance's life in the shard (shard.h, THE COMMIT BARRIER):
+ *
+ *     RUNNING --a write--> WRITING --its ACK, still running--> RUNNING
+ *        |                    `--its ACK: the outcome committed, or lost, or failed--> (gone)
+ *        `--a hand-back (long sleep, a wait for children only)--> HANDING_BACK --ACK--> (gone)
+ *
+ * While WRITING or HANDING_BACK the actions and timers of the output being written wait in
+ * `held` and events that arrive wait in `waiting` (the commit barrier). inst_move makes every
+ * change and asserts it is one of these. */
+enum inst_state { INST_RUNNING = 0, INST_WRITING, INST_HANDING_BACK, INST_STATES_ };
+
+static const unsigned inst_moves[INST_STATES_] = {
+    [INST_RUNNING] = 1u << INST_WRITING | 1u << INST_HANDING_BACK,
+    [INST_WRITING] = 1u << INST_RUNNING,
+    [INST_HANDING_BACK] = 0, /* its ACK removes it */
+};
+
 struct inst {
     struct rn_iid id;
     struct rn_token lock;
     char *workflow;
     const struct ir_dag *dag;
     struct rn_instance *ex;
-    bool writing;            /* a write is in flight: actions and timers wait in held */
-    bool evicting;           /* the write in flight hands the instance back */
+    enum inst_state state;   /* its life here (below) */
     struct rn_step_out held; /* the output whose write is in flight */
     int64_t held_us;         /* when held was produced (monotonic µs): its actions' ready time */
     struct {
@@ -33,17 +50,29 @@ struct inst {
         size_t len, cap;
     } late;
     size_t inflight;             /* actions dispatched and not reported back (approximate) */
-    bool counted;                /* counted in shard->busy */
+    bool counted;                /* bookkeeping: counted in shard->busy (busy_sync) */
     int64_t claimed_mono_us;     /* when claimed, until the first dispatch (then 0) */
     int64_t deadline_ms;         /* the workflow's deadline (wall clock); 0: none */
     int64_t timeout_ms;          /* the timeout it comes from (for the error message) */
     uint32_t slot;               /* index in shard->insts */
     struct rn_child_link parent; /* a child instance: the call its outcome answers */
     int64_t active_ms;           /* wall clock of the last event applied (child-wait hand-back) */
-    bool idle_armed;             /* a child-wait check is in the timer heap */
-    bool first_step;             /* its output is a new instance's first step (handle_output) */
+    bool idle_armed;             /* bookkeeping: a child-wait check is in the timer heap */
     struct rn_steplog steps;     /* which steps its results alone record (handle_output) */
 };
+
+static void
+inst_move(struct inst *in, enum inst_state to)
+{
+    assert(in->state < INST_STATES_ && (inst_moves[in->state] >> to & 1u));
+    in->state = to;
+}
+
+static bool
+inst_writing(const struct inst *in)
+{
+    return in->state != INST_RUNNING;
+}
 
 /* The timer entry of a child-wait check (an execution id no executor makes: version nibble 0). */
 static const struct rn_xid idle_check = {{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f, 0xff, 0xff,
@@ -100,7 +129,7 @@ inst_find(const struct rn_shard *sh, struct rn_iid iid)
 static void
 busy_sync(struct rn_shard *sh, struct inst *in)
 {
-    bool now = in->writing || in->inflight > 0;
+    bool now = inst_writing(in) || in->inflight > 0;
 
     if (now && !in->counted) {
         sh->busy++;
@@ -239,11 +268,13 @@ release_output(struct rn_shard *sh, struct inst *in, const struct rn_step_out *o
     }
 }
 
-/* Starts a write of instance in; the instance is `writing` until its ACK. */
+/* Starts a write of instance in (one that hands it back: hand_back); the instance is WRITING or
+ * HANDING_BACK until its ACK. */
 static void
-write_begin(struct rn_shard *sh, struct inst *in, struct rn_wreq *q, struct rn_shard_out *out)
+write_begin(struct rn_shard *sh, struct inst *in, struct rn_wreq *q, struct rn_shard_out *out,
+            bool hand_back)
 {
-    in->writing = true;
+    inst_move(in, hand_back ? INST_HANDING_BACK : INST_WRITING);
     busy_sync(sh, in);
     CN_VEC_XPUSH(&out->writes, q);
 }
@@ -319,7 +350,7 @@ take_children(struct rn_shard *sh, struct rn_step_out *o, struct rn_wreq *q)
  * timers until it commits; releases at once what needs no write. */
 static void
 handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, size_t nevs,
-              struct cn_now now, struct rn_shard_out *out)
+              bool first_step, struct cn_now now, struct rn_shard_out *out)
 {
     struct rn_step_out *o = &sh->step;
     struct rn_wreq *q;
@@ -330,7 +361,7 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
      * would write (rn_instance_resume) and hydrates it with the results recorded
      * meanwhile. Its actions go out without that write: one commit and one row version less
      * per instance (bench/RESULTS.md). */
-    bool claim_records = in->first_step && !o->timed;
+    bool claim_records = first_step && !o->timed;
     /* Likewise a later step that read no clock and consumed only results of its own actions
      * (rn_steplog), each one event applied alone (the executor promises a batch behaves so):
      * the state after it is a function of the state before it and those results. Its write
@@ -339,7 +370,6 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
      * two fifths of the WAL less per step of a sequence (bench/RESULTS.md). */
     bool by_results = rn_steplog_take(&in->steps, o, evs, nevs, RN_STEPLOG_REPLAY_MAX);
 
-    in->first_step = false;
     if (o->done.len == 0 && (!o->snapshot_needed || claim_records) && o->outcome == RN_RUNNING &&
         !has_children(o)) {
         release_output(sh, in, o, now.mono_us, now, out);
@@ -384,7 +414,7 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
     in->held = *o;
     in->held_us = now.mono_us;
     memset(o, 0, sizeof(*o));
-    write_begin(sh, in, q, out);
+    write_begin(sh, in, q, out, false);
 }
 
 static void
@@ -435,7 +465,7 @@ step_events(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, si
 {
     size_t k;
 
-    if (in->writing) {
+    if (inst_writing(in)) {
         for (k = 0; k < n; k++) {
             struct rn_event ev = evs[k];
 
@@ -455,7 +485,7 @@ step_events(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, si
     for (; k < n; k++) {
         keep_late(in, &evs[k]);
     }
-    handle_output(sh, in, evs, n, now, out);
+    handle_output(sh, in, evs, n, false, now, out);
 }
 
 /* Fails an instance that cannot resume (its snapshot does not decode or fit its version):
@@ -478,7 +508,7 @@ fail_unresumable(struct rn_shard *sh, struct inst *in, const char *why, struct r
     q->w.result = err;
     child_answer(in, q);
     in->held.outcome = RN_FAILED;
-    write_begin(sh, in, q, out);
+    write_begin(sh, in, q, out, false);
 }
 
 /* The WorkflowTimeout message of instance in, in *v (a string; None without memory). */
@@ -504,6 +534,8 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     struct rn_claimed *c = &e->claimed;
     struct cn_errmsg em = {{0}};
     struct inst *in = inst_find(sh, c->instance_id);
+    bool first_step = false; /* a new instance's first step, not a resumed one */
+    struct ir_val cancel = ir_null();
     cn_err rv;
 
     if (in != NULL) {
@@ -546,15 +578,24 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         r.results = c->done;
         r.nresults = c->ndone;
         r.redrive = c->redrive;
+        if (c->cancel_reason != NULL) {
+            /* Cancelled while another runner held it: the cancel ends it before the results
+             * recorded since arrive, and nothing of the resumed step is dispatched. */
+            if (ir_str_from_cstr(c->cancel_reason, &cancel) != CN_OK) {
+                cancel = ir_null();
+            }
+            r.cancel = &cancel;
+        }
         rn_steplog_resumed(&in->steps, c->state_step, c->done, c->ndone);
         if (c->redrive) {
             log_instance(CN_LOG_INFO, in, "redriven: what had not succeeded starts over");
         }
         rv = rn_instance_resume(in->dag, &r, &sh->cfg.exec, now.wall_ms, &in->ex, &sh->step, &em);
+        ir_val_release(cancel);
     } else {
         rv = rn_instance_start(in->dag, in->id, c->input, &sh->cfg.exec, now.wall_ms, &in->ex,
                                &sh->step);
-        in->first_step = true;
+        first_step = true;
     }
     if (rv == CN_NOMEM) {
         cn_oom("instance hydration");
@@ -573,9 +614,9 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         fail_unresumable(sh, in, why, out);
         return;
     }
-    if (c->cancel_reason != NULL) {
-        /* Cancelled while another runner held it: nothing of the resumed step is dispatched;
-         * the cancel is its only output. */
+    if (c->cancel_reason != NULL && first_step) {
+        /* Cancelled before its first step went out (a claim racing the cancel): nothing of
+         * that step is dispatched; the cancel is its only output. */
         struct rn_event ev;
         memset(&ev, 0, sizeof(ev));
         ev.kind = RN_EV_CANCEL;
@@ -596,7 +637,7 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     } else if (in->deadline_ms != 0) {
         arm_deadline(sh, in, now);
     }
-    handle_output(sh, in, NULL, 0, now, out);
+    handle_output(sh, in, NULL, 0, first_step, now, out);
 }
 
 /* The heap cannot drop an entry, and a deadline may be months away: an entry stays in it at
@@ -729,9 +770,8 @@ maybe_evict_sleeper(struct rn_shard *sh, struct inst *in, struct cn_now now,
     q = rn_wreq_new(sh->cfg.index, in->id, in->lock);
     q->w.release = true;
     q->w.wake_at_ms = wake;
-    in->evicting = true;
     rn_step_out_clear(&in->held);
-    write_begin(sh, in, q, out);
+    write_begin(sh, in, q, out, true);
     return true;
 }
 
@@ -818,7 +858,7 @@ maybe_evict_child_waiter(struct rn_shard *sh, struct inst *in, struct cn_now now
     int64_t wake, quiet_until = in->active_ms + (int64_t) sh->cfg.evict_child_wait_ms;
     struct rn_wreq *q;
 
-    if (in->writing || in->inflight != 0 || in->waiting.len != 0 ||
+    if (inst_writing(in) || in->inflight != 0 || in->waiting.len != 0 ||
         in->held.outcome != RN_RUNNING) {
         return false;
     }
@@ -853,8 +893,7 @@ maybe_evict_child_waiter(struct rn_shard *sh, struct inst *in, struct cn_now now
     q = rn_wreq_new(sh->cfg.index, in->id, in->lock);
     q->w.release = true;
     q->w.wake_at_ms = wake;
-    in->evicting = true;
-    write_begin(sh, in, q, out);
+    write_begin(sh, in, q, out, true);
     return true;
 }
 
@@ -869,7 +908,6 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     if (in == NULL || !rn_token_eq(in->lock, e->lock)) {
         return; /* the instance is gone, or this is the ACK of a copy claimed again since */
     }
-    in->writing = false;
     if (e->lost || e->write_failed) {
         if (e->lost) {
             log_instance(CN_LOG_WARN, in, "lease lost, evicted (no more writes from here)");
@@ -880,11 +918,12 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         return;
     }
     out->committed++;
-    if (in->evicting) {
+    if (in->state == INST_HANDING_BACK) {
         out->evicted++;
         inst_remove(sh, in, out);
         return;
     }
+    inst_move(in, INST_RUNNING);
     queue_reaps(in, out);
     if (in->held.outcome != RN_RUNNING) {
         /* The outcome is committed: cancel what still runs, and forget the instance. A cancel
@@ -945,7 +984,7 @@ on_lost(struct rn_shard *sh, struct rn_sev *e, struct rn_shard_out *out)
     if (in == NULL || !rn_token_eq(in->lock, e->lock)) {
         return; /* gone, or claimed again since under another token */
     }
-    if (in->writing) {
+    if (inst_writing(in)) {
         /* Its write is in flight: the ACK says whether it was fenced off (and then evicts and
          * counts it). Often the queue row is gone because that write finished the instance,
          * which is no loss at all. */
@@ -1091,7 +1130,7 @@ rn_shard_has(const struct rn_shard *sh, struct rn_iid iid, bool *writing)
     const struct inst *in = inst_find(sh, iid);
 
     if (in != NULL && writing != NULL) {
-        *writing = in->writing;
+        *writing = inst_writing(in);
     }
     return in != NULL;
 }

@@ -8,9 +8,14 @@
  *
  * THE COMMIT BARRIER
  * - A step whose output must be durable (action results consumed, a new snapshot, an outcome)
- *   becomes one write; the instance is then `writing`: its actions and timers are held, and
- *   come out only with the ACK of that write. So an action is never dispatched, a timer never
- *   armed and an instance never released before the write that records them has committed.
+ *   becomes one write; the instance is then WRITING (HANDING_BACK when the write hands it
+ *   back): its actions and timers are held, and come out only with the ACK of that write. So
+ *   an action is never dispatched, a timer never armed and an instance never released before
+ *   the write that records them has committed. An instance's states, drawn and asserted, are
+ *   in shard.c (enum inst_state):
+ *       RUNNING --a write--> WRITING --its ACK, still running--> RUNNING
+ *       RUNNING --a hand-back--> HANDING_BACK --its ACK--> (gone)
+ *       WRITING --its ACK: the outcome committed, the lease lost, the write failed--> (gone)
  * - An instance has at most one write in flight. Events that arrive meanwhile (results,
  *   timers) wait on the instance, in order, and are applied after the ACK.
  * - An ACK that says the write was fenced off (the lease was lost), or could not be made at all

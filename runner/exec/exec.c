@@ -387,7 +387,7 @@ fail_fast(struct rn_instance *in, uint32_t ai, struct ir_val err)
     free(a->slots);
     a->slots = NULL;
     a->nslots = a->pending = 0;
-    a->status = RN_X_ACTIVE;
+    rn_x_move(a, RN_X_ACTIVE);
     o->snapshot_needed = true;
     rn_ex_raise_error(in, ai, err);
 }
@@ -412,7 +412,7 @@ rn_ex_deliver(struct rn_instance *in, uint32_t ai, uint32_t idx, bool ok, struct
     s->ok = ok;
     s->value = v;
     if (--a->pending == 0) {
-        a->status = RN_X_ACTIVE;
+        rn_x_move(a, RN_X_ACTIVE);
         rn_ex_push(in, ai, false, ir_null(), true);
     }
 }
@@ -456,7 +456,7 @@ rn_ex_follow(struct rn_instance *in, uint32_t xi, const struct ir_edge *edge, bo
     }
     rn_ex_forget_attempts(x);
     x->node = edge->to;
-    x->status = RN_X_ACTIVE;
+    rn_x_move(x, RN_X_ACTIVE);
     if (to->kind != IR_N_CALL_EXIT) {
         rn_ex_scope_to_frame(in, xi, to->frame);
     }
@@ -500,7 +500,7 @@ rn_ex_raise_error(struct rn_instance *in, uint32_t xi, struct ir_val err)
     }
     rn_ex_forget_attempts(x);
     x->node = target;
-    x->status = RN_X_ACTIVE;
+    rn_x_move(x, RN_X_ACTIVE);
     rn_ex_scope_to_frame(in, xi, tnode(in, target)->frame);
     rn_ex_push(in, xi, true, err, false);
 }
@@ -592,7 +592,7 @@ rn_ex_dispatch(struct rn_instance *in, uint32_t xi, bool resend)
             x->first_at = in->now; /* max_elapsed counts from here */
             in->out->timed = in->out->timed || bounds_elapsed(t);
         }
-        x->status = RN_X_RUNNING;
+        rn_x_move(x, RN_X_RUNNING);
         if (!resend || x->deadline == 0) {
             x->deadline = t->deadline_ms > 0 ? in->now + t->deadline_ms : 0;
             in->out->timed = in->out->timed || t->deadline_ms > 0;
@@ -684,7 +684,7 @@ attempt_failed(struct rn_instance *in, uint32_t xi, struct ir_val err)
     struct rn_xnode *x = &in->x.items[xi];
 
     if (delay < 0) {
-        x->status = RN_X_ACTIVE;
+        rn_x_move(x, RN_X_ACTIVE);
         rn_ex_raise_error(in, xi, err);
         return;
     }
@@ -692,7 +692,7 @@ attempt_failed(struct rn_instance *in, uint32_t xi, struct ir_val err)
     ir_val_release(x->last_error);
     x->last_error = err;
     x->attempt++;
-    x->status = RN_X_BACKOFF;
+    rn_x_move(x, RN_X_BACKOFF);
     x->scheduled_at = in->now + delay;
     rn_ex_out_timer(in, xi, RN_TIMER_BACKOFF, x->scheduled_at);
     in->out->snapshot_needed = true;
@@ -733,7 +733,7 @@ on_action_result(struct rn_instance *in, uint32_t xi, struct ir_val result)
     struct ir_val err;
     cn_err rv;
 
-    in->x.items[xi].status = RN_X_ACTIVE;
+    rn_x_move(&in->x.items[xi], RN_X_ACTIVE);
     if ((rv = rn_ex_check_storable(in, result, &err)) != CN_OK) {
         if (rv == CN_RAISED) {
             rn_ex_raise_error(in, xi, err);
@@ -836,7 +836,7 @@ rn_ex_apply_event(struct rn_instance *in, const struct rn_event *ev)
         return;
     case RN_EV_TIMER:
         if (x->status == RN_X_SLEEPING && in->now >= x->scheduled_at) {
-            x->status = RN_X_ACTIVE;
+            rn_x_move(x, RN_X_ACTIVE);
             in->out->snapshot_needed = true;
             rn_ex_follow_first(in, xi, false, ir_null());
         } else if (x->status == RN_X_BACKOFF && in->now >= x->scheduled_at) {

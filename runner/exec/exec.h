@@ -276,6 +276,10 @@ struct rn_resume {
                                       rn_instance_hydrate */
     size_t nresults;
     bool redrive; /* resume with rn_instance_redrive's rules */
+    /* A cancel asked before the claim (its reason, borrowed), applied once the committed state
+     * is rebuilt and before the results recorded since: the instance ends cancelled, whatever
+     * those results would have done (a child's outcome the cancel caused). NULL: none. */
+    const struct ir_val *cancel;
 };
 
 /* Resumes an instance from what is committed: its snapshot, or for an instance without one its

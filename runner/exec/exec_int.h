@@ -13,18 +13,29 @@
  *     ACTIVE --sleep--> SLEEPING --timer--> ACTIVE
  *     ACTIVE --fork--> WAITING (aggregate) --last branch--> ACTIVE
  *
- *   transition                     function (exec.c)
- *   ACTIVE -> RUNNING              dispatch (from run_node, an ACTION node)
- *   RUNNING -> ACTIVE / BACKOFF    apply_event: on_action_result / attempt_failed
+ *   transition                     function
+ *   FREE -> ACTIVE                 rn_ex_x_new (graph.c): a new execution node
+ *   ACTIVE -> RUNNING              dispatch (exec.c; from run_node, an ACTION node)
+ *   RUNNING -> RUNNING             dispatch again (resend after a lost worker)
+ *   RUNNING -> ACTIVE / BACKOFF    apply_event: on_action_result / attempt_failed (no retry
+ *                                  left: ACTIVE, raising)
  *   BACKOFF -> RUNNING             apply_event (its timer) -> dispatch
- *   ACTIVE -> SLEEPING -> ACTIVE   run_sleep / apply_event (its timer)
- *   ACTIVE -> WAITING -> ACTIVE    run_fork / deliver -> run_aggregate_done
+ *   RUNNING | BACKOFF -> ACTIVE    restart_action (resume.c): a redrive runs it afresh
+ *   ACTIVE -> SLEEPING -> ACTIVE   run_sleep (nodes.c) / apply_event (its timer)
+ *   ACTIVE -> WAITING -> ACTIVE    run_fork (nodes.c) / deliver -> run_aggregate_done, or
+ *                                  fail_fast (a branch failed)
+ *   ACTIVE -> ACTIVE               a node moving along inline edges
+ *   any -> FREE                    rn_ex_x_free (graph.c): the node is done or dropped
+ * rn_x_move makes every change and asserts it is one of these (RN_X_MOVES); a snapshot's
+ * statuses are checked when it is decoded (snapshot.c, status_fits).
  * Guarantees: a RUNNING node has an execution id and a dispatched request for its current
  * attempt; a BACKOFF or SLEEPING node has a timer at scheduled_at; a WAITING node has
  * `pending` unfilled slots and that many live branches reporting to it.
  */
 #ifndef RUNNER_EXEC_INT_H
 #define RUNNER_EXEC_INT_H
+
+#include <assert.h>
 
 #include "runner/exec/exec.h"
 #include "runner/exec/idmap.h"
@@ -40,6 +51,26 @@ enum rn_xstatus {
     RN_X_WAITING,  /* aggregate waiting for branches */
     RN_X_STATUS_COUNT_
 };
+
+/* The transitions drawn above, one bit per target status for each status (bit s: to s). */
+#define RN_X_BIT(s) (1u << (s))
+static const unsigned RN_X_MOVES[RN_X_STATUS_COUNT_] = {
+    [RN_X_FREE] = RN_X_BIT(RN_X_ACTIVE),
+    [RN_X_ACTIVE] = RN_X_BIT(RN_X_ACTIVE) | RN_X_BIT(RN_X_RUNNING) | RN_X_BIT(RN_X_SLEEPING) |
+                    RN_X_BIT(RN_X_WAITING) | RN_X_BIT(RN_X_FREE),
+    [RN_X_RUNNING] = RN_X_BIT(RN_X_RUNNING) | RN_X_BIT(RN_X_ACTIVE) | RN_X_BIT(RN_X_BACKOFF) |
+                     RN_X_BIT(RN_X_FREE),
+    [RN_X_BACKOFF] = RN_X_BIT(RN_X_RUNNING) | RN_X_BIT(RN_X_ACTIVE) | RN_X_BIT(RN_X_FREE),
+    [RN_X_SLEEPING] = RN_X_BIT(RN_X_ACTIVE) | RN_X_BIT(RN_X_FREE),
+    [RN_X_WAITING] = RN_X_BIT(RN_X_ACTIVE) | RN_X_BIT(RN_X_FREE),
+};
+
+/* Whether the table allows from -> to. */
+static inline bool
+rn_x_move_ok(unsigned from, unsigned to)
+{
+    return from < RN_X_STATUS_COUNT_ && to < RN_X_STATUS_COUNT_ && (RN_X_MOVES[from] >> to & 1u);
+}
 
 struct rn_slot {
     bool filled;
@@ -66,6 +97,14 @@ struct rn_xnode {
     struct rn_slot *slots;
     uint32_t next_free;
 };
+
+/* Every status change of an execution node goes through here (the table above). */
+static inline void
+rn_x_move(struct rn_xnode *x, enum rn_xstatus to)
+{
+    assert(rn_x_move_ok(x->status, to));
+    x->status = (uint8_t) to;
+}
 
 struct rn_scope {
     bool live;

@@ -113,7 +113,7 @@ rn_x_alloc(struct rn_instance *in)
         return RN_NONE;
     }
     x = &in->x.items[i];
-    x->status = RN_X_ACTIVE;
+    rn_x_move(x, RN_X_ACTIVE);
     x->scope = RN_NONE;
     x->fork_agg = RN_NONE;
     x->item = ir_null();
@@ -138,8 +138,8 @@ rn_ex_x_free(struct rn_instance *in, uint32_t i)
     ir_val_release(x->item);
     ir_val_release(x->last_error);
     rn_ex_scope_rele(in, x->scope);
-    memset(x, 0, sizeof(*x));
-    x->status = RN_X_FREE;
+    rn_x_move(x, RN_X_FREE);
+    memset(x, 0, sizeof(*x)); /* RN_X_FREE is 0 */
     x->next_free = in->x_free;
     in->x_free = i;
     in->live_x--;

@@ -77,7 +77,7 @@ run_fork(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
     /* The forking node becomes the aggregate: it keeps the scope and the outer fork context. */
     ai = xi;
     x->node = t->link;
-    x->status = RN_X_WAITING;
+    rn_x_move(x, RN_X_WAITING);
     x->nslots = n;
     x->pending = n;
     x->slots = calloc(n ? n : 1, sizeof(*x->slots));
@@ -97,7 +97,7 @@ run_fork(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
     in->out->snapshot_needed = true;
     if (n == 0) {
         ir_val_release(items);
-        x->status = RN_X_ACTIVE;
+        rn_x_move(x, RN_X_ACTIVE);
         rn_ex_push(in, ai, false, ir_null(), true);
         return;
     }
@@ -239,7 +239,7 @@ run_sleep(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
         rn_ex_oom(in);
         return;
     }
-    in->x.items[xi].status = RN_X_SLEEPING;
+    rn_x_move(&in->x.items[xi], RN_X_SLEEPING);
     in->x.items[xi].scheduled_at = in->now + (int64_t) ceil(secs * 1000.0);
     rn_ex_out_timer(in, xi, RN_TIMER_SLEEP, in->x.items[xi].scheduled_at);
     in->out->snapshot_needed = true;

@@ -27,7 +27,7 @@ restart_action(struct rn_instance *in, uint32_t xi)
     rn_ex_forget_attempts(x);
     x->attempt = 0;
     x->deadline = 0;
-    x->status = RN_X_ACTIVE;
+    rn_x_move(x, RN_X_ACTIVE);
     rn_ex_dispatch(in, xi, false);
 }
 
@@ -80,7 +80,8 @@ restart_failed_branches(struct rn_instance *in, uint32_t ai)
 static cn_err
 hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_done *results,
         size_t nresults, const struct rn_exec_cfg *cfg, int64_t now_ms, bool redrive,
-        struct rn_instance **out, struct rn_step_out *o, struct cn_errmsg *err)
+        const struct ir_val *cancel, struct rn_instance **out, struct rn_step_out *o,
+        struct cn_errmsg *err)
 {
     struct rn_instance *in = rn_instance_alloc(dag, cfg);
     struct {
@@ -109,6 +110,17 @@ hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_
                 return CN_NOMEM;
             }
         }
+    }
+    if (cancel != NULL && in->outcome == RN_RUNNING) {
+        /* A cancel asked before this claim came before the results recorded since (the one
+         * that held the instance had not applied it yet): it ends the instance now, and the
+         * results (a child's outcome, which the cancel itself caused) find it finished. */
+        struct rn_event ev;
+        memset(&ev, 0, sizeof(ev));
+        ev.kind = RN_EV_CANCEL;
+        ev.value = *cancel;
+        rn_ex_apply_event(in, &ev);
+        rn_ex_run_queue(in);
     }
     if (redrive && in->outcome == RN_RUNNING) {
         /* 0. Branches that had already failed into their aggregate run again, before any
@@ -203,7 +215,7 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
                     int64_t now_ms, struct rn_instance **out, struct rn_step_out *o,
                     struct cn_errmsg *err)
 {
-    return hydrate(dag, snap, len, results, nresults, cfg, now_ms, false, out, o, err);
+    return hydrate(dag, snap, len, results, nresults, cfg, now_ms, false, NULL, out, o, err);
 }
 
 cn_err
@@ -212,7 +224,7 @@ rn_instance_redrive(const struct ir_dag *dag, const void *snap, size_t len,
                     int64_t now_ms, struct rn_instance **out, struct rn_step_out *o,
                     struct cn_errmsg *err)
 {
-    return hydrate(dag, snap, len, results, nresults, cfg, now_ms, true, out, o, err);
+    return hydrate(dag, snap, len, results, nresults, cfg, now_ms, true, NULL, out, o, err);
 }
 
 /* Whether o, made from evs[0..n), is a step that its results alone record (rn_steplog). */
@@ -311,7 +323,7 @@ replay(const struct ir_dag *dag, const struct rn_resume *r, const struct rn_done
     /* What either call asks for (dispatches, timers) is what the hydration at the end asks
      * for again: dropped here. */
     rv = r->snap != NULL
-             ? hydrate(dag, r->snap, r->len, NULL, 0, cfg, now_ms, false, &in, &scratch, err)
+             ? hydrate(dag, r->snap, r->len, NULL, 0, cfg, now_ms, false, NULL, &in, &scratch, err)
              : rn_instance_start(dag, r->instance_id, r->input, cfg, now_ms, &in, &scratch);
     for (i = 0; rv == CN_OK && i < nsteps; i++) {
         struct rn_event ev;
@@ -362,13 +374,14 @@ rn_instance_resume(const struct ir_dag *dag, const struct rn_resume *r,
         } /* else held by the snapshot already */
     }
     if (nsteps == 0 && r->snap != NULL) {
-        rv = hydrate(dag, r->snap, r->len, rest, nrest, cfg, now_ms, r->redrive, out, o, err);
+        rv = hydrate(dag, r->snap, r->len, rest, nrest, cfg, now_ms, r->redrive, r->cancel, out, o,
+                     err);
     } else {
         qsort(steps, nsteps, sizeof(*steps), cmp_step);
         rv = replay(dag, r, steps, nsteps, cfg, now_ms, rest, &nrest, &snap, err);
         if (rv == CN_OK) {
-            rv = hydrate(dag, snap.data, snap.len, rest, nrest, cfg, now_ms, r->redrive, out, o,
-                         err);
+            rv = hydrate(dag, snap.data, snap.len, rest, nrest, cfg, now_ms, r->redrive, r->cancel,
+                         out, o, err);
         }
     }
     cn_buf_fini(&snap);

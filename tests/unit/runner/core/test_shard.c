@@ -1505,3 +1505,63 @@ Test(shard, a_child_outcome_during_a_write_does_not_keep_the_parent_from_being_h
     (void) calls[1];
     h_fini(&h);
 }
+
+/* A cancel asked while another runner held a parent (it had not applied it when it handed the
+ * parent back), and the outcome of its child that the cancel itself caused, recorded since: the
+ * next claim ends the parent cancelled, not failed by the child's ChildWorkflowCancelled. */
+Test(shard, a_claimed_cancel_comes_before_the_results_recorded_since)
+{
+    struct rn_iid iid = iid_of(1);
+    const struct rn_write *w;
+    struct rn_done done;
+    struct ir_val cause, outcome;
+    struct rn_iid child = {{0xcd}};
+    struct rn_sev *e;
+    void *snap;
+    size_t snap_len;
+    bool ok = true;
+    struct h h;
+
+    h_init_children(&h, run_src, 0, 0);
+    h_claim(&h, 1, 11, "{\"n\": 1}");
+    w = h_write(&h);
+    cr_assert_not_null(w->state, "the call's write holds a snapshot");
+    cr_assert_eq(w->nchildren, 1);
+    snap_len = w->state_len;
+    snap = malloc(snap_len);
+    cr_assert_not_null(snap);
+    memcpy(snap, w->state, snap_len);
+    memset(&done, 0, sizeof(done));
+    done.exec_id = w->children[0].exec_id;
+    done.attempt = 1;
+    h_ack_children(&h, 1, 11, RN_CHILD_CREATED, NULL);
+    h_fini(&h);
+
+    T_ERR(rn_error_raise(&cause, "Cancelled", "stop the tree"), CN_RAISED);
+    T_OK(rn_child_outcome(RN_CANCELLED, cause, child, "billing.charge", &ok, &outcome));
+    ir_val_release(cause);
+    cr_assert_not(ok);
+    done.ok = false;
+    done.value = outcome;
+
+    h_init_children(&h, run_src, 0, 0);
+    e = rn_sev_new(RN_SEV_NEW, iid);
+    e->claimed.instance_id = iid;
+    e->claimed.lock = token_of(12);
+    e->claimed.workflow = strdup("t");
+    e->claimed.started_before = true;
+    e->claimed.state = snap;
+    e->claimed.state_len = snap_len;
+    e->claimed.cancel_reason = strdup("stop the tree");
+    T_OK(ir_val_from_json("{\"n\": 1}", 8, &e->claimed.input, NULL));
+    e->claimed.done = calloc(1, sizeof(done));
+    e->claimed.done[0] = done;
+    e->claimed.ndone = 1;
+    e->dag = h.c.dag;
+    h_apply(&h, e);
+    w = h_write(&h);
+    cr_expect_eq(w->outcome, RN_CANCELLED, "outcome %d: the child's result came first", w->outcome);
+    cr_expect_eq(h.out.dispatches.len, 0, "nothing of the resumed step is dispatched");
+    h_ack(&h, 1, 12, false);
+    h_fini(&h);
+}

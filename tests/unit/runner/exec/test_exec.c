@@ -6,6 +6,7 @@
  * replay (rebuild from the last snapshot plus recorded results after any step: same outcome,
  * no completed action requested again).
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "ir/base/buf.h"
 #include "ir/error.h"
 #include "runner/exec/errors.h"
+#include "runner/exec/exec_int.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/exec_driver.h"
 #include "tests/support/leak.h"
@@ -3007,4 +3009,43 @@ Test(exec, the_step_log_numbers_steps_only_while_a_replay_is_exact)
     rn_step_out_fini(&o);
     rn_instance_free(in);
     t_compiled_free(&c);
+}
+
+/* The execution node's state table (exec_int.h) is enforced: every drawn move is allowed, and
+ * one it does not draw aborts (the executor asserts it in every build but the release one). */
+Test(exec_states, the_drawn_moves_are_allowed)
+{
+    static const struct {
+        enum rn_xstatus from, to;
+    } drawn[] = {
+        {RN_X_FREE, RN_X_ACTIVE},    {RN_X_ACTIVE, RN_X_RUNNING},  {RN_X_RUNNING, RN_X_RUNNING},
+        {RN_X_RUNNING, RN_X_ACTIVE}, {RN_X_RUNNING, RN_X_BACKOFF}, {RN_X_BACKOFF, RN_X_RUNNING},
+        {RN_X_BACKOFF, RN_X_ACTIVE}, {RN_X_ACTIVE, RN_X_SLEEPING}, {RN_X_SLEEPING, RN_X_ACTIVE},
+        {RN_X_ACTIVE, RN_X_WAITING}, {RN_X_WAITING, RN_X_ACTIVE},  {RN_X_ACTIVE, RN_X_ACTIVE},
+        {RN_X_ACTIVE, RN_X_FREE},    {RN_X_RUNNING, RN_X_FREE},    {RN_X_BACKOFF, RN_X_FREE},
+        {RN_X_SLEEPING, RN_X_FREE},  {RN_X_WAITING, RN_X_FREE},
+    };
+    unsigned from, to, allowed = 0;
+    size_t i;
+
+    for (i = 0; i < sizeof(drawn) / sizeof(drawn[0]); i++) {
+        cr_expect(rn_x_move_ok(drawn[i].from, drawn[i].to), "%d -> %d", drawn[i].from, drawn[i].to);
+    }
+    for (from = 0; from < RN_X_STATUS_COUNT_; from++) {
+        for (to = 0; to < RN_X_STATUS_COUNT_; to++) {
+            allowed += rn_x_move_ok(from, to);
+        }
+    }
+    cr_expect_eq(allowed, sizeof(drawn) / sizeof(drawn[0]), "the table allows no other move");
+    cr_expect_not(rn_x_move_ok(RN_X_STATUS_COUNT_, RN_X_ACTIVE));
+}
+
+Test(exec_states, a_move_the_table_does_not_draw_aborts, .signal = SIGABRT)
+{
+    struct rn_xnode x;
+
+    memset(&x, 0, sizeof(x));
+    rn_x_move(&x, RN_X_ACTIVE);
+    rn_x_move(&x, RN_X_SLEEPING);
+    rn_x_move(&x, RN_X_RUNNING); /* a sleep does not dispatch: only its timer wakes it */
 }
