@@ -5,7 +5,7 @@
 -- equal (workflow, NULL, tenant) entries that every enqueue, and every update of an instance
 -- that moves it to a new row version (a claim's `running` mark, a hand-back, the outcome),
 -- searched and extended. Measured on 40 000 instances, interleaved: an update of `status` took
--- 13.5-17 microseconds a row with it, 11-14.5 without it (bench/RESULTS.md, "The idempotency
+-- 13.5-17 microseconds a row with it, 11-14.5 without it (bench/HISTORY.md, "The idempotency
 -- index without the instances that have no key"). NULLs never conflict in a unique index, so a
 -- partial index on the keyed rows enforces exactly what the constraint did.
 --

@@ -11,7 +11,7 @@
 -- probe. Measured on 600 000 results in batches of 10 000, 1 000 per instance, interleaved
 -- (bench/results-insert): 2.9-3.5 s with the key, 3.9-4.8 s with the two indexes and the probe,
 -- 3.8-4.9 s with the key and ON CONFLICT DO NOTHING instead (its speculative insertion costs
--- what the probe saved) (bench/RESULTS.md, "One index on the results").
+-- what the probe saved) (bench/RESULTS.md, "The results' insert alone").
 --
 -- `id` stays: it is the order results were recorded in (`cairnctl inspect`).
 --

@@ -360,14 +360,15 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
      * id and input alone, so a runner that claims it next recomputes the snapshot this step
      * would write (rn_instance_resume) and hydrates it with the results recorded
      * meanwhile. Its actions go out without that write: one commit and one row version less
-     * per instance (bench/RESULTS.md). */
+     * per instance (bench/HISTORY.md, "The first step recorded by the claim"). */
     bool claim_records = first_step && !o->timed;
     /* Likewise a later step that read no clock and consumed only results of its own actions
      * (rn_steplog), each one event applied alone (the executor promises a batch behaves so):
      * the state after it is a function of the state before it and those results. Its write
      * records them, each numbered as a step, and no snapshot; a runner that resumes the
      * instance replays them from the last snapshot (rn_instance_resume). One row version and
-     * two fifths of the WAL less per step of a sequence (bench/RESULTS.md). */
+     * two fifths of the WAL less per step of a sequence (bench/HISTORY.md, "Steps recorded by
+     * their results"). */
     bool by_results = rn_steplog_take(&in->steps, o, evs, nevs, RN_STEPLOG_REPLAY_MAX);
 
     if (o->done.len == 0 && (!o->snapshot_needed || claim_records) && o->outcome == RN_RUNNING &&

@@ -241,7 +241,7 @@ CN_MUST_CHECK cn_err rn_instance_redrive(const struct ir_dag *dag, const void *s
 /* How many steps in a row a run records by their results (rn_steplog_take's max) before the
  * next writes a snapshot: that bounds a resume's replay and the results a claim reads back.
  * Replaying one step costs microseconds; a snapshot, an update, a row version and its WAL
- * (bench/RESULTS.md). */
+ * (bench/HISTORY.md, "Steps recorded by their results"). */
 #define RN_STEPLOG_REPLAY_MAX 64
 
 struct rn_steplog {

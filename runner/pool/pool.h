@@ -45,10 +45,12 @@ struct rn_pool;
  * run 13 000-15 600 instances/s instead of 9 000-9 500 (the claimer stopped less often while a
  * batch's first snapshots were written), but a runner with small workers then held every
  * instance of the chaos suite's smoke tier, and a runner restarted after kill -9 got none of
- * the rest; with 16, queue-noop fell to 2 200 (bench/RESULTS.md). So the floor stays 256 and
+ * the rest; with 16, queue-noop fell to 2 200 (bench/HISTORY.md, "One worker serving several
+ * runners"). So the floor stays 256 and
  * the backlog grows past it with the workers' drain rate instead: RN_POOL_BACKLOG_HORIZON_MS
  * of attempts at the rate they were dispatched over the last few hundred ms. Measured against
- * the floor alone, interleaved (bench/RESULTS.md): queue-noop +17-41% at 100 ms, +40-60% at
+ * the floor alone, interleaved (bench/HISTORY.md, "The backlog follows the workers' drain
+ * rate"): queue-noop +17-41% at 100 ms, +40-60% at
  * 200 ms; sequence and fan-out unchanged. A slow fleet's rate leaves the floor as it was. */
 #define RN_POOL_BACKLOG_MIN        256
 #define RN_POOL_BACKLOG_HORIZON_MS 200

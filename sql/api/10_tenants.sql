@@ -41,7 +41,7 @@ $$;
 -- not restrict or whose policies show everything; NULL (nothing) for a tenant's login acting
 -- as no tenant; else (cairn_app's members) `default`. PL/pgSQL, called once per statement by
 -- the policies below: as inlined SQL expressions the same tests cost a few microseconds more
--- in each of the ~9 statements of an enqueue (bench/RESULTS.md, "Tenants").
+-- in each of the ~9 statements of an enqueue (bench/HISTORY.md, "Tenants").
 CREATE OR REPLACE FUNCTION cairn.api_scope() RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE

@@ -53,7 +53,7 @@ pg_json_text(struct ir_val v, struct cn_buf *out)
  * and the first statement locks those rows FOR UPDATE for the transaction, so a write whose
  * token is gone touches nothing. The fence's result says which writes were lost. Never a join with
  * the queue table: its statistics are often those of an empty queue, and the planner would scan it
- * once per row (RESULTS.md, step 6). */
+ * once per row (bench/RESULTS.md as of 84a365a, step 6). */
 static const struct {
     const char *name;
     const char *sql;
@@ -71,7 +71,7 @@ static const struct {
      * its write by position, each lease probed once into an array the rows index. Inserted
      * plainly: the key (0021) refuses a result recorded already, and the batch is then written
      * again with cairn_done_probed (pg_persist). Per result, 600 000 in batches of 10 000
-     * (bench/results-insert, bench/RESULTS.md "One index on the results"): 3.75 µs with 1 000
+     * (bench/results-insert, bench/RESULTS.md "The results' insert alone"): 3.75 µs with 1 000
      * per write, 5.16 with one, against 6.70 and 7.76 for a probe of the result and of the lease
      * per row as before 0021; a probe per row cost more than a third of the insert, for a
      * duplicate that comes only after a lost commit acknowledgement or a re-claim. */
