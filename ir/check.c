@@ -437,18 +437,170 @@ walk_loop_body(struct checker *c, const struct ir_block *body, struct dstate *in
     ds_free(&b);
 }
 
+/* Checks the value of an assignment or a return: a call of a helper function (true; the
+ * compiler inlines it) or any other expression (false). */
+static bool
+check_value(struct checker *c, uint32_t e, const struct dstate *st)
+{
+    if (is_helper_call(c, e)) {
+        check_helper_call(c, e, st);
+        return true;
+    }
+    check_expr(c, e, st);
+    return false;
+}
+
 static void
-walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
+walk_spread(struct checker *c, const struct ir_stmt *s, struct dstate *st)
+{
+    struct dstate inner;
+
+    check_expr(c, s->expr, st);
+    inner = ds_copy(c, st);
+    c->item = s->item;
+    check_action(c, &s->action, &inner);
+    c->item = NULL;
+    ds_free(&inner);
+    ds_set_names(c, st, &s->targets);
+}
+
+static void
+walk_parallel(struct checker *c, const struct ir_stmt *s, struct dstate *st)
 {
     uint32_t i;
 
+    for (i = 0; i < s->nbranches; i++) {
+        struct ir_pbranch *b = &s->branches[i];
+        if (b->is_action) {
+            check_action(c, &b->action, st);
+        } else if (is_helper_call(c, b->call)) {
+            check_helper_call(c, b->call, st);
+        } else {
+            const struct ir_expr *e = &c->p->exprs.items[b->call];
+            ir_diags_add(c->d, e->line, e->col,
+                         "only actions and helper functions can run in parallel; '%s' is "
+                         "%s",
+                         e->name,
+                         ir_builtin_lookup(e->name) != IR_B_UNRESOLVED
+                             ? "a builtin"
+                             : "not a function in this file");
+        }
+    }
+    if (s->targets.unpack && s->targets.len != s->nbranches) {
+        ir_diags_add(c->d, s->pos.line, s->pos.col,
+                     "parallel block has %u call%s but %u target%s to unpack into", s->nbranches,
+                     s->nbranches == 1 ? "" : "s", s->targets.len, s->targets.len == 1 ? "" : "s");
+    }
+    ds_set_names(c, st, &s->targets);
+}
+
+static void
+walk_if(struct checker *c, const struct ir_stmt *s, struct dstate *st)
+{
+    struct dstate out = ds_new(c, true);
+    bool has_else = false;
+    uint32_t i;
+
+    for (i = 0; i < s->narms; i++) {
+        struct dstate arm;
+        if (s->arms[i].cond != IR_NO_EXPR) {
+            check_expr(c, s->arms[i].cond, st);
+        } else {
+            has_else = true;
+        }
+        arm = ds_copy(c, st);
+        walk_block(c, &s->arms[i].body, &arm);
+        ds_meet(c, &out, &arm);
+        ds_free(&arm);
+    }
+    if (!has_else) {
+        ds_meet(c, &out, st);
+    }
+    ds_free(st);
+    *st = out;
+}
+
+/* The loop may run zero times, so what it assigns is not assigned after it: *st is unchanged. */
+static void
+walk_for(struct checker *c, const struct ir_stmt *s, struct dstate *st)
+{
+    struct loop_ctx lc;
+    struct dstate in;
+
+    check_expr(c, s->expr, st);
+    in = ds_copy(c, st);
+    ds_set_names(c, &in, &s->targets);
+    walk_loop_body(c, &s->body, &in, &lc);
+    ds_free(&in);
+    ds_free(&lc.brk);
+}
+
+static void
+walk_while(struct checker *c, const struct ir_stmt *s, struct dstate *st)
+{
+    struct loop_ctx lc;
+
+    check_expr(c, s->expr, st);
+    walk_loop_body(c, &s->body, st, &lc);
+    if (is_const_true(c, s->expr)) {
+        /* `while True:` ends only through a break. */
+        ds_free(st);
+        *st = lc.brk;
+    } else {
+        ds_free(&lc.brk);
+    }
+}
+
+static void
+walk_break(struct checker *c, const struct ir_stmt *s, struct dstate *st)
+{
+    if (c->loop_depth == 0) {
+        ir_diags_add(c->d, s->pos.line, s->pos.col, "'%s' outside a loop",
+                     s->kind == IR_S_BREAK ? "break" : "continue");
+        return; /* reported; the code after it is still checked as reachable */
+    }
+    if (s->kind == IR_S_BREAK) {
+        ds_meet(c, &c->loop->brk, st);
+        c->loop->has_break = true;
+    }
+    st->dead = true;
+}
+
+static void
+walk_try(struct checker *c, const struct ir_stmt *s, struct dstate *st)
+{
+    struct dstate body = ds_copy(c, st), out;
+    uint32_t i;
+
+    walk_block(c, &s->body, &body);
+    out = body;
+    for (i = 0; i < s->nhandlers; i++) {
+        struct dstate h = ds_copy(c, st);
+        if (s->handlers[i].bind != NULL) {
+            ds_set(c, &h, s->handlers[i].bind);
+        }
+        walk_block(c, &s->handlers[i].body, &h);
+        if (s->handlers[i].bind != NULL && !h.dead && h.bits != NULL) {
+            uint32_t v;
+            /* Python deletes the `as` name when the handler ends. */
+            if (cn_strmap_get(&c->vars, s->handlers[i].bind, &v)) {
+                h.bits[v / 64] &= ~((uint64_t) 1 << (v % 64));
+            }
+        }
+        ds_meet(c, &out, &h);
+        ds_free(&h);
+    }
+    ds_free(st);
+    *st = out;
+}
+
+static void
+walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
+{
     switch (s->kind) {
     case IR_S_ASSIGN:
-        if (is_helper_call(c, s->expr)) {
+        if (check_value(c, s->expr, st)) {
             s->kind = IR_S_CALL;
-            check_helper_call(c, s->expr, st);
-        } else {
-            check_expr(c, s->expr, st);
         }
         ds_set_names(c, st, &s->targets);
         break;
@@ -460,140 +612,38 @@ walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
         check_action(c, &s->action, st);
         ds_set_names(c, st, &s->targets);
         break;
-    case IR_S_SPREAD: {
-        struct dstate inner;
-        check_expr(c, s->expr, st);
-        inner = ds_copy(c, st);
-        c->item = s->item;
-        check_action(c, &s->action, &inner);
-        c->item = NULL;
-        ds_free(&inner);
-        ds_set_names(c, st, &s->targets);
+    case IR_S_SPREAD:
+        walk_spread(c, s, st);
         break;
-    }
     case IR_S_PARALLEL:
-        for (i = 0; i < s->nbranches; i++) {
-            struct ir_pbranch *b = &s->branches[i];
-            if (b->is_action) {
-                check_action(c, &b->action, st);
-            } else if (is_helper_call(c, b->call)) {
-                check_helper_call(c, b->call, st);
-            } else {
-                const struct ir_expr *e = &c->p->exprs.items[b->call];
-                ir_diags_add(c->d, e->line, e->col,
-                             "only actions and helper functions can run in parallel; '%s' is "
-                             "%s",
-                             e->name,
-                             ir_builtin_lookup(e->name) != IR_B_UNRESOLVED
-                                 ? "a builtin"
-                                 : "not a function in this file");
-            }
-        }
-        if (s->targets.unpack && s->targets.len != s->nbranches) {
-            ir_diags_add(c->d, s->pos.line, s->pos.col,
-                         "parallel block has %u call%s but %u target%s to unpack into",
-                         s->nbranches, s->nbranches == 1 ? "" : "s", s->targets.len,
-                         s->targets.len == 1 ? "" : "s");
-        }
-        ds_set_names(c, st, &s->targets);
+        walk_parallel(c, s, st);
         break;
-    case IR_S_IF: {
-        struct dstate out = ds_new(c, true);
-        bool has_else = false;
-        for (i = 0; i < s->narms; i++) {
-            struct dstate arm;
-            if (s->arms[i].cond != IR_NO_EXPR) {
-                check_expr(c, s->arms[i].cond, st);
-            } else {
-                has_else = true;
-            }
-            arm = ds_copy(c, st);
-            walk_block(c, &s->arms[i].body, &arm);
-            ds_meet(c, &out, &arm);
-            ds_free(&arm);
-        }
-        if (!has_else) {
-            ds_meet(c, &out, st);
-        }
-        ds_free(st);
-        *st = out;
+    case IR_S_IF:
+        walk_if(c, s, st);
         break;
-    }
-    case IR_S_FOR: {
-        struct loop_ctx lc;
-        struct dstate in;
-        check_expr(c, s->expr, st);
-        in = ds_copy(c, st);
-        ds_set_names(c, &in, &s->targets);
-        walk_loop_body(c, &s->body, &in, &lc);
-        ds_free(&in);
-        ds_free(&lc.brk);
-        break; /* the loop may run zero times: *st is unchanged */
-    }
-    case IR_S_WHILE: {
-        struct loop_ctx lc;
-        check_expr(c, s->expr, st);
-        walk_loop_body(c, &s->body, st, &lc);
-        if (is_const_true(c, s->expr)) {
-            /* `while True:` ends only through a break. */
-            ds_free(st);
-            *st = lc.brk;
-        } else {
-            ds_free(&lc.brk);
-        }
+    case IR_S_FOR:
+        walk_for(c, s, st);
         break;
-    }
+    case IR_S_WHILE:
+        walk_while(c, s, st);
+        break;
     case IR_S_BREAK:
     case IR_S_CONTINUE:
-        if (c->loop_depth == 0) {
-            ir_diags_add(c->d, s->pos.line, s->pos.col, "'%s' outside a loop",
-                         s->kind == IR_S_BREAK ? "break" : "continue");
-            break; /* reported; the code after it is still checked as reachable */
-        }
-        if (s->kind == IR_S_BREAK) {
-            ds_meet(c, &c->loop->brk, st);
-            c->loop->has_break = true;
-        }
-        st->dead = true;
+        walk_break(c, s, st);
         break;
-    case IR_S_PASS:
+    case IR_S_TRY:
+        walk_try(c, s, st);
         break;
-    case IR_S_TRY: {
-        struct dstate body = ds_copy(c, st), out;
-        walk_block(c, &s->body, &body);
-        out = body;
-        for (i = 0; i < s->nhandlers; i++) {
-            struct dstate h = ds_copy(c, st);
-            if (s->handlers[i].bind != NULL) {
-                ds_set(c, &h, s->handlers[i].bind);
-            }
-            walk_block(c, &s->handlers[i].body, &h);
-            if (s->handlers[i].bind != NULL && !h.dead && h.bits != NULL) {
-                uint32_t v;
-                /* Python deletes the `as` name when the handler ends. */
-                if (cn_strmap_get(&c->vars, s->handlers[i].bind, &v)) {
-                    h.bits[v / 64] &= ~((uint64_t) 1 << (v % 64));
-                }
-            }
-            ds_meet(c, &out, &h);
-            ds_free(&h);
-        }
-        ds_free(st);
-        *st = out;
-        break;
-    }
     case IR_S_RETURN:
-        if (is_helper_call(c, s->expr)) {
+        if (check_value(c, s->expr, st)) {
             s->helper_call = true;
-            check_helper_call(c, s->expr, st);
-        } else {
-            check_expr(c, s->expr, st);
         }
         st->dead = true;
         break;
     case IR_S_SLEEP:
         check_expr(c, s->expr, st);
         break;
+    case IR_S_PASS:
     default:
         break;
     }

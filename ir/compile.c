@@ -490,6 +490,119 @@ loop_name(struct compiler *c, const char *stem, uint32_t k)
     return r;
 }
 
+/* The start of `for targets in xs`: the LOOP_INIT node after preds, with the names of its
+ * hidden sequence and index in *seq and *idx and the loop condition in *cond_expr. False when
+ * it could not be made. */
+static bool
+compile_for_init(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+                 struct pend_vec *preds, const char **seq, const char **idx, uint32_t *cond_expr)
+{
+    uint32_t k = ++c->nloops, kids[2], lst, zero, e, init, ln, ops[3];
+    struct ir_pos pos = s->pos;
+    const char *t[2];
+
+    *seq = loop_name(c, "seq", k);
+    *idx = loop_name(c, "i", k);
+    if (c->rv != CN_OK) {
+        return false;
+    }
+    /* $seqK, $iK = [list(xs), 0]: list() gives Python's iteration order for lists,
+     * dicts (keys) and strings (characters) and raises TypeError for anything else. */
+    lst = synth(c, IR_X_CALL, IR_B_LIST, "list", ir_null(), pos, &s->expr, 1);
+    zero = synth(c, IR_X_CONST, 0, NULL, ir_int(0), pos, NULL, 0);
+    kids[0] = lst;
+    kids[1] = zero;
+    e = synth(c, IR_X_LIST, 0, NULL, ir_null(), pos, kids, 2);
+    init = new_node(c, fc, IR_N_LOOP_INIT, s->pos, preds);
+    if (init == IR_NO_NODE) {
+        return false;
+    }
+    node_at(c, init)->expr = e;
+    t[0] = *seq;
+    t[1] = *idx;
+    node_at(c, init)->targets = copy_names(c, t, 2);
+    node_at(c, init)->ntargets = 2;
+    node_at(c, init)->unpack = true;
+    pend_push(c, preds, init, IR_E_NEXT, IR_NO_EXPR, 0);
+    /* $iK < len($seqK) */
+    kids[0] = synth_name(c, *seq, pos);
+    ln = synth(c, IR_X_CALL, IR_B_LEN, "len", ir_null(), pos, kids, 1);
+    ops[0] = synth_name(c, *idx, pos);
+    ops[1] = ln;
+    ops[2] = IR_CMP_LT;
+    *cond_expr = synth(c, IR_X_CMP, 0, NULL, ir_null(), pos, ops, 3);
+    return true;
+}
+
+/* The top of a for body: targets = $seqK[$iK] (LOOP_EXTRACT). */
+static void
+compile_for_extract(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+                    struct pend_vec *preds, const char *seq, const char *idx)
+{
+    uint32_t kids[2], get, ext;
+
+    kids[0] = synth_name(c, seq, s->pos);
+    kids[1] = synth_name(c, idx, s->pos);
+    get = synth(c, IR_X_INDEX, 0, NULL, ir_null(), s->pos, kids, 2);
+    ext = new_node(c, fc, IR_N_LOOP_EXTRACT, s->pos, preds);
+    if (ext != IR_NO_NODE) {
+        node_at(c, ext)->expr = get;
+        set_targets(c, ext, &s->targets);
+        pend_push(c, preds, ext, IR_E_NEXT, IR_NO_EXPR, 0);
+    }
+}
+
+/* The end of a for body, reached also by its continues: $iK = $iK + 1 (LOOP_INCR) and the back
+ * edge to cond. */
+static void
+compile_for_incr(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+                 struct pend_vec *preds, struct loop_ctx *lc, const char *idx, uint32_t cond)
+{
+    uint32_t kids[2], plus, incr;
+
+    pend_move(c, preds, &lc->continues);
+    if (preds->len == 0) {
+        return;
+    }
+    kids[0] = synth_name(c, idx, s->pos);
+    kids[1] = synth(c, IR_X_CONST, 0, NULL, ir_int(1), s->pos, NULL, 0);
+    plus = synth(c, IR_X_BIN, IR_OP_ADD, NULL, ir_null(), s->pos, kids, 2);
+    incr = new_node(c, fc, IR_N_LOOP_INCR, s->pos, preds);
+    if (incr != IR_NO_NODE) {
+        node_at(c, incr)->expr = plus;
+        node_at(c, incr)->targets = copy_names(c, &idx, 1);
+        node_at(c, incr)->ntargets = 1;
+        node_at(c, incr)->link = cond;
+        add_edge(c, incr, cond, IR_E_BACK, IR_NO_EXPR, 0);
+    }
+}
+
+/* The end of a while body: back edges to cond from where the body ends and from its
+ * continues. */
+static void
+compile_while_back(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+                   struct pend_vec *preds, const struct loop_ctx *lc, uint32_t cond)
+{
+    size_t i;
+
+    for (i = 0; i < preds->len; i++) {
+        if (preds->items[i].kind != IR_E_NEXT) {
+            /* `while c: pass` leaves the TRUE edge itself pending; a join keeps both the
+             * edge's meaning and the back edge. */
+            uint32_t j = new_node(c, fc, IR_N_JOIN, s->pos, preds);
+            pend_push(c, preds, j, IR_E_NEXT, IR_NO_EXPR, 0);
+            break;
+        }
+    }
+    for (i = 0; i < preds->len; i++) {
+        add_edge(c, preds->items[i].from, cond, IR_E_BACK, IR_NO_EXPR, 0);
+    }
+    preds->len = 0;
+    for (i = 0; i < lc->continues.len; i++) {
+        add_edge(c, lc->continues.items[i].from, cond, IR_E_BACK, IR_NO_EXPR, 0);
+    }
+}
+
 static void
 compile_loop(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
              struct pend_vec *preds)
@@ -497,47 +610,12 @@ compile_loop(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
     struct loop_ctx lc = {{0}, {0}};
     struct loop_ctx *saved = fc->loop;
     struct pend_vec exits = {0};
-    uint32_t cond, init, ext, incr, exit_id, cond_expr = s->expr;
+    uint32_t cond, exit_id, cond_expr = s->expr;
     const char *seq = NULL, *idx = NULL;
     bool is_for = s->kind == IR_S_FOR;
 
-    if (is_for) {
-        uint32_t k = ++c->nloops, kids[2], lst, zero, e;
-        struct ir_pos pos = s->pos;
-        seq = loop_name(c, "seq", k);
-        idx = loop_name(c, "i", k);
-        if (c->rv != CN_OK) {
-            return;
-        }
-        /* $seqK, $iK = [list(xs), 0]: list() gives Python's iteration order for lists,
-         * dicts (keys) and strings (characters) and raises TypeError for anything else. */
-        lst = synth(c, IR_X_CALL, IR_B_LIST, "list", ir_null(), pos, &s->expr, 1);
-        zero = synth(c, IR_X_CONST, 0, NULL, ir_int(0), pos, NULL, 0);
-        kids[0] = lst;
-        kids[1] = zero;
-        e = synth(c, IR_X_LIST, 0, NULL, ir_null(), pos, kids, 2);
-        init = new_node(c, fc, IR_N_LOOP_INIT, s->pos, preds);
-        if (init == IR_NO_NODE) {
-            return;
-        }
-        node_at(c, init)->expr = e;
-        {
-            const char *t[2] = {seq, idx};
-            node_at(c, init)->targets = copy_names(c, t, 2);
-            node_at(c, init)->ntargets = 2;
-            node_at(c, init)->unpack = true;
-        }
-        pend_push(c, preds, init, IR_E_NEXT, IR_NO_EXPR, 0);
-        /* $iK < len($seqK) */
-        {
-            uint32_t ln, ops[3];
-            kids[0] = synth_name(c, seq, pos);
-            ln = synth(c, IR_X_CALL, IR_B_LEN, "len", ir_null(), pos, kids, 1);
-            ops[0] = synth_name(c, idx, pos);
-            ops[1] = ln;
-            ops[2] = IR_CMP_LT;
-            cond_expr = synth(c, IR_X_CMP, 0, NULL, ir_null(), pos, ops, 3);
-        }
+    if (is_for && !compile_for_init(c, fc, s, preds, &seq, &idx, &cond_expr)) {
+        return;
     }
     cond = new_node(c, fc, IR_N_LOOP_COND, s->pos, preds);
     if (cond == IR_NO_NODE) {
@@ -548,52 +626,15 @@ compile_loop(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
     pend_push(c, &exits, cond, IR_E_FALSE, IR_NO_EXPR, 0);
     fc->loop_depth++;
     if (is_for) {
-        uint32_t kids[2] = {synth_name(c, seq, s->pos), synth_name(c, idx, s->pos)};
-        uint32_t get = synth(c, IR_X_INDEX, 0, NULL, ir_null(), s->pos, kids, 2);
-        ext = new_node(c, fc, IR_N_LOOP_EXTRACT, s->pos, preds);
-        if (ext != IR_NO_NODE) {
-            node_at(c, ext)->expr = get;
-            set_targets(c, ext, &s->targets);
-            pend_push(c, preds, ext, IR_E_NEXT, IR_NO_EXPR, 0);
-        }
+        compile_for_extract(c, fc, s, preds, seq, idx);
     }
     fc->loop = &lc;
     compile_block(c, fc, &s->body, preds);
     fc->loop = saved;
     if (is_for) {
-        pend_move(c, preds, &lc.continues);
-        if (preds->len > 0) {
-            uint32_t kids[2], plus;
-            kids[0] = synth_name(c, idx, s->pos);
-            kids[1] = synth(c, IR_X_CONST, 0, NULL, ir_int(1), s->pos, NULL, 0);
-            plus = synth(c, IR_X_BIN, IR_OP_ADD, NULL, ir_null(), s->pos, kids, 2);
-            incr = new_node(c, fc, IR_N_LOOP_INCR, s->pos, preds);
-            if (incr != IR_NO_NODE) {
-                node_at(c, incr)->expr = plus;
-                node_at(c, incr)->targets = copy_names(c, &idx, 1);
-                node_at(c, incr)->ntargets = 1;
-                node_at(c, incr)->link = cond;
-                add_edge(c, incr, cond, IR_E_BACK, IR_NO_EXPR, 0);
-            }
-        }
+        compile_for_incr(c, fc, s, preds, &lc, idx, cond);
     } else {
-        size_t i;
-        for (i = 0; i < preds->len; i++) {
-            if (preds->items[i].kind != IR_E_NEXT) {
-                /* `while c: pass` leaves the TRUE edge itself pending; a join keeps both the
-                 * edge's meaning and the back edge. */
-                uint32_t j = new_node(c, fc, IR_N_JOIN, s->pos, preds);
-                pend_push(c, preds, j, IR_E_NEXT, IR_NO_EXPR, 0);
-                break;
-            }
-        }
-        for (i = 0; i < preds->len; i++) {
-            add_edge(c, preds->items[i].from, cond, IR_E_BACK, IR_NO_EXPR, 0);
-        }
-        preds->len = 0;
-        for (i = 0; i < lc.continues.len; i++) {
-            add_edge(c, lc.continues.items[i].from, cond, IR_E_BACK, IR_NO_EXPR, 0);
-        }
+        compile_while_back(c, fc, s, preds, &lc, cond);
     }
     fc->loop_depth--;
     pend_move(c, &exits, &lc.breaks);

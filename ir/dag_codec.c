@@ -110,11 +110,101 @@ e_key(struct enc *e, const char *k)
     e_str(e, k);
 }
 
+static void
+e_expr(struct enc *e, const struct ir_expr *x)
+{
+    e_arr(e, 10);
+    e_u(e, x->kind);
+    e_u(e, x->op);
+    e_u(e, x->line);
+    e_u(e, x->col);
+    e_u(e, x->nargs);
+    e_u(e, x->args);
+    e_u(e, x->ops);
+    e_str(e, x->name);
+    e_const(e, x->val);
+    e_strs(e, x->kwnames, x->nkw);
+}
+
+static void
+e_retries(struct enc *e, const struct ir_node *n)
+{
+    uint32_t k;
+
+    e_arr(e, n->nretries);
+    for (k = 0; k < n->nretries; k++) {
+        e_arr(e, 6);
+        e_strs(e, n->retries[k].types, n->retries[k].ntypes);
+        e_u(e, (uint64_t) n->retries[k].retries);
+        e_u(e, (uint64_t) n->retries[k].backoff_ms);
+        e_u(e, (uint64_t) n->retries[k].max_backoff_ms);
+        e_u(e, (uint64_t) n->retries[k].multiplier_milli);
+        e_u(e, (uint64_t) n->retries[k].max_elapsed_ms);
+    }
+}
+
+static void
+e_handlers(struct enc *e, const struct ir_node *n)
+{
+    uint32_t k;
+
+    e_arr(e, n->nhandlers);
+    for (k = 0; k < n->nhandlers; k++) {
+        e_arr(e, 2);
+        e_strs(e, n->handlers[k].types, n->handlers[k].ntypes);
+        e_str(e, n->handlers[k].bind);
+    }
+}
+
+static void
+e_node(struct enc *e, const struct ir_node *n)
+{
+    uint32_t k;
+
+    e_arr(e, 22);
+    e_u(e, n->kind);
+    e_u(e, n->frame);
+    e_u(e, n->line);
+    e_u(e, n->col);
+    e_opt(e, n->exc);
+    e_opt(e, n->expr);
+    e_opt(e, n->link);
+    e_opt(e, n->callee_frame);
+    e_u(e, n->try_depth);
+    e_u(e, n->loop_depth);
+    e_str(e, n->name);
+    e_strs(e, n->targets, n->ntargets);
+    e_strs(e, n->argnames, n->nargs);
+    e_arr(e, n->nargs);
+    for (k = 0; k < n->nargs; k++) {
+        e_opt(e, n->argexprs[k]);
+    }
+    e_retries(e, n);
+    e_u(e, (uint64_t) n->timeout_ms);
+    e_u(e, (uint64_t) n->deadline_ms);
+    e_handlers(e, n);
+    e_u(e, n->unpack ? 1 : 0);
+    e_u(e, n->fail_fast ? 1 : 0);
+    e_u(e, n->call);
+    e_str(e, n->version);
+}
+
+static void
+e_edge(struct enc *e, const struct ir_edge *g)
+{
+    e_arr(e, 5);
+    e_u(e, g->from);
+    e_u(e, g->to);
+    e_u(e, g->kind);
+    e_opt(e, g->expr);
+    e_u(e, g->index);
+}
+
 cn_err
 ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
 {
     struct enc e;
-    uint32_t i, k;
+    uint32_t i;
 
     memset(&e, 0, sizeof(e));
     msgpack_packer_init(&e.pk, out, enc_write);
@@ -140,18 +230,7 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
     e_key(&e, "exprs");
     e_arr(&e, d->exprs.len);
     for (i = 0; i < d->exprs.len; i++) {
-        const struct ir_expr *x = &d->exprs.items[i];
-        e_arr(&e, 10);
-        e_u(&e, x->kind);
-        e_u(&e, x->op);
-        e_u(&e, x->line);
-        e_u(&e, x->col);
-        e_u(&e, x->nargs);
-        e_u(&e, x->args);
-        e_u(&e, x->ops);
-        e_str(&e, x->name);
-        e_const(&e, x->val);
-        e_strs(&e, x->kwnames, x->nkw);
+        e_expr(&e, &d->exprs.items[i]);
     }
     e_key(&e, "args");
     e_arr(&e, d->exprs.nargs);
@@ -161,58 +240,12 @@ ir_dag_encode(const struct ir_dag *d, struct cn_buf *out)
     e_key(&e, "nodes");
     e_arr(&e, d->nnodes);
     for (i = 0; i < d->nnodes; i++) {
-        const struct ir_node *n = &d->nodes[i];
-        e_arr(&e, 22);
-        e_u(&e, n->kind);
-        e_u(&e, n->frame);
-        e_u(&e, n->line);
-        e_u(&e, n->col);
-        e_opt(&e, n->exc);
-        e_opt(&e, n->expr);
-        e_opt(&e, n->link);
-        e_opt(&e, n->callee_frame);
-        e_u(&e, n->try_depth);
-        e_u(&e, n->loop_depth);
-        e_str(&e, n->name);
-        e_strs(&e, n->targets, n->ntargets);
-        e_strs(&e, n->argnames, n->nargs);
-        e_arr(&e, n->nargs);
-        for (k = 0; k < n->nargs; k++) {
-            e_opt(&e, n->argexprs[k]);
-        }
-        e_arr(&e, n->nretries);
-        for (k = 0; k < n->nretries; k++) {
-            e_arr(&e, 6);
-            e_strs(&e, n->retries[k].types, n->retries[k].ntypes);
-            e_u(&e, (uint64_t) n->retries[k].retries);
-            e_u(&e, (uint64_t) n->retries[k].backoff_ms);
-            e_u(&e, (uint64_t) n->retries[k].max_backoff_ms);
-            e_u(&e, (uint64_t) n->retries[k].multiplier_milli);
-            e_u(&e, (uint64_t) n->retries[k].max_elapsed_ms);
-        }
-        e_u(&e, (uint64_t) n->timeout_ms);
-        e_u(&e, (uint64_t) n->deadline_ms);
-        e_arr(&e, n->nhandlers);
-        for (k = 0; k < n->nhandlers; k++) {
-            e_arr(&e, 2);
-            e_strs(&e, n->handlers[k].types, n->handlers[k].ntypes);
-            e_str(&e, n->handlers[k].bind);
-        }
-        e_u(&e, n->unpack ? 1 : 0);
-        e_u(&e, n->fail_fast ? 1 : 0);
-        e_u(&e, n->call);
-        e_str(&e, n->version);
+        e_node(&e, &d->nodes[i]);
     }
     e_key(&e, "edges");
     e_arr(&e, d->nedges);
     for (i = 0; i < d->nedges; i++) {
-        const struct ir_edge *g = &d->edges[i];
-        e_arr(&e, 5);
-        e_u(&e, g->from);
-        e_u(&e, g->to);
-        e_u(&e, g->kind);
-        e_opt(&e, g->expr);
-        e_u(&e, g->index);
+        e_edge(&e, &d->edges[i]);
     }
     return e.bad ? CN_NOMEM : CN_OK;
 }
@@ -483,67 +516,62 @@ d_exprs(struct dec *x, const msgpack_object *xs, const msgpack_object *args)
     return true;
 }
 
+/* A node's argument expressions, one per argument name (n->nargs is set). */
 static bool
-d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
+d_argexprs(struct dec *x, const msgpack_object *o, struct ir_node *n)
 {
-    struct ir_dag *d = x->d;
-    const msgpack_object *a = d_arr(x, o, 22, "node must be a 22-element array"), *b, *c;
-    uint32_t kind, k, cnt;
-    uint64_t u;
+    const msgpack_object *b = d_arr(x, o, n->nargs, "argument expressions do not match names");
+    uint32_t k;
 
-    if (a == NULL) {
-        return false;
-    }
-    if (!d_u32(x, &a[0], IR_N_COUNT_ - 1, &kind, "bad node kind") ||
-        !d_u32(x, &a[1], d->nframes ? d->nframes - 1 : 0, &n->frame, "bad node frame") ||
-        !d_u32(x, &a[2], UINT32_MAX, &n->line, "bad line") ||
-        !d_u32(x, &a[3], UINT32_MAX, &n->col, "bad column") ||
-        !d_opt(x, &a[4], d->nnodes, &n->exc, "bad exception target") ||
-        !d_opt(x, &a[5], (uint32_t) d->exprs.len, &n->expr, "bad node expression") ||
-        !d_opt(x, &a[6], d->nnodes, &n->link, "bad node link") ||
-        !d_opt(x, &a[7], d->nframes, &n->callee_frame, "bad callee frame") ||
-        !d_u(x, &a[8], UINT16_MAX, &u, "bad try depth")) {
-        return false;
-    }
-    n->kind = (uint8_t) kind;
-    n->try_depth = (uint16_t) u;
-    if (!d_u(x, &a[9], UINT16_MAX, &u, "bad loop depth")) {
-        return false;
-    }
-    n->loop_depth = (uint16_t) u;
-    if (!d_str(x, &a[10], true, &n->name, "bad node name") ||
-        !d_strs(x, &a[11], &n->targets, &n->ntargets, "bad targets") ||
-        !d_strs(x, &a[12], &n->argnames, &n->nargs, "bad argument names")) {
-        return false;
-    }
-    if ((b = d_arr(x, &a[13], n->nargs, "argument expressions do not match names")) == NULL &&
-        n->nargs > 0) {
+    if (b == NULL && n->nargs > 0) {
         return false;
     }
     if (n->nargs > 0) {
-        n->argexprs = cn_arena_calloc(d->arena, n->nargs, sizeof(*n->argexprs));
+        n->argexprs = cn_arena_calloc(x->d->arena, n->nargs, sizeof(*n->argexprs));
         if (n->argexprs == NULL) {
             return d_fail(x, CN_NOMEM, "out of memory");
         }
         for (k = 0; k < n->nargs; k++) {
-            if (!d_opt(x, &b[k], (uint32_t) d->exprs.len, &n->argexprs[k], "bad argument")) {
+            if (!d_opt(x, &b[k], (uint32_t) x->d->exprs.len, &n->argexprs[k], "bad argument")) {
                 return false;
             }
         }
     }
-    if (a[14].type != MSGPACK_OBJECT_ARRAY) {
-        return d_fail(x, CN_PARSE, "retries must be an array");
+    return true;
+}
+
+/* The count of the records (retries, handlers) that array o holds in *n, and zeroed room for
+ * them, of size bytes each, in *room (NULL for none); what is the error for a non-array. */
+static bool
+d_records(struct dec *x, const msgpack_object *o, size_t size, uint32_t *n, void **room,
+          const char *what)
+{
+    if (o->type != MSGPACK_OBJECT_ARRAY) {
+        return d_fail(x, CN_PARSE, what);
     }
-    cnt = a[14].via.array.size;
-    if (cnt > 0) {
-        n->retries = cn_arena_calloc(d->arena, cnt, sizeof(*n->retries));
-        if (n->retries == NULL) {
-            return d_fail(x, CN_NOMEM, "out of memory");
-        }
+    *n = o->via.array.size;
+    *room = NULL;
+    if (*n > 0 && (*room = cn_arena_calloc(x->d->arena, *n, size)) == NULL) {
+        return d_fail(x, CN_NOMEM, "out of memory");
     }
+    return true;
+}
+
+static bool
+d_retries(struct dec *x, const msgpack_object *o, struct ir_node *n)
+{
+    const msgpack_object *c;
+    uint32_t k, cnt;
+    uint64_t u;
+    void *room;
+
+    if (!d_records(x, o, sizeof(*n->retries), &cnt, &room, "retries must be an array")) {
+        return false;
+    }
+    n->retries = room;
     for (k = 0; k < cnt; k++) {
         struct ir_retry *r = &n->retries[k];
-        if ((c = d_arr(x, &a[14].via.array.ptr[k], 6, "retry must be a 6-element array")) == NULL ||
+        if ((c = d_arr(x, &o->via.array.ptr[k], 6, "retry must be a 6-element array")) == NULL ||
             !d_strs(x, &c[0], &r->types, &r->ntypes, "bad retry types") ||
             !d_u(x, &c[1], INT64_MAX, &u, "bad retry count")) {
             return false;
@@ -568,6 +596,66 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
         r->max_elapsed_ms = (int64_t) u;
     }
     n->nretries = cnt;
+    return true;
+}
+
+static bool
+d_handlers(struct dec *x, const msgpack_object *o, struct ir_node *n)
+{
+    const msgpack_object *c;
+    uint32_t k, cnt;
+    void *room;
+
+    if (!d_records(x, o, sizeof(*n->handlers), &cnt, &room, "handlers must be an array")) {
+        return false;
+    }
+    n->handlers = room;
+    for (k = 0; k < cnt; k++) {
+        struct ir_handler_info *h = &n->handlers[k];
+        if ((c = d_arr(x, &o->via.array.ptr[k], 2, "handler must be a 2-element array")) == NULL ||
+            !d_strs(x, &c[0], &h->types, &h->ntypes, "bad handler types") ||
+            !d_str(x, &c[1], true, &h->bind, "bad handler binding")) {
+            return false;
+        }
+    }
+    n->nhandlers = cnt;
+    return true;
+}
+
+static bool
+d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
+{
+    struct ir_dag *d = x->d;
+    const msgpack_object *a = d_arr(x, o, 22, "node must be a 22-element array");
+    uint32_t kind;
+    uint64_t u;
+
+    if (a == NULL) {
+        return false;
+    }
+    if (!d_u32(x, &a[0], IR_N_COUNT_ - 1, &kind, "bad node kind") ||
+        !d_u32(x, &a[1], d->nframes ? d->nframes - 1 : 0, &n->frame, "bad node frame") ||
+        !d_u32(x, &a[2], UINT32_MAX, &n->line, "bad line") ||
+        !d_u32(x, &a[3], UINT32_MAX, &n->col, "bad column") ||
+        !d_opt(x, &a[4], d->nnodes, &n->exc, "bad exception target") ||
+        !d_opt(x, &a[5], (uint32_t) d->exprs.len, &n->expr, "bad node expression") ||
+        !d_opt(x, &a[6], d->nnodes, &n->link, "bad node link") ||
+        !d_opt(x, &a[7], d->nframes, &n->callee_frame, "bad callee frame") ||
+        !d_u(x, &a[8], UINT16_MAX, &u, "bad try depth")) {
+        return false;
+    }
+    n->kind = (uint8_t) kind;
+    n->try_depth = (uint16_t) u;
+    if (!d_u(x, &a[9], UINT16_MAX, &u, "bad loop depth")) {
+        return false;
+    }
+    n->loop_depth = (uint16_t) u;
+    if (!d_str(x, &a[10], true, &n->name, "bad node name") ||
+        !d_strs(x, &a[11], &n->targets, &n->ntargets, "bad targets") ||
+        !d_strs(x, &a[12], &n->argnames, &n->nargs, "bad argument names") ||
+        !d_argexprs(x, &a[13], n) || !d_retries(x, &a[14], n)) {
+        return false;
+    }
     if (!d_u(x, &a[15], INT64_MAX, &u, "bad timeout")) {
         return false;
     }
@@ -576,26 +664,9 @@ d_node(struct dec *x, const msgpack_object *o, struct ir_node *n)
         return false;
     }
     n->deadline_ms = (int64_t) u;
-    if (a[17].type != MSGPACK_OBJECT_ARRAY) {
-        return d_fail(x, CN_PARSE, "handlers must be an array");
+    if (!d_handlers(x, &a[17], n)) {
+        return false;
     }
-    cnt = a[17].via.array.size;
-    if (cnt > 0) {
-        n->handlers = cn_arena_calloc(d->arena, cnt, sizeof(*n->handlers));
-        if (n->handlers == NULL) {
-            return d_fail(x, CN_NOMEM, "out of memory");
-        }
-    }
-    for (k = 0; k < cnt; k++) {
-        struct ir_handler_info *h = &n->handlers[k];
-        if ((c = d_arr(x, &a[17].via.array.ptr[k], 2, "handler must be a 2-element array")) ==
-                NULL ||
-            !d_strs(x, &c[0], &h->types, &h->ntypes, "bad handler types") ||
-            !d_str(x, &c[1], true, &h->bind, "bad handler binding")) {
-            return false;
-        }
-    }
-    n->nhandlers = cnt;
     if (!d_u(x, &a[18], 1, &u, "bad unpack flag")) {
         return false;
     }

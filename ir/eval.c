@@ -1006,13 +1006,60 @@ ev_call(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
     return rv;
 }
 
+/* x[a:b]: either bound may be absent (None). */
+static cn_err
+ev_slice(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
+{
+    struct ir_val v[3];
+    uint32_t ci;
+    cn_err rv;
+
+    if ((rv = ev_children(x, e, 1, v, out)) != CN_OK) {
+        return rv;
+    }
+    v[1] = v[2] = ir_null();
+    for (ci = 1; ci < 3; ci++) {
+        if (ir_xchild(x->p, e, ci) == IR_NO_EXPR) {
+            continue;
+        }
+        if ((rv = ev_expr(x, ir_xchild(x->p, e, ci), &v[ci])) != CN_OK) {
+            if (rv == CN_RAISED) {
+                *out = v[ci];
+            }
+            release_all(v, ci);
+            return rv;
+        }
+    }
+    rv = slice_op(v[0], v[1], v[2], out);
+    release_all(v, 3);
+    return rv;
+}
+
+/* a if c else b: only the branch chosen is evaluated. */
+static cn_err
+ev_cond(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
+{
+    struct ir_val c;
+    uint32_t ci;
+    cn_err rv;
+
+    if ((rv = ev_expr(x, ir_xchild(x->p, e, 1), &c)) != CN_OK) {
+        if (rv == CN_RAISED) {
+            *out = c;
+        }
+        return rv;
+    }
+    ci = ir_xchild(x->p, e, ir_truthy(c) ? 0 : 2);
+    ir_val_release(c);
+    return ev_expr(x, ci, out);
+}
+
 static cn_err
 ev_expr(const struct ev *x, uint32_t ei, struct ir_val *out)
 {
     const struct ir_expr *e;
-    struct ir_val v[3];
+    struct ir_val v[2];
     const struct ir_val *bound;
-    uint32_t ci;
     cn_err rv;
 
     if (ei >= x->p->len) {
@@ -1065,25 +1112,7 @@ ev_expr(const struct ev *x, uint32_t ei, struct ir_val *out)
         release_all(v, 2);
         return rv;
     case IR_X_SLICE:
-        if ((rv = ev_children(x, e, 1, v, out)) != CN_OK) {
-            return rv;
-        }
-        v[1] = v[2] = ir_null();
-        for (ci = 1; ci < 3; ci++) {
-            if (ir_xchild(x->p, e, ci) == IR_NO_EXPR) {
-                continue;
-            }
-            if ((rv = ev_expr(x, ir_xchild(x->p, e, ci), &v[ci])) != CN_OK) {
-                if (rv == CN_RAISED) {
-                    *out = v[ci];
-                }
-                release_all(v, ci);
-                return rv;
-            }
-        }
-        rv = slice_op(v[0], v[1], v[2], out);
-        release_all(v, 3);
-        return rv;
+        return ev_slice(x, e, out);
     case IR_X_AND:
     case IR_X_OR:
         if ((rv = ev_children(x, e, 1, v, out)) != CN_OK) {
@@ -1096,15 +1125,7 @@ ev_expr(const struct ev *x, uint32_t ei, struct ir_val *out)
         ir_val_release(v[0]);
         return ev_expr(x, ir_xchild(x->p, e, 1), out);
     case IR_X_COND:
-        if ((rv = ev_expr(x, ir_xchild(x->p, e, 1), &v[0])) != CN_OK) {
-            if (rv == CN_RAISED) {
-                *out = v[0];
-            }
-            return rv;
-        }
-        ci = ir_xchild(x->p, e, ir_truthy(v[0]) ? 0 : 2);
-        ir_val_release(v[0]);
-        return ev_expr(x, ci, out);
+        return ev_cond(x, e, out);
     case IR_X_CMP:
         return ev_cmp(x, e, out);
     case IR_X_CALL:

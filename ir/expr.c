@@ -210,10 +210,91 @@ print_list(const struct ir_xpool *p, const struct ir_expr *e, uint32_t from, uin
 }
 
 static cn_err
+print_dict(const struct ir_xpool *p, const struct ir_expr *e, struct cn_buf *o)
+{
+    cn_err rv = cn_buf_putc(o, '{');
+    uint32_t k;
+
+    for (k = 0; k + 1 < e->nargs && rv == CN_OK; k += 2) {
+        if (k > 0) {
+            rv = cn_buf_puts(o, ", ");
+        }
+        if (rv == CN_OK) {
+            rv = print_at(p, ir_xchild(p, e, k), PREC_COND, o);
+        }
+        if (rv == CN_OK) {
+            rv = cn_buf_puts(o, ": ");
+        }
+        if (rv == CN_OK) {
+            rv = print_at(p, ir_xchild(p, e, k + 1), PREC_COND, o);
+        }
+    }
+    return rv == CN_OK ? cn_buf_putc(o, '}') : rv;
+}
+
+/* x[i] or x[a:b], either bound of a slice left out when absent. */
+static cn_err
+print_subscript(const struct ir_xpool *p, const struct ir_expr *e, struct cn_buf *o)
+{
+    bool slice = e->kind == IR_X_SLICE;
+    cn_err rv = print_at(p, ir_xchild(p, e, 0), PREC_POSTFIX, o);
+
+    if (rv == CN_OK) {
+        rv = cn_buf_putc(o, '[');
+    }
+    if (rv == CN_OK && (!slice || ir_xchild(p, e, 1) != IR_NO_EXPR)) {
+        rv = print_at(p, ir_xchild(p, e, 1), PREC_COND, o);
+    }
+    if (slice && rv == CN_OK) {
+        rv = cn_buf_putc(o, ':');
+    }
+    if (slice && rv == CN_OK && ir_xchild(p, e, 2) != IR_NO_EXPR) {
+        rv = print_at(p, ir_xchild(p, e, 2), PREC_COND, o);
+    }
+    return rv == CN_OK ? cn_buf_putc(o, ']') : rv;
+}
+
+static cn_err
+print_cond(const struct ir_xpool *p, const struct ir_expr *e, struct cn_buf *o)
+{
+    cn_err rv = print_at(p, ir_xchild(p, e, 0), PREC_OR, o);
+
+    if (rv == CN_OK) {
+        rv = cn_buf_puts(o, " if ");
+    }
+    if (rv == CN_OK) {
+        rv = print_at(p, ir_xchild(p, e, 1), PREC_OR, o);
+    }
+    if (rv == CN_OK) {
+        rv = cn_buf_puts(o, " else ");
+    }
+    return rv == CN_OK ? print_at(p, ir_xchild(p, e, 2), PREC_COND, o) : rv;
+}
+
+/* name(a, b, k=v): positional arguments first, then the keyword ones. */
+static cn_err
+print_call(const struct ir_xpool *p, const struct ir_expr *e, struct cn_buf *o)
+{
+    uint32_t k, npos = e->nargs - e->nkw;
+    cn_err rv = cn_buf_printf(o, "%s(", e->name);
+
+    if (rv == CN_OK) {
+        rv = print_list(p, e, 0, npos, o);
+    }
+    for (k = npos; k < e->nargs && rv == CN_OK; k++) {
+        rv = cn_buf_printf(o, "%s%s=", k > 0 ? ", " : "", e->kwnames[k - npos]);
+        if (rv == CN_OK) {
+            rv = print_at(p, ir_xchild(p, e, k), PREC_COND, o);
+        }
+    }
+    return rv == CN_OK ? cn_buf_putc(o, ')') : rv;
+}
+
+static cn_err
 print_body(const struct ir_xpool *p, const struct ir_expr *e, struct cn_buf *o)
 {
     cn_err rv = CN_OK;
-    uint32_t k, npos;
+    uint32_t k;
     int pr = expr_prec(e);
 
     switch ((enum ir_xkind) e->kind) {
@@ -228,22 +309,7 @@ print_body(const struct ir_xpool *p, const struct ir_expr *e, struct cn_buf *o)
         }
         return rv == CN_OK ? cn_buf_putc(o, ']') : rv;
     case IR_X_DICT:
-        rv = cn_buf_putc(o, '{');
-        for (k = 0; k + 1 < e->nargs && rv == CN_OK; k += 2) {
-            if (k > 0) {
-                rv = cn_buf_puts(o, ", ");
-            }
-            if (rv == CN_OK) {
-                rv = print_at(p, ir_xchild(p, e, k), PREC_COND, o);
-            }
-            if (rv == CN_OK) {
-                rv = cn_buf_puts(o, ": ");
-            }
-            if (rv == CN_OK) {
-                rv = print_at(p, ir_xchild(p, e, k + 1), PREC_COND, o);
-            }
-        }
-        return rv == CN_OK ? cn_buf_putc(o, '}') : rv;
+        return print_dict(p, e, o);
     case IR_X_NEG:
         rv = cn_buf_putc(o, '-');
         return rv == CN_OK ? print_at(p, ir_xchild(p, e, 0), PREC_NEG, o) : rv;
@@ -271,57 +337,15 @@ print_body(const struct ir_xpool *p, const struct ir_expr *e, struct cn_buf *o)
         }
         return rv;
     case IR_X_INDEX:
-        rv = print_at(p, ir_xchild(p, e, 0), PREC_POSTFIX, o);
-        if (rv == CN_OK) {
-            rv = cn_buf_putc(o, '[');
-        }
-        if (rv == CN_OK) {
-            rv = print_at(p, ir_xchild(p, e, 1), PREC_COND, o);
-        }
-        return rv == CN_OK ? cn_buf_putc(o, ']') : rv;
     case IR_X_SLICE:
-        rv = print_at(p, ir_xchild(p, e, 0), PREC_POSTFIX, o);
-        if (rv == CN_OK) {
-            rv = cn_buf_putc(o, '[');
-        }
-        if (rv == CN_OK && ir_xchild(p, e, 1) != IR_NO_EXPR) {
-            rv = print_at(p, ir_xchild(p, e, 1), PREC_COND, o);
-        }
-        if (rv == CN_OK) {
-            rv = cn_buf_putc(o, ':');
-        }
-        if (rv == CN_OK && ir_xchild(p, e, 2) != IR_NO_EXPR) {
-            rv = print_at(p, ir_xchild(p, e, 2), PREC_COND, o);
-        }
-        return rv == CN_OK ? cn_buf_putc(o, ']') : rv;
+        return print_subscript(p, e, o);
     case IR_X_ATTR:
         rv = print_at(p, ir_xchild(p, e, 0), PREC_POSTFIX, o);
         return rv == CN_OK ? cn_buf_printf(o, ".%s", e->name) : rv;
     case IR_X_COND:
-        rv = print_at(p, ir_xchild(p, e, 0), PREC_OR, o);
-        if (rv == CN_OK) {
-            rv = cn_buf_puts(o, " if ");
-        }
-        if (rv == CN_OK) {
-            rv = print_at(p, ir_xchild(p, e, 1), PREC_OR, o);
-        }
-        if (rv == CN_OK) {
-            rv = cn_buf_puts(o, " else ");
-        }
-        return rv == CN_OK ? print_at(p, ir_xchild(p, e, 2), PREC_COND, o) : rv;
+        return print_cond(p, e, o);
     case IR_X_CALL:
-        npos = e->nargs - e->nkw;
-        rv = cn_buf_printf(o, "%s(", e->name);
-        if (rv == CN_OK) {
-            rv = print_list(p, e, 0, npos, o);
-        }
-        for (k = npos; k < e->nargs && rv == CN_OK; k++) {
-            rv = cn_buf_printf(o, "%s%s=", k > 0 ? ", " : "", e->kwnames[k - npos]);
-            if (rv == CN_OK) {
-                rv = print_at(p, ir_xchild(p, e, k), PREC_COND, o);
-            }
-        }
-        return rv == CN_OK ? cn_buf_putc(o, ')') : rv;
+        return print_call(p, e, o);
     default:
         return cn_buf_puts(o, "<?>");
     }

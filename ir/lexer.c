@@ -83,18 +83,26 @@ lex_emit(struct lexer *lx, const struct ir_token *t)
     }
 }
 
+/* A token of the source text [start, start + len) at line:col, with no value yet. */
+static void
+tok_init(struct ir_token *t, enum ir_tok kind, uint32_t line, uint32_t col, const char *start,
+         size_t len)
+{
+    memset(t, 0, sizeof(*t));
+    t->kind = kind;
+    t->line = line;
+    t->col = col;
+    t->start = start;
+    t->len = (uint32_t) len;
+}
+
 static void
 lex_simple(struct lexer *lx, enum ir_tok kind, uint32_t line, uint32_t col, const char *start,
            size_t len)
 {
     struct ir_token t;
 
-    memset(&t, 0, sizeof(t));
-    t.kind = kind;
-    t.line = line;
-    t.col = col;
-    t.start = start;
-    t.len = (uint32_t) len;
+    tok_init(&t, kind, line, col, start, len);
     lex_emit(lx, &t);
 }
 
@@ -248,23 +256,18 @@ lex_indent(struct lexer *lx)
     return true;
 }
 
-static void
-lex_number(struct lexer *lx)
+/* The end of the number that starts at q: digits, a fraction, an exponent; *is_float when it
+ * has either of the last two. */
+static const char *
+scan_number(const struct lexer *lx, const char *q, bool *is_float)
 {
-    const char *s = lx->p, *q = lx->p;
-    uint32_t line = lx->line, col = lx->col;
-    bool is_float = false, bad = false;
-    struct ir_token t;
-    size_t n;
-
-    memset(&t, 0, sizeof(t));
     while (q < lx->end && is_digit(*q)) {
         q++;
     }
     /* As in Python, a dot after digits always belongs to the number: `1.e3` is 1000.0, and
      * `1.x` is a bad number, not an attribute of 1. */
     if (q < lx->end && *q == '.') {
-        is_float = true;
+        *is_float = true;
         q++;
         while (q < lx->end && is_digit(*q)) {
             q++;
@@ -276,133 +279,187 @@ lex_number(struct lexer *lx)
             e++;
         }
         if (e < lx->end && is_digit(*e)) {
-            is_float = true;
+            *is_float = true;
             q = e;
             while (q < lx->end && is_digit(*q)) {
                 q++;
             }
         }
     }
-    n = (size_t) (q - s);
-    t.line = line;
-    t.col = col;
-    t.start = s;
-    t.len = (uint32_t) n;
-    if (is_float && q < lx->end && is_name_char(*q)) {
-        const char *u = q;
-        size_t ul;
+    return q;
+}
 
-        while (q < lx->end && is_name_char(*q)) {
-            q++;
+/* Milliseconds per unit for the duration unit [u, u + n) (ms, s, m, h); 0 for anything else. */
+static int64_t
+duration_unit_ms(const char *u, size_t n)
+{
+    if (n == 2 && u[0] == 'm' && u[1] == 's') {
+        return 1;
+    }
+    if (n == 1 && *u == 's') {
+        return 1000;
+    }
+    if (n == 1 && *u == 'm') {
+        return 60000;
+    }
+    if (n == 1 && *u == 'h') {
+        return 3600000;
+    }
+    return 0;
+}
+
+/* The end of the word of letters, digits and '_' at q. */
+static const char *
+scan_word(const struct lexer *lx, const char *q)
+{
+    while (q < lx->end && is_name_char(*q)) {
+        q++;
+    }
+    return q;
+}
+
+/* Letters after a float (`1.5s`, `2.0x`), from *qp: always a bad number, explained when they
+ * are a duration unit. t becomes the whole word; *qp its end. */
+static void
+lex_float_suffix(struct lexer *lx, struct ir_token *t, const char **qp)
+{
+    const char *s = t->start, *u = *qp, *q = scan_word(lx, *qp);
+
+    t->len = (uint32_t) (q - s);
+    if (duration_unit_ms(u, (size_t) (q - u)) != 0) {
+        ir_diags_add(lx->diags, t->line, t->col,
+                     "invalid number '%.*s' (a duration must be a whole number with a unit "
+                     "(ms, s, m or h), e.g. 1500ms)",
+                     (int) (q - s), s);
+    } else {
+        ir_diags_add(lx->diags, t->line, t->col, "invalid number '%.*s'", (int) (q - s), s);
+    }
+    *qp = q;
+}
+
+/* A duration: 100ms, 30s, 2m, 1h (the unit must end the word); the digits end at *qp, the
+ * unit is read from there. t becomes the whole word; *qp its end. Returns true when bad. */
+static bool
+lex_duration(struct lexer *lx, struct ir_token *t, const char **qp)
+{
+    const char *s = t->start, *u = *qp, *q = scan_word(lx, *qp), *d;
+    int64_t mult = duration_unit_ms(u, (size_t) (q - u));
+    uint64_t v = 0;
+    bool bad = false;
+
+    *qp = q;
+    t->len = (uint32_t) (q - s);
+    if (mult == 0 && *u == '_') {
+        ir_diags_add(lx->diags, t->line, t->col,
+                     "invalid number '%.*s' (underscores in numbers are not supported)",
+                     (int) (q - s), s);
+        return true;
+    }
+    if (mult == 0) {
+        ir_diags_add(lx->diags, t->line, t->col,
+                     "invalid number '%.*s' (a duration unit must be ms, s, m or h)", (int) (q - s),
+                     s);
+        return true;
+    }
+    for (d = s; d < u && !bad; d++) {
+        if (v > (uint64_t) INT64_MAX / 10) {
+            bad = true;
         }
-        ul = (size_t) (q - u);
-        t.len = (uint32_t) (q - s);
-        if ((ul == 2 && u[0] == 'm' && u[1] == 's') ||
-            (ul == 1 && (*u == 's' || *u == 'm' || *u == 'h'))) {
-            ir_diags_add(lx->diags, line, col,
-                         "invalid number '%.*s' (a duration must be a whole number with a unit "
-                         "(ms, s, m or h), e.g. 1500ms)",
-                         (int) (q - s), s);
-        } else {
-            ir_diags_add(lx->diags, line, col, "invalid number '%.*s'", (int) (q - s), s);
+        v = v * 10 + (uint64_t) (*d - '0');
+    }
+    if (bad || v > (uint64_t) (INT64_MAX / mult)) {
+        ir_diags_add(lx->diags, t->line, t->col, "duration '%.*s' is too large", (int) (q - s), s);
+        bad = true;
+    }
+    t->kind = IR_TK_DURATION;
+    t->v.dur_ms = bad ? 0 : (int64_t) v * mult; /* v * mult fits: checked above */
+    return bad;
+}
+
+/* The value of the float literal t, n bytes long. Returns true when bad. */
+static bool
+lex_float(struct lexer *lx, struct ir_token *t, size_t n)
+{
+    char tmp[400];
+
+    if (n >= sizeof(tmp)) {
+        ir_diags_add(lx->diags, t->line, t->col, "float literal is too long");
+        return true;
+    }
+    memcpy(tmp, t->start, n);
+    tmp[n] = '\0';
+    t->kind = IR_TK_FLOAT;
+    t->v.f = strtod(tmp, NULL);
+    if (isinf(t->v.f)) {
+        ir_diags_add(lx->diags, t->line, t->col, "float literal '%s' is out of range", tmp);
+        return true;
+    }
+    return false;
+}
+
+/* The value of the integer literal t, n digits long, up to 2^63 (the parser folds a minus
+ * sign into it, for INT64_MIN). Returns true when bad. */
+static bool
+lex_int(struct lexer *lx, struct ir_token *t, size_t n)
+{
+    const char *s = t->start, *q = s + n, *d;
+    uint64_t v = 0;
+    bool zeros = n > 1 && s[0] == '0', bad = false;
+
+    t->kind = IR_TK_INT;
+    for (d = s; d < q; d++) {
+        if (*d != '0') {
+            break;
         }
+    }
+    if (zeros && d != q) {
+        ir_diags_add(lx->diags, t->line, t->col,
+                     "leading zeros in integer literals are not permitted");
+        bad = true;
+    }
+    for (d = s; d < q && !bad; d++) {
+        unsigned dig = (unsigned) (*d - '0');
+        if (v > ((uint64_t) 1 << 63) / 10 || v * 10 + dig > ((uint64_t) 1 << 63)) {
+            ir_diags_add(lx->diags, t->line, t->col,
+                         "integer literal '%.*s' does not fit in 64 bits", (int) n, s);
+            bad = true;
+        }
+        v = v * 10 + dig;
+    }
+    t->v.i = v;
+    return bad;
+}
+
+static void
+lex_number(struct lexer *lx)
+{
+    const char *s = lx->p, *q;
+    bool is_float = false, bad;
+    struct ir_token t;
+    size_t n;
+
+    q = scan_number(lx, s, &is_float);
+    n = (size_t) (q - s);
+    tok_init(&t, IR_TK_INT, lx->line, lx->col, s, n);
+    if (is_float && q < lx->end && is_name_char(*q)) {
+        lex_float_suffix(lx, &t, &q);
         bad = true;
     } else if (!is_float && q < lx->end && is_name_start(*q)) {
-        /* A duration: 100ms, 30s, 2m, 1h (the unit must end the word). */
-        const char *u = q;
-        int64_t mult = 0;
-        while (q < lx->end && is_name_char(*q)) {
-            q++;
-        }
-        if ((size_t) (q - u) == 2 && u[0] == 'm' && u[1] == 's') {
-            mult = 1;
-        } else if ((size_t) (q - u) == 1 && *u == 's') {
-            mult = 1000;
-        } else if ((size_t) (q - u) == 1 && *u == 'm') {
-            mult = 60000;
-        } else if ((size_t) (q - u) == 1 && *u == 'h') {
-            mult = 3600000;
-        }
-        t.len = (uint32_t) (q - s);
-        if (mult == 0 && *u == '_') {
-            ir_diags_add(lx->diags, line, col,
-                         "invalid number '%.*s' (underscores in numbers are not supported)",
-                         (int) (q - s), s);
-            bad = true;
-        } else if (mult == 0) {
-            ir_diags_add(lx->diags, line, col,
-                         "invalid number '%.*s' (a duration unit must be ms, s, m or h)",
-                         (int) (q - s), s);
-            bad = true;
-        } else {
-            uint64_t v = 0;
-            const char *d;
-            for (d = s; d < u && !bad; d++) {
-                if (v > (uint64_t) INT64_MAX / 10) {
-                    bad = true;
-                }
-                v = v * 10 + (uint64_t) (*d - '0');
-            }
-            if (bad || v > (uint64_t) (INT64_MAX / mult)) {
-                ir_diags_add(lx->diags, line, col, "duration '%.*s' is too large", (int) (q - s),
-                             s);
-                bad = true;
-            }
-            t.kind = IR_TK_DURATION;
-            t.v.dur_ms = bad ? 0 : (int64_t) v * mult; /* v * mult fits: checked above */
-        }
+        bad = lex_duration(lx, &t, &q);
     } else if (is_float) {
-        char tmp[400];
-        if (n >= sizeof(tmp)) {
-            ir_diags_add(lx->diags, line, col, "float literal is too long");
-            bad = true;
-        } else {
-            memcpy(tmp, s, n);
-            tmp[n] = '\0';
-            t.kind = IR_TK_FLOAT;
-            t.v.f = strtod(tmp, NULL);
-            if (isinf(t.v.f)) {
-                ir_diags_add(lx->diags, line, col, "float literal '%s' is out of range", tmp);
-                bad = true;
-            }
-        }
+        bad = lex_float(lx, &t, n);
     } else {
-        uint64_t v = 0;
-        const char *d;
-        bool zeros = n > 1 && s[0] == '0';
-        t.kind = IR_TK_INT;
-        for (d = s; d < q; d++) {
-            if (*d != '0') {
-                break;
-            }
-        }
-        if (zeros && d != q) {
-            ir_diags_add(lx->diags, line, col,
-                         "leading zeros in integer literals are not permitted");
-            bad = true;
-        }
-        for (d = s; d < q && !bad; d++) {
-            unsigned dig = (unsigned) (*d - '0');
-            if (v > ((uint64_t) 1 << 63) / 10 || v * 10 + dig > ((uint64_t) 1 << 63)) {
-                ir_diags_add(lx->diags, line, col, "integer literal '%.*s' does not fit in 64 bits",
-                             (int) n, s);
-                bad = true;
-            }
-            v = v * 10 + dig;
-        }
-        t.v.i = v;
+        bad = lex_int(lx, &t, n);
     }
     while (lx->p < q) {
         lex_adv(lx);
     }
-    if (!bad) {
-        lex_emit(lx, &t);
-    } else {
+    if (bad) {
         /* Keep the parser in step: an INT 0 stands in for the bad literal. */
         t.kind = IR_TK_INT;
         t.v.i = 0;
-        lex_emit(lx, &t);
     }
+    lex_emit(lx, &t);
 }
 
 static int
@@ -438,6 +495,66 @@ utf8_put(char *out, uint32_t cp)
     return 3;
 }
 
+/* The four hex digits of a unicode escape (its 'u' consumed), appended to buf + *n as UTF-8;
+ * ecol is the backslash's column, for the errors. */
+static void
+lex_u_escape(struct lexer *lx, char *buf, size_t *n, uint32_t line, uint32_t ecol)
+{
+    uint32_t cp = 0;
+    int i, h;
+
+    for (i = 0; i < 4; i++) {
+        if (lx->p >= lx->end || (h = hexval(*lx->p)) < 0) {
+            break;
+        }
+        cp = cp * 16 + (uint32_t) h;
+        lex_adv(lx);
+    }
+    if (i < 4) {
+        ir_diags_add(lx->diags, line, ecol, "\\u must be followed by 4 hex digits");
+    } else if (cp >= 0xD800 && cp <= 0xDFFF) {
+        ir_diags_add(lx->diags, line, ecol,
+                     "\\u%04X is a surrogate and cannot appear in a UTF-8 string", cp);
+    } else {
+        *n += utf8_put(buf + *n, cp);
+    }
+}
+
+/* The escape of character c (the backslash and c consumed), appended to buf + *n; ecol is the
+ * backslash's column, for the errors. */
+static void
+lex_escape(struct lexer *lx, char c, char *buf, size_t *n, uint32_t line, uint32_t ecol)
+{
+    switch (c) {
+    case 'n':
+        buf[(*n)++] = '\n';
+        break;
+    case 't':
+        buf[(*n)++] = '\t';
+        break;
+    case 'r':
+        buf[(*n)++] = '\r';
+        break;
+    case '\\':
+    case '\'':
+    case '"':
+        buf[(*n)++] = c;
+        break;
+    case '0':
+        buf[(*n)++] = '\0';
+        break;
+    case 'u':
+        lex_u_escape(lx, buf, n, line, ecol);
+        break;
+    default:
+        ir_diags_add(lx->diags, line, ecol,
+                     "unknown escape '\\%c' (expected one of \\n \\t \\r \\\\ \\' \\\" \\0 "
+                     "\\uXXXX)",
+                     c);
+        break;
+    }
+}
+
 static void
 lex_string(struct lexer *lx)
 {
@@ -448,8 +565,6 @@ lex_string(struct lexer *lx)
     char *buf;
     size_t n = 0;
     bool closed = false;
-
-    memset(&t, 0, sizeof(t));
     const char *stop = lx->p + 1;
 
     /* Decoded text is never longer than its source text, which ends at the closing quote (or
@@ -483,61 +598,13 @@ lex_string(struct lexer *lx)
         }
         c = *lx->p;
         lex_adv(lx);
-        switch (c) {
-        case 'n':
-            buf[n++] = '\n';
-            break;
-        case 't':
-            buf[n++] = '\t';
-            break;
-        case 'r':
-            buf[n++] = '\r';
-            break;
-        case '\\':
-        case '\'':
-        case '"':
-            buf[n++] = c;
-            break;
-        case '0':
-            buf[n++] = '\0';
-            break;
-        case 'u': {
-            uint32_t cp = 0;
-            int i, h;
-            for (i = 0; i < 4; i++) {
-                if (lx->p >= lx->end || (h = hexval(*lx->p)) < 0) {
-                    break;
-                }
-                cp = cp * 16 + (uint32_t) h;
-                lex_adv(lx);
-            }
-            if (i < 4) {
-                ir_diags_add(lx->diags, line, ecol, "\\u must be followed by 4 hex digits");
-            } else if (cp >= 0xD800 && cp <= 0xDFFF) {
-                ir_diags_add(lx->diags, line, ecol,
-                             "\\u%04X is a surrogate and cannot appear in a UTF-8 string", cp);
-            } else {
-                n += utf8_put(buf + n, cp);
-            }
-            break;
-        }
-        default:
-            ir_diags_add(lx->diags, line, ecol,
-                         "unknown escape '\\%c' (expected one of \\n \\t \\r \\\\ \\' \\\" \\0 "
-                         "\\uXXXX)",
-                         c);
-            break;
-        }
+        lex_escape(lx, c, buf, &n, line, ecol);
     }
     if (!closed) {
         ir_diags_add(lx->diags, line, col, "unterminated string (missing closing %c)", quote);
     }
     buf[n] = '\0';
-    t.kind = IR_TK_STRING;
-    t.line = line;
-    t.col = col;
-    t.start = s;
-    t.len = (uint32_t) (lx->p - s);
+    tok_init(&t, IR_TK_STRING, line, col, s, (size_t) (lx->p - s));
     t.str = buf;
     t.str_len = n;
     lex_emit(lx, &t);
@@ -555,12 +622,7 @@ lex_name(struct lexer *lx)
         lex_adv(lx);
     }
     n = (size_t) (lx->p - s);
-    memset(&t, 0, sizeof(t));
-    t.kind = IR_TK_NAME;
-    t.line = line;
-    t.col = col;
-    t.start = s;
-    t.len = (uint32_t) n;
+    tok_init(&t, IR_TK_NAME, line, col, s, n);
     for (i = 0; i < sizeof(keywords) / sizeof(keywords[0]); i++) {
         if (strlen(keywords[i].word) == n && memcmp(keywords[i].word, s, n) == 0) {
             t.kind = keywords[i].tok;

@@ -53,6 +53,41 @@ struct shape_hdr {
 
 enum { SH_NONE = 0, SH_BYTES, SH_ARRAY, SH_MAP };
 
+/* The payload size of the fixed-size forms 0xca..0xd8: floats, ints, and fixext (a type byte
+ * and its data). */
+static uint64_t
+shape_fixed_size(unsigned b)
+{
+    switch (b) {
+    case 0xca: /* float 32 */
+        return 4;
+    case 0xcb: /* float 64 */
+        return 8;
+    case 0xcc: /* uint 8/16/32/64, int 8/16/32/64 */
+    case 0xd0:
+        return 1;
+    case 0xcd:
+    case 0xd1:
+        return 2;
+    case 0xce:
+    case 0xd2:
+        return 4;
+    case 0xcf:
+    case 0xd3:
+        return 8;
+    case 0xd4: /* fixext 1/2/4/8/16: type byte + data */
+        return 2;
+    case 0xd5:
+        return 3;
+    case 0xd6:
+        return 5;
+    case 0xd7:
+        return 9;
+    default: /* 0xd8 */
+        return 17;
+    }
+}
+
 static bool
 shape_classify(unsigned b, struct shape_hdr *h)
 {
@@ -76,6 +111,10 @@ shape_classify(unsigned b, struct shape_hdr *h)
     if (b <= 0xbf) {
         h->per_len = SH_BYTES;
         h->count = b & 0x1f;
+        return true;
+    }
+    if (b >= 0xca && b <= 0xd8) {
+        h->fixed = shape_fixed_size(b);
         return true;
     }
     switch (b) {
@@ -104,43 +143,6 @@ shape_classify(unsigned b, struct shape_hdr *h)
         h->lenw = b == 0xc7 ? 1 : (b == 0xc8 ? 2 : 4);
         h->fixed = 1;
         h->per_len = SH_BYTES;
-        return true;
-    case 0xca:
-        h->fixed = 4;
-        return true;
-    case 0xcb:
-        h->fixed = 8;
-        return true;
-    case 0xcc:
-    case 0xd0:
-        h->fixed = 1;
-        return true;
-    case 0xcd:
-    case 0xd1:
-        h->fixed = 2;
-        return true;
-    case 0xce:
-    case 0xd2:
-        h->fixed = 4;
-        return true;
-    case 0xcf:
-    case 0xd3:
-        h->fixed = 8;
-        return true;
-    case 0xd4: /* fixext 1/2/4/8/16: type byte + data */
-        h->fixed = 2;
-        return true;
-    case 0xd5:
-        h->fixed = 3;
-        return true;
-    case 0xd6:
-        h->fixed = 5;
-        return true;
-    case 0xd7:
-        h->fixed = 9;
-        return true;
-    case 0xd8:
-        h->fixed = 17;
         return true;
     case 0xdc:
     case 0xde:

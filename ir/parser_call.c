@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Calls that a statement waits on: an action, `@module.action(name=value, ...)`, and a child
+ * workflow, `run wf(...)` or `start wf(...)`; their names, keyword arguments and policy
+ * brackets, and which policies each kind of call accepts. The brackets themselves are parsed in
+ * parser_policy.c. Pure; no global state, no threads or locks.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/base/vec.h"
+#include "ir/parser_int.h"
+#include "ir/wfname.h"
+
+struct kwarg_vec {
+    struct ir_kwarg *items;
+    size_t len, cap;
+};
+
+struct policy_vec {
+    struct ir_policy *items;
+    size_t len, cap;
+};
+
+/* Whether policy p may go on call ac, else an error at its bracket: a child started with
+ * `start` has nobody waiting for it, and only children have versions. */
+static bool
+policy_fits(struct parser *ps, const struct ir_action_call *ac, const struct ir_policy *p)
+{
+    const char *what = p->kind == IR_POLICY_RETRY     ? "retry: N"
+                       : p->kind == IR_POLICY_TIMEOUT ? "timeout: D"
+                                                      : "deadline: D";
+
+    if (p->kind == IR_POLICY_VERSION) {
+        if (ac->call == IR_CALL_ACTION) {
+            ir_ps_error_pos(
+                ps, p->pos,
+                "[version: ...] pins the version of a child workflow (run or start); an "
+                "action has no version");
+            return false;
+        }
+        if (ac->version != NULL) {
+            ir_ps_error_pos(ps, p->pos, "version given twice for the same call");
+            return false;
+        }
+        return true;
+    }
+    if (ac->call == IR_CALL_START) {
+        ir_ps_error_pos(
+            ps, p->pos,
+            "[%s] does not apply to start: start returns the child's id at once and nothing "
+            "waits for the child; use run to wait for it (with retries and a timeout), or "
+            "put the policy inside the child workflow",
+            what);
+        return false;
+    }
+    if (ac->call == IR_CALL_RUN && p->kind == IR_POLICY_DEADLINE) {
+        ir_ps_error_pos(ps, p->pos,
+                        "[deadline: D] does not apply to run: use [timeout: D], which for a child "
+                        "workflow counts from when the child is started");
+        return false;
+    }
+    return true;
+}
+
+/* The `('.' NAME)*` after the first part of a dotted name, appended to *name; *dots counts the
+ * parts. Keywords are fine after a dot (@db.input, @queue.sleep, billing.input). `what` names
+ * the kind of name for the error. */
+static bool
+parse_dotted_rest(struct parser *ps, const char *what, struct cn_buf *name, int *dots)
+{
+    while (accept(ps, IR_TK_DOT)) {
+        if (!at(ps, IR_TK_NAME) && !(peek(ps)->kind >= IR_TK_FN && peek(ps)->kind <= IR_TK_PASS)) {
+            ir_ps_error_at(ps, peek(ps), "expected a name after '.' in %s name", what);
+            return false;
+        }
+        if (cn_buf_putc(name, '.') != CN_OK || cn_buf_puts(name, advance(ps)->str) != CN_OK) {
+            nomem(ps);
+            return false;
+        }
+        (*dots)++;
+    }
+    return true;
+}
+
+/* The action name after '@' (consumed, at): NAME ('.' NAME)+, into *name. */
+static bool
+parse_action_name(struct parser *ps, const struct ir_token *at_tok, struct cn_buf *name)
+{
+    int dots = 0;
+
+    if (!at(ps, IR_TK_NAME)) {
+        ir_ps_error_at(ps, peek(ps), "expected an action name after '@' (e.g. @mail.send)");
+        return false;
+    }
+    if (cn_buf_puts(name, advance(ps)->str) != CN_OK) {
+        nomem(ps);
+        return false;
+    }
+    if (!parse_dotted_rest(ps, "action", name, &dots)) {
+        return false;
+    }
+    if (dots == 0) {
+        ir_ps_error_at(ps, at_tok, "action names are module-qualified: write @module.%s(...)",
+                       name->data);
+        return false;
+    }
+    return true;
+}
+
+/* The workflow name after `run`/`start` (consumed, kw): NAME ('.' NAME)*, into *name. It is
+ * never resolved against the file's functions: `run f(...)` starts the registered workflow f,
+ * whatever helpers the file defines. */
+static bool
+parse_workflow_name(struct parser *ps, const struct ir_token *kw, struct cn_buf *name)
+{
+    const struct ir_token *first = peek(ps);
+    int dots = 0;
+
+    if (first->kind == IR_TK_STRING) {
+        ir_ps_error_at(ps, first,
+                       "a workflow name is written without quotes (%s billing.refund(...)); names "
+                       "with '-' cannot be called",
+                       kw->str);
+        return false;
+    }
+    if (first->kind != IR_TK_NAME) {
+        ir_ps_error_at(ps, first,
+                       "expected a workflow name after '%s' (e.g. %s billing.refund(order=o))",
+                       kw->str, kw->str);
+        return false;
+    }
+    if (cn_buf_puts(name, advance(ps)->str) != CN_OK) {
+        nomem(ps);
+        return false;
+    }
+    if (!parse_dotted_rest(ps, "workflow", name, &dots)) {
+        return false;
+    }
+    if (!ir_workflow_name_ok(name->data)) {
+        ir_ps_error_at(ps, first, "workflow name is too long (at most %d characters)",
+                       IR_WORKFLOW_NAME_MAX);
+        return false;
+    }
+    return true;
+}
+
+/* The keyword arguments of a call, `NAME '=' expr, ...`, into kw, through the closing ')'. */
+static bool
+parse_call_kwargs(struct parser *ps, const struct ir_action_call *ac, struct kwarg_vec *kw)
+{
+    struct cn_strmap kwseen = CN_STRMAP_INIT;
+    bool ok = false;
+
+    while (!at(ps, IR_TK_RPAREN)) {
+        const struct ir_token *k = peek(ps);
+        struct ir_kwarg a;
+        if (k->kind != IR_TK_NAME || peek_at(ps, 1)->kind != IR_TK_ASSIGN) {
+            ir_ps_error_at(ps, k,
+                           ac->call == IR_CALL_ACTION
+                               ? "actions take keyword arguments only (write name=value)"
+                               : "child workflows take keyword arguments only (write name=value, "
+                                 "one per input of the child's main)");
+            goto out;
+        }
+        if (ir_ps_seen(ps, &kwseen, k->str)) {
+            ir_ps_error_at(ps, k, "keyword argument '%s' repeated", k->str);
+            goto out;
+        }
+        advance(ps);
+        advance(ps);
+        a.name = k->str;
+        a.pos = tok_pos(k);
+        a.expr = ir_parse_expr(ps);
+        if (ps->panic) {
+            goto out;
+        }
+        if (CN_VEC_PUSH(kw, a) != CN_OK) {
+            nomem(ps);
+            goto out;
+        }
+        if (!accept(ps, IR_TK_COMMA)) {
+            break;
+        }
+    }
+    ok = ir_ps_expect(ps, IR_TK_RPAREN,
+                      ac->call == IR_CALL_ACTION ? "to close the action's arguments"
+                                                 : "to close the child workflow's arguments");
+out:
+    cn_strmap_fini(&kwseen);
+    return ok;
+}
+
+/* True (and an error at p) when a timeout or deadline p is already among pols: unlike retries,
+ * which apply to different error types, there is one of each per call. */
+static bool
+policy_repeated(struct parser *ps, const struct ir_action_call *ac, const struct policy_vec *pols,
+                const struct ir_policy *p)
+{
+    size_t i;
+
+    for (i = 0; i < pols->len; i++) {
+        if (pols->items[i].kind == p->kind) {
+            ir_diags_add(ps->d, p->pos.line, p->pos.col, "%s given twice for the same %s",
+                         p->kind == IR_POLICY_TIMEOUT ? "timeout" : "deadline",
+                         ac->call == IR_CALL_ACTION ? "action" : "call");
+            ps->panic = true;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The policy brackets after a call's ')' into pols (a version into ac), and `[fail_fast]` into
+ * *fail_fast where that may go (see ir_parse_action). */
+static bool
+parse_call_policies(struct parser *ps, struct ir_action_call *ac, bool *fail_fast,
+                    struct policy_vec *pols)
+{
+    while (at(ps, IR_TK_LBRACK)) {
+        struct ir_policy p;
+        if (ir_ps_at_fail_fast(ps)) {
+            if (!ir_parse_fail_fast(ps, fail_fast)) {
+                return false;
+            }
+            continue;
+        }
+        if (!ir_parse_policy(ps, &p) || !policy_fits(ps, ac, &p)) {
+            return false;
+        }
+        if (p.kind == IR_POLICY_VERSION) {
+            ac->version = p.version;
+            continue;
+        }
+        if (p.kind != IR_POLICY_RETRY && policy_repeated(ps, ac, pols, &p)) {
+            return false;
+        }
+        if (CN_VEC_PUSH(pols, p) != CN_OK) {
+            nomem(ps);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool
+ir_parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
+{
+    const struct ir_token *t = advance(ps);
+    struct cn_buf name = CN_BUF_INIT;
+    struct kwarg_vec kw = {0};
+    struct policy_vec pols = {0};
+    bool named, ok = false;
+
+    memset(ac, 0, sizeof(*ac));
+    ac->pos = tok_pos(t);
+    if (t->kind == IR_TK_AT) {
+        named = parse_action_name(ps, t, &name);
+    } else {
+        ac->call = (uint8_t) (is_name_tok(t, "run") ? IR_CALL_RUN : IR_CALL_START);
+        named = parse_workflow_name(ps, t, &name);
+    }
+    if (!named ||
+        !ir_ps_expect(ps, IR_TK_LPAREN,
+                      ac->call == IR_CALL_ACTION ? "after action name"
+                                                 : "after the workflow name") ||
+        !parse_call_kwargs(ps, ac, &kw) || !parse_call_policies(ps, ac, fail_fast, &pols)) {
+        goto out;
+    }
+    ac->name = cn_arena_strndup(ps->prog->arena, name.data, name.len);
+    ac->kwargs = ir_ps_arena_copy(ps, kw.items, kw.len, sizeof(kw.items[0]));
+    ac->nkwargs = (uint32_t) kw.len;
+    ac->policies = ir_ps_arena_copy(ps, pols.items, pols.len, sizeof(pols.items[0]));
+    ac->npolicies = (uint32_t) pols.len;
+    if (ac->name == NULL) {
+        nomem(ps);
+        goto out;
+    }
+    ok = true;
+out:
+    cn_buf_fini(&name);
+    free(kw.items);
+    free(pols.items);
+    return ok;
+}
