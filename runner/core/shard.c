@@ -528,6 +528,42 @@ timeout_message(const struct inst *in, struct ir_val *v)
 static void timeout_step(struct rn_shard *sh, struct inst *in, struct cn_now now);
 static void arm_deadline(struct rn_shard *sh, const struct inst *in, struct cn_now now);
 
+/* A claimed instance resumed from what is committed: the snapshot, or the first step that the
+ * claim which started it recorded, and the steps recorded by their results since. */
+static cn_err
+resume_claimed(struct rn_shard *sh, struct inst *in, const struct rn_claimed *c, struct cn_now now,
+               struct cn_errmsg *em)
+{
+    struct ir_val cancel = ir_null();
+    struct rn_resume r;
+    cn_err rv;
+
+    memset(&r, 0, sizeof(r));
+    r.snap = c->state;
+    r.len = c->state_len;
+    r.instance_id = in->id;
+    r.input = c->input;
+    r.state_step = c->state_step;
+    r.results = c->done;
+    r.nresults = c->ndone;
+    r.redrive = c->redrive;
+    if (c->cancel_reason != NULL) {
+        /* Cancelled while another runner held it: the cancel ends it before the results
+         * recorded since arrive, and nothing of the resumed step is dispatched. */
+        if (ir_str_from_cstr(c->cancel_reason, &cancel) != CN_OK) {
+            cancel = ir_null();
+        }
+        r.cancel = &cancel;
+    }
+    rn_steplog_resumed(&in->steps, c->state_step, c->done, c->ndone);
+    if (c->redrive) {
+        log_instance(CN_LOG_INFO, in, "redriven: what had not succeeded starts over");
+    }
+    rv = rn_instance_resume(in->dag, &r, &sh->cfg.exec, now.wall_ms, &in->ex, &sh->step, em);
+    ir_val_release(cancel);
+    return rv;
+}
+
 /* A claimed instance arrives: hydrate it (or start it) and act on the first output. */
 static void
 on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard_out *out)
@@ -536,7 +572,6 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     struct cn_errmsg em = {{0}};
     struct inst *in = inst_find(sh, c->instance_id);
     bool first_step = false; /* a new instance's first step, not a resumed one */
-    struct ir_val cancel = ir_null();
     cn_err rv;
 
     if (in != NULL) {
@@ -566,33 +601,7 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     in->parent = c->parent;
     in->active_ms = now.wall_ms;
     if (c->state != NULL || c->started_before) {
-        /* Resumed from what is committed: the snapshot, or the first step that the claim which
-         * started it recorded, and the steps recorded by their results since. */
-        struct rn_resume r;
-
-        memset(&r, 0, sizeof(r));
-        r.snap = c->state;
-        r.len = c->state_len;
-        r.instance_id = in->id;
-        r.input = c->input;
-        r.state_step = c->state_step;
-        r.results = c->done;
-        r.nresults = c->ndone;
-        r.redrive = c->redrive;
-        if (c->cancel_reason != NULL) {
-            /* Cancelled while another runner held it: the cancel ends it before the results
-             * recorded since arrive, and nothing of the resumed step is dispatched. */
-            if (ir_str_from_cstr(c->cancel_reason, &cancel) != CN_OK) {
-                cancel = ir_null();
-            }
-            r.cancel = &cancel;
-        }
-        rn_steplog_resumed(&in->steps, c->state_step, c->done, c->ndone);
-        if (c->redrive) {
-            log_instance(CN_LOG_INFO, in, "redriven: what had not succeeded starts over");
-        }
-        rv = rn_instance_resume(in->dag, &r, &sh->cfg.exec, now.wall_ms, &in->ex, &sh->step, &em);
-        ir_val_release(cancel);
+        rv = resume_claimed(sh, in, c, now, &em);
     } else {
         rv = rn_instance_start(in->dag, in->id, c->input, &sh->cfg.exec, now.wall_ms, &in->ex,
                                &sh->step);

@@ -391,37 +391,13 @@ pool_room(void *pool, void (*wake)(void *), void *arg)
     return rn_pool_room(pool, wake, arg);
 }
 
-cn_err
-rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct cn_errmsg *err)
+/* The worker pool, listening for workers. No result can arrive before a shard dispatches. */
+static cn_err
+start_pool(struct rn_runner *r, struct cn_errmsg *err)
 {
+    const struct rn_runner_cfg *cfg = &r->cfg;
     struct rn_pool_cfg pcfg;
-    struct rn_shardloop_deps deps;
-    struct rn_keeper_cfg kcfg;
-    struct rn_claimer_cfg ccfg;
-    struct rn_runner *r;
-    uint32_t i;
-    cn_err rv;
 
-    *out = NULL;
-    if (cfg->shards == 0 || cfg->max_instances == 0 || cfg->worker_listen == NULL ||
-        cfg->persisters == 0 || cfg->persisters > RN_PERSISTERS_MAX) {
-        return cn_errmsg_set(err, CN_INVAL, "invalid runner configuration");
-    }
-    r = cn_xcalloc(1, sizeof(*r));
-    r->cfg = *cfg;
-    r->npersisters = cfg->persisters;
-    r->nloops = cfg->shards;
-    r->loops = cn_xcalloc(r->nloops, sizeof(*r->loops));
-    rn_busy_init(&r->busy);
-    cn_mutex_init(&r->backfills.mtx);
-    rn_late_queue_init(&r->late);
-    /* Before anything opens a descriptor: the budget counts what is open now and keeps the
-     * reserve for every session the runner opens, and their reconnects. */
-    rn_fdbudget_init(&r->fds, RN_FD_RESERVE(r->npersisters));
-    if ((rv = open_backends(r, err)) != CN_OK) {
-        runner_free(r);
-        return rv;
-    }
     memset(&pcfg, 0, sizeof(pcfg));
     pcfg.listen_url = cfg->worker_listen;
     pcfg.credential = cfg->worker_credential;
@@ -436,15 +412,19 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     atomic_store(&r->leases_confirmed_ms, cn_mono_ms());
     pcfg.leases_confirmed_ms = &r->leases_confirmed_ms;
     pcfg.lease_ttl_ms = cfg->lock_ttl_ms;
-    /* No result can arrive before a shard dispatches, and the shards start below. */
-    if ((rv = rn_pool_start(&pcfg, on_pool_result, r, &r->pool, err)) != CN_OK) {
-        runner_free(r);
-        return rv;
-    }
+    return rn_pool_start(&pcfg, on_pool_result, r, &r->pool, err);
+}
+
+/* The status page's reader and the HTTP listener, its connections capped within the budget. */
+static cn_err
+start_http(struct rn_runner *r, struct cn_errmsg *err)
+{
+    const struct rn_runner_cfg *cfg = &r->cfg;
+    cn_err rv;
+
     if (cfg->backend == NULL) {
         struct rn_status_cfg stcfg = {cfg->database_url, r->pool, cfg->http_listen};
         if ((rv = rn_status_start(&stcfg, &r->status, err)) != CN_OK) {
-            runner_free(r);
             return rv;
         }
     }
@@ -469,15 +449,19 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
                    was, hcfg.max_connections, (unsigned long long) r->fds.budget);
         }
         if ((rv = rn_http_start(&hcfg, &routes, &r->http, err)) != CN_OK) {
-            runner_free(r);
             return rv;
         }
     }
-    if ((rv = rn_persister_start(r->persist_b, r->npersisters, on_persist_ack, r, &r->persister,
-                                 err)) != CN_OK) {
-        runner_free(r);
-        return rv;
-    }
+    return CN_OK;
+}
+
+/* The lease keeper: heartbeat and reclaimer. */
+static cn_err
+start_keeper(struct rn_runner *r, struct cn_errmsg *err)
+{
+    const struct rn_runner_cfg *cfg = &r->cfg;
+    struct rn_keeper_cfg kcfg;
+
     memset(&kcfg, 0, sizeof(kcfg));
     kcfg.backend = r->lease_b;
     kcfg.lock_ttl_ms = cfg->lock_ttl_ms;
@@ -485,10 +469,18 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     kcfg.reclaim_interval_ms = cfg->reclaim_interval_ms;
     kcfg.confirmed_ms = &r->leases_confirmed_ms;
     kcfg.reopened = on_leases_reopened;
-    if ((rv = rn_keeper_start(&kcfg, on_lease_lost, r, &r->keeper, err)) != CN_OK) {
-        runner_free(r);
-        return rv;
-    }
+    return rn_keeper_start(&kcfg, on_lease_lost, r, &r->keeper, err);
+}
+
+/* The shards' threads, each fed by the pool, the persisters and the keeper. */
+static cn_err
+start_shards(struct rn_runner *r, struct cn_errmsg *err)
+{
+    const struct rn_runner_cfg *cfg = &r->cfg;
+    struct rn_shardloop_deps deps;
+    uint32_t i;
+    cn_err rv;
+
     deps.pool = r->pool;
     deps.persister = r->persister;
     deps.keeper = r->keeper;
@@ -507,25 +499,30 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
         scfg.evict_child_wait_ms = cfg->evict_child_wait_ms;
         scfg.max_child_depth = cfg->max_child_depth;
         if ((rv = rn_shardloop_start(&scfg, &deps, &r->loops[i], err)) != CN_OK) {
-            runner_free(r);
             return rv;
         }
     }
-    /* Before the claimer: a parent claimed before the canceller listens could miss its
-     * children's notifications (it would wait for CAIRN_EVICT_CHILD_WAIT_MS, be handed back and
-     * claimed again). */
+    return CN_OK;
+}
+
+/* The ticker, the canceller (which pokes it) and the pruner. */
+static cn_err
+start_control(struct rn_runner *r, struct cn_errmsg *err)
+{
+    const struct rn_runner_cfg *cfg = &r->cfg;
+    cn_err rv;
+
     {
-        struct rn_ticker_cfg tcfg = {r->tick_b, deps.late};
+        struct rn_ticker_cfg tcfg = {r->tick_b,
+                                     r->tick_b->ops->record_late != NULL ? &r->late : NULL};
         struct rn_ticker_hooks thooks = {on_cancel, on_backfills, r};
         struct rn_canceller_cfg xcfg = {r->cancel_b, NULL};
         struct rn_canceller_hooks hooks = {on_cancel, holds, on_child_result, r};
         if ((rv = rn_ticker_start(&tcfg, &thooks, &r->ticker, err)) != CN_OK) {
-            runner_free(r);
             return rv;
         }
         xcfg.ticker = r->ticker;
         if ((rv = rn_canceller_start(&xcfg, &hooks, &r->canceller, err)) != CN_OK) {
-            runner_free(r);
             return rv;
         }
     }
@@ -534,10 +531,19 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
                                       cfg->prune_interval_ms ? cfg->prune_interval_ms
                                                              : RN_DEFAULT_PRUNE_INTERVAL_MS};
         if ((rv = rn_pruner_start(&pcfg_, &r->pruner, err)) != CN_OK) {
-            runner_free(r);
             return rv;
         }
     }
+    return CN_OK;
+}
+
+/* The claimer: from here on instances arrive. */
+static cn_err
+start_claimer(struct rn_runner *r, struct cn_errmsg *err)
+{
+    const struct rn_runner_cfg *cfg = &r->cfg;
+    struct rn_claimer_cfg ccfg;
+
     memset(&ccfg, 0, sizeof(ccfg));
     ccfg.backend = r->claim_b;
     ccfg.max_instances = cfg->max_instances;
@@ -548,7 +554,43 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     ccfg.active = &r->active;
     ccfg.room = pool_room;
     ccfg.room_arg = r->pool;
-    if ((rv = rn_claimer_start(&ccfg, on_claimed, r, &r->claimer, err)) != CN_OK) {
+    return rn_claimer_start(&ccfg, on_claimed, r, &r->claimer, err);
+}
+
+cn_err
+rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct cn_errmsg *err)
+{
+    struct rn_runner *r;
+    cn_err rv;
+
+    *out = NULL;
+    if (cfg->shards == 0 || cfg->max_instances == 0 || cfg->worker_listen == NULL ||
+        cfg->persisters == 0 || cfg->persisters > RN_PERSISTERS_MAX) {
+        return cn_errmsg_set(err, CN_INVAL, "invalid runner configuration");
+    }
+    r = cn_xcalloc(1, sizeof(*r));
+    r->cfg = *cfg;
+    r->npersisters = cfg->persisters;
+    r->nloops = cfg->shards;
+    r->loops = cn_xcalloc(r->nloops, sizeof(*r->loops));
+    rn_busy_init(&r->busy);
+    cn_mutex_init(&r->backfills.mtx);
+    rn_late_queue_init(&r->late);
+    /* Staged: each stage needs the ones before it; a failure frees what started (runner_free). */
+    /* Before anything opens a descriptor: the budget counts what is open now and keeps the
+     * reserve for every session the runner opens, and their reconnects. */
+    rn_fdbudget_init(&r->fds, RN_FD_RESERVE(r->npersisters));
+    if ((rv = open_backends(r, err)) != CN_OK || /* every database session, or none */
+        (rv = start_pool(r, err)) != CN_OK ||    /* workers may connect from here on */
+        (rv = start_http(r, err)) != CN_OK ||    /* it reads the pool; answers 500 until started */
+        (rv = rn_persister_start(r->persist_b, r->npersisters, on_persist_ack, r, &r->persister,
+                                 err)) != CN_OK || /* before the shards that queue writes */
+        (rv = start_keeper(r, err)) != CN_OK ||    /* before the shards that take leases */
+        (rv = start_shards(r, err)) != CN_OK ||
+        /* Before the claimer: a parent claimed before the canceller listens could miss its
+         * children's notifications (it would wait for CAIRN_EVICT_CHILD_WAIT_MS, be handed
+         * back and claimed again). */
+        (rv = start_control(r, err)) != CN_OK || (rv = start_claimer(r, err)) != CN_OK) {
         runner_free(r);
         return rv;
     }

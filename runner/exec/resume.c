@@ -77,6 +77,67 @@ restart_failed_branches(struct rn_instance *in, uint32_t ai)
     ir_val_release(items);
 }
 
+/* The attempts the snapshot had running (ids[0..n)) and that still run go out again, the same id
+ * and attempt, or get their deadline timer when it passed meanwhile. */
+static void
+resend_running(struct rn_instance *in, const struct rn_xid *ids, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
+        uint32_t xi;
+        if (rn_xidmap_get(&in->ids, ids[i], &xi) && in->x.items[xi].status == RN_X_RUNNING) {
+            if (in->x.items[xi].deadline != 0 && in->now >= in->x.items[xi].deadline) {
+                rn_ex_out_timer(in, xi, RN_TIMER_DEADLINE, in->x.items[xi].deadline);
+            } else {
+                rn_ex_dispatch(in, xi, true);
+            }
+        }
+    }
+}
+
+/* A cancel asked before this claim came before the results recorded since (the one that held
+ * the instance had not applied it yet): it ends the instance now, and the results (a child's
+ * outcome, which the cancel itself caused) find it finished. */
+static void
+apply_cancel(struct rn_instance *in, struct ir_val reason)
+{
+    struct rn_event ev;
+
+    if (in->outcome != RN_RUNNING) {
+        return;
+    }
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = RN_EV_CANCEL;
+    ev.value = reason;
+    rn_ex_apply_event(in, &ev);
+    rn_ex_run_queue(in);
+}
+
+/* Sleeps and backoffs of the snapshot get their timers again, but those the replay set. */
+static void
+rearm_timers(struct rn_instance *in, const struct rn_step_out *o)
+{
+    size_t i;
+
+    for (i = 0; i < in->x.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
+        struct rn_xnode *x = &in->x.items[i];
+        bool fresh = false;
+        size_t k;
+        if ((x->status != RN_X_SLEEPING && x->status != RN_X_BACKOFF) || !x->has_id) {
+            continue;
+        }
+        for (k = 0; k < o->timers.len && !fresh; k++) {
+            fresh = rn_xid_eq(o->timers.items[k].exec_id, x->id); /* set by the replay */
+        }
+        if (!fresh) {
+            rn_ex_out_timer(in, (uint32_t) i,
+                            x->status == RN_X_SLEEPING ? RN_TIMER_SLEEP : RN_TIMER_BACKOFF,
+                            x->scheduled_at);
+        }
+    }
+}
+
 static cn_err
 hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_done *results,
         size_t nresults, const struct rn_exec_cfg *cfg, int64_t now_ms, bool redrive,
@@ -111,16 +172,8 @@ hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_
             }
         }
     }
-    if (cancel != NULL && in->outcome == RN_RUNNING) {
-        /* A cancel asked before this claim came before the results recorded since (the one
-         * that held the instance had not applied it yet): it ends the instance now, and the
-         * results (a child's outcome, which the cancel itself caused) find it finished. */
-        struct rn_event ev;
-        memset(&ev, 0, sizeof(ev));
-        ev.kind = RN_EV_CANCEL;
-        ev.value = *cancel;
-        rn_ex_apply_event(in, &ev);
-        rn_ex_run_queue(in);
+    if (cancel != NULL) {
+        apply_cancel(in, *cancel);
     }
     if (redrive && in->outcome == RN_RUNNING) {
         /* 0. Branches that had already failed into their aggregate run again, before any
@@ -172,33 +225,8 @@ hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_
         rn_ex_run_queue(in);
         running.len = 0;
     }
-    for (i = 0; i < running.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
-        uint32_t xi;
-        if (rn_xidmap_get(&in->ids, running.items[i], &xi) &&
-            in->x.items[xi].status == RN_X_RUNNING) {
-            if (in->x.items[xi].deadline != 0 && in->now >= in->x.items[xi].deadline) {
-                rn_ex_out_timer(in, xi, RN_TIMER_DEADLINE, in->x.items[xi].deadline);
-            } else {
-                rn_ex_dispatch(in, xi, true);
-            }
-        }
-    }
-    for (i = 0; i < in->x.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
-        struct rn_xnode *x = &in->x.items[i];
-        bool fresh = false;
-        size_t k;
-        if ((x->status != RN_X_SLEEPING && x->status != RN_X_BACKOFF) || !x->has_id) {
-            continue;
-        }
-        for (k = 0; k < o->timers.len && !fresh; k++) {
-            fresh = rn_xid_eq(o->timers.items[k].exec_id, x->id); /* set by the replay */
-        }
-        if (!fresh) {
-            rn_ex_out_timer(in, (uint32_t) i,
-                            x->status == RN_X_SLEEPING ? RN_TIMER_SLEEP : RN_TIMER_BACKOFF,
-                            x->scheduled_at);
-        }
-    }
+    resend_running(in, running.items, running.len);
+    rearm_timers(in, o);
     free(running.items);
     rv = rn_ex_end_step(in);
     if (rv != CN_OK) {
