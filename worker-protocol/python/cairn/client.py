@@ -9,8 +9,12 @@ Each method is one statement of the SQL API (cairn.enqueue, cairn.cancel, cairn.
 of cairn.runner_instances, so the client, cairnctl and psql see the same thing. AsyncClient has
 the same methods as coroutines. A Client holds one connection (autocommit); it is not for
 concurrent use from several threads. Client(dsn, tenant="acme") acts as tenant acme (SET ROLE
-cairn_tenant_acme): it sees, enqueues and controls acme's instances only."""
+cairn_tenant_acme): it sees, enqueues and controls acme's instances only.
+
+Each statement is built, and its rows decoded, in one place (the _Statement functions below);
+Client and AsyncClient only run them, on a psycopg Connection or AsyncConnection."""
 import asyncio
+import collections
 import datetime
 import re
 import time
@@ -51,23 +55,93 @@ class NotFinished(Exception):
     """result() of an instance still queued or running, or wait() past its timeout."""
 
 
+class _Statement(collections.namedtuple("_Statement", "sql params many decode")):
+    """One call of the SQL API, without its I/O: the SQL, its parameters, whether it reads every
+    row or the first, and decode(), which turns those into the method's result. Client and
+    AsyncClient run the same ones, so the two cannot drift apart."""
+
+
 def _row(r):
     d = dict(zip(_FIELDS, r))
     d["id"] = str(d["id"])
     return d
 
 
-def _enqueue_args(workflow, input, idempotency_key, priority, at, version, timeout,
-                  concurrency_key):
+def _first(r):
+    return r[0]
+
+
+def _enqueue(workflow, input, idempotency_key, priority, at, version, timeout,
+             concurrency_key):
     if input is None:
         input = {}
     if not isinstance(input, dict):
         raise TypeError("input must be a dict (the workflow's inputs by name)")
     if timeout is not None and not isinstance(timeout, (str, datetime.timedelta)):
         timeout = f"{float(timeout)} seconds"  # seconds, a timedelta or an interval text
-    return ("SELECT cairn.enqueue(%s, %s, %s, %s, %s, %s, %s::interval, %s)",
-            (workflow, Jsonb(input), idempotency_key, priority, at, version, timeout,
-             concurrency_key))
+    return _Statement("SELECT cairn.enqueue(%s, %s, %s, %s, %s, %s, %s::interval, %s)",
+                      (workflow, Jsonb(input), idempotency_key, priority, at, version, timeout,
+                       concurrency_key),
+                      False, lambda r: str(r[0]))
+
+
+def _status(instance_id):
+    def decode(r):
+        if r is None:
+            raise LookupError(f"no instance {instance_id}")
+        return _row(r)
+    return _Statement(_STATUS_SQL + " WHERE ri.instance_id = %s", (uuid.UUID(str(instance_id)),),
+                      False, decode)
+
+
+def _list(status, workflow, limit):
+    cond, args = [], []
+    if status is not None:
+        cond.append("ri.status = %s")
+        args.append(status)
+    if workflow is not None:
+        cond.append("ri.workflow_name = %s")
+        args.append(workflow)
+    where = (" WHERE " + " AND ".join(cond)) if cond else ""
+    return _Statement(_STATUS_SQL + where + " ORDER BY ri.created_at DESC LIMIT %s",
+                      (*args, limit), True, lambda rows: [_row(r) for r in rows])
+
+
+def _cancel(instance_id, reason):
+    return _Statement("SELECT cairn.cancel(%s, %s)", (uuid.UUID(str(instance_id)), reason),
+                      False, _first)
+
+
+def _retry(instance_id, reason):
+    return _Statement("SELECT cairn.retry(%s, %s)", (uuid.UUID(str(instance_id)), reason),
+                      False, _first)
+
+
+def _outcome(s):
+    if s["status"] == "completed":
+        return s["result"]
+    if s["status"] in FINISHED:
+        raise WorkflowFailed(s["id"], s["status"], s["error"])
+    raise NotFinished(f"{s['id']} has not finished (status {s['status']})")
+
+
+class _Wait:
+    """wait()'s schedule, without its I/O: the caller reads the status, and sleeps pause(s)
+    seconds while it has not finished, so Client and AsyncClient poll alike."""
+
+    def __init__(self, instance_id, timeout, poll):
+        self.instance_id, self.timeout, self.poll = instance_id, timeout, poll
+        self.end = None if timeout is None else time.monotonic() + timeout
+
+    def pause(self, s):
+        """Seconds to sleep after status s of an unfinished instance; NotFinished once past the
+        timeout. The polls back off, from 50 ms by default to 1 s."""
+        end, poll = self.end, self.poll
+        if end is not None and time.monotonic() >= end:
+            raise NotFinished(f"{self.instance_id} did not finish within {self.timeout} s "
+                              f"(status {s['status']})")
+        self.poll = min(poll * 1.5, 1.0)
+        return poll if end is None else max(0.0, min(poll, end - time.monotonic()))
 
 
 _TENANT_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
@@ -139,6 +213,10 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
+    def _run(self, st):
+        cur = self.conn.execute(st.sql, st.params)
+        return st.decode(cur.fetchall() if st.many else cur.fetchone())
+
     def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
                 version=None, timeout=None, concurrency_key=None):
         """Enqueues an instance of the workflow's newest (or the given) version and returns its
@@ -146,74 +224,41 @@ class Client:
         before this datetime; timeout: seconds (or an interval text) after which it ends
         timed_out; concurrency_key: instances with the same key run at most the workflow's
         per-key limit at once (1 unless `cairnctl limit set --per-key`)."""
-        sql, args = _enqueue_args(workflow, input, idempotency_key, priority, at, version,
-                                  timeout, concurrency_key)
-        return str(self.conn.execute(sql, args).fetchone()[0])
+        return self._run(_enqueue(workflow, input, idempotency_key, priority, at, version,
+                                  timeout, concurrency_key))
 
     def status(self, instance_id):
         """The instance as a dict (id, workflow, version, status, input, result, error, times);
         LookupError if there is none."""
-        r = self.conn.execute(_STATUS_SQL + " WHERE ri.instance_id = %s",
-                              (uuid.UUID(str(instance_id)),)).fetchone()
-        if r is None:
-            raise LookupError(f"no instance {instance_id}")
-        return _row(r)
+        return self._run(_status(instance_id))
 
     def result(self, instance_id):
         """The result of a completed instance; WorkflowFailed if it failed, was cancelled or
         timed out; NotFinished if it has not finished."""
-        s = self.status(instance_id)
-        return _outcome(s)
+        return _outcome(self.status(instance_id))
 
     def wait(self, instance_id, timeout=None, poll=0.05):
         """Waits until the instance finishes and returns result(); NotFinished after timeout
         seconds. Polls, starting at 50 ms and backing off to 1 s."""
-        end = None if timeout is None else time.monotonic() + timeout
+        w = _Wait(instance_id, timeout, poll)
         while True:
             s = self.status(instance_id)
             if s["status"] in FINISHED:
                 return _outcome(s)
-            if end is not None and time.monotonic() >= end:
-                raise NotFinished(f"{instance_id} did not finish within {timeout} s "
-                                  f"(status {s['status']})")
-            time.sleep(poll if end is None else max(0.0, min(poll, end - time.monotonic())))
-            poll = min(poll * 1.5, 1.0)
+            time.sleep(w.pause(s))
 
     def list(self, status=None, workflow=None, limit=20):
         """Instances, newest first."""
-        sql, args = _list_sql(status, workflow, limit)
-        return [_row(r) for r in self.conn.execute(sql, args).fetchall()]
+        return self._run(_list(status, workflow, limit))
 
     def cancel(self, instance_id, reason=None):
         """cairn.cancel: 'cancelled', 'requested' (its runner stops it), or 'already <status>'."""
-        return self.conn.execute("SELECT cairn.cancel(%s, %s)",
-                                 (uuid.UUID(str(instance_id)), reason)).fetchone()[0]
+        return self._run(_cancel(instance_id, reason))
 
     def retry(self, instance_id, reason=None):
         """cairn.retry: 'queued', or 'already queued' / 'already running'; a completed instance
         raises psycopg.errors.CheckViolation."""
-        return self.conn.execute("SELECT cairn.retry(%s, %s)",
-                                 (uuid.UUID(str(instance_id)), reason)).fetchone()[0]
-
-
-def _list_sql(status, workflow, limit):
-    cond, args = [], []
-    if status is not None:
-        cond.append("ri.status = %s")
-        args.append(status)
-    if workflow is not None:
-        cond.append("ri.workflow_name = %s")
-        args.append(workflow)
-    where = (" WHERE " + " AND ".join(cond)) if cond else ""
-    return _STATUS_SQL + where + " ORDER BY ri.created_at DESC LIMIT %s", (*args, limit)
-
-
-def _outcome(s):
-    if s["status"] == "completed":
-        return s["result"]
-    if s["status"] in FINISHED:
-        raise WorkflowFailed(s["id"], s["status"], s["error"])
-    raise NotFinished(f"{s['id']} has not finished (status {s['status']})")
+        return self._run(_retry(instance_id, reason))
 
 
 class AsyncClient:
@@ -252,51 +297,37 @@ class AsyncClient:
     async def __aexit__(self, *exc):
         await self.close()
 
+    async def _run(self, st):
+        cur = await self.conn.execute(st.sql, st.params)
+        return st.decode(await (cur.fetchall() if st.many else cur.fetchone()))
+
     async def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
                       version=None, timeout=None, concurrency_key=None):
-        sql, args = _enqueue_args(workflow, input, idempotency_key, priority, at, version,
-                                  timeout, concurrency_key)
-        cur = await self.conn.execute(sql, args)
-        return str((await cur.fetchone())[0])
+        return await self._run(_enqueue(workflow, input, idempotency_key, priority, at, version,
+                                        timeout, concurrency_key))
 
     async def status(self, instance_id):
-        cur = await self.conn.execute(_STATUS_SQL + " WHERE ri.instance_id = %s",
-                                      (uuid.UUID(str(instance_id)),))
-        r = await cur.fetchone()
-        if r is None:
-            raise LookupError(f"no instance {instance_id}")
-        return _row(r)
+        return await self._run(_status(instance_id))
 
     async def result(self, instance_id):
         return _outcome(await self.status(instance_id))
 
     async def wait(self, instance_id, timeout=None, poll=0.05):
-        end = None if timeout is None else time.monotonic() + timeout
+        w = _Wait(instance_id, timeout, poll)
         while True:
             s = await self.status(instance_id)
             if s["status"] in FINISHED:
                 return _outcome(s)
-            if end is not None and time.monotonic() >= end:
-                raise NotFinished(f"{instance_id} did not finish within {timeout} s "
-                                  f"(status {s['status']})")
-            await asyncio.sleep(poll if end is None else max(0.0, min(poll,
-                                                                      end - time.monotonic())))
-            poll = min(poll * 1.5, 1.0)
+            await asyncio.sleep(w.pause(s))
 
     async def list(self, status=None, workflow=None, limit=20):
-        sql, args = _list_sql(status, workflow, limit)
-        cur = await self.conn.execute(sql, args)
-        return [_row(r) for r in await cur.fetchall()]
+        return await self._run(_list(status, workflow, limit))
 
     async def cancel(self, instance_id, reason=None):
-        cur = await self.conn.execute("SELECT cairn.cancel(%s, %s)",
-                                      (uuid.UUID(str(instance_id)), reason))
-        return (await cur.fetchone())[0]
+        return await self._run(_cancel(instance_id, reason))
 
     async def retry(self, instance_id, reason=None):
-        cur = await self.conn.execute("SELECT cairn.retry(%s, %s)",
-                                      (uuid.UUID(str(instance_id)), reason))
-        return (await cur.fetchone())[0]
+        return await self._run(_retry(instance_id, reason))
 
 
 __all__ = ["Client", "AsyncClient", "WorkflowFailed", "NotFinished", "FINISHED"]
