@@ -6,9 +6,9 @@
  * says so (docs/language.md "Policies", docs/semantics.md "Actions, retries and timeouts").
  * Pure: no I/O, no state; safe from any thread.
  *
- * Not listed: Cancelled, which workers report (worker-protocol/, docs/protocol.md), and the
- * inline types the runner sometimes raises too (ValueError for an attempt the pool cannot
- * send), which ir_raise already gives Python's bases.
+ * Not listed: the inline types the runner sometimes raises too (ValueError for an attempt the
+ * pool cannot send), which ir_raise already gives Python's bases. Workers report Cancelled for
+ * an attempt they stopped (worker-protocol/, docs/protocol.md) under the same name.
  */
 #ifndef RUNNER_ERRORS_H
 #define RUNNER_ERRORS_H
@@ -21,6 +21,8 @@
 #include "runner/exec/ids.h"
 
 /* X(ENUM, type, base, base2): the type's name and its bases besides "Exception" (NULL: none).
+ *   Cancelled      the instance was cancelled (cairn.cancel): its error when it ends
+ *                  `cancelled`, as cairn.cancel records for one it cancels itself
  *   ActionTimeout  an attempt still running at its deadline (executor timer, pool timer)
  *   WorkerLost     the worker running an attempt disconnected, or the pool stopped
  *   StateError     an instance cannot resume (its snapshot does not decode): a poison instance
@@ -40,6 +42,7 @@
  *   ChildInputError         the call's inputs do not fit the child's `main` parameters
  *   ChildDepthExceeded      the child would nest deeper than the runner's CAIRN_MAX_CHILD_DEPTH */
 #define RN_ERRORS(X)                                                                      \
+    X(RN_ERR_CANCELLED, "Cancelled", NULL, NULL)                                          \
     X(RN_ERR_ACTION_TIMEOUT, "ActionTimeout", "TimeoutError", NULL)                       \
     X(RN_ERR_WORKER_LOST, "WorkerLost", NULL, NULL)                                       \
     X(RN_ERR_STATE, "StateError", NULL, NULL)                                             \

@@ -789,7 +789,7 @@ rn_ex_apply_event(struct rn_instance *in, const struct rn_event *ev)
     if (ev->kind == RN_EV_CANCEL) {
         /* Recorded as the instance's error, as cairn.cancel records one it cancels itself. */
         const char *why = ev->value.type == IR_T_STR ? ir_str_data(ev->value) : "cancelled";
-        if (rn_error_raise(&err, "Cancelled", why) != CN_RAISED) {
+        if (rn_error_new(RN_ERR_CANCELLED, why, &err) != CN_OK) {
             rn_ex_oom(in);
             return;
         }
