@@ -201,6 +201,71 @@ pool_round(struct pool_run *pr, long n, long window, struct phase_result *res)
     return rc;
 }
 
+/* Runs the --external command with $CAIRN_BENCH_URL set to wurl. Returns its pid (-1: no fork). */
+static pid_t
+start_external(const char *wurl)
+{
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        (void) setenv("CAIRN_BENCH_URL", wurl, 1);
+        execl("/bin/sh", "sh", "-c", external, (char *) NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Starts `workers` SDK workers on wurl, each serving NOOP_ACTION with `slots` slots and
+ * `prefetch`. Returns 0 or -1 (said why); ws[0..*started) are started either way. */
+static int
+start_sdk_workers(const char *wurl, int workers, int slots, int prefetch, struct cairn_worker **ws,
+                  int *started)
+{
+    int i;
+
+    for (i = 0; i < workers; i++) {
+        struct cairn_worker_options o;
+        char name[32];
+
+        memset(&o, 0, sizeof(o));
+        (void) snprintf(name, sizeof(name), "bench-%d", i);
+        o.name = name;
+        o.slots = (uint32_t) slots;
+        o.prefetch = (uint32_t) prefetch;
+        o.start_timeout_ms = 10000;
+        if (cairn_worker_new(wurl, &o, &ws[i]) != CN_OK ||
+            cairn_worker_register(ws[i], NOOP_ACTION, noop_handler, NULL) != CN_OK) {
+            fprintf(stderr, "pool: cannot create worker %d\n", i);
+            return -1;
+        }
+        if (cairn_worker_start(ws[i]) != CN_OK) {
+            fprintf(stderr, "pool: worker %d: %s\n", i, cairn_worker_error(ws[i]));
+            return -1;
+        }
+        (*started)++;
+    }
+    return 0;
+}
+
+/* Waits up to ten seconds for `workers` workers to be connected to the pool. Returns 0 or -1. */
+static int
+wait_for_workers(struct rn_pool *pool, int workers)
+{
+    struct rn_pool_stats st;
+    int i;
+
+    for (i = 0; i < 1000; i++) {
+        rn_pool_stats(pool, &st);
+        if (st.workers == (uint64_t) workers) {
+            return 0;
+        }
+        usleep(10000);
+    }
+    fprintf(stderr, "pool: %llu of %d workers connected\n", (unsigned long long) st.workers,
+            workers);
+    return -1;
+}
+
 static int
 run_pool(const char *url_kind, int workers, int slots, int prefetch, long n,
          struct phase_result *res)
@@ -241,45 +306,11 @@ run_pool(const char *url_kind, int workers, int slots, int prefetch, long n,
         (void) snprintf(wurl, sizeof(wurl), "tcp://127.0.0.1:%d", rn_pool_port(pr.pool));
     }
     if (external != NULL) {
-        pid_t pid = fork();
-        if (pid == 0) {
-            (void) setenv("CAIRN_BENCH_URL", wurl, 1);
-            execl("/bin/sh", "sh", "-c", external, (char *) NULL);
-            _exit(127);
-        }
-        ext_pid = pid;
+        ext_pid = start_external(wurl);
+    } else if (start_sdk_workers(wurl, workers, slots, prefetch, ws, &started) != 0) {
+        goto out;
     }
-    for (i = 0; i < workers && external == NULL; i++) {
-        struct cairn_worker_options o;
-        char name[32];
-
-        memset(&o, 0, sizeof(o));
-        (void) snprintf(name, sizeof(name), "bench-%d", i);
-        o.name = name;
-        o.slots = (uint32_t) slots;
-        o.prefetch = (uint32_t) prefetch;
-        o.start_timeout_ms = 10000;
-        if (cairn_worker_new(wurl, &o, &ws[i]) != CN_OK ||
-            cairn_worker_register(ws[i], NOOP_ACTION, noop_handler, NULL) != CN_OK) {
-            fprintf(stderr, "pool: cannot create worker %d\n", i);
-            goto out;
-        }
-        if (cairn_worker_start(ws[i]) != CN_OK) {
-            fprintf(stderr, "pool: worker %d: %s\n", i, cairn_worker_error(ws[i]));
-            goto out;
-        }
-        started++;
-    }
-    for (i = 0; i < 1000; i++) {
-        rn_pool_stats(pr.pool, &st);
-        if (st.workers == (uint64_t) workers) {
-            break;
-        }
-        usleep(10000);
-    }
-    if (st.workers != (uint64_t) workers) {
-        fprintf(stderr, "pool: %llu of %d workers connected\n", (unsigned long long) st.workers,
-                workers);
+    if (wait_for_workers(pr.pool, workers) != 0) {
         goto out;
     }
     if (warm > 0 && pool_round(&pr, warm, (long) workers * slots * 2, NULL) != 0) {

@@ -255,6 +255,158 @@ exec_child(char *path, int in_fd, int out_fd, int err_fd, pid_t worker)
     _exit(127);
 }
 
+/* Kills the child's process group, and the child itself in case setpgid lost against its exec. */
+static void
+exec_kill(pid_t pid)
+{
+    (void) kill(-pid, SIGKILL);
+    (void) kill(pid, SIGKILL);
+}
+
+/* waitpid, again after EINTR. */
+static pid_t
+exec_waitpid(pid_t pid, int *status, int flags)
+{
+    pid_t w;
+
+    do {
+        w = waitpid(pid, status, flags);
+    } while (w < 0 && errno == EINTR);
+    return w;
+}
+
+/* Forks path with three new pipes as its stdin, stdout and stderr. Our ends are left open (and
+ * non-blocking) in in_p[1], out_p[0] and err_p[0], the child's closed. Returns CN_OK, or CN_IO:
+ * *pid is then -1, or the child that was started, killed already (reap it). */
+static cn_err
+exec_fork(char *path, int in_p[2], int out_p[2], int err_p[2], pid_t *pid)
+{
+    pid_t self = getpid();
+
+    *pid = -1;
+    /* Under exec_fork_mtx, so no other slot forks while our pipes lack FD_CLOEXEC (its child
+     * would keep our stdin pipe open and ours would never see EOF). */
+    exec_lock();
+    if (exec_pipe(in_p) != 0 || exec_pipe(out_p) != 0 || exec_pipe(err_p) != 0) {
+        exec_unlock();
+        return CN_IO;
+    }
+    *pid = fork();
+    if (*pid == 0) {
+        exec_child(path, in_p[0], out_p[1], err_p[1], self);
+    }
+    exec_unlock();
+    if (*pid < 0) {
+        *pid = -1;
+        return CN_IO;
+    }
+    (void) setpgid(*pid, *pid); /* also done by the child; whichever runs first wins */
+    exec_close(&in_p[0]);
+    exec_close(&out_p[1]);
+    exec_close(&err_p[1]);
+    if (fcntl(in_p[1], F_SETFL, O_NONBLOCK) != 0 || fcntl(out_p[0], F_SETFL, O_NONBLOCK) != 0 ||
+        fcntl(err_p[0], F_SETFL, O_NONBLOCK) != 0) {
+        exec_kill(*pid);
+        return CN_IO;
+    }
+    return CN_OK;
+}
+
+/* Waits up to EXEC_POLL_MS (less when the deadline is nearer) for one of the pipes still open
+ * to be ready. Returns false when poll failed. */
+static bool
+exec_poll(const struct cairn_worker_ctx *ctx, int64_t now, int in_fd, int out_fd, int err_fd)
+{
+    struct pollfd pfd[3];
+    nfds_t n = 0;
+    int timeout = EXEC_POLL_MS;
+
+    if (ctx->deadline_ms > 0 && ctx->deadline_ms - now < timeout) {
+        timeout = (int) (ctx->deadline_ms - now);
+    }
+    if (in_fd >= 0) {
+        pfd[n++] = (struct pollfd){.fd = in_fd, .events = POLLOUT};
+    }
+    if (out_fd >= 0) {
+        pfd[n++] = (struct pollfd){.fd = out_fd, .events = POLLIN};
+    }
+    if (err_fd >= 0) {
+        pfd[n++] = (struct pollfd){.fd = err_fd, .events = POLLIN};
+    }
+    return poll(n > 0 ? pfd : NULL, n, timeout) >= 0 || errno == EINTR;
+}
+
+/* Writes to *fd what the pipe takes of input from *off on; closes *fd once all of it is
+ * written or the child stopped reading. */
+static void
+exec_feed(int *fd, const struct cn_buf *input, size_t *off)
+{
+    ssize_t wn = write(*fd, input->data + *off, input->len - *off);
+
+    if (wn > 0) {
+        *off += (size_t) wn;
+    }
+    /* EPIPE: the child does not read its input; that is its business. */
+    if (*off == input->len ||
+        (wn < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        exec_close(fd);
+    }
+}
+
+/* Feeds input to the child pid on *in_fd and drains *out_fd and *err_fd into r until it exits
+ * (then *exited, reaped, r->status valid), the deadline passes or ctx is cancelled (then it is
+ * killed). Returns CN_OK, CN_IO (poll failed) or CN_NOMEM; on an error it is killed too. */
+static cn_err
+exec_serve(const struct cairn_worker_ctx *ctx, pid_t pid, int *in_fd, int *out_fd, int *err_fd,
+           const struct cn_buf *input, struct exec_run *r, bool *exited)
+{
+    size_t in_off = 0;
+    bool killed = false;
+    cn_err rv = CN_OK;
+
+    while (rv == CN_OK && !killed && !*exited) {
+        int64_t now = cn_wall_ms();
+
+        if (cairn_worker_cancelled(ctx) || (ctx->deadline_ms > 0 && now >= ctx->deadline_ms)) {
+            r->cancelled = cairn_worker_cancelled(ctx);
+            r->deadline_hit = !r->cancelled;
+            killed = true;
+            exec_kill(pid);
+            break;
+        }
+        if (!exec_poll(ctx, now, *in_fd, *out_fd, *err_fd)) {
+            rv = CN_IO;
+            break;
+        }
+        if (*in_fd >= 0) {
+            exec_feed(in_fd, input, &in_off);
+        }
+        if (*out_fd >= 0 && (rv = exec_drain(out_fd, true, r)) != CN_OK) {
+            break;
+        }
+        if (r->too_big) {
+            killed = true;
+            exec_kill(pid);
+            break;
+        }
+        if (*err_fd >= 0 && (rv = exec_drain(err_fd, false, r)) != CN_OK) {
+            break;
+        }
+        if (exec_waitpid(pid, &r->status, WNOHANG) == pid) {
+            *exited = true;
+            /* Everything the child wrote is in the pipes now; take it, but do not wait for
+             * EOF (a grandchild may hold the pipes open). */
+            if (*out_fd >= 0 && (rv = exec_drain(out_fd, true, r)) == CN_OK && *err_fd >= 0) {
+                rv = exec_drain(err_fd, false, r);
+            }
+        }
+    }
+    if (rv != CN_OK && !*exited && !killed) {
+        exec_kill(pid);
+    }
+    return rv;
+}
+
 /* Runs path with input on stdin until it exits, the deadline (wall ms, <= 0: none) passes or
  * ctx is cancelled. Fills r (r->out must be initialised). Returns CN_OK (r->status valid),
  * CN_IO (pipe/fork failed) or CN_NOMEM. */
@@ -263,119 +415,20 @@ exec_spawn(const struct cairn_worker_ctx *ctx, char *path, const struct cn_buf *
            struct exec_run *r)
 {
     int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
-    size_t in_off = 0;
-    bool exited = false, killed = false;
-    cn_err rv = CN_OK;
-    pid_t pid, w, self = getpid();
+    bool exited = false;
+    pid_t pid;
+    cn_err rv;
 
-    /* Under exec_fork_mtx, so no other slot forks while our pipes lack FD_CLOEXEC (its child
-     * would keep our stdin pipe open and ours would never see EOF). */
-    exec_lock();
-    if (exec_pipe(in_p) != 0 || exec_pipe(out_p) != 0 || exec_pipe(err_p) != 0) {
-        exec_unlock();
-        rv = CN_IO;
-        goto out;
+    rv = exec_fork(path, in_p, out_p, err_p, &pid);
+    if (rv == CN_OK) {
+        if (input->len == 0) {
+            exec_close(&in_p[1]);
+        }
+        rv = exec_serve(ctx, pid, &in_p[1], &out_p[0], &err_p[0], input, r, &exited);
     }
-    pid = fork();
-    if (pid == 0) {
-        exec_child(path, in_p[0], out_p[1], err_p[1], self);
+    if (pid > 0 && !exited) {
+        (void) exec_waitpid(pid, &r->status, 0);
     }
-    exec_unlock();
-    if (pid < 0) {
-        rv = CN_IO;
-        goto out;
-    }
-    (void) setpgid(pid, pid); /* also done by the child; whichever runs first wins */
-    exec_close(&in_p[0]);
-    exec_close(&out_p[1]);
-    exec_close(&err_p[1]);
-    if (fcntl(in_p[1], F_SETFL, O_NONBLOCK) != 0 || fcntl(out_p[0], F_SETFL, O_NONBLOCK) != 0 ||
-        fcntl(err_p[0], F_SETFL, O_NONBLOCK) != 0) {
-        rv = CN_IO;
-        killed = true;
-        (void) kill(-pid, SIGKILL);
-        (void) kill(pid, SIGKILL);
-    }
-    if (input->len == 0) {
-        exec_close(&in_p[1]);
-    }
-    while (rv == CN_OK && !killed && !exited) {
-        struct pollfd pfd[3];
-        nfds_t n = 0;
-        int64_t now = cn_wall_ms();
-        int timeout = EXEC_POLL_MS, prv;
-
-        if (cairn_worker_cancelled(ctx) || (ctx->deadline_ms > 0 && now >= ctx->deadline_ms)) {
-            r->cancelled = cairn_worker_cancelled(ctx);
-            r->deadline_hit = !r->cancelled;
-            killed = true;
-            (void) kill(-pid, SIGKILL);
-            (void) kill(pid, SIGKILL); /* in case setpgid lost against an exec */
-            break;
-        }
-        if (ctx->deadline_ms > 0 && ctx->deadline_ms - now < timeout) {
-            timeout = (int) (ctx->deadline_ms - now);
-        }
-        if (in_p[1] >= 0) {
-            pfd[n++] = (struct pollfd){.fd = in_p[1], .events = POLLOUT};
-        }
-        if (out_p[0] >= 0) {
-            pfd[n++] = (struct pollfd){.fd = out_p[0], .events = POLLIN};
-        }
-        if (err_p[0] >= 0) {
-            pfd[n++] = (struct pollfd){.fd = err_p[0], .events = POLLIN};
-        }
-        prv = poll(n > 0 ? pfd : NULL, n, timeout);
-        if (prv < 0 && errno != EINTR) {
-            rv = CN_IO;
-            break;
-        }
-        if (in_p[1] >= 0) {
-            ssize_t wn = write(in_p[1], input->data + in_off, input->len - in_off);
-
-            if (wn > 0) {
-                in_off += (size_t) wn;
-            }
-            /* EPIPE: the child does not read its input; that is its business. */
-            if (in_off == input->len ||
-                (wn < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                exec_close(&in_p[1]);
-            }
-        }
-        if (out_p[0] >= 0 && (rv = exec_drain(&out_p[0], true, r)) != CN_OK) {
-            break;
-        }
-        if (r->too_big) {
-            killed = true;
-            (void) kill(-pid, SIGKILL);
-            (void) kill(pid, SIGKILL);
-            break;
-        }
-        if (err_p[0] >= 0 && (rv = exec_drain(&err_p[0], false, r)) != CN_OK) {
-            break;
-        }
-        do {
-            w = waitpid(pid, &r->status, WNOHANG);
-        } while (w < 0 && errno == EINTR);
-        if (w == pid) {
-            exited = true;
-            /* Everything the child wrote is in the pipes now; take it, but do not wait for
-             * EOF (a grandchild may hold the pipes open). */
-            if (out_p[0] >= 0 && (rv = exec_drain(&out_p[0], true, r)) == CN_OK && err_p[0] >= 0) {
-                rv = exec_drain(&err_p[0], false, r);
-            }
-        }
-    }
-    if (rv != CN_OK && !exited && !killed) {
-        (void) kill(-pid, SIGKILL);
-        (void) kill(pid, SIGKILL);
-    }
-    if (!exited) {
-        do {
-            w = waitpid(pid, &r->status, 0);
-        } while (w < 0 && errno == EINTR);
-    }
-out:
     exec_close(&in_p[0]);
     exec_close(&in_p[1]);
     exec_close(&out_p[0]);
@@ -710,23 +763,11 @@ out:
     return code;
 }
 
-int
-main(int argc, char **argv)
+/* Parses the command line into opts_table and sets the log up. Returns -1 to go on, with *once
+ * the action of --run-once or NULL, else the exit status (--version, --help, a usage error). */
+static int
+parse_command_line(int argc, char **argv, const char **once)
 {
-    struct cairn_worker_options opts;
-    struct cairn_worker *w = NULL;
-    struct exec_action *ex = NULL;
-    size_t nex = 0;
-    const char *urls[MAX_URLS], *exec_dir, *once;
-    char *url_list = NULL, *save = NULL, *tok, where[512];
-    size_t nurls = 0;
-    struct timespec poll_ts = {0, 200 * 1000000L};
-    sigset_t sigs;
-    bool waiting_logged = false;
-    size_t i;
-    cn_err rv;
-    int sig = 0, code;
-
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
         printf("%s %s\n", "cairn-worker", CAIRN_VERSION);
         return 0;
@@ -740,26 +781,172 @@ main(int argc, char **argv)
     case CN_OPTS_OK:
         break;
     }
-    once = cn_opts_str(&opts_table, "run-once");
-    if (once == NULL && opts_table.nargs > 0) {
+    *once = cn_opts_str(&opts_table, "run-once");
+    if (*once == NULL && opts_table.nargs > 0) {
         (void) fprintf(stderr, "cairn-worker: unexpected argument '%s' (see --help)\n", argv[1]);
         return 2;
     }
-    if (once != NULL && opts_table.nargs == 0) {
+    if (*once != NULL && opts_table.nargs == 0) {
         (void) fprintf(stderr, "cairn-worker: --run-once ACTION needs the kwargs (JSON) too\n");
         return 2;
     }
     if (!cn_opts_log_setup(&opts_table)) {
         return 2;
     }
-    memset(&opts, 0, sizeof(opts));
-    opts.name = cn_opts_str(&opts_table, "name");
-    opts.slots = (uint32_t) cn_opts_int(&opts_table, "slots");
-    opts.prefetch = (uint32_t) cn_opts_int(&opts_table, "prefetch");
-    opts.credential = cn_opts_str(&opts_table, "credential");
-    opts.tls_ca_file = cn_opts_str(&opts_table, "tls-ca");
-    opts.tls_cert_key_file = cn_opts_str(&opts_table, "tls-cert-key");
-    opts.tls_server_name = cn_opts_str(&opts_table, "tls-server-name");
+    return -1;
+}
+
+/* The SDK's options from the parsed flags. */
+static void
+worker_options(struct cairn_worker_options *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->name = cn_opts_str(&opts_table, "name");
+    opts->slots = (uint32_t) cn_opts_int(&opts_table, "slots");
+    opts->prefetch = (uint32_t) cn_opts_int(&opts_table, "prefetch");
+    opts->credential = cn_opts_str(&opts_table, "credential");
+    opts->tls_ca_file = cn_opts_str(&opts_table, "tls-ca");
+    opts->tls_cert_key_file = cn_opts_str(&opts_table, "tls-cert-key");
+    opts->tls_server_name = cn_opts_str(&opts_table, "tls-server-name");
+    opts->start_timeout_ms = 1000; /* retried by start_serving, so that a signal can interrupt */
+}
+
+/* The runners: every --url, else CAIRN_WORKER_URL's list, else the default. Fills urls and
+ * returns their number; *list holds the strings split from the variable (free it once the SDK
+ * has copied them). */
+static size_t
+runner_urls(const char **urls, char **list)
+{
+    char *save = NULL, *tok;
+    size_t i, n = 0;
+
+    *list = NULL;
+    if (options[0].nlist > 0) {
+        for (i = 0; i < options[0].nlist; i++) {
+            urls[n++] = options[0].list[i];
+        }
+        return n;
+    }
+    *list = cn_xstrdup(cn_opts_str(&opts_table, "url"));
+    for (tok = strtok_r(*list, " ,\t\n", &save); tok != NULL && n < MAX_URLS;
+         tok = strtok_r(NULL, " ,\t\n", &save)) {
+        urls[n++] = tok;
+    }
+    if (n == 0) {
+        urls[n++] = WP_DEFAULT_URL; /* as when neither the flag nor the variable is set */
+    }
+    return n;
+}
+
+/* A worker for the runners at urls[0..nurls) serving the std.* actions and ex[0..nex).
+ * Returns 0 with *out set, else the exit status (logged; *out is NULL or to be freed). */
+static int
+worker_create(const struct cairn_worker_options *opts, const char **urls, size_t nurls,
+              struct exec_action *ex, size_t nex, struct cairn_worker **out)
+{
+    size_t i;
+    cn_err rv;
+
+    if ((rv = cairn_worker_new(urls[0], opts, out)) != CN_OK) {
+        cn_log(CN_LOG_ERROR, "cannot start: %s", cn_strerror(rv));
+        return 2;
+    }
+    for (i = 1; i < nurls; i++) {
+        if (cairn_worker_add_url(*out, urls[i]) != CN_OK) {
+            cn_log(CN_LOG_ERROR, "cannot start: runner address '%s' given twice", urls[i]);
+            return 2;
+        }
+    }
+    rv = CN_OK;
+    for (i = 0; rv == CN_OK && i < CAIRN_N_STD; i++) {
+        rv = cairn_worker_register(*out, cairn_std_actions[i].name, cairn_std_actions[i].fn, NULL);
+    }
+    for (i = 0; rv == CN_OK && i < nex; i++) {
+        rv = cairn_worker_register(*out, ex[i].name, act_exec, &ex[i]);
+    }
+    if (rv != CN_OK) {
+        cn_log(CN_LOG_ERROR, "cannot start: %s", cn_strerror(rv));
+        return 1;
+    }
+    return 0;
+}
+
+/* Starts w, again after each second without a runner (start_timeout_ms), so that a stop signal
+ * can end the wait. Returns -1 once started, else the exit status. */
+static int
+start_serving(struct cairn_worker *w, const sigset_t *sigs, const char *where)
+{
+    bool waiting_logged = false;
+    cn_err rv;
+
+    /* Ready means dialing: everything that could stop it at start (settings, --exec-dir) is
+     * behind it, and it serves by itself once a runner answers (the SDK redials). Waiting for
+     * the runner instead would turn a runner outage into failed starts under systemd
+     * (TimeoutStartSec) and a boot that never finishes; STATUS= tells the two apart. */
+    (void) cn_notifyf("READY=1\nSTATUS=waiting for a runner at %s", where);
+    for (;;) {
+        rv = cairn_worker_start(w);
+        if (rv == CN_OK) {
+            return -1;
+        }
+        if (rv != CN_IO || take_stop_signal(sigs, &(struct timespec){0, 0}) > 0) {
+            (void) cn_notify("STOPPING=1");
+            cn_log(rv == CN_IO ? CN_LOG_INFO : CN_LOG_ERROR, "%s",
+                   rv == CN_IO ? "stopped before connecting" : cairn_worker_error(w));
+            return rv == CN_IO ? 0 : 1;
+        }
+        if (!waiting_logged) {
+            cn_log(CN_LOG_INFO, "waiting for a runner at %s", where);
+            waiting_logged = true;
+        }
+    }
+}
+
+/* Serves until a stop signal, or until every runner refused the worker, then stops it within
+ * the grace period. Returns the exit status: 1 when it was refused. */
+static int
+serve_until_stopped(struct cairn_worker *w, const sigset_t *sigs, const char *where,
+                    size_t nactions)
+{
+    struct timespec poll_ts = {0, 200 * 1000000L};
+    int sig = 0;
+    cn_err rv;
+
+    cn_log(CN_LOG_INFO, "serving %zu actions at %s", nactions, where);
+    (void) cn_notifyf("STATUS=serving %zu actions at %s", nactions, where);
+    while (cairn_worker_running(w)) {
+        sig = take_stop_signal(sigs, &poll_ts);
+        if (sig > 0) {
+            break;
+        }
+    }
+    rv = cairn_worker_running(w) || sig > 0 ? CN_OK : CN_PROTO;
+    if (sig > 0) {
+        (void) cn_notifyf("STOPPING=1\nSTATUS=%s: stopping (grace %d s)", strsignal(sig),
+                          STOP_GRACE_MS / 1000);
+        cn_log(CN_LOG_INFO, "%s: stopping (grace %d s)", strsignal(sig), STOP_GRACE_MS / 1000);
+    }
+    cairn_worker_stop(w, STOP_GRACE_MS);
+    return rv == CN_OK ? 0 : 1;
+}
+
+int
+main(int argc, char **argv)
+{
+    struct cairn_worker_options opts;
+    struct cairn_worker *w = NULL;
+    struct exec_action *ex = NULL;
+    const char *urls[MAX_URLS], *exec_dir, *once = NULL;
+    char *url_list, where[512];
+    size_t nex = 0, nurls, i;
+    sigset_t sigs;
+    cn_err rv;
+    int code;
+
+    if ((code = parse_command_line(argc, argv, &once)) >= 0) {
+        return code;
+    }
+    worker_options(&opts);
     exec_dir = cn_opts_str(&opts_table, "exec-dir");
     /* A child that exits without reading its stdin must not kill us (write gets EPIPE). */
     if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
@@ -776,21 +963,7 @@ main(int argc, char **argv)
         exec_actions_free(ex, nex);
         return code;
     }
-    /* The runners: every --url, else CAIRN_WORKER_URL's list, else the default. */
-    if (options[0].nlist > 0) {
-        for (i = 0; i < options[0].nlist; i++) {
-            urls[nurls++] = options[0].list[i];
-        }
-    } else {
-        url_list = cn_xstrdup(cn_opts_str(&opts_table, "url"));
-        for (tok = strtok_r(url_list, " ,\t\n", &save); tok != NULL && nurls < MAX_URLS;
-             tok = strtok_r(NULL, " ,\t\n", &save)) {
-            urls[nurls++] = tok;
-        }
-        if (nurls == 0) {
-            urls[nurls++] = WP_DEFAULT_URL; /* as when neither the flag nor the variable is set */
-        }
-    }
+    nurls = runner_urls(urls, &url_list);
     where[0] = '\0';
     for (i = 0; i < nurls; i++) {
         size_t at = strlen(where);
@@ -803,79 +976,15 @@ main(int argc, char **argv)
     (void) sigaddset(&sigs, SIGINT);
     (void) sigaddset(&sigs, SIGHUP);
     if (pthread_sigmask(SIG_BLOCK, &sigs, NULL) != 0) {
-        exec_actions_free(ex, nex);
-        free(url_list);
-        return 1;
-    }
-    opts.start_timeout_ms = 1000; /* retried below, so that a signal can interrupt */
-    if ((rv = cairn_worker_new(urls[0], &opts, &w)) != CN_OK) {
-        cn_log(CN_LOG_ERROR, "cannot start: %s", cn_strerror(rv));
-        exec_actions_free(ex, nex);
-        free(url_list);
-        return 2;
-    }
-    for (i = 1; i < nurls; i++) {
-        if (cairn_worker_add_url(w, urls[i]) != CN_OK) {
-            cn_log(CN_LOG_ERROR, "cannot start: runner address '%s' given twice", urls[i]);
-            cairn_worker_free(w);
-            exec_actions_free(ex, nex);
-            free(url_list);
-            return 2;
-        }
+        code = 1;
+    } else {
+        code = worker_create(&opts, urls, nurls, ex, nex, &w);
     }
     free(url_list); /* the SDK copied the addresses */
-    rv = CN_OK;
-    for (i = 0; rv == CN_OK && i < CAIRN_N_STD; i++) {
-        rv = cairn_worker_register(w, cairn_std_actions[i].name, cairn_std_actions[i].fn, NULL);
+    if (code == 0 && (code = start_serving(w, &sigs, where)) < 0) {
+        code = serve_until_stopped(w, &sigs, where, CAIRN_N_STD + nex);
     }
-    for (i = 0; rv == CN_OK && i < nex; i++) {
-        rv = cairn_worker_register(w, ex[i].name, act_exec, &ex[i]);
-    }
-    if (rv != CN_OK) {
-        cn_log(CN_LOG_ERROR, "cannot start: %s", cn_strerror(rv));
-        cairn_worker_free(w);
-        exec_actions_free(ex, nex);
-        return 1;
-    }
-    /* Ready means dialing: everything that could stop it at start (settings, --exec-dir) is
-     * behind it, and it serves by itself once a runner answers (the SDK redials). Waiting for
-     * the runner instead would turn a runner outage into failed starts under systemd
-     * (TimeoutStartSec) and a boot that never finishes; STATUS= tells the two apart. */
-    (void) cn_notifyf("READY=1\nSTATUS=waiting for a runner at %s", where);
-    for (;;) {
-        rv = cairn_worker_start(w);
-        if (rv == CN_OK) {
-            break;
-        }
-        if (rv != CN_IO || take_stop_signal(&sigs, &(struct timespec){0, 0}) > 0) {
-            (void) cn_notify("STOPPING=1");
-            cn_log(rv == CN_IO ? CN_LOG_INFO : CN_LOG_ERROR, "%s",
-                   rv == CN_IO ? "stopped before connecting" : cairn_worker_error(w));
-            cairn_worker_free(w);
-            exec_actions_free(ex, nex);
-            return rv == CN_IO ? 0 : 1;
-        }
-        if (!waiting_logged) {
-            cn_log(CN_LOG_INFO, "waiting for a runner at %s", where);
-            waiting_logged = true;
-        }
-    }
-    cn_log(CN_LOG_INFO, "serving %zu actions at %s", CAIRN_N_STD + nex, where);
-    (void) cn_notifyf("STATUS=serving %zu actions at %s", CAIRN_N_STD + nex, where);
-    while (cairn_worker_running(w)) {
-        sig = take_stop_signal(&sigs, &poll_ts);
-        if (sig > 0) {
-            break;
-        }
-    }
-    rv = cairn_worker_running(w) || sig > 0 ? CN_OK : CN_PROTO;
-    if (sig > 0) {
-        (void) cn_notifyf("STOPPING=1\nSTATUS=%s: stopping (grace %d s)", strsignal(sig),
-                          STOP_GRACE_MS / 1000);
-        cn_log(CN_LOG_INFO, "%s: stopping (grace %d s)", strsignal(sig), STOP_GRACE_MS / 1000);
-    }
-    cairn_worker_stop(w, STOP_GRACE_MS);
     cairn_worker_free(w);
     exec_actions_free(ex, nex);
-    return rv == CN_OK ? 0 : 1;
+    return code;
 }

@@ -8,6 +8,14 @@
   the build tree), a man page per program made from its --help (when help2man was found), and
   both systemd units with the install prefix's bindir (checked by `systemd-analyze verify`
   when systemd is installed);
+- the SDK's public path: its headers under include/cairn/, including each other as
+  <cairn/...>, and a .pc whose Cflags are -I${includedir} alone, so that `#include
+  <cairn/worker.h>` works and the source tree's folder names (<worker.h>, <ir/value.h>) are
+  not include paths;
+- the archive holds the SDK and nothing it does not use (nm): every function the installed
+  headers declare is defined in it, every member is reached from those functions through the
+  symbols the members call (so no object of the compiler or of ir/base the SDK does not need
+  is shipped), and every global symbol is in a Cairn namespace (cairn_, cn_, ir_, wp_);
 - a tiny worker (tests/integration/install/tiny_worker.c, which includes <cairn/worker.h> and
   nothing of the tree) compiles and links with this build's compiler and
   `pkg-config --cflags --libs --static libcairn-worker` alone, pointed at the installed .pc;
@@ -20,6 +28,7 @@ Arguments: CAIRN_RUNNER CAIRN_WORKER CAIRNCTL SOURCE_ROOT BUILD_ROOT MAN(yes|no)
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +50,43 @@ fn main(input: [n], output: [r]):
     r = @tiny.double(n=n)
     return r
 """
+
+
+SDK_HEADERS = ["cairn/worker.h", "cairn/ir/value.h", "cairn/ir/base/err.h", "cairn/ir/base/buf.h",
+               "cairn/ir/base/log.h"]
+# Where a public symbol of the archive may start: the SDK, the base, the values, the codec.
+NAMESPACES = ("cairn_", "cn_", "ir_", "wp_")
+
+
+def declared_functions(paths):
+    """The functions the headers at paths declare: name( outside comments and directives."""
+    names = set()
+    for p in paths:
+        text = open(p).read()
+        text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+        text = re.sub(r"//[^\n]*", " ", text)
+        text = text.replace("\\\n", " ")
+        text = "\n".join(ln for ln in text.split("\n") if not ln.lstrip().startswith("#"))
+        names |= set(re.findall(r"\b([a-z][a-z0-9_]*)\(", text))
+    return names
+
+
+def archive_symbols(nm, archive):
+    """{member: (defined global symbols, undefined symbols)} from `nm -A`."""
+    r = run([nm, "-A", archive])
+    members = {}
+    for line in r.stdout.splitlines():
+        parts = line.split(":", 2)
+        fields = parts[2].split() if len(parts) == 3 else []
+        if len(fields) < 2:
+            continue
+        defs, undefs = members.setdefault(parts[1], (set(), set()))
+        kind, name = fields[-2], fields[-1]
+        if kind == "U":
+            undefs.add(name)
+        elif kind.isupper():
+            defs.add(name)
+    return members
 
 
 def introspect(what):
@@ -95,8 +141,7 @@ def check_files(lay):
         check(f"{prog} installed and says its version",
               r is not None and r.returncode == 0 and r.stdout == f"{prog} {lay.version}\n",
               r.stdout + r.stderr if r is not None else f"{path} missing")
-    for h in ["cairn/worker.h", "cairn/ir/value.h", "cairn/ir/base/err.h", "cairn/ir/base/buf.h",
-              "cairn/ir/base/log.h"]:
+    for h in SDK_HEADERS:
         check(f"header {h} installed", os.path.isfile(lay.d(os.path.join(lay.includedir, h))))
     check("libcairn-worker.a installed",
           os.path.isfile(lay.d(os.path.join(lay.libdir, "libcairn-worker.a"))))
@@ -115,6 +160,8 @@ def check_files(lay):
               "Requires" not in f, text)
         check(".pc: nothing points into the build or source tree",
               BUILD not in text and ROOT not in text, text)
+        check(".pc: Cflags are -I${includedir} alone (headers as <cairn/...>)",
+              f.get("Cflags") == "-I${includedir}", f.get("Cflags", ""))
     if MAN == "yes":
         for prog in PROGRAMS:
             page = lay.d(os.path.join(lay.mandir, "man1", prog + ".1"))
@@ -123,6 +170,60 @@ def check_files(lay):
                   (prog == "cairnctl" or "log\\-file" in body), page)
     else:
         check("man pages # SKIP help2man was not found at setup", True)
+
+
+def check_headers(lay, tmp):
+    """The public path: <cairn/...> with -I${includedir} alone, and nothing else."""
+    paths = [lay.d(os.path.join(lay.includedir, h)) for h in SDK_HEADERS]
+    quoted = [f"{p}: {ln.strip()}" for p in paths if os.path.isfile(p) for ln in open(p)
+              if ln.startswith("#include \"")]
+    check("installed headers include each other as <cairn/...>", quoted == [],
+          "\n".join(quoted))
+    pcdir = lay.d(os.path.join(lay.libdir, "pkgconfig"))
+    env = dict(os.environ, PKG_CONFIG_PATH=pcdir, PKG_CONFIG_SYSROOT_DIR=lay.dest)
+    cflags = run(["pkg-config", "--cflags", "libcairn-worker"], env=env).stdout.split()
+
+    def compiles(include):
+        src = os.path.join(tmp, "include_check.c")
+        with open(src, "w") as f:
+            f.write(f"#include {include}\nint main(void) {{ return CN_OK; }}\n")
+        r = run([*CC, "-std=c11", "-fsyntax-only", *cflags, src])
+        return r.returncode == 0, r.stderr[-2000:]
+
+    ok, err = compiles("<cairn/worker.h>")
+    check("#include <cairn/worker.h> compiles with pkg-config --cflags alone", ok, err)
+    for internal in ["<worker.h>", "<ir/value.h>"]:
+        ok, err = compiles(internal)
+        check(f"{internal} is not an include path of the installed SDK", not ok, err)
+
+
+def check_archive(lay):
+    """libcairn-worker.a holds the SDK and what it uses, nothing more."""
+    archive = lay.d(os.path.join(lay.libdir, "libcairn-worker.a"))
+    nm = shutil.which("nm")
+    if nm is None or not os.path.isfile(archive):
+        check("archive members # SKIP nm or the archive is missing", True)
+        return
+    members = archive_symbols(nm, archive)
+    owner = {s: m for m, (defs, _) in members.items() for s in defs}
+    declared = declared_functions(lay.d(os.path.join(lay.includedir, h)) for h in SDK_HEADERS)
+    missing = sorted(declared - owner.keys())
+    check("archive: every function the installed headers declare is in it", missing == [],
+          " ".join(missing))
+    reached = {owner[s] for s in declared if s in owner}
+    todo = list(reached)
+    while todo:
+        for s in members[todo.pop()][1]:
+            m = owner.get(s)
+            if m is not None and m not in reached:
+                reached.add(m)
+                todo.append(m)
+    unused = sorted(set(members) - reached)
+    check("archive: every member is used by the SDK (no compiler or other internal object)",
+          unused == [] and len(members) > 0, "not reached: " + " ".join(unused))
+    foreign = sorted(s for s in owner if not s.startswith(NAMESPACES))
+    check("archive: every global symbol is in a Cairn namespace", foreign == [],
+          " ".join(foreign))
 
 
 def check_units(lay, tmp):
@@ -201,6 +302,8 @@ def main():
         check("meson install --no-rebuild --destdir", r.returncode == 0, r.stdout + r.stderr)
         lay = Layout(dest)
         check_files(lay)
+        check_headers(lay, tmp)
+        check_archive(lay)
         check_units(lay, tmp)
         tiny = build_tiny(lay, tmp)
         if tiny is not None and e2e.BASE:
