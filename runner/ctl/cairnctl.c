@@ -75,8 +75,9 @@ static const struct ctl_table top = CTL_TABLE(commands);
 
 /* ---- the dispatcher ------------------------------------------------------------------------ */
 
-/* GNU's layout (Usage:, sections ending in a colon), which help2man turns into the man page. A
- * group is listed as its sub-commands' synopses over the group's help line. */
+/* GNU's layout (Usage:, sections ending in a colon), which help2man turns into the man page:
+ * each command's synopsis on a line of its own, its help line under it. A group is listed as
+ * its sub-commands, each under the group's name. */
 static void
 usage(FILE *to, const char *prog, const char *about, const char *footer, const struct ctl_table *t)
 {
@@ -88,18 +89,16 @@ usage(FILE *to, const char *prog, const char *about, const char *footer, const s
             prog, about, prog);
     for (i = 0; i < t->n; i++) {
         const struct ctl_cmd *c = &t->cmds[i];
+        const struct ctl_table one = {c, 1}, *subs = c->group != NULL ? c->group : &one;
 
-        if (c->group == NULL) {
-            fprintf(to, "  %s%s%s\n", c->name, c->synopsis[0] ? " " : "", c->synopsis);
+        for (k = 0; k < subs->n; k++) {
+            const struct ctl_cmd *sub = &subs->cmds[k];
+            fprintf(to, "  %s%s%s%s%s\n      %s\n", c->group != NULL ? c->name : "",
+                    c->group != NULL ? " " : "", sub->name, sub->synopsis[0] ? " " : "",
+                    sub->synopsis, sub->help);
         }
-        for (k = 0; c->group != NULL && k < c->group->n; k++) {
-            const struct ctl_cmd *sub = &c->group->cmds[k];
-            fprintf(to, "  %s %s%s%s\n", c->name, sub->name, sub->synopsis[0] ? " " : "",
-                    sub->synopsis);
-        }
-        fprintf(to, "      %s\n", c->help);
     }
-    fprintf(to, "  help [COMMAND]\n      show this help, or COMMAND's (as COMMAND --help)\n");
+    fprintf(to, "  help [COMMAND]\n      show this help, or COMMAND's own (COMMAND --help)\n");
     if (footer != NULL) {
         fprintf(to, "\n%s", footer);
     }

@@ -51,7 +51,7 @@ struct ctl_cmd {
     const char *help;     /* one line for the listing */
     /* A command: runs it on its arguments (after its name) and returns the exit status. */
     int (*run)(const struct ctl_call *call, int argc, char **argv);
-    /* A group instead (run is NULL): its sub-commands; its help line is the group's. */
+    /* A group instead (run is NULL): its sub-commands; its help line heads their listing. */
     const struct ctl_table *group;
 };
 
@@ -229,6 +229,8 @@ int ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long lon
                     char *st, size_t stlen);
 /* Prints a finished instance's result as `cairnctl result` does; returns its exit status. */
 int ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id);
+/* ctl_wait_status, then ctl_print_result: --wait of `run` and `retry`. */
+int ctl_wait_result(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms);
 
 /* The top-level commands, one row each in cairnctl.c. */
 int ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv);

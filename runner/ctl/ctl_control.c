@@ -231,6 +231,52 @@ retry_many(const struct cn_opts *o, size_t nargs)
     return status;
 }
 
+/* One instance: cairn.retry's answer, said in words and an exit status; with --wait, its
+ * result once it finishes again. */
+static int
+retry_one(const struct cn_opts *o, PGconn *c, const char *id)
+{
+    const char *params[2] = {id, cn_opts_str(o, "reason")};
+    struct cn_errmsg em;
+    PGresult *r = NULL;
+    char said[32];
+    cn_err rv;
+
+    if ((rv = rn_db_exec(c, "SELECT cairn.retry($1, $2) AS answer", 2, params, &r, &em)) != CN_OK) {
+        if (rv == CN_NOTFOUND) {
+            fprintf(stderr, "cairnctl retry: no instance %s\n", id);
+            return EXIT_REJECTED;
+        }
+        if (strstr(em.text, "completed") != NULL) {
+            /* check_violation: a completed instance keeps its result */
+            fprintf(stderr,
+                    "cairnctl retry: %s completed: only a failed, cancelled or timed_out "
+                    "instance can be retried\n",
+                    id);
+            return EXIT_REJECTED;
+        }
+        return ctl_db_error(o, rv, &em);
+    }
+    (void) snprintf(said, sizeof(said), "%s", ctl_col(r, 0, "answer"));
+    PQclear(r);
+    if (strcmp(said, "queued") != 0) {
+        printf("%s %s: nothing to retry\n", id, said); /* "already running" */
+        return EXIT_NOOP;
+    }
+    if (cn_opts_bool(o, "wait")) {
+        if (!ctl_json_out(o)) {
+            fprintf(stderr, "%s queued again\n", id);
+        }
+        return ctl_wait_result(o, c, id, cn_opts_int(o, "timeout") * 1000);
+    }
+    if (ctl_json_out(o)) {
+        printf("{\"id\": \"%s\", \"status\": \"queued\"}\n", id);
+    } else {
+        printf("%s queued again\n", id);
+    }
+    return EXIT_OK;
+}
+
 int
 ctl_cmd_retry(const struct ctl_call *call, int argc, char **argv)
 {
@@ -262,13 +308,8 @@ ctl_cmd_retry(const struct ctl_call *call, int argc, char **argv)
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
-    const char *params[2];
-    struct cn_errmsg em;
     PGconn *c = NULL;
-    PGresult *r = NULL;
-    char said[32];
     int status;
-    cn_err rv;
 
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
@@ -286,46 +327,7 @@ ctl_cmd_retry(const struct ctl_call *call, int argc, char **argv)
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    params[0] = argv[0];
-    params[1] = cn_opts_str(&o, "reason");
-    if ((rv = rn_db_exec(c, "SELECT cairn.retry($1, $2) AS answer", 2, params, &r, &em)) != CN_OK) {
-        if (rv == CN_NOTFOUND) {
-            fprintf(stderr, "cairnctl retry: no instance %s\n", argv[0]);
-            status = EXIT_REJECTED;
-        } else if (strstr(em.text, "completed") != NULL) {
-            /* check_violation: a completed instance keeps its result */
-            fprintf(stderr,
-                    "cairnctl retry: %s completed: only a failed, cancelled or timed_out "
-                    "instance can be retried\n",
-                    argv[0]);
-            status = EXIT_REJECTED;
-        } else {
-            status = ctl_db_error(&o, rv, &em);
-        }
-        PQfinish(c);
-        return status;
-    }
-    (void) snprintf(said, sizeof(said), "%s", ctl_col(r, 0, "answer"));
-    PQclear(r);
-    if (strcmp(said, "queued") != 0) {
-        printf("%s %s: nothing to retry\n", argv[0], said); /* "already running" */
-        PQfinish(c);
-        return EXIT_NOOP;
-    }
-    if (cn_opts_bool(&o, "wait")) {
-        char st[16];
-        if (!ctl_json_out(&o)) {
-            fprintf(stderr, "%s queued again\n", argv[0]);
-        }
-        status = ctl_wait_status(&o, c, argv[0], cn_opts_int(&o, "timeout") * 1000, st, sizeof(st));
-        if (status == EXIT_OK) {
-            status = ctl_print_result(&o, c, argv[0]);
-        }
-    } else if (ctl_json_out(&o)) {
-        printf("{\"id\": \"%s\", \"status\": \"queued\"}\n", argv[0]);
-    } else {
-        printf("%s queued again\n", argv[0]);
-    }
+    status = retry_one(&o, c, argv[0]);
     PQfinish(c);
     return status;
 }

@@ -167,7 +167,7 @@ static const struct ctl_cmd cmds[] = {
      "at most N instances of WORKFLOW run at once (none: no limit), M per concurrency key",
      limit_set, NULL},
     {"delete", "WORKFLOW", "remove a workflow's limits", limit_delete, NULL},
-    {"list", "[--json]", "the limited workflows: their limits, running and waiting counts",
+    {"list", "[--json]", "list the limited workflows: their limits, running and waiting counts",
      limit_list, NULL},
 };
 const struct ctl_table ctl_limit_cmds = CTL_TABLE(cmds);

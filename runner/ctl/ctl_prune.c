@@ -230,10 +230,10 @@ retention_list(const struct ctl_call *call, int argc, char **argv)
 
 static const struct ctl_cmd cmds[] = {
     {"set", "WORKFLOW (D | forever)",
-     "delete WORKFLOW's finished instances D after they finished, or keep them for ever",
+     "delete WORKFLOW's finished instances D after they finished (forever: keep them)",
      retention_set, NULL},
     {"unset", "WORKFLOW", "WORKFLOW's retention as the runners' CAIRN_RETENTION again",
      retention_set, NULL},
-    {"list", "[--json]", "the workflows with a retention of their own", retention_list, NULL},
+    {"list", "[--json]", "list the workflows with a retention of their own", retention_list, NULL},
 };
 const struct ctl_table ctl_retention_cmds = CTL_TABLE(cmds);

@@ -54,9 +54,8 @@ ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long ti
     }
 }
 
-/* Waits for the instance to finish, then prints its result as `result` does. */
-static int
-wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
+int
+ctl_wait_result(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
 {
     char st[16];
     int status = ctl_wait_status(o, c, id, timeout_ms, st, sizeof(st));
@@ -398,7 +397,7 @@ ctl_cmd_run(const struct ctl_call *call, int argc, char **argv)
         if (!ctl_json_out(&o)) {
             fprintf(stderr, "%s\n", id);
         }
-        status = wait_finished(&o, c, id, cn_opts_int(&o, "timeout") * 1000);
+        status = ctl_wait_result(&o, c, id, cn_opts_int(&o, "timeout") * 1000);
     } else if (ctl_json_out(&o)) {
         printf("{\"id\": \"%s\"}\n", id);
     } else {

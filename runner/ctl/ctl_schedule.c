@@ -308,7 +308,7 @@ static const struct ctl_cmd cmds[] = {
      "[--input JSON | --input-file FILE] [--jitter D] [--catch-up skip|one|all] [--paused] "
      "[--json]",
      "add a schedule: W at each slot of a cron expression, or every D", sched_add, NULL},
-    {"list", "[--json]", "the schedules, with their next slot (or why a runner paused one)",
+    {"list", "[--json]", "list the schedules, with their next slot (or why a runner paused one)",
      sched_list, NULL},
     {"pause", "NAME", "pause a schedule", sched_simple, NULL},
     {"resume", "NAME", "resume a schedule from now (missed slots are not run)", sched_simple, NULL},
@@ -316,6 +316,6 @@ static const struct ctl_cmd cmds[] = {
     {"trigger", "NAME", "run a schedule's workflow once now; prints the instance's id",
      sched_simple, NULL},
     {"next", "NAME [--count N] [--from TIME] [--json]",
-     "a schedule's next slots, in UTC and on its wall clock", sched_next, NULL},
+     "show a schedule's next slots, in UTC and on its wall clock", sched_next, NULL},
 };
 const struct ctl_table ctl_schedule_cmds = CTL_TABLE(cmds);

@@ -176,8 +176,8 @@ static const struct ctl_cmd cmds[] = {
     {"create", "NAME [--max-running N] [--json]",
      "make tenant NAME and its role cairn_tenant_NAME (the schema owner's to do)", tenant_create,
      NULL},
-    {"list", "[--json]", "the tenants (acting as a tenant: that one)", tenant_list, NULL},
-    {"quota", "NAME (N | none)", "at most N of tenant NAME's instances running at once",
-     tenant_quota, NULL},
+    {"list", "[--json]", "list the tenants (acting as a tenant: that one)", tenant_list, NULL},
+    {"quota", "NAME (N | none)",
+     "at most N of tenant NAME's instances running at once (none: no quota)", tenant_quota, NULL},
 };
 const struct ctl_table ctl_tenant_cmds = CTL_TABLE(cmds);
