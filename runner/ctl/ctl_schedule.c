@@ -178,8 +178,11 @@ sched_list(const struct ctl_call *call, int argc, char **argv)
 static int
 sched_simple(const struct ctl_call *call, int argc, char **argv)
 {
-    /* --json is taken, as it always was, but not listed: these print no JSON. */
-    struct cn_opt rows[] = {CTL_OPT_DB, {.flag = "json", .kind = CN_OPT_BOOL}};
+    /* --json was always taken here; kept so that scripts passing it go on working. */
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        {.flag = "json", .kind = CN_OPT_BOOL, .help = "accepted, but the output stays text"},
+    };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
     const char *what = call->cmd->name, *answer;
     PGresult *r = NULL;
