@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cairnctl: the operator and developer command line. This file holds the command table and
- * the commands that need no database: `check` (compile workflow files, report errors) and `dag`
- * (show the compiled graph as text, Graphviz DOT or a summary), and ctl_opts, through which
- * every command parses its options; ctl_db.c has the database commands, ctl_exec.c `exec`.
- * Single-threaded. Exit codes: ctl.h.
+ * cairnctl: the operator and developer command line. This file holds the top-level command
+ * table and the one dispatcher every table goes through (the groups' tables are in their
+ * files), ctl_opts, through which every command parses its options, and the commands that need
+ * no database: `check` (compile workflow files, report errors) and `dag` (show the compiled
+ * graph as text, Graphviz DOT or a summary). Single-threaded. Exit codes: ctl.h.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -17,87 +17,160 @@
 #include "runner/ctl/ctl.h"
 
 
-struct command {
-    const char *name;
-    const char *args;
-    const char *help;
-    int (*run)(int argc, char **argv);
-};
+static int cmd_check(const struct ctl_call *call, int argc, char **argv);
+static int cmd_dag(const struct ctl_call *call, int argc, char **argv);
 
-static int cmd_check(int argc, char **argv);
-static int cmd_dag(int argc, char **argv);
-static int cmd_help(int argc, char **argv);
-
-static const struct command commands[] = {
+static const struct ctl_cmd commands[] = {
     {"check", "[--quiet] [--max-source-bytes N] [--max-graph-nodes N] FILE...",
-     "compile workflow files and report every error", cmd_check},
+     "compile workflow files and report every error", cmd_check, NULL},
     {"dag", "FILE [--format text|dot|summary|msgpack]",
-     "print the compiled graph of a workflow file", cmd_dag},
-    {"migrate", "[--json]", "apply pending schema migrations", ctl_cmd_migrate},
+     "print the compiled graph of a workflow file", cmd_dag, NULL},
+    {"migrate", "[--json]", "apply pending schema migrations", ctl_cmd_migrate, NULL},
     {"register",
      "FILE [--name N] [--version V] [--max-running N] [--max-per-key M] "
      "[--allow-missing-children] [--max-source-bytes N] [--max-graph-nodes N] [--json]",
-     "compile a workflow and store it as a version", ctl_cmd_register},
+     "compile a workflow and store it as a version", ctl_cmd_register, NULL},
     {"run",
-     "NAME [--input JSON] [--idempotency-key K] [--concurrency-key K] [--priority P] [--at TIME] "
-     "[--wait]",
-     "enqueue an instance (--wait: until it finishes)", ctl_cmd_run},
-    {"status", "ID [--json]", "show an instance's status", ctl_cmd_status},
-    {"result", "ID [--json]", "print a finished instance's result", ctl_cmd_result},
+     "NAME [--input JSON | --input-file FILE] [--idempotency-key K] [--concurrency-key K] "
+     "[--priority P] [--at TIME] [--version V] [--workflow-timeout D] [--wait [--timeout S]] "
+     "[--json]",
+     "enqueue an instance (--wait: until it finishes)", ctl_cmd_run, NULL},
+    {"status", "ID [--json]", "show an instance's status", ctl_cmd_status, NULL},
+    {"result", "ID [--json]", "print a finished instance's result", ctl_cmd_result, NULL},
     {"list", "[--status S] [--workflow W] [--parent ID] [--schedule NAME] [--limit N] [--json]",
-     "list instances, newest first", ctl_cmd_list},
-    {"schedule",
-     "add NAME --workflow W (--cron EXPR [--timezone TZ] | --every D) [...] | list | pause | "
-     "resume | delete | trigger | next",
-     "run a workflow on a schedule: cron in a time zone, or every D", ctl_cmd_schedule},
-    {"limit", "set WORKFLOW (N | none) [--per-key M] | delete WORKFLOW | list [--json]",
-     "limit how many instances of a workflow (or per concurrency key) run at once", ctl_cmd_limit},
-    {"backfill",
-     "create WORKFLOW --param P --from A --to B --step S [--input JSON] [--concurrency N] | list "
-     "| status ID | pause ID | resume ID | cancel ID | retry-failed ID",
-     "run a workflow once per partition of a date or integer range, N at a time", ctl_cmd_backfill},
+     "list instances, newest first", ctl_cmd_list, NULL},
+    {"schedule", "", "run a workflow on a schedule: cron in a time zone, or every D", NULL,
+     &ctl_schedule_cmds},
+    {"limit", "", "limit how many instances of a workflow (or per concurrency key) run at once",
+     NULL, &ctl_limit_cmds},
+    {"backfill", "", "run a workflow once per partition of a date or integer range, N at a time",
+     NULL, &ctl_backfill_cmds},
     {"prune", "--older-than D [--workflow W] [--dry-run] [--batch N] [--json]",
      "delete finished instances that finished more than D ago, with their action results",
-     ctl_cmd_prune},
-    {"retention", "set WORKFLOW (D | forever) | unset WORKFLOW | list [--json]",
-     "a workflow's own retention, instead of the runners' CAIRN_RETENTION", ctl_cmd_retention},
-    {"tenant", "create NAME [--max-running N] | list [--json] | quota NAME (N | none)",
-     "make tenants (each a role, cairn_tenant_NAME), list them, set their running quota",
-     ctl_cmd_tenant},
+     ctl_cmd_prune, NULL},
+    {"retention", "", "a workflow's own retention, instead of the runners' CAIRN_RETENTION", NULL,
+     &ctl_retention_cmds},
+    {"tenant", "",
+     "make tenants (each a role, cairn_tenant_NAME), list them, set their running quota", NULL,
+     &ctl_tenant_cmds},
     {"tree", "ID [--limit N] [--json]",
      "show the task tree under an instance (its child workflows, theirs...) with statuses",
-     ctl_cmd_tree},
+     ctl_cmd_tree, NULL},
     {"inspect", "ID [--json]",
      "show an instance's live graph (what it waits on) and its recorded action results",
-     ctl_cmd_inspect},
-    {"cancel", "(ID | --workflow W [--status queued|running] --yes) [--reason TEXT] [--wait]",
-     "cancel an instance, or every unfinished one of a workflow", ctl_cmd_cancel},
-    {"retry", "(ID | --workflow W [--status S] --yes) [--reason TEXT] [--wait [--timeout S]]",
-     "run a failed, cancelled or timed-out instance again from where it stopped", ctl_cmd_retry},
+     ctl_cmd_inspect, NULL},
+    {"cancel",
+     "(ID | --workflow W [--status queued|running] --yes) [--reason TEXT] [--wait [--timeout S]]",
+     "cancel an instance, or every unfinished one of a workflow", ctl_cmd_cancel, NULL},
+    {"retry",
+     "(ID | --workflow W [--status failed|cancelled|timed_out] --yes) [--reason TEXT] "
+     "[--wait [--timeout S]] [--json]",
+     "run a failed, cancelled or timed-out instance again from where it stopped", ctl_cmd_retry,
+     NULL},
     {"exec", "FILE [--input JSON | --input-file FILE] [--timeout S] [--json]",
-     "run one instance in this process, without a database (std.* actions built in)", ctl_cmd_exec},
-    {"help", "[COMMAND]", "show this help", cmd_help},
+     "run one instance in this process, without a database (std.* actions built in)", ctl_cmd_exec,
+     NULL},
 };
-#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+static const struct ctl_table top = CTL_TABLE(commands);
 
+/* ---- the dispatcher ------------------------------------------------------------------------ */
+
+/* GNU's layout (Usage:, sections ending in a colon), which help2man turns into the man page:
+ * each command's synopsis on a line of its own, its help line under it. A group is listed as
+ * its sub-commands, each under the group's name. */
 static void
-usage(FILE *to)
+usage(FILE *to, const char *prog, const char *about, const char *footer, const struct ctl_table *t)
 {
-    size_t i;
+    size_t i, k;
 
-    /* GNU's layout (Usage:, sections ending in a colon), which help2man turns into the man
-     * page. */
-    fprintf(to, "Usage: cairnctl COMMAND [ARGS]\n"
-                "Checks, registers, runs and inspects Cairn workflows.\n"
-                "`cairnctl COMMAND --help` shows a command's options.\n\nCommands:\n");
-    for (i = 0; i < NCOMMANDS; i++) {
-        fprintf(to, "  %s %s\n      %s\n", commands[i].name, commands[i].args, commands[i].help);
+    fprintf(to,
+            "Usage: %s COMMAND [ARGS]\n%s\n`%s COMMAND --help` shows a command's options.\n\n"
+            "Commands:\n",
+            prog, about, prog);
+    for (i = 0; i < t->n; i++) {
+        const struct ctl_cmd *c = &t->cmds[i];
+        const struct ctl_table one = {c, 1}, *subs = c->group != NULL ? c->group : &one;
+
+        for (k = 0; k < subs->n; k++) {
+            const struct ctl_cmd *sub = &subs->cmds[k];
+            fprintf(to, "  %s%s%s%s%s\n      %s\n", c->group != NULL ? c->name : "",
+                    c->group != NULL ? " " : "", sub->name, sub->synopsis[0] ? " " : "",
+                    sub->synopsis, sub->help);
+        }
     }
-    fprintf(to, "\nDatabase commands use --database-url URL, else $CAIRN_DATABASE_URL, and act\n"
-                "as tenant T with --tenant T, else $CAIRN_TENANT (SET ROLE cairn_tenant_T).\n"
-                "exit status: 0 ok, 1 input rejected (compile errors, bad input, unknown name),\n"
-                "2 usage or file error, 3 database error, 4 instance failed, cancelled or timed\n"
-                "out, 5 instance not finished (or --wait timed out), 6 nothing to do\n");
+    fprintf(to, "  help [COMMAND]\n      show this help, or COMMAND's own (COMMAND --help)\n");
+    if (footer != NULL) {
+        fprintf(to, "\n%s", footer);
+    }
+}
+
+static bool
+is_help(const char *arg)
+{
+    return strcmp(arg, "help") == 0 || strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
+
+/* `help COMMAND...`: COMMAND... --help, run through the same table. */
+static int
+help_of(const char *prog, const char *about, const struct ctl_table *t, int argc, char **argv)
+{
+    static char help_flag[] = "--help";
+    char **args = calloc((size_t) argc + 1, sizeof(*args));
+    int i, status;
+
+    if (args == NULL) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return EXIT_USAGE;
+    }
+    for (i = 0; i < argc; i++) {
+        args[i] = argv[i];
+    }
+    args[argc] = help_flag;
+    status = ctl_dispatch(prog, about, NULL, t, argc + 1, args);
+    free(args);
+    return status;
+}
+
+int
+ctl_dispatch(const char *prog, const char *about, const char *footer, const struct ctl_table *t,
+             int argc, char **argv)
+{
+    struct ctl_call call;
+    size_t i;
+    int n;
+
+    if (argc < 1) {
+        usage(stderr, prog, about, footer, t);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[0], "help") == 0 && argc > 1) {
+        return help_of(prog, about, t, argc - 1, argv + 1);
+    }
+    if (is_help(argv[0])) {
+        usage(stdout, prog, about, footer, t);
+        return EXIT_OK;
+    }
+    for (i = 0; i < t->n && strcmp(argv[0], t->cmds[i].name) != 0; i++) {
+    }
+    if (i == t->n) {
+        fprintf(stderr, "%s: unknown command '%s'\n\n", prog, argv[0]);
+        usage(stderr, prog, about, footer, t);
+        return EXIT_USAGE;
+    }
+    call.cmd = &t->cmds[i];
+    n = snprintf(call.prog, sizeof(call.prog), "%s %s", prog, call.cmd->name);
+    if (n > 0 && (size_t) n < sizeof(call.prog)) {
+        n = snprintf(call.usage, sizeof(call.usage), "%s%s%s", call.prog,
+                     call.cmd->synopsis[0] ? " " : "", call.cmd->synopsis);
+    }
+    if (n < 0 || (size_t) n >= sizeof(call.usage)) { /* a name or synopsis too long: a bug */
+        fprintf(stderr, "%s: internal error: the synopsis of %s is too long\n", prog, argv[0]);
+        return EXIT_USAGE;
+    }
+    if (call.cmd->group != NULL) {
+        return ctl_dispatch(call.prog, call.cmd->help, NULL, call.cmd->group, argc - 1, argv + 1);
+    }
+    return call.cmd->run(&call, argc - 1, argv + 1);
 }
 
 bool
@@ -115,6 +188,26 @@ ctl_opts(struct cn_opts *s, int argc, char **argv, int *status)
         break;
     }
     return true;
+}
+
+bool
+ctl_args(struct cn_opts *s, int argc, char **argv, size_t min, int *status)
+{
+    if (!ctl_opts(s, argc, argv, status)) {
+        return false;
+    }
+    if (s->nargs < min) {
+        *status = ctl_usage(s);
+        return false;
+    }
+    return true;
+}
+
+int
+ctl_usage(const struct cn_opts *s)
+{
+    fprintf(stderr, "usage: %s\n", s->usage);
+    return EXIT_USAGE;
 }
 
 char *
@@ -221,20 +314,19 @@ ctl_compile_file(const char *path, const struct ir_compile_limits *lim, struct i
 }
 
 static int
-cmd_check(int argc, char **argv)
+cmd_check(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         {.flag = "quiet", .letter = 'q', .kind = CN_OPT_BOOL, .help = "print errors only"},
         CTL_OPT_COMPILE_LIMITS,
     };
-    struct cn_opts o = CTL_OPTS(
-        "check", "[--quiet] [--max-source-bytes N] [--max-graph-nodes N] FILE...", rows, SIZE_MAX);
+    struct cn_opts o = CTL_OPTS(call, rows, SIZE_MAX);
     struct ir_compile_limits lim;
     int status = EXIT_OK, r;
     bool quiet;
     size_t i;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_args(&o, argc, argv, 1, &status)) {
         return status;
     }
     quiet = cn_opts_bool(&o, "quiet");
@@ -252,15 +344,11 @@ cmd_check(int argc, char **argv)
             status = r;
         }
     }
-    if (o.nargs == 0) {
-        fprintf(stderr, "usage: %s\n", o.usage);
-        return EXIT_USAGE;
-    }
     return status;
 }
 
 static int
-cmd_dag(int argc, char **argv)
+cmd_dag(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         {.flag = "format",
@@ -269,19 +357,15 @@ cmd_dag(int argc, char **argv)
          .arg = "F",
          .help = "text, dot (Graphviz), summary or msgpack"},
     };
-    struct cn_opts o = CTL_OPTS("dag", "FILE [--format text|dot|summary|msgpack]", rows, 1);
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
     const char *file, *format;
     struct ir_dag *dag = NULL;
     struct cn_buf out = CN_BUF_INIT;
     cn_err rv;
     int status;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_args(&o, argc, argv, 1, &status)) {
         return status;
-    }
-    if (o.nargs == 0) {
-        fprintf(stderr, "usage: %s\n", o.usage);
-        return EXIT_USAGE;
     }
     file = argv[0];
     format = cn_opts_str(&o, "format");
@@ -315,38 +399,20 @@ cmd_dag(int argc, char **argv)
     return status;
 }
 
-static int
-cmd_help(int argc, char **argv)
-{
-    (void) argc;
-    (void) argv;
-    usage(stdout);
-    return EXIT_OK;
-}
-
 int
 main(int argc, char **argv)
 {
-    size_t i;
+    static const char footer[] =
+        "Database commands use --database-url URL, else $CAIRN_DATABASE_URL, and act\n"
+        "as tenant T with --tenant T, else $CAIRN_TENANT (SET ROLE cairn_tenant_T).\n"
+        "exit status: 0 ok, 1 input rejected (compile errors, bad input, unknown name),\n"
+        "2 usage or file error, 3 database error, 4 instance failed, cancelled or timed\n"
+        "out, 5 instance not finished (or --wait timed out), 6 nothing to do\n";
 
-    if (argc < 2) {
-        usage(stderr);
-        return EXIT_USAGE;
-    }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(stdout);
-        return EXIT_OK;
-    }
-    if (strcmp(argv[1], "--version") == 0) {
+    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
         printf("cairnctl %s\n", CAIRN_VERSION);
         return EXIT_OK;
     }
-    for (i = 0; i < NCOMMANDS; i++) {
-        if (strcmp(argv[1], commands[i].name) == 0) {
-            return commands[i].run(argc - 2, argv + 2);
-        }
-    }
-    fprintf(stderr, "cairnctl: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
-    return EXIT_USAGE;
+    return ctl_dispatch("cairnctl", "Checks, registers, runs and inspects Cairn workflows.", footer,
+                        &top, argc - 1, argv + 1);
 }

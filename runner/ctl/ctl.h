@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cairnctl's internal interface between its files: cairnctl.c (command table, check, dag, the
- * option parsing every command shares), ctl_db.c (the commands that talk to the database, and
- * the helpers below they share), ctl_control.c (cancel and retry: control over instances),
- * ctl_tenant.c (tenant create/list/quota) and ctl_exec.c (exec). Single-threaded.
+ * cairnctl's internal interface between its files (runner/ctl/README.md says which file owns
+ * what): the command tables and their dispatcher, the option rows every command shares, and
+ * the helpers of the database commands. Single-threaded.
  */
 #ifndef RUNNER_CTL_CTL_H
 #define RUNNER_CTL_CTL_H
@@ -37,18 +36,75 @@ enum {
 #define CTL_INPUT_MAX_BYTES           262144 /* of JSON text as PostgreSQL prints it */
 #define CTL_IDEMPOTENCY_KEY_MAX_BYTES 255
 
-/* A command's options (ir/base/opts.h): messages start with "cairnctl CMD" and point at
- * `cairnctl help`; ARGS is the synopsis after the command's name; MAX, the arguments allowed. */
-#define CTL_OPTS(cmd, args, rows, max)                                                       \
-    {                                                                                        \
-        .prog = "cairnctl " cmd, .usage = "cairnctl " cmd " " args, .hint = "cairnctl help", \
-        .opts = (rows), .nopts = sizeof(rows) / sizeof((rows)[0]), .max_args = (max)         \
+/* ---- command tables (cairnctl.c) ---- */
+
+struct ctl_call;
+struct ctl_table;
+
+/* One row of a command table: the top level's (cairnctl.c) or a group's (schedule, limit,
+ * backfill, retention, tenant). The synopsis is written here only, so that `cairnctl help`,
+ * `cairnctl --help` (and the man page help2man makes of it), the command's own --help and its
+ * usage errors cannot disagree. */
+struct ctl_cmd {
+    const char *name;     /* the word that picks it */
+    const char *synopsis; /* its arguments, after the name; "" for none */
+    const char *help;     /* one line for the listing */
+    /* A command: runs it on its arguments (after its name) and returns the exit status. */
+    int (*run)(const struct ctl_call *call, int argc, char **argv);
+    /* A group instead (run is NULL): its sub-commands; its help line heads their listing. */
+    const struct ctl_table *group;
+};
+
+struct ctl_table {
+    const struct ctl_cmd *cmds;
+    size_t n;
+};
+#define CTL_TABLE(rows)                          \
+    {                                            \
+        (rows), sizeof(rows) / sizeof((rows)[0]) \
+    }
+
+/* A command as the dispatcher calls it: its row and its full name. */
+struct ctl_call {
+    const struct ctl_cmd *cmd;
+    char prog[64];    /* "cairnctl schedule add": the start of its messages */
+    char usage[1024]; /* prog and the synopsis */
+};
+
+/* Runs the command argv[0] of t, named prog ("cairnctl", "cairnctl schedule"; about: the
+ * paragraph of its help, footer: text after its listing, or NULL). `help`, `--help` and `-h`
+ * print the listing (exit 0); `help COMMAND...` is `COMMAND... --help`; no command, or one the
+ * table lacks, is a usage error (exit 2) with the listing on stderr. */
+int ctl_dispatch(const char *prog, const char *about, const char *footer, const struct ctl_table *t,
+                 int argc, char **argv);
+
+/* The groups' tables, in their files. */
+extern const struct ctl_table ctl_schedule_cmds, ctl_limit_cmds, ctl_backfill_cmds,
+    ctl_retention_cmds, ctl_tenant_cmds;
+
+/* A command's options (ir/base/opts.h), named and described by its call: messages start with
+ * "cairnctl CMD" and point at `cairnctl help`; MAX is the arguments allowed. */
+#define CTL_OPTS(call, rows, max)                                                              \
+    {                                                                                          \
+        .prog = (call)->prog, .usage = (call)->usage, .hint = "cairnctl help", .opts = (rows), \
+        .nopts = sizeof(rows) / sizeof((rows)[0]), .max_args = (max)                           \
     }
 
 /* Rows most commands share. */
 #define CTL_OPT_JSON                                              \
     {                                                             \
         .flag = "json", .kind = CN_OPT_BOOL, .help = "print JSON" \
+    }
+/* --input and --input-file (read with ctl_read_input): an instance's input, for `run` and
+ * `exec`. */
+#define CTL_OPT_INPUT                                                                      \
+    {.flag = "input",                                                                      \
+     .kind = CN_OPT_STR,                                                                   \
+     .arg = "JSON",                                                                        \
+     .help = "the instance's input, a JSON object (default {})"},                          \
+    {                                                                                      \
+        .flag = "input-file", .kind = CN_OPT_STR, .arg = "FILE",                           \
+        .help = "read the input from FILE (-: stdin), for one too long for a command line" \
     }
 /* CTL_OPT_DB is two rows, the database and the tenant to act as, so that every database command
  * takes both and ctl_db_open applies both: a command cannot forget the tenant. */
@@ -67,6 +123,10 @@ enum {
  * true to go on; else false with the exit status in *status: EXIT_OK after printing the
  * command's help for --help, EXIT_USAGE after reporting bad usage. */
 bool ctl_opts(struct cn_opts *s, int argc, char **argv, int *status);
+/* ctl_opts, and then at least min arguments: fewer is a usage error ("usage: SYNOPSIS"). */
+bool ctl_args(struct cn_opts *s, int argc, char **argv, size_t min, int *status);
+/* Prints "usage: SYNOPSIS" on stderr; returns EXIT_USAGE. */
+int ctl_usage(const struct cn_opts *s);
 
 /* Reads a whole file ("-": stdin) of at most IR_COMPILE_MAX_SOURCE_BYTES; on failure prints
  * why and returns NULL. */
@@ -102,25 +162,21 @@ int ctl_compile_file(const char *path, const struct ir_compile_limits *lim, stru
 /* Checks an --input value (NULL: "{}"): valid JSON (else the error with line and column), an
  * object, numbers within int64 and float64, nesting within IR_VALUE_MAX_DEPTH. Returns EXIT_OK
  * with its text in *compact (free it): the engine's own JSON (floats in their shortest form,
- * ", " and ": " separators as PostgreSQL prints jsonb), else prints why and returns
- * EXIT_REJECTED (or EXIT_USAGE when out of memory). */
-int ctl_parse_input(const char *cmd, const char *text, char **compact);
+ * ", " and ": " separators as PostgreSQL prints jsonb), else prints why (after prog: "cairnctl
+ * run") and returns EXIT_REJECTED (or EXIT_USAGE when out of memory). */
+int ctl_parse_input(const char *prog, const char *text, char **compact);
 /* ctl_parse_input of --input, or of the file --input-file names ("-": stdin); both given is a
  * usage error (EXIT_USAGE). */
-int ctl_read_input(const char *cmd, const char *input, const char *input_file, char **compact);
+int ctl_read_input(const char *prog, const char *input, const char *input_file, char **compact);
 
 /* ---- shared by the database commands (ctl_db.c) ---- */
 
 /* --json was given (every database command's table has CTL_OPT_JSON and CTL_OPT_DB). */
 bool ctl_json_out(const struct cn_opts *o);
-/* An instance id argument: a UUID; else says why (for command `cmd`) and returns false. */
-bool ctl_check_uuid(const char *cmd, const char *id);
-/* A list command: parses [--json] and --database-url, runs sql (no parameters) and leaves its
- * rows in *r and the choice of JSON in *json. Returns an exit status, after reporting a
- * failure; on EXIT_OK the caller prints the rows and clears r. */
-int ctl_list(const char *cmd, int argc, char **argv, const char *sql, PGresult **r, bool *json);
-/* Prints column col of the first n rows of r (each a JSON object as text) as a JSON array. */
-void ctl_print_json_rows(const PGresult *r, int n, int col);
+/* An instance id argument: a UUID; else says why and returns false. */
+bool ctl_check_uuid(const struct cn_opts *o, const char *id);
+/* ctl_opts, and then an instance ID as the first argument (ctl_check_uuid; EXIT_USAGE). */
+bool ctl_id_args(struct cn_opts *o, int argc, char **argv, int *status);
 /* Connects to --database-url and, with --tenant T (or CAIRN_TENANT), acts as T: SET ROLE
  * cairn_tenant_T, so row-level security keeps every statement to T's rows. Returns EXIT_OK, or
  * the exit status after saying why: EXIT_USAGE for a bad tenant name, EXIT_REJECTED for a tenant
@@ -130,6 +186,42 @@ int ctl_db_open(const struct cn_opts *o, PGconn **c);
 bool ctl_tenant_name_ok(const char *t);
 /* Says why a statement failed and returns its exit status. */
 int ctl_db_error(const struct cn_opts *o, cn_err rv, const struct cn_errmsg *em);
+/* Runs sql with n text parameters (NULL: SQL NULL) on c. Returns EXIT_OK with the rows in *r
+ * when r is not NULL (PQclear them), else the exit status after ctl_db_error. */
+int ctl_query(const struct cn_opts *o, PGconn *c, const char *sql, int n, const char *const *params,
+              PGresult **r);
+/* For a command of one statement: ctl_db_open, ctl_query, and the connection closed again (the
+ * rows outlive it). */
+int ctl_query_once(const struct cn_opts *o, const char *sql, int n, const char *const *params,
+                   PGresult **r);
+
+/* Row row's value of the column named name, as text ("" for SQL NULL). Columns are read by
+ * name so that a change to a statement's select list cannot shift what is read; a name the
+ * statement lacks, or a row past its end, is a bug: it says so and exits (EXIT_DB). */
+const char *ctl_col(const PGresult *r, int row, const char *name);
+/* The same, NULL for SQL NULL. */
+const char *ctl_col_opt(const PGresult *r, int row, const char *name);
+/* Whether a boolean column is true. */
+bool ctl_col_true(const PGresult *r, int row, const char *name);
+/* An integer column (0 for SQL NULL). */
+long long ctl_col_int(const PGresult *r, int row, const char *name);
+
+/* A column of a list command's table: its title, the statement's column, its width (negative:
+ * aligned left; 0, for the last: as long as it is). */
+struct ctl_column {
+    const char *title, *name;
+    int width;
+};
+/* Prints every row of r as a table of cols, two spaces apart, under their titles. */
+void ctl_print_table(const PGresult *r, const struct ctl_column *cols, size_t ncols);
+/* Prints column col of every row of r (each a JSON object as text) as a JSON array. */
+void ctl_print_json_rows(const PGresult *r, const char *col);
+/* A list command: [--json] and the database rows; runs sql (no parameters), whose column
+ * "json" is each row as a JSON object's text, and prints a JSON array of them with --json,
+ * else the table of cols and then the line footer (NULL: none). Returns an exit status. */
+int ctl_list(const struct ctl_call *call, int argc, char **argv, const char *sql,
+             const struct ctl_column *cols, size_t ncols, const char *footer);
+
 /* Polls until instance id is finished (completed, failed, cancelled, timed_out) or timeout_ms
  * passes (0: no limit). Returns EXIT_OK with its final status in st, EXIT_PENDING after saying
  * it did not finish in time, or a database error's exit status. */
@@ -137,24 +229,22 @@ int ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long lon
                     char *st, size_t stlen);
 /* Prints a finished instance's result as `cairnctl result` does; returns its exit status. */
 int ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id);
+/* ctl_wait_status, then ctl_print_result: --wait of `run` and `retry`. */
+int ctl_wait_result(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms);
 
-int ctl_cmd_migrate(int argc, char **argv);
-int ctl_cmd_register(int argc, char **argv);
-int ctl_cmd_run(int argc, char **argv);
-int ctl_cmd_status(int argc, char **argv);
-int ctl_cmd_result(int argc, char **argv);
-int ctl_cmd_list(int argc, char **argv);
-int ctl_cmd_inspect(int argc, char **argv);
-int ctl_cmd_cancel(int argc, char **argv);
-int ctl_cmd_retry(int argc, char **argv);
-int ctl_cmd_exec(int argc, char **argv);
-int ctl_cmd_tree(int argc, char **argv);
-int ctl_cmd_schedule(int argc, char **argv);
-int ctl_cmd_limit(int argc, char **argv);
-int ctl_cmd_backfill(int argc, char **argv);
-int ctl_cmd_prune(int argc, char **argv);
-int ctl_cmd_retention(int argc, char **argv);
-int ctl_cmd_tenant(int argc, char **argv);
+/* The top-level commands, one row each in cairnctl.c. */
+int ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_register(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_run(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_status(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_result(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_list(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_inspect(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_cancel(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_retry(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_exec(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_tree(const struct ctl_call *call, int argc, char **argv);
+int ctl_cmd_prune(const struct ctl_call *call, int argc, char **argv);
 
 /* Appends to out, NUL-separated, why the instance ID (of STATUS, with the live graph LIVE as
  * rn_snapshot_describe gives it, or null) is not moving: a concurrency slot, its due time, a

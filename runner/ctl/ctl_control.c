@@ -26,12 +26,10 @@ per_instance(const struct cn_opts *o, const char *verb, const char *which, const
 {
     const char *params[2] = {cn_opts_str(o, "workflow"), cn_opts_str(o, "status")};
     char sql[512];
-    struct cn_errmsg em;
     PGconn *c = NULL;
     PGresult *r = NULL;
     int status, row, n;
     size_t k;
-    cn_err rv;
 
     if ((status = ctl_db_open(o, &c)) != EXIT_OK) {
         return status;
@@ -44,8 +42,7 @@ per_instance(const struct cn_opts *o, const char *verb, const char *which, const
                     "IS NULL THEN %s ELSE ARRAY[$2::text]"
                     " END) ORDER BY created_at",
                     statuses);
-    if ((rv = rn_db_exec(c, sql, 2, params, &r, &em)) != CN_OK) {
-        status = ctl_db_error(o, rv, &em);
+    if ((status = ctl_query(o, c, sql, 2, params, &r)) != EXIT_OK) {
         PQfinish(c);
         return status;
     }
@@ -57,15 +54,14 @@ per_instance(const struct cn_opts *o, const char *verb, const char *which, const
         PQfinish(c);
         return n > 0 ? EXIT_REJECTED : EXIT_NOOP;
     }
-    (void) snprintf(sql, sizeof(sql), "SELECT %s($1, $2)", fn);
+    (void) snprintf(sql, sizeof(sql), "SELECT %s($1, $2) AS answer", fn);
     for (row = 0; row < n && status == EXIT_OK; row++) {
-        const char *p[2] = {PQgetvalue(r, row, 0), cn_opts_str(o, "reason")};
+        const char *p[2] = {ctl_col(r, row, "instance_id"), cn_opts_str(o, "reason")};
         PGresult *one = NULL;
-        if ((rv = rn_db_exec(c, sql, 2, p, &one, &em)) != CN_OK) {
-            status = ctl_db_error(o, rv, &em);
+        if ((status = ctl_query(o, c, sql, 2, p, &one)) != EXIT_OK) {
             break;
         }
-        for (k = 0; k < nanswers && strcmp(PQgetvalue(one, 0, 0), answers[k]) != 0; k++) {
+        for (k = 0; k < nanswers && strcmp(ctl_col(one, 0, "answer"), answers[k]) != 0; k++) {
         }
         counts[k]++;
         PQclear(one);
@@ -105,14 +101,15 @@ cancel_one(const struct cn_opts *o, PGconn *c, const char *id, const char *reaso
     char said[32];
     cn_err rv;
 
-    if ((rv = rn_db_exec(c, "SELECT cairn.cancel($1, $2)", 2, params, &r, &em)) != CN_OK) {
+    if ((rv = rn_db_exec(c, "SELECT cairn.cancel($1, $2) AS answer", 2, params, &r, &em)) !=
+        CN_OK) {
         if (rv == CN_NOTFOUND) {
             fprintf(stderr, "cairnctl cancel: no instance %s\n", id);
             return EXIT_REJECTED;
         }
         return ctl_db_error(o, rv, &em);
     }
-    (void) snprintf(said, sizeof(said), "%s", PQgetvalue(r, 0, 0));
+    (void) snprintf(said, sizeof(said), "%s", ctl_col(r, 0, "answer"));
     PQclear(r);
     if (strcmp(said, "cancelled") == 0) {
         printf("%s cancelled\n", id);
@@ -131,7 +128,7 @@ cancel_one(const struct cn_opts *o, PGconn *c, const char *id, const char *reaso
 }
 
 int
-ctl_cmd_cancel(int argc, char **argv)
+ctl_cmd_cancel(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
@@ -161,9 +158,7 @@ ctl_cmd_cancel(int argc, char **argv)
          .kind = CN_OPT_BOOL,
          .help = "with --workflow, do it (without it: say how many it would cancel)"},
     };
-    struct cn_opts o = CTL_OPTS(
-        "cancel", "(ID | --workflow W [--status queued|running] --yes) [--reason TEXT] [--wait]",
-        rows, 1);
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
     static const char *const answers[] = {"cancelled", "requested"};
     const char *wf, *st, *reason;
     PGconn *c = NULL;
@@ -180,7 +175,7 @@ ctl_cmd_cancel(int argc, char **argv)
             fprintf(stderr, "cairnctl cancel: --status and --yes go with --workflow\n");
             return EXIT_USAGE;
         }
-        if (!ctl_check_uuid("cancel", o.nargs > 0 ? argv[0] : NULL)) {
+        if (!ctl_check_uuid(&o, o.nargs > 0 ? argv[0] : NULL)) {
             return EXIT_USAGE;
         }
         if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
@@ -236,8 +231,54 @@ retry_many(const struct cn_opts *o, size_t nargs)
     return status;
 }
 
+/* One instance: cairn.retry's answer, said in words and an exit status; with --wait, its
+ * result once it finishes again. */
+static int
+retry_one(const struct cn_opts *o, PGconn *c, const char *id)
+{
+    const char *params[2] = {id, cn_opts_str(o, "reason")};
+    struct cn_errmsg em;
+    PGresult *r = NULL;
+    char said[32];
+    cn_err rv;
+
+    if ((rv = rn_db_exec(c, "SELECT cairn.retry($1, $2) AS answer", 2, params, &r, &em)) != CN_OK) {
+        if (rv == CN_NOTFOUND) {
+            fprintf(stderr, "cairnctl retry: no instance %s\n", id);
+            return EXIT_REJECTED;
+        }
+        if (strstr(em.text, "completed") != NULL) {
+            /* check_violation: a completed instance keeps its result */
+            fprintf(stderr,
+                    "cairnctl retry: %s completed: only a failed, cancelled or timed_out "
+                    "instance can be retried\n",
+                    id);
+            return EXIT_REJECTED;
+        }
+        return ctl_db_error(o, rv, &em);
+    }
+    (void) snprintf(said, sizeof(said), "%s", ctl_col(r, 0, "answer"));
+    PQclear(r);
+    if (strcmp(said, "queued") != 0) {
+        printf("%s %s: nothing to retry\n", id, said); /* "already running" */
+        return EXIT_NOOP;
+    }
+    if (cn_opts_bool(o, "wait")) {
+        if (!ctl_json_out(o)) {
+            fprintf(stderr, "%s queued again\n", id);
+        }
+        return ctl_wait_result(o, c, id, cn_opts_int(o, "timeout") * 1000);
+    }
+    if (ctl_json_out(o)) {
+        printf("{\"id\": \"%s\", \"status\": \"queued\"}\n", id);
+    } else {
+        printf("%s queued again\n", id);
+    }
+    return EXIT_OK;
+}
+
 int
-ctl_cmd_retry(int argc, char **argv)
+ctl_cmd_retry(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
@@ -266,17 +307,9 @@ ctl_cmd_retry(int argc, char **argv)
          .help = "with --workflow, do it (without it: say how many it would retry)"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o = CTL_OPTS("retry",
-                                "(ID | --workflow W [--status failed|cancelled|timed_out] --yes) "
-                                "[--reason TEXT] [--wait [--timeout S]] [--json]",
-                                rows, 1);
-    const char *params[2];
-    struct cn_errmsg em;
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
     PGconn *c = NULL;
-    PGresult *r = NULL;
-    char said[32];
     int status;
-    cn_err rv;
 
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
@@ -288,52 +321,13 @@ ctl_cmd_retry(int argc, char **argv)
         fprintf(stderr, "cairnctl retry: --status and --yes go with --workflow\n");
         return EXIT_USAGE;
     }
-    if (!ctl_check_uuid("retry", o.nargs > 0 ? argv[0] : NULL)) {
+    if (!ctl_check_uuid(&o, o.nargs > 0 ? argv[0] : NULL)) {
         return EXIT_USAGE;
     }
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    params[0] = argv[0];
-    params[1] = cn_opts_str(&o, "reason");
-    if ((rv = rn_db_exec(c, "SELECT cairn.retry($1, $2)", 2, params, &r, &em)) != CN_OK) {
-        if (rv == CN_NOTFOUND) {
-            fprintf(stderr, "cairnctl retry: no instance %s\n", argv[0]);
-            status = EXIT_REJECTED;
-        } else if (strstr(em.text, "completed") != NULL) {
-            /* check_violation: a completed instance keeps its result */
-            fprintf(stderr,
-                    "cairnctl retry: %s completed: only a failed, cancelled or timed_out "
-                    "instance can be retried\n",
-                    argv[0]);
-            status = EXIT_REJECTED;
-        } else {
-            status = ctl_db_error(&o, rv, &em);
-        }
-        PQfinish(c);
-        return status;
-    }
-    (void) snprintf(said, sizeof(said), "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    if (strcmp(said, "queued") != 0) {
-        printf("%s %s: nothing to retry\n", argv[0], said); /* "already running" */
-        PQfinish(c);
-        return EXIT_NOOP;
-    }
-    if (cn_opts_bool(&o, "wait")) {
-        char st[16];
-        if (!ctl_json_out(&o)) {
-            fprintf(stderr, "%s queued again\n", argv[0]);
-        }
-        status = ctl_wait_status(&o, c, argv[0], cn_opts_int(&o, "timeout") * 1000, st, sizeof(st));
-        if (status == EXIT_OK) {
-            status = ctl_print_result(&o, c, argv[0]);
-        }
-    } else if (ctl_json_out(&o)) {
-        printf("{\"id\": \"%s\", \"status\": \"queued\"}\n", argv[0]);
-    } else {
-        printf("%s queued again\n", argv[0]);
-    }
+    status = retry_one(&o, c, argv[0]);
     PQfinish(c);
     return status;
 }

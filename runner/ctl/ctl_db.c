@@ -1,12 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cairnctl's database commands: migrate, register, run, status, result, list, inspect (cancel
- * and retry are in ctl_control.c). Each
- * parses its options from its own table (ir/base/opts.h, through ctl_opts) and opens one
- * libpq connection (--database-url, else CAIRN_DATABASE_URL; as tenant --tenant, else
- * CAIRN_TENANT), runs parameterised statements
- * (user data never becomes SQL text) and prints human-readable text, or JSON with --json.
- * Single-threaded. Exit codes: ctl.h.
+ * What cairnctl's database commands share, and `migrate`. Each command parses its options from
+ * its own table (ir/base/opts.h, through ctl_opts), opens one libpq connection (--database-url,
+ * else CAIRN_DATABASE_URL; as tenant --tenant, else CAIRN_TENANT), runs parameterised
+ * statements (user data never becomes SQL text) and prints human-readable text, or JSON with
+ * --json. Single-threaded. Exit codes: ctl.h.
  */
 
 #include <jansson.h>
@@ -25,64 +23,168 @@ ctl_json_out(const struct cn_opts *o)
     return cn_opts_bool(o, "json");
 }
 
-/* Prints column col of rows 0..n) of r, each a JSON object's text, as one JSON array. */
+const char *
+ctl_col_opt(const PGresult *r, int row, const char *name)
+{
+    int col = PQfnumber(r, name);
+
+    if (col < 0 || row < 0 || row >= PQntuples(r)) {
+        fprintf(stderr, "cairnctl: internal error: the statement has no %s \"%s\" (row %d of %d)\n",
+                col < 0 ? "column" : "row for column", name, row, PQntuples(r));
+        exit(EXIT_DB);
+    }
+    return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
+}
+
+const char *
+ctl_col(const PGresult *r, int row, const char *name)
+{
+    const char *v = ctl_col_opt(r, row, name);
+
+    return v != NULL ? v : "";
+}
+
+bool
+ctl_col_true(const PGresult *r, int row, const char *name)
+{
+    return strcmp(ctl_col(r, row, name), "t") == 0;
+}
+
+long long
+ctl_col_int(const PGresult *r, int row, const char *name)
+{
+    return strtoll(ctl_col(r, row, name), NULL, 10);
+}
+
 void
-ctl_print_json_rows(const PGresult *r, int n, int col)
+ctl_print_json_rows(const PGresult *r, const char *col)
 {
     int i;
 
     printf("[");
-    for (i = 0; i < n; i++) {
-        printf("%s%s", i ? ",\n " : "", PQgetvalue(r, i, col));
+    for (i = 0; i < PQntuples(r); i++) {
+        printf("%s%s", i ? ",\n " : "", ctl_col(r, i, col));
     }
     printf("]\n");
 }
 
+/* One line of the table: each cell padded to its column's width, two spaces apart. */
+static void
+print_cells(const struct ctl_column *cols, size_t ncols, const PGresult *r, int row)
+{
+    size_t k;
+
+    for (k = 0; k < ncols; k++) {
+        const char *v = r != NULL ? ctl_col(r, row, cols[k].name) : cols[k].title;
+        int w = cols[k].width;
+
+        printf(w < 0 ? "%s%-*s" : "%s%*s", k ? "  " : "", w < 0 ? -w : w, v);
+    }
+    printf("\n");
+}
+
+void
+ctl_print_table(const PGresult *r, const struct ctl_column *cols, size_t ncols)
+{
+    int i;
+
+    print_cells(cols, ncols, NULL, 0);
+    for (i = 0; i < PQntuples(r); i++) {
+        print_cells(cols, ncols, r, i);
+    }
+}
+
 int
-ctl_list(const char *cmd, int argc, char **argv, const char *sql, PGresult **r, bool *json)
+ctl_list(const struct ctl_call *call, int argc, char **argv, const char *sql,
+         const struct ctl_column *cols, size_t ncols, const char *footer)
 {
     struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    char prog[64], usage[96];
-    struct cn_opts o = {.prog = prog,
-                        .usage = usage,
-                        .hint = "cairnctl help",
-                        .opts = rows,
-                        .nopts = sizeof(rows) / sizeof(rows[0]),
-                        .max_args = 0};
-    struct cn_errmsg em;
-    PGconn *c = NULL;
+    struct cn_opts o = CTL_OPTS(call, rows, 0);
+    PGresult *r = NULL;
     int status;
 
-    *r = NULL;
-    (void) snprintf(prog, sizeof(prog), "cairnctl %s", cmd);
-    (void) snprintf(usage, sizeof(usage), "cairnctl %s [--json]", cmd);
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_opts(&o, argc, argv, &status) ||
+        (status = ctl_query_once(&o, sql, 0, NULL, &r)) != EXIT_OK) {
         return status;
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
+    if (ctl_json_out(&o)) {
+        ctl_print_json_rows(r, "json");
+    } else {
+        ctl_print_table(r, cols, ncols);
+        if (footer != NULL) {
+            printf("%s\n", footer);
+        }
     }
-    if (rn_db_exec(c, sql, 0, NULL, r, &em) != CN_OK) {
-        status = ctl_db_error(&o, CN_DB, &em);
+    PQclear(r);
+    return EXIT_OK;
+}
+
+int
+ctl_query(const struct cn_opts *o, PGconn *c, const char *sql, int n, const char *const *params,
+          PGresult **r)
+{
+    struct cn_errmsg em;
+    cn_err rv = rn_db_exec(c, sql, n, params, r, &em);
+
+    return rv == CN_OK ? EXIT_OK : ctl_db_error(o, rv, &em);
+}
+
+int
+ctl_query_once(const struct cn_opts *o, const char *sql, int n, const char *const *params,
+               PGresult **r)
+{
+    PGconn *c = NULL;
+    int status = ctl_db_open(o, &c);
+
+    if (status == EXIT_OK) {
+        status = ctl_query(o, c, sql, n, params, r);
     }
-    *json = ctl_json_out(&o);
     PQfinish(c);
     return status;
 }
 
 /* An instance id argument: a UUID. */
 bool
-ctl_check_uuid(const char *cmd, const char *id)
+ctl_check_uuid(const struct cn_opts *o, const char *id)
 {
     struct rn_iid u;
 
     if (id == NULL) {
-        fprintf(stderr, "cairnctl %s: an instance ID is required\n", cmd);
+        fprintf(stderr, "%s: an instance ID is required\n", o->prog);
         return false;
     }
     if (!cn_uuid_parse(id, u.b)) {
-        fprintf(stderr, "cairnctl %s: '%s' is not an instance ID (a UUID)\n", cmd, id);
+        fprintf(stderr, "%s: '%s' is not an instance ID (a UUID)\n", o->prog, id);
         return false;
+    }
+    return true;
+}
+
+bool
+ctl_id_args(struct cn_opts *o, int argc, char **argv, int *status)
+{
+    if (!ctl_opts(o, argc, argv, status)) {
+        return false;
+    }
+    if (!ctl_check_uuid(o, o->nargs > 0 ? argv[0] : NULL)) {
+        *status = EXIT_USAGE;
+        return false;
+    }
+    return true;
+}
+
+/* Whether s[from..n) are all of [A-Za-z0-9_.-], what names and versions are made of. */
+static bool
+name_chars_ok(const char *s, size_t from, size_t n)
+{
+    size_t i;
+
+    for (i = from; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-')) {
+            return false;
+        }
     }
     return true;
 }
@@ -91,38 +193,19 @@ ctl_check_uuid(const char *cmd, const char *id)
 bool
 ctl_name_ok(const char *s)
 {
-    size_t i, n = strlen(s);
+    size_t n = strlen(s);
 
-    if (n == 0 || n > 128 ||
-        !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_')) {
-        return false;
-    }
-    for (i = 1; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-')) {
-            return false;
-        }
-    }
-    return true;
+    return n > 0 && n <= 128 &&
+           ((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_') &&
+           name_chars_ok(s, 1, n);
 }
 
 bool
 ctl_version_ok(const char *s)
 {
-    size_t i, n = strlen(s);
+    size_t n = strlen(s);
 
-    if (n == 0 || n > 64) {
-        return false;
-    }
-    for (i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-')) {
-            return false;
-        }
-    }
-    return true;
+    return n > 0 && n <= 64 && name_chars_ok(s, 0, n);
 }
 
 /* ---- database ----------------------------------------------------------------------------- */
@@ -262,10 +345,10 @@ print_migrations(const struct cn_buf *names, int json)
 }
 
 int
-ctl_cmd_migrate(int argc, char **argv)
+ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS("migrate", "[--json]", rows, 0);
+    struct cn_opts o = CTL_OPTS(call, rows, 0);
     struct rn_migrate_report rep;
     struct cn_errmsg em;
     PGconn *c = NULL;

@@ -22,151 +22,133 @@
 #include "runner/store/backend.h"
 #include "worker-protocol/std_actions.h"
 
-int
-ctl_cmd_exec(int argc, char **argv)
-{
-    struct cn_opt rows[] = {
-        {.flag = "input",
-         .kind = CN_OPT_STR,
-         .arg = "JSON",
-         .help = "the instance's input, a JSON object (default {})"},
-        {.flag = "input-file",
-         .kind = CN_OPT_STR,
-         .arg = "FILE",
-         .help = "read the input from FILE (-: stdin), for one too long for a command line"},
-        {.flag = "timeout",
-         .kind = CN_OPT_INT,
-         .def = "300",
-         .min = 1,
-         .max = 86400,
-         .arg = "S",
-         .help = "give up after S seconds (exit 5)"},
-        CTL_OPT_JSON,
-    };
-    struct cn_opts o =
-        CTL_OPTS("exec", "FILE [--input JSON | --input-file FILE] [--timeout S] [--json]", rows, 1);
-    const char *file;
-    long long timeout_s;
-    struct rn_backend *mem = NULL;
-    struct rn_runner *r = NULL;
-    struct cairn_worker *w = NULL;
-    struct rn_runner_cfg cfg;
-    struct cairn_worker_options wo;
-    struct cn_errmsg em = {{0}};
-    struct ir_dag *dag = NULL;
-    struct ir_val input = ir_null(), result = ir_null();
-    struct cn_buf out = CN_BUF_INIT;
-    enum rn_outcome outcome = RN_RUNNING;
-    char dir[] = "/tmp/cairnctl-exec-XXXXXX", url[160], sock[128];
-    struct rn_vid vid;
-    struct rn_iid iid;
-    char *src = NULL;
-    size_t src_len = 0, i, nresults = 0;
-    int status = EXIT_OK;
-    bool made_dir = false;
-    int64_t deadline;
-    char *compact = NULL;
+/* The engine in this process: the in-memory backend, the runner, the built-in worker, and the
+ * temp directory of their socket. */
+struct engine {
+    struct rn_backend *mem;
+    struct rn_runner *r;
+    struct cairn_worker *w;
+    char dir[32], url[160], sock[128];
+    bool made_dir;
+};
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
-        return status;
-    }
-    if (o.nargs == 0) {
-        fprintf(stderr, "usage: %s\n", o.usage);
-        return EXIT_USAGE;
-    }
-    file = argv[0];
-    timeout_s = cn_opts_int(&o, "timeout");
-    if ((status = ctl_read_input("exec", cn_opts_str(&o, "input"), cn_opts_str(&o, "input-file"),
-                                 &compact)) != EXIT_OK) {
-        return status;
-    }
-    if (ir_val_from_json(compact, strlen(compact), &input, &em) != CN_OK) {
-        fprintf(stderr, "cairnctl exec: --input: %s\n", em.text);
-        free(compact);
-        return EXIT_REJECTED;
-    }
-    free(compact);
-    if ((status = ctl_compile_file(file, NULL, &dag, &src, &src_len)) != EXIT_OK) {
-        ir_val_release(input);
-        return status;
-    }
-    if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "cairnctl exec: cannot make a temp directory\n");
-        status = EXIT_USAGE;
-        goto out;
-    }
-    made_dir = true;
-    (void) snprintf(sock, sizeof(sock), "%s/w.sock", dir);
-    (void) snprintf(url, sizeof(url), "ipc://%s", sock);
-    cn_log_setup(CN_LOG_WARN, false);
-    if (rn_backend_mem_new(&mem) != CN_OK ||
-        rn_backend_mem_register(mem, "main", src, &vid) != CN_OK ||
-        rn_backend_mem_enqueue(mem, "main", input, 0, &iid) != CN_OK ||
-        rn_backend_mem_set_timeout(mem, iid, dag->timeout_ms) != CN_OK) {
-        fprintf(stderr, "cairnctl exec: out of memory\n");
-        status = EXIT_USAGE;
-        goto out;
-    }
-    /* cairn-runner's defaults (runner/engine/defaults.h), but sized for one instance in memory. */
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.backend = mem;
-    cfg.worker_listen = url;
-    cfg.shards = 1;
-    cfg.persisters = RN_DEFAULT_PERSISTERS;
-    cfg.max_instances = 16;
-    cfg.poll_interval_ms = 20;
-    cfg.lock_ttl_ms = RN_DEFAULT_LOCK_TTL_MS;
-    cfg.lock_heartbeat_ms = RN_DEFAULT_LOCK_HEARTBEAT_MS;
-    cfg.reclaim_interval_ms = 0;               /* no other runner can die holding leases */
-    cfg.evict_sleep_threshold_ms = UINT32_MAX; /* in memory, a sleeping instance just waits */
-    cfg.evict_child_wait_ms = UINT32_MAX;
-    cfg.max_child_depth = RN_DEFAULT_MAX_CHILD_DEPTH;
-    cfg.default_action_timeout_ms = RN_DEFAULT_ACTION_TIMEOUT_MS;
-    cfg.worker_idle_ms = RN_DEFAULT_WORKER_IDLE_MS;
-    cfg.max_inline_steps = RN_DEFAULT_MAX_INLINE_STEPS;
-    if (rn_runner_start(&cfg, &r, &em) != CN_OK) {
-        fprintf(stderr, "cairnctl exec: cannot start the engine: %s\n", em.text);
-        status = EXIT_USAGE;
-        goto out;
-    }
+/* cairn-runner's defaults (runner/engine/defaults.h), but sized for one instance in memory. */
+static void
+engine_cfg(struct engine *e, struct rn_runner_cfg *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->backend = e->mem;
+    cfg->worker_listen = e->url;
+    cfg->shards = 1;
+    cfg->persisters = RN_DEFAULT_PERSISTERS;
+    cfg->max_instances = 16;
+    cfg->poll_interval_ms = 20;
+    cfg->lock_ttl_ms = RN_DEFAULT_LOCK_TTL_MS;
+    cfg->lock_heartbeat_ms = RN_DEFAULT_LOCK_HEARTBEAT_MS;
+    cfg->reclaim_interval_ms = 0;               /* no other runner can die holding leases */
+    cfg->evict_sleep_threshold_ms = UINT32_MAX; /* in memory, a sleeping instance just waits */
+    cfg->evict_child_wait_ms = UINT32_MAX;
+    cfg->max_child_depth = RN_DEFAULT_MAX_CHILD_DEPTH;
+    cfg->default_action_timeout_ms = RN_DEFAULT_ACTION_TIMEOUT_MS;
+    cfg->worker_idle_ms = RN_DEFAULT_WORKER_IDLE_MS;
+    cfg->max_inline_steps = RN_DEFAULT_MAX_INLINE_STEPS;
+}
+
+/* The built-in worker, serving the std.* actions. */
+static int
+worker_start(struct engine *e)
+{
+    struct cairn_worker_options wo;
+    size_t i;
+
     memset(&wo, 0, sizeof(wo));
     wo.name = "cairnctl-exec";
     wo.slots = 8;
     wo.start_timeout_ms = 10000;
-    if (cairn_worker_new(url, &wo, &w) != CN_OK) {
-        status = EXIT_USAGE;
-        goto out;
+    if (cairn_worker_new(e->url, &wo, &e->w) != CN_OK) {
+        return EXIT_USAGE;
     }
     for (i = 0; i < cairn_n_std; i++) {
-        if (cairn_worker_register(w, cairn_std_actions[i].name, cairn_std_actions[i].fn, NULL) !=
+        if (cairn_worker_register(e->w, cairn_std_actions[i].name, cairn_std_actions[i].fn, NULL) !=
             CN_OK) {
-            status = EXIT_USAGE;
-            goto out;
+            return EXIT_USAGE;
         }
     }
-    if (cairn_worker_start(w) != CN_OK) {
+    if (cairn_worker_start(e->w) != CN_OK) {
         fprintf(stderr, "cairnctl exec: the built-in worker did not start: %s\n",
-                cairn_worker_error(w));
-        status = EXIT_USAGE;
-        goto out;
+                cairn_worker_error(e->w));
+        return EXIT_USAGE;
     }
-    deadline = cn_mono_ms() + timeout_s * 1000;
-    if (rn_backend_mem_wait(mem, iid, deadline, &outcome, &result, &nresults) != CN_OK) {
-        outcome = RN_RUNNING; /* cannot happen: the instance was just enqueued */
+    return EXIT_OK;
+}
+
+/* Starts the engine with src registered as workflow main and one instance of it enqueued with
+ * input (*iid). Returns an exit status, after saying why it failed; stop it with engine_stop
+ * either way. */
+static int
+engine_start(struct engine *e, const char *src, const struct ir_dag *dag, struct ir_val input,
+             struct rn_iid *iid)
+{
+    struct cn_errmsg em = {{0}};
+    struct rn_runner_cfg cfg;
+    struct rn_vid vid;
+
+    (void) snprintf(e->dir, sizeof(e->dir), "/tmp/cairnctl-exec-XXXXXX");
+    if (mkdtemp(e->dir) == NULL) {
+        fprintf(stderr, "cairnctl exec: cannot make a temp directory\n");
+        return EXIT_USAGE;
     }
-    if (outcome == RN_RUNNING) {
-        fprintf(stderr, "cairnctl exec: %s did not finish within %lld s\n", file, timeout_s);
-        status = EXIT_PENDING;
-        goto out;
+    e->made_dir = true;
+    (void) snprintf(e->sock, sizeof(e->sock), "%s/w.sock", e->dir);
+    (void) snprintf(e->url, sizeof(e->url), "ipc://%s", e->sock);
+    cn_log_setup(CN_LOG_WARN, false);
+    if (rn_backend_mem_new(&e->mem) != CN_OK ||
+        rn_backend_mem_register(e->mem, "main", src, &vid) != CN_OK ||
+        rn_backend_mem_enqueue(e->mem, "main", input, 0, iid) != CN_OK ||
+        rn_backend_mem_set_timeout(e->mem, *iid, dag->timeout_ms) != CN_OK) {
+        fprintf(stderr, "cairnctl exec: out of memory\n");
+        return EXIT_USAGE;
     }
+    engine_cfg(e, &cfg);
+    if (rn_runner_start(&cfg, &e->r, &em) != CN_OK) {
+        fprintf(stderr, "cairnctl exec: cannot start the engine: %s\n", em.text);
+        return EXIT_USAGE;
+    }
+    return worker_start(e);
+}
+
+static void
+engine_stop(struct engine *e)
+{
+    if (e->w != NULL) {
+        cairn_worker_stop(e->w, 1000);
+        cairn_worker_free(e->w);
+    }
+    rn_runner_stop(e->r, 2000); /* the finished instance's last acknowledgement, at most */
+    rn_backend_mem_free(e->mem);
+    if (e->made_dir) {
+        (void) unlink(e->sock);
+        (void) rmdir(e->dir);
+    }
+}
+
+/* The outcome: the result (or, with --json, an object with the status too) on stdout, else the
+ * error on stderr. Returns the exit status it means. */
+static int
+print_outcome(const struct cn_opts *o, const char *file, enum rn_outcome outcome,
+              struct ir_val result, size_t nresults)
+{
+    struct cn_buf out = CN_BUF_INIT;
+    struct cn_errmsg em;
+
     if (ir_val_to_json(result, &out, &em) != CN_OK) {
         cn_buf_clear(&out);
         if (cn_buf_puts(&out, "null") != CN_OK) {
-            status = EXIT_USAGE;
-            goto out;
+            cn_buf_fini(&out);
+            return EXIT_USAGE;
         }
     }
-    if (cn_opts_bool(&o, "json")) {
+    if (ctl_json_out(o)) {
         printf("{\"status\": \"%s\", \"%s\": %s, \"actions\": %zu}\n", rn_outcome_name(outcome),
                outcome == RN_COMPLETED ? "result" : "error", out.data, nresults);
     } else if (outcome == RN_COMPLETED) {
@@ -178,21 +160,75 @@ ctl_cmd_exec(int argc, char **argv)
                                           : "was cancelled",
                 out.data);
     }
-    status = outcome == RN_COMPLETED ? EXIT_OK : EXIT_FAILED;
-out:
-    if (w != NULL) {
-        cairn_worker_stop(w, 1000);
-        cairn_worker_free(w);
+    cn_buf_fini(&out);
+    return outcome == RN_COMPLETED ? EXIT_OK : EXIT_FAILED;
+}
+
+/* --input or --input-file as a value. */
+static int
+read_input(const struct cn_opts *o, struct ir_val *input)
+{
+    struct cn_errmsg em = {{0}};
+    char *compact = NULL;
+    int status;
+
+    if ((status = ctl_read_input(o->prog, cn_opts_str(o, "input"), cn_opts_str(o, "input-file"),
+                                 &compact)) != EXIT_OK) {
+        return status;
     }
-    rn_runner_stop(r, 2000); /* the finished instance's last acknowledgement, at most */
-    rn_backend_mem_free(mem);
-    if (made_dir) {
-        (void) unlink(sock);
-        (void) rmdir(dir);
+    if (ir_val_from_json(compact, strlen(compact), input, &em) != CN_OK) {
+        fprintf(stderr, "%s: --input: %s\n", o->prog, em.text);
+        status = EXIT_REJECTED;
     }
+    free(compact);
+    return status;
+}
+
+int
+ctl_cmd_exec(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_INPUT,
+        {.flag = "timeout",
+         .kind = CN_OPT_INT,
+         .def = "300",
+         .min = 1,
+         .max = 86400,
+         .arg = "S",
+         .help = "give up after S seconds (exit 5)"},
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    struct engine e = {.mem = NULL, .r = NULL, .w = NULL, .made_dir = false};
+    struct ir_dag *dag = NULL;
+    struct ir_val input = ir_null(), result = ir_null();
+    enum rn_outcome outcome = RN_RUNNING;
+    struct rn_iid iid;
+    char *src = NULL;
+    size_t src_len = 0, nresults = 0;
+    long long timeout_s;
+    int status;
+
+    if (!ctl_args(&o, argc, argv, 1, &status) || (status = read_input(&o, &input)) != EXIT_OK) {
+        return status;
+    }
+    timeout_s = cn_opts_int(&o, "timeout");
+    if ((status = ctl_compile_file(argv[0], NULL, &dag, &src, &src_len)) == EXIT_OK &&
+        (status = engine_start(&e, src, dag, input, &iid)) == EXIT_OK) {
+        if (rn_backend_mem_wait(e.mem, iid, cn_mono_ms() + timeout_s * 1000, &outcome, &result,
+                                &nresults) != CN_OK) {
+            outcome = RN_RUNNING; /* cannot happen: the instance was just enqueued */
+        }
+        if (outcome == RN_RUNNING) {
+            fprintf(stderr, "%s: %s did not finish within %lld s\n", o.prog, argv[0], timeout_s);
+            status = EXIT_PENDING;
+        } else {
+            status = print_outcome(&o, argv[0], outcome, result, nresults);
+        }
+    }
+    engine_stop(&e);
     ir_val_release(result);
     ir_val_release(input);
-    cn_buf_fini(&out);
     ir_dag_free(dag);
     free(src);
     return status;

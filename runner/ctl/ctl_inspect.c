@@ -65,16 +65,14 @@ kv_str(struct ir_val *m, const char *key, const char *s, bool *ok)
     }
 }
 
-/* A jsonb column (text) as a value; NULL stays None. */
+/* A jsonb column's text (NULL: SQL NULL) as a value; NULL stays None. */
 static void
-kv_json(struct ir_val *m, const char *key, PGresult *r, int row, int col, bool *ok)
+kv_json(struct ir_val *m, const char *key, const char *json, bool *ok)
 {
     struct ir_val v = ir_null();
     struct cn_errmsg em;
 
-    if (!PQgetisnull(r, row, col) &&
-        ir_val_from_json(PQgetvalue(r, row, col), (size_t) PQgetlength(r, row, col), &v, &em) !=
-            CN_OK) {
+    if (json != NULL && ir_val_from_json(json, strlen(json), &v, &em) != CN_OK) {
         v = ir_null();
     }
     kv_set(m, key, v, ok);
@@ -162,8 +160,7 @@ print_live(struct ir_val live, bool ended)
  * without one (its first step went out recorded by the claim), or one with steps recorded by
  * their results after it (docs/semantics.md, "Durability and replay"). Recomputed as a runner
  * resuming it would (rn_instance_resume), from snap (NULL: none; hex in the row) and the rows of
- * d (execution id, attempt, status, completed_at, hex result, step): all of them when
- * with_results, else only the steps. */
+ * d (done_sql's): all of them when with_results, else only the steps. */
 static cn_err
 resumed_state(const struct ir_dag *dag, const char *id, const char *input_json,
               const struct cn_buf *snap, uint32_t state_step, PGresult *d, bool with_results,
@@ -200,15 +197,15 @@ resumed_state(const struct ir_dag *dag, const char *id, const char *input_json,
         size_t len = 0;
         unsigned char *raw;
 
-        x->step = (uint32_t) strtoul(PQgetvalue(d, row, 5), NULL, 10); /* NULL reads "" */
+        x->step = (uint32_t) ctl_col_int(d, row, "step"); /* 0 for NULL */
         if (!with_results && x->step == 0) {
             continue;
         }
-        raw = unhex(PQgetvalue(d, row, 4), &len);
-        if (raw != NULL && cn_uuid_parse(PQgetvalue(d, row, 0), x->exec_id.b) &&
+        raw = unhex(ctl_col(d, row, "result"), &len);
+        if (raw != NULL && cn_uuid_parse(ctl_col(d, row, "execution_id"), x->exec_id.b) &&
             ir_val_from_msgpack(raw, len, IR_MP_INTERNAL, &x->value, &vem) == CN_OK) {
-            x->attempt = (uint32_t) strtoul(PQgetvalue(d, row, 1), NULL, 10);
-            x->ok = strcmp(PQgetvalue(d, row, 2), "ok") == 0;
+            x->attempt = (uint32_t) ctl_col_int(d, row, "attempt");
+            x->ok = strcmp(ctl_col(d, row, "status"), "ok") == 0;
             n++;
         }
         free(raw);
@@ -240,269 +237,365 @@ has_steps_after(PGresult *d, uint32_t state_step)
     int row;
 
     for (row = 0; row < PQntuples(d); row++) {
-        if (strtoul(PQgetvalue(d, row, 5), NULL, 10) > state_step) {
+        if ((uint32_t) ctl_col_int(d, row, "step") > state_step) {
             return true;
         }
     }
     return false;
 }
 
-int
-ctl_cmd_inspect(int argc, char **argv)
-{
-    static const char *inst_sql =
-        "SELECT ri.status, ri.workflow_name, wv.workflow_version, wv.source,"
-        " encode(ri.state, 'hex'), ri.result::text, ri.error::text, ri.created_at,"
-        " ri.started_at, ri.completed_at, q.scheduled_at, coalesce(q.lock_expires_at > now(),"
-        " false), ri.input::text, ri.deadline_at, ri.redrive, ri.schedule_name,"
-        " ri.schedule_slot, ri.state_step"
-        " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv"
-        " ON wv.id = ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id"
-        " = ri.instance_id WHERE ri.instance_id = $1";
-    static const char *done_sql =
-        "SELECT execution_id, attempt, status, completed_at, encode(result, 'hex'), step"
-        " FROM cairn.runner_actions_done WHERE instance_id = $1 ORDER BY id";
-    static const char *history_sql =
-        "SELECT status, redriven_at, error->>'type', error->>'message',"
-        " json_build_object('status', status, 'error', error, 'started_at', started_at,"
-        " 'completed_at', completed_at, 'redriven_at', redriven_at, 'reason', reason)::text"
-        " FROM cairn.instance_history WHERE instance_id = $1 ORDER BY id";
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS("inspect", "ID [--json]", rows, 1);
+/* ---- fetch, decode, print ------------------------------------------------------------------ */
+
+static const char *const inst_sql =
+    "SELECT ri.status, ri.workflow_name, wv.workflow_version, wv.source,"
+    " encode(ri.state, 'hex') AS state, ri.result::text AS result, ri.error::text AS error,"
+    " ri.created_at, ri.started_at, ri.completed_at, q.scheduled_at,"
+    " coalesce(q.lock_expires_at > now(), false) AS leased, ri.input::text AS input,"
+    " ri.deadline_at, ri.redrive, ri.schedule_name, ri.schedule_slot, ri.state_step"
+    " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv"
+    " ON wv.id = ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id"
+    " = ri.instance_id WHERE ri.instance_id = $1";
+static const char *const done_sql =
+    "SELECT execution_id, attempt, status, completed_at, encode(result, 'hex') AS result, step"
+    " FROM cairn.runner_actions_done WHERE instance_id = $1 ORDER BY id";
+static const char *const history_sql =
+    "SELECT status, redriven_at, error->>'type' AS error_type, error->>'message' AS"
+    " error_message, json_build_object('status', status, 'error', error, 'started_at',"
+    " started_at, 'completed_at', completed_at, 'redriven_at', redriven_at, 'reason',"
+    " reason)::text AS json"
+    " FROM cairn.instance_history WHERE instance_id = $1 ORDER BY id";
+
+/* One instance as inspect shows it: the rows read, then the values made of them. */
+struct inspection {
     const char *id;
+    PGresult *r, *d, *h; /* the instance (inst_sql), its action results, its history */
+    struct ir_dag *dag;  /* its version, compiled */
+    struct ir_val live;  /* its live graph (rn_snapshot_describe), or null */
+    struct ir_val acts;  /* the action results, each a map */
+    struct ir_val doc;   /* the whole, for --json */
+    struct cn_buf why;   /* why it is not moving (ctl_wait_reasons) */
+};
+
+static void
+inspection_fini(struct inspection *in)
+{
+    ir_val_release(in->live);
+    ir_val_release(in->acts);
+    ir_val_release(in->doc);
+    ir_dag_free(in->dag);
+    cn_buf_fini(&in->why);
+    PQclear(in->r);
+    PQclear(in->d);
+    PQclear(in->h);
+}
+
+static bool
+is_unfinished(const char *status)
+{
+    return strcmp(status, "running") == 0 || strcmp(status, "queued") == 0;
+}
+
+/* The instance's three statements. */
+static int
+fetch(const struct cn_opts *o, PGconn *c, struct inspection *in)
+{
+    const char *params[1] = {in->id};
+    int status;
+
+    if ((status = ctl_query(o, c, inst_sql, 1, params, &in->r)) != EXIT_OK ||
+        (status = ctl_query(o, c, done_sql, 1, params, &in->d)) != EXIT_OK ||
+        (status = ctl_query(o, c, history_sql, 1, params, &in->h)) != EXIT_OK) {
+        return status;
+    }
+    if (PQntuples(in->r) == 0) {
+        fprintf(stderr, "%s: no instance %s\n", o->prog, in->id);
+        return EXIT_REJECTED;
+    }
+    return EXIT_OK;
+}
+
+/* The live graph, decoded against the instance's own version; recomputed for a started instance
+ * without a snapshot, or with steps recorded by their results after it. One that cannot be
+ * decoded is said so and shown as none. */
+static void
+decode_live(struct inspection *in)
+{
+    const char *src = ctl_col(in->r, 0, "source"), *state = ctl_col_opt(in->r, 0, "state");
+    uint32_t state_step = (uint32_t) ctl_col_int(in->r, 0, "state_step");
+    struct cn_buf snap = CN_BUF_INIT, resumed = CN_BUF_INIT;
+    const struct cn_buf *shown = &snap;
     struct cn_errmsg em = {{0}};
-    PGconn *c = NULL;
-    PGresult *r = NULL, *d = NULL, *h = NULL;
-    const char *params[1];
-    struct ir_dag *dag = NULL;
-    struct ir_val live = ir_null(), doc = ir_null(), acts = ir_null(), hist = ir_null();
-    struct cn_buf b = CN_BUF_INIT, why = CN_BUF_INIT;
-    bool ok = true;
-    int status, row, nd;
+    struct ir_diags diags;
     cn_err rv;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
-        return status;
+    if (state == NULL && ctl_col_opt(in->r, 0, "started_at") == NULL) {
+        return; /* not started: nothing to show */
     }
-    id = o.nargs > 0 ? argv[0] : NULL;
-    if (!ctl_check_uuid("inspect", id)) {
-        return EXIT_USAGE;
+    ir_diags_init(&diags, "source", src, strlen(src));
+    rv = ir_compile_source(src, strlen(src), &diags, &in->dag);
+    ir_diags_fini(&diags);
+    if (rv == CN_OK && state != NULL) {
+        size_t len = 0;
+        unsigned char *raw = unhex(state, &len);
+        rv = raw != NULL && cn_buf_append(&snap, raw, len) == CN_OK ? CN_OK : CN_NOMEM;
+        free(raw);
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
+    if (rv == CN_OK && (snap.len == 0 || has_steps_after(in->d, state_step))) {
+        rv = resumed_state(in->dag, in->id, ctl_col(in->r, 0, "input"), &snap, state_step, in->d,
+                           is_unfinished(ctl_col(in->r, 0, "status")), &resumed, &em);
+        shown = &resumed;
     }
-    params[0] = id;
-    if ((rv = rn_db_exec(c, inst_sql, 1, params, &r, &em)) != CN_OK ||
-        (rv = rn_db_exec(c, done_sql, 1, params, &d, &em)) != CN_OK ||
-        (rv = rn_db_exec(c, history_sql, 1, params, &h, &em)) != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-        goto out;
+    if (rv != CN_OK ||
+        rn_snapshot_describe(in->dag, shown->data, shown->len, &in->live, &em) != CN_OK) {
+        fprintf(stderr, "cairnctl inspect: the stored state cannot be decoded: %s\n",
+                in->dag == NULL ? "its version does not compile" : em.text);
+        in->live = ir_null();
     }
-    if (PQntuples(r) == 0) {
-        fprintf(stderr, "cairnctl inspect: no instance %s\n", id);
-        status = EXIT_REJECTED;
-        goto out;
-    }
-    /* The live graph, decoded against the instance's own version; recomputed for a started
-     * instance without a snapshot, or with steps recorded by their results after it. */
-    if (!PQgetisnull(r, 0, 4) || !PQgetisnull(r, 0, 8)) {
-        struct ir_diags diags;
-        const char *src = PQgetvalue(r, 0, 3);
-        struct cn_buf snap = CN_BUF_INIT;
-        bool running = strcmp(PQgetvalue(r, 0, 0), "running") == 0 ||
-                       strcmp(PQgetvalue(r, 0, 0), "queued") == 0;
-        uint32_t state_step = (uint32_t) strtoul(PQgetvalue(r, 0, 17), NULL, 10);
-        struct cn_buf resumed = CN_BUF_INIT;
-        const struct cn_buf *shown = &snap;
+    cn_buf_fini(&resumed);
+    cn_buf_fini(&snap);
+}
 
-        ir_diags_init(&diags, "source", src, strlen(src));
-        rv = ir_compile_source(src, strlen(src), &diags, &dag);
-        ir_diags_fini(&diags);
-        if (rv == CN_OK && !PQgetisnull(r, 0, 4)) {
-            size_t len = 0;
-            unsigned char *raw = unhex(PQgetvalue(r, 0, 4), &len);
-            rv = raw != NULL && cn_buf_append(&snap, raw, len) == CN_OK ? CN_OK : CN_NOMEM;
-            free(raw);
-        }
-        if (rv == CN_OK && (snap.len == 0 || has_steps_after(d, state_step))) {
-            rv = resumed_state(dag, id, PQgetvalue(r, 0, 12), &snap, state_step, d, running,
-                               &resumed, &em);
-            shown = &resumed;
-        }
-        if (rv != CN_OK ||
-            rn_snapshot_describe(dag, shown->data, shown->len, &live, &em) != CN_OK) {
-            fprintf(stderr, "cairnctl inspect: the stored state cannot be decoded: %s\n",
-                    dag == NULL ? "its version does not compile" : em.text);
-            live = ir_null();
-        }
-        cn_buf_fini(&resumed);
-        cn_buf_fini(&snap);
+/* The action results as a list of maps (exec_id, attempt, status, completed_at, value). Returns
+ * false when out of memory. */
+static bool
+actions_value(struct inspection *in)
+{
+    int row, nd = PQntuples(in->d);
+    bool ok = true;
+
+    if (ir_list_new((size_t) nd, &in->acts) != CN_OK) {
+        return false;
     }
-    if (ir_list_new((size_t) PQntuples(d), &acts) != CN_OK) {
-        status = EXIT_USAGE;
-        goto out;
-    }
-    nd = PQntuples(d);
     for (row = 0; row < nd; row++) {
         struct ir_val m, v = ir_null();
+        struct cn_errmsg em;
         unsigned char *raw;
         size_t len = 0;
 
         if (ir_map_new(6, &m) != CN_OK) {
-            ok = false;
-            break;
+            return false;
         }
-        kv_str(&m, "exec_id", PQgetvalue(d, row, 0), &ok);
-        kv_set(&m, "attempt", ir_int(strtoll(PQgetvalue(d, row, 1), NULL, 10)), &ok);
-        kv_str(&m, "status", PQgetvalue(d, row, 2), &ok);
-        kv_str(&m, "completed_at", PQgetvalue(d, row, 3), &ok);
-        raw = unhex(PQgetvalue(d, row, 4), &len);
+        kv_str(&m, "exec_id", ctl_col(in->d, row, "execution_id"), &ok);
+        kv_set(&m, "attempt", ir_int(ctl_col_int(in->d, row, "attempt")), &ok);
+        kv_str(&m, "status", ctl_col(in->d, row, "status"), &ok);
+        kv_str(&m, "completed_at", ctl_col(in->d, row, "completed_at"), &ok);
+        raw = unhex(ctl_col(in->d, row, "result"), &len);
         if (raw == NULL || ir_val_from_msgpack(raw, len, IR_MP_INTERNAL, &v, &em) != CN_OK) {
             v = ir_null();
         }
         free(raw);
         kv_set(&m, "value", v, &ok);
-        ir_list_items(acts)[row] = m;
+        ir_list_items(in->acts)[row] = m;
     }
-    if (ok && ir_list_new((size_t) PQntuples(h), &hist) == CN_OK) {
-        for (row = 0; row < PQntuples(h); row++) {
-            struct cn_errmsg jem;
-            if (ir_val_from_json(PQgetvalue(h, row, 4), (size_t) PQgetlength(h, row, 4),
-                                 &ir_list_items(hist)[row], &jem) != CN_OK) {
-                ir_list_items(hist)[row] = ir_null();
-            }
-        }
-    } else {
-        ok = false;
-    }
-    if (!ok || ir_map_new(20, &doc) != CN_OK) {
-        fprintf(stderr, "cairnctl inspect: out of memory\n");
-        status = EXIT_USAGE;
-        goto out;
-    }
-    kv_str(&doc, "id", id, &ok);
-    kv_str(&doc, "workflow", PQgetvalue(r, 0, 1), &ok);
-    kv_str(&doc, "version", PQgetvalue(r, 0, 2), &ok);
-    kv_str(&doc, "status", PQgetvalue(r, 0, 0), &ok);
-    kv_json(&doc, "input", r, 0, 12, &ok);
-    kv_str(&doc, "created_at", PQgetvalue(r, 0, 7), &ok);
-    kv_str(&doc, "started_at", PQgetisnull(r, 0, 8) ? NULL : PQgetvalue(r, 0, 8), &ok);
-    kv_str(&doc, "completed_at", PQgetisnull(r, 0, 9) ? NULL : PQgetvalue(r, 0, 9), &ok);
-    kv_str(&doc, "due_at", PQgetisnull(r, 0, 10) ? NULL : PQgetvalue(r, 0, 10), &ok);
-    kv_set(&doc, "leased", ir_bool(strcmp(PQgetvalue(r, 0, 11), "t") == 0), &ok);
-    kv_str(&doc, "deadline_at", PQgetisnull(r, 0, 13) ? NULL : PQgetvalue(r, 0, 13), &ok);
-    kv_set(&doc, "redrive_pending", ir_bool(strcmp(PQgetvalue(r, 0, 14), "t") == 0), &ok);
-    kv_str(&doc, "schedule", PQgetisnull(r, 0, 15) ? NULL : PQgetvalue(r, 0, 15), &ok);
-    kv_str(&doc, "schedule_slot", PQgetisnull(r, 0, 16) ? NULL : PQgetvalue(r, 0, 16), &ok);
-    if ((status = ctl_wait_reasons(c, id, PQgetvalue(r, 0, 0), live, &why)) != EXIT_OK) {
-        goto out;
-    }
-    {
-        struct ir_val list;
-        size_t off, nwhy = 0;
-        for (off = 0; off < why.len; off += strlen(why.data + off) + 1) {
-            nwhy++;
-        }
-        if (ir_list_new(nwhy, &list) != CN_OK) {
-            ok = false;
-        } else {
-            for (off = 0, nwhy = 0; off < why.len; off += strlen(why.data + off) + 1) {
-                if (ir_str_new(why.data + off, strlen(why.data + off),
-                               &ir_list_items(list)[nwhy++]) != CN_OK) {
-                    ok = false;
-                    ir_list_items(list)[nwhy - 1] = ir_null();
-                }
-            }
-            kv_set(&doc, "waiting_for", list, &ok);
-        }
-    }
-    kv_set(&doc, "history", ir_val_retain(hist), &ok);
-    kv_set(&doc, "waiting_on", ir_val_retain(live), &ok);
-    kv_set(&doc, "actions", ir_val_retain(acts), &ok);
-    kv_json(&doc, "result", r, 0, 5, &ok);
-    kv_json(&doc, "error", r, 0, 6, &ok);
-    if (!ok) {
-        fprintf(stderr, "cairnctl inspect: out of memory\n");
-        status = EXIT_USAGE;
-        goto out;
-    }
-    if (ctl_json_out(&o)) {
-        struct cn_buf fam = CN_BUF_INIT;
-        if (ir_val_to_json(doc, &b, &em) != CN_OK) {
-            fprintf(stderr, "cairnctl inspect: %s\n", em.text);
-            status = EXIT_USAGE;
-            goto out;
-        }
-        /* The family goes in as members of the same object: before its closing brace. */
-        if ((status = ctl_inspect_family(c, id, true, &fam)) == EXIT_OK && b.len > 0) {
-            b.data[b.len - 1] = '\0';
-            printf("%s, %s}\n", b.data, fam.data != NULL ? fam.data : "");
-        }
-        cn_buf_fini(&fam);
-        goto out;
-    }
-    printf("instance    %s\nworkflow    %s (version %s)\nstatus      %s%s\n", id,
-           PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 0),
-           strcmp(PQgetvalue(r, 0, 11), "t") == 0 ? " (leased by a runner)" : "");
-    if (!PQgetisnull(r, 0, 10)) {
-        printf("due         %s\n", PQgetvalue(r, 0, 10));
-    }
-    if (!PQgetisnull(r, 0, 13)) {
-        printf("deadline    %s\n", PQgetvalue(r, 0, 13));
-    }
-    if (!PQgetisnull(r, 0, 15)) {
-        printf("schedule    %s (%s%s)\n", PQgetvalue(r, 0, 15),
-               PQgetisnull(r, 0, 16) ? "triggered by hand" : "slot ",
-               PQgetisnull(r, 0, 16) ? "" : PQgetvalue(r, 0, 16));
-    }
-    {
-        struct cn_buf fam = CN_BUF_INIT;
-        if ((status = ctl_inspect_family(c, id, false, &fam)) != EXIT_OK) {
-            cn_buf_fini(&fam);
-            goto out;
-        }
-        fputs(fam.data != NULL ? fam.data : "", stdout);
-        cn_buf_fini(&fam);
+    return ok;
+}
+
+/* The earlier runs (instance_history) as a list of their JSON objects. */
+static bool
+history_value(const PGresult *h, struct ir_val *hist)
+{
+    int row;
+
+    if (ir_list_new((size_t) PQntuples(h), hist) != CN_OK) {
+        return false;
     }
     for (row = 0; row < PQntuples(h); row++) {
-        printf("earlier run %s (%s: %s), retried at %s\n", PQgetvalue(h, row, 0),
-               PQgetvalue(h, row, 2), PQgetvalue(h, row, 3), PQgetvalue(h, row, 1));
+        const char *json = ctl_col(h, row, "json");
+        struct cn_errmsg jem;
+        if (ir_val_from_json(json, strlen(json), &ir_list_items(*hist)[row], &jem) != CN_OK) {
+            ir_list_items(*hist)[row] = ir_null();
+        }
     }
-    if (strcmp(PQgetvalue(r, 0, 14), "t") == 0) {
+    return true;
+}
+
+/* The reasons of ctl_wait_reasons (NUL-separated) as a list of strings, set as waiting_for. */
+static void
+set_waiting_for(struct ir_val *doc, const struct cn_buf *why, bool *ok)
+{
+    struct ir_val list;
+    size_t off, n = 0;
+
+    for (off = 0; off < why->len; off += strlen(why->data + off) + 1) {
+        n++;
+    }
+    if (ir_list_new(n, &list) != CN_OK) {
+        *ok = false;
+        return;
+    }
+    for (off = 0, n = 0; off < why->len; off += strlen(why->data + off) + 1) {
+        if (ir_str_new(why->data + off, strlen(why->data + off), &ir_list_items(list)[n++]) !=
+            CN_OK) {
+            *ok = false;
+            ir_list_items(list)[n - 1] = ir_null();
+        }
+    }
+    kv_set(doc, "waiting_for", list, ok);
+}
+
+/* The members of --json's object, in its order; false when out of memory. */
+static bool
+build_doc(struct inspection *in, struct ir_val hist)
+{
+    const PGresult *r = in->r;
+    bool ok = true;
+
+    if (ir_map_new(20, &in->doc) != CN_OK) {
+        return false;
+    }
+    kv_str(&in->doc, "id", in->id, &ok);
+    kv_str(&in->doc, "workflow", ctl_col(r, 0, "workflow_name"), &ok);
+    kv_str(&in->doc, "version", ctl_col(r, 0, "workflow_version"), &ok);
+    kv_str(&in->doc, "status", ctl_col(r, 0, "status"), &ok);
+    kv_json(&in->doc, "input", ctl_col_opt(r, 0, "input"), &ok);
+    kv_str(&in->doc, "created_at", ctl_col(r, 0, "created_at"), &ok);
+    kv_str(&in->doc, "started_at", ctl_col_opt(r, 0, "started_at"), &ok);
+    kv_str(&in->doc, "completed_at", ctl_col_opt(r, 0, "completed_at"), &ok);
+    kv_str(&in->doc, "due_at", ctl_col_opt(r, 0, "scheduled_at"), &ok);
+    kv_set(&in->doc, "leased", ir_bool(ctl_col_true(r, 0, "leased")), &ok);
+    kv_str(&in->doc, "deadline_at", ctl_col_opt(r, 0, "deadline_at"), &ok);
+    kv_set(&in->doc, "redrive_pending", ir_bool(ctl_col_true(r, 0, "redrive")), &ok);
+    kv_str(&in->doc, "schedule", ctl_col_opt(r, 0, "schedule_name"), &ok);
+    kv_str(&in->doc, "schedule_slot", ctl_col_opt(r, 0, "schedule_slot"), &ok);
+    set_waiting_for(&in->doc, &in->why, &ok);
+    kv_set(&in->doc, "history", ir_val_retain(hist), &ok);
+    kv_set(&in->doc, "waiting_on", ir_val_retain(in->live), &ok);
+    kv_set(&in->doc, "actions", ir_val_retain(in->acts), &ok);
+    kv_json(&in->doc, "result", ctl_col_opt(r, 0, "result"), &ok);
+    kv_json(&in->doc, "error", ctl_col_opt(r, 0, "error"), &ok);
+    return ok;
+}
+
+/* --json: the document, with the family as members of the same object. */
+static int
+print_json(PGconn *c, struct inspection *in)
+{
+    struct cn_buf b = CN_BUF_INIT, fam = CN_BUF_INIT;
+    struct cn_errmsg em;
+    int status;
+
+    if (ir_val_to_json(in->doc, &b, &em) != CN_OK) {
+        fprintf(stderr, "cairnctl inspect: %s\n", em.text);
+        cn_buf_fini(&b);
+        return EXIT_USAGE;
+    }
+    /* before the object's closing brace */
+    if ((status = ctl_inspect_family(c, in->id, true, &fam)) == EXIT_OK && b.len > 0) {
+        b.data[b.len - 1] = '\0';
+        printf("%s, %s}\n", b.data, fam.data != NULL ? fam.data : "");
+    }
+    cn_buf_fini(&fam);
+    cn_buf_fini(&b);
+    return status;
+}
+
+/* The record's lines: instance, workflow, status, due, deadline, schedule. */
+static void
+print_record(const struct inspection *in)
+{
+    const PGresult *r = in->r;
+    const char *slot = ctl_col_opt(r, 0, "schedule_slot");
+
+    printf("instance    %s\nworkflow    %s (version %s)\nstatus      %s%s\n", in->id,
+           ctl_col(r, 0, "workflow_name"), ctl_col(r, 0, "workflow_version"),
+           ctl_col(r, 0, "status"), ctl_col_true(r, 0, "leased") ? " (leased by a runner)" : "");
+    if (ctl_col_opt(r, 0, "scheduled_at") != NULL) {
+        printf("due         %s\n", ctl_col(r, 0, "scheduled_at"));
+    }
+    if (ctl_col_opt(r, 0, "deadline_at") != NULL) {
+        printf("deadline    %s\n", ctl_col(r, 0, "deadline_at"));
+    }
+    if (ctl_col_opt(r, 0, "schedule_name") != NULL) {
+        printf("schedule    %s (%s%s)\n", ctl_col(r, 0, "schedule_name"),
+               slot == NULL ? "triggered by hand" : "slot ", slot == NULL ? "" : slot);
+    }
+}
+
+/* The text form: the record, the family, earlier runs, why it waits, the live graph, the
+ * action results, the result or error. */
+static int
+print_text(PGconn *c, const struct inspection *in)
+{
+    const PGresult *r = in->r, *h = in->h;
+    struct cn_buf b = CN_BUF_INIT, fam = CN_BUF_INIT;
+    int status, row;
+    size_t off;
+
+    print_record(in);
+    if ((status = ctl_inspect_family(c, in->id, false, &fam)) != EXIT_OK) {
+        cn_buf_fini(&fam);
+        return status;
+    }
+    fputs(fam.data != NULL ? fam.data : "", stdout);
+    cn_buf_fini(&fam);
+    for (row = 0; row < PQntuples(h); row++) {
+        printf("earlier run %s (%s: %s), retried at %s\n", ctl_col(h, row, "status"),
+               ctl_col(h, row, "error_type"), ctl_col(h, row, "error_message"),
+               ctl_col(h, row, "redriven_at"));
+    }
+    if (ctl_col_true(r, 0, "redrive")) {
         printf("retried: what had not succeeded starts over when a runner claims it\n");
     }
-    for (size_t off = 0; off < why.len; off += strlen(why.data + off) + 1) {
-        printf("waiting for %s\n", why.data + off);
+    for (off = 0; off < in->why.len; off += strlen(in->why.data + off) + 1) {
+        printf("waiting for %s\n", in->why.data + off);
     }
-    if (live.type == IR_T_LIST) {
-        print_live(live, strcmp(PQgetvalue(r, 0, 0), "queued") != 0 &&
-                             strcmp(PQgetvalue(r, 0, 0), "running") != 0);
+    if (in->live.type == IR_T_LIST) {
+        print_live(in->live, !is_unfinished(ctl_col(r, 0, "status")));
     }
-    printf("action results recorded: %d\n", nd);
-    for (row = 0; row < nd; row++) {
-        struct ir_val a = ir_list_items(acts)[row];
-        const struct ir_val *val = ir_map_get(a, "value", 5);
+    printf("action results recorded: %d\n", PQntuples(in->d));
+    for (row = 0; row < PQntuples(in->d); row++) {
+        const struct ir_val *val = ir_map_get(ir_list_items(in->acts)[row], "value", 5);
         short_json(val != NULL ? *val : ir_null(), 60, &b);
-        printf("  %s attempt %s %-5s %s\n", PQgetvalue(d, row, 0), PQgetvalue(d, row, 1),
-               PQgetvalue(d, row, 2), b.data);
+        printf("  %s attempt %s %-5s %s\n", ctl_col(in->d, row, "execution_id"),
+               ctl_col(in->d, row, "attempt"), ctl_col(in->d, row, "status"), b.data);
     }
-    if (!PQgetisnull(r, 0, 5)) {
-        printf("result      %s\n", PQgetvalue(r, 0, 5));
+    if (ctl_col_opt(r, 0, "result") != NULL) {
+        printf("result      %s\n", ctl_col(r, 0, "result"));
     }
-    if (!PQgetisnull(r, 0, 6)) {
-        printf("error       %s\n", PQgetvalue(r, 0, 6));
+    if (ctl_col_opt(r, 0, "error") != NULL) {
+        printf("error       %s\n", ctl_col(r, 0, "error"));
     }
-out:
-    ir_val_release(live);
-    ir_val_release(doc);
-    ir_val_release(acts);
-    ir_val_release(hist);
-    ir_dag_free(dag);
     cn_buf_fini(&b);
-    cn_buf_fini(&why);
-    PQclear(r);
-    PQclear(d);
-    PQclear(h);
+    return EXIT_OK;
+}
+
+int
+ctl_cmd_inspect(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    struct inspection in = {
+        .live = ir_null(), .acts = ir_null(), .doc = ir_null(), .why = CN_BUF_INIT};
+    struct ir_val hist = ir_null();
+    PGconn *c = NULL;
+    int status;
+
+    if (!ctl_id_args(&o, argc, argv, &status)) {
+        return status;
+    }
+    in.id = argv[0];
+    if ((status = ctl_db_open(&o, &c)) != EXIT_OK || (status = fetch(&o, c, &in)) != EXIT_OK) {
+        goto out;
+    }
+    decode_live(&in);
+    if (!actions_value(&in) || !history_value(in.h, &hist)) {
+        fprintf(stderr, "cairnctl inspect: out of memory\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if ((status = ctl_wait_reasons(c, in.id, ctl_col(in.r, 0, "status"), in.live, &in.why)) !=
+        EXIT_OK) {
+        goto out;
+    }
+    if (!build_doc(&in, hist)) {
+        fprintf(stderr, "cairnctl inspect: out of memory\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    status = ctl_json_out(&o) ? print_json(c, &in) : print_text(c, &in);
+out:
+    ir_val_release(hist);
+    inspection_fini(&in);
     PQfinish(c);
     return status;
 }

@@ -12,9 +12,6 @@
 #include "runner/ctl/ctl.h"
 #include "runner/store/db.h"
 
-#define LIMIT_USAGE \
-    "limit (set WORKFLOW (N | none) [--per-key M] | delete WORKFLOW | list [--json])"
-
 /* cairn.limit_set waits at most 500 ms for a row a runner is writing, then fails with 55P03
  * rather than risk a deadlock with that write; a few tries get past a busy moment. */
 #define LIMIT_TRIES 5
@@ -34,7 +31,7 @@ ctl_limit_apply(const struct cn_opts *o, PGconn *c, const char *workflow, const 
                         "SELECT cairn.limit_set($1, CASE WHEN $4::boolean THEN (SELECT"
                         " max_running FROM cairn.workflow_limits WHERE workflow_name = $1"
                         " AND tenant_id = cairn.current_tenant())"
-                        " ELSE $2::integer END, $3::integer)",
+                        " ELSE $2::integer END, $3::integer) AS marked",
                         4, params, &r, &em);
         if (rv != CN_BUSY) {
             break;
@@ -45,7 +42,7 @@ ctl_limit_apply(const struct cn_opts *o, PGconn *c, const char *workflow, const 
         return ctl_db_error(o, rv, &em);
     }
     if (marked != NULL) {
-        *marked = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        *marked = ctl_col_int(r, 0, "marked");
     }
     PQclear(r);
     return EXIT_OK;
@@ -56,28 +53,27 @@ static int
 limit_show(const struct cn_opts *o, PGconn *c, const char *workflow)
 {
     const char *params[1] = {workflow};
-    struct cn_errmsg em;
     PGresult *r = NULL;
-    cn_err rv;
+    int status;
 
-    if ((rv = rn_db_exec(c,
-                         "SELECT coalesce('at most ' || max_running || ' running',"
-                         " 'no limit on the whole workflow'), max_per_key, running, waiting"
-                         " FROM cairn.limit_status WHERE workflow_name = $1",
-                         1, params, &r, &em)) != CN_OK) {
-        return ctl_db_error(o, rv, &em);
+    if ((status = ctl_query(o, c,
+                            "SELECT coalesce('at most ' || max_running || ' running',"
+                            " 'no limit on the whole workflow') AS whole, max_per_key, running,"
+                            " waiting FROM cairn.limit_status WHERE workflow_name = $1",
+                            1, params, &r)) != EXIT_OK) {
+        return status;
     }
     if (PQntuples(r) == 1) {
         printf("workflow %s: %s, at most %s per concurrency key (now %s running, %s waiting)\n",
-               workflow, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2),
-               PQgetvalue(r, 0, 3));
+               workflow, ctl_col(r, 0, "whole"), ctl_col(r, 0, "max_per_key"),
+               ctl_col(r, 0, "running"), ctl_col(r, 0, "waiting"));
     }
     PQclear(r);
     return EXIT_OK;
 }
 
 static int
-limit_set(int argc, char **argv)
+limit_set(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
@@ -89,27 +85,22 @@ limit_set(int argc, char **argv)
          .help = "instances with the same --concurrency-key that may run at once (default: "
                  "unchanged, 1 at first)"},
     };
-    struct cn_opts o = CTL_OPTS("limit set", "WORKFLOW (N | none) [--per-key M]", rows, 2);
+    struct cn_opts o = CTL_OPTS(call, rows, 2);
     const char *max = NULL;
     char *end = NULL;
     long long marked = 0, n;
     PGconn *c = NULL;
     int status;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_args(&o, argc, argv, 2, &status)) {
         return status;
-    }
-    if (o.nargs != 2) {
-        fprintf(stderr, "usage: cairnctl limit set WORKFLOW (N | none) [--per-key M]\n");
-        return EXIT_USAGE;
     }
     if (strcmp(argv[1], "none") != 0) {
         n = strtoll(argv[1], &end, 10);
         if (end == argv[1] || *end != '\0' || n < 1 || n > 1000000) {
             fprintf(stderr,
-                    "cairnctl limit set: the running limit must be an integer in 1..1000000 "
-                    "or none, got '%s'\n",
-                    argv[1]);
+                    "%s: the running limit must be an integer in 1..1000000 or none, got '%s'\n",
+                    o.prog, argv[1]);
             return EXIT_USAGE;
         }
         max = argv[1];
@@ -129,86 +120,54 @@ limit_set(int argc, char **argv)
 }
 
 static int
-limit_list(int argc, char **argv)
+limit_list(const struct ctl_call *call, int argc, char **argv)
 {
-    PGresult *r = NULL;
-    bool json = false;
-    int status, i;
+    static const struct ctl_column cols[] = {
+        {"WORKFLOW", "workflow_name", -32}, {"MAX_RUNNING", "max_running", 11},
+        {"PER_KEY", "max_per_key", 7},      {"RUNNING", "running", 7},
+        {"WAITING", "waiting", 7},
+    };
 
-    if ((status = ctl_list("limit list", argc, argv,
-                           "SELECT json_build_object('workflow', workflow_name, 'max_running',"
-                           " max_running, 'max_per_key', max_per_key, 'running', running,"
-                           " 'waiting', waiting)::text, workflow_name, coalesce(max_running::text,"
-                           " '-'), max_per_key, running, waiting"
-                           " FROM cairn.limit_status ORDER BY workflow_name",
-                           &r, &json)) != EXIT_OK) {
-        return status;
-    }
-    if (json) {
-        ctl_print_json_rows(r, PQntuples(r), 0);
-    } else {
-        printf("%-32s  %11s  %7s  %7s  %7s\n", "WORKFLOW", "MAX_RUNNING", "PER_KEY", "RUNNING",
-               "WAITING");
-        for (i = 0; i < PQntuples(r); i++) {
-            printf("%-32s  %11s  %7s  %7s  %7s\n", PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-                   PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5));
-        }
-    }
-    PQclear(r);
-    return EXIT_OK;
+    return ctl_list(call, argc, argv,
+                    "SELECT json_build_object('workflow', workflow_name, 'max_running',"
+                    " max_running, 'max_per_key', max_per_key, 'running', running,"
+                    " 'waiting', waiting)::text AS json, workflow_name, coalesce(max_running::text,"
+                    " '-') AS max_running, max_per_key, running, waiting"
+                    " FROM cairn.limit_status ORDER BY workflow_name",
+                    cols, sizeof(cols) / sizeof(cols[0]), NULL);
 }
 
 /* Removes a workflow's limits row, so that claims skip cairn.claim_limited again once no workflow
  * has one. */
 static int
-limit_delete(int argc, char **argv)
+limit_delete(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {CTL_OPT_DB};
-    struct cn_opts o = CTL_OPTS("limit delete", "WORKFLOW", rows, 1);
-    struct cn_errmsg em;
-    PGconn *c = NULL;
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
     PGresult *r = NULL;
     int status;
-    cn_err rv;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_args(&o, argc, argv, 1, &status) ||
+        (status = ctl_query_once(&o, "SELECT cairn.limit_delete($1) AS deleted", 1,
+                                 (const char *const *) argv, &r)) != EXIT_OK) {
         return status;
     }
-    if (o.nargs != 1) {
-        fprintf(stderr, "usage: %s\n", o.usage);
-        return EXIT_USAGE;
-    }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    rv = rn_db_exec(c, "SELECT cairn.limit_delete($1)", 1, (const char *const *) argv, &r, &em);
-    if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-    } else if (strcmp(PQgetvalue(r, 0, 0), "t") == 0) {
+    if (ctl_col_true(r, 0, "deleted")) {
         printf("workflow %s: no limits\n", argv[0]);
     } else {
         printf("workflow %s had no limits\n", argv[0]);
         status = EXIT_NOOP;
     }
     PQclear(r);
-    PQfinish(c);
     return status;
 }
 
-int
-ctl_cmd_limit(int argc, char **argv)
-{
-    const char *sub = argc > 0 ? argv[0] : "";
-
-    if (strcmp(sub, "set") == 0) {
-        return limit_set(argc - 1, argv + 1);
-    }
-    if (strcmp(sub, "list") == 0) {
-        return limit_list(argc - 1, argv + 1);
-    }
-    if (strcmp(sub, "delete") == 0) {
-        return limit_delete(argc - 1, argv + 1);
-    }
-    fprintf(stderr, "usage: cairnctl %s\n", LIMIT_USAGE);
-    return strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0 ? EXIT_OK : EXIT_USAGE;
-}
+static const struct ctl_cmd cmds[] = {
+    {"set", "WORKFLOW (N | none) [--per-key M]",
+     "at most N instances of WORKFLOW run at once (none: no limit), M per concurrency key",
+     limit_set, NULL},
+    {"delete", "WORKFLOW", "remove a workflow's limits", limit_delete, NULL},
+    {"list", "[--json]", "list the limited workflows: their limits, running and waiting counts",
+     limit_list, NULL},
+};
+const struct ctl_table ctl_limit_cmds = CTL_TABLE(cmds);

@@ -63,116 +63,141 @@ has_name(const char *const *names, size_t n, const char *name)
     return false;
 }
 
+/* A call naming a workflow that is not registered: an error at the call, or with
+ * allow_missing a warning (a child registered later fails the call at run time with
+ * ChildWorkflowNotFound). */
+static void
+missing_child(struct ir_diags *d, const char *file, const struct ir_node *t, bool allow_missing)
+{
+    const char *v1 = t->version ? " version \"" : "", *v = t->version ? t->version : "",
+               *v2 = t->version ? "\"" : "";
+
+    if (allow_missing) {
+        fprintf(stderr,
+                "%s:%u:%u: warning: no workflow \"%s\"%s%s%s is registered yet: the call raises "
+                "ChildWorkflowNotFound if it is not when it runs\n",
+                file, t->line, t->col, t->name, v1, v, v2);
+    } else {
+        ir_diags_add(d, t->line, t->col,
+                     "no workflow \"%s\"%s%s%s is registered (register it first, or pass "
+                     "--allow-missing-children to check it when the call runs)",
+                     t->name, v1, v, v2);
+    }
+}
+
+/* Checks call t's arguments against names[0..n), the child's inputs: each argument is one of
+ * them, and each of them is given. Returns false when out of memory. */
+static bool
+check_call_args(struct ir_diags *d, const struct ir_node *t, const char *const *names, size_t n)
+{
+    struct cn_buf shown = CN_BUF_INIT;
+    bool ok = true;
+    uint32_t k;
+    size_t j;
+
+    for (j = 0; ok && j < n; j++) {
+        ok = cn_buf_printf(&shown, "%s%s", j ? ", " : "", names[j]) == CN_OK;
+    }
+    if (ok && cn_buf_puts(&shown, n ? "" : "none") != CN_OK) {
+        ok = false;
+    }
+    for (k = 0; ok && k < t->nargs; k++) {
+        if (!has_name(names, n, t->argnames[k])) {
+            ir_diags_add(d, t->line, t->col, "%s has no input '%s' (its inputs: %s)", t->name,
+                         t->argnames[k], shown.data);
+        }
+    }
+    for (j = 0; ok && j < n; j++) { /* every input of the child's main, in the call */
+        if (!has_name(t->argnames, t->nargs, names[j])) {
+            ir_diags_add(d, t->line, t->col, "%s needs input '%s' (its inputs: %s)", t->name,
+                         names[j], shown.data);
+        }
+    }
+    cn_buf_fini(&shown);
+    return ok;
+}
+
+/* check_call_args against a registered child's inputs, a JSON array of names. */
+static bool
+check_call_json(struct ir_diags *d, const struct ir_node *t, const char *inputs)
+{
+    struct ir_val list = ir_null();
+    struct cn_errmsg em;
+    const char **names = NULL;
+    size_t n = 0, j;
+    bool ok = true;
+
+    if (ir_val_from_json(inputs, strlen(inputs), &list, &em) == CN_OK && list.type == IR_T_LIST) {
+        n = ir_list_len(list);
+        names = calloc(n ? n : 1, sizeof(*names));
+        for (j = 0; names != NULL && j < n; j++) {
+            struct ir_val v = ir_list_items(list)[j];
+            names[j] = v.type == IR_T_STR ? ir_str_data(v) : "";
+        }
+        ok = names != NULL;
+    }
+    ok = ok && check_call_args(d, t, names, n);
+    free(names);
+    ir_val_release(list);
+    return ok;
+}
+
+/* One child call t: its inputs looked up among the registered versions (a recursive call to
+ * self: this very version's), then checked. Returns EXIT_OK or the status after printing. */
+static int
+check_child_call(const struct cn_opts *o, PGconn *c, const char *file, struct ir_diags *d,
+                 const struct ir_dag *dag, const struct ir_node *t, const char *self,
+                 bool allow_missing)
+{
+    const char *params[2] = {t->name, t->version}, *inputs;
+    const struct ir_node *e = &dag->nodes[dag->entry];
+    PGresult *r = NULL;
+    int status = EXIT_OK;
+    bool ok = true;
+
+    if (strcmp(t->name, self) == 0 && t->version == NULL) {
+        ok = check_call_args(d, t, e->targets, e->ntargets);
+    } else if ((status = ctl_query(o, c,
+                                   "SELECT array_to_json(inputs)::text AS inputs FROM"
+                                   " cairn.workflow_versions WHERE workflow_name = $1 AND"
+                                   " ($2::text IS NULL OR workflow_version = $2) AND tenant_id ="
+                                   " cairn.current_tenant() ORDER BY created_at DESC LIMIT 1",
+                                   2, params, &r)) != EXIT_OK) {
+        return status;
+    } else if (PQntuples(r) == 0) {
+        missing_child(d, file, t, allow_missing);
+    } else if ((inputs = ctl_col_opt(r, 0, "inputs")) != NULL) {
+        /* NULL: registered before inputs were recorded */
+        ok = check_call_json(d, t, inputs);
+    }
+    PQclear(r);
+    if (!ok) {
+        fprintf(stderr, "%s: out of memory\n", o->prog);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
 /* Checks the child calls (run/start) of dag against the workflows they name, as registered now
  * (self: the workflow being registered, whose own inputs its recursive calls must fit). A call
- * whose inputs do not fit is an error at its line:col; one naming a workflow that is not
- * registered is an error too, unless allow_missing (a child registered later fails the call at
- * run time with ChildWorkflowNotFound). Returns EXIT_OK, or the status after printing. */
+ * whose inputs do not fit is an error at its line:col; so is one naming a workflow that is not
+ * registered, unless allow_missing. Returns EXIT_OK, or the status after printing. */
 static int
 check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const char *src, size_t len,
                   const struct ir_dag *dag, const char *self, bool allow_missing)
 {
+    struct cn_buf msg = CN_BUF_INIT;
     struct ir_diags d;
-    struct cn_buf own = CN_BUF_INIT, msg = CN_BUF_INIT;
     int status = EXIT_OK;
-    uint32_t i, k;
+    uint32_t i;
 
     ir_diags_init(&d, file, src, len);
-    if (!inputs_literal(dag, &own)) {
-        cn_buf_fini(&own);
-        return EXIT_USAGE;
-    }
     for (i = 0; i < dag->nnodes && status == EXIT_OK; i++) {
         const struct ir_node *t = &dag->nodes[i];
-        const char *params[2] = {t->name, t->version};
-        const char *inputs;
-        struct cn_errmsg em;
-        PGresult *r = NULL;
-        cn_err rv;
 
-        if (t->kind != IR_N_ACTION || t->call == IR_CALL_ACTION) {
-            continue;
+        if (t->kind == IR_N_ACTION && t->call != IR_CALL_ACTION) {
+            status = check_child_call(o, c, file, &d, dag, t, self, allow_missing);
         }
-        if (strcmp(t->name, self) == 0 && t->version == NULL) {
-            inputs = own.data; /* a recursive call: this very version */
-        } else {
-            if ((rv = rn_db_exec(c,
-                                 "SELECT array_to_json(inputs)::text FROM cairn.workflow_versions"
-                                 " WHERE workflow_name = $1 AND ($2::text IS NULL OR"
-                                 " workflow_version = $2) AND tenant_id ="
-                                 " cairn.current_tenant() ORDER BY created_at DESC LIMIT 1",
-                                 2, params, &r, &em)) != CN_OK) {
-                status = ctl_db_error(o, rv, &em);
-                break;
-            }
-            if (PQntuples(r) == 0) {
-                if (allow_missing) {
-                    fprintf(stderr,
-                            "%s:%u:%u: warning: no workflow \"%s\"%s%s%s is registered yet: the "
-                            "call raises ChildWorkflowNotFound if it is not when it runs\n",
-                            file, t->line, t->col, t->name, t->version ? " version \"" : "",
-                            t->version ? t->version : "", t->version ? "\"" : "");
-                } else {
-                    ir_diags_add(&d, t->line, t->col,
-                                 "no workflow \"%s\"%s%s%s is registered (register it first, or "
-                                 "pass --allow-missing-children to check it when the call runs)",
-                                 t->name, t->version ? " version \"" : "",
-                                 t->version ? t->version : "", t->version ? "\"" : "");
-                }
-                PQclear(r);
-                continue;
-            }
-            inputs = PQgetisnull(r, 0, 0) ? NULL : PQgetvalue(r, 0, 0);
-        }
-        if (inputs != NULL) { /* NULL: registered before inputs were recorded */
-            const char **names = NULL;
-            struct ir_val list = ir_null();
-            struct cn_buf shown = CN_BUF_INIT;
-            size_t n = 0, j;
-            bool ok = true;
-
-            if (inputs == own.data) {
-                names = (const char **) dag->nodes[dag->entry].targets;
-                n = dag->nodes[dag->entry].ntargets;
-            } else if (ir_val_from_json(inputs, strlen(inputs), &list, &em) == CN_OK &&
-                       list.type == IR_T_LIST) {
-                n = ir_list_len(list);
-                names = calloc(n ? n : 1, sizeof(*names));
-                for (j = 0; names != NULL && j < n; j++) {
-                    struct ir_val v = ir_list_items(list)[j];
-                    names[j] = v.type == IR_T_STR ? ir_str_data(v) : "";
-                }
-                ok = names != NULL;
-            }
-            for (j = 0; ok && j < n; j++) {
-                ok = cn_buf_printf(&shown, "%s%s", j ? ", " : "", names[j]) == CN_OK;
-            }
-            if (ok && cn_buf_puts(&shown, n ? "" : "none") != CN_OK) {
-                ok = false;
-            }
-            for (k = 0; ok && k < t->nargs; k++) {
-                if (!has_name(names, n, t->argnames[k])) {
-                    ir_diags_add(&d, t->line, t->col, "%s has no input '%s' (its inputs: %s)",
-                                 t->name, t->argnames[k], shown.data);
-                }
-            }
-            for (j = 0; ok && j < n; j++) { /* every input of the child's main, in the call */
-                if (!has_name(t->argnames, t->nargs, names[j])) {
-                    ir_diags_add(&d, t->line, t->col, "%s needs input '%s' (its inputs: %s)",
-                                 t->name, names[j], shown.data);
-                }
-            }
-            if (!ok) {
-                status = EXIT_USAGE;
-                fprintf(stderr, "cairnctl register: out of memory\n");
-            }
-            if (inputs != own.data) {
-                free(names);
-            }
-            ir_val_release(list);
-            cn_buf_fini(&shown);
-        }
-        PQclear(r);
     }
     if (status == EXIT_OK && d.len > 0) {
         if (ir_diags_format(&d, &msg) == CN_OK) {
@@ -181,29 +206,131 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
         status = EXIT_REJECTED;
     }
     cn_buf_fini(&msg);
-    cn_buf_fini(&own);
     ir_diags_fini(&d);
     return status;
 }
 
-int
-ctl_cmd_register(int argc, char **argv)
+/* The version defaults to the first 12 hex digits of the graph's hash: unchanged source maps to
+ * the same row (a no-op), changed source to a new version. */
+static const char *const insert_sql =
+    "SELECT id, workflow_version, ir_hash FROM cairn.register_version($1, $2, $3::bytea, $4,"
+    " nullif($5::bigint, 0), $6::text[])";
+/* Names are per tenant. Row security keeps a tenant to its own rows, but the schema owner sees
+ * every tenant's and registers in tenant default: hence the tenant_id filters. */
+static const char *const existing_sql =
+    "SELECT id, workflow_version, ir_hash, "
+    /* The same source is unchanged even when a newer compiler encodes its graph (and so its
+     * hash) differently, as DAG format 3 did. */
+    "(ir_hash = encode(sha256($3::bytea), 'hex') OR source = $4) AS same "
+    "FROM cairn.workflow_versions "
+    "WHERE workflow_name = $1 AND workflow_version = coalesce($2, left(encode(sha256("
+    "$3::bytea), 'hex'), 12)) AND tenant_id = cairn.current_tenant()";
+
+/* The workflow's name (--name, else the file's) in *name (free it) and --version, each checked
+ * as the schema allows it. */
+static int
+register_name(const struct cn_opts *o, const char *file, char **name)
 {
-    /* The version defaults to the first 12 hex digits of the graph's hash: unchanged source
-     * maps to the same row (a no-op), changed source to a new version. */
-    static const char *insert_sql =
-        "SELECT id, workflow_version, ir_hash FROM cairn.register_version($1, $2, $3::bytea, $4,"
-        " nullif($5::bigint, 0), $6::text[])";
-    /* Names are per tenant. Row security keeps a tenant to its own rows, but the schema owner
-     * sees every tenant's and registers in tenant default: hence the tenant_id filters. */
-    static const char *existing_sql =
-        "SELECT id, workflow_version, ir_hash, "
-        /* The same source is unchanged even when a newer compiler encodes its graph (and so
-         * its hash) differently, as DAG format 3 did. */
-        "(ir_hash = encode(sha256($3::bytea), 'hex') OR source = $4) AS same "
-        "FROM cairn.workflow_versions "
-        "WHERE workflow_name = $1 AND workflow_version = coalesce($2, left(encode(sha256("
-        "$3::bytea), 'hex'), 12)) AND tenant_id = cairn.current_tenant()";
+    const char *version = cn_opts_str(o, "version");
+
+    *name = cn_opts_str(o, "name") != NULL ? strdup(cn_opts_str(o, "name")) : default_name(file);
+    if (*name == NULL || !ctl_name_ok(*name)) {
+        fprintf(stderr,
+                "%s: workflow name '%s' is not valid (letters, digits, _ . -; starting with a "
+                "letter or _; at most 128): use --name\n",
+                o->prog, *name != NULL ? *name : "");
+        return EXIT_REJECTED;
+    }
+    if (version != NULL && !ctl_version_ok(version)) {
+        fprintf(stderr, "%s: version '%s' is not valid (1-64 of letters, digits, _ . -)\n", o->prog,
+                version);
+        return EXIT_REJECTED;
+    }
+    return EXIT_OK;
+}
+
+/* The canonical graph encoding, as \x hex text for a bytea parameter; false when out of
+ * memory. */
+static bool
+dag_hex(const struct ir_dag *dag, struct cn_buf *hex)
+{
+    struct cn_buf enc = CN_BUF_INIT;
+    bool ok = ir_dag_encode(dag, &enc) == CN_OK && cn_buf_puts(hex, "\\x") == CN_OK;
+    size_t i;
+
+    for (i = 0; ok && i < enc.len; i++) {
+        ok = cn_buf_printf(hex, "%02x", (unsigned char) enc.data[i]) == CN_OK;
+    }
+    cn_buf_fini(&enc);
+    return ok;
+}
+
+/* What is stored besides the source: the graph as hex text in *hex and the entry's inputs as an
+ * array literal in *inputs. A source with a NUL byte cannot be stored as text. */
+static int
+encode_version(const struct cn_opts *o, const char *file, const char *src, size_t src_len,
+               const struct ir_dag *dag, struct cn_buf *hex, struct cn_buf *inputs)
+{
+    if (strlen(src) != src_len) {
+        fprintf(stderr, "%s: %s contains a NUL byte\n", o->prog, file);
+        return EXIT_REJECTED;
+    }
+    if (!dag_hex(dag, hex) || !inputs_literal(dag, inputs)) {
+        fprintf(stderr, "%s: out of memory\n", o->prog);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+/* Stores the version (params: name, version, graph, source, timeout, inputs), or finds the same
+ * one stored already: *r holds its id, workflow_version and ir_hash, *created whether this call
+ * made it. A version of that name holding other source is refused. */
+static int
+store_version(const struct cn_opts *o, PGconn *c, const char *const *params, PGresult **r,
+              bool *created)
+{
+    int status;
+
+    if ((status = ctl_query(o, c, insert_sql, 6, params, r)) != EXIT_OK) {
+        return status;
+    }
+    if ((*created = PQntuples(*r) == 1)) {
+        return EXIT_OK;
+    }
+    PQclear(*r);
+    *r = NULL;
+    if ((status = ctl_query(o, c, existing_sql, 4, params, r)) != EXIT_OK) {
+        return status;
+    }
+    if (PQntuples(*r) != 1) { /* deleted in between: vanishingly rare; say so */
+        fprintf(stderr, "%s: the version changed meanwhile; try again\n", o->prog);
+        return EXIT_DB;
+    }
+    if (!ctl_col_true(*r, 0, "same")) {
+        fprintf(stderr,
+                "%s: %s version %s is already registered with different source; register it "
+                "under a new --version\n",
+                o->prog, params[0], ctl_col(*r, 0, "workflow_version"));
+        return EXIT_REJECTED;
+    }
+    return EXIT_OK;
+}
+
+/* --max-running and --max-per-key, when given: the workflow's limits (ctl_limit_apply). */
+static int
+register_limits(const struct cn_opts *o, PGconn *c, const char *name)
+{
+    const char *max = cn_opts_str(o, "max-running"), *per_key = cn_opts_str(o, "max-per-key");
+
+    if (max == NULL && per_key == NULL) {
+        return EXIT_OK;
+    }
+    return ctl_limit_apply(o, c, name, max, max == NULL, per_key, NULL);
+}
+
+int
+ctl_cmd_register(const struct ctl_call *call, int argc, char **argv)
+{
     struct cn_opt rows[] = {
         CTL_OPT_DB,
         {.flag = "name",
@@ -232,137 +359,57 @@ ctl_cmd_register(int argc, char **argv)
         CTL_OPT_COMPILE_LIMITS,
         CTL_OPT_JSON,
     };
-    struct cn_opts o = CTL_OPTS("register",
-                                "FILE [--name N] [--version V] [--max-running N] "
-                                "[--max-per-key M] [--allow-missing-children] "
-                                "[--max-source-bytes N] [--max-graph-nodes N] [--json]",
-                                rows, 1);
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    struct cn_buf hex = CN_BUF_INIT, inputs = CN_BUF_INIT;
     struct ir_compile_limits lim;
-    const char *file, *version;
-    struct cn_errmsg em;
     struct ir_dag *dag = NULL;
-    struct cn_buf enc = CN_BUF_INIT, hex = CN_BUF_INIT, inputs = CN_BUF_INIT;
     PGconn *c = NULL;
     PGresult *r = NULL;
     char *src = NULL, *name = NULL;
-    size_t src_len = 0, i;
-    const char *params[6];
+    const char *file, *params[6];
+    size_t src_len = 0;
     char timeout[24];
     bool created = false;
     int status;
-    cn_err rv;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_args(&o, argc, argv, 1, &status)) {
         return status;
-    }
-    if (o.nargs != 1) {
-        fprintf(stderr, "usage: %s\n", o.usage);
-        return EXIT_USAGE;
     }
     file = argv[0];
-    version = cn_opts_str(&o, "version");
-    name = cn_opts_str(&o, "name") != NULL ? strdup(cn_opts_str(&o, "name")) : default_name(file);
-    if (name == NULL || !ctl_name_ok(name)) {
-        fprintf(stderr,
-                "cairnctl register: workflow name '%s' is not valid (letters, digits, _ . -; "
-                "starting with a letter or _; at most 128): use --name\n",
-                name != NULL ? name : "");
-        free(name);
-        return EXIT_REJECTED;
-    }
-    if (version != NULL && !ctl_version_ok(version)) {
-        fprintf(stderr,
-                "cairnctl register: version '%s' is not valid (1-64 of letters, digits, _ . -)\n",
-                version);
-        free(name);
-        return EXIT_REJECTED;
-    }
     lim = ctl_compile_limits(&o);
-    if ((status = ctl_compile_file(file, &lim, &dag, &src, &src_len)) != EXIT_OK) {
-        free(name);
-        return status;
-    }
-    if (strlen(src) != src_len) {
-        fprintf(stderr, "cairnctl register: %s contains a NUL byte\n", file);
-        status = EXIT_REJECTED;
+    if ((status = register_name(&o, file, &name)) != EXIT_OK ||
+        (status = ctl_compile_file(file, &lim, &dag, &src, &src_len)) != EXIT_OK) {
         goto out;
     }
-    /* The canonical graph encoding, as \x hex text for a bytea parameter. */
-    if (ir_dag_encode(dag, &enc) != CN_OK || cn_buf_puts(&hex, "\\x") != CN_OK) {
-        fprintf(stderr, "cairnctl register: out of memory\n");
-        status = EXIT_USAGE;
-        goto out;
-    }
-    for (i = 0; i < enc.len; i++) {
-        if (cn_buf_printf(&hex, "%02x", (unsigned char) enc.data[i]) != CN_OK) {
-            fprintf(stderr, "cairnctl register: out of memory\n");
-            status = EXIT_USAGE;
-            goto out;
-        }
-    }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        goto out;
-    }
-    if ((status = check_child_calls(&o, c, file, src, src_len, dag, name,
+    if ((status = encode_version(&o, file, src, src_len, dag, &hex, &inputs)) != EXIT_OK ||
+        (status = ctl_db_open(&o, &c)) != EXIT_OK ||
+        (status = check_child_calls(&o, c, file, src, src_len, dag, name,
                                     cn_opts_bool(&o, "allow-missing-children"))) != EXIT_OK) {
         goto out;
     }
-    if (!inputs_literal(dag, &inputs)) {
-        fprintf(stderr, "cairnctl register: out of memory\n");
-        status = EXIT_USAGE;
-        goto out;
-    }
-    params[5] = inputs.data;
     params[0] = name;
-    params[1] = version;
+    params[1] = cn_opts_str(&o, "version");
     params[2] = hex.data;
     params[3] = src;
     (void) snprintf(timeout, sizeof(timeout), "%lld", (long long) dag->timeout_ms);
     params[4] = timeout; /* the workflow's [timeout: D] (its graph's hash covers it too) */
-    if ((rv = rn_db_exec(c, insert_sql, 6, params, &r, &em)) != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-        goto out;
-    }
-    created = PQntuples(r) == 1;
-    if (!created) {
-        PQclear(r);
-        if ((rv = rn_db_exec(c, existing_sql, 4, params, &r, &em)) != CN_OK) {
-            status = ctl_db_error(&o, rv, &em);
-            goto out;
-        }
-        if (PQntuples(r) != 1) { /* deleted in between: vanishingly rare; say so */
-            fprintf(stderr, "cairnctl register: the version changed meanwhile; try again\n");
-            status = EXIT_DB;
-            goto out;
-        }
-        if (strcmp(PQgetvalue(r, 0, 3), "t") != 0) {
-            fprintf(stderr,
-                    "cairnctl register: %s version %s is already registered with different "
-                    "source; register it under a new --version\n",
-                    name, PQgetvalue(r, 0, 1));
-            status = EXIT_REJECTED;
-            goto out;
-        }
-    }
-    if ((cn_opts_str(&o, "max-running") != NULL || cn_opts_str(&o, "max-per-key") != NULL) &&
-        (status = ctl_limit_apply(&o, c, name, cn_opts_str(&o, "max-running"),
-                                  cn_opts_str(&o, "max-running") == NULL,
-                                  cn_opts_str(&o, "max-per-key"), NULL)) != EXIT_OK) {
+    params[5] = inputs.data;
+    if ((status = store_version(&o, c, params, &r, &created)) != EXIT_OK ||
+        (status = register_limits(&o, c, name)) != EXIT_OK) {
         goto out;
     }
     if (ctl_json_out(&o)) {
         printf("{\"name\": \"%s\", \"version\": \"%s\", \"id\": \"%s\", \"ir_hash\": \"%s\", "
                "\"created\": %s}\n",
-               name, PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 2),
-               created ? "true" : "false");
+               name, ctl_col(r, 0, "workflow_version"), ctl_col(r, 0, "id"),
+               ctl_col(r, 0, "ir_hash"), created ? "true" : "false");
     } else {
-        printf("%s version %s %s (%u nodes)\n", name, PQgetvalue(r, 0, 1),
+        printf("%s version %s %s (%u nodes)\n", name, ctl_col(r, 0, "workflow_version"),
                created ? "registered" : "already registered, unchanged", dag->nnodes);
     }
 out:
     PQclear(r);
     PQfinish(c);
-    cn_buf_fini(&enc);
     cn_buf_fini(&hex);
     cn_buf_fini(&inputs);
     ir_dag_free(dag);

@@ -25,23 +25,22 @@ ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long ti
 {
     int64_t deadline = cn_mono_ms() + timeout_ms;
     const char *params[1] = {id};
-    struct cn_errmsg em;
     PGresult *r = NULL;
-    cn_err rv;
+    int status;
 
     for (;;) {
         bool done;
         struct timespec ts = {0, WAIT_POLL_MS * 1000000L};
 
-        if ((rv = rn_db_exec(
-                 c,
-                 "SELECT status, status IN ('completed', 'failed', 'cancelled', 'timed_out') "
-                 "FROM cairn.runner_instances WHERE instance_id = $1",
-                 1, params, &r, &em)) != CN_OK) {
-            return ctl_db_error(o, rv, &em);
+        if ((status = ctl_query(o, c,
+                                "SELECT status, status IN ('completed', 'failed', 'cancelled',"
+                                " 'timed_out') AS done FROM cairn.runner_instances WHERE"
+                                " instance_id = $1",
+                                1, params, &r)) != EXIT_OK) {
+            return status;
         }
-        done = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 1), "t") == 0;
-        (void) snprintf(st, stlen, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "");
+        done = PQntuples(r) == 1 && ctl_col_true(r, 0, "done");
+        (void) snprintf(st, stlen, "%s", PQntuples(r) == 1 ? ctl_col(r, 0, "status") : "");
         PQclear(r);
         if (done) {
             return EXIT_OK;
@@ -55,9 +54,8 @@ ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long ti
     }
 }
 
-/* Waits for the instance to finish, then prints its result as `result` does. */
-static int
-wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
+int
+ctl_wait_result(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms)
 {
     char st[16];
     int status = ctl_wait_status(o, c, id, timeout_ms, st, sizeof(st));
@@ -66,7 +64,7 @@ wait_finished(const struct cn_opts *o, PGconn *c, const char *id, long long time
 }
 
 int
-ctl_read_input(const char *cmd, const char *input, const char *input_file, char **compact)
+ctl_read_input(const char *prog, const char *input, const char *input_file, char **compact)
 {
     char *file_text = NULL;
     size_t file_len = 0;
@@ -74,26 +72,26 @@ ctl_read_input(const char *cmd, const char *input, const char *input_file, char 
 
     if (input_file != NULL) {
         if (input != NULL) {
-            fprintf(stderr, "cairnctl %s: give --input or --input-file, not both\n", cmd);
+            fprintf(stderr, "%s: give --input or --input-file, not both\n", prog);
             return EXIT_USAGE;
         }
         if ((file_text = ctl_read_file(input_file, &file_len)) == NULL) {
             return EXIT_USAGE;
         }
         if (strlen(file_text) != file_len) {
-            fprintf(stderr, "cairnctl %s: %s contains a NUL byte\n", cmd, input_file);
+            fprintf(stderr, "%s: %s contains a NUL byte\n", prog, input_file);
             free(file_text);
             return EXIT_REJECTED;
         }
         input = file_text;
     }
-    status = ctl_parse_input(cmd, input, compact);
+    status = ctl_parse_input(prog, input, compact);
     free(file_text);
     return status;
 }
 
 int
-ctl_parse_input(const char *cmd, const char *text, char **compact)
+ctl_parse_input(const char *prog, const char *text, char **compact)
 {
     const char *src = text != NULL ? text : "{}";
     json_error_t je;
@@ -107,19 +105,18 @@ ctl_parse_input(const char *cmd, const char *text, char **compact)
     *compact = NULL;
     if (input == NULL && json_error_code(&je) == json_error_numeric_overflow) {
         fprintf(stderr,
-                "cairnctl %s: --input holds a number out of range (integers are 64-bit, floats "
+                "%s: --input holds a number out of range (integers are 64-bit, floats "
                 "at most about 1.8e308): %s (line %d, column %d)\n",
-                cmd, je.text, je.line, je.column);
+                prog, je.text, je.line, je.column);
         return EXIT_REJECTED;
     }
     if (input == NULL) {
-        fprintf(stderr, "cairnctl %s: --input is not valid JSON: %s (line %d, column %d)\n", cmd,
-                je.text, je.line, je.column);
+        fprintf(stderr, "%s: --input is not valid JSON: %s (line %d, column %d)\n", prog, je.text,
+                je.line, je.column);
         return EXIT_REJECTED;
     }
     if (!json_is_object(input)) {
-        fprintf(stderr, "cairnctl %s: --input must be a JSON object ({\"name\": value, ...})\n",
-                cmd);
+        fprintf(stderr, "%s: --input must be a JSON object ({\"name\": value, ...})\n", prog);
         json_decref(input);
         return EXIT_REJECTED;
     }
@@ -129,9 +126,9 @@ ctl_parse_input(const char *cmd, const char *text, char **compact)
     rv = ir_val_from_json(src, strlen(src), &v, &em);
     if (rv == CN_DEPTH) {
         fprintf(stderr,
-                "cairnctl %s: --input is nested deeper than %d levels (the top object is level "
+                "%s: --input is nested deeper than %d levels (the top object is level "
                 "1; each array or object adds one)\n",
-                cmd, IR_VALUE_MAX_DEPTH);
+                prog, IR_VALUE_MAX_DEPTH);
         return EXIT_REJECTED;
     }
     if (rv == CN_OK) {
@@ -143,11 +140,11 @@ ctl_parse_input(const char *cmd, const char *text, char **compact)
     }
     cn_buf_fini(&out);
     if (rv == CN_NOMEM) {
-        fprintf(stderr, "cairnctl %s: out of memory\n", cmd);
+        fprintf(stderr, "%s: out of memory\n", prog);
         return EXIT_USAGE;
     }
     if (rv != CN_OK) {
-        fprintf(stderr, "cairnctl %s: --input: %s\n", cmd, em.text);
+        fprintf(stderr, "%s: --input: %s\n", prog, em.text);
         return EXIT_REJECTED;
     }
     return EXIT_OK;
@@ -296,19 +293,42 @@ check_time_options(PGconn *c, const char *at, const char *timeout)
     return EXIT_OK;
 }
 
+/* cairn.enqueue of workflow name with the options of o; the new instance's id in id. */
+static int
+enqueue(const struct cn_opts *o, PGconn *c, const char *name, const char *input, char *id,
+        size_t idlen)
+{
+    const char *params[8];
+    PGresult *r = NULL;
+    char prio[24];
+    int status;
+
+    (void) snprintf(prio, sizeof(prio), "%lld", cn_opts_int(o, "priority"));
+    params[0] = name;
+    params[1] = input;
+    params[2] = cn_opts_str(o, "idempotency-key");
+    params[3] = prio;
+    params[4] = cn_opts_str(o, "at");
+    params[5] = cn_opts_str(o, "version");
+    params[6] = cn_opts_str(o, "workflow-timeout"); /* PostgreSQL reads the interval */
+    params[7] = cn_opts_str(o, "concurrency-key");
+    if ((status = ctl_query(o, c,
+                            "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer,"
+                            " $5::timestamptz, $6, $7::interval, $8) AS id",
+                            8, params, &r)) != EXIT_OK) {
+        return status;
+    }
+    (void) snprintf(id, idlen, "%s", ctl_col(r, 0, "id"));
+    PQclear(r);
+    return EXIT_OK;
+}
+
 int
-ctl_cmd_run(int argc, char **argv)
+ctl_cmd_run(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "input",
-         .kind = CN_OPT_STR,
-         .arg = "JSON",
-         .help = "the instance's input, a JSON object (default {})"},
-        {.flag = "input-file",
-         .kind = CN_OPT_STR,
-         .arg = "FILE",
-         .help = "read the input from FILE (-: stdin), for one too long for a command line"},
+        CTL_OPT_INPUT,
         {.flag = "idempotency-key",
          .kind = CN_OPT_STR,
          .arg = "K",
@@ -347,84 +367,42 @@ ctl_cmd_run(int argc, char **argv)
          .help = "with --wait: give up after S seconds (exit 5)"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o = CTL_OPTS("run",
-                                "NAME [--input JSON | --input-file FILE] [--idempotency-key K] "
-                                "[--concurrency-key K] [--priority P] [--at TIME] [--version V] "
-                                "[--workflow-timeout D] [--wait [--timeout S]] [--json]",
-                                rows, 1);
-    struct cn_errmsg em;
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
     PGconn *c = NULL;
-    PGresult *r = NULL;
-    const char *params[8];
-    char prio[24];
     char *input_text = NULL;
+    char id[64];
     int status;
-    cn_err rv;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_args(&o, argc, argv, 1, &status)) {
         return status;
     }
-    if (o.nargs != 1) {
-        fprintf(stderr, "usage: %s\n", o.usage);
-        return EXIT_USAGE;
-    }
     /* The input is checked here, with a position, before the database sees it. */
-    if ((status = ctl_read_input("run", cn_opts_str(&o, "input"), cn_opts_str(&o, "input-file"),
+    if ((status = ctl_read_input(o.prog, cn_opts_str(&o, "input"), cn_opts_str(&o, "input-file"),
                                  &input_text)) != EXIT_OK) {
         return status;
     }
     if ((status = check_enqueue(input_text, cn_opts_str(&o, "idempotency-key"),
-                                cn_opts_str(&o, "at"))) != EXIT_OK) {
-        free(input_text);
-        return status;
+                                cn_opts_str(&o, "at"))) == EXIT_OK &&
+        (status = ctl_db_open(&o, &c)) == EXIT_OK &&
+        (status = check_time_options(c, cn_opts_str(&o, "at"),
+                                     cn_opts_str(&o, "workflow-timeout"))) == EXIT_OK) {
+        status = enqueue(&o, c, argv[0], input_text, id, sizeof(id));
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        free(input_text);
-        return status;
-    }
-    if ((status = check_time_options(c, cn_opts_str(&o, "at"),
-                                     cn_opts_str(&o, "workflow-timeout"))) != EXIT_OK) {
-        free(input_text);
-        PQfinish(c);
-        return status;
-    }
-    (void) snprintf(prio, sizeof(prio), "%lld", cn_opts_int(&o, "priority"));
-    params[0] = argv[0];
-    params[1] = input_text;
-    params[2] = cn_opts_str(&o, "idempotency-key");
-    params[3] = prio;
-    params[4] = cn_opts_str(&o, "at");
-    params[5] = cn_opts_str(&o, "version");
-    params[6] = cn_opts_str(&o, "workflow-timeout"); /* PostgreSQL reads the interval */
-    params[7] = cn_opts_str(&o, "concurrency-key");
-    rv = rn_db_exec(c,
-                    "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer, $5::timestamptz, $6, "
-                    "$7::interval, $8)",
-                    8, params, &r, &em);
     free(input_text);
-    if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
+    if (status != EXIT_OK) {
         PQfinish(c);
         return status;
     }
     if (cn_opts_bool(&o, "wait")) {
-        char id[64];
-
-        (void) snprintf(id, sizeof(id), "%s", PQgetvalue(r, 0, 0));
-        PQclear(r);
         if (!ctl_json_out(&o)) {
             fprintf(stderr, "%s\n", id);
         }
-        status = wait_finished(&o, c, id, cn_opts_int(&o, "timeout") * 1000);
-        PQfinish(c);
-        return status;
-    }
-    if (ctl_json_out(&o)) {
-        printf("{\"id\": \"%s\"}\n", PQgetvalue(r, 0, 0));
+        status = ctl_wait_result(&o, c, id, cn_opts_int(&o, "timeout") * 1000);
+    } else if (ctl_json_out(&o)) {
+        printf("{\"id\": \"%s\"}\n", id);
     } else {
-        printf("%s\n", PQgetvalue(r, 0, 0));
+        printf("%s\n", id);
     }
-    PQclear(r);
     PQfinish(c);
-    return EXIT_OK;
+    return status;
 }

@@ -15,13 +15,52 @@
 #include "runner/ops/schedule.h"
 #include "runner/store/db.h"
 
-#define SCHEDULE_USAGE                                                                          \
-    "schedule (add NAME --workflow W (--cron EXPR [--timezone TZ] | --every D) [--input JSON] " \
-    "[--jitter D] [--catch-up skip|one|all] [--paused] | list | pause NAME | resume NAME | "    \
-    "delete NAME | trigger NAME | next NAME [--count N])"
+/* The first slot, stored at once so that `list` shows it (a runner would compute it too). */
+static int
+sched_first_slot(const struct cn_opts *o, PGconn *c, const char *name, const char *cron,
+                 const char *every)
+{
+    int64_t now, every_ms = 0, first = 0;
+    struct cn_errmsg em = {{0}};
+    PGresult *r = NULL;
+    size_t got = 0;
+    char ms[24];
+    int status;
+    cn_err rv;
+
+    if ((status = ctl_query(o, c, "SELECT floor(extract(epoch FROM now()) * 1000)::bigint AS ms", 0,
+                            NULL, &r)) != EXIT_OK) {
+        return status;
+    }
+    now = ctl_col_int(r, 0, "ms");
+    PQclear(r);
+    if (every != NULL) {
+        if ((status = ctl_query(o, c,
+                                "SELECT floor(extract(epoch FROM $1::interval) * 1000)::bigint"
+                                " AS ms",
+                                1, &every, &r)) != EXIT_OK) {
+            return status;
+        }
+        every_ms = ctl_col_int(r, 0, "ms");
+        PQclear(r);
+    }
+    if ((rv = rn_schedule_slots(c, cron, every_ms, cn_opts_str(o, "timezone"), now, 1, &first, &got,
+                                &em)) != CN_OK) {
+        return ctl_db_error(o, rv, &em);
+    }
+    if (got != 1) {
+        return EXIT_OK;
+    }
+    {
+        const char *p[2] = {name, ms};
+        (void) snprintf(ms, sizeof(ms), "%lld", (long long) first);
+        return ctl_query(o, c, "SELECT cairn.schedule_first($1, to_timestamp($2::bigint / 1000.0))",
+                         2, p, NULL);
+    }
+}
 
 static int
-sched_add(int argc, char **argv)
+sched_add(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
@@ -58,16 +97,13 @@ sched_add(int argc, char **argv)
         {.flag = "paused", .kind = CN_OPT_BOOL, .help = "add it paused"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o =
-        CTL_OPTS("schedule add", "NAME --workflow W (--cron EXPR | --every D) ...", rows, 1);
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
     const char *cron, *every, *params[10];
     char *input = NULL;
     struct cn_errmsg em = {{0}};
     struct rn_cron cr;
     PGconn *c = NULL;
-    PGresult *r = NULL;
     int status;
-    cn_err rv;
 
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
@@ -75,71 +111,38 @@ sched_add(int argc, char **argv)
     cron = cn_opts_str(&o, "cron");
     every = cn_opts_str(&o, "every");
     if (o.nargs != 1 || cn_opts_str(&o, "workflow") == NULL || (cron == NULL) == (every == NULL)) {
-        fprintf(stderr, "usage: cairnctl schedule add NAME --workflow W (--cron EXPR | --every D) "
-                        "[options]\n");
-        return EXIT_USAGE;
+        return ctl_usage(&o);
     }
     if (cron != NULL && rn_cron_parse(cron, &cr, &em) != CN_OK) {
-        fprintf(stderr, "cairnctl schedule add: --cron '%s': %s\n", cron, em.text);
+        fprintf(stderr, "%s: --cron '%s': %s\n", o.prog, cron, em.text);
         return EXIT_REJECTED;
     }
-    if ((status = ctl_read_input("schedule add", cn_opts_str(&o, "input"),
-                                 cn_opts_str(&o, "input-file"), &input)) != EXIT_OK) {
+    if ((status = ctl_read_input(o.prog, cn_opts_str(&o, "input"), cn_opts_str(&o, "input-file"),
+                                 &input)) != EXIT_OK) {
         return status;
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        free(input);
-        return status;
+    if ((status = ctl_db_open(&o, &c)) == EXIT_OK) {
+        params[0] = argv[0];
+        params[1] = cn_opts_str(&o, "workflow");
+        params[2] = cron;
+        params[3] = every;
+        params[4] = cn_opts_str(&o, "timezone");
+        params[5] = input;
+        params[6] = cn_opts_str(&o, "jitter");
+        params[7] = cn_opts_str(&o, "catch-up");
+        params[8] = cn_opts_bool(&o, "paused") ? "t" : "f";
+        params[9] = cn_opts_str(&o, "version");
+        status = ctl_query(&o, c,
+                           "SELECT cairn.schedule_add($1, $2, $3, $4::interval, $5, $6::jsonb,"
+                           " $7::interval, $8, $9::boolean, $10)",
+                           10, params, NULL);
     }
-    params[0] = argv[0];
-    params[1] = cn_opts_str(&o, "workflow");
-    params[2] = cron;
-    params[3] = every;
-    params[4] = cn_opts_str(&o, "timezone");
-    params[5] = input;
-    params[6] = cn_opts_str(&o, "jitter");
-    params[7] = cn_opts_str(&o, "catch-up");
-    params[8] = cn_opts_bool(&o, "paused") ? "t" : "f";
-    params[9] = cn_opts_str(&o, "version");
-    rv = rn_db_exec(c,
-                    "SELECT cairn.schedule_add($1, $2, $3, $4::interval, $5, $6::jsonb,"
-                    " $7::interval, $8, $9::boolean, $10)",
-                    10, params, &r, &em);
-    PQclear(r);
-    if (rv == CN_OK) {
-        /* The first slot now, so that `list` shows it (a runner would compute it too). */
-        int64_t first = 0;
-        size_t got = 0;
-        char ms[24];
-        rv = rn_db_exec(c, "SELECT floor(extract(epoch FROM now()) * 1000)::bigint", 0, NULL, &r,
-                        &em);
-        if (rv == CN_OK) {
-            int64_t now = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-            int64_t every_ms = 0;
-            PQclear(r);
-            if (every != NULL &&
-                (rv = rn_db_exec(c, "SELECT floor(extract(epoch FROM $1::interval) * 1000)::bigint",
-                                 1, &every, &r, &em)) == CN_OK) {
-                every_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-                PQclear(r);
-            }
-            if (rv == CN_OK) {
-                rv = rn_schedule_slots(c, cron, every_ms, cn_opts_str(&o, "timezone"), now, 1,
-                                       &first, &got, &em);
-            }
-        }
-        if (rv == CN_OK && got == 1) {
-            const char *p[2] = {argv[0], ms};
-            (void) snprintf(ms, sizeof(ms), "%lld", (long long) first);
-            rv = rn_db_exec(c, "SELECT cairn.schedule_first($1, to_timestamp($2::bigint / 1000.0))",
-                            2, p, NULL, &em);
-        }
+    if (status == EXIT_OK) {
+        status = sched_first_slot(&o, c, argv[0], cron, every);
     }
-    if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-    } else if (ctl_json_out(&o)) {
+    if (status == EXIT_OK && ctl_json_out(&o)) {
         printf("{\"name\": \"%s\", \"added\": true}\n", argv[0]);
-    } else {
+    } else if (status == EXIT_OK) {
         printf("schedule %s added\n", argv[0]);
     }
     free(input);
@@ -148,78 +151,56 @@ sched_add(int argc, char **argv)
 }
 
 static int
-sched_list(int argc, char **argv)
+sched_list(const struct ctl_call *call, int argc, char **argv)
 {
-    PGresult *r = NULL;
-    bool json = false;
-    int status, i;
+    static const struct ctl_column cols[] = {
+        {"NAME", "name", -24},
+        {"WORKFLOW", "workflow_name", -20},
+        {"WHEN", "cadence", -32},
+        {"NEXT", "next", 0},
+    };
 
-    if ((status = ctl_list(
-             "schedule list", argc, argv,
-             "SELECT json_build_object('name', name, 'workflow', workflow_name, 'version',"
-             " workflow_version, 'cron', cron, 'every_ms', every_ms, 'timezone', timezone,"
-             " 'input', input, 'jitter_ms', jitter_ms, 'catch_up', catch_up, 'paused',"
-             " paused, 'next_at', next_at, 'last_slot', last_slot, 'error', error)::text,"
-             " name, workflow_name, coalesce(cron || ' ' || timezone, 'every ' ||"
-             " (every_ms * interval '1 millisecond')::text), CASE WHEN paused THEN 'paused' ELSE"
-             " coalesce(next_at::text, '(computing)') END, coalesce(error, '')"
-             " FROM cairn.schedules ORDER BY name",
-             &r, &json)) != EXIT_OK) {
-        return status;
-    }
-    if (json) {
-        ctl_print_json_rows(r, PQntuples(r), 0);
-    } else {
-        printf("%-24s  %-20s  %-32s  %s\n", "NAME", "WORKFLOW", "WHEN", "NEXT");
-        for (i = 0; i < PQntuples(r); i++) {
-            printf("%-24s  %-20s  %-32s  %s%s%s\n", PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-                   PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5)[0] ? "  " : "",
-                   PQgetvalue(r, i, 5));
-        }
-    }
-    PQclear(r);
-    return EXIT_OK;
+    return ctl_list(
+        call, argc, argv,
+        "SELECT json_build_object('name', name, 'workflow', workflow_name, 'version',"
+        " workflow_version, 'cron', cron, 'every_ms', every_ms, 'timezone', timezone,"
+        " 'input', input, 'jitter_ms', jitter_ms, 'catch_up', catch_up, 'paused',"
+        " paused, 'next_at', next_at, 'last_slot', last_slot, 'error', error)::text AS json,"
+        " name, workflow_name, coalesce(cron || ' ' || timezone, 'every ' ||"
+        " (every_ms * interval '1 millisecond')::text) AS cadence, CASE WHEN paused THEN"
+        " 'paused' ELSE coalesce(next_at::text, '(computing)') END || CASE WHEN coalesce(error,"
+        " '') = '' THEN '' ELSE '  ' || error END AS next"
+        " FROM cairn.schedules ORDER BY name",
+        cols, sizeof(cols) / sizeof(cols[0]), NULL);
 }
 
 /* pause, resume, delete, trigger: one SQL function of the schedule's name each. */
 static int
-sched_simple(const char *what, int argc, char **argv)
+sched_simple(const struct ctl_call *call, int argc, char **argv)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    char prog[48], usage[64], sql[96];
-    struct cn_opts o = {.prog = prog,
-                        .usage = usage,
-                        .hint = "cairnctl help",
-                        .opts = rows,
-                        .nopts = sizeof(rows) / sizeof(rows[0]),
-                        .max_args = 1};
-    struct cn_errmsg em;
-    PGconn *c = NULL;
+    /* --json was always taken here; kept so that scripts passing it go on working. */
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        {.flag = "json", .kind = CN_OPT_BOOL, .help = "accepted, but the output stays text"},
+    };
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    const char *what = call->cmd->name, *answer;
     PGresult *r = NULL;
+    char sql[96];
     int status;
-    cn_err rv;
 
-    (void) snprintf(prog, sizeof(prog), "cairnctl schedule %s", what);
-    (void) snprintf(usage, sizeof(usage), "cairnctl schedule %s NAME", what);
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_args(&o, argc, argv, 1, &status)) {
         return status;
     }
-    if (o.nargs != 1) {
-        fprintf(stderr, "usage: cairnctl schedule %s NAME\n", what);
-        return EXIT_USAGE;
-    }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
+    (void) snprintf(sql, sizeof(sql), "SELECT cairn.schedule_%s($1)::text AS answer", what);
+    if ((status = ctl_query_once(&o, sql, 1, (const char *const *) argv, &r)) != EXIT_OK) {
         return status;
     }
-    (void) snprintf(sql, sizeof(sql), "SELECT cairn.schedule_%s($1)::text", what);
-    rv = rn_db_exec(c, sql, 1, (const char *const *) argv, &r, &em);
-    if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-    } else if (PQgetisnull(r, 0, 0)) {
-        fprintf(stderr, "cairnctl schedule %s: no schedule %s\n", what, argv[0]);
+    if ((answer = ctl_col_opt(r, 0, "answer")) == NULL) {
+        fprintf(stderr, "%s: no schedule %s\n", o.prog, argv[0]);
         status = EXIT_REJECTED;
     } else if (strcmp(what, "trigger") == 0) {
-        printf("%s\n", PQgetvalue(r, 0, 0)); /* the instance's id */
+        printf("%s\n", answer); /* the instance's id */
     } else {
         printf("schedule %s %s\n", argv[0],
                strcmp(what, "pause") == 0    ? "paused"
@@ -227,13 +208,43 @@ sched_simple(const char *what, int argc, char **argv)
                                              : "deleted");
     }
     PQclear(r);
-    PQfinish(c);
     return status;
+}
+
+/* Each slot as an instant in UTC and on the schedule's wall clock (zone tz). */
+static void
+print_slots(const struct cn_opts *o, PGconn *c, const char *tz, const int64_t *slots, size_t n)
+{
+    struct cn_errmsg em;
+    size_t k;
+
+    for (k = 0; k < n; k++) {
+        char ms[24];
+        const char *p[2] = {ms, tz};
+        PGresult *t = NULL;
+        (void) snprintf(ms, sizeof(ms), "%lld", (long long) slots[k]);
+        if (rn_db_exec(c,
+                       "SELECT to_char(to_timestamp($1::bigint / 1000.0) AT TIME ZONE 'UTC',"
+                       " 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS at, to_char(to_timestamp($1::bigint"
+                       " / 1000.0) AT TIME ZONE $2, 'YYYY-MM-DD HH24:MI') AS local",
+                       2, p, &t, &em) == CN_OK) {
+            if (ctl_json_out(o)) {
+                printf("%s{\"at\": \"%s\", \"local\": \"%s\"}", k ? ",\n " : "[",
+                       ctl_col(t, 0, "at"), ctl_col(t, 0, "local"));
+            } else {
+                printf("%s  (%s %s)\n", ctl_col(t, 0, "at"), ctl_col(t, 0, "local"), tz);
+            }
+            PQclear(t);
+        }
+    }
+    if (ctl_json_out(o)) {
+        printf(n ? "]\n" : "[]\n");
+    }
 }
 
 /* The next slots of a schedule, as the runners will fire them (from now, or --from). */
 static int
-sched_next(int argc, char **argv)
+sched_next(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
@@ -250,73 +261,43 @@ sched_next(int argc, char **argv)
          .help = "slots after TIME (a timestamp with zone; default: now)"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o =
-        CTL_OPTS("schedule next", "NAME [--count N] [--from TIME] [--json]", rows, 1);
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    const char *p[2] = {NULL, NULL};
     struct cn_errmsg em = {{0}};
     PGconn *c = NULL;
     PGresult *r = NULL;
     int64_t *slots = NULL;
-    size_t n = 0, k;
+    size_t n = 0, want;
     int status;
     cn_err rv;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_args(&o, argc, argv, 1, &status) || (status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
     }
-    if (o.nargs != 1) {
-        fprintf(stderr, "usage: cairnctl schedule next NAME [--count N] [--from TIME]\n");
-        return EXIT_USAGE;
-    }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    {
-        const char *p[2] = {argv[0], cn_opts_str(&o, "from")};
-        rv = rn_db_exec(
-            c,
-            "SELECT cron, every_ms, timezone, floor(extract(epoch FROM"
-            " coalesce($2::timestamptz, now())) * 1000)::bigint"
-            " FROM cairn.schedules WHERE name = $1 AND tenant_id = cairn.current_tenant()",
-            2, p, &r, &em);
-    }
-    if (rv == CN_OK && PQntuples(r) == 0) {
-        fprintf(stderr, "cairnctl schedule next: no schedule %s\n", argv[0]);
+    p[0] = argv[0];
+    p[1] = cn_opts_str(&o, "from");
+    status =
+        ctl_query(&o, c,
+                  "SELECT cron, every_ms, timezone, floor(extract(epoch FROM"
+                  " coalesce($2::timestamptz, now())) * 1000)::bigint AS from_ms"
+                  " FROM cairn.schedules WHERE name = $1 AND tenant_id = cairn.current_tenant()",
+                  2, p, &r);
+    if (status == EXIT_OK && PQntuples(r) == 0) {
+        fprintf(stderr, "%s: no schedule %s\n", o.prog, argv[0]);
         status = EXIT_REJECTED;
-    } else if (rv == CN_OK) {
-        size_t want = (size_t) cn_opts_int(&o, "count");
+    } else if (status == EXIT_OK) {
+        want = (size_t) cn_opts_int(&o, "count");
         slots = calloc(want, sizeof(*slots));
         rv = slots == NULL
                  ? CN_NOMEM
-                 : rn_schedule_slots(c, PQgetisnull(r, 0, 0) ? NULL : PQgetvalue(r, 0, 0),
-                                     strtoll(PQgetvalue(r, 0, 1), NULL, 10), PQgetvalue(r, 0, 2),
-                                     strtoll(PQgetvalue(r, 0, 3), NULL, 10), want, slots, &n, &em);
-    }
-    if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-    }
-    for (k = 0; status == EXIT_OK && k < n; k++) {
-        char ms[24];
-        const char *p[2] = {ms, PQgetvalue(r, 0, 2)};
-        PGresult *t = NULL;
-        (void) snprintf(ms, sizeof(ms), "%lld", (long long) slots[k]);
-        /* The instant in UTC, and on the schedule's wall clock. */
-        if (rn_db_exec(c,
-                       "SELECT to_char(to_timestamp($1::bigint / 1000.0) AT TIME ZONE 'UTC',"
-                       " 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), to_char(to_timestamp($1::bigint /"
-                       " 1000.0) AT TIME ZONE $2, 'YYYY-MM-DD HH24:MI')",
-                       2, p, &t, &em) == CN_OK) {
-            if (ctl_json_out(&o)) {
-                printf("%s{\"at\": \"%s\", \"local\": \"%s\"}", k ? ",\n " : "[",
-                       PQgetvalue(t, 0, 0), PQgetvalue(t, 0, 1));
-            } else {
-                printf("%s  (%s %s)\n", PQgetvalue(t, 0, 0), PQgetvalue(t, 0, 1),
-                       PQgetvalue(r, 0, 2));
-            }
-            PQclear(t);
+                 : rn_schedule_slots(c, ctl_col_opt(r, 0, "cron"), ctl_col_int(r, 0, "every_ms"),
+                                     ctl_col(r, 0, "timezone"), ctl_col_int(r, 0, "from_ms"), want,
+                                     slots, &n, &em);
+        if (rv != CN_OK) {
+            status = ctl_db_error(&o, rv, &em);
+        } else {
+            print_slots(&o, c, ctl_col(r, 0, "timezone"), slots, n);
         }
-    }
-    if (status == EXIT_OK && ctl_json_out(&o)) {
-        printf(n ? "]\n" : "[]\n");
     }
     free(slots);
     PQclear(r);
@@ -324,24 +305,20 @@ sched_next(int argc, char **argv)
     return status;
 }
 
-int
-ctl_cmd_schedule(int argc, char **argv)
-{
-    const char *sub = argc > 0 ? argv[0] : "";
-
-    if (strcmp(sub, "add") == 0) {
-        return sched_add(argc - 1, argv + 1);
-    }
-    if (strcmp(sub, "list") == 0) {
-        return sched_list(argc - 1, argv + 1);
-    }
-    if (strcmp(sub, "next") == 0) {
-        return sched_next(argc - 1, argv + 1);
-    }
-    if (strcmp(sub, "pause") == 0 || strcmp(sub, "resume") == 0 || strcmp(sub, "delete") == 0 ||
-        strcmp(sub, "trigger") == 0) {
-        return sched_simple(sub, argc - 1, argv + 1);
-    }
-    fprintf(stderr, "usage: cairnctl %s\n", SCHEDULE_USAGE);
-    return strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0 ? EXIT_OK : EXIT_USAGE;
-}
+static const struct ctl_cmd cmds[] = {
+    {"add",
+     "NAME --workflow W (--cron EXPR [--timezone TZ] | --every D) [--version V] "
+     "[--input JSON | --input-file FILE] [--jitter D] [--catch-up skip|one|all] [--paused] "
+     "[--json]",
+     "add a schedule: W at each slot of a cron expression, or every D", sched_add, NULL},
+    {"list", "[--json]", "list the schedules, with their next slot (or why a runner paused one)",
+     sched_list, NULL},
+    {"pause", "NAME", "pause a schedule", sched_simple, NULL},
+    {"resume", "NAME", "resume a schedule from now (missed slots are not run)", sched_simple, NULL},
+    {"delete", "NAME", "delete a schedule (its instances keep its name)", sched_simple, NULL},
+    {"trigger", "NAME", "run a schedule's workflow once now; prints the instance's id",
+     sched_simple, NULL},
+    {"next", "NAME [--count N] [--from TIME] [--json]",
+     "show a schedule's next slots, in UTC and on its wall clock", sched_next, NULL},
+};
+const struct ctl_table ctl_schedule_cmds = CTL_TABLE(cmds);

@@ -18,65 +18,63 @@
     "'scheduled_at', q.scheduled_at, 'leased', coalesce(q.lock_expires_at > now(), false), "   \
     "'idempotency_key', ri.idempotency_key, 'input', ri.input, 'result', ri.result, 'error', " \
     "ri.error, 'parent', ri.parent_id, 'root', ri.root_id, 'schedule', ri.schedule_name, "     \
-    "'schedule_slot', ri.schedule_slot)::text"
+    "'schedule_slot', ri.schedule_slot)::text AS json"
 #define INSTANCE_FROM                                                             \
     " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv ON wv.id = " \
     "ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id = ri.instance_id "
 
+/* status's text form. */
+static void
+print_status(const PGresult *r)
+{
+    static const struct {
+        const char *label, *col;
+    } times[] = {
+        {"started ", "started_at"}, {"finished", "completed_at"}, {"due     ", "scheduled_at"}};
+    size_t i;
+
+    printf("instance   %s\nworkflow   %s (version %s)\nstatus     %s\ncreated    %s\n",
+           ctl_col(r, 0, "instance_id"), ctl_col(r, 0, "workflow_name"),
+           ctl_col(r, 0, "workflow_version"), ctl_col(r, 0, "status"), ctl_col(r, 0, "created_at"));
+    for (i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
+        if (ctl_col_opt(r, 0, times[i].col) != NULL) {
+            printf("%s   %s\n", times[i].label, ctl_col(r, 0, times[i].col));
+        }
+    }
+    if (ctl_col_opt(r, 0, "error_type") != NULL) {
+        printf("error      %s: %s\n", ctl_col(r, 0, "error_type"), ctl_col(r, 0, "error_message"));
+    }
+}
+
 int
-ctl_cmd_status(int argc, char **argv)
+ctl_cmd_status(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS("status", "ID [--json]", rows, 1);
-    struct cn_errmsg em;
-    PGconn *c = NULL;
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
     PGresult *r = NULL;
-    const char *params[1];
     int status;
-    cn_err rv;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_id_args(&o, argc, argv, &status)) {
         return status;
     }
-    if (!ctl_check_uuid("status", o.nargs > 0 ? argv[0] : NULL)) {
-        return EXIT_USAGE;
-    }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
+    if ((status = ctl_query_once(&o,
+                                 "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, "
+                                 "wv.workflow_version, ri.status, ri.created_at, ri.started_at, "
+                                 "ri.completed_at, q.scheduled_at, ri.error->>'type' AS error_type,"
+                                 " ri.error->>'message' AS error_message " INSTANCE_FROM
+                                 "WHERE ri.instance_id = $1",
+                                 1, (const char *const *) argv, &r)) != EXIT_OK) {
         return status;
     }
-    params[0] = argv[0];
-    rv = rn_db_exec(c,
-                    "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, "
-                    "wv.workflow_version, ri.status, ri.created_at, ri.started_at, "
-                    "ri.completed_at, q.scheduled_at, ri.error->>'type', ri.error->>'message'"
-                    " " INSTANCE_FROM "WHERE ri.instance_id = $1",
-                    1, params, &r, &em);
-    if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-    } else if (PQntuples(r) == 0) {
-        fprintf(stderr, "cairnctl status: no instance %s\n", argv[0]);
+    if (PQntuples(r) == 0) {
+        fprintf(stderr, "%s: no instance %s\n", o.prog, argv[0]);
         status = EXIT_REJECTED;
     } else if (ctl_json_out(&o)) {
-        printf("%s\n", PQgetvalue(r, 0, 0));
+        printf("%s\n", ctl_col(r, 0, "json"));
     } else {
-        printf("instance   %s\nworkflow   %s (version %s)\nstatus     %s\ncreated    %s\n",
-               PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 3), PQgetvalue(r, 0, 4),
-               PQgetvalue(r, 0, 5));
-        if (!PQgetisnull(r, 0, 6)) {
-            printf("started    %s\n", PQgetvalue(r, 0, 6));
-        }
-        if (!PQgetisnull(r, 0, 7)) {
-            printf("finished   %s\n", PQgetvalue(r, 0, 7));
-        }
-        if (!PQgetisnull(r, 0, 8)) {
-            printf("due        %s\n", PQgetvalue(r, 0, 8));
-        }
-        if (!PQgetisnull(r, 0, 9)) {
-            printf("error      %s: %s\n", PQgetvalue(r, 0, 9), PQgetvalue(r, 0, 10));
-        }
+        print_status(r);
     }
     PQclear(r);
-    PQfinish(c);
     return status;
 }
 
@@ -84,44 +82,41 @@ int
 ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id)
 {
     const char *params[1] = {id};
-    struct cn_errmsg em;
     PGresult *r = NULL;
     const char *st;
     enum rn_outcome outcome;
-    int status = EXIT_OK;
-    cn_err rv;
+    int status;
 
-    rv = rn_db_exec(c,
-                    "SELECT ri.status, ri.result::text, ri.error::text, "
-                    "json_build_object('id', ri.instance_id, 'status', ri.status, 'result', "
-                    "ri.result, 'error', ri.error)::text "
-                    "FROM cairn.runner_instances ri WHERE ri.instance_id = $1",
-                    1, params, &r, &em);
-    if (rv != CN_OK) {
-        return ctl_db_error(o, rv, &em);
+    if ((status = ctl_query(o, c,
+                            "SELECT ri.status, ri.result::text AS result, ri.error::text AS error,"
+                            " json_build_object('id', ri.instance_id, 'status', ri.status,"
+                            " 'result', ri.result, 'error', ri.error)::text AS json"
+                            " FROM cairn.runner_instances ri WHERE ri.instance_id = $1",
+                            1, params, &r)) != EXIT_OK) {
+        return status;
     }
     if (PQntuples(r) == 0) {
         fprintf(stderr, "%s: no instance %s\n", o->prog, id);
         PQclear(r);
         return EXIT_REJECTED;
     }
-    st = PQgetvalue(r, 0, 0);
+    st = ctl_col(r, 0, "status");
     if (!rn_outcome_parse(st, &outcome)) {
         outcome = RN_RUNNING; /* queued: not finished either */
     }
     if (outcome == RN_COMPLETED) {
-        printf("%s\n", ctl_json_out(o) ? PQgetvalue(r, 0, 3) : PQgetvalue(r, 0, 1));
+        printf("%s\n", ctl_col(r, 0, ctl_json_out(o) ? "json" : "result"));
     } else if (outcome == RN_FAILED || outcome == RN_CANCELLED || outcome == RN_TIMED_OUT) {
         if (ctl_json_out(o)) {
-            printf("%s\n", PQgetvalue(r, 0, 3));
+            printf("%s\n", ctl_col(r, 0, "json"));
         } else {
-            fprintf(stderr, "%s %s: %s\n", id, st,
-                    PQgetisnull(r, 0, 2) ? "(no error recorded)" : PQgetvalue(r, 0, 2));
+            const char *err = ctl_col_opt(r, 0, "error");
+            fprintf(stderr, "%s %s: %s\n", id, st, err != NULL ? err : "(no error recorded)");
         }
         status = EXIT_FAILED;
     } else {
         if (ctl_json_out(o)) {
-            printf("%s\n", PQgetvalue(r, 0, 3));
+            printf("%s\n", ctl_col(r, 0, "json"));
         } else {
             fprintf(stderr, "%s has not finished (status %s)\n", id, st);
         }
@@ -132,18 +127,15 @@ ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id)
 }
 
 int
-ctl_cmd_result(int argc, char **argv)
+ctl_cmd_result(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS("result", "ID [--json]", rows, 1);
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
     PGconn *c = NULL;
     int status;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_id_args(&o, argc, argv, &status)) {
         return status;
-    }
-    if (!ctl_check_uuid("result", o.nargs > 0 ? argv[0] : NULL)) {
-        return EXIT_USAGE;
     }
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
@@ -153,8 +145,26 @@ ctl_cmd_result(int argc, char **argv)
     return status;
 }
 
+/* --status S: a status the schema knows; else says which there are. */
+static bool
+status_ok(const struct cn_opts *o, const char *want)
+{
+    size_t k;
+
+    if (want == NULL || rn_status_valid(want)) {
+        return true;
+    }
+    fprintf(stderr, "%s: --status must be %s", o->prog, RN_STATUS_QUEUED);
+    for (k = 0; k < RN_OUTCOME_COUNT_; k++) {
+        fprintf(stderr, "%s%s", k + 1 < RN_OUTCOME_COUNT_ ? ", " : " or ",
+                rn_outcome_name((enum rn_outcome) k));
+    }
+    fputc('\n', stderr);
+    return false;
+}
+
 int
-ctl_cmd_list(int argc, char **argv)
+ctl_cmd_list(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
@@ -180,68 +190,46 @@ ctl_cmd_list(int argc, char **argv)
          .help = "at most N, newest first"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o = CTL_OPTS(
-        "list", "[--status S] [--workflow W] [--parent ID] [--schedule NAME] [--limit N] [--json]",
-        rows, 0);
-    const char *want;
-    struct cn_errmsg em;
-    PGconn *c = NULL;
+    static const struct ctl_column cols[] = {{"ID", "instance_id", -36},
+                                             {"WORKFLOW", "workflow_name", -24},
+                                             {"STATUS", "status", -9},
+                                             {"CREATED", "created", 0}};
+    struct cn_opts o = CTL_OPTS(call, rows, 0);
     PGresult *r = NULL;
     const char *params[5];
     char lim[24];
-    int status, i, n;
-    size_t k;
-    cn_err rv;
+    int status;
 
     if (!ctl_opts(&o, argc, argv, &status)) {
         return status;
     }
-    if ((want = cn_opts_str(&o, "status")) != NULL && !rn_status_valid(want)) {
-        fprintf(stderr, "cairnctl list: --status must be %s", RN_STATUS_QUEUED);
-        for (k = 0; k < RN_OUTCOME_COUNT_; k++) {
-            fprintf(stderr, "%s%s", k + 1 < RN_OUTCOME_COUNT_ ? ", " : " or ",
-                    rn_outcome_name((enum rn_outcome) k));
-        }
-        fputc('\n', stderr);
+    if (!status_ok(&o, cn_opts_str(&o, "status")) ||
+        (cn_opts_str(&o, "parent") != NULL && !ctl_check_uuid(&o, cn_opts_str(&o, "parent")))) {
         return EXIT_USAGE;
-    }
-    if (cn_opts_str(&o, "parent") != NULL && !ctl_check_uuid("list", cn_opts_str(&o, "parent"))) {
-        return EXIT_USAGE;
-    }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
     }
     (void) snprintf(lim, sizeof(lim), "%lld", cn_opts_int(&o, "limit"));
-    params[0] = want;
+    params[0] = cn_opts_str(&o, "status");
     params[1] = cn_opts_str(&o, "workflow");
     params[2] = lim;
     params[3] = cn_opts_str(&o, "parent");
     params[4] = cn_opts_str(&o, "schedule");
-    rv = rn_db_exec(c,
-                    "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, ri.status, "
-                    "ri.created_at, coalesce('  schedule ' || ri.schedule_name, '') " INSTANCE_FROM
-                    "WHERE ($1::text IS NULL OR ri.status = $1) AND "
-                    "($2::text IS NULL OR ri.workflow_name = $2) AND "
-                    "($4::uuid IS NULL OR ri.parent_id = $4::uuid) AND "
-                    "($5::text IS NULL OR ri.schedule_name = $5) "
-                    "ORDER BY ri.created_at DESC LIMIT $3::integer",
-                    5, params, &r, &em);
-    if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-        PQfinish(c);
+    if ((status = ctl_query_once(
+             &o,
+             "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, ri.status, "
+             "ri.created_at::text || coalesce('  schedule ' || ri.schedule_name, '') AS "
+             "created " INSTANCE_FROM "WHERE ($1::text IS NULL OR ri.status = $1) AND "
+             "($2::text IS NULL OR ri.workflow_name = $2) AND "
+             "($4::uuid IS NULL OR ri.parent_id = $4::uuid) AND "
+             "($5::text IS NULL OR ri.schedule_name = $5) "
+             "ORDER BY ri.created_at DESC LIMIT $3::integer",
+             5, params, &r)) != EXIT_OK) {
         return status;
     }
-    n = PQntuples(r);
     if (ctl_json_out(&o)) {
-        ctl_print_json_rows(r, n, 0);
+        ctl_print_json_rows(r, "json");
     } else {
-        printf("%-36s  %-24s  %-9s  %s\n", "ID", "WORKFLOW", "STATUS", "CREATED");
-        for (i = 0; i < n; i++) {
-            printf("%-36s  %-24s  %-9s  %s%s\n", PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-                   PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5));
-        }
+        ctl_print_table(r, cols, sizeof(cols) / sizeof(cols[0]));
     }
     PQclear(r);
-    PQfinish(c);
     return EXIT_OK;
 }

@@ -12,27 +12,46 @@
 #include "runner/ctl/ctl.h"
 #include "runner/store/db.h"
 
-#define TENANT_USAGE \
-    "tenant (create NAME [--max-running N] [--json] | list [--json] | quota NAME (N | none))"
-
 /* The quota's range: what a running limit allows (cairnctl limit set). */
 #define QUOTA_MAX 1000000
 
 static bool
-name_arg(const char *cmd, const char *name)
+name_arg(const struct cn_opts *o, const char *name)
 {
     if (ctl_tenant_name_ok(name)) {
         return true;
     }
     fprintf(stderr,
-            "cairnctl %s: \"%s\" is not a tenant name (a lowercase letter, then at most 47 of "
+            "%s: \"%s\" is not a tenant name (a lowercase letter, then at most 47 of "
             "a-z, 0-9 and _)\n",
-            cmd, name);
+            o->prog, name);
     return false;
 }
 
+/* A statement of `tenant create`, saying what a permission failure means. */
 static int
-tenant_create(int argc, char **argv)
+create_query(const struct cn_opts *o, PGconn *c, const char *sql, int n, const char *const *params,
+             PGresult **r)
+{
+    struct cn_errmsg em;
+    int status;
+    cn_err rv;
+
+    if ((rv = rn_db_exec(c, sql, n, params, r, &em)) == CN_OK) {
+        return EXIT_OK;
+    }
+    status = ctl_db_error(o, rv, &em);
+    if (strstr(em.text, "permission denied") != NULL) {
+        fprintf(stderr,
+                "%s: making a tenant makes a role: run it as the schema owner, without "
+                "--tenant\n",
+                o->prog);
+    }
+    return status;
+}
+
+static int
+tenant_create(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
@@ -44,22 +63,16 @@ tenant_create(int argc, char **argv)
          .arg = "N",
          .help = "at most N of the tenant's instances running at once (default: no quota)"},
     };
-    struct cn_opts o = CTL_OPTS("tenant create", "NAME [--max-running N] [--json]", rows, 1);
-    const char *params[2];
-    struct cn_errmsg em;
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    const char *params[2], *role;
     PGconn *c = NULL;
     PGresult *r = NULL;
     int status;
-    cn_err rv;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_args(&o, argc, argv, 1, &status)) {
         return status;
     }
-    if (o.nargs != 1) {
-        fprintf(stderr, "usage: %s\n", o.usage);
-        return EXIT_USAGE;
-    }
-    if (!name_arg("tenant create", argv[0])) {
+    if (!name_arg(&o, argv[0])) {
         return EXIT_USAGE;
     }
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
@@ -69,37 +82,32 @@ tenant_create(int argc, char **argv)
     params[1] = cn_opts_str(&o, "max-running");
     /* Asked first so that a second create says so plainly instead of as a key violation; a
      * create racing it still fails on the key. */
-    rv = rn_db_exec(c, "SELECT 1 FROM cairn.tenants WHERE name = $1", 1, params, &r, &em);
-    if (rv == CN_OK && PQntuples(r) > 0) {
+    status = create_query(&o, c, "SELECT 1 FROM cairn.tenants WHERE name = $1", 1, params, &r);
+    if (status == EXIT_OK && PQntuples(r) > 0) {
         fprintf(stderr,
-                "cairnctl tenant create: tenant \"%s\" exists already (cairnctl tenant quota "
-                "changes its quota)\n",
-                argv[0]);
-        PQclear(r);
-        PQfinish(c);
-        return EXIT_NOOP;
+                "%s: tenant \"%s\" exists already (cairnctl tenant quota changes its quota)\n",
+                o.prog, argv[0]);
+        status = EXIT_NOOP;
     }
     PQclear(r);
     r = NULL;
-    if (rv == CN_OK) {
-        rv = rn_db_exec(c, "SELECT cairn.tenant_create($1, $2::integer)", 2, params, &r, &em);
+    if (status == EXIT_OK) {
+        status = create_query(&o, c, "SELECT cairn.tenant_create($1, $2::integer) AS role", 2,
+                              params, &r);
     }
-    if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-        if (strstr(em.text, "permission denied") != NULL) {
-            fprintf(stderr,
-                    "cairnctl tenant create: making a tenant makes a role: run it as the schema "
-                    "owner, without --tenant\n");
+    if (status == EXIT_OK) {
+        role = ctl_col(r, 0, "role");
+        if (ctl_json_out(&o)) {
+            printf("{\"tenant\": \"%s\", \"role\": \"%s\", \"max_running\": %s}\n", argv[0], role,
+                   params[1] != NULL ? params[1] : "null");
+        } else {
+            printf("tenant %s: role %s%s%s\n", argv[0], role,
+                   params[1] != NULL ? ", at most running at once: " : "",
+                   params[1] != NULL ? params[1] : "");
+            printf("hint: GRANT %s TO <login>; lets that login act as it (cairnctl CMD --tenant "
+                   "%s)\n",
+                   role, argv[0]);
         }
-    } else if (ctl_json_out(&o)) {
-        printf("{\"tenant\": \"%s\", \"role\": \"%s\", \"max_running\": %s}\n", argv[0],
-               PQgetvalue(r, 0, 0), params[1] != NULL ? params[1] : "null");
-    } else {
-        printf("tenant %s: role %s%s%s\n", argv[0], PQgetvalue(r, 0, 0),
-               params[1] != NULL ? ", at most running at once: " : "",
-               params[1] != NULL ? params[1] : "");
-        printf("hint: GRANT %s TO <login>; lets that login act as it (cairnctl CMD --tenant %s)\n",
-               PQgetvalue(r, 0, 0), argv[0]);
     }
     PQclear(r);
     PQfinish(c);
@@ -107,54 +115,33 @@ tenant_create(int argc, char **argv)
 }
 
 static int
-tenant_list(int argc, char **argv)
+tenant_list(const struct ctl_call *call, int argc, char **argv)
 {
-    PGresult *r = NULL;
-    bool json = false;
-    int status, i;
+    static const struct ctl_column cols[] = {
+        {"NAME", "name", -24}, {"MAX_RUNNING", "max_running", 11}, {"CREATED_AT", "created_at", 0}};
 
-    if ((status = ctl_list("tenant list", argc, argv,
-                           "SELECT json_build_object('name', name, 'max_running', max_running,"
-                           " 'created_at', created_at)::text, name, coalesce(max_running::text,"
-                           " '-'), created_at FROM cairn.tenants ORDER BY name",
-                           &r, &json)) != EXIT_OK) {
-        return status;
-    }
-    if (json) {
-        ctl_print_json_rows(r, PQntuples(r), 0);
-    } else {
-        printf("%-24s  %11s  %s\n", "NAME", "MAX_RUNNING", "CREATED_AT");
-        for (i = 0; i < PQntuples(r); i++) {
-            printf("%-24s  %11s  %s\n", PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-                   PQgetvalue(r, i, 3));
-        }
-    }
-    PQclear(r);
-    return EXIT_OK;
+    return ctl_list(call, argc, argv,
+                    "SELECT json_build_object('name', name, 'max_running', max_running,"
+                    " 'created_at', created_at)::text AS json, name, coalesce(max_running::text,"
+                    " '-') AS max_running, created_at FROM cairn.tenants ORDER BY name",
+                    cols, sizeof(cols) / sizeof(cols[0]), NULL);
 }
 
 static int
-tenant_quota(int argc, char **argv)
+tenant_quota(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {CTL_OPT_DB};
-    struct cn_opts o = CTL_OPTS("tenant quota", "NAME (N | none)", rows, 2);
+    struct cn_opts o = CTL_OPTS(call, rows, 2);
     const char *params[2];
-    struct cn_errmsg em;
-    PGconn *c = NULL;
     PGresult *r = NULL;
     char *end = NULL;
     long long n;
     int status;
-    cn_err rv;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_args(&o, argc, argv, 2, &status)) {
         return status;
     }
-    if (o.nargs != 2) {
-        fprintf(stderr, "usage: %s\n", o.usage);
-        return EXIT_USAGE;
-    }
-    if (!name_arg("tenant quota", argv[0])) {
+    if (!name_arg(&o, argv[0])) {
         return EXIT_USAGE;
     }
     params[0] = argv[0];
@@ -162,23 +149,18 @@ tenant_quota(int argc, char **argv)
     if (strcmp(argv[1], "none") != 0) {
         n = strtoll(argv[1], &end, 10);
         if (end == argv[1] || *end != '\0' || n < 1 || n > QUOTA_MAX) {
-            fprintf(stderr,
-                    "cairnctl tenant quota: the quota must be an integer in 1..%d or none, got "
-                    "'%s'\n",
+            fprintf(stderr, "%s: the quota must be an integer in 1..%d or none, got '%s'\n", o.prog,
                     QUOTA_MAX, argv[1]);
             return EXIT_USAGE;
         }
         params[1] = argv[1];
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
+    if ((status = ctl_query_once(&o, "SELECT cairn.tenant_quota($1, $2::integer) AS found", 2,
+                                 params, &r)) != EXIT_OK) {
         return status;
     }
-    rv = rn_db_exec(c, "SELECT cairn.tenant_quota($1, $2::integer)", 2, params, &r, &em);
-    if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-    } else if (strcmp(PQgetvalue(r, 0, 0), "t") != 0) {
-        fprintf(stderr,
-                "cairnctl tenant quota: no tenant \"%s\" (cairnctl tenant list shows them)\n",
+    if (!ctl_col_true(r, 0, "found")) {
+        fprintf(stderr, "%s: no tenant \"%s\" (cairnctl tenant list shows them)\n", o.prog,
                 argv[0]);
         status = EXIT_REJECTED;
     } else if (params[1] != NULL) {
@@ -187,24 +169,15 @@ tenant_quota(int argc, char **argv)
         printf("tenant %s: no quota\n", argv[0]);
     }
     PQclear(r);
-    PQfinish(c);
     return status;
 }
 
-int
-ctl_cmd_tenant(int argc, char **argv)
-{
-    const char *sub = argc > 0 ? argv[0] : "";
-
-    if (strcmp(sub, "create") == 0) {
-        return tenant_create(argc - 1, argv + 1);
-    }
-    if (strcmp(sub, "list") == 0) {
-        return tenant_list(argc - 1, argv + 1);
-    }
-    if (strcmp(sub, "quota") == 0) {
-        return tenant_quota(argc - 1, argv + 1);
-    }
-    fprintf(stderr, "usage: cairnctl %s\n", TENANT_USAGE);
-    return strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0 ? EXIT_OK : EXIT_USAGE;
-}
+static const struct ctl_cmd cmds[] = {
+    {"create", "NAME [--max-running N] [--json]",
+     "make tenant NAME and its role cairn_tenant_NAME (the schema owner's to do)", tenant_create,
+     NULL},
+    {"list", "[--json]", "list the tenants (acting as a tenant: that one)", tenant_list, NULL},
+    {"quota", "NAME (N | none)",
+     "at most N of tenant NAME's instances running at once (none: no quota)", tenant_quota, NULL},
+};
+const struct ctl_table ctl_tenant_cmds = CTL_TABLE(cmds);

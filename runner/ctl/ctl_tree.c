@@ -26,15 +26,35 @@ static const char *tree_sql =
     "         t.path || (to_char(c.created_at, 'YYYYMMDDHH24MISSUS') || c.instance_id::text)"
     "    FROM cairn.runner_instances c JOIN t ON c.parent_id = t.instance_id"
     "   WHERE t.lvl < 10000)"
-    " SELECT instance_id, workflow_name, status, lvl, coalesce(etype, ''),"
+    " SELECT instance_id, workflow_name, status, lvl, coalesce(etype, '') AS etype,"
     "        json_build_object('id', instance_id, 'workflow', workflow_name, 'status', status,"
     "                          'depth', lvl, 'parent', parent_id, 'started_by',"
     "                          CASE WHEN detached THEN 'start' WHEN lvl > 0 THEN 'run' END,"
-    "                          'error_type', etype)::text"
+    "                          'error_type', etype)::text AS json"
     "   FROM t ORDER BY path LIMIT $2::integer";
 
+/* The whole tree's count by status (the listing may be cut by --limit). */
+static void
+print_tree_counts(PGconn *c, const char *const *params, int n, long long limit)
+{
+    struct cn_errmsg em;
+    PGresult *s = NULL;
+
+    if (rn_db_exec(c,
+                   "SELECT string_agg(n || ' ' || status, ', ' ORDER BY status) AS counts FROM"
+                   " (SELECT status, count(*) AS n FROM cairn.runner_instances WHERE"
+                   " instance_id = $1::uuid OR root_id = coalesce((SELECT root_id FROM"
+                   " cairn.runner_instances WHERE instance_id = $1::uuid), $1::uuid)"
+                   " GROUP BY status) s",
+                   1, params, &s, &em) == CN_OK) {
+        printf("%d shown%s; in its tree: %s\n", n, n == limit ? " (--limit)" : "",
+               ctl_col(s, 0, "counts"));
+    }
+    PQclear(s);
+}
+
 int
-ctl_cmd_tree(int argc, char **argv)
+ctl_cmd_tree(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
@@ -47,20 +67,15 @@ ctl_cmd_tree(int argc, char **argv)
          .help = "at most N instances"},
         CTL_OPT_JSON,
     };
-    struct cn_opts o = CTL_OPTS("tree", "ID [--limit N] [--json]", rows, 1);
-    struct cn_errmsg em;
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
     PGconn *c = NULL;
-    PGresult *r = NULL, *s = NULL;
+    PGresult *r = NULL;
     const char *params[2];
     char lim[24];
     int status, i, n;
-    cn_err rv;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
+    if (!ctl_id_args(&o, argc, argv, &status)) {
         return status;
-    }
-    if (!ctl_check_uuid("tree", o.nargs > 0 ? argv[0] : NULL)) {
-        return EXIT_USAGE;
     }
     if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
         return status;
@@ -68,47 +83,36 @@ ctl_cmd_tree(int argc, char **argv)
     (void) snprintf(lim, sizeof(lim), "%lld", cn_opts_int(&o, "limit"));
     params[0] = argv[0];
     params[1] = lim;
-    if ((rv = rn_db_exec(c, tree_sql, 2, params, &r, &em)) != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
+    if ((status = ctl_query(&o, c, tree_sql, 2, params, &r)) != EXIT_OK) {
         goto out;
     }
     n = PQntuples(r);
     if (n == 0) {
-        fprintf(stderr, "cairnctl tree: no instance %s\n", argv[0]);
+        fprintf(stderr, "%s: no instance %s\n", o.prog, argv[0]);
         status = EXIT_REJECTED;
         goto out;
     }
     if (ctl_json_out(&o)) {
-        ctl_print_json_rows(r, n, 5);
+        ctl_print_json_rows(r, "json");
         goto out;
     }
     for (i = 0; i < n; i++) {
-        int lvl = atoi(PQgetvalue(r, i, 3));
-        printf("%*s%s %s %s%s%s\n", 2 * lvl, "", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
-               PQgetvalue(r, i, 2), PQgetvalue(r, i, 4)[0] ? " " : "", PQgetvalue(r, i, 4));
+        const char *etype = ctl_col(r, i, "etype");
+        printf("%*s%s %s %s%s%s\n", 2 * (int) ctl_col_int(r, i, "lvl"), "",
+               ctl_col(r, i, "instance_id"), ctl_col(r, i, "workflow_name"),
+               ctl_col(r, i, "status"), etype[0] ? " " : "", etype);
     }
-    /* The whole tree's count by status (the listing above may be cut by --limit). */
-    if ((rv = rn_db_exec(c,
-                         "SELECT string_agg(n || ' ' || status, ', ' ORDER BY status) FROM"
-                         " (SELECT status, count(*) AS n FROM cairn.runner_instances WHERE"
-                         " instance_id = $1::uuid OR root_id = coalesce((SELECT root_id FROM"
-                         " cairn.runner_instances WHERE instance_id = $1::uuid), $1::uuid)"
-                         " GROUP BY status) s",
-                         1, params, &s, &em)) == CN_OK) {
-        printf("%d shown%s; in its tree: %s\n", n, n == atoi(lim) ? " (--limit)" : "",
-               PQgetvalue(s, 0, 0));
-    }
+    print_tree_counts(c, params, n, cn_opts_int(&o, "limit"));
 out:
     PQclear(r);
-    PQclear(s);
     PQfinish(c);
     return status;
 }
 
 /* The children listed by inspect: id, workflow, status, how it was started, the call. */
 static const char *children_sql =
-    "SELECT instance_id, workflow_name, status, CASE WHEN detached THEN 'start' ELSE 'run' END,"
-    "       parent_exec_id, parent_attempt"
+    "SELECT instance_id, workflow_name, status, CASE WHEN detached THEN 'start' ELSE 'run' END"
+    "       AS started_by, parent_exec_id, parent_attempt"
     "  FROM cairn.runner_instances WHERE parent_id = $1::uuid ORDER BY created_at, instance_id"
     " LIMIT 1001";
 
@@ -122,7 +126,7 @@ ctl_inspect_family(PGconn *c, const char *id, bool json, struct cn_buf *out)
     bool ok = true;
 
     if (rn_db_exec(c,
-                   "SELECT parent_id, coalesce(root_id, instance_id), depth FROM"
+                   "SELECT parent_id, coalesce(root_id, instance_id) AS root, depth FROM"
                    " cairn.runner_instances WHERE instance_id = $1::uuid AND parent_id IS NOT NULL",
                    1, params, &p, &em) != CN_OK ||
         rn_db_exec(c, children_sql, 1, params, &r, &em) != CN_OK) {
@@ -135,8 +139,8 @@ ctl_inspect_family(PGconn *c, const char *id, bool json, struct cn_buf *out)
         ok &= cn_buf_printf(out, "\"parent\": ") == CN_OK;
         if (PQntuples(p) == 1) {
             ok &= cn_buf_printf(out, "{\"id\": \"%s\", \"root\": \"%s\", \"depth\": %s}",
-                                PQgetvalue(p, 0, 0), PQgetvalue(p, 0, 1),
-                                PQgetvalue(p, 0, 2)) == CN_OK;
+                                ctl_col(p, 0, "parent_id"), ctl_col(p, 0, "root"),
+                                ctl_col(p, 0, "depth")) == CN_OK;
         } else {
             ok &= cn_buf_puts(out, "null") == CN_OK;
         }
@@ -145,25 +149,29 @@ ctl_inspect_family(PGconn *c, const char *id, bool json, struct cn_buf *out)
             ok &= cn_buf_printf(out,
                                 "%s{\"id\": \"%s\", \"workflow\": \"%s\", \"status\": \"%s\", "
                                 "\"started_by\": \"%s\", \"exec_id\": \"%s\", \"attempt\": %s}",
-                                i ? ", " : "", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
-                                PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4),
-                                PQgetvalue(r, i, 5)) == CN_OK;
+                                i ? ", " : "", ctl_col(r, i, "instance_id"),
+                                ctl_col(r, i, "workflow_name"), ctl_col(r, i, "status"),
+                                ctl_col(r, i, "started_by"), ctl_col(r, i, "parent_exec_id"),
+                                ctl_col(r, i, "parent_attempt")) == CN_OK;
         }
         ok &= cn_buf_printf(out, "], \"children_truncated\": %s", n > 1000 ? "true" : "false") ==
               CN_OK;
     } else {
         if (PQntuples(p) == 1) {
-            ok &= cn_buf_printf(out, "parent      %s (depth %s, root %s)\n", PQgetvalue(p, 0, 0),
-                                PQgetvalue(p, 0, 2), PQgetvalue(p, 0, 1)) == CN_OK;
+            ok &= cn_buf_printf(out, "parent      %s (depth %s, root %s)\n",
+                                ctl_col(p, 0, "parent_id"), ctl_col(p, 0, "depth"),
+                                ctl_col(p, 0, "root")) == CN_OK;
         }
         if (n > 0) {
             ok &= cn_buf_printf(out, "children    %s%d (cairnctl tree %s shows them all)\n",
                                 n > 1000 ? "more than " : "", n > 1000 ? 1000 : n, id) == CN_OK;
         }
         for (i = 0; i < n && i < 20; i++) {
-            ok &= cn_buf_printf(out, "  %s %s %s (%s, exec %s attempt %s)\n", PQgetvalue(r, i, 0),
-                                PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
-                                PQgetvalue(r, i, 4), PQgetvalue(r, i, 5)) == CN_OK;
+            ok &= cn_buf_printf(out, "  %s %s %s (%s, exec %s attempt %s)\n",
+                                ctl_col(r, i, "instance_id"), ctl_col(r, i, "workflow_name"),
+                                ctl_col(r, i, "status"), ctl_col(r, i, "started_by"),
+                                ctl_col(r, i, "parent_exec_id"),
+                                ctl_col(r, i, "parent_attempt")) == CN_OK;
         }
         if (n > 20) {
             ok &= cn_buf_printf(out, "  ...\n") == CN_OK;

@@ -20,17 +20,20 @@
 
 /* Limits are per (tenant, workflow) and the queue row carries its tenant (sql/0017): the
  * schema owner sees every tenant's, so the limit and the slots held are those of the
- * instance's own tenant; columns 9 and 10 are the tenant's quota and the slots it holds. */
+ * instance's own tenant; quota and tenant_running are the tenant's quota and the slots it
+ * holds. */
 static const char *const limit_sql =
-    "SELECT q.limit_name IS NOT NULL AND NOT q.holds_slot, q.limit_key, wl.max_running,"
-    " wl.max_per_key,"
+    "SELECT q.limit_name IS NOT NULL AND NOT q.holds_slot AS limited, q.limit_key,"
+    " wl.max_running, wl.max_per_key,"
     " (SELECT count(*) FROM cairn.queued_instances h WHERE h.tenant_id = q.tenant_id"
-    "   AND h.limit_name = q.limit_name AND h.holds_slot),"
+    "   AND h.limit_name = q.limit_name AND h.holds_slot) AS running,"
     " (SELECT count(*) FROM cairn.queued_instances h WHERE h.tenant_id = q.tenant_id"
-    "   AND h.limit_name = q.limit_name AND h.holds_slot AND h.limit_key = q.limit_key),"
-    " q.scheduled_at > now(), q.scheduled_at, q.lock_uuid IS NOT NULL, t.max_running,"
+    "   AND h.limit_name = q.limit_name AND h.holds_slot AND h.limit_key = q.limit_key)"
+    "   AS key_running,"
+    " q.scheduled_at > now() AS later, q.scheduled_at, q.lock_uuid IS NOT NULL AS held,"
+    " t.max_running AS quota,"
     " (SELECT count(*) FROM cairn.queued_instances h WHERE h.tenant_id = q.tenant_id"
-    "   AND h.holds_slot), q.tenant_id"
+    "   AND h.holds_slot) AS tenant_running, q.tenant_id"
     " FROM cairn.queued_instances q"
     " LEFT JOIN cairn.workflow_limits wl ON wl.tenant_id = q.tenant_id"
     "  AND wl.workflow_name = q.limit_name"
@@ -40,8 +43,8 @@ static const char *const limit_sql =
 /* Live runners (seen within a minute) with workers for the action, and the attempts waiting
  * for one of its slots across them. */
 static const char *const fleet_sql =
-    "SELECT count(*), coalesce(sum((actions -> $1 ->> 'workers')::bigint), 0),"
-    " coalesce(sum((actions -> $1 ->> 'waiting')::bigint), 0)"
+    "SELECT count(*) AS runners, coalesce(sum((actions -> $1 ->> 'workers')::bigint), 0) AS"
+    " workers, coalesce(sum((actions -> $1 ->> 'waiting')::bigint), 0) AS waiting"
     " FROM cairn.runners WHERE seen_at > now() - interval '60 seconds'";
 
 static void add(struct cn_buf *out, const char *fmt, ...) CN_PRINTF(2, 3);
@@ -93,9 +96,8 @@ action_reason(PGconn *c, const char *action, long long attempt, struct cn_buf *o
     PGresult *r = NULL;
 
     if (rn_db_exec(c, fleet_sql, 1, params, &r, &em) == CN_OK && PQntuples(r) == 1 &&
-        strtoll(PQgetvalue(r, 0, 0), NULL, 10) > 0) {
-        long long workers = strtoll(PQgetvalue(r, 0, 1), NULL, 10),
-                  waiting = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
+        ctl_col_int(r, 0, "runners") > 0) {
+        long long workers = ctl_col_int(r, 0, "workers"), waiting = ctl_col_int(r, 0, "waiting");
         if (workers == 0) {
             add(out, "no connected worker serves `%s` (%lld attempt%s waiting across the fleet)",
                 action, waiting, waiting == 1 ? "" : "s");
@@ -112,6 +114,42 @@ action_reason(PGconn *c, const char *action, long long attempt, struct cn_buf *o
         add(out, "the result of `%s` (attempt %lld; no runner is running)", action, attempt);
     }
     PQclear(r);
+}
+
+/* The reason the queue row q gives: a concurrency slot (the key's, the workflow's or the
+ * tenant's that is full), its start or wake-up time, or a runner to claim it. */
+static void
+queue_reason(const PGresult *q, const char *status, struct cn_buf *out)
+{
+    bool later = ctl_col_true(q, 0, "later"), held = ctl_col_true(q, 0, "held");
+    const char *at = ctl_col(q, 0, "scheduled_at");
+
+    if (ctl_col_true(q, 0, "limited") && !later) {
+        if (ctl_col_opt(q, 0, "limit_key") != NULL &&
+            ctl_col_int(q, 0, "key_running") >= ctl_col_int(q, 0, "max_per_key")) {
+            add(out, "a concurrency slot: key '%s' has %s running, its limit (cairnctl limit list)",
+                ctl_col(q, 0, "limit_key"), ctl_col(q, 0, "key_running"));
+        } else if (ctl_col_opt(q, 0, "max_running") != NULL &&
+                   ctl_col_int(q, 0, "running") >= ctl_col_int(q, 0, "max_running")) {
+            add(out, "a concurrency slot: workflow runs %s of at most %s (cairnctl limit list)",
+                ctl_col(q, 0, "running"), ctl_col(q, 0, "max_running"));
+        } else if (ctl_col_opt(q, 0, "quota") != NULL &&
+                   ctl_col_int(q, 0, "tenant_running") >= ctl_col_int(q, 0, "quota")) {
+            add(out,
+                "a concurrency slot: tenant %s runs %s of at most %s (its quota: cairnctl "
+                "tenant list)",
+                ctl_col(q, 0, "tenant_id"), ctl_col(q, 0, "tenant_running"),
+                ctl_col(q, 0, "quota"));
+        } else {
+            add(out, "a concurrency slot: one is free, the next claim takes it");
+        }
+    } else if (later && strcmp(status, "queued") == 0) {
+        add(out, "its start time, %s", at);
+    } else if (later && !held) {
+        add(out, "its next wake-up at %s (no runner holds it meanwhile)", at);
+    } else if (!held) {
+        add(out, "a runner to claim it (due since %s)", at);
+    }
 }
 
 int
@@ -133,36 +171,7 @@ ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val li
         return EXIT_DB;
     }
     if (PQntuples(q) == 1) {
-        bool limited = strcmp(PQgetvalue(q, 0, 0), "t") == 0;
-        bool later = strcmp(PQgetvalue(q, 0, 6), "t") == 0;
-        bool held = strcmp(PQgetvalue(q, 0, 8), "t") == 0;
-
-        if (limited && !later) {
-            if (!PQgetisnull(q, 0, 1) &&
-                strtoll(PQgetvalue(q, 0, 5), NULL, 10) >= strtoll(PQgetvalue(q, 0, 3), NULL, 10)) {
-                add(out,
-                    "a concurrency slot: key '%s' has %s running, its limit (cairnctl limit list)",
-                    PQgetvalue(q, 0, 1), PQgetvalue(q, 0, 5));
-            } else if (!PQgetisnull(q, 0, 2) && strtoll(PQgetvalue(q, 0, 4), NULL, 10) >=
-                                                    strtoll(PQgetvalue(q, 0, 2), NULL, 10)) {
-                add(out, "a concurrency slot: workflow runs %s of at most %s (cairnctl limit list)",
-                    PQgetvalue(q, 0, 4), PQgetvalue(q, 0, 2));
-            } else if (!PQgetisnull(q, 0, 9) && strtoll(PQgetvalue(q, 0, 10), NULL, 10) >=
-                                                    strtoll(PQgetvalue(q, 0, 9), NULL, 10)) {
-                add(out,
-                    "a concurrency slot: tenant %s runs %s of at most %s (its quota: cairnctl "
-                    "tenant list)",
-                    PQgetvalue(q, 0, 11), PQgetvalue(q, 0, 10), PQgetvalue(q, 0, 9));
-            } else {
-                add(out, "a concurrency slot: one is free, the next claim takes it");
-            }
-        } else if (later && strcmp(status, "queued") == 0) {
-            add(out, "its start time, %s", PQgetvalue(q, 0, 7));
-        } else if (later && !held) {
-            add(out, "its next wake-up at %s (no runner holds it meanwhile)", PQgetvalue(q, 0, 7));
-        } else if (!held) {
-            add(out, "a runner to claim it (due since %s)", PQgetvalue(q, 0, 7));
-        }
+        queue_reason(q, status, out);
     }
     PQclear(q);
     if (live.type != IR_T_LIST || strcmp(status, "running") != 0) {

@@ -99,6 +99,66 @@ CAIRN_TENANT=9x CAIRN_DATABASE_URL=postgresql:///nowhere "$ctl" list >/dev/null 
 [ $? -eq 2 ] || fail "tenant quota acme 0: want exit 2"
 "$ctl" tenant frobnicate >/dev/null 2>&1
 [ $? -eq 2 ] || fail "tenant frobnicate: want exit 2"
+# 4a. One table per command group, one dispatcher: help, --help and -h list the commands on
+#     stdout (exit 0); an unknown one, or none, is a usage error with the list on stderr; `help
+#     CMD...` is `CMD... --help`. A command's synopsis is written once: `cairnctl help` shows
+#     for each command the line its --help starts with, and the README's cairnctl reference
+#     names every option a command's --help lists.
+for group in "" schedule limit backfill retention tenant; do
+    # shellcheck disable=SC2086
+    for h in help --help -h; do
+        "$ctl" $group $h >"$tmp/out" 2>"$tmp/err"
+        [ $? -eq 0 ] && grep -q "^Usage: cairnctl ${group:+$group }COMMAND" "$tmp/out" && [ ! -s "$tmp/err" ] ||
+            fail "cairnctl $group $h: want the listing on stdout, exit 0"
+    done
+    # shellcheck disable=SC2086
+    "$ctl" $group frobnicate >"$tmp/out" 2>"$tmp/err"
+    [ $? -eq 2 ] && grep -q "^cairnctl${group:+ $group}: unknown command 'frobnicate'" "$tmp/err" &&
+        grep -q "^Usage: " "$tmp/err" && [ ! -s "$tmp/out" ] ||
+        fail "cairnctl $group frobnicate: want the error and the listing on stderr, exit 2"
+done
+"$ctl" schedule >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "^Usage: cairnctl schedule COMMAND" "$tmp/err" || fail "schedule alone: want exit 2"
+cmp -s <("$ctl" help schedule add) <("$ctl" schedule add --help) || fail "help schedule add is not schedule add --help"
+cmp -s <("$ctl" help run) <("$ctl" run --help) || fail "help run is not run --help"
+cmp -s <("$ctl" schedule help next) <("$ctl" schedule next --help) || fail "schedule help next is not next --help"
+"$ctl" schedule list --help | grep -q "^NAME " && fail "schedule list --help printed the table's header"
+python3 - "$ctl" "$root/README.md" >"$tmp/out" 2>&1 <<'PY' || fail "help and README: $(cat "$tmp/out")"
+import re, subprocess, sys
+ctl, readme = sys.argv[1], sys.argv[2]
+def run(*args):
+    return subprocess.run([ctl, *args], capture_output=True, text=True).stdout
+text = open(readme).read()
+ref = text[text.index("## cairnctl reference"):]
+ref = ref[:ref.index("\n## ", 5)]
+cells = [l.split(" | ")[0] for l in ref.splitlines() if l.startswith("| `cairnctl ")]
+bad = []
+for line in run("help").splitlines():
+    m = re.match(r"^  ([a-z-]+)(?: ([a-z-]+))?", line)
+    if not m or m.group(1) == "help":
+        continue
+    words = [m.group(1)]
+    if run(m.group(1), "--help").startswith("Usage: cairnctl %s COMMAND" % m.group(1)):
+        words.append(m.group(2))
+    name = " ".join(words)
+    page = run(*words, "--help")
+    if page.splitlines()[0] != "Usage: cairnctl " + line.strip():
+        bad.append(f"{name}: `help` shows `{line.strip()}`, --help `{page.splitlines()[0]}`")
+    listed = set(re.findall(r"^  (?:-\w, )?--([a-z-]+)", page, re.M)) - {"help"}
+    doc, rows = set(), 0
+    for c in cells:
+        head = re.match(r"\| `cairnctl ([a-z-]+)", c).group(1)
+        if head == words[0] and (len(words) == 1 or re.search(r"\b%s\b" % words[1], c)):
+            doc |= set(re.findall(r"--([a-z-]+)", c))
+            rows += 1
+    if rows == 0:
+        bad.append(f"{name}: not in README's cairnctl reference")
+    elif listed - doc - {"database-url", "tenant"}:
+        bad.append(f"{name}: README does not name {sorted(listed - doc - {'database-url', 'tenant'})}")
+if bad:
+    print("\n".join(bad))
+    sys.exit(1)
+PY
 "$ctl" check "$root/examples/hello.cairn" "$root/tests/cli/broken/tabs.cairn" >/dev/null 2>&1
 [ $? -eq 1 ] || fail "mixed good and bad files: want exit 1"
 printf 'fn main():\n    return 1\n' | "$ctl" check - >/dev/null || fail "check - (stdin) failed"
