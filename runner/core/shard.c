@@ -61,10 +61,17 @@ struct inst {
     struct rn_steplog steps;     /* which steps its results alone record (handle_output) */
 };
 
+/* Whether the table allows from -> to. */
+static inline bool
+inst_move_ok(unsigned from, unsigned to)
+{
+    return from < INST_STATES_ && to < INST_STATES_ && (inst_moves[from] >> to & 1u);
+}
+
 static void
 inst_move(struct inst *in, enum inst_state to)
 {
-    assert(in->state < INST_STATES_ && (inst_moves[in->state] >> to & 1u));
+    assert(inst_move_ok(in->state, to));
     in->state = to;
 }
 
