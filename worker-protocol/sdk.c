@@ -193,10 +193,7 @@ sdk_join_controls(struct cairn_worker *w)
     uint32_t k;
 
     for (k = 0; k < w->nlinks; k++) {
-        if (w->links[k]->ctl_started) {
-            (void) pthread_join(w->links[k]->ctl_thread, NULL);
-            w->links[k]->ctl_started = false;
-        }
+        cn_thread_wait(&w->links[k]->ctl_thread);
     }
 }
 
@@ -232,9 +229,7 @@ sdk_teardown(struct cairn_worker *w)
         }
     }
     for (i = 0; w->slots != NULL && i < w->nslots; i++) {
-        if (w->slots[i].thread_started) {
-            (void) pthread_join(w->slots[i].thread, NULL);
-        }
+        cn_thread_wait(&w->slots[i].thread);
         cn_cond_destroy(&w->slots[i].wake);
     }
     for (k = 0; k < w->nlinks; k++) {
@@ -277,6 +272,7 @@ cairn_worker_start(struct cairn_worker *w)
 {
     int64_t deadline;
     uint32_t i, k, welcomed, refused;
+    struct cn_errmsg em;
     cn_err rv = CN_OK;
 
     sdk_lock(w);
@@ -300,17 +296,17 @@ cairn_worker_start(struct cairn_worker *w)
     }
     /* The control threads say hello; start() returns once any runner welcomed the worker (the
      * others are greeted as they come up), or fails when every one refused it. */
-    for (k = 0; k < w->nlinks; k++) {
-        if (pthread_create(&w->links[k]->ctl_thread, NULL, wp_sdk_ctl_main, w->links[k]) != 0) {
-            abort();
-        }
-        w->links[k]->ctl_started = true;
+    for (k = 0; k < w->nlinks && rv == CN_OK; k++) {
+        rv = cn_thread_start(&w->links[k]->ctl_thread, "cairn-wk-ctl", wp_sdk_ctl_main, w->links[k],
+                             &em);
     }
-    for (i = 0; i < w->nslots; i++) {
-        if (pthread_create(&w->slots[i].thread, NULL, wp_sdk_slot_main, &w->slots[i]) != 0) {
-            abort();
-        }
-        w->slots[i].thread_started = true;
+    for (i = 0; i < w->nslots && rv == CN_OK; i++) {
+        rv = cn_thread_start(&w->slots[i].thread, "cairn-wk-slot", wp_sdk_slot_main, &w->slots[i],
+                             &em);
+    }
+    if (rv != CN_OK) {
+        (void) wp_sdk_fail(w->links[0], rv, "cannot start", em.text);
+        goto fail;
     }
     deadline = w->start_timeout_ms != 0 ? cn_mono_ms() + w->start_timeout_ms : INT64_MAX;
     sdk_lock(w);

@@ -81,8 +81,7 @@ struct sdk_fetch {
 
 struct sdk_slot {
     struct cairn_worker *w;
-    pthread_t thread;
-    bool thread_started;
+    struct cn_thread thread;
     /* the attempt being run, for `cancel` matching; protected by w->mtx */
     bool running;
     struct sdk_link *link;
@@ -111,9 +110,8 @@ struct sdk_link {
     uint32_t hello_delay_ms; /* wait before that hello: grows while sessions keep failing */
     uint64_t gen;            /* connections lost so far */
     uint64_t welcomes;       /* sessions opened */
-    bool ctl_started;
-    bool ctl_busy;      /* control aio has an operation pending */
-    uint32_t room_said; /* the room the latest `ready` sent here gave */
+    bool ctl_busy;           /* control aio has an operation pending */
+    uint32_t room_said;      /* the room the latest `ready` sent here gave */
     struct sdk_out *outbox;
     uint32_t nout, capout;
     struct sdk_cancel cancels[SDK_CANCEL_MEMORY];
@@ -127,7 +125,7 @@ struct sdk_link {
     nng_dialer dialer;
     nng_ctx ctl_ctx;
     nng_aio *ctl_aio;
-    pthread_t ctl_thread;
+    struct cn_thread ctl_thread;
     struct sdk_fetch fetch[SDK_FETCHES];
 };
 

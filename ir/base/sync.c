@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Checked pthread calls and monotonic condition waits (see sync.h). */
+#define _GNU_SOURCE /* pthread_setname_np; must precede every include */
 #include "ir/base/sync.h"
 
 #include <errno.h>
@@ -100,4 +101,40 @@ void
 cn_thread_join(pthread_t t)
 {
     CHECK(pthread_join(t, NULL));
+}
+
+void
+cn_cond_raise(pthread_mutex_t *m, pthread_cond_t *c, bool *flag)
+{
+    cn_mutex_lock(m);
+    *flag = true;
+    cn_cond_broadcast(c);
+    cn_mutex_unlock(m);
+}
+
+cn_err
+cn_thread_start(struct cn_thread *t, const char *name, void *(*fn)(void *), void *arg,
+                struct cn_errmsg *err)
+{
+    char shown[16];
+    int rv;
+
+    t->started = false;
+    if ((rv = pthread_create(&t->id, NULL, fn, arg)) != 0) {
+        return cn_errmsg_set(err, CN_NOMEM, "cannot start the %s thread: %s", name, strerror(rv));
+    }
+    t->started = true;
+    /* Only a name over the kernel's length fails (ERANGE), so it is cut to fit, not checked. */
+    (void) snprintf(shown, sizeof(shown), "%s", name);
+    (void) pthread_setname_np(t->id, shown);
+    return CN_OK;
+}
+
+void
+cn_thread_wait(struct cn_thread *t)
+{
+    if (t->started) {
+        cn_thread_join(t->id);
+        t->started = false;
+    }
 }

@@ -21,7 +21,6 @@
 struct rn_canceller {
     struct rn_canceller_cfg cfg;
     struct rn_canceller_hooks hooks;
-    pthread_t thread;
     struct rn_stop stop;
     _Atomic uint64_t runs, failures; /* waits for notices, and those that failed */
     struct {
@@ -122,6 +121,7 @@ rn_canceller_start(const struct rn_canceller_cfg *cfg, const struct rn_canceller
                    struct rn_canceller **out, struct cn_errmsg *err)
 {
     struct rn_canceller *c;
+    cn_err rv;
 
     *out = NULL;
     if (cfg->backend->ops->wait_notices == NULL || cfg->backend->ops->sweep_cancels == NULL) {
@@ -130,11 +130,9 @@ rn_canceller_start(const struct rn_canceller_cfg *cfg, const struct rn_canceller
     c = cn_xcalloc(1, sizeof(*c));
     c->cfg = *cfg;
     c->hooks = *hooks;
-    rn_stop_init(&c->stop);
-    if (pthread_create(&c->thread, NULL, canceller_main, c) != 0) {
-        rn_stop_fini(&c->stop);
+    if ((rv = rn_stop_start(&c->stop, "cairn-canceller", canceller_main, c, err)) != CN_OK) {
         free(c);
-        return cn_errmsg_set(err, CN_IO, "cannot start the canceller thread");
+        return rv;
     }
     *out = c;
     return CN_OK;
@@ -146,9 +144,7 @@ rn_canceller_stop(struct rn_canceller *c)
     if (c == NULL) {
         return;
     }
-    rn_stop_set(&c->stop);
-    cn_thread_join(c->thread);
-    rn_stop_fini(&c->stop);
+    rn_stop_join(&c->stop);
     free(c->heard.items);
     free(c);
 }

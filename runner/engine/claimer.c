@@ -19,8 +19,7 @@ struct rn_claimer {
     struct rn_claimer_cfg cfg;
     rn_claim_fn deliver;
     void *arg;
-    pthread_t thread;
-    bool started;
+    struct cn_thread thread;
     struct rn_dagcache dags; /* the claimer thread's only */
     _Atomic uint64_t claimed;
     pthread_mutex_t mtx;
@@ -225,18 +224,18 @@ rn_claimer_start(const struct rn_claimer_cfg *cfg, rn_claim_fn deliver, void *ar
                  struct rn_claimer **out, struct cn_errmsg *err)
 {
     struct rn_claimer *c = cn_xcalloc(1, sizeof(*c));
+    cn_err rv;
 
     c->cfg = *cfg;
     c->deliver = deliver;
     c->arg = arg;
     cn_mutex_init(&c->mtx);
     cn_cond_init(&c->cond);
-    if (pthread_create(&c->thread, NULL, claimer_main, c) != 0) {
+    if ((rv = cn_thread_start(&c->thread, "cairn-claimer", claimer_main, c, err)) != CN_OK) {
         rn_claimer_free(c);
         *out = NULL;
-        return cn_errmsg_set(err, CN_IO, "cannot start the claimer thread");
+        return rv;
     }
-    c->started = true;
     *out = c;
     return CN_OK;
 }
@@ -250,15 +249,11 @@ rn_claimer_claimed(struct rn_claimer *c)
 void
 rn_claimer_stop(struct rn_claimer *c)
 {
-    if (c == NULL || !c->started) {
+    if (c == NULL) {
         return;
     }
-    cn_mutex_lock(&c->mtx);
-    c->stop = true;
-    cn_cond_broadcast(&c->cond);
-    cn_mutex_unlock(&c->mtx);
-    cn_thread_join(c->thread);
-    c->started = false;
+    cn_cond_raise(&c->mtx, &c->cond, &c->stop);
+    cn_thread_wait(&c->thread);
 }
 
 void

@@ -27,8 +27,7 @@ struct rn_keeper {
     struct rn_keeper_cfg cfg;
     rn_lost_fn lost;
     void *arg;
-    pthread_t thread;
-    bool started;
+    struct cn_thread thread;
 
     pthread_mutex_t reg; /* guards leases and byid */
     struct {
@@ -320,6 +319,7 @@ rn_keeper_start(const struct rn_keeper_cfg *cfg, rn_lost_fn lost, void *arg, str
                 struct cn_errmsg *err)
 {
     struct rn_keeper *k = cn_xcalloc(1, sizeof(*k));
+    cn_err rv;
 
     k->cfg = *cfg;
     k->lost = lost;
@@ -327,12 +327,11 @@ rn_keeper_start(const struct rn_keeper_cfg *cfg, rn_lost_fn lost, void *arg, str
     cn_mutex_init(&k->reg);
     cn_mutex_init(&k->wake);
     cn_cond_init(&k->cond);
-    if (pthread_create(&k->thread, NULL, keeper_main, k) != 0) {
+    if ((rv = cn_thread_start(&k->thread, "cairn-keeper", keeper_main, k, err)) != CN_OK) {
         rn_keeper_stop(k);
         *out = NULL;
-        return cn_errmsg_set(err, CN_IO, "cannot start the lease keeper");
+        return rv;
     }
-    k->started = true;
     *out = k;
     return CN_OK;
 }
@@ -343,13 +342,8 @@ rn_keeper_stop(struct rn_keeper *k)
     if (k == NULL) {
         return;
     }
-    cn_mutex_lock(&k->wake);
-    k->stop = true;
-    cn_cond_signal(&k->cond);
-    cn_mutex_unlock(&k->wake);
-    if (k->started) {
-        cn_thread_join(k->thread);
-    }
+    cn_cond_raise(&k->wake, &k->cond, &k->stop);
+    cn_thread_wait(&k->thread);
     free(k->leases.items);
     rn_iidmap_fini(&k->byid);
     cn_cond_destroy(&k->cond);

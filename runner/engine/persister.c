@@ -3,6 +3,7 @@
 #include "runner/engine/persister.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,8 +19,7 @@
 
 struct pthread_slot {
     struct rn_persister *p;
-    pthread_t thread;
-    bool started;
+    struct cn_thread thread;
     struct rn_backend *b;
 };
 
@@ -150,7 +150,9 @@ rn_persister_start(struct rn_backend *const *backends, uint32_t n, rn_persist_ac
                    struct rn_persister **out, struct cn_errmsg *err)
 {
     struct rn_persister *p;
+    char name[16];
     uint32_t i;
+    cn_err rv;
 
     *out = NULL;
     if (n == 0 || n > RN_PERSISTERS_MAX) {
@@ -165,11 +167,12 @@ rn_persister_start(struct rn_backend *const *backends, uint32_t n, rn_persist_ac
     for (i = 0; i < n; i++) {
         p->slots[i].p = p;
         p->slots[i].b = backends[i];
-        if (pthread_create(&p->slots[i].thread, NULL, persister_main, &p->slots[i]) != 0) {
+        (void) snprintf(name, sizeof(name), "cairn-persist-%u", (unsigned) i);
+        if ((rv = cn_thread_start(&p->slots[i].thread, name, persister_main, &p->slots[i], err)) !=
+            CN_OK) {
             rn_persister_stop(p);
-            return cn_errmsg_set(err, CN_IO, "cannot start a persister thread");
+            return rv;
         }
-        p->slots[i].started = true;
     }
     *out = p;
     return CN_OK;
@@ -224,14 +227,9 @@ rn_persister_stop(struct rn_persister *p)
     if (p == NULL) {
         return;
     }
-    cn_mutex_lock(&p->mtx);
-    p->stop = true;
-    cn_cond_broadcast(&p->cond);
-    cn_mutex_unlock(&p->mtx);
+    cn_cond_raise(&p->mtx, &p->cond, &p->stop);
     for (i = 0; i < p->n; i++) {
-        if (p->slots[i].started) {
-            cn_thread_join(p->slots[i].thread);
-        }
+        cn_thread_wait(&p->slots[i].thread);
     }
     while (p->head != NULL) { /* only if no thread ever started */
         struct rn_wreq *q = p->head;

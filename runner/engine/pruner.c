@@ -18,7 +18,6 @@
 
 struct rn_pruner {
     struct rn_pruner_cfg cfg;
-    pthread_t thread;
     struct rn_stop stop;
     _Atomic uint64_t instances, actions, errors, runs;
 };
@@ -72,6 +71,7 @@ cn_err
 rn_pruner_start(const struct rn_pruner_cfg *cfg, struct rn_pruner **out, struct cn_errmsg *err)
 {
     struct rn_pruner *p;
+    cn_err rv;
 
     *out = NULL;
     if (cfg->backend->ops->prune_due == NULL) {
@@ -79,11 +79,9 @@ rn_pruner_start(const struct rn_pruner_cfg *cfg, struct rn_pruner **out, struct 
     }
     p = cn_xcalloc(1, sizeof(*p));
     p->cfg = *cfg;
-    rn_stop_init(&p->stop);
-    if (pthread_create(&p->thread, NULL, pruner_main, p) != 0) {
-        rn_stop_fini(&p->stop);
+    if ((rv = rn_stop_start(&p->stop, "cairn-pruner", pruner_main, p, err)) != CN_OK) {
         free(p);
-        return cn_errmsg_set(err, CN_IO, "cannot start the pruner thread");
+        return rv;
     }
     *out = p;
     return CN_OK;
@@ -107,9 +105,7 @@ rn_pruner_stop(struct rn_pruner *p)
     if (p == NULL) {
         return;
     }
-    rn_stop_set(&p->stop);
-    cn_thread_join(p->thread);
-    rn_stop_fini(&p->stop);
+    rn_stop_join(&p->stop);
     free(p);
 }
 

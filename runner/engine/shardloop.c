@@ -3,6 +3,7 @@
 #include "runner/engine/shardloop.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #ifdef __GLIBC__
 #include <malloc.h> /* malloc_trim */
@@ -17,8 +18,7 @@ struct rn_shardloop {
     struct rn_shard_cfg cfg;
     struct rn_shardloop_deps deps;
     struct rn_shard *sh; /* the thread's own while it runs; the stopper's after the join */
-    pthread_t thread;
-    bool started;
+    struct cn_thread thread;
     pthread_mutex_t mtx;
     pthread_cond_t cond;
     struct rn_sev *head, *tail; /* inbox; protected by mtx */
@@ -172,6 +172,8 @@ rn_shardloop_start(const struct rn_shard_cfg *cfg, const struct rn_shardloop_dep
                    struct rn_shardloop **out, struct cn_errmsg *err)
 {
     struct rn_shardloop *l = cn_xcalloc(1, sizeof(*l));
+    char name[16];
+    cn_err rv;
 
     *out = NULL;
     l->cfg = *cfg;
@@ -179,11 +181,11 @@ rn_shardloop_start(const struct rn_shard_cfg *cfg, const struct rn_shardloop_dep
     l->sh = rn_shard_new(cfg);
     cn_mutex_init(&l->mtx);
     cn_cond_init(&l->cond);
-    if (pthread_create(&l->thread, NULL, shardloop_main, l) != 0) {
+    (void) snprintf(name, sizeof(name), "cairn-shard-%u", (unsigned) cfg->index);
+    if ((rv = cn_thread_start(&l->thread, name, shardloop_main, l, err)) != CN_OK) {
         rn_shardloop_free(l);
-        return cn_errmsg_set(err, CN_IO, "cannot start a shard thread");
+        return rv;
     }
-    l->started = true;
     *out = l;
     return CN_OK;
 }
@@ -219,15 +221,11 @@ rn_shardloop_stop(struct rn_shardloop *l, struct rn_shard_out *handed)
 {
     size_t i;
 
-    if (!l->started) {
+    if (!l->thread.started) {
         return;
     }
-    cn_mutex_lock(&l->mtx);
-    l->stop = true;
-    cn_cond_signal(&l->cond);
-    cn_mutex_unlock(&l->mtx);
-    cn_thread_join(l->thread);
-    l->started = false;
+    cn_cond_raise(&l->mtx, &l->cond, &l->stop);
+    cn_thread_wait(&l->thread);
     /* The thread is gone: the shard is ours. Anything it produced but did not carry out is
      * dropped with it (only an output of the last batch could be, and carry_out ran). */
     rn_shard_hand_back(l->sh, &l->out);
@@ -261,7 +259,7 @@ rn_shardloop_free(struct rn_shardloop *l)
     if (l == NULL) {
         return;
     }
-    if (l->started) {
+    if (l->thread.started) {
         struct rn_shard_out scratch;
         memset(&scratch, 0, sizeof(scratch));
         rn_shardloop_stop(l, &scratch);

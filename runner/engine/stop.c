@@ -5,19 +5,34 @@
 #include "ir/base/clock.h"
 #include "ir/base/sync.h"
 
-void
-rn_stop_init(struct rn_stop *s)
-{
-    atomic_init(&s->set, false);
-    cn_mutex_init(&s->mtx);
-    cn_cond_init(&s->cond);
-}
-
-void
-rn_stop_fini(struct rn_stop *s)
+static void
+stop_fini(struct rn_stop *s)
 {
     cn_cond_destroy(&s->cond);
     cn_mutex_destroy(&s->mtx);
+}
+
+cn_err
+rn_stop_start(struct rn_stop *s, const char *name, void *(*fn)(void *), void *arg,
+              struct cn_errmsg *err)
+{
+    cn_err rv;
+
+    atomic_init(&s->set, false);
+    cn_mutex_init(&s->mtx);
+    cn_cond_init(&s->cond);
+    if ((rv = cn_thread_start(&s->thread, name, fn, arg, err)) != CN_OK) {
+        stop_fini(s);
+    }
+    return rv;
+}
+
+void
+rn_stop_join(struct rn_stop *s)
+{
+    rn_stop_set(s);
+    cn_thread_wait(&s->thread);
+    stop_fini(s);
 }
 
 void

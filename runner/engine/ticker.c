@@ -33,7 +33,6 @@ struct job {
 struct rn_ticker {
     struct rn_ticker_cfg cfg;
     struct rn_ticker_hooks hooks;
-    pthread_t thread;
     struct rn_stop stop; /* its mutex guards jobs[].at_ms (pokes) and the counters */
     struct job jobs[RN_JOB_COUNT];
 };
@@ -350,6 +349,7 @@ rn_ticker_start(const struct rn_ticker_cfg *cfg, const struct rn_ticker_hooks *h
     struct rn_ticker *t;
     int64_t now = cn_mono_ms();
     int j, any = 0;
+    cn_err rv;
 
     *out = NULL;
     t = cn_xcalloc(1, sizeof(*t));
@@ -373,11 +373,9 @@ rn_ticker_start(const struct rn_ticker_cfg *cfg, const struct rn_ticker_hooks *h
         free(t);
         return CN_OK;
     }
-    rn_stop_init(&t->stop);
-    if (pthread_create(&t->thread, NULL, ticker_main, t) != 0) {
-        rn_stop_fini(&t->stop);
+    if ((rv = rn_stop_start(&t->stop, "cairn-ticker", ticker_main, t, err)) != CN_OK) {
         free(t);
-        return cn_errmsg_set(err, CN_IO, "cannot start the ticker thread");
+        return rv;
     }
     *out = t;
     return CN_OK;
@@ -419,8 +417,7 @@ rn_ticker_stop(struct rn_ticker *t)
     if (t == NULL) {
         return;
     }
-    rn_stop_set(&t->stop);
-    cn_thread_join(t->thread);
+    rn_stop_join(&t->stop);
     /* what the shards handed over until they stopped */
     if (t->jobs[RN_JOB_LATE].run != NULL) {
         record_late(t);
@@ -428,6 +425,5 @@ rn_ticker_stop(struct rn_ticker *t)
     if (t->jobs[RN_JOB_REAP].run != NULL) {
         reap(t);
     }
-    rn_stop_fini(&t->stop);
     free(t);
 }

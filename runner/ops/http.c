@@ -80,8 +80,7 @@ struct rn_http {
     int port;
     int evfd;
     int epfd;
-    pthread_t thread;
-    bool started;
+    struct cn_thread thread;
 
     /* The loop thread's: */
     struct conn *oldest, *newest;
@@ -670,15 +669,19 @@ rn_http_start(const struct rn_http_cfg *cfg, const struct rn_http_routes *routes
     di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
     h->epfd = di != NULL ? di->epoll_fd : -1;
     h->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (h->epfd < 0 || h->evfd < 0 || pthread_create(&h->thread, NULL, loop_main, h) != 0) {
+    if (h->epfd < 0 || h->evfd < 0) {
+        rv = cn_errmsg_set(err, CN_IO, "http: no epoll or event descriptor: %s", strerror(errno));
+    } else {
+        rv = cn_thread_start(&h->thread, "cairn-http", loop_main, h, err);
+    }
+    if (rv != CN_OK) {
         MHD_stop_daemon(h->d);
         if (h->evfd >= 0) {
             (void) close(h->evfd);
         }
         http_unref(h);
-        return cn_errmsg_set(err, CN_IO, "http: cannot start its thread");
+        return rv;
     }
-    h->started = true;
     *out = h;
     return CN_OK;
 }
@@ -732,7 +735,7 @@ rn_http_stop(struct rn_http *h)
     h->stop = true;
     cn_mutex_unlock(&h->mtx);
     wake(h);
-    cn_thread_join(h->thread);
+    cn_thread_wait(&h->thread);
     /* Closes every connection: their requests end (on_completed) and give up their counts. */
     MHD_stop_daemon(h->d);
     (void) close(h->evfd);

@@ -39,8 +39,7 @@ struct rn_status {
     char id[CN_UUID_TEXT_LEN + 1];
     char host[256];
     int64_t pid;
-    pthread_t db_thread, answer_thread;
-    bool db_started, answer_started;
+    struct cn_thread db_thread, answer_thread;
     pthread_mutex_t mtx;
     pthread_cond_t work; /* the database thread: a refresh is wanted, or stop */
     pthread_cond_t wake; /* the answer thread: a request parked, or stop */
@@ -647,6 +646,7 @@ cn_err
 rn_status_start(const struct rn_status_cfg *cfg, struct rn_status **out, struct cn_errmsg *err)
 {
     struct rn_status *s = cn_xcalloc(1, sizeof(*s));
+    cn_err rv;
 
     *out = NULL;
     s->url = cfg->database_url != NULL ? cn_xstrdup(cfg->database_url) : NULL;
@@ -661,16 +661,11 @@ rn_status_start(const struct rn_status_cfg *cfg, struct rn_status **out, struct 
     cn_mutex_init(&s->mtx);
     cn_cond_init(&s->work);
     cn_cond_init(&s->wake);
-    if (pthread_create(&s->db_thread, NULL, db_main, s) != 0) {
+    if ((rv = cn_thread_start(&s->db_thread, "cairn-status-db", db_main, s, err)) != CN_OK ||
+        (rv = cn_thread_start(&s->answer_thread, "cairn-status", answer_main, s, err)) != CN_OK) {
         rn_status_stop(s);
-        return cn_errmsg_set(err, CN_NOMEM, "status: cannot start a thread");
+        return rv;
     }
-    s->db_started = true;
-    if (pthread_create(&s->answer_thread, NULL, answer_main, s) != 0) {
-        rn_status_stop(s);
-        return cn_errmsg_set(err, CN_NOMEM, "status: cannot start a thread");
-    }
-    s->answer_started = true;
     cn_log(CN_LOG_INFO, "status: this runner is %s in cairn.runners", s->id);
     *out = s;
     return CN_OK;
@@ -689,12 +684,8 @@ rn_status_stop(struct rn_status *s)
     cn_cond_broadcast(&s->work);
     cn_cond_broadcast(&s->wake);
     cn_mutex_unlock(&s->mtx);
-    if (s->answer_started) {
-        cn_thread_join(s->answer_thread);
-    }
-    if (s->db_started) {
-        cn_thread_join(s->db_thread);
-    }
+    cn_thread_wait(&s->answer_thread);
+    cn_thread_wait(&s->db_thread);
     /* Both threads are gone: what is still parked is answered here, from the last data. */
     for (i = 0; i < s->parked.len; i++) {
         answer(s, s->parked.items[i].req);

@@ -255,6 +255,7 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
               struct cn_errmsg *err)
 {
     struct rn_pool *p;
+    cn_err rv;
 
     if (cfg->listen_url == NULL || fn == NULL) {
         return CN_INVAL;
@@ -282,7 +283,6 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
                                     cfg->tls_ca_file, cfg->tls_require_client_cert};
         struct rn_sprep_ops ops = {rn_pl_on_accepted, rn_pl_on_request, rn_pl_on_closed, p};
         struct cn_errmsg em;
-        cn_err rv;
         if ((rv = rn_sprep_start(&scfg, &ops, &p->srv, &em)) != CN_OK) {
             cn_mutex_destroy(&p->mtx);
             cn_cond_destroy(&p->cond);
@@ -292,11 +292,10 @@ rn_pool_start(const struct rn_pool_cfg *cfg, rn_pool_result_fn fn, void *arg, st
         }
     }
     p->port = rn_sprep_port(p->srv);
-    if (pthread_create(&p->timer, NULL, rn_pl_timer_main, p) != 0) {
+    if ((rv = cn_thread_start(&p->timer, "cairn-pool-timer", rn_pl_timer_main, p, err)) != CN_OK) {
         rn_pool_stop(p);
-        return CN_NOMEM;
+        return rv;
     }
-    p->timer_started = true;
     *out = p;
     return CN_OK;
 }
@@ -671,9 +670,7 @@ rn_pool_stop(struct rn_pool *p)
     p->stopping = true;
     cn_cond_signal(&p->cond);
     cn_mutex_unlock(&p->mtx);
-    if (p->timer_started) {
-        cn_thread_join(p->timer);
-    }
+    cn_thread_wait(&p->timer);
     if (!rn_sprep_stop(p->srv, WP_CLOSE_TIMEOUT_MS)) {
         pool_leave_behind(p);
         return;

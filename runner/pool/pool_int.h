@@ -101,8 +101,7 @@ struct out_result {
 struct rn_pool {
     pthread_mutex_t mtx;
     pthread_cond_t cond;
-    pthread_t timer;
-    bool timer_started;
+    struct cn_thread timer;
     bool stopping;
     struct rn_pool *left_next; /* in left_behind, when its transport did not close */
     struct rn_sprep *srv;
