@@ -71,6 +71,34 @@ AS $$
     RETURNING v.id, v.workflow_version, v.ir_hash
 $$;
 
+-- The latest (or the given) version of a workflow of the caller's tenant, for the API functions
+-- that take a workflow by name; none is undefined_object (42704) in p_caller's name: 'unknown
+-- workflow "W" (register it first)', or 'workflow "W" has no version "V"'. Not a definer: it
+-- runs with the rights of the API function that calls it. cairn.enqueue, on the hot path, makes
+-- the same lookup inline and reads two columns only.
+CREATE OR REPLACE FUNCTION cairn.find_version(p_caller text, p_workflow text,
+                                              p_version text DEFAULT NULL)
+RETURNS cairn.workflow_versions
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v cairn.workflow_versions%ROWTYPE;
+BEGIN
+    SELECT * INTO v FROM cairn.workflow_versions w
+     WHERE w.tenant_id = cairn.current_tenant() AND w.workflow_name = p_workflow
+       AND (p_version IS NULL OR w.workflow_version = p_version)
+     ORDER BY w.created_at DESC LIMIT 1;
+    IF NOT FOUND THEN
+        IF p_version IS NULL THEN
+            RAISE EXCEPTION '%: unknown workflow "%" (register it first)', p_caller, p_workflow
+                USING ERRCODE = 'undefined_object';
+        END IF;
+        RAISE EXCEPTION '%: workflow "%" has no version "%"', p_caller, p_workflow, p_version
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN v;
+END
+$$;
+
 -- Enqueues an instance of the latest (or the given) version of a workflow of the caller's tenant
 -- and returns its id. With an idempotency key that was used before for the workflow, returns
 -- that instance and enqueues nothing. Every check runs before the idempotency lookup: a request

@@ -25,15 +25,7 @@ BEGIN
         RAISE EXCEPTION 'cairn.schedule_add: give a cron expression or an interval, not both'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM 1 FROM cairn.workflow_versions v
-      WHERE v.tenant_id = cairn.current_tenant() AND v.workflow_name = p_workflow
-        AND (p_workflow_version IS NULL OR v.workflow_version = p_workflow_version);
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'cairn.schedule_add: unknown workflow "%"%', p_workflow,
-            CASE WHEN p_workflow_version IS NULL THEN ' (register it first)'
-                 ELSE format(' version "%s"', p_workflow_version) END
-            USING ERRCODE = 'undefined_object';
-    END IF;
+    PERFORM cairn.find_version('cairn.schedule_add', p_workflow, p_workflow_version);
     PERFORM now() AT TIME ZONE p_timezone; -- an unknown zone raises 22023 here
     INSERT INTO cairn.schedules (tenant_id, name, workflow_name, workflow_version, cron, every_ms,
                                  timezone, input, jitter_ms, catch_up, paused)

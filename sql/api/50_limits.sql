@@ -115,11 +115,7 @@ AS $$
 DECLARE
     v_tenant text := cairn.current_tenant();
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM cairn.workflow_versions v
-                    WHERE v.tenant_id = v_tenant AND v.workflow_name = p_workflow) THEN
-        RAISE EXCEPTION 'cairn.limit_set: unknown workflow "%" (register it first)', p_workflow
-            USING ERRCODE = 'undefined_object';
-    END IF;
+    PERFORM cairn.find_version('cairn.limit_set', p_workflow);
     IF p_max_running IS NOT NULL AND p_max_running < 1 OR p_max_per_key < 1 THEN
         RAISE EXCEPTION 'cairn.limit_set: limits must be at least 1 (got %, %)',
             p_max_running, p_max_per_key

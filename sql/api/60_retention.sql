@@ -156,11 +156,7 @@ AS $$
 DECLARE
     v_tenant text := cairn.current_tenant();
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM cairn.workflow_versions v
-                    WHERE v.tenant_id = v_tenant AND v.workflow_name = p_workflow) THEN
-        RAISE EXCEPTION 'cairn.retention_set: unknown workflow "%" (register it first)',
-            p_workflow USING ERRCODE = 'undefined_object';
-    END IF;
+    PERFORM cairn.find_version('cairn.retention_set', p_workflow);
     IF p_keep <= interval '0' THEN
         RAISE EXCEPTION 'cairn.retention_set: retention must be positive, got %', p_keep
             USING ERRCODE = 'invalid_parameter_value', HINT = 'NULL keeps them for ever.';

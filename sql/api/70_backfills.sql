@@ -81,18 +81,7 @@ DECLARE
     v_kind text;
     v_id uuid;
 BEGIN
-    SELECT v.inputs INTO v_inputs FROM cairn.workflow_versions v
-     WHERE v.tenant_id = cairn.current_tenant() AND v.workflow_name = p_workflow
-       AND (p_version IS NULL OR v.workflow_version = p_version)
-     ORDER BY v.created_at DESC LIMIT 1;
-    IF NOT FOUND THEN
-        IF p_version IS NULL THEN
-            RAISE EXCEPTION 'cairn.backfill_create: unknown workflow "%" (register it first)',
-                p_workflow USING ERRCODE = 'undefined_object';
-        END IF;
-        RAISE EXCEPTION 'cairn.backfill_create: workflow "%" has no version "%"', p_workflow,
-            p_version USING ERRCODE = 'undefined_object';
-    END IF;
+    v_inputs := (cairn.find_version('cairn.backfill_create', p_workflow, p_version)).inputs;
     IF p_param IS NULL OR p_param !~ '^[A-Za-z_][A-Za-z0-9_]{0,63}$' THEN
         RAISE EXCEPTION 'cairn.backfill_create: the parameter "%" is not a name', p_param
             USING ERRCODE = 'invalid_parameter_value';
@@ -310,42 +299,41 @@ BEGIN
 END
 $$;
 
--- Pausing: only a running backfill; nothing new starts, the running partitions finish.
-CREATE OR REPLACE FUNCTION cairn.backfill_pause(p_id uuid) RETURNS text
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
-AS $$
+-- Moves backfill p_id from state p_from to p_to for the command that `p_done` it (pause,
+-- resume); any other state is refused (55000): 'backfill ID is STATE: only a FROM backfill can
+-- be DONE'. Returns p_to. Not a definer: it runs with the rights of the API function calling it.
+CREATE OR REPLACE FUNCTION cairn.backfill_move(p_id uuid, p_from text, p_to text, p_done text)
+RETURNS text
+LANGUAGE plpgsql AS $$
 DECLARE
     v_state text;
 BEGIN
     v_state := cairn.backfill_lock(p_id);
-    IF v_state <> 'running' THEN
-        RAISE EXCEPTION 'backfill % is %: only a running backfill can be paused', p_id, v_state
-            USING ERRCODE = 'object_not_in_prerequisite_state';
+    IF v_state <> p_from THEN
+        RAISE EXCEPTION 'backfill % is %: only a % backfill can be %', p_id, v_state, p_from,
+            p_done USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    UPDATE cairn.backfills SET state = 'paused', updated_at = clock_timestamp() WHERE id = p_id;
-    RETURN 'paused';
+    UPDATE cairn.backfills SET state = p_to, updated_at = clock_timestamp() WHERE id = p_id;
+    RETURN p_to;
 END
+$$;
+
+-- Pausing: only a running backfill; nothing new starts, the running partitions finish.
+CREATE OR REPLACE FUNCTION cairn.backfill_pause(p_id uuid) RETURNS text
+LANGUAGE sql
+SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
+AS $$
+    SELECT cairn.backfill_move(p_id, 'running', 'paused', 'paused')
 $$;
 
 -- Resuming: only a paused backfill; it goes on from its checkpoint at the next tick.
 CREATE OR REPLACE FUNCTION cairn.backfill_resume(p_id uuid) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE sql
 SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
 AS $$
-DECLARE
-    v_state text;
-BEGIN
-    v_state := cairn.backfill_lock(p_id);
-    IF v_state <> 'paused' THEN
-        RAISE EXCEPTION 'backfill % is %: only a paused backfill can be resumed', p_id, v_state
-            USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
-    UPDATE cairn.backfills SET state = 'resuming', updated_at = clock_timestamp()
-     WHERE id = p_id;
-    PERFORM pg_notify('cairn_enqueue', '');
-    RETURN 'resuming';
-END
+    SELECT cairn.backfill_move(p_id, 'paused', 'resuming', 'resumed');
+    SELECT pg_notify('cairn_enqueue', '');
+    SELECT 'resuming'::text
 $$;
 
 -- Cancelling: starts nothing more and cancels the partitions not finished (cairn.cancel).
