@@ -476,6 +476,22 @@ rn_ex_follow_first(struct rn_instance *in, uint32_t xi, bool has_val, struct ir_
     rn_ex_follow(in, xi, tedge(in, t, 0), has_val, val);
 }
 
+void
+rn_ex_bind_follow(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct ir_val val)
+{
+    struct ir_val err;
+    cn_err rv = rn_ex_bind(in, xi, t, ir_val_retain(val), &err);
+
+    if (rv != CN_OK) {
+        ir_val_release(val);
+        if (rv == CN_RAISED) {
+            rn_ex_raise_error(in, xi, err);
+        }
+        return;
+    }
+    rn_ex_follow_first(in, xi, true, val);
+}
+
 /* Where an error raised at xi goes: the innermost handler, the fork's aggregate, or out. */
 void
 rn_ex_raise_error(struct rn_instance *in, uint32_t xi, struct ir_val err)
@@ -740,17 +756,7 @@ on_action_result(struct rn_instance *in, uint32_t xi, struct ir_val result)
         }
         return;
     }
-    if (t->ntargets > 0) {
-        rv = rn_ex_bind(in, xi, t, ir_val_retain(result), &err);
-        if (rv == CN_RAISED) {
-            rn_ex_raise_error(in, xi, err);
-            return;
-        }
-        if (rv != CN_OK) {
-            return;
-        }
-    }
-    rn_ex_follow_first(in, xi, true, ir_val_retain(result));
+    rn_ex_bind_follow(in, xi, t, ir_val_retain(result));
 }
 
 /* ---- events ------------------------------------------------------------------------------- */

@@ -201,6 +201,10 @@ void rn_ex_deliver(struct rn_instance *in, uint32_t ai, uint32_t idx, bool ok, s
 void rn_ex_follow(struct rn_instance *in, uint32_t xi, const struct ir_edge *edge, bool has_val,
                   struct ir_val val);
 void rn_ex_follow_first(struct rn_instance *in, uint32_t xi, bool has_val, struct ir_val val);
+/* Binds t's targets to val, then goes on along xi's first edge carrying val; an error the
+ * binding raises goes where xi's errors go. Consumes val. */
+void rn_ex_bind_follow(struct rn_instance *in, uint32_t xi, const struct ir_node *t,
+                       struct ir_val val);
 void rn_ex_raise_error(struct rn_instance *in, uint32_t xi, struct ir_val err);
 void rn_ex_raise_new(struct rn_instance *in, uint32_t xi, const char *type, const char *msg);
 void rn_ex_forget_attempts(struct rn_xnode *x);

@@ -34,62 +34,32 @@ bool rn_idmap_get(const struct rn_idmap *m, const uint8_t key[16], uint32_t *val
 void rn_idmap_del(struct rn_idmap *m, const uint8_t key[16]);
 void rn_idmap_fini(struct rn_idmap *m);
 
-/* Execution id -> handle. Zero-initialised is empty. */
-struct rn_xidmap {
-    struct rn_idmap m;
-};
-
-CN_MUST_CHECK static inline cn_err
-rn_xidmap_put(struct rn_xidmap *m, struct rn_xid key, uint32_t val)
-{
-    return rn_idmap_put(&m->m, key.b, val);
-}
-
-static inline bool
-rn_xidmap_get(const struct rn_xidmap *m, struct rn_xid key, uint32_t *val)
-{
-    return rn_idmap_get(&m->m, key.b, val);
-}
-
-static inline void
-rn_xidmap_del(struct rn_xidmap *m, struct rn_xid key)
-{
-    rn_idmap_del(&m->m, key.b);
-}
-
-static inline void
-rn_xidmap_fini(struct rn_xidmap *m)
-{
-    rn_idmap_fini(&m->m);
-}
-
-/* Instance id -> handle. Zero-initialised is empty. */
-struct rn_iidmap {
-    struct rn_idmap m;
-};
-
-CN_MUST_CHECK static inline cn_err
-rn_iidmap_put(struct rn_iidmap *m, struct rn_iid key, uint32_t val)
-{
-    return rn_idmap_put(&m->m, key.b, val);
-}
-
-static inline bool
-rn_iidmap_get(const struct rn_iidmap *m, struct rn_iid key, uint32_t *val)
-{
-    return rn_idmap_get(&m->m, key.b, val);
-}
-
-static inline void
-rn_iidmap_del(struct rn_iidmap *m, struct rn_iid key)
-{
-    rn_idmap_del(&m->m, key.b);
-}
-
-static inline void
-rn_iidmap_fini(struct rn_iidmap *m)
-{
-    rn_idmap_fini(&m->m);
-}
+/* One typed map per id kind, so that a map of execution ids takes no instance id: struct
+ * rn_xidmap (execution id -> handle) and struct rn_iidmap (instance id -> handle), each with
+ * _put, _get, _del and _fini as above. Zero-initialised is empty. */
+#define RN_IDMAP_OF(map, id)                                                                       \
+    struct rn_##map {                                                                              \
+        struct rn_idmap m;                                                                         \
+    };                                                                                             \
+    CN_MUST_CHECK static inline cn_err rn_##map##_put(struct rn_##map *m, struct rn_##id key,      \
+                                                      uint32_t val)                                \
+    {                                                                                              \
+        return rn_idmap_put(&m->m, key.b, val);                                                    \
+    }                                                                                              \
+    static inline bool rn_##map##_get(const struct rn_##map *m, struct rn_##id key, uint32_t *val) \
+    {                                                                                              \
+        return rn_idmap_get(&m->m, key.b, val);                                                    \
+    }                                                                                              \
+    static inline void rn_##map##_del(struct rn_##map *m, struct rn_##id key)                      \
+    {                                                                                              \
+        rn_idmap_del(&m->m, key.b);                                                                \
+    }                                                                                              \
+    static inline void rn_##map##_fini(struct rn_##map *m)                                         \
+    {                                                                                              \
+        rn_idmap_fini(&m->m);                                                                      \
+    }
+RN_IDMAP_OF(xidmap, xid)
+RN_IDMAP_OF(iidmap, iid)
+#undef RN_IDMAP_OF
 
 #endif

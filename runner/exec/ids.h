@@ -32,17 +32,17 @@ struct rn_vid {
     uint8_t b[16]; /* a workflow version id (cairn.workflow_versions.id) */
 };
 
-static inline bool
-rn_iid_eq(struct rn_iid a, struct rn_iid b)
-{
-    return memcmp(a.b, b.b, sizeof(a.b)) == 0;
-}
-
-static inline bool
-rn_xid_eq(struct rn_xid a, struct rn_xid b)
-{
-    return memcmp(a.b, b.b, sizeof(a.b)) == 0;
-}
+/* rn_iid_eq, rn_xid_eq, rn_token_eq, rn_vid_eq: the same bytes, of ids of one kind only. */
+#define RN_ID_EQ(kind)                                                        \
+    static inline bool rn_##kind##_eq(struct rn_##kind a, struct rn_##kind b) \
+    {                                                                         \
+        return memcmp(a.b, b.b, sizeof(a.b)) == 0;                            \
+    }
+RN_ID_EQ(iid)
+RN_ID_EQ(xid)
+RN_ID_EQ(token)
+RN_ID_EQ(vid)
+#undef RN_ID_EQ
 
 /* The all-zero id: no execution node has it (ids are random v4 UUIDs), so a shard timer uses
  * it for the instance's own deadline. */
@@ -51,18 +51,6 @@ rn_xid_is_nil(struct rn_xid a)
 {
     static const struct rn_xid nil;
     return memcmp(a.b, nil.b, sizeof(a.b)) == 0;
-}
-
-static inline bool
-rn_token_eq(struct rn_token a, struct rn_token b)
-{
-    return memcmp(a.b, b.b, sizeof(a.b)) == 0;
-}
-
-static inline bool
-rn_vid_eq(struct rn_vid a, struct rn_vid b)
-{
-    return memcmp(a.b, b.b, sizeof(a.b)) == 0;
 }
 
 #endif

@@ -123,7 +123,6 @@ run_aggregate_done(struct rn_instance *in, uint32_t ai)
     const struct ir_node *t = tnode(in, a->node);
     struct ir_val list, err;
     uint32_t k;
-    cn_err rv;
 
     for (k = 0; k < a->nslots; k++) {
         if (!a->slots[k].ok) {
@@ -152,17 +151,7 @@ run_aggregate_done(struct rn_instance *in, uint32_t ai)
     free(a->slots);
     a->slots = NULL;
     a->nslots = a->pending = 0;
-    rv = rn_ex_bind(in, ai, t, ir_val_retain(list), &err);
-    if (rv == CN_RAISED) {
-        ir_val_release(list);
-        rn_ex_raise_error(in, ai, err);
-        return;
-    }
-    if (rv != CN_OK) {
-        ir_val_release(list);
-        return;
-    }
-    rn_ex_follow_first(in, ai, true, list);
+    rn_ex_bind_follow(in, ai, t, list);
 }
 
 static void
@@ -282,24 +271,11 @@ static void
 run_call_exit(struct rn_instance *in, uint32_t xi, const struct ir_node *t, bool has_val,
               struct ir_val val)
 {
-    struct ir_val err;
-    cn_err rv;
-
     rn_ex_scope_to_frame(in, xi, t->frame);
     if (!has_val) {
         val = ir_null(); /* fell off the end of the helper */
     }
-    rv = rn_ex_bind(in, xi, t, ir_val_retain(val), &err);
-    if (rv == CN_RAISED) {
-        ir_val_release(val);
-        rn_ex_raise_error(in, xi, err);
-        return;
-    }
-    if (rv != CN_OK) {
-        ir_val_release(val);
-        return;
-    }
-    rn_ex_follow_first(in, xi, true, val);
+    rn_ex_bind_follow(in, xi, t, val);
 }
 
 /* The step ran out of inline budget at work item w (whose value it consumes): the instance
