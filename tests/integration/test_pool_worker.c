@@ -21,6 +21,7 @@
 #include "ir/error.h"
 #include "runner/pool/pool.h"
 #include "tests/support/leak.h"
+#include "tests/support/wait.h"
 
 TestSuite(pool_worker, .fini = t_leak_check_nng, .timeout = 120);
 
@@ -33,15 +34,6 @@ struct tally {
     bool seen[MAXN];
     int64_t last_at; /* wall ms of the latest result */
 };
-
-static int64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void
 on_result(void *arg, const struct rn_pool_result *r)
@@ -66,7 +58,7 @@ on_result(void *arg, const struct rn_pool_result *r)
             t->cancelled++;
         }
     }
-    t->last_at = wall_ms();
+    t->last_at = t_clock_ms(CLOCK_REALTIME);
     pthread_cond_broadcast(&t->cond);
     pthread_mutex_unlock(&t->mtx);
 }
@@ -74,22 +66,7 @@ on_result(void *arg, const struct rn_pool_result *r)
 static bool
 tally_wait(struct tally *t, int n, int ms)
 {
-    struct timespec ts;
-    bool ok;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long) (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&t->mtx);
-    while (t->n < n && pthread_cond_timedwait(&t->cond, &t->mtx, &ts) == 0) {
-    }
-    ok = t->n >= n;
-    pthread_mutex_unlock(&t->mtx);
-    return ok;
+    return t_wait_count(&t->mtx, &t->cond, &t->n, n, ms);
 }
 
 /* Starts cairn-worker; exec_dir, when not NULL, is passed as --exec-dir. */
@@ -171,7 +148,7 @@ submit(struct rn_pool *p, uint32_t i, const char *action, const char *key, int64
     d.action = action;
     cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
     cr_assert_eq(ir_map_set_cstr(&d.kwargs, key, ir_int(v)), CN_OK);
-    d.deadline_ms = wall_ms() + 60000;
+    d.deadline_ms = t_clock_ms(CLOCK_REALTIME) + 60000;
     cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
     ir_val_release(d.kwargs);
 }
@@ -268,7 +245,7 @@ Test(pool_worker, sigkill_mid_action_returns_worker_lost_within_a_second)
     submit(p, 7, "std.sleep", "ms", 20000);
     cr_assert_eq(await_dispatched(p, 1), 1);
     usleep(50000); /* let the worker start the action */
-    t0 = wall_ms();
+    t0 = t_clock_ms(CLOCK_REALTIME);
     kill(w, SIGKILL);
     cr_assert(tally_wait(&t, 1, 5000), "no result after SIGKILL");
     cr_assert_eq(t.lost, 1);
@@ -296,7 +273,7 @@ Test(pool_worker, a_cancelled_action_stops_on_the_worker_and_reports_cancelled)
     /* Let the worker start it, so that this stops a running action (one cancelled before it
      * starts is not run at all: wp_sdk tests that). */
     usleep(50000);
-    t0 = wall_ms();
+    t0 = t_clock_ms(CLOCK_REALTIME);
     cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_OK);
     cr_assert(tally_wait(&t, 1, 5000), "no result after cancel");
     cr_assert_eq(t.cancelled, 1, "ok=%d lost=%d", t.ok, t.lost);
@@ -414,7 +391,7 @@ Test(pool_worker, a_slow_action_hits_its_deadline_and_its_late_result_is_dropped
     d.action = "std.sleep";
     cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
     cr_assert_eq(ir_map_set_cstr(&d.kwargs, "ms", ir_int(600)), CN_OK);
-    d.deadline_ms = wall_ms() + 200;
+    d.deadline_ms = t_clock_ms(CLOCK_REALTIME) + 200;
     cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
     ir_val_release(d.kwargs);
     cr_assert(tally_wait(&t, 1, 5000), "no result");
@@ -478,7 +455,7 @@ Test(pool_worker, a_cancelled_exec_action_is_killed_and_reports_cancelled)
     submit(p, id, "exec.slow", "unused", 0); /* sleeps 30 s */
     cr_assert_eq(await_dispatched(p, 1), 1);
     usleep(200000); /* started: the cancel must kill a running process */
-    t0 = wall_ms();
+    t0 = t_clock_ms(CLOCK_REALTIME);
     cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_OK);
     cr_assert(tally_wait(&t, 1, 5000), "no result after cancel");
     cr_assert_eq(t.cancelled, 1, "ok=%d lost=%d", t.ok, t.lost);
@@ -536,8 +513,8 @@ Test(pool_worker, an_exec_action_dies_with_its_worker)
     wait_workers(p, 1, 10000);
     submit(p, 31, "exec.pidfile", "unused", 0);
     cr_assert_eq(await_dispatched(p, 1), 1);
-    deadline = wall_ms() + 10000;
-    while (child <= 0 && wall_ms() < deadline) {
+    deadline = t_clock_ms(CLOCK_REALTIME) + 10000;
+    while (child <= 0 && t_clock_ms(CLOCK_REALTIME) < deadline) {
         if ((f = fopen(pidfile, "r")) != NULL) {
             if (fscanf(f, "%d", &child) != 1) {
                 child = 0;
@@ -550,8 +527,8 @@ Test(pool_worker, an_exec_action_dies_with_its_worker)
     cr_assert(!process_gone(child));
     kill(w, SIGKILL);
     reap(w, &status);
-    deadline = wall_ms() + 5000;
-    while (!process_gone(child) && wall_ms() < deadline) {
+    deadline = t_clock_ms(CLOCK_REALTIME) + 5000;
+    while (!process_gone(child) && t_clock_ms(CLOCK_REALTIME) < deadline) {
         usleep(10000);
     }
     if (!process_gone(child)) {

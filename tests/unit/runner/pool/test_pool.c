@@ -24,6 +24,7 @@
 #include "ir/error.h"
 #include "runner/pool/pool.h"
 #include "tests/support/leak.h"
+#include "tests/support/wait.h"
 #include "worker-protocol/proto.h"
 
 extern char **environ;
@@ -88,25 +89,7 @@ got_fini(struct got *g)
 static bool
 got_wait(struct got *g, int n, int ms)
 {
-    struct timespec ts;
-    bool ok;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long) (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&g->mtx);
-    while (g->n < n) {
-        if (pthread_cond_timedwait(&g->cond, &g->mtx, &ts) != 0) {
-            break;
-        }
-    }
-    ok = g->n >= n;
-    pthread_mutex_unlock(&g->mtx);
-    return ok;
+    return t_wait_count(&g->mtx, &g->cond, &g->n, n, ms);
 }
 
 /* ---- a raw worker --------------------------------------------------------------------------- */
