@@ -21,6 +21,7 @@
 #include "ir/error.h"
 #include "runner/pool/pool.h"
 #include "tests/support/leak.h"
+#include "tests/support/pool_util.h"
 #include "tests/support/wait.h"
 
 TestSuite(pool_worker, .fini = t_leak_check_nng, .timeout = 120);
@@ -107,14 +108,9 @@ static void
 wait_workers(struct rn_pool *p, uint64_t n, int ms)
 {
     struct rn_pool_stats st;
-    int waited;
 
-    for (waited = 0; waited < ms; waited += 10) {
-        rn_pool_stats(p, &st);
-        if (st.workers == n) {
-            return;
-        }
-        usleep(10000);
+    if (t_pool_wait_stat(p, offsetof(struct rn_pool_stats, workers), n, ms, &st)) {
+        return;
     }
     cr_assert_fail("%llu workers connected, want %llu", (unsigned long long) st.workers,
                    (unsigned long long) n);
@@ -125,32 +121,18 @@ static uint64_t
 await_dispatched(struct rn_pool *p, uint64_t n)
 {
     struct rn_pool_stats st;
-    int i;
 
-    for (i = 0; i < 500; i++) {
-        rn_pool_stats(p, &st);
-        if (st.dispatched == n) {
-            break;
-        }
-        usleep(10000);
-    }
+    (void) t_pool_wait_stat(p, offsetof(struct rn_pool_stats, dispatched), n, 5000, &st);
     return st.dispatched;
 }
 
 static void
 submit(struct rn_pool *p, uint32_t i, const char *action, const char *key, int64_t v)
 {
-    struct rn_pool_dispatch d;
+    struct rn_xid id = {{0}};
 
-    memset(&d, 0, sizeof(d));
-    memcpy(d.exec_id.b, &i, sizeof(i));
-    d.attempt = 1;
-    d.action = action;
-    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
-    cr_assert_eq(ir_map_set_cstr(&d.kwargs, key, ir_int(v)), CN_OK);
-    d.deadline_ms = t_clock_ms(CLOCK_REALTIME) + 60000;
-    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
-    ir_val_release(d.kwargs);
+    memcpy(id.b, &i, sizeof(i));
+    t_pool_submit(p, id, action, key, v, t_clock_ms(CLOCK_REALTIME) + 60000);
 }
 
 static struct rn_pool *
@@ -172,19 +154,10 @@ pool_up_at(struct tally *t, const char *listen)
 static struct rn_pool *
 pool_up(struct tally *t, char *url, size_t n)
 {
-    struct rn_pool_cfg cfg;
-    struct rn_pool *p = NULL;
-    struct cn_errmsg em = {{0}};
     static int seq;
 
-    memset(t, 0, sizeof(*t));
-    pthread_mutex_init(&t->mtx, NULL);
-    pthread_cond_init(&t->cond, NULL);
     (void) snprintf(url, n, "ipc:///tmp/cairn-pool-worker-%d-%d.sock", (int) getpid(), ++seq);
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.listen_url = url;
-    cr_assert_eq(rn_pool_start(&cfg, on_result, t, &p, &em), CN_OK, "%s", em.text);
-    return p;
+    return pool_up_at(t, url);
 }
 
 static void
@@ -382,7 +355,7 @@ Test(pool_worker, a_slow_action_hits_its_deadline_and_its_late_result_is_dropped
     struct rn_pool_dispatch d;
     struct rn_pool_stats st;
     uint32_t id = 11;
-    int i, status;
+    int status;
 
     wait_workers(p, 1, 10000);
     memset(&d, 0, sizeof(d));
@@ -396,13 +369,8 @@ Test(pool_worker, a_slow_action_hits_its_deadline_and_its_late_result_is_dropped
     ir_val_release(d.kwargs);
     cr_assert(tally_wait(&t, 1, 5000), "no result");
     cr_assert_eq(t.ok, 0);
-    for (i = 0; i < 300; i++) { /* the worker finishes later: its outcome is stale */
-        rn_pool_stats(p, &st);
-        if (st.stale == 1) {
-            break;
-        }
-        usleep(10000);
-    }
+    /* the worker finishes later: its outcome is stale */
+    (void) t_pool_wait_stat(p, offsetof(struct rn_pool_stats, stale), 1, 3000, &st);
     cr_assert_eq(st.timeouts, 1);
     cr_assert_eq(st.stale, 1);
     kill(w, SIGTERM);
