@@ -176,32 +176,52 @@ reap(pid_t pid, int *status)
     cr_assert_fail("worker %d did not exit", (int) pid);
 }
 
+/* SIGTERMs the n workers, then reaps each; with clean, asserts that each exited 0. */
+static void
+stop_workers(const pid_t *w, int n, bool clean)
+{
+    int k, status;
+
+    for (k = 0; k < n; k++) {
+        kill(w[k], SIGTERM);
+    }
+    for (k = 0; k < n; k++) {
+        reap(w[k], &status);
+        cr_assert(!clean || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "worker %d status %d",
+                  k, status);
+    }
+}
+
+/* Submits n std.echo attempts and waits (up to ms) for all; each must come back with its own
+ * value, each dispatched once and none stale. Returns the pool's stats after. */
+static struct rn_pool_stats
+echo_all(struct rn_pool *p, struct tally *t, uint32_t n, int ms)
+{
+    struct rn_pool_stats st;
+    uint32_t i;
+
+    for (i = 0; i < n; i++) {
+        submit(p, i, "std.echo", "value", i);
+    }
+    cr_assert(tally_wait(t, (int) n, ms), "%d of %u results", t->n, n);
+    cr_assert_eq(t->ok, (int) n);
+    cr_assert_eq(t->wrong, 0);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.dispatched, n);
+    cr_assert_eq(st.stale, 0);
+    return st;
+}
+
 Test(pool_worker, every_dispatch_across_two_worker_processes_is_answered)
 {
     struct tally t;
     char url[128];
     struct rn_pool *p = pool_up(&t, url, sizeof(url));
-    pid_t w1 = spawn_worker(url, "w1", "4"), w2 = spawn_worker(url, "w2", "4");
-    struct rn_pool_stats st;
-    uint32_t i;
-    int status;
+    pid_t w[2] = {spawn_worker(url, "w1", "4"), spawn_worker(url, "w2", "4")};
 
     wait_workers(p, 2, 10000);
-    for (i = 0; i < 1000; i++) {
-        submit(p, i, "std.echo", "value", i);
-    }
-    cr_assert(tally_wait(&t, 1000, 30000), "%d of 1000 results", t.n);
-    cr_assert_eq(t.ok, 1000);
-    cr_assert_eq(t.wrong, 0);
-    rn_pool_stats(p, &st);
-    cr_assert_eq(st.dispatched, 1000);
-    cr_assert_eq(st.stale, 0);
-    kill(w1, SIGTERM);
-    kill(w2, SIGTERM);
-    reap(w1, &status);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "w1 status %d", status);
-    reap(w2, &status);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "w2 status %d", status);
+    (void) echo_all(p, &t, 1000, 30000);
+    stop_workers(w, 2, true);
     rn_pool_stop(p);
 }
 
@@ -236,7 +256,6 @@ Test(pool_worker, a_cancelled_action_stops_on_the_worker_and_reports_cancelled)
     uint32_t id = 9;
     struct rn_xid exec_id = {{0}};
     int64_t t0;
-    int status;
 
     wait_workers(p, 1, 10000);
     memcpy(exec_id.b, &id, sizeof(id));
@@ -255,9 +274,7 @@ Test(pool_worker, a_cancelled_action_stops_on_the_worker_and_reports_cancelled)
     submit(p, id + 1, "std.echo", "value", (int64_t) (id + 1));
     cr_assert(tally_wait(&t, 2, 5000), "no result after the cancelled one");
     cr_assert_eq(t.ok, 1);
-    kill(w, SIGTERM);
-    reap(w, &status);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    stop_workers(&w, 1, true);
     rn_pool_stop(p);
 }
 
@@ -288,8 +305,7 @@ Test(pool_worker, ten_thousand_dispatches_across_four_workers_over_tcp, .timeout
     struct rn_pool *p = pool_up_at(&t, "tcp://127.0.0.1:0");
     pid_t w[4];
     struct rn_pool_stats st;
-    uint32_t i;
-    int k, status;
+    int k;
 
     cr_assert_gt(rn_pool_port(p), 0);
     (void) snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", rn_pool_port(p));
@@ -299,28 +315,14 @@ Test(pool_worker, ten_thousand_dispatches_across_four_workers_over_tcp, .timeout
         w[k] = spawn_worker_pf(url, name, "4", k < 2 ? "0" : "8"); /* two prefetch */
     }
     wait_workers(p, 4, 10000);
-    for (i = 0; i < 10000; i++) {
-        submit(p, i, "std.echo", "value", i);
-    }
-    cr_assert(tally_wait(&t, 10000, 120000), "%d of 10000 results", t.n);
-    cr_assert_eq(t.ok, 10000);
-    cr_assert_eq(t.wrong, 0);
-    rn_pool_stats(p, &st);
-    cr_assert_eq(st.dispatched, 10000);
+    st = echo_all(p, &t, 10000, 120000);
     cr_assert_eq(st.results, 10000);
-    cr_assert_eq(st.stale, 0);
     cr_assert_eq(st.lost, 0);
     fprintf(stderr, "10000 attempts in %llu dispatch messages\n",
             (unsigned long long) st.dispatch_msgs);
     /* All submitted at once: replies carry several attempts (about 4 here, by measurement). */
     cr_assert_lt(st.dispatch_msgs, st.dispatched / 2, "dispatches are not batched");
-    for (k = 0; k < 4; k++) {
-        kill(w[k], SIGTERM);
-    }
-    for (k = 0; k < 4; k++) {
-        reap(w[k], &status);
-        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "w%d status %d", k, status);
-    }
+    stop_workers(w, 4, true);
     rn_pool_stop(p);
 }
 
@@ -331,7 +333,6 @@ Test(pool_worker, a_worker_serving_other_actions_gets_none_of_them)
     struct rn_pool *p = pool_up(&t, url, sizeof(url));
     pid_t w = spawn_worker(url, "std-only", "2");
     struct rn_pool_stats st;
-    int status;
 
     wait_workers(p, 1, 10000);
     submit(p, 1, "billing.charge", "amount", 5); /* nobody serves it: it waits */
@@ -340,8 +341,7 @@ Test(pool_worker, a_worker_serving_other_actions_gets_none_of_them)
     cr_assert(t.seen[2] && !t.seen[1]);
     rn_pool_stats(p, &st);
     cr_assert_eq(st.queued, 1, "the unserved action should still be waiting");
-    kill(w, SIGTERM);
-    reap(w, &status);
+    stop_workers(&w, 1, false);
     rn_pool_stop(p); /* the waiting attempt is never dispatched: no result for it */
     cr_assert(!t.seen[1]);
 }
@@ -355,7 +355,6 @@ Test(pool_worker, a_slow_action_hits_its_deadline_and_its_late_result_is_dropped
     struct rn_pool_dispatch d;
     struct rn_pool_stats st;
     uint32_t id = 11;
-    int status;
 
     wait_workers(p, 1, 10000);
     memset(&d, 0, sizeof(d));
@@ -373,8 +372,7 @@ Test(pool_worker, a_slow_action_hits_its_deadline_and_its_late_result_is_dropped
     (void) t_pool_wait_stat(p, offsetof(struct rn_pool_stats, stale), 1, 3000, &st);
     cr_assert_eq(st.timeouts, 1);
     cr_assert_eq(st.stale, 1);
-    kill(w, SIGTERM);
-    reap(w, &status);
+    stop_workers(&w, 1, false);
     rn_pool_stop(p);
 }
 
@@ -384,7 +382,6 @@ Test(pool_worker, a_worker_reconnects_when_its_runner_restarts)
     struct rn_pool *p1 = pool_up_at(&t1, "tcp://127.0.0.1:0"), *p2;
     char url[128];
     pid_t w;
-    int status;
 
     (void) snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", rn_pool_port(p1));
     w = spawn_worker(url, "faithful", "2");
@@ -397,8 +394,7 @@ Test(pool_worker, a_worker_reconnects_when_its_runner_restarts)
     submit(p2, 2, "std.echo", "value", 2);
     cr_assert(tally_wait(&t2, 1, 10000), "no result from the reconnected worker");
     cr_assert_eq(t2.ok, 1);
-    kill(w, SIGTERM);
-    reap(w, &status);
+    stop_workers(&w, 1, false);
     rn_pool_stop(p2);
 }
 
@@ -413,7 +409,6 @@ Test(pool_worker, a_cancelled_exec_action_is_killed_and_reports_cancelled)
     uint32_t id = 21;
     struct rn_xid exec_id = {{0}};
     int64_t t0;
-    int status;
 
     cr_assert_not_null(root, "CAIRN_SOURCE_ROOT not set (run through meson)");
     (void) snprintf(dir, sizeof(dir), "%s/tests/integration/exec", root);
@@ -428,9 +423,7 @@ Test(pool_worker, a_cancelled_exec_action_is_killed_and_reports_cancelled)
     cr_assert(tally_wait(&t, 1, 5000), "no result after cancel");
     cr_assert_eq(t.cancelled, 1, "ok=%d lost=%d", t.ok, t.lost);
     cr_assert_lt(t.last_at - t0, 1000, "Cancelled after %lld ms", (long long) (t.last_at - t0));
-    kill(w, SIGTERM);
-    reap(w, &status);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    stop_workers(&w, 1, true);
     rn_pool_stop(p);
 }
 
