@@ -22,7 +22,6 @@ import datetime
 import json
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,24 +40,15 @@ def partitions(url, bid, where="true"):
                       f"AND {where}"))
 
 
-class Sampler:
+class Sampler(e2e.Sampler):
     """The most partitions of a backfill running at once, sampled until stopped."""
 
     def __init__(self, url, bid):
-        self.url, self.bid, self.most, self.samples, self.stop_flag = url, bid, 0, 0, False
-        self.t = threading.Thread(target=self.run)
-        self.t.start()
+        self.url, self.bid, self.most = url, bid, 0
+        super().__init__()
 
-    def run(self):
-        while not self.stop_flag:
-            self.most = max(self.most, partitions(self.url, self.bid, "status = 'running'"))
-            self.samples += 1
-            time.sleep(0.02)
-
-    def stop(self):
-        self.stop_flag = True
-        self.t.join()
-        return self
+    def sample(self):
+        self.most = max(self.most, partitions(self.url, self.bid, "status = 'running'"))
 
 
 def exactly_once(url, bid, total):

@@ -30,6 +30,16 @@ q "$base_url" "CREATE DATABASE $db2" || { echo "not ok - cannot create a databas
 url=$(db_url "$db1")
 export CAIRN_DATABASE_URL=$url
 
+# ctl_says WHAT RC SAYS TEXT ARGS...: cairnctl ARGS exits RC ("WHAT: exit RC") and prints
+# TEXT ("WHAT: SAYS"); leaves its output in $out and its status in $rc.
+ctl_says() {
+    local what=$1 want=$2 says=$3 text=$4
+    shift 4
+    out=$("$ctl" "$@" 2>&1); rc=$?
+    check "$what: exit $want" "$rc" "$want"
+    contains "$what: $says" "$out" "$text"
+}
+
 # ---- migrate ------------------------------------------------------------------------------
 nfiles=$(find "$root/sql" -maxdepth 1 -name '[0-9][0-9][0-9][0-9]_*.sql' | wc -l)
 for i in 1 2 3; do "$ctl" migrate >"$tmp/m$i" 2>&1 & done
@@ -65,12 +75,8 @@ out=$("$ctl" register "$root/examples/hello.cairn" --version v1 --json 2>&1)
 contains "register --version --json" "$out" '"version": "v1"'
 # A newer compiler may encode the same source differently (another hash): still unchanged.
 q "$url" "UPDATE cairn.workflow_versions SET ir_hash = repeat('0', 64) WHERE workflow_name = 'hello' AND workflow_version = 'v1'" >/dev/null
-out=$("$ctl" register "$root/examples/hello.cairn" --version v1 2>&1); rc=$?
-check "same source, hash from an older compiler: exit 0" "$rc" 0
-contains "same source, hash from an older compiler: unchanged" "$out" "already registered, unchanged"
-out=$("$ctl" register "$root/examples/welcome.cairn" --name hello --version v1 2>&1); rc=$?
-check "same name and version, other source: exit 1" "$rc" 1
-contains "same name and version, other source: says so" "$out" "already registered with different source"
+ctl_says "same source, hash from an older compiler" 0 "unchanged" "already registered, unchanged" register "$root/examples/hello.cairn" --version v1
+ctl_says "same name and version, other source" 1 "says so" "already registered with different source" register "$root/examples/welcome.cairn" --name hello --version v1
 broken=$(find "$root/tests/cli/broken" -name '*.cairn' | sort | head -n 1)
 out=$("$ctl" register "$broken" --name broken 2>&1); rc=$?
 check "register a file that does not compile: exit 1" "$rc" 1
@@ -90,27 +96,15 @@ k1=$("$ctl" run hello --idempotency-key order-7 2>&1)
 k2=$("$ctl" run hello --idempotency-key order-7 --input '{"other": 1}' 2>&1)
 check "the same idempotency key gives the same instance" "$k2" "$k1"
 check "and one instance only" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE idempotency_key = 'order-7'")" 1
-out=$("$ctl" run hello --input '{"name": }' 2>&1); rc=$?
-check "invalid input JSON: exit 1" "$rc" 1
-contains "invalid input JSON: says where" "$out" "line 1, column"
-out=$("$ctl" run hello --input '[1, 2]' 2>&1); rc=$?
-check "input that is not an object: exit 1" "$rc" 1
-contains "input that is not an object: says so" "$out" "must be a JSON object"
-out=$("$ctl" run no_such_flow 2>&1); rc=$?
-check "unknown workflow: exit 1" "$rc" 1
-contains "unknown workflow: names it" "$out" 'unknown workflow "no_such_flow"'
+ctl_says "invalid input JSON" 1 "says where" "line 1, column" run hello --input '{"name": }'
+ctl_says "input that is not an object" 1 "says so" "must be a JSON object" run hello --input '[1, 2]'
+ctl_says "unknown workflow" 1 "names it" 'unknown workflow "no_such_flow"' run no_such_flow
 out=$("$ctl" run hello --version nope 2>&1); rc=$?
 check "unknown version: exit 1" "$rc" 1
-out=$("$ctl" run hello --at 'yesterday-ish' 2>&1); rc=$?
-check "bad --at: exit 1" "$rc" 1
-contains "bad --at: names the value and the forms" "$out" "--at 'yesterday-ish' is not a time: give an ISO 8601 time with its offset (2026-12-01T09:00:00Z"
+ctl_says "bad --at" 1 "names the value and the forms" "--at 'yesterday-ish' is not a time: give an ISO 8601 time with its offset (2026-12-01T09:00:00Z" run hello --at 'yesterday-ish'
 check "bad --at: not PostgreSQL's message" "$(printf '%s' "$out" | grep -c 'invalid input syntax')" 0
-out=$("$ctl" run hello --at '2026-13-45T99:00:00Z' 2>&1); rc=$?
-check "out-of-range --at: exit 1" "$rc" 1
-contains "out-of-range --at: says so" "$out" "is not a time"
-out=$("$ctl" run hello --workflow-timeout 'soonish' 2>&1); rc=$?
-check "bad --workflow-timeout: exit 1" "$rc" 1
-contains "bad --workflow-timeout: names the value and the forms" "$out" "--workflow-timeout 'soonish' is not a duration: give a number with a unit (90s"
+ctl_says "out-of-range --at" 1 "says so" "is not a time" run hello --at '2026-13-45T99:00:00Z'
+ctl_says "bad --workflow-timeout" 1 "names the value and the forms" "--workflow-timeout 'soonish' is not a duration: give a number with a unit (90s" run hello --workflow-timeout 'soonish'
 before=$(q "$url" "SELECT count(*) FROM cairn.runner_instances")
 "$ctl" run hello --at 'not-a-time' >/dev/null 2>&1
 check "bad --at: nothing enqueued" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances")" "$before"
@@ -127,31 +121,21 @@ check "cairn.limits() holds cairnctl's figures" \
     "262144 32 255"
 # An object nested $1 levels deep: {"a": [[...]]} with the innermost list at level $1.
 nested() { python3 -c "import sys; d = int(sys.argv[1]); print('{\"a\": ' + '[' * (d - 1) + ']' * (d - 1) + '}')" "$1"; }
-out=$("$ctl" run hello --input "$(nested 33)" 2>&1); rc=$?
-check "input one level too deep: exit 1" "$rc" 1
-contains "input one level too deep: says so" "$out" "--input is nested deeper than 32 levels"
+ctl_says "input one level too deep" 1 "says so" "--input is nested deeper than 32 levels" run hello --input "$(nested 33)"
 deep=$("$ctl" run hello --input "$(nested 32)" 2>&1); rc=$?
 check "input at the depth limit: exit 0" "$rc" 0
 check "input at the depth limit: read back as sent" \
     "$("$ctl" status "$deep" --json | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["input"]))')" \
     "$(nested 32)"
-out=$("$ctl" run hello --input '{"a": 1e400}' 2>&1); rc=$?
-check "1e400: exit 1" "$rc" 1
-contains "1e400: says so" "$out" "--input holds a number out of range"
-out=$("$ctl" run hello --input '{"a": [-9223372036854775809]}' 2>&1); rc=$?
-check "an integer beyond int64: exit 1" "$rc" 1
-contains "an integer beyond int64: says so" "$out" "--input holds a number out of range"
-out=$("$ctl" run hello --input '{"a": 1e20}' 2>&1); rc=$?
-check "a float jsonb would keep as an integer beyond int64: exit 1" "$rc" 1
-contains "a float jsonb would keep as an integer beyond int64: says so" "$out" \
-    "--input holds 1e+20, which PostgreSQL stores as an integer, outside the 64-bit range"
+ctl_says "1e400" 1 "says so" "--input holds a number out of range" run hello --input '{"a": 1e400}'
+ctl_says "an integer beyond int64" 1 "says so" "--input holds a number out of range" run hello --input '{"a": [-9223372036854775809]}'
+ctl_says "a float jsonb would keep as an integer beyond int64" 1 "says so" \
+    "--input holds 1e+20, which PostgreSQL stores as an integer, outside the 64-bit range" run hello --input '{"a": 1e20}'
 # {"s": "..."} is 9 bytes around the string; argv cannot hold 256 KiB, hence --input-file.
 python3 -c 'import sys; sys.stdout.write("{\"s\": \"" + "x" * 262135 + "\"}")' >"$tmp/at_limit.json"
 python3 -c 'import sys; sys.stdout.write("{\"s\": \"" + "x" * 262136 + "\"}")' >"$tmp/over_limit.json"
-out=$("$ctl" run hello --input-file "$tmp/over_limit.json" 2>&1); rc=$?
-check "input one byte over the size limit: exit 1" "$rc" 1
-contains "input one byte over the size limit: says so" "$out" \
-    "--input is 262145 bytes of JSON, over the limit of 262144 bytes"
+ctl_says "input one byte over the size limit" 1 "says so" \
+    "--input is 262145 bytes of JSON, over the limit of 262144 bytes" run hello --input-file "$tmp/over_limit.json"
 big=$("$ctl" run hello --input-file - <"$tmp/at_limit.json" 2>&1); rc=$?
 check "input at the size limit (from stdin): exit 0" "$rc" 0
 check "input at the size limit: stored whole" \
@@ -164,21 +148,15 @@ out=$("$ctl" run hello --input-file "$tmp/grows.json" 2>&1); rc=$?
 check "input over the limit only once in jsonb: exit 1 (the database's 54000)" "$rc" 1
 contains "input over the limit only once in jsonb: the database's message" "$out" \
     "cairn.enqueue: input is 333007 bytes of JSON, over the limit of 262144 bytes"
-out=$("$ctl" run hello --idempotency-key '' 2>&1); rc=$?
-check "empty idempotency key: exit 1" "$rc" 1
-contains "empty idempotency key: says so" "$out" "--idempotency-key is empty"
-out=$("$ctl" run hello --idempotency-key "$(printf 'k%.0s' {1..256})" 2>&1); rc=$?
-check "256-byte idempotency key: exit 1" "$rc" 1
-contains "256-byte idempotency key: says so" "$out" "--idempotency-key is 256 bytes, over the limit of 255 bytes"
+ctl_says "empty idempotency key" 1 "says so" "--idempotency-key is empty" run hello --idempotency-key ''
+ctl_says "256-byte idempotency key" 1 "says so" "--idempotency-key is 256 bytes, over the limit of 255 bytes" run hello --idempotency-key "$(printf 'k%.0s' {1..256})"
 out=$("$ctl" run hello --idempotency-key "$(printf 'k%.0s' {1..3000})" 2>&1); rc=$?
 check "3000-byte idempotency key: exit 1" "$rc" 1
 check "3000-byte idempotency key: no index error" "$(printf '%s' "$out" | grep -ci 'btree\|index row')" 0
 out=$("$ctl" run hello --idempotency-key "$(printf 'k%.0s' {1..255})" 2>&1); rc=$?
 check "255-byte idempotency key: exit 0" "$rc" 0
 for at in infinity -infinity ' Infinity'; do
-    out=$("$ctl" run hello --at "$at" 2>&1); rc=$?
-    check "--at '$at': exit 1" "$rc" 1
-    contains "--at '$at': says so" "$out" "--at must be a finite time"
+    ctl_says "--at '$at'" 1 "says so" "--at must be a finite time" run hello --at "$at"
 done
 
 # ---- status, result, list -----------------------------------------------------------------
@@ -194,9 +172,7 @@ out=$("$ctl" result "$id" 2>&1); rc=$?
 check "result of a completed instance: exit 0" "$rc" 0
 check "result prints the value" "$out" '{"greeting": "hi Ada"}'
 q "$url" "UPDATE cairn.runner_instances SET status = 'failed', error = '{\"type\": \"KeyError\", \"message\": \"x\"}' WHERE instance_id = '$k1'" >/dev/null
-out=$("$ctl" result "$k1" 2>&1); rc=$?
-check "result of a failed instance: exit 4" "$rc" 4
-contains "result of a failed instance: the error" "$out" "KeyError"
+ctl_says "result of a failed instance" 4 "the error" "KeyError" result "$k1"
 out=$("$ctl" run hello --wait --timeout 1 2>/dev/null); rc=$?
 check "run --wait times out: exit 5" "$rc" 5
 # run --wait returns when the instance finishes (here: finished by hand, as a runner would).
@@ -229,9 +205,7 @@ check "no database configured: exit 2" "$rc" 2
 contains "no database configured: says how" "$out" "CAIRN_DATABASE_URL"
 out=$("$ctl" list --database-url 'postgresql://postgres@/nope?host=/nonexistent&port=1' 2>&1); rc=$?
 check "unreachable database: exit 3" "$rc" 3
-out=$("$ctl" list --database-url "$(db_url postgres)" 2>&1); rc=$?
-check "database without the schema: exit 3" "$rc" 3
-contains "database without the schema: suggests migrate" "$out" "cairnctl migrate"
+ctl_says "database without the schema" 3 "suggests migrate" "cairnctl migrate" list --database-url "$(db_url postgres)"
 
 echo "1..$n"
 if [[ $failures -ne 0 ]]; then

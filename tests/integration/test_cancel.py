@@ -47,6 +47,18 @@ def enqueue(url, workflow, input_json, at=None):
     return q(url, f"SELECT cairn.enqueue('{workflow}', '{input_json}'{when})")
 
 
+def cancel_waited(env, url, what, iid, reason):
+    """cairnctl cancel --wait of iid: it must end cancelled with reason, within 5 s."""
+    t0 = time.monotonic()
+    r = ctl(env, "cancel", iid, "--reason", reason, "--wait", "--timeout", "30")
+    took = time.monotonic() - t0
+    check(what,
+          r.returncode == 0 and r.stdout.strip() == f"{iid} cancelled" and took < 5
+          and status(url, iid) == f"cancelled Cancelled {reason}",
+          f"exit {r.returncode} after {took:.1f} s: {r.stdout.strip()} {r.stderr.strip()} "
+          f"{status(url, iid)}")
+
+
 def run_all(url, env, tmp):
     for args in (["migrate"], ["register", os.path.join(e2e.ROOT, "tests/integration/workflows/hold.cairn")],
                  ["register", os.path.join(e2e.ROOT, "tests/integration/workflows/nap.cairn")]):
@@ -171,14 +183,8 @@ def two_runners(url, env, tmp, r1, w1, port1):
           on2 and on1 and active == {port1: 2, port2: 2}, f"{on2} {on1} {active}")
     # One of each runner's two runs on its worker's only slot; the other waits for the slot.
     for iid in first + second:
-        t0 = time.monotonic()
-        r = ctl(env, "cancel", iid, "--reason", "two runners", "--wait", "--timeout", "30")
-        took = time.monotonic() - t0
-        check("cancel --wait of an instance held by either runner ends it cancelled, in 5 s",
-              r.returncode == 0 and r.stdout.strip() == f"{iid} cancelled" and took < 5
-              and status(url, iid) == "cancelled Cancelled two runners",
-              f"exit {r.returncode} after {took:.1f} s: {r.stdout.strip()} {r.stderr.strip()} "
-              f"{status(url, iid)}")
+        cancel_waited(env, url, "cancel --wait of an instance held by either runner ends it "
+                      "cancelled, in 5 s", iid, "two runners")
     after = {port: metrics(port) for port in (port1, port2)}
     wrote = {port: after[port]["cairn_instances_failed_total"] -
              before[port]["cairn_instances_failed_total"] for port in (port1, port2)}
@@ -202,14 +208,8 @@ def two_runners(url, env, tmp, r1, w1, port1):
     kept = held([nap]) == 1 and metrics(port2)["cairn_instances_evicted_total"] == 0
     check("runner2 keeps the 60 s sleep (not handed back)", asleep and kept, status(url, nap))
     failed_before = metrics(port2)["cairn_instances_failed_total"]
-    t0 = time.monotonic()
-    r = ctl(env, "cancel", nap, "--reason", "wake up", "--wait", "--timeout", "30")
-    took = time.monotonic() - t0
-    check("a sleep the runner holds is cancelled at once, with the reason",
-          r.returncode == 0 and r.stdout.strip() == f"{nap} cancelled" and took < 5
-          and status(url, nap) == "cancelled Cancelled wake up",
-          f"exit {r.returncode} after {took:.1f} s: {r.stdout.strip()} {r.stderr.strip()} "
-          f"{status(url, nap)}")
+    cancel_waited(env, url, "a sleep the runner holds is cancelled at once, with the reason", nap,
+                  "wake up")
     check("runner2 wrote that cancel, and the action after the sleep never ran",
           metrics(port2)["cairn_instances_failed_total"] == failed_before + 1
           and q(url, f"SELECT count(*) FROM cairn.runner_actions_done "

@@ -61,34 +61,23 @@ class Gen:
         if depth <= 0 or r.random() < 0.3:
             return v if v and r.random() < 0.6 else str(r.randint(0, 100))
         a, b = self.int_e(depth - 1), self.int_e(depth - 1)
-        k = r.randrange(14)
-        if k == 0:
-            return f"({a} + {b})"
-        if k == 1:
-            return f"({a} - {b})"
-        if k == 2:
-            return f"({a} * {r.randint(-9, 9)})"  # a literal factor: values stay far from 2^63
-        if k == 3:
-            return f"({a} // {b})"  # ZeroDivisionError when b is 0
-        if k == 4:
-            return f"({a} % {b})"
-        if k == 5:
-            return f"-{a}"
-        if k == 6:
-            return f"abs({a})"
-        if k == 7:
-            return f"len({self.list_e(depth - 1)})"
-        if k == 8:
-            return f"min({a}, {b})" if r.random() < 0.5 else f"max([{a}, {b}, 3])"
-        if k == 9:
-            return f"({a} if {self.bool_e(depth - 1)} else {b})"
-        if k == 10:
-            return f"{self.list_e(depth - 1)}[{a}]"  # IndexError when out of range
-        if k == 11:
-            return f"sum({self.list_e(depth - 1)})"
-        if k == 12:
-            return f"int({self.float_e(depth - 1)})"
-        return f"len({self.str_e(depth - 1)})"
+        forms = [
+            lambda: f"({a} + {b})",
+            lambda: f"({a} - {b})",
+            lambda: f"({a} * {r.randint(-9, 9)})",  # a literal factor: values stay far from 2^63
+            lambda: f"({a} // {b})",  # ZeroDivisionError when b is 0
+            lambda: f"({a} % {b})",
+            lambda: f"-{a}",
+            lambda: f"abs({a})",
+            lambda: f"len({self.list_e(depth - 1)})",
+            lambda: f"min({a}, {b})" if r.random() < 0.5 else f"max([{a}, {b}, 3])",
+            lambda: f"({a} if {self.bool_e(depth - 1)} else {b})",
+            lambda: f"{self.list_e(depth - 1)}[{a}]",  # IndexError when out of range
+            lambda: f"sum({self.list_e(depth - 1)})",
+            lambda: f"int({self.float_e(depth - 1)})",
+            lambda: f"len({self.str_e(depth - 1)})",
+        ]
+        return forms[r.randrange(len(forms))]()
 
     def float_e(self, depth):
         r = self.r
@@ -96,42 +85,35 @@ class Gen:
         if depth <= 0 or r.random() < 0.3:
             return v if v and r.random() < 0.5 else self.float_lit()
         a, b = self.float_e(depth - 1), self.int_e(depth - 1)
-        k = r.randrange(7)
-        if k == 0:
-            return f"({a} + {b})"
-        if k == 1:
-            return f"({a} - {self.float_e(depth - 1)})"
-        if k == 2:
-            return f"({a} * {self.float_lit()})"
-        if k == 3:
-            return f"({b} / {self.int_e(depth - 1)})"  # ZeroDivisionError when 0
-        if k == 4:
-            return f"float({b})"
-        if k == 5:
-            return f"round({a}, {r.randint(0, 3)})"
-        return f"({a} // {self.float_lit()})"
+        forms = [
+            lambda: f"({a} + {b})",
+            lambda: f"({a} - {self.float_e(depth - 1)})",
+            lambda: f"({a} * {self.float_lit()})",
+            lambda: f"({b} / {self.int_e(depth - 1)})",  # ZeroDivisionError when 0
+            lambda: f"float({b})",
+            lambda: f"round({a}, {r.randint(0, 3)})",
+            lambda: f"({a} // {self.float_lit()})",
+        ]
+        return forms[r.randrange(len(forms))]()
 
     def bool_e(self, depth):
         r = self.r
         if depth <= 0 or r.random() < 0.2:
             return r.choice(["True", "False", f"{self.int_e(0)} > {self.int_e(0)}"])
-        k = r.randrange(8)
+        # The form is drawn before its operands, as it always was: a seed gives the same programs.
+        forms = [
+            lambda: f"({a} < {b} <= {self.int_e(depth - 1)})",
+            lambda: f"({a} == {self.float_e(depth - 1)})",
+            lambda: f"({self.bool_e(depth - 1)} and {self.bool_e(depth - 1)})",
+            lambda: f"({self.bool_e(depth - 1)} or {self.bool_e(depth - 1)})",
+            lambda: f"(not {self.bool_e(depth - 1)})",
+            lambda: f"({a} in {self.list_e(depth - 1)})",
+            lambda: f"({self.str_e(depth - 1)} not in {self.str_e(depth - 1)})",
+            lambda: f"bool({a})",
+        ]
+        k = r.randrange(len(forms))
         a, b = self.int_e(depth - 1), self.int_e(depth - 1)
-        if k == 0:
-            return f"({a} < {b} <= {self.int_e(depth - 1)})"
-        if k == 1:
-            return f"({a} == {self.float_e(depth - 1)})"
-        if k == 2:
-            return f"({self.bool_e(depth - 1)} and {self.bool_e(depth - 1)})"
-        if k == 3:
-            return f"({self.bool_e(depth - 1)} or {self.bool_e(depth - 1)})"
-        if k == 4:
-            return f"(not {self.bool_e(depth - 1)})"
-        if k == 5:
-            return f"({a} in {self.list_e(depth - 1)})"
-        if k == 6:
-            return f"({self.str_e(depth - 1)} not in {self.str_e(depth - 1)})"
-        return f"bool({a})"
+        return forms[k]()
 
     def str_e(self, depth):
         r = self.r
@@ -139,18 +121,15 @@ class Gen:
         if depth <= 0 or r.random() < 0.3:
             return v if v and r.random() < 0.5 else r.choice(['"ab"', "'c'", '""', '"x\\ty"',
                                                             '"\\u00e9t\\u00e9"'])
-        k = r.randrange(6)
-        if k == 0:
-            return f"({self.str_e(depth - 1)} + {self.str_e(depth - 1)})"
-        if k == 1:
-            return f"str({self.int_e(depth - 1)})"
-        if k == 2:
-            return f"str({self.float_e(depth - 1)})"
-        if k == 3:
-            return f"{self.str_e(depth - 1)}[{self.int_e(0)}:{self.int_e(0)}]"
-        if k == 4:
-            return f"({r.choice(['ab', 'z'])!r} * {r.randint(0, 3)})"
-        return f"{self.str_e(depth - 1)}[{self.int_e(0)}]"  # IndexError when out of range
+        forms = [
+            lambda: f"({self.str_e(depth - 1)} + {self.str_e(depth - 1)})",
+            lambda: f"str({self.int_e(depth - 1)})",
+            lambda: f"str({self.float_e(depth - 1)})",
+            lambda: f"{self.str_e(depth - 1)}[{self.int_e(0)}:{self.int_e(0)}]",
+            lambda: f"({r.choice(['ab', 'z'])!r} * {r.randint(0, 3)})",
+            lambda: f"{self.str_e(depth - 1)}[{self.int_e(0)}]",  # IndexError when out of range
+        ]
+        return forms[r.randrange(len(forms))]()
 
     def list_e(self, depth):
         r = self.r
@@ -159,18 +138,15 @@ class Gen:
             if v and r.random() < 0.6:
                 return v
             return "[" + ", ".join(str(r.randint(-5, 9)) for _ in range(r.randint(0, 4))) + "]"
-        k = r.randrange(6)
-        if k == 0:
-            return f"({self.list_e(depth - 1)} + {self.list_e(depth - 1)})"
-        if k == 1:
-            return f"{self.list_e(depth - 1)}[{self.int_e(0)}:]"
-        if k == 2:
-            return f"sorted({self.list_e(depth - 1)})"
-        if k == 3:
-            return f"list(range({r.randint(-2, 6)}))"
-        if k == 4:
-            return f"[{self.int_e(depth - 1)}, {self.int_e(depth - 1)},]"
-        return f"{self.list_e(depth - 1)}[:{self.int_e(0)}]"
+        forms = [
+            lambda: f"({self.list_e(depth - 1)} + {self.list_e(depth - 1)})",
+            lambda: f"{self.list_e(depth - 1)}[{self.int_e(0)}:]",
+            lambda: f"sorted({self.list_e(depth - 1)})",
+            lambda: f"list(range({r.randint(-2, 6)}))",
+            lambda: f"[{self.int_e(depth - 1)}, {self.int_e(depth - 1)},]",
+            lambda: f"{self.list_e(depth - 1)}[:{self.int_e(0)}]",
+        ]
+        return forms[r.randrange(len(forms))]()
 
     def dict_e(self, depth):
         r = self.r

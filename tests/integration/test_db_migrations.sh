@@ -16,14 +16,8 @@ if [[ -z "$url" ]]; then
     echo "SKIP: CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)"
     exit 77
 fi
-psql_bin=${PSQL:-}
-if [[ -z "$psql_bin" ]]; then
-    if command -v psql >/dev/null 2>&1; then
-        psql_bin=psql
-    else
-        psql_bin=/usr/lib/postgresql/15/bin/psql
-    fi
-fi
+# shellcheck source=tests/support/psql.sh
+source "$root/tests/support/psql.sh"
 
 failures=0
 # A statement's result in the database at $1 (q: the test database).

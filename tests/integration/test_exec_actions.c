@@ -16,6 +16,7 @@
 
 #include "ir/value.h"
 #include "tests/support/leak.h"
+#include "tests/support/wait.h"
 
 TestSuite(exec_actions, .fini = t_leak_check, .timeout = 30);
 
@@ -27,15 +28,6 @@ struct t_run {
     int64_t elapsed_ms;
 };
 
-static int64_t
-t_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Runs cairn-worker --exec-dir <fixtures> --run-once action kwargs [--deadline-ms N]. */
 static void
 t_run_once(const char *action, const char *kwargs, const char *deadline_ms, struct t_run *r)
@@ -45,7 +37,7 @@ t_run_once(const char *action, const char *kwargs, const char *deadline_ms, stru
     int p[2];
     pid_t pid;
     ssize_t n;
-    int64_t t0 = t_now_ms();
+    int64_t t0 = t_clock_ms(CLOCK_MONOTONIC);
     struct cn_errmsg em;
 
     cr_assert(bin != NULL && root != NULL, "CAIRN_WORKER_BIN and CAIRN_SOURCE_ROOT must be set");
@@ -85,7 +77,7 @@ t_run_once(const char *action, const char *kwargs, const char *deadline_ms, stru
     }
     close(p[0]);
     cr_assert_eq(waitpid(pid, &r->status, 0), pid);
-    r->elapsed_ms = t_now_ms() - t0;
+    r->elapsed_ms = t_clock_ms(CLOCK_MONOTONIC) - t0;
     if (WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0) {
         cr_assert_eq(ir_val_from_json(r->out, r->out_len, &r->res, &em), CN_OK,
                      "stdout is not JSON: %s (%.*s)", em.text, (int) r->out_len, r->out);
@@ -138,6 +130,28 @@ t_expect_json(struct ir_val got, const char *json)
     ir_val_release(want);
 }
 
+/* Runs action and returns the message of the ExecError it must fail with; the caller still
+ * releases r->res. */
+static const char *
+t_exec_error(struct t_run *r, const char *action, const char *kwargs, const char *deadline_ms)
+{
+    t_run_once(action, kwargs, deadline_ms, r);
+    return ir_str_data(t_get(t_err_value(r, "ExecError"), "message"));
+}
+
+/* Runs action and asserts that its ExecError message contains each of needles (NULL-ended). */
+static void
+t_expect_exec_error(const char *action, const char *kwargs, const char *const *needles)
+{
+    struct t_run r;
+    const char *msg = t_exec_error(&r, action, kwargs, NULL);
+
+    for (; *needles != NULL; needles++) {
+        cr_assert(strstr(msg, *needles) != NULL, "%s: no \"%s\" in %s", action, *needles, msg);
+    }
+    ir_val_release(r.res);
+}
+
 Test(exec_actions, shell_script_echoes_its_input)
 {
     struct t_run r;
@@ -172,27 +186,15 @@ Test(exec_actions, error_json_with_nonzero_exit_keeps_type_message_bases)
 
 Test(exec_actions, nonzero_exit_without_json_is_exec_error_with_stderr_tail)
 {
-    struct t_run r;
-    struct ir_val e;
-    const char *msg;
-
-    t_run_once("exec.fail_plain", "{}", NULL, &r);
-    e = t_err_value(&r, "ExecError");
-    msg = ir_str_data(t_get(e, "message"));
-    cr_assert(strstr(msg, "status 5") != NULL, "%s", msg);
-    cr_assert(strstr(msg, "something went wrong: disk on fire") != NULL, "%s", msg);
-    ir_val_release(r.res);
+    t_expect_exec_error("exec.fail_plain", "{}",
+                        (const char *[]){"status 5", "something went wrong: disk on fire", NULL});
 }
 
 Test(exec_actions, big_stderr_does_not_deadlock_and_only_the_tail_is_kept)
 {
     struct t_run r;
-    struct ir_val e;
-    const char *msg;
+    const char *msg = t_exec_error(&r, "exec.noisy", "{\"pad\": \"y\"}", NULL);
 
-    t_run_once("exec.noisy", "{\"pad\": \"y\"}", NULL, &r);
-    e = t_err_value(&r, "ExecError");
-    msg = ir_str_data(t_get(e, "message"));
     cr_assert(strstr(msg, "status 1") != NULL, "%.200s", msg);
     cr_assert(strlen(msg) < 4096 + 200, "message has %zu bytes", strlen(msg));
     cr_assert(strlen(msg) > 4000, "message has %zu bytes", strlen(msg));
@@ -202,39 +204,19 @@ Test(exec_actions, big_stderr_does_not_deadlock_and_only_the_tail_is_kept)
 
 Test(exec_actions, invalid_json_with_exit_0_is_exec_error)
 {
-    struct t_run r;
-    struct ir_val e;
-    const char *msg;
-
-    t_run_once("exec.bad_json", "{}", NULL, &r);
-    e = t_err_value(&r, "ExecError");
-    msg = ir_str_data(t_get(e, "message"));
-    cr_assert(strstr(msg, "not JSON") != NULL, "%s", msg);
-    ir_val_release(r.res);
+    t_expect_exec_error("exec.bad_json", "{}", (const char *[]){"not JSON", NULL});
 }
 
 Test(exec_actions, killed_by_a_signal_names_it)
 {
-    struct t_run r;
-    struct ir_val e;
-    const char *msg;
-
-    t_run_once("exec.killself", "{}", NULL, &r);
-    e = t_err_value(&r, "ExecError");
-    msg = ir_str_data(t_get(e, "message"));
-    cr_assert(strstr(msg, "SIGTERM") != NULL, "%s", msg);
-    ir_val_release(r.res);
+    t_expect_exec_error("exec.killself", "{}", (const char *[]){"SIGTERM", NULL});
 }
 
 Test(exec_actions, sleeper_is_killed_at_the_deadline)
 {
     struct t_run r;
-    struct ir_val e;
-    const char *msg;
+    const char *msg = t_exec_error(&r, "exec.slow", "{}", "300");
 
-    t_run_once("exec.slow", "{}", "300", &r);
-    e = t_err_value(&r, "ExecError");
-    msg = ir_str_data(t_get(e, "message"));
     cr_assert(strstr(msg, "deadline") != NULL, "%s", msg);
     cr_assert(r.elapsed_ms >= 250 && r.elapsed_ms < 10000, "took %lld ms",
               (long long) r.elapsed_ms);
@@ -246,12 +228,8 @@ Test(exec_actions, sleeper_is_killed_at_the_deadline)
 Test(exec_actions, output_over_16_mib_kills_the_program)
 {
     struct t_run r;
-    struct ir_val e;
-    const char *msg;
+    const char *msg = t_exec_error(&r, "exec.flood", "{}", "20000");
 
-    t_run_once("exec.flood", "{}", "20000", &r);
-    e = t_err_value(&r, "ExecError");
-    msg = ir_str_data(t_get(e, "message"));
     cr_assert(strstr(msg, "output larger than 16777216 bytes") != NULL, "%s", msg);
     cr_assert(r.elapsed_ms < 15000, "took %lld ms", (long long) r.elapsed_ms);
     ir_val_release(r.res);

@@ -26,7 +26,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -35,33 +34,23 @@ import test_runner_e2e as e2e  # noqa: E402  (its helpers: processes, psql, TAP 
 check, q, ctl, wait_until = e2e.check, e2e.q, e2e.ctl, e2e.wait_until
 
 
-class Sampler:
+class Sampler(e2e.Sampler):
     """Samples, every few milliseconds until stopped, the largest number of running instances
     of a workflow, overall and per concurrency key."""
 
     def __init__(self, url, workflow):
         self.url, self.workflow = url, workflow
-        self.max_total, self.max_key, self.samples = 0, 0, 0
-        self.stop_flag = False
-        self.t = threading.Thread(target=self.run)
-        self.t.start()
+        self.max_total, self.max_key = 0, 0
+        super().__init__()
 
-    def run(self):
-        while not self.stop_flag:
-            total, keyed = map(int, q(self.url, (
-                "SELECT count(*) || ' ' || coalesce(max(n) FILTER (WHERE k IS NOT NULL), 0) "
-                "FROM (SELECT concurrency_key AS k, count(*) OVER (PARTITION BY "
-                "concurrency_key) AS n FROM cairn.runner_instances WHERE workflow_name = "
-                f"'{self.workflow}' AND status = 'running') r")).split())
-            self.max_total = max(self.max_total, total)
-            self.max_key = max(self.max_key, keyed)
-            self.samples += 1
-            time.sleep(0.02)
-
-    def stop(self):
-        self.stop_flag = True
-        self.t.join()
-        return self
+    def sample(self):
+        total, keyed = map(int, q(self.url, (
+            "SELECT count(*) || ' ' || coalesce(max(n) FILTER (WHERE k IS NOT NULL), 0) "
+            "FROM (SELECT concurrency_key AS k, count(*) OVER (PARTITION BY "
+            "concurrency_key) AS n FROM cairn.runner_instances WHERE workflow_name = "
+            f"'{self.workflow}' AND status = 'running') r")).split())
+        self.max_total = max(self.max_total, total)
+        self.max_key = max(self.max_key, keyed)
 
 
 def completed(url, workflow):

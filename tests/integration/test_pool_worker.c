@@ -21,6 +21,8 @@
 #include "ir/error.h"
 #include "runner/pool/pool.h"
 #include "tests/support/leak.h"
+#include "tests/support/pool_util.h"
+#include "tests/support/wait.h"
 
 TestSuite(pool_worker, .fini = t_leak_check_nng, .timeout = 120);
 
@@ -33,15 +35,6 @@ struct tally {
     bool seen[MAXN];
     int64_t last_at; /* wall ms of the latest result */
 };
-
-static int64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void
 on_result(void *arg, const struct rn_pool_result *r)
@@ -66,7 +59,7 @@ on_result(void *arg, const struct rn_pool_result *r)
             t->cancelled++;
         }
     }
-    t->last_at = wall_ms();
+    t->last_at = t_clock_ms(CLOCK_REALTIME);
     pthread_cond_broadcast(&t->cond);
     pthread_mutex_unlock(&t->mtx);
 }
@@ -74,22 +67,7 @@ on_result(void *arg, const struct rn_pool_result *r)
 static bool
 tally_wait(struct tally *t, int n, int ms)
 {
-    struct timespec ts;
-    bool ok;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long) (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&t->mtx);
-    while (t->n < n && pthread_cond_timedwait(&t->cond, &t->mtx, &ts) == 0) {
-    }
-    ok = t->n >= n;
-    pthread_mutex_unlock(&t->mtx);
-    return ok;
+    return t_wait_count(&t->mtx, &t->cond, &t->n, n, ms);
 }
 
 /* Starts cairn-worker; exec_dir, when not NULL, is passed as --exec-dir. */
@@ -130,14 +108,9 @@ static void
 wait_workers(struct rn_pool *p, uint64_t n, int ms)
 {
     struct rn_pool_stats st;
-    int waited;
 
-    for (waited = 0; waited < ms; waited += 10) {
-        rn_pool_stats(p, &st);
-        if (st.workers == n) {
-            return;
-        }
-        usleep(10000);
+    if (t_pool_wait_stat(p, offsetof(struct rn_pool_stats, workers), n, ms, &st)) {
+        return;
     }
     cr_assert_fail("%llu workers connected, want %llu", (unsigned long long) st.workers,
                    (unsigned long long) n);
@@ -148,32 +121,18 @@ static uint64_t
 await_dispatched(struct rn_pool *p, uint64_t n)
 {
     struct rn_pool_stats st;
-    int i;
 
-    for (i = 0; i < 500; i++) {
-        rn_pool_stats(p, &st);
-        if (st.dispatched == n) {
-            break;
-        }
-        usleep(10000);
-    }
+    (void) t_pool_wait_stat(p, offsetof(struct rn_pool_stats, dispatched), n, 5000, &st);
     return st.dispatched;
 }
 
 static void
 submit(struct rn_pool *p, uint32_t i, const char *action, const char *key, int64_t v)
 {
-    struct rn_pool_dispatch d;
+    struct rn_xid id = {{0}};
 
-    memset(&d, 0, sizeof(d));
-    memcpy(d.exec_id.b, &i, sizeof(i));
-    d.attempt = 1;
-    d.action = action;
-    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
-    cr_assert_eq(ir_map_set_cstr(&d.kwargs, key, ir_int(v)), CN_OK);
-    d.deadline_ms = wall_ms() + 60000;
-    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
-    ir_val_release(d.kwargs);
+    memcpy(id.b, &i, sizeof(i));
+    t_pool_submit(p, id, action, key, v, t_clock_ms(CLOCK_REALTIME) + 60000);
 }
 
 static struct rn_pool *
@@ -195,19 +154,10 @@ pool_up_at(struct tally *t, const char *listen)
 static struct rn_pool *
 pool_up(struct tally *t, char *url, size_t n)
 {
-    struct rn_pool_cfg cfg;
-    struct rn_pool *p = NULL;
-    struct cn_errmsg em = {{0}};
     static int seq;
 
-    memset(t, 0, sizeof(*t));
-    pthread_mutex_init(&t->mtx, NULL);
-    pthread_cond_init(&t->cond, NULL);
     (void) snprintf(url, n, "ipc:///tmp/cairn-pool-worker-%d-%d.sock", (int) getpid(), ++seq);
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.listen_url = url;
-    cr_assert_eq(rn_pool_start(&cfg, on_result, t, &p, &em), CN_OK, "%s", em.text);
-    return p;
+    return pool_up_at(t, url);
 }
 
 static void
@@ -226,32 +176,52 @@ reap(pid_t pid, int *status)
     cr_assert_fail("worker %d did not exit", (int) pid);
 }
 
+/* SIGTERMs the n workers, then reaps each; with clean, asserts that each exited 0. */
+static void
+stop_workers(const pid_t *w, int n, bool clean)
+{
+    int k, status;
+
+    for (k = 0; k < n; k++) {
+        kill(w[k], SIGTERM);
+    }
+    for (k = 0; k < n; k++) {
+        reap(w[k], &status);
+        cr_assert(!clean || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "worker %d status %d",
+                  k, status);
+    }
+}
+
+/* Submits n std.echo attempts and waits (up to ms) for all; each must come back with its own
+ * value, each dispatched once and none stale. Returns the pool's stats after. */
+static struct rn_pool_stats
+echo_all(struct rn_pool *p, struct tally *t, uint32_t n, int ms)
+{
+    struct rn_pool_stats st;
+    uint32_t i;
+
+    for (i = 0; i < n; i++) {
+        submit(p, i, "std.echo", "value", i);
+    }
+    cr_assert(tally_wait(t, (int) n, ms), "%d of %u results", t->n, n);
+    cr_assert_eq(t->ok, (int) n);
+    cr_assert_eq(t->wrong, 0);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(st.dispatched, n);
+    cr_assert_eq(st.stale, 0);
+    return st;
+}
+
 Test(pool_worker, every_dispatch_across_two_worker_processes_is_answered)
 {
     struct tally t;
     char url[128];
     struct rn_pool *p = pool_up(&t, url, sizeof(url));
-    pid_t w1 = spawn_worker(url, "w1", "4"), w2 = spawn_worker(url, "w2", "4");
-    struct rn_pool_stats st;
-    uint32_t i;
-    int status;
+    pid_t w[2] = {spawn_worker(url, "w1", "4"), spawn_worker(url, "w2", "4")};
 
     wait_workers(p, 2, 10000);
-    for (i = 0; i < 1000; i++) {
-        submit(p, i, "std.echo", "value", i);
-    }
-    cr_assert(tally_wait(&t, 1000, 30000), "%d of 1000 results", t.n);
-    cr_assert_eq(t.ok, 1000);
-    cr_assert_eq(t.wrong, 0);
-    rn_pool_stats(p, &st);
-    cr_assert_eq(st.dispatched, 1000);
-    cr_assert_eq(st.stale, 0);
-    kill(w1, SIGTERM);
-    kill(w2, SIGTERM);
-    reap(w1, &status);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "w1 status %d", status);
-    reap(w2, &status);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "w2 status %d", status);
+    (void) echo_all(p, &t, 1000, 30000);
+    stop_workers(w, 2, true);
     rn_pool_stop(p);
 }
 
@@ -268,7 +238,7 @@ Test(pool_worker, sigkill_mid_action_returns_worker_lost_within_a_second)
     submit(p, 7, "std.sleep", "ms", 20000);
     cr_assert_eq(await_dispatched(p, 1), 1);
     usleep(50000); /* let the worker start the action */
-    t0 = wall_ms();
+    t0 = t_clock_ms(CLOCK_REALTIME);
     kill(w, SIGKILL);
     cr_assert(tally_wait(&t, 1, 5000), "no result after SIGKILL");
     cr_assert_eq(t.lost, 1);
@@ -286,7 +256,6 @@ Test(pool_worker, a_cancelled_action_stops_on_the_worker_and_reports_cancelled)
     uint32_t id = 9;
     struct rn_xid exec_id = {{0}};
     int64_t t0;
-    int status;
 
     wait_workers(p, 1, 10000);
     memcpy(exec_id.b, &id, sizeof(id));
@@ -296,7 +265,7 @@ Test(pool_worker, a_cancelled_action_stops_on_the_worker_and_reports_cancelled)
     /* Let the worker start it, so that this stops a running action (one cancelled before it
      * starts is not run at all: wp_sdk tests that). */
     usleep(50000);
-    t0 = wall_ms();
+    t0 = t_clock_ms(CLOCK_REALTIME);
     cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_OK);
     cr_assert(tally_wait(&t, 1, 5000), "no result after cancel");
     cr_assert_eq(t.cancelled, 1, "ok=%d lost=%d", t.ok, t.lost);
@@ -305,9 +274,7 @@ Test(pool_worker, a_cancelled_action_stops_on_the_worker_and_reports_cancelled)
     submit(p, id + 1, "std.echo", "value", (int64_t) (id + 1));
     cr_assert(tally_wait(&t, 2, 5000), "no result after the cancelled one");
     cr_assert_eq(t.ok, 1);
-    kill(w, SIGTERM);
-    reap(w, &status);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    stop_workers(&w, 1, true);
     rn_pool_stop(p);
 }
 
@@ -338,8 +305,7 @@ Test(pool_worker, ten_thousand_dispatches_across_four_workers_over_tcp, .timeout
     struct rn_pool *p = pool_up_at(&t, "tcp://127.0.0.1:0");
     pid_t w[4];
     struct rn_pool_stats st;
-    uint32_t i;
-    int k, status;
+    int k;
 
     cr_assert_gt(rn_pool_port(p), 0);
     (void) snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", rn_pool_port(p));
@@ -349,28 +315,14 @@ Test(pool_worker, ten_thousand_dispatches_across_four_workers_over_tcp, .timeout
         w[k] = spawn_worker_pf(url, name, "4", k < 2 ? "0" : "8"); /* two prefetch */
     }
     wait_workers(p, 4, 10000);
-    for (i = 0; i < 10000; i++) {
-        submit(p, i, "std.echo", "value", i);
-    }
-    cr_assert(tally_wait(&t, 10000, 120000), "%d of 10000 results", t.n);
-    cr_assert_eq(t.ok, 10000);
-    cr_assert_eq(t.wrong, 0);
-    rn_pool_stats(p, &st);
-    cr_assert_eq(st.dispatched, 10000);
+    st = echo_all(p, &t, 10000, 120000);
     cr_assert_eq(st.results, 10000);
-    cr_assert_eq(st.stale, 0);
     cr_assert_eq(st.lost, 0);
     fprintf(stderr, "10000 attempts in %llu dispatch messages\n",
             (unsigned long long) st.dispatch_msgs);
     /* All submitted at once: replies carry several attempts (about 4 here, by measurement). */
     cr_assert_lt(st.dispatch_msgs, st.dispatched / 2, "dispatches are not batched");
-    for (k = 0; k < 4; k++) {
-        kill(w[k], SIGTERM);
-    }
-    for (k = 0; k < 4; k++) {
-        reap(w[k], &status);
-        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "w%d status %d", k, status);
-    }
+    stop_workers(w, 4, true);
     rn_pool_stop(p);
 }
 
@@ -381,7 +333,6 @@ Test(pool_worker, a_worker_serving_other_actions_gets_none_of_them)
     struct rn_pool *p = pool_up(&t, url, sizeof(url));
     pid_t w = spawn_worker(url, "std-only", "2");
     struct rn_pool_stats st;
-    int status;
 
     wait_workers(p, 1, 10000);
     submit(p, 1, "billing.charge", "amount", 5); /* nobody serves it: it waits */
@@ -390,8 +341,7 @@ Test(pool_worker, a_worker_serving_other_actions_gets_none_of_them)
     cr_assert(t.seen[2] && !t.seen[1]);
     rn_pool_stats(p, &st);
     cr_assert_eq(st.queued, 1, "the unserved action should still be waiting");
-    kill(w, SIGTERM);
-    reap(w, &status);
+    stop_workers(&w, 1, false);
     rn_pool_stop(p); /* the waiting attempt is never dispatched: no result for it */
     cr_assert(!t.seen[1]);
 }
@@ -405,7 +355,6 @@ Test(pool_worker, a_slow_action_hits_its_deadline_and_its_late_result_is_dropped
     struct rn_pool_dispatch d;
     struct rn_pool_stats st;
     uint32_t id = 11;
-    int i, status;
 
     wait_workers(p, 1, 10000);
     memset(&d, 0, sizeof(d));
@@ -414,22 +363,16 @@ Test(pool_worker, a_slow_action_hits_its_deadline_and_its_late_result_is_dropped
     d.action = "std.sleep";
     cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
     cr_assert_eq(ir_map_set_cstr(&d.kwargs, "ms", ir_int(600)), CN_OK);
-    d.deadline_ms = wall_ms() + 200;
+    d.deadline_ms = t_clock_ms(CLOCK_REALTIME) + 200;
     cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
     ir_val_release(d.kwargs);
     cr_assert(tally_wait(&t, 1, 5000), "no result");
     cr_assert_eq(t.ok, 0);
-    for (i = 0; i < 300; i++) { /* the worker finishes later: its outcome is stale */
-        rn_pool_stats(p, &st);
-        if (st.stale == 1) {
-            break;
-        }
-        usleep(10000);
-    }
+    /* the worker finishes later: its outcome is stale */
+    (void) t_pool_wait_stat(p, offsetof(struct rn_pool_stats, stale), 1, 3000, &st);
     cr_assert_eq(st.timeouts, 1);
     cr_assert_eq(st.stale, 1);
-    kill(w, SIGTERM);
-    reap(w, &status);
+    stop_workers(&w, 1, false);
     rn_pool_stop(p);
 }
 
@@ -439,7 +382,6 @@ Test(pool_worker, a_worker_reconnects_when_its_runner_restarts)
     struct rn_pool *p1 = pool_up_at(&t1, "tcp://127.0.0.1:0"), *p2;
     char url[128];
     pid_t w;
-    int status;
 
     (void) snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", rn_pool_port(p1));
     w = spawn_worker(url, "faithful", "2");
@@ -452,8 +394,7 @@ Test(pool_worker, a_worker_reconnects_when_its_runner_restarts)
     submit(p2, 2, "std.echo", "value", 2);
     cr_assert(tally_wait(&t2, 1, 10000), "no result from the reconnected worker");
     cr_assert_eq(t2.ok, 1);
-    kill(w, SIGTERM);
-    reap(w, &status);
+    stop_workers(&w, 1, false);
     rn_pool_stop(p2);
 }
 
@@ -468,7 +409,6 @@ Test(pool_worker, a_cancelled_exec_action_is_killed_and_reports_cancelled)
     uint32_t id = 21;
     struct rn_xid exec_id = {{0}};
     int64_t t0;
-    int status;
 
     cr_assert_not_null(root, "CAIRN_SOURCE_ROOT not set (run through meson)");
     (void) snprintf(dir, sizeof(dir), "%s/tests/integration/exec", root);
@@ -478,14 +418,12 @@ Test(pool_worker, a_cancelled_exec_action_is_killed_and_reports_cancelled)
     submit(p, id, "exec.slow", "unused", 0); /* sleeps 30 s */
     cr_assert_eq(await_dispatched(p, 1), 1);
     usleep(200000); /* started: the cancel must kill a running process */
-    t0 = wall_ms();
+    t0 = t_clock_ms(CLOCK_REALTIME);
     cr_assert_eq(rn_pool_cancel(p, exec_id, 1), CN_OK);
     cr_assert(tally_wait(&t, 1, 5000), "no result after cancel");
     cr_assert_eq(t.cancelled, 1, "ok=%d lost=%d", t.ok, t.lost);
     cr_assert_lt(t.last_at - t0, 1000, "Cancelled after %lld ms", (long long) (t.last_at - t0));
-    kill(w, SIGTERM);
-    reap(w, &status);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    stop_workers(&w, 1, true);
     rn_pool_stop(p);
 }
 
@@ -536,8 +474,8 @@ Test(pool_worker, an_exec_action_dies_with_its_worker)
     wait_workers(p, 1, 10000);
     submit(p, 31, "exec.pidfile", "unused", 0);
     cr_assert_eq(await_dispatched(p, 1), 1);
-    deadline = wall_ms() + 10000;
-    while (child <= 0 && wall_ms() < deadline) {
+    deadline = t_clock_ms(CLOCK_REALTIME) + 10000;
+    while (child <= 0 && t_clock_ms(CLOCK_REALTIME) < deadline) {
         if ((f = fopen(pidfile, "r")) != NULL) {
             if (fscanf(f, "%d", &child) != 1) {
                 child = 0;
@@ -550,8 +488,8 @@ Test(pool_worker, an_exec_action_dies_with_its_worker)
     cr_assert(!process_gone(child));
     kill(w, SIGKILL);
     reap(w, &status);
-    deadline = wall_ms() + 5000;
-    while (!process_gone(child) && wall_ms() < deadline) {
+    deadline = t_clock_ms(CLOCK_REALTIME) + 5000;
+    while (!process_gone(child) && t_clock_ms(CLOCK_REALTIME) < deadline) {
         usleep(10000);
     }
     if (!process_gone(child)) {

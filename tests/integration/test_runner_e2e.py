@@ -38,6 +38,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -139,11 +140,44 @@ def metrics(port):
                                      if line and not line.startswith("#"))}
 
 
-def main_in_fresh_db(prefix, run_all_fn):
+class Sampler:
+    """Calls self.sample() on a thread of its own every 20 ms until stop(), counting the
+    samples; a subclass sets what sample() reads before calling this __init__."""
+
+    def __init__(self):
+        self.samples, self.stop_flag = 0, False
+        self.t = threading.Thread(target=self.run)
+        self.t.start()
+
+    def run(self):
+        while not self.stop_flag:
+            self.sample()
+            self.samples += 1
+            time.sleep(0.02)  # the sampling period, not a wait for anything
+
+    def stop(self):
+        self.stop_flag = True
+        self.t.join()
+        return self
+
+
+def main_in_fresh_db(prefix, run_all_fn, roles=()):
     """The main of every end-to-end test: a database of its own on the test cluster, run_all_fn
     (url, env, tmp) with TAP checks, then every process killed, their log tails printed when a
-    check failed, the database dropped. A crash of the test is a failed check, with what was
-    running. Skips without CAIRN_TEST_DATABASE_URL."""
+    check failed, the database dropped, and last the cluster-wide roles the test made (roles)
+    dropped too. A crash of the test is a failed check, with what was running. Skips without
+    CAIRN_TEST_DATABASE_URL."""
+    try:
+        return run_in_fresh_db(prefix, run_all_fn)
+    finally:
+        if BASE:
+            for role in roles:
+                subprocess.run(["psql", "-X", "-q", "-d", BASE, "-c",
+                                f"DROP ROLE IF EXISTS {role}"], capture_output=True, timeout=60)
+
+
+def run_in_fresh_db(prefix, run_all_fn):
+    """main_in_fresh_db without the roles: the database, the run and the clean-up."""
     if not BASE:
         print("1..0 # SKIP CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)")
         return 0
@@ -209,6 +243,12 @@ def counts(url, workflow):
 
 def all_completed(url, workflow, n):
     return counts(url, workflow) == f"{n} {n}"
+
+
+def actions_done(url, workflow):
+    """The action results recorded for the instances of workflow (as psql's text)."""
+    return q(url, "SELECT count(*) FROM cairn.runner_actions_done d JOIN cairn.runner_instances "
+                  f"i USING (instance_id) WHERE i.workflow_name = '{workflow}'")
 
 
 def duplicate_done(url):
@@ -325,8 +365,7 @@ def run_all(url, env, tmp):
                  "AND result = to_jsonb('Hello, ' || (input->>'name') || '!')") ==
           q(url, "SELECT count(*) FROM cairn.runner_instances WHERE workflow_name = 'hello'"))
     check("two runners: one action result per instance (none ran twice)",
-          q(url, "SELECT count(*) FROM cairn.runner_actions_done d JOIN cairn.runner_instances "
-                 "i USING (instance_id) WHERE i.workflow_name = 'hello'") ==
+          actions_done(url, "hello") ==
           q(url, "SELECT count(*) FROM cairn.runner_instances WHERE workflow_name = 'hello'"))
     check("two runners: the claim queue is empty",
           q(url, "SELECT count(*) FROM cairn.queued_instances") == "0")
@@ -336,9 +375,7 @@ def run_all(url, env, tmp):
     rc = r2.term()
     check("SIGTERM: runner2 exits 0", rc == 0, exit_detail(rc, r2))
     enqueue_many(url, "steps", "'{\"n\": 30}'::jsonb", 40)
-    progressed = wait_until("progress", lambda: int(q(
-        url, "SELECT count(*) FROM cairn.runner_actions_done d JOIN cairn.runner_instances i "
-             "USING (instance_id) WHERE i.workflow_name = 'steps'")) >= 150, 60)
+    progressed = wait_until("progress", lambda: int(actions_done(url, "steps")) >= 150, 60)
     check("kill -9: runner1 made progress first", progressed)
     r1.kill9()
     before = int(q(url, "SELECT count(*) FROM cairn.runner_actions_done"))
@@ -350,17 +387,13 @@ def run_all(url, env, tmp):
              "AND result = '435'::jsonb") == "40")
     check("kill -9: no action with a recorded result ran again", duplicate_done(url) == "0",
           duplicate_done(url))
-    check("kill -9: 40 x 30 results recorded, each once", q(
-        url, "SELECT count(*) FROM cairn.runner_actions_done d JOIN cairn.runner_instances i "
-             "USING (instance_id) WHERE i.workflow_name = 'steps'") == "1200",
+    check("kill -9: 40 x 30 results recorded, each once", actions_done(url, "steps") == "1200",
           f"before the crash {before}")
 
     # ---- kill -9 of a worker mid-action --------------------------------------------
     w4 = worker(env, tmp, "worker2b", sock2)
     enqueue_many(url, "sleepy", "'{\"n\": 4, \"ms\": 300}'::jsonb", 6)
-    started = wait_until("sleepy started", lambda: int(q(
-        url, "SELECT count(*) FROM cairn.runner_actions_done d JOIN cairn.runner_instances i "
-             "USING (instance_id) WHERE i.workflow_name = 'sleepy'")) >= 2, 60)
+    started = wait_until("sleepy started", lambda: int(actions_done(url, "sleepy")) >= 2, 60)
     check("kill -9 worker: actions were running", started)
     w3.kill9()
     ok = wait_until("sleepy done", lambda: all_completed(url, "sleepy", 6), 60)

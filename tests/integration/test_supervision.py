@@ -101,6 +101,20 @@ def rotate_and_hup(name, proc, log):
     return size(log + ".1")
 
 
+def term_into_new_log(name, proc, fake, log, old, last_word):
+    """SIGTERM after rotate_and_hup: STOPPING=1, exit 0, and the last lines (last_word among
+    them) in the new file while the renamed one kept its size old."""
+    proc.p.send_signal(signal.SIGTERM)
+    check(f"{name}: STOPPING=1 on SIGTERM", fake.wait_for("STOPPING=1"), repr(fake.got))
+    try:
+        rc = proc.p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check(f"{name}: exits 0 after SIGTERM", rc == 0, f"status {rc}; {text(log)[-800:]}")
+    check(f"{name}: its last lines went to the new file",
+          last_word in text(log) and size(log + ".1") == old, text(log)[-800:])
+
+
 def test_worker(tmp):
     fake = FakeSystemd(os.path.join(tmp, "notify.sock"))
     log = os.path.join(tmp, "worker-file.log")  # not worker.log: Proc keeps stdout there
@@ -115,15 +129,7 @@ def test_worker(tmp):
     silent = e2e.Proc("silent-runner", [SILENT, sock, "5000"], os.environ, tmp)
     check("worker: STATUS=serving once a runner welcomes it",
           fake.wait_for("STATUS=serving*", 15), repr(fake.got))
-    w.p.send_signal(signal.SIGTERM)
-    check("worker: STOPPING=1 on SIGTERM", fake.wait_for("STOPPING=1"), repr(fake.got))
-    try:
-        rc = w.p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        rc = None
-    check("worker: exits 0 after SIGTERM", rc == 0, f"status {rc}; {text(log)[-800:]}")
-    check("worker: its last lines went to the new file",
-          "stopping" in text(log) and size(log + ".1") == old, text(log)[-800:])
+    term_into_new_log("worker", w, fake, log, old, "stopping")
     check("worker: stderr is empty with a log file (everything went to the file)",
           w.text() == "", w.text()[-500:])
     silent.p.kill()
@@ -167,15 +173,7 @@ def test_runner(url, env, tmp):
     check("runner: STATUS= says it claims", fake.wait_for("STATUS=claiming*", 1), repr(fake.got))
     check("runner: the start line is in CAIRN_LOG_FILE", "started:" in text(log), text(log))
     old = rotate_and_hup("runner", run, log)
-    run.p.send_signal(signal.SIGTERM)
-    check("runner: STOPPING=1 on SIGTERM", fake.wait_for("STOPPING=1"), repr(fake.got))
-    try:
-        rc = run.p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        rc = None
-    check("runner: exits 0 after SIGTERM", rc == 0, f"status {rc}; {text(log)[-800:]}")
-    check("runner: its last lines went to the new file",
-          "stopped" in text(log) and size(log + ".1") == old, text(log)[-800:])
+    term_into_new_log("runner", run, fake, log, old, "stopped")
     fake.close()
     # A log file it cannot open: exit 2 with the variable named, on the original stderr.
     bad = e2e.Proc("runner-bad-log", [RUNNER], dict(env, CAIRN_LOG_FILE=f"{tmp}/no/such/dir/x"),

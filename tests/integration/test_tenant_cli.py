@@ -52,6 +52,20 @@ def ids_of(r):
     return {row["id"] for row in json.loads(r.stdout or "[]")} if r.returncode == 0 else None
 
 
+def json_rows(env, *args):
+    """cairnctl ARGS (a --json list): the run and its rows ([] when it failed)."""
+    r = ctl(env, *args)
+    return r, (json.loads(r.stdout or "[]") if r.returncode == 0 else [])
+
+
+def set_per_tenant(env, command, workflow, values):
+    """cairnctl COMMAND set WORKFLOW VALUE under each (tenant, value) of values."""
+    for tenant, v in values:
+        r = ctl(env, command, "set", workflow, v, "--tenant", tenant)
+        check(f"{command} set {workflow} {v} under {tenant}", r.returncode == 0,
+              r.stdout + r.stderr)
+
+
 CLIENT_SCRIPT = r"""
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
@@ -117,8 +131,7 @@ def run_all(url, env, tmp):
           lines[0].split() == ["NAME", "MAX_RUNNING", "CREATED_AT"] and
           [ln.split()[:2] for ln in lines[1:]] ==
           [["acme", "-"], ["default", "-"], ["globex", "3"]], r.stdout + r.stderr)
-    r = ctl(env, "tenant", "list", "--json")
-    rows = json.loads(r.stdout or "[]") if r.returncode == 0 else []
+    r, rows = json_rows(env, "tenant", "list", "--json")
     check("tenant list --json", [(t["name"], t["max_running"]) for t in rows] ==
           [("acme", None), ("default", None), ("globex", 3)] and
           all(t["created_at"] for t in rows), r.stdout + r.stderr)
@@ -224,8 +237,7 @@ def run_all(url, env, tmp):
         r = ctl(env, "schedule", "add", "nightly", "--workflow", "greet", "--every", every,
                 "--input", '{"i": 1}', "--tenant", tenant)
         check(f"schedule add nightly under {tenant}", r.returncode == 0, r.stdout + r.stderr)
-    r = ctl(env, "schedule", "list", "--json", "--tenant", "acme")
-    rows = json.loads(r.stdout or "[]") if r.returncode == 0 else []
+    r, rows = json_rows(env, "schedule", "list", "--json", "--tenant", "acme")
     check("schedule list under acme shows acme's nightly only, every hour",
           [(s["name"], s["every_ms"]) for s in rows] == [("nightly", 3600000)],
           r.stdout + r.stderr)
@@ -235,25 +247,19 @@ def run_all(url, env, tmp):
                  " WHERE name = 'nightly'")
     check("... one nightly per tenant", got == "acme,globex", got)
 
-    for tenant, n in (("acme", "2"), ("globex", "5")):
-        r = ctl(env, "limit", "set", "greet", n, "--tenant", tenant)
-        check(f"limit set greet {n} under {tenant}", r.returncode == 0, r.stdout + r.stderr)
+    set_per_tenant(env, "limit", "greet", (("acme", "2"), ("globex", "5")))
     got = q(url, "SELECT string_agg(tenant_id || '=' || max_running, ',' ORDER BY tenant_id)"
                  " FROM cairn.workflow_limits WHERE workflow_name = 'greet'")
     check("... a limit per tenant", got == "acme=2,globex=5", got)
-    r = ctl(env, "limit", "list", "--json", "--tenant", "acme")
-    rows = json.loads(r.stdout or "[]") if r.returncode == 0 else []
+    r, rows = json_rows(env, "limit", "list", "--json", "--tenant", "acme")
     check("limit list under acme shows acme's limit only",
           [(x["workflow"], x["max_running"]) for x in rows] == [("greet", 2)], r.stdout + r.stderr)
 
-    for tenant, keep in (("acme", "30d"), ("globex", "forever")):
-        r = ctl(env, "retention", "set", "greet", keep, "--tenant", tenant)
-        check(f"retention set greet {keep} under {tenant}", r.returncode == 0, r.stdout + r.stderr)
+    set_per_tenant(env, "retention", "greet", (("acme", "30d"), ("globex", "forever")))
     got = q(url, "SELECT string_agg(tenant_id || '=' || coalesce(keep::text, 'forever'), ','"
                  " ORDER BY tenant_id) FROM cairn.workflow_retention WHERE workflow_name = 'greet'")
     check("... a retention per tenant", got == "acme=30 days,globex=forever", got)
-    r = ctl(env, "retention", "list", "--json", "--tenant", "globex")
-    rows = json.loads(r.stdout or "[]") if r.returncode == 0 else []
+    r, rows = json_rows(env, "retention", "list", "--json", "--tenant", "globex")
     check("retention list under globex shows globex's only", rows == [
         {"workflow": "greet", "keep": None}], r.stdout + r.stderr)
 
@@ -341,12 +347,7 @@ def run_all(url, env, tmp):
 
 
 def main():
-    try:
-        return e2e.main_in_fresh_db("tenant_cli", run_all)
-    finally:
-        if e2e.BASE:
-            subprocess.run(["psql", "-X", "-q", "-d", e2e.BASE, "-c",
-                            f"DROP ROLE IF EXISTS {LOGIN}"], capture_output=True, timeout=60)
+    return e2e.main_in_fresh_db("tenant_cli", run_all, roles=(LOGIN,))
 
 
 if __name__ == "__main__":

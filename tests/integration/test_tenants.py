@@ -495,13 +495,7 @@ def run_all(url, env, tmp):
 
 
 def main():
-    try:
-        return e2e.main_in_fresh_db("tenants", run_all)
-    finally:
-        if e2e.BASE:
-            for role in ROLES:
-                subprocess.run(["psql", "-X", "-q", "-d", e2e.BASE, "-c",
-                                f"DROP ROLE IF EXISTS {role}"], capture_output=True, timeout=60)
+    return e2e.main_in_fresh_db("tenants", run_all, roles=ROLES)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,21 @@ def run(env, workflow, input_json):
     return r, time.monotonic() - t0
 
 
+def fails_within_5s(env, what, workflow, input_json, error_type):
+    """A run of workflow that must fail (exit 4) with error_type, in under 5 s."""
+    r, took = run(env, workflow, input_json)
+    check(what, r.returncode == 4 and error_type in r.stdout and took < 5,
+          f"exit {r.returncode} after {took:.1f} s: {r.stdout} {r.stderr}")
+
+
+def all_slots_free(env, what):
+    """Eight 300 ms actions need all eight slots at once: the run finishes in under 5 s only if
+    nothing earlier still holds a slot."""
+    r, took = run(env, "slowten", '{"n": 8, "ms": 300}')
+    check(what, r.returncode == 0 and took < 5,
+          f"exit {r.returncode} after {took:.1f} s: {r.stderr}")
+
+
 def run_all(url, env, tmp):
     wf = os.path.join(e2e.ROOT, "tests/integration/workflows")
     for args in (["migrate"], ["register", f"{wf}/slowten.cairn"],
@@ -55,28 +70,19 @@ def run_all(url, env, tmp):
           f"exit {r.returncode}: {r.stdout} {r.stderr}")
     check("two of them waited for a slot", took >= 1.2, f"{took:.2f} s")
 
-    r, took = run(env, "overdue", '{"ms": 10000, "deadline": false}')
-    check("a 10 s action with [timeout: 300ms] fails with ActionTimeout",
-          r.returncode == 4 and "ActionTimeout" in r.stdout and took < 5,
-          f"exit {r.returncode} after {took:.1f} s: {r.stdout} {r.stderr}")
+    fails_within_5s(env, "a 10 s action with [timeout: 300ms] fails with ActionTimeout",
+                    "overdue", '{"ms": 10000, "deadline": false}', "ActionTimeout")
     # Eight 300 ms actions need all eight slots at once: with the 10 s sleep still running on
     # one of them, the eighth would wait for it and time the run out past 5 s.
-    r, took = run(env, "slowten", '{"n": 8, "ms": 300}')
-    check("the timed-out action was stopped on the worker: all 8 slots free at once",
-          r.returncode == 0 and took < 5, f"exit {r.returncode} after {took:.1f} s: {r.stderr}")
+    all_slots_free(env, "the timed-out action was stopped on the worker: all 8 slots free at once")
 
-    r, took = run(env, "overdue", '{"ms": 10000, "deadline": true}')
-    check("a 10 s action with [deadline: 500ms] fails with ActionTimeout",
-          r.returncode == 4 and "ActionTimeout" in r.stdout and took < 5,
-          f"exit {r.returncode} after {took:.1f} s: {r.stdout} {r.stderr}")
+    fails_within_5s(env, "a 10 s action with [deadline: 500ms] fails with ActionTimeout",
+                    "overdue", '{"ms": 10000, "deadline": true}', "ActionTimeout")
 
-    r, took = run(env, "failfast", '{"ms": 60000}')
-    check("parallel [fail_fast]: the failing branch ends the run at once (Declined)",
-          r.returncode == 4 and "Declined" in r.stdout and took < 5,
-          f"exit {r.returncode} after {took:.1f} s: {r.stdout} {r.stderr}")
-    r, took = run(env, "slowten", '{"n": 8, "ms": 300}')
-    check("[fail_fast] cancelled the 60 s sibling on its worker: all 8 slots free at once",
-          r.returncode == 0 and took < 5, f"exit {r.returncode} after {took:.1f} s: {r.stderr}")
+    fails_within_5s(env, "parallel [fail_fast]: the failing branch ends the run at once (Declined)",
+                    "failfast", '{"ms": 60000}', "Declined")
+    all_slots_free(env, "[fail_fast] cancelled the 60 s sibling on its worker: all 8 slots free "
+                   "at once")
 
     # The crash case needs its instance on a runner of its own, with a worker serving exec.*.
     worker.term()

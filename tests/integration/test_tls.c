@@ -22,6 +22,7 @@
 #include "ir/value.h"
 #include "runner/pool/pool.h"
 #include "tests/support/leak.h"
+#include "tests/support/pool_util.h"
 
 TestSuite(tls, .fini = t_leak_check_nng, .timeout = 120);
 
@@ -164,19 +165,11 @@ Test(tls, a_worker_with_a_certificate_from_the_ca_is_served)
     char url[128];
     struct rn_pool *p;
     struct cairn_worker *w;
-    struct rn_pool_dispatch d;
 
     make_certs();
     p = tls_pool(&o, url, sizeof(url));
     cr_assert_eq(worker_try(url, path("worker.pem"), &w), CN_OK, "%s", cairn_worker_error(w));
-    memset(&d, 0, sizeof(d));
-    d.exec_id.b[0] = 1;
-    d.attempt = 1;
-    d.action = "t.echo";
-    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
-    cr_assert_eq(ir_map_set_cstr(&d.kwargs, "v", ir_int(42)), CN_OK);
-    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
-    ir_val_release(d.kwargs);
+    t_pool_submit(p, (struct rn_xid){{1}}, "t.echo", "v", 42, 0);
     (void) one_wait(&o, 5000);
     cr_assert_eq(o.n, 1, "no result over TLS");
     cr_assert(o.ok);
@@ -213,7 +206,6 @@ Test(tls, the_cairn_worker_binary_connects_with_its_tls_flags)
     struct one o;
     char url[128];
     struct rn_pool *p;
-    struct rn_pool_dispatch d;
     pid_t pid;
     int status, i;
 
@@ -228,14 +220,8 @@ Test(tls, the_cairn_worker_binary_connects_with_its_tls_flags)
               path("worker.pem"), "--tls-server-name", "localhost", (char *) NULL);
         _exit(127);
     }
-    memset(&d, 0, sizeof(d));
-    d.exec_id.b[0] = 2;
-    d.attempt = 1;
-    d.action = "std.echo";
-    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
-    cr_assert_eq(ir_map_set_cstr(&d.kwargs, "value", ir_int(42)), CN_OK);
-    cr_assert_eq(rn_pool_submit(p, &d), CN_OK); /* queued until the worker says hello */
-    ir_val_release(d.kwargs);
+    /* Queued until the worker says hello. */
+    t_pool_submit(p, (struct rn_xid){{2}}, "std.echo", "value", 42, 0);
     cr_assert(one_wait(&o, 10000), "no result from cairn-worker over TLS");
     cr_assert(o.ok);
     kill(pid, SIGTERM);

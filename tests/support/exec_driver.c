@@ -63,6 +63,12 @@ struct world {
     uint32_t state_step;     /* the written snapshot's */
 };
 
+/* The events of one step. */
+struct events {
+    struct rn_event *items;
+    size_t len, cap;
+};
+
 /* ---- actions ------------------------------------------------------------------------------ */
 
 static const struct ir_val *
@@ -361,6 +367,66 @@ crash(struct world *w, struct rn_step_out *o)
     absorb(w, o);
 }
 
+/* Appends an event of kind for exec_id (all else zero) to evs; returns it for the rest. */
+static struct rn_event *
+push_event(struct events *evs, enum rn_event_kind kind, struct rn_xid exec_id)
+{
+    struct rn_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = kind;
+    ev.exec_id = exec_id;
+    cr_assert_eq(CN_VEC_PUSH(evs, ev), CN_OK);
+    return &evs->items[evs->len - 1];
+}
+
+/* When no action was answered this step: moves the clock to the earliest timer or pool timeout
+ * and appends the events of those now due (take: the pending actions taken this step). */
+static void
+fire_due(struct world *w, struct events *evs, size_t take)
+{
+    int64_t next = INT64_MAX;
+    size_t kept = 0, k;
+
+    for (k = 0; k < w->timers.len; k++) {
+        if (w->timers.items[k].at_ms < next) {
+            next = w->timers.items[k].at_ms;
+        }
+    }
+    for (k = 0; k < w->hung.len; k++) {
+        if (w->hung.items[k].at < next) {
+            next = w->hung.items[k].at;
+        }
+    }
+    cr_assert(next != INT64_MAX || take > 0, "stuck: no pending action and no timer");
+    if (next != INT64_MAX && next > w->now) {
+        w->now = next;
+    }
+    for (k = 0; k < w->timers.len; k++) {
+        struct rn_timer *t = &w->timers.items[k];
+        if (t->at_ms <= w->now) {
+            (void) push_event(evs, RN_EV_TIMER, t->exec_id);
+        } else {
+            w->timers.items[kept++] = *t;
+        }
+    }
+    w->timers.len = kept;
+    kept = 0;
+    for (k = 0; k < w->hung.len; k++) { /* the pool's timeouts */
+        struct hung *h = &w->hung.items[k];
+        if (h->at <= w->now) {
+            struct rn_event *ev = push_event(evs, RN_EV_ERROR, h->exec_id);
+            ev->attempt = h->attempt;
+            cr_assert_eq(rn_error_new(RN_ERR_ACTION_TIMEOUT,
+                                      "the attempt did not finish before its deadline", &ev->value),
+                         CN_OK);
+        } else {
+            w->hung.items[kept++] = *h;
+        }
+    }
+    w->hung.len = kept;
+}
+
 struct t_result
 t_run(const char *src, const char *input_json, const struct t_opts *opts)
 {
@@ -406,10 +472,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
         crash(&w, &o);
     }
     while (r.outcome == RN_RUNNING) {
-        struct {
-            struct rn_event *items;
-            size_t len, cap;
-        } evs = {NULL, 0, 0};
+        struct events evs = {NULL, 0, 0};
         struct rn_instance_stats st;
         size_t take, k;
 
@@ -440,54 +503,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
             w.pend.len -= take;
         }
         if (evs.len == 0) {
-            int64_t next = INT64_MAX;
-            size_t kept = 0;
-            for (k = 0; k < w.timers.len; k++) {
-                if (w.timers.items[k].at_ms < next) {
-                    next = w.timers.items[k].at_ms;
-                }
-            }
-            for (k = 0; k < w.hung.len; k++) {
-                if (w.hung.items[k].at < next) {
-                    next = w.hung.items[k].at;
-                }
-            }
-            cr_assert(next != INT64_MAX || take > 0, "stuck: no pending action and no timer");
-            if (next != INT64_MAX && next > w.now) {
-                w.now = next;
-            }
-            for (k = 0; k < w.timers.len; k++) {
-                struct rn_timer *t = &w.timers.items[k];
-                if (t->at_ms <= w.now) {
-                    struct rn_event ev;
-                    memset(&ev, 0, sizeof(ev));
-                    ev.kind = RN_EV_TIMER;
-                    ev.exec_id = t->exec_id;
-                    cr_assert_eq(CN_VEC_PUSH(&evs, ev), CN_OK);
-                } else {
-                    w.timers.items[kept++] = *t;
-                }
-            }
-            w.timers.len = kept;
-            kept = 0;
-            for (k = 0; k < w.hung.len; k++) { /* the pool's timeouts */
-                struct hung *h = &w.hung.items[k];
-                if (h->at <= w.now) {
-                    struct rn_event ev;
-                    memset(&ev, 0, sizeof(ev));
-                    ev.kind = RN_EV_ERROR;
-                    ev.exec_id = h->exec_id;
-                    ev.attempt = h->attempt;
-                    cr_assert_eq(rn_error_new(RN_ERR_ACTION_TIMEOUT,
-                                              "the attempt did not finish before its deadline",
-                                              &ev.value),
-                                 CN_OK);
-                    cr_assert_eq(CN_VEC_PUSH(&evs, ev), CN_OK);
-                } else {
-                    w.hung.items[kept++] = *h;
-                }
-            }
-            w.hung.len = kept;
+            fire_due(&w, &evs, take);
         }
         w.now += 1; /* every step takes a little time */
         cr_assert_eq(rn_instance_step(w.in, evs.items, evs.len, w.now, &o), CN_OK);

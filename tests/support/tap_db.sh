@@ -9,10 +9,8 @@ if [[ -z "$base_url" ]]; then
     echo "1..0 # SKIP CAIRN_TEST_DATABASE_URL is not set (scripts/test sets it)"
     exit 0
 fi
-psql_bin=${PSQL:-}
-if [[ -z "$psql_bin" ]]; then
-    if command -v psql >/dev/null 2>&1; then psql_bin=psql; else psql_bin=/usr/lib/postgresql/15/bin/psql; fi
-fi
+# shellcheck source=tests/support/psql.sh
+source "$(dirname "${BASH_SOURCE[0]}")/psql.sh"
 
 failures=0
 n=0

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "runner/ops/cron.h"
+#include "tests/support/civil_cmp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -27,20 +28,6 @@ static const struct rn_civil starts[] = {
     {1970, 1, 1, 0, 0},     {2000, 2, 28, 23, 59}, {2026, 6, 15, 12, 34},
     {2099, 12, 31, 23, 59}, {2100, 2, 28, 0, 0},   {9999, 12, 31, 23, 58},
 };
-
-static int
-cmp(const struct rn_civil *a, const struct rn_civil *b)
-{
-    const int x[] = {a->year, a->month, a->day, a->hour, a->minute};
-    const int y[] = {b->year, b->month, b->day, b->hour, b->minute};
-
-    for (int i = 0; i < 5; i++) {
-        if (x[i] != y[i]) {
-            return x[i] < y[i] ? -1 : 1;
-        }
-    }
-    return 0;
-}
 
 /* Matching written out from the bits and the Vixie day rule. */
 static bool
@@ -79,7 +66,7 @@ check_next(const struct rn_cron *c, const struct rn_civil *start)
             break;
         }
         if (matches(c, &t)) {
-            if (!found || cmp(&r, &t) != 0) {
+            if (!found || t_civil_cmp(&r, &t) != 0) {
                 abort();
             }
             break;
@@ -88,13 +75,14 @@ check_next(const struct rn_cron *c, const struct rn_civil *start)
     if (!found) {
         return;
     }
-    if (!rn_civil_valid(&r) || cmp(&r, start) <= 0 || !matches(c, &r) || !rn_cron_matches(c, &r) ||
-        r.year > start->year + RN_CRON_HORIZON_YEARS) {
+    if (!rn_civil_valid(&r) || t_civil_cmp(&r, start) <= 0 || !matches(c, &r) ||
+        !rn_cron_matches(c, &r) || r.year > start->year + RN_CRON_HORIZON_YEARS) {
         abort();
     }
     back = r;
     step(&back, -1);
-    if (cmp(&back, start) >= 0 && (!rn_cron_next(c, &back, &again) || cmp(&again, &r) != 0)) {
+    if (t_civil_cmp(&back, start) >= 0 &&
+        (!rn_cron_next(c, &back, &again) || t_civil_cmp(&again, &r) != 0)) {
         abort();
     }
 }
@@ -110,7 +98,7 @@ fuzz_civil(const char *s)
     }
     rn_civil_format(&t, buf);
     if (!rn_civil_valid(&t) || strncmp(buf, s, 10) != 0 || strncmp(buf + 11, s + 11, 5) != 0 ||
-        !rn_civil_parse(buf, &u) || cmp(&t, &u) != 0) {
+        !rn_civil_parse(buf, &u) || t_civil_cmp(&t, &u) != 0) {
         abort();
     }
 }

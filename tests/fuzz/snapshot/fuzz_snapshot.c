@@ -15,20 +15,9 @@
 
 #include "ir/compile.h"
 #include "runner/exec/exec.h"
+#include "tests/support/snapshot_workflow.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static const char src[] = "fn h(input: [v]):\n"
-                          "    try:\n"
-                          "        r = @std.echo(value=v)\n"
-                          "    except KeyError as e:\n"
-                          "        r = 0\n"
-                          "    return r\n"
-                          "fn main(input: [xs]):\n"
-                          "    a = h(1)\n"
-                          "    ys = spread xs:x -> @std.echo(value=x) [retry: 2]\n"
-                          "    sleep 1\n"
-                          "    return [a, ys]\n";
 
 static struct ir_dag *
 template_dag(void)
@@ -37,8 +26,8 @@ template_dag(void)
     struct ir_diags d;
 
     if (dag == NULL) {
-        ir_diags_init(&d, "fuzz", src, sizeof(src) - 1);
-        if (ir_compile_source(src, sizeof(src) - 1, &d, &dag) != CN_OK) {
+        ir_diags_init(&d, "fuzz", t_snapshot_src, sizeof(t_snapshot_src) - 1);
+        if (ir_compile_source(t_snapshot_src, sizeof(t_snapshot_src) - 1, &d, &dag) != CN_OK) {
             abort();
         }
         ir_diags_fini(&d);

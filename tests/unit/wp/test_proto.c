@@ -249,56 +249,71 @@ decode(const struct cn_buf *b, struct cn_errmsg *em)
 
 Test(wp_proto, malformed_messages_are_typed_errors)
 {
+    /* Maps packed from alternating keys and msgpack fragments (NULL-ended), what decoding
+     * them gives, and a word the error must name (NULL: not checked). */
+    static const struct {
+        const char *kv[16];
+        cn_err want;
+        const char *names;
+    } raw[] = {
+        {{"v", V1, "kind", S_NOOP}, CN_OK, NULL},
+        {{"v", V2, "kind", S_NOOP}, CN_VERSION, NULL},
+        {{"kind", S_NOOP}, CN_PROTO, NULL},
+        {{"v", V1, "kind", S_BOGUS}, CN_PROTO, NULL},
+        {{"v", V1}, CN_PROTO, NULL},
+        /* ready without outcomes; with a string for them; with a non-map outcome */
+        {{"v", V1, "kind", S_READY}, CN_PROTO, "outcomes"},
+        {{"v", V1, "kind", S_READY, "outcomes", STR_W}, CN_PROTO, NULL},
+        {{"v", V1, "kind", S_READY, "outcomes", "\x02\x91\x03"}, CN_PROTO, "outcome"},
+        {{"v", V1, "kind", S_READY, "outcomes", ARR0}, CN_OK, NULL},
+        /* a dispatch must carry at least one attempt */
+        {{"v", V1, "kind", S_DISPATCH, "items", ARR0}, CN_PROTO, "items"},
+        /* hello: prefetch is optional, but bounded */
+        {{"v", V1, "kind", S_HELLO, "worker", STR_W, "sdk", STR_W, "actions", ARR0, "slots", U3,
+          "prefetch", "\x03\xcd\x10\x01"},
+         CN_PROTO,
+         "prefetch"},
+        /* hello with zero slots / missing actions / nil worker */
+        {{"v", V1, "kind", S_HELLO, "worker", STR_W, "sdk", STR_W, "actions", ARR0, "slots",
+          "\x01\x00"},
+         CN_PROTO,
+         NULL},
+        {{"v", V1, "kind", S_HELLO, "worker", STR_W, "sdk", STR_W, "slots", U3}, CN_PROTO, NULL},
+        {{"v", V1, "kind", S_HELLO, "worker", NIL, "sdk", STR_W, "actions", ARR0, "slots", U3},
+         CN_PROTO,
+         NULL},
+        /* unknown extra fields are ignored (a newer peer may add optional ones) */
+        {{"v", V1, "kind", S_HELLO, "worker", STR_W, "sdk", STR_W, "actions", ARR0, "slots", U3,
+          "zz", U3},
+         CN_OK,
+         NULL},
+        /* names with NUL bytes would be cut short as C strings */
+        {{"v", V1, "kind", S_HELLO, "worker", "\x04\xa3w\x00x", "sdk", STR_W, "actions", ARR0,
+          "slots", U3},
+         CN_PROTO,
+         NULL},
+        {{"v", V1, "kind", S_HELLO, "worker", STR_W, "sdk", STR_W, "actions", "\x04\x91\xa2\x00y",
+          "slots", U3},
+         CN_PROTO,
+         NULL},
+    };
     struct cn_buf b = CN_BUF_INIT;
     struct cn_errmsg em;
 
-    {
-        const char *kv[] = {"v", V1, "kind", S_NOOP};
-        pack_raw(&b, kv, 4);
-        T_OK(decode(&b, &em));
-    }
-    {
-        const char *kv[] = {"v", V2, "kind", S_NOOP};
-        pack_raw(&b, kv, 4);
-        T_ERR(decode(&b, &em), CN_VERSION);
-    }
-    {
-        const char *kv[] = {"kind", S_NOOP};
-        pack_raw(&b, kv, 2);
-        T_ERR(decode(&b, &em), CN_PROTO);
-    }
-    {
-        const char *kv[] = {"v", V1, "kind", S_BOGUS};
-        pack_raw(&b, kv, 4);
-        T_ERR(decode(&b, &em), CN_PROTO);
-    }
-    {
-        const char *kv[] = {"v", V1};
-        pack_raw(&b, kv, 2);
-        T_ERR(decode(&b, &em), CN_PROTO);
-    }
-    /* ready without outcomes; with a string for them; with a non-map outcome */
-    {
-        const char *kv[] = {"v", V1, "kind", S_READY};
-        pack_raw(&b, kv, 4);
-        T_ERR(decode(&b, &em), CN_PROTO);
-        cr_assert(strstr(em.text, "outcomes") != NULL, "%s", em.text);
-    }
-    {
-        const char *kv[] = {"v", V1, "kind", S_READY, "outcomes", STR_W};
-        pack_raw(&b, kv, 6);
-        T_ERR(decode(&b, &em), CN_PROTO);
-    }
-    {
-        const char *kv[] = {"v", V1, "kind", S_READY, "outcomes", "\x02\x91\x03"};
-        pack_raw(&b, kv, 6);
-        T_ERR(decode(&b, &em), CN_PROTO);
-        cr_assert(strstr(em.text, "outcome") != NULL, "%s", em.text);
-    }
-    {
-        const char *kv[] = {"v", V1, "kind", S_READY, "outcomes", ARR0};
-        pack_raw(&b, kv, 6);
-        T_OK(decode(&b, &em));
+    for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++) {
+        size_t n = 0;
+        cn_err rv;
+
+        while (n < sizeof(raw[i].kv) / sizeof(raw[i].kv[0]) && raw[i].kv[n] != NULL) {
+            n++;
+        }
+        pack_raw(&b, raw[i].kv, n);
+        rv = decode(&b, &em);
+        cr_assert_eq(rv, raw[i].want, "case %zu: %s, want %s", i, cn_errname(rv),
+                     cn_errname(raw[i].want));
+        if (raw[i].names != NULL) {
+            cr_assert(strstr(em.text, raw[i].names) != NULL, "case %zu: %s", i, em.text);
+        }
     }
     /* a previous error that is not an error map (no string "type") */
     {
@@ -318,61 +333,6 @@ Test(wp_proto, malformed_messages_are_typed_errors)
         cr_assert(strstr(em.text, "last_error") != NULL, "%s", em.text);
         ir_val_release(d.kwargs);
         ir_val_release(d.last_error);
-    }
-    /* a dispatch must carry at least one attempt */
-    {
-        const char *kv[] = {"v", V1, "kind", S_DISPATCH, "items", ARR0};
-        pack_raw(&b, kv, 6);
-        T_ERR(decode(&b, &em), CN_PROTO);
-        cr_assert(strstr(em.text, "items") != NULL, "%s", em.text);
-    }
-    /* hello: prefetch is optional, but bounded */
-    {
-        const char *kv[] = {"v",     V1,    "kind",     S_HELLO,           "worker",
-                            STR_W,   "sdk", STR_W,      "actions",         ARR0,
-                            "slots", U3,    "prefetch", "\x03\xcd\x10\x01"};
-        pack_raw(&b, kv, 14);
-        T_ERR(decode(&b, &em), CN_PROTO);
-        cr_assert(strstr(em.text, "prefetch") != NULL, "%s", em.text);
-    }
-    /* hello with zero slots / missing actions / nil worker */
-    {
-        const char *kv[] = {"v",   V1,    "kind",    S_HELLO, "worker", STR_W,
-                            "sdk", STR_W, "actions", ARR0,    "slots",  "\x01\x00"};
-        pack_raw(&b, kv, 12);
-        T_ERR(decode(&b, &em), CN_PROTO);
-    }
-    {
-        const char *kv[] = {"v", V1, "kind", S_HELLO, "worker", STR_W, "sdk", STR_W, "slots", U3};
-        pack_raw(&b, kv, 10);
-        T_ERR(decode(&b, &em), CN_PROTO);
-    }
-    {
-        const char *kv[] = {"v",   V1,    "kind",    S_HELLO, "worker", NIL,
-                            "sdk", STR_W, "actions", ARR0,    "slots",  U3};
-        pack_raw(&b, kv, 12);
-        T_ERR(decode(&b, &em), CN_PROTO);
-    }
-    /* unknown extra fields are ignored (a newer peer may add optional ones) */
-    {
-        const char *kv[] = {"v",   V1,        "kind", S_HELLO, "worker", STR_W, "sdk",
-                            STR_W, "actions", ARR0,   "slots", U3,       "zz",  U3};
-        pack_raw(&b, kv, 14);
-        T_OK(decode(&b, &em));
-    }
-    /* names with NUL bytes would be cut short as C strings */
-    {
-        const char *kv[] = {"v",   V1,    "kind",    S_HELLO, "worker", "\x04\xa3w\x00x",
-                            "sdk", STR_W, "actions", ARR0,    "slots",  U3};
-        pack_raw(&b, kv, 12);
-        T_ERR(decode(&b, &em), CN_PROTO);
-    }
-    {
-        const char *kv[] = {"v",     V1,    "kind", S_HELLO,   "worker",
-                            STR_W,   "sdk", STR_W,  "actions", "\x04\x91\xa2\x00y",
-                            "slots", U3};
-        pack_raw(&b, kv, 12);
-        T_ERR(decode(&b, &em), CN_PROTO);
     }
     /* not a map, garbage, trailing bytes */
     T_ERR(wp_msg_decode("\x93\x01\x02\x03", 4, &(struct wp_msg){0}, &em), CN_PROTO);

@@ -27,6 +27,7 @@
 #include "ir/error.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/leak.h"
+#include "tests/support/wait.h"
 #include "worker-protocol/proto.h"
 
 TestSuite(wp_sdk, .fini = t_leak_check_nng, .timeout = 30);
@@ -84,21 +85,14 @@ struct fr {
 static int64_t
 now_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return t_clock_ms(CLOCK_MONOTONIC);
 }
 
 static void
 fr_timedwait(struct fr *f, int64_t ms)
 {
-    struct timespec ts;
+    struct timespec ts = t_deadline_in(ms);
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long) (ms % 1000) * 1000000;
-    ts.tv_sec += ms / 1000 + ts.tv_nsec / 1000000000;
-    ts.tv_nsec %= 1000000000;
     pthread_cond_timedwait(&f->cond, &f->mtx, &ts);
 }
 

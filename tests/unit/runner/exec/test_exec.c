@@ -22,6 +22,8 @@
 #include "tests/support/compile_util.h"
 #include "tests/support/exec_driver.h"
 #include "tests/support/leak.h"
+#include "tests/support/mutate.h"
+#include "tests/support/snapshot_workflow.h"
 
 TestSuite(exec, .fini = t_leak_check, .timeout = 120);
 
@@ -965,22 +967,9 @@ Test(exec, hydration_times_out_attempts_past_their_deadline)
     t_compiled_free(&c);
 }
 
-/* A snapshot taken mid-run of a workflow with a helper, a try, a sleep and a spread. */
-static const char snapshot_src[] = "fn h(input: [v]):\n"
-                                   "    try:\n"
-                                   "        r = @std.echo(value=v)\n"
-                                   "    except KeyError as e:\n"
-                                   "        r = 0\n"
-                                   "    return r\n"
-                                   "fn main(input: [xs]):\n"
-                                   "    a = h(1)\n"
-                                   "    ys = spread xs:x -> @std.echo(value=x)\n"
-                                   "    sleep 1\n"
-                                   "    return [a, ys]\n";
-
 Test(exec, corrupt_snapshots_are_rejected_not_crashed)
 {
-    struct t_compiled c = t_compile(snapshot_src);
+    struct t_compiled c = t_compile(t_snapshot_src);
     struct rn_exec_cfg cfg = {.default_timeout_ms = 60000};
     struct rn_instance *in = NULL, *back = NULL;
     struct rn_step_out o;
@@ -1026,14 +1015,8 @@ Test(exec, corrupt_snapshots_are_rejected_not_crashed)
         rn_step_out_clear(&o);
     }
     for (i = 0; i < 4000; i++) {
-        char *copy = malloc(snap.len);
-        size_t at;
-        cr_assert_not_null(copy);
-        memcpy(copy, snap.data, snap.len);
-        seed = seed * 1103515245u + 12345u;
-        at = (seed >> 8) % snap.len;
-        seed = seed * 1103515245u + 12345u;
-        copy[at] = (char) (copy[at] ^ (char) (1 + (seed >> 16) % 255));
+        char *copy = t_flip_copy(snap.data, snap.len, &seed);
+
         if (rn_instance_hydrate(c.dag, copy, snap.len, NULL, 0, &cfg, 2000, &back, &o, &em) ==
             CN_OK) {
             struct cn_buf again = CN_BUF_INIT;

@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 
 #include "runner/ops/cron.h"
+#include "tests/support/civil_cmp.h"
 #include "tests/support/leak.h"
 
 TestSuite(cron, .fini = t_leak_check, .timeout = 120);
@@ -84,6 +85,40 @@ next_n(const char *expr, const char *after, int n, char *buf, size_t size)
         len += (size_t) snprintf(buf + len, size - len, "%s%s", i > 0 ? ", " : "", one);
     }
     return buf;
+}
+
+/* A next_after case: the match of expr after the minute `after` is want ("none": no match). */
+struct next_case {
+    const char *expr, *after, *want;
+};
+
+static void
+expect_next(const struct next_case *cases, size_t n)
+{
+    char b[17];
+
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_str_eq(next_after(cases[i].expr, cases[i].after, b), cases[i].want,
+                         "\"%s\" after %s", cases[i].expr, cases[i].after);
+    }
+}
+
+/* A next_n case: the first n matches of expr after `after`, joined by ", ", are want. */
+struct next_n_case {
+    const char *expr, *after;
+    int n;
+    const char *want;
+};
+
+static void
+expect_next_n(const struct next_n_case *cases, size_t n)
+{
+    char b[200];
+
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_str_eq(next_n(cases[i].expr, cases[i].after, cases[i].n, b, sizeof(b)),
+                         cases[i].want, "\"%s\" after %s", cases[i].expr, cases[i].after);
+    }
 }
 
 /* ---- parsing ---- */
@@ -305,96 +340,87 @@ Test(cron, a_failed_parse_leaves_the_output_alone_and_takes_a_null_message)
 
 /* ---- the next matching minute ---- */
 
-Test(cron, next_crosses_minute_and_hour_boundaries)
+/* Known next minutes, grouped by what they check. */
+Test(cron, next_gives_the_known_minute)
 {
-    char b[17];
+    static const struct next_case cases[] = {
+        /* Next crosses minute and hour boundaries: */
+        {"* * * * *", "2026-03-10 12:34", "2026-03-10 12:35"},
+        {"* * * * *", "2026-03-10 12:59", "2026-03-10 13:00"},
+        {"15 * * * *", "2026-03-10 12:20", "2026-03-10 13:15"},
+        {"15,45 * * * *", "2026-03-10 12:20", "2026-03-10 12:45"},
+        {"0 9-17 * * *", "2026-03-10 17:00", "2026-03-11 09:00"},
+        /* Next crosses day, month and year boundaries: */
+        {"* * * * *", "2026-03-10 23:59", "2026-03-11 00:00"},
+        {"0 6 * * *", "2026-03-10 07:00", "2026-03-11 06:00"},
+        {"0 0 * * *", "2026-04-30 12:00", "2026-05-01 00:00"},
+        {"* * * * *", "2026-02-28 23:59", "2026-03-01 00:00"},
+        {"* * * * *", "2028-02-28 23:59", "2028-02-29 00:00"},
+        {"* * * * *", "2026-12-31 23:59", "2027-01-01 00:00"},
+        {"0 0 31 * *", "2026-04-01 00:00", "2026-05-31 00:00"},
+        {"30 4 * jun *", "2026-07-01 00:00", "2027-06-01 04:30"},
+        {"0 12 1 */3 *", "2026-11-15 00:00", "2027-01-01 12:00"},
+        /* Next takes the first day of a run after a day that does not match: */
+        {"0 0 5,6 * *", "2026-01-04 12:00", "2026-01-05 00:00"},
+        {"0 0 2-5 3 *", "2026-01-10 00:00", "2026-03-02 00:00"},
+        {"0 0 1 3 *", "2026-01-10 00:00", "2026-03-01 00:00"},
+        {"0 0 * 3 2", "2026-01-10 00:00", "2026-03-03 00:00"},
+        {"0 0 * 3 0", "2026-01-10 00:00", "2026-03-01 00:00"},
+        /* Feb 29th waits for a leap year: */
+        {"0 0 29 2 *", "2026-01-01 00:00", "2028-02-29 00:00"},
+        {"0 0 29 2 *", "1999-03-01 00:00", "2000-02-29 00:00"},
+        /* 2100 is not a leap year: the longest gap there is, 8 years, is still found. */
+        {"0 0 29 2 *", "2096-02-29 00:00", "2104-02-29 00:00"},
+        {"0 0 * 2 *", "2100-02-28 00:00", "2101-02-01 00:00"},
+        /* Impossible dates have no next minute: */
+        {"0 0 30 2 *", "2026-01-01 00:00", "none"},
+        {"0 0 31 2,4,6,9,11 *", "2026-01-01 00:00", "none"},
+        /* With a weekday too, either may match: Fridays in February. */
+        {"0 0 30 2 5", "2026-03-01 00:00", "2027-02-05 00:00"},
+        /* Nothing is found past year 9999: */
+        {"* * * * *", "9999-12-31 23:58", "9999-12-31 23:59"},
+        {"* * * * *", "9999-12-31 23:59", "none"},
+        {"0 0 1 1 *", "9999-06-01 00:00", "none"},
+        /* Next is strictly after a matching minute: */
+        {"30 9 * * *", "2026-03-10 09:30", "2026-03-11 09:30"},
+        {"* * * * *", "2026-03-10 09:30", "2026-03-10 09:31"},
+        /* The sparse case far away: a yearly expression from its own minute. */
+        {"0 0 1 1 *", "2026-01-01 00:00", "2027-01-01 00:00"},
+        {"@yearly", "2026-01-01 00:01", "2027-01-01 00:00"},
+        {"59 23 31 12 *", "2026-01-01 00:00", "2026-12-31 23:59"},
+    };
 
-    cr_assert_str_eq(next_after("* * * * *", "2026-03-10 12:34", b), "2026-03-10 12:35");
-    cr_assert_str_eq(next_after("* * * * *", "2026-03-10 12:59", b), "2026-03-10 13:00");
-    cr_assert_str_eq(next_after("15 * * * *", "2026-03-10 12:20", b), "2026-03-10 13:15");
-    cr_assert_str_eq(next_after("15,45 * * * *", "2026-03-10 12:20", b), "2026-03-10 12:45");
-    cr_assert_str_eq(next_after("0 9-17 * * *", "2026-03-10 17:00", b), "2026-03-11 09:00");
+    expect_next(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
-Test(cron, next_crosses_day_month_and_year_boundaries)
+/* Known runs of next minutes, grouped by what they check. */
+Test(cron, next_gives_the_known_runs_of_minutes)
 {
-    char b[17];
+    static const struct next_n_case cases[] = {
+        /* Day of month or day of week when both are restricted: */
+        /* Fridays, and the 13th (a Monday in April 2026). */
+        {"0 0 13 * 5", "2026-04-01 00:00", 6,
+         "2026-04-03 00:00, 2026-04-10 00:00, 2026-04-13 00:00, 2026-04-17 00:00, "
+         "2026-04-24 00:00, 2026-05-01 00:00"},
+        /* A star day field leaves only the other one: */
+        {"0 0 * * 1", "2026-02-01 00:00", 4,
+         "2026-02-02 00:00, 2026-02-09 00:00, 2026-02-16 00:00, 2026-02-23 00:00"},
+        {"0 0 13 * *", "2026-02-01 00:00", 3,
+         "2026-02-13 00:00, 2026-03-13 00:00, 2026-04-13 00:00"},
+        {"0 0 * * 7", "2026-04-01 00:00", 3,
+         "2026-04-05 00:00, 2026-04-12 00:00, 2026-04-19 00:00"},
+        {"0 0 * * fri-7", "2026-04-01 00:00", 5,
+         "2026-04-03 00:00, 2026-04-04 00:00, 2026-04-05 00:00, 2026-04-10 00:00, "
+         "2026-04-11 00:00"},
+        /* Steps give every nth minute across the hour: */
+        {"*/15 * * * *", "2026-03-10 12:00", 5,
+         "2026-03-10 12:15, 2026-03-10 12:30, 2026-03-10 12:45, 2026-03-10 13:00, "
+         "2026-03-10 13:15"},
+        {"5-59/20 * * * *", "2026-03-10 12:30", 4,
+         "2026-03-10 12:45, 2026-03-10 13:05, 2026-03-10 13:25, 2026-03-10 13:45"},
+    };
 
-    cr_assert_str_eq(next_after("* * * * *", "2026-03-10 23:59", b), "2026-03-11 00:00");
-    cr_assert_str_eq(next_after("0 6 * * *", "2026-03-10 07:00", b), "2026-03-11 06:00");
-    cr_assert_str_eq(next_after("0 0 * * *", "2026-04-30 12:00", b), "2026-05-01 00:00");
-    cr_assert_str_eq(next_after("* * * * *", "2026-02-28 23:59", b), "2026-03-01 00:00");
-    cr_assert_str_eq(next_after("* * * * *", "2028-02-28 23:59", b), "2028-02-29 00:00");
-    cr_assert_str_eq(next_after("* * * * *", "2026-12-31 23:59", b), "2027-01-01 00:00");
-    cr_assert_str_eq(next_after("0 0 31 * *", "2026-04-01 00:00", b), "2026-05-31 00:00");
-    cr_assert_str_eq(next_after("30 4 * jun *", "2026-07-01 00:00", b), "2027-06-01 04:30");
-    cr_assert_str_eq(next_after("0 12 1 */3 *", "2026-11-15 00:00", b), "2027-01-01 12:00");
-}
-
-Test(cron, next_takes_the_first_day_of_a_run_after_a_day_that_does_not_match)
-{
-    char b[17];
-
-    cr_assert_str_eq(next_after("0 0 5,6 * *", "2026-01-04 12:00", b), "2026-01-05 00:00");
-    cr_assert_str_eq(next_after("0 0 2-5 3 *", "2026-01-10 00:00", b), "2026-03-02 00:00");
-    cr_assert_str_eq(next_after("0 0 1 3 *", "2026-01-10 00:00", b), "2026-03-01 00:00");
-    cr_assert_str_eq(next_after("0 0 * 3 2", "2026-01-10 00:00", b), "2026-03-03 00:00");
-    cr_assert_str_eq(next_after("0 0 * 3 0", "2026-01-10 00:00", b), "2026-03-01 00:00");
-}
-
-Test(cron, feb_29th_waits_for_a_leap_year)
-{
-    char b[17];
-
-    cr_assert_str_eq(next_after("0 0 29 2 *", "2026-01-01 00:00", b), "2028-02-29 00:00");
-    cr_assert_str_eq(next_after("0 0 29 2 *", "1999-03-01 00:00", b), "2000-02-29 00:00");
-    /* 2100 is not a leap year: the longest gap there is, 8 years, is still found. */
-    cr_assert_str_eq(next_after("0 0 29 2 *", "2096-02-29 00:00", b), "2104-02-29 00:00");
-    cr_assert_str_eq(next_after("0 0 * 2 *", "2100-02-28 00:00", b), "2101-02-01 00:00");
-}
-
-Test(cron, impossible_dates_have_no_next_minute)
-{
-    char b[17];
-
-    cr_assert_str_eq(next_after("0 0 30 2 *", "2026-01-01 00:00", b), "none");
-    cr_assert_str_eq(next_after("0 0 31 2,4,6,9,11 *", "2026-01-01 00:00", b), "none");
-    /* With a weekday too, either may match: Fridays in February. */
-    cr_assert_str_eq(next_after("0 0 30 2 5", "2026-03-01 00:00", b), "2027-02-05 00:00");
-}
-
-Test(cron, nothing_is_found_past_year_9999)
-{
-    char b[17];
-
-    cr_assert_str_eq(next_after("* * * * *", "9999-12-31 23:58", b), "9999-12-31 23:59");
-    cr_assert_str_eq(next_after("* * * * *", "9999-12-31 23:59", b), "none");
-    cr_assert_str_eq(next_after("0 0 1 1 *", "9999-06-01 00:00", b), "none");
-}
-
-Test(cron, day_of_month_or_day_of_week_when_both_are_restricted)
-{
-    char b[200];
-
-    /* Fridays, and the 13th (a Monday in April 2026). */
-    cr_assert_str_eq(next_n("0 0 13 * 5", "2026-04-01 00:00", 6, b, sizeof(b)),
-                     "2026-04-03 00:00, 2026-04-10 00:00, 2026-04-13 00:00, 2026-04-17 00:00, "
-                     "2026-04-24 00:00, 2026-05-01 00:00");
-}
-
-Test(cron, a_star_day_field_leaves_only_the_other_one)
-{
-    char b[200];
-
-    cr_assert_str_eq(next_n("0 0 * * 1", "2026-02-01 00:00", 4, b, sizeof(b)),
-                     "2026-02-02 00:00, 2026-02-09 00:00, 2026-02-16 00:00, 2026-02-23 00:00");
-    cr_assert_str_eq(next_n("0 0 13 * *", "2026-02-01 00:00", 3, b, sizeof(b)),
-                     "2026-02-13 00:00, 2026-03-13 00:00, 2026-04-13 00:00");
-    cr_assert_str_eq(next_n("0 0 * * 7", "2026-04-01 00:00", 3, b, sizeof(b)),
-                     "2026-04-05 00:00, 2026-04-12 00:00, 2026-04-19 00:00");
-    cr_assert_str_eq(next_n("0 0 * * fri-7", "2026-04-01 00:00", 5, b, sizeof(b)),
-                     "2026-04-03 00:00, 2026-04-04 00:00, 2026-04-05 00:00, 2026-04-10 00:00, "
-                     "2026-04-11 00:00");
+    expect_next_n(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 Test(cron, matches_applies_the_same_day_rule)
@@ -410,29 +436,6 @@ Test(cron, matches_applies_the_same_day_rule)
     c = parse_ok("0 0 * * 1");
     cr_assert(rn_cron_matches(&c, &mon13));
     cr_assert_not(rn_cron_matches(&c, &fri3));
-}
-
-Test(cron, steps_give_every_nth_minute_across_the_hour)
-{
-    char b[200];
-
-    cr_assert_str_eq(next_n("*/15 * * * *", "2026-03-10 12:00", 5, b, sizeof(b)),
-                     "2026-03-10 12:15, 2026-03-10 12:30, 2026-03-10 12:45, 2026-03-10 13:00, "
-                     "2026-03-10 13:15");
-    cr_assert_str_eq(next_n("5-59/20 * * * *", "2026-03-10 12:30", 4, b, sizeof(b)),
-                     "2026-03-10 12:45, 2026-03-10 13:05, 2026-03-10 13:25, 2026-03-10 13:45");
-}
-
-Test(cron, next_is_strictly_after_a_matching_minute)
-{
-    char b[17];
-
-    cr_assert_str_eq(next_after("30 9 * * *", "2026-03-10 09:30", b), "2026-03-11 09:30");
-    cr_assert_str_eq(next_after("* * * * *", "2026-03-10 09:30", b), "2026-03-10 09:31");
-    /* The sparse case far away: a yearly expression from its own minute. */
-    cr_assert_str_eq(next_after("0 0 1 1 *", "2026-01-01 00:00", b), "2027-01-01 00:00");
-    cr_assert_str_eq(next_after("@yearly", "2026-01-01 00:01", b), "2027-01-01 00:00");
-    cr_assert_str_eq(next_after("59 23 31 12 *", "2026-01-01 00:00", b), "2026-12-31 23:59");
 }
 
 Test(cron, next_may_step_a_schedule_in_place)
@@ -603,20 +606,6 @@ naive_step(struct rn_civil *t, int *wd)
     t->year++;
 }
 
-static int
-civil_cmp(const struct rn_civil *a, const struct rn_civil *b)
-{
-    const int x[] = {a->year, a->month, a->day, a->hour, a->minute};
-    const int y[] = {b->year, b->month, b->day, b->hour, b->minute};
-
-    for (int i = 0; i < 5; i++) {
-        if (x[i] != y[i]) {
-            return x[i] < y[i] ? -1 : 1;
-        }
-    }
-    return 0;
-}
-
 Test(cron, next_agrees_with_a_minute_by_minute_search)
 {
     static const char *const months[] = {"jan", "feb", "mar", "apr", "may", "jun",
@@ -670,7 +659,7 @@ Test(cron, next_agrees_with_a_minute_by_minute_search)
             compared++;
         } else {
             /* Beyond the naive horizon: rn_cron_next must not have found anything closer. */
-            cr_assert(!ok || civil_cmp(&got, &t) > 0, "\"%s\" after %s", expr, text);
+            cr_assert(!ok || t_civil_cmp(&got, &t) > 0, "\"%s\" after %s", expr, text);
         }
     }
     cr_assert_geq(compared, 150, "only %d of 200 expressions matched within 2 years", compared);

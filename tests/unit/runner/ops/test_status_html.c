@@ -52,23 +52,26 @@ assert_no_script(const char *html)
 
 Test(status_html, escape)
 {
-    char *e = escaped("<script>alert('x')</script> & \"q\"");
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"<script>alert('x')</script> & \"q\"",
+         "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"},
+        {"", ""},
+        {"plain text, ünïcode", "plain text, ünïcode"},
+    };
 
-    cr_assert_str_eq(e, "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;");
-    free(e);
-    e = escaped("");
-    cr_assert_str_eq(e, "");
-    free(e);
-    e = escaped("plain text, ünïcode");
-    cr_assert_str_eq(e, "plain text, ünïcode");
-    free(e);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *e = escaped(cases[i].in);
+
+        cr_assert_str_eq(e, cases[i].want, "escaping \"%s\"", cases[i].in);
+        free(e);
+    }
 }
 
 /* A snapshot with one of everything; every outside text holds markup. */
 Test(status_html, everything_escaped_and_shown)
 {
-    struct rn_status_data d;
-    struct rn_pool_snapshot ps;
     struct rn_status_count unf[] = {{"wf<script>", "running", 3}, {"wf<script>", "queued", 2}};
     struct rn_status_count fin[] = {{"wf<script>", "completed", 7}, {"other", "failed", 1}};
     struct rn_status_failure fl[] = {{"22222222-2222-4222-8222-222222222222", "other", "failed",
@@ -90,28 +93,17 @@ Test(status_html, everything_escaped_and_shown)
     struct rn_pool_worker_info w[] = {
         {"worker<script>", "ipc, pid 9", act_w, 2, 4, 1, 3, false, 120}};
     struct rn_pool_action_info pa[] = {{"billing.charge", 0, 0, 0, 12}, {"std.sleep", 1, 4, 3, 0}};
+    struct rn_status_data d = {.taken_ms = NOW - 1000,
+                               .unfinished = {.items = unf, .len = 2},
+                               .finished = {.items = fin, .len = 2},
+                               .failures = {.items = fl, .len = 1},
+                               .schedules = {.items = sc, .len = 2},
+                               .runners = {.items = rn, .len = 2},
+                               .limits = {.items = lim, .len = 1}};
+    struct rn_pool_snapshot ps = {
+        .workers = w, .nworkers = 1, .actions = pa, .nactions = 2, .queued = 12};
     char *html;
 
-    memset(&d, 0, sizeof(d));
-    d.taken_ms = NOW - 1000;
-    d.unfinished.items = unf;
-    d.unfinished.len = 2;
-    d.finished.items = fin;
-    d.finished.len = 2;
-    d.failures.items = fl;
-    d.failures.len = 1;
-    d.schedules.items = sc;
-    d.schedules.len = 2;
-    d.runners.items = rn;
-    d.runners.len = 2;
-    d.limits.items = lim;
-    d.limits.len = 1;
-    memset(&ps, 0, sizeof(ps));
-    ps.workers = w;
-    ps.nworkers = 1;
-    ps.actions = pa;
-    ps.nactions = 2;
-    ps.queued = 12;
     html = render(&d, &ps, NULL);
     assert_no_script(html);
     cr_assert(strstr(html, "<meta http-equiv=\"refresh\" content=\"5\">") != NULL);

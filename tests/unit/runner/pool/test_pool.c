@@ -24,6 +24,8 @@
 #include "ir/error.h"
 #include "runner/pool/pool.h"
 #include "tests/support/leak.h"
+#include "tests/support/pool_util.h"
+#include "tests/support/wait.h"
 #include "worker-protocol/proto.h"
 
 extern char **environ;
@@ -88,25 +90,7 @@ got_fini(struct got *g)
 static bool
 got_wait(struct got *g, int n, int ms)
 {
-    struct timespec ts;
-    bool ok;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long) (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&g->mtx);
-    while (g->n < n) {
-        if (pthread_cond_timedwait(&g->cond, &g->mtx, &ts) != 0) {
-            break;
-        }
-    }
-    ok = g->n >= n;
-    pthread_mutex_unlock(&g->mtx);
-    return ok;
+    return t_wait_count(&g->mtx, &g->cond, &g->n, n, ms);
 }
 
 /* ---- a raw worker --------------------------------------------------------------------------- */
@@ -286,17 +270,10 @@ outcome_for(const struct wp_dispatch *d, struct ir_val v)
 static void
 submit(struct rn_pool *p, const char *action, uint8_t idbyte, int64_t deadline)
 {
-    struct rn_pool_dispatch d;
+    struct rn_xid id;
 
-    memset(&d, 0, sizeof(d));
-    memset(d.exec_id.b, idbyte, 16);
-    d.attempt = 1;
-    d.action = action;
-    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
-    cr_assert_eq(ir_map_set_cstr(&d.kwargs, "v", ir_int(idbyte)), CN_OK);
-    d.deadline_ms = deadline;
-    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
-    ir_val_release(d.kwargs);
+    memset(id.b, idbyte, 16);
+    t_pool_submit(p, id, action, "v", idbyte, deadline);
 }
 
 /* Starts a pool with cfg (its listen_url set here to a fresh ipc URL, written to url). */
@@ -481,7 +458,6 @@ Test(pool, garbage_drops_that_connection_only)
     struct tw bad, good;
     struct wp_msg r;
     struct rn_pool_stats st;
-    int i;
 
     got_init(&g);
     p = pool_up(&g, url, sizeof(url), NULL, 0);
@@ -494,13 +470,7 @@ Test(pool, garbage_drops_that_connection_only)
     cr_assert_eq(tw_recv_wait(&good, 1, &r), 0);
     cr_assert_eq(r.kind, WP_DISPATCH);
     wp_msg_fini(&r);
-    for (i = 0; i < 100; i++) {
-        rn_pool_stats(p, &st);
-        if (st.bad_messages == 1) {
-            break;
-        }
-        usleep(10000);
-    }
+    (void) t_pool_wait_stat(p, offsetof(struct rn_pool_stats, bad_messages), 1, 1000, &st);
     cr_assert_eq(st.bad_messages, 1);
     tw_close(&bad, 1);
     tw_close(&good, 2);
@@ -518,7 +488,6 @@ Test(pool, deadline_gives_action_timeout_and_a_late_outcome_is_stale)
     struct wp_msg r;
     struct wp_outcome o;
     struct rn_pool_stats st;
-    int i;
 
     got_init(&g);
     p = pool_up(&g, url, sizeof(url), NULL, 0);
@@ -533,13 +502,7 @@ Test(pool, deadline_gives_action_timeout_and_a_late_outcome_is_stale)
     o = outcome_for(&r.items[0], ir_null());
     wp_msg_fini(&r);
     tw_ready(&w, 1, &o); /* too late */
-    for (i = 0; i < 100; i++) {
-        rn_pool_stats(p, &st);
-        if (st.stale == 1) {
-            break;
-        }
-        usleep(10000);
-    }
+    (void) t_pool_wait_stat(p, offsetof(struct rn_pool_stats, stale), 1, 1000, &st);
     cr_assert_eq(st.stale, 1);
     cr_assert_eq(st.timeouts, 1);
     cr_assert_eq(g.n, 1);
@@ -834,7 +797,6 @@ Test(pool, a_silent_worker_is_dropped_after_three_idle_periods)
     struct rn_pool_stats st;
     struct wp_msg r, m;
     int64_t t0;
-    int i;
 
     got_init(&g);
     p = pool_up(&g, url, sizeof(url), NULL, 100);
@@ -863,13 +825,7 @@ Test(pool, a_silent_worker_is_dropped_after_three_idle_periods)
     cr_assert(got_wait(&g, 1, 5000));
     cr_assert(!g.r[0].ok);
     cr_assert_str_eq(g.r[0].type, "WorkerLost");
-    for (i = 0; i < 100; i++) {
-        rn_pool_stats(p, &st);
-        if (st.workers == 1) {
-            break;
-        }
-        usleep(10000);
-    }
+    (void) t_pool_wait_stat(p, offsetof(struct rn_pool_stats, workers), 1, 1000, &st);
     cr_assert_eq(st.workers, 1, "the live worker was dropped too");
     cr_assert_eq(st.silent, 1);
     cr_assert_eq(__atomic_load_n(&live.removed, __ATOMIC_SEQ_CST), 0);
