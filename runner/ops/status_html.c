@@ -124,6 +124,33 @@ empty(struct page *p, const char *what)
     put(p, "</p>");
 }
 
+/* A section's title, then its table's head (`head`: the <th> cells) or, with no rows, the
+ * sentence `none`. False when there are no rows: the caller writes no table. */
+static bool
+section(struct page *p, const char *title, size_t rows, const char *none, const char *head)
+{
+    put(p, "<h2>");
+    put(p, title);
+    put(p, "</h2>");
+    if (rows == 0) {
+        empty(p, none);
+        return false;
+    }
+    put(p, "<table><tr>");
+    put(p, head);
+    put(p, "</tr>");
+    return true;
+}
+
+/* A cell of text from outside, escaped. */
+static void
+cell(struct page *p, const char *s)
+{
+    put(p, "<td>");
+    text(p, s);
+    put(p, "</td>");
+}
+
 /* ---- banners ------------------------------------------------------------------------------ */
 
 /* An action waiting on other runners of the fleet, with no worker anywhere. */
@@ -327,22 +354,17 @@ failures(struct page *p, const struct rn_status_data *d)
 {
     size_t i;
 
-    put(p, "<h2>Recent failures</h2>");
-    if (d->failures.len == 0) {
-        empty(p, "no failed or timed-out instances");
+    if (!section(p, "Recent failures", d->failures.len, "no failed or timed-out instances",
+                 "<th>ended</th><th>workflow</th><th>status</th><th>instance</th><th>error</th>")) {
         return;
     }
-    put(p, "<table><tr><th>ended</th><th>workflow</th><th>status</th><th>instance</th>"
-           "<th>error</th></tr>");
     for (i = 0; i < d->failures.len; i++) {
         const struct rn_status_failure *f = &d->failures.items[i];
-        put(p, "<tr><td>");
-        text(p, f->at);
-        put(p, "</td><td>");
-        text(p, f->workflow);
-        put(p, "</td><td>");
-        text(p, f->status);
-        put(p, "</td><td><code>");
+        put(p, "<tr>");
+        cell(p, f->at);
+        cell(p, f->workflow);
+        cell(p, f->status);
+        put(p, "<td><code>");
         text(p, f->instance_id);
         put(p, "</code></td><td class=\"err\">");
         text(p, f->error);
@@ -356,24 +378,18 @@ schedules(struct page *p, const struct rn_status_data *d)
 {
     size_t i;
 
-    put(p, "<h2>Schedules</h2>");
-    if (d->schedules.len == 0) {
-        empty(p, "no schedules");
+    if (!section(p, "Schedules", d->schedules.len, "no schedules",
+                 "<th>name</th><th>workflow</th><th>when</th><th>next slot</th><th>state</th>")) {
         return;
     }
-    put(p, "<table><tr><th>name</th><th>workflow</th><th>when</th><th>next slot</th>"
-           "<th>state</th></tr>");
     for (i = 0; i < d->schedules.len; i++) {
         const struct rn_status_schedule *s = &d->schedules.items[i];
-        put(p, "<tr><td>");
-        text(p, s->name);
-        put(p, "</td><td>");
-        text(p, s->workflow);
-        put(p, "</td><td>");
-        text(p, s->spec);
-        put(p, "</td><td>");
-        text(p, s->next_at[0] != '\0' ? s->next_at : "(not computed yet)");
-        put(p, "</td><td>");
+        put(p, "<tr>");
+        cell(p, s->name);
+        cell(p, s->workflow);
+        cell(p, s->spec);
+        cell(p, s->next_at[0] != '\0' ? s->next_at : "(not computed yet)");
+        put(p, "<td>");
         put(p, s->paused ? "paused" : "active");
         if (s->error[0] != '\0') {
             put(p, ": ");
@@ -390,14 +406,12 @@ fleet(struct page *p, const struct rn_status_view *v)
     const struct rn_status_data *d = v->data;
     size_t i, k;
 
-    put(p, "<h2>Runners</h2>");
-    if (d->runners.len == 0) {
-        empty(p, "no live runner in cairn.runners");
+    if (!section(p, "Runners", d->runners.len, "no live runner in cairn.runners",
+                 "<th>runner</th><th>host</th><th>pid</th><th>HTTP</th><th>started</th>"
+                 "<th>seen</th><th>workers</th><th>slots</th><th>busy</th>"
+                 "<th>actions (workers, busy/slots, waiting)</th>")) {
         return;
     }
-    put(p, "<table><tr><th>runner</th><th>host</th><th>pid</th><th>HTTP</th><th>started</th>"
-           "<th>seen</th><th>workers</th><th>slots</th><th>busy</th>"
-           "<th>actions (workers, busy/slots, waiting)</th></tr>");
     for (i = 0; i < d->runners.len; i++) {
         const struct rn_status_runner *r = &d->runners.items[i];
         put(p, "<tr><td><code>");
@@ -436,12 +450,9 @@ workers(struct page *p, const struct rn_status_view *v)
     const struct rn_pool_snapshot *ps = v->pool;
     size_t i, k;
 
-    put(p, "<h2>Workers connected to this runner</h2>");
-    if (ps->nworkers == 0) {
-        empty(p, "no worker connected");
-    } else {
-        put(p, "<table><tr><th>worker</th><th>address</th><th>actions</th><th>slots</th>"
-               "<th>in flight</th><th>last heard</th></tr>");
+    if (section(p, "Workers connected to this runner", ps->nworkers, "no worker connected",
+                "<th>worker</th><th>address</th><th>actions</th><th>slots</th>"
+                "<th>in flight</th><th>last heard</th>")) {
         for (i = 0; i < ps->nworkers; i++) {
             const struct rn_pool_worker_info *w = &ps->workers[i];
             put(p, "<tr><td>");
@@ -467,13 +478,10 @@ workers(struct page *p, const struct rn_status_view *v)
         }
         put(p, "</table>");
     }
-    put(p, "<h2>Actions on this runner</h2>");
-    if (ps->nactions == 0) {
-        empty(p, "no action served or waiting");
+    if (!section(p, "Actions on this runner", ps->nactions, "no action served or waiting",
+                 "<th>action</th><th>workers</th><th>slots</th><th>busy</th><th>waiting</th>")) {
         return;
     }
-    put(p, "<table><tr><th>action</th><th>workers</th><th>slots</th><th>busy</th>"
-           "<th>waiting</th></tr>");
     for (i = 0; i < ps->nactions; i++) {
         const struct rn_pool_action_info *a = &ps->actions[i];
         put(p, "<tr><td><code>");
