@@ -459,16 +459,13 @@ start_http(struct rn_runner *r, struct cn_errmsg *err)
 static cn_err
 start_keeper(struct rn_runner *r, struct cn_errmsg *err)
 {
-    const struct rn_runner_cfg *cfg = &r->cfg;
-    struct rn_keeper_cfg kcfg;
+    struct rn_keeper_cfg kcfg = {.backend = r->lease_b,
+                                 .lock_ttl_ms = r->cfg.lock_ttl_ms,
+                                 .heartbeat_ms = r->cfg.lock_heartbeat_ms,
+                                 .reclaim_interval_ms = r->cfg.reclaim_interval_ms,
+                                 .confirmed_ms = &r->leases_confirmed_ms,
+                                 .reopened = on_leases_reopened};
 
-    memset(&kcfg, 0, sizeof(kcfg));
-    kcfg.backend = r->lease_b;
-    kcfg.lock_ttl_ms = cfg->lock_ttl_ms;
-    kcfg.heartbeat_ms = cfg->lock_heartbeat_ms;
-    kcfg.reclaim_interval_ms = cfg->reclaim_interval_ms;
-    kcfg.confirmed_ms = &r->leases_confirmed_ms;
-    kcfg.reopened = on_leases_reopened;
     return rn_keeper_start(&kcfg, on_lease_lost, r, &r->keeper, err);
 }
 
@@ -490,14 +487,12 @@ start_shards(struct rn_runner *r, struct cn_errmsg *err)
      * would drain the queue. */
     deps.late = r->tick_b->ops->record_late != NULL ? &r->late : NULL;
     for (i = 0; i < r->nloops; i++) {
-        struct rn_shard_cfg scfg;
-        memset(&scfg, 0, sizeof(scfg));
-        scfg.index = i;
-        scfg.exec.default_timeout_ms = cfg->default_action_timeout_ms;
-        scfg.exec.max_inline_steps = cfg->max_inline_steps;
-        scfg.evict_sleep_threshold_ms = cfg->evict_sleep_threshold_ms;
-        scfg.evict_child_wait_ms = cfg->evict_child_wait_ms;
-        scfg.max_child_depth = cfg->max_child_depth;
+        struct rn_shard_cfg scfg = {.index = i,
+                                    .exec = {.default_timeout_ms = cfg->default_action_timeout_ms,
+                                             .max_inline_steps = cfg->max_inline_steps},
+                                    .evict_sleep_threshold_ms = cfg->evict_sleep_threshold_ms,
+                                    .evict_child_wait_ms = cfg->evict_child_wait_ms,
+                                    .max_child_depth = cfg->max_child_depth};
         if ((rv = rn_shardloop_start(&scfg, &deps, &r->loops[i], err)) != CN_OK) {
             return rv;
         }
@@ -541,19 +536,16 @@ start_control(struct rn_runner *r, struct cn_errmsg *err)
 static cn_err
 start_claimer(struct rn_runner *r, struct cn_errmsg *err)
 {
-    const struct rn_runner_cfg *cfg = &r->cfg;
-    struct rn_claimer_cfg ccfg;
+    struct rn_claimer_cfg ccfg = {.backend = r->claim_b,
+                                  .max_instances = r->cfg.max_instances,
+                                  .lock_ttl_ms = r->cfg.lock_ttl_ms,
+                                  .heartbeat_ms = r->cfg.lock_heartbeat_ms,
+                                  .leases_confirmed_ms = &r->leases_confirmed_ms,
+                                  .poll_interval_ms = r->cfg.poll_interval_ms,
+                                  .active = &r->active,
+                                  .room = pool_room,
+                                  .room_arg = r->pool};
 
-    memset(&ccfg, 0, sizeof(ccfg));
-    ccfg.backend = r->claim_b;
-    ccfg.max_instances = cfg->max_instances;
-    ccfg.lock_ttl_ms = cfg->lock_ttl_ms;
-    ccfg.heartbeat_ms = cfg->lock_heartbeat_ms;
-    ccfg.leases_confirmed_ms = &r->leases_confirmed_ms;
-    ccfg.poll_interval_ms = cfg->poll_interval_ms;
-    ccfg.active = &r->active;
-    ccfg.room = pool_room;
-    ccfg.room_arg = r->pool;
     return rn_claimer_start(&ccfg, on_claimed, r, &r->claimer, err);
 }
 

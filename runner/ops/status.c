@@ -147,12 +147,8 @@ ensure_conn(struct rn_status *s, struct cn_errmsg *err)
 {
     cn_err rv;
 
-    if (s->conn != NULL && PQstatus(s->conn) == CONNECTION_OK) {
+    if (rn_db_alive(&s->conn)) {
         return CN_OK;
-    }
-    if (s->conn != NULL) {
-        PQfinish(s->conn);
-        s->conn = NULL;
     }
     if ((rv = rn_db_connect(s->url, &s->conn, err)) != CN_OK) {
         return rv;

@@ -26,6 +26,19 @@ db_fail(struct cn_errmsg *err, cn_err e, const char *what, const char *msg)
     return cn_errmsg_set(err, e, "%s%.*s", what, (int) n, msg != NULL ? msg : "");
 }
 
+bool
+rn_db_alive(PGconn **c)
+{
+    if (*c != NULL && PQstatus(*c) == CONNECTION_OK) {
+        return true;
+    }
+    if (*c != NULL) {
+        PQfinish(*c);
+        *c = NULL;
+    }
+    return false;
+}
+
 cn_err
 rn_db_connect(const char *url, PGconn **out, struct cn_errmsg *err)
 {

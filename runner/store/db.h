@@ -8,6 +8,8 @@
 #ifndef RUNNER_DB_H
 #define RUNNER_DB_H
 
+#include <stdbool.h>
+
 #include <libpq-fe.h>
 
 #include "ir/base/err.h"
@@ -18,6 +20,10 @@ const char *rn_db_url(const char *url);
 /* Connects. Returns CN_OK, CN_INVAL (no URL given or configured), CN_IO (cannot connect; err
  * says why, e.g. "connection to server ... failed"). */
 CN_MUST_CHECK cn_err rn_db_connect(const char *url, PGconn **out, struct cn_errmsg *err);
+
+/* True when *c is a live session. Otherwise closes what is left of it (a broken session is
+ * not repaired, only replaced) and sets *c to NULL, for the caller to connect afresh. */
+bool rn_db_alive(PGconn **c);
 
 /* Runs sql with n text parameters (NULL entries are SQL NULL). On CN_OK *out (when out is not
  * NULL) holds the result (PQclear it). Errors, with the server's message in err: CN_NOTFOUND

@@ -17,12 +17,8 @@ pg_conn(struct pg_backend *b, struct cn_errmsg *err)
     cn_err rv;
     bool ok;
 
-    if (b->c != NULL && PQstatus(b->c) == CONNECTION_OK) {
+    if (rn_db_alive(&b->c)) {
         return CN_OK;
-    }
-    if (b->c != NULL) {
-        PQfinish(b->c);
-        b->c = NULL;
     }
     b->listening = false; /* a new session listens afresh, and prepares afresh */
     b->listening_notices = false;
