@@ -351,11 +351,7 @@ static int
 cmd_dag(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
-        {.flag = "format",
-         .kind = CN_OPT_STR,
-         .def = "text",
-         .arg = "F",
-         .help = "text, dot (Graphviz), summary or msgpack"},
+        CTL_OPT_STR_DEF("format", "F", "text", "text, dot (Graphviz), summary or msgpack"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
     const char *file, *format;

@@ -90,11 +90,26 @@ extern const struct ctl_table ctl_schedule_cmds, ctl_limit_cmds, ctl_backfill_cm
         .nopts = sizeof(rows) / sizeof((rows)[0]), .max_args = (max)                           \
     }
 
-/* Rows most commands share. */
-#define CTL_OPT_JSON                                              \
-    {                                                             \
-        .flag = "json", .kind = CN_OPT_BOOL, .help = "print JSON" \
+/* A row of each kind, written as its flag, its value's name in help (NULL: VALUE, or N), its
+ * default and range where it has them, and its help line: what is a command's own, one row to a
+ * line, the fields' names and the kind written here once. */
+#define CTL_OPT_BOOL(f, h)                            \
+    {                                                 \
+        .flag = (f), .kind = CN_OPT_BOOL, .help = (h) \
     }
+#define CTL_OPT_STR(f, a, h) CTL_OPT_STR_DEF(f, a, NULL, h)
+#define CTL_OPT_STR_DEF(f, a, d, h)                                          \
+    {                                                                        \
+        .flag = (f), .kind = CN_OPT_STR, .def = (d), .arg = (a), .help = (h) \
+    }
+#define CTL_OPT_INT(f, d, lo, hi, a, h)                                                    \
+    {                                                                                      \
+        .flag = (f), .kind = CN_OPT_INT, .def = (d), .min = (lo), .max = (hi), .arg = (a), \
+        .help = (h)                                                                        \
+    }
+
+/* Rows most commands share. */
+#define CTL_OPT_JSON CTL_OPT_BOOL("json", "print JSON")
 /* --input and --input-file (read with ctl_read_input): an instance's input, for `run` and
  * `exec`. */
 #define CTL_OPT_INPUT                                                                      \

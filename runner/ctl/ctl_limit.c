@@ -77,13 +77,9 @@ limit_set(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "per-key",
-         .kind = CN_OPT_INT,
-         .min = 1,
-         .max = 1000000,
-         .arg = "M",
-         .help = "instances with the same --concurrency-key that may run at once (default: "
-                 "unchanged, 1 at first)"},
+        CTL_OPT_INT("per-key", NULL, 1, 1000000, "M",
+                    "instances with the same --concurrency-key that may run at once (default: "
+                    "unchanged, 1 at first)"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 2);
     const char *max = NULL;

@@ -121,23 +121,14 @@ ctl_cmd_prune(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "older-than",
-         .kind = CN_OPT_STR,
-         .arg = "D",
-         .help = "delete finished instances that finished more than D ago (30d, 12h, "
-                 "'2 weeks'; required)"},
-        {.flag = "workflow",
-         .kind = CN_OPT_STR,
-         .arg = "W",
-         .help = "only instances of W (also when W has a retention of its own; without it, "
-                 "such workflows are left out)"},
-        {.flag = "dry-run", .kind = CN_OPT_BOOL, .help = "count what it would delete"},
-        {.flag = "batch",
-         .kind = CN_OPT_INT,
-         .def = "500",
-         .min = 1,
-         .max = 100000,
-         .help = "instances per transaction"},
+        CTL_OPT_STR("older-than", "D",
+                    "delete finished instances that finished more than D ago (30d, 12h, "
+                    "'2 weeks'; required)"),
+        CTL_OPT_STR("workflow", "W",
+                    "only instances of W (also when W has a retention of its own; without it, "
+                    "such workflows are left out)"),
+        CTL_OPT_BOOL("dry-run", "count what it would delete"),
+        CTL_OPT_INT("batch", "500", 1, 100000, NULL, "instances per transaction"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 0);

@@ -64,37 +64,21 @@ sched_add(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "workflow", .kind = CN_OPT_STR, .arg = "W", .help = "the workflow to run"},
-        {.flag = "version",
-         .kind = CN_OPT_STR,
-         .arg = "V",
-         .help = "this version of it (default: the newest at each slot)"},
-        {.flag = "cron",
-         .kind = CN_OPT_STR,
-         .arg = "EXPR",
-         .help = "5-field cron expression: minute hour day-of-month month day-of-week"},
-        {.flag = "timezone",
-         .kind = CN_OPT_STR,
-         .arg = "TZ",
-         .def = "UTC",
-         .help = "the zone --cron's wall clock is in (e.g. Europe/Paris)"},
-        {.flag = "every",
-         .kind = CN_OPT_STR,
-         .arg = "D",
-         .help = "instead of --cron: every D (an interval, at least 1 s)"},
-        {.flag = "input", .kind = CN_OPT_STR, .arg = "JSON", .help = "each instance's input"},
-        {.flag = "input-file", .kind = CN_OPT_STR, .arg = "FILE", .help = "the input from FILE"},
-        {.flag = "jitter",
-         .kind = CN_OPT_STR,
-         .arg = "D",
-         .help = "start each slot up to D late (a fixed offset per slot)"},
-        {.flag = "catch-up",
-         .kind = CN_OPT_STR,
-         .arg = "M",
-         .def = "skip",
-         .help = "slots missed while no runner ran: skip, one (the latest), all (of the last "
-                 "24 h, at most 1000)"},
-        {.flag = "paused", .kind = CN_OPT_BOOL, .help = "add it paused"},
+        CTL_OPT_STR("workflow", "W", "the workflow to run"),
+        CTL_OPT_STR("version", "V", "this version of it (default: the newest at each slot)"),
+        CTL_OPT_STR("cron", "EXPR",
+                    "5-field cron expression: minute hour day-of-month month day-of-week"),
+        CTL_OPT_STR_DEF("timezone", "TZ", "UTC",
+                        "the zone --cron's wall clock is in (e.g. Europe/Paris)"),
+        CTL_OPT_STR("every", "D", "instead of --cron: every D (an interval, at least 1 s)"),
+        CTL_OPT_STR("input", "JSON", "each instance's input"),
+        CTL_OPT_STR("input-file", "FILE", "the input from FILE"),
+        CTL_OPT_STR("jitter", "D", "start each slot up to D late (a fixed offset per slot)"),
+        CTL_OPT_STR_DEF(
+            "catch-up", "M", "skip",
+            "slots missed while no runner ran: skip, one (the latest), all (of the last "
+            "24 h, at most 1000)"),
+        CTL_OPT_BOOL("paused", "add it paused"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
@@ -181,7 +165,7 @@ sched_simple(const struct ctl_call *call, int argc, char **argv)
     /* --json was always taken here; kept so that scripts passing it go on working. */
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "json", .kind = CN_OPT_BOOL, .help = "accepted, but the output stays text"},
+        CTL_OPT_BOOL("json", "accepted, but the output stays text"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
     const char *what = call->cmd->name, *answer;
@@ -248,17 +232,8 @@ sched_next(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "count",
-         .kind = CN_OPT_INT,
-         .def = "5",
-         .min = 1,
-         .max = 1000,
-         .arg = "N",
-         .help = "how many slots"},
-        {.flag = "from",
-         .kind = CN_OPT_STR,
-         .arg = "TIME",
-         .help = "slots after TIME (a timestamp with zone; default: now)"},
+        CTL_OPT_INT("count", "5", 1, 1000, "N", "how many slots"),
+        CTL_OPT_STR("from", "TIME", "slots after TIME (a timestamp with zone; default: now)"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);

@@ -56,12 +56,8 @@ tenant_create(const struct ctl_call *call, int argc, char **argv)
     struct cn_opt rows[] = {
         CTL_OPT_DB,
         CTL_OPT_JSON,
-        {.flag = "max-running",
-         .kind = CN_OPT_INT,
-         .min = 1,
-         .max = QUOTA_MAX,
-         .arg = "N",
-         .help = "at most N of the tenant's instances running at once (default: no quota)"},
+        CTL_OPT_INT("max-running", NULL, 1, QUOTA_MAX, "N",
+                    "at most N of the tenant's instances running at once (default: no quota)"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
     const char *params[2], *role;

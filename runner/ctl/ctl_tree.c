@@ -58,13 +58,7 @@ ctl_cmd_tree(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "limit",
-         .kind = CN_OPT_INT,
-         .def = "1000",
-         .min = 1,
-         .max = 1000000,
-         .arg = "N",
-         .help = "at most N instances"},
+        CTL_OPT_INT("limit", "1000", 1, 1000000, "N", "at most N instances"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
