@@ -40,6 +40,11 @@ enum {
 
 struct ctl_call;
 struct ctl_table;
+struct ctl_listing;
+
+/* A command's run function: its call, and its arguments (after its name). Returns the exit
+ * status. */
+typedef int ctl_run_fn(const struct ctl_call *call, int argc, char **argv);
 
 /* One row of a command table: the top level's (cairnctl.c) or a group's (schedule, limit,
  * backfill, retention, tenant). The synopsis is written here only, so that `cairnctl help`,
@@ -50,9 +55,11 @@ struct ctl_cmd {
     const char *synopsis; /* its arguments, after the name; "" for none */
     const char *help;     /* one line for the listing */
     /* A command: runs it on its arguments (after its name) and returns the exit status. */
-    int (*run)(const struct ctl_call *call, int argc, char **argv);
+    ctl_run_fn *run;
     /* A group instead (run is NULL): its sub-commands; its help line heads their listing. */
     const struct ctl_table *group;
+    /* A list command's statement and columns (run is ctl_list); NULL for the others. */
+    const struct ctl_listing *listing;
 };
 
 struct ctl_table {
@@ -201,6 +208,16 @@ int ctl_db_open(const struct cn_opts *o, PGconn **c);
 bool ctl_tenant_name_ok(const char *t);
 /* Says why a statement failed and returns its exit status. */
 int ctl_db_error(const struct cn_opts *o, cn_err rv, const struct cn_errmsg *em);
+/* What a command does on one connection: its own work on arg (an instance ID, a name; or NULL),
+ * returning the exit status. */
+typedef int ctl_db_fn(const struct cn_opts *o, PGconn *c, const char *arg);
+/* ctl_db_open, fn(o, c, arg), and the connection closed again: the connect, run and close of
+ * every database command that works on one connection. Returns fn's exit status, or the
+ * connection's failure. */
+int ctl_with_db(const struct cn_opts *o, ctl_db_fn *fn, const char *arg);
+/* A command of an instance ID and [--json] (status, result, inspect): ctl_id_args, then
+ * ctl_with_db of fn on the ID. */
+int ctl_instance_cmd(const struct ctl_call *call, int argc, char **argv, ctl_db_fn *fn);
 /* Runs sql with n text parameters (NULL: SQL NULL) on c. Returns EXIT_OK with the rows in *r
  * when r is not NULL (PQclear them), else the exit status after ctl_db_error. */
 int ctl_query(const struct cn_opts *o, PGconn *c, const char *sql, int n, const char *const *params,
@@ -209,6 +226,11 @@ int ctl_query(const struct cn_opts *o, PGconn *c, const char *sql, int n, const 
  * rows outlive it). */
 int ctl_query_once(const struct cn_opts *o, const char *sql, int n, const char *const *params,
                    PGresult **r);
+/* ctl_query (c NULL: ctl_query_once) of a statement that looks one thing up by params[0], and
+ * then a row at least: none is said as "PROG: no WHAT PARAMS[0]" and returns EXIT_REJECTED
+ * (with *r cleared). */
+int ctl_query_found(const struct cn_opts *o, PGconn *c, const char *sql, int n,
+                    const char *const *params, const char *what, PGresult **r);
 
 /* Row row's value of the column named name, as text ("" for SQL NULL). Columns are read by
  * name so that a change to a statement's select list cannot shift what is read; a name the
@@ -231,11 +253,25 @@ struct ctl_column {
 void ctl_print_table(const PGresult *r, const struct ctl_column *cols, size_t ncols);
 /* Prints column col of every row of r (each a JSON object as text) as a JSON array. */
 void ctl_print_json_rows(const PGresult *r, const char *col);
-/* A list command: [--json] and the database rows; runs sql (no parameters), whose column
- * "json" is each row as a JSON object's text, and prints a JSON array of them with --json,
- * else the table of cols and then the line footer (NULL: none). Returns an exit status. */
-int ctl_list(const struct ctl_call *call, int argc, char **argv, const char *sql,
-             const struct ctl_column *cols, size_t ncols, const char *footer);
+/* A list: its statement, whose column "json" is each row as a JSON object's text, the columns
+ * of its table, and a line under the table (NULL: none). */
+struct ctl_listing {
+    const char *sql;
+    const struct ctl_column *cols;
+    size_t ncols;
+    const char *footer;
+};
+#define CTL_LISTING(sql, cols, footer)                            \
+    {                                                             \
+        (sql), (cols), sizeof(cols) / sizeof((cols)[0]), (footer) \
+    }
+/* Runs l's statement with n parameters on a connection of its own and prints its rows: a JSON
+ * array of them with --json, else the table and the footer. Returns an exit status. */
+int ctl_print_list(const struct cn_opts *o, const struct ctl_listing *l, int n,
+                   const char *const *params);
+/* The run function of a list command, [--json] and the database rows: ctl_print_list of its
+ * row's listing, without parameters. */
+int ctl_list(const struct ctl_call *call, int argc, char **argv);
 
 /* Polls until instance id is finished (completed, failed, cancelled, timed_out) or timeout_ms
  * passes (0: no limit). Returns EXIT_OK with its final status in st, EXIT_PENDING after saying
@@ -248,18 +284,9 @@ int ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id);
 int ctl_wait_result(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms);
 
 /* The top-level commands, one row each in cairnctl.c. */
-int ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_register(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_run(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_status(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_result(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_list(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_inspect(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_cancel(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_retry(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_exec(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_tree(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_prune(const struct ctl_call *call, int argc, char **argv);
+ctl_run_fn ctl_cmd_migrate, ctl_cmd_register, ctl_cmd_run, ctl_cmd_status, ctl_cmd_result,
+    ctl_cmd_list, ctl_cmd_inspect, ctl_cmd_cancel, ctl_cmd_retry, ctl_cmd_exec, ctl_cmd_tree,
+    ctl_cmd_prune;
 
 /* Appends to out, NUL-separated, why the instance ID (of STATUS, with the live graph LIVE as
  * rn_snapshot_describe gives it, or null) is not moving: a concurrency slot, its due time, a

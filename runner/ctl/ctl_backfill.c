@@ -112,21 +112,17 @@ bf_create(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-static int
-bf_list(const struct ctl_call *call, int argc, char **argv)
-{
-    static const struct ctl_column cols[] = {
-        {"ID", "id", -36},      {"WORKFLOW", "workflow_name", -24},
-        {"STATE", "state", -9}, {"DONE", "done", 13},
-        {"ETA", "eta", 0},
-    };
-
-    return ctl_list(call, argc, argv,
-                    "SELECT " BACKFILL_COLS ", id, workflow_name, state, done || '/' || total AS"
-                    " done, coalesce(to_char(eta, 'HH24:MI:SS'), '-') AS eta"
-                    " FROM cairn.backfill_status ORDER BY created_at DESC LIMIT 1000",
-                    cols, sizeof(cols) / sizeof(cols[0]), NULL);
-}
+/* list: its statement and columns (ctl_list). */
+static const struct ctl_column bf_cols[] = {
+    {"ID", "id", -36},      {"WORKFLOW", "workflow_name", -24},
+    {"STATE", "state", -9}, {"DONE", "done", 13},
+    {"ETA", "eta", 0},
+};
+static const struct ctl_listing bf_listing =
+    CTL_LISTING("SELECT " BACKFILL_COLS ", id, workflow_name, state, done || '/' || total AS"
+                " done, coalesce(to_char(eta, 'HH24:MI:SS'), '-') AS eta"
+                " FROM cairn.backfill_status ORDER BY created_at DESC LIMIT 1000",
+                bf_cols, NULL);
 
 /* status's text form. */
 static void
@@ -200,14 +196,15 @@ static const struct ctl_cmd cmds[] = {
      "WORKFLOW --param P --from A --to B --step S [--input JSON] [--concurrency N] "
      "[--version V] [--json]",
      "run WORKFLOW once per partition of the range A..B, its value in input P; prints the id",
-     bf_create, NULL},
-    {"list", "[--json]", "list the backfills, newest first, with their progress", bf_list, NULL},
+     bf_create, NULL, NULL},
+    {"list", "[--json]", "list the backfills, newest first, with their progress", ctl_list, NULL,
+     &bf_listing},
     {"status", "ID [--json]", "show a backfill's progress: done, running, failed, rate, ETA",
-     bf_one, NULL},
+     bf_one, NULL, NULL},
     {"pause", "ID [--json]", "pause a backfill: nothing new starts (the running partitions finish)",
-     bf_one, NULL},
-    {"resume", "ID [--json]", "resume a backfill from its checkpoint", bf_one, NULL},
-    {"cancel", "ID [--json]", "cancel a backfill", bf_one, NULL},
-    {"retry-failed", "ID [--json]", "run a backfill's failed partitions again", bf_one, NULL},
+     bf_one, NULL, NULL},
+    {"resume", "ID [--json]", "resume a backfill from its checkpoint", bf_one, NULL, NULL},
+    {"cancel", "ID [--json]", "cancel a backfill", bf_one, NULL, NULL},
+    {"retry-failed", "ID [--json]", "run a backfill's failed partitions again", bf_one, NULL, NULL},
 };
 const struct ctl_table ctl_backfill_cmds = CTL_TABLE(cmds);

@@ -95,28 +95,38 @@ ctl_print_table(const PGresult *r, const struct ctl_column *cols, size_t ncols)
 }
 
 int
-ctl_list(const struct ctl_call *call, int argc, char **argv, const char *sql,
-         const struct ctl_column *cols, size_t ncols, const char *footer)
+ctl_print_list(const struct cn_opts *o, const struct ctl_listing *l, int n,
+               const char *const *params)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS(call, rows, 0);
     PGresult *r = NULL;
     int status;
 
-    if (!ctl_opts(&o, argc, argv, &status) ||
-        (status = ctl_query_once(&o, sql, 0, NULL, &r)) != EXIT_OK) {
+    if ((status = ctl_query_once(o, l->sql, n, params, &r)) != EXIT_OK) {
         return status;
     }
-    if (ctl_json_out(&o)) {
+    if (ctl_json_out(o)) {
         ctl_print_json_rows(r, "json");
     } else {
-        ctl_print_table(r, cols, ncols);
-        if (footer != NULL) {
-            printf("%s\n", footer);
+        ctl_print_table(r, l->cols, l->ncols);
+        if (l->footer != NULL) {
+            printf("%s\n", l->footer);
         }
     }
     PQclear(r);
     return EXIT_OK;
+}
+
+int
+ctl_list(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS(call, rows, 0);
+    int status;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    return ctl_print_list(&o, call->cmd->listing, 0, NULL);
 }
 
 int
@@ -141,6 +151,48 @@ ctl_query_once(const struct cn_opts *o, const char *sql, int n, const char *cons
     }
     PQfinish(c);
     return status;
+}
+
+int
+ctl_query_found(const struct cn_opts *o, PGconn *c, const char *sql, int n,
+                const char *const *params, const char *what, PGresult **r)
+{
+    int status =
+        c != NULL ? ctl_query(o, c, sql, n, params, r) : ctl_query_once(o, sql, n, params, r);
+
+    if (status == EXIT_OK && PQntuples(*r) == 0) {
+        fprintf(stderr, "%s: no %s %s\n", o->prog, what, params[0]);
+        PQclear(*r);
+        *r = NULL;
+        status = EXIT_REJECTED;
+    }
+    return status;
+}
+
+int
+ctl_with_db(const struct cn_opts *o, ctl_db_fn *fn, const char *arg)
+{
+    PGconn *c = NULL;
+    int status = ctl_db_open(o, &c);
+
+    if (status == EXIT_OK) {
+        status = fn(o, c, arg);
+    }
+    PQfinish(c);
+    return status;
+}
+
+int
+ctl_instance_cmd(const struct ctl_call *call, int argc, char **argv, ctl_db_fn *fn)
+{
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    int status;
+
+    if (!ctl_id_args(&o, argc, argv, &status)) {
+        return status;
+    }
+    return ctl_with_db(&o, fn, argv[0]);
 }
 
 /* An instance id argument: a UUID. */

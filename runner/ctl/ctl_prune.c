@@ -205,26 +205,22 @@ retention_set(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-static int
-retention_list(const struct ctl_call *call, int argc, char **argv)
-{
-    static const struct ctl_column cols[] = {{"WORKFLOW", "workflow_name", -32},
-                                             {"KEEP", "keep", 0}};
-
-    return ctl_list(call, argc, argv,
-                    "SELECT json_build_object('workflow', workflow_name, 'keep',"
-                    " keep::text)::text AS json, workflow_name, coalesce(keep::text, 'forever')"
-                    " AS keep FROM cairn.workflow_retention ORDER BY workflow_name",
-                    cols, sizeof(cols) / sizeof(cols[0]),
-                    "(other workflows: the runners' CAIRN_RETENTION)");
-}
+/* list: its statement and columns (ctl_list). */
+static const struct ctl_column retention_cols[] = {{"WORKFLOW", "workflow_name", -32},
+                                                   {"KEEP", "keep", 0}};
+static const struct ctl_listing retention_listing =
+    CTL_LISTING("SELECT json_build_object('workflow', workflow_name, 'keep',"
+                " keep::text)::text AS json, workflow_name, coalesce(keep::text, 'forever')"
+                " AS keep FROM cairn.workflow_retention ORDER BY workflow_name",
+                retention_cols, "(other workflows: the runners' CAIRN_RETENTION)");
 
 static const struct ctl_cmd cmds[] = {
     {"set", "WORKFLOW (D | forever)",
      "delete WORKFLOW's finished instances D after they finished (forever: keep them)",
-     retention_set, NULL},
+     retention_set, NULL, NULL},
     {"unset", "WORKFLOW", "WORKFLOW's retention as the runners' CAIRN_RETENTION again",
-     retention_set, NULL},
-    {"list", "[--json]", "list the workflows with a retention of their own", retention_list, NULL},
+     retention_set, NULL, NULL},
+    {"list", "[--json]", "list the workflows with a retention of their own", ctl_list, NULL,
+     &retention_listing},
 };
 const struct ctl_table ctl_retention_cmds = CTL_TABLE(cmds);

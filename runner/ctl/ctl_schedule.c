@@ -134,29 +134,24 @@ sched_add(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-static int
-sched_list(const struct ctl_call *call, int argc, char **argv)
-{
-    static const struct ctl_column cols[] = {
-        {"NAME", "name", -24},
-        {"WORKFLOW", "workflow_name", -20},
-        {"WHEN", "cadence", -32},
-        {"NEXT", "next", 0},
-    };
-
-    return ctl_list(
-        call, argc, argv,
-        "SELECT json_build_object('name', name, 'workflow', workflow_name, 'version',"
-        " workflow_version, 'cron', cron, 'every_ms', every_ms, 'timezone', timezone,"
-        " 'input', input, 'jitter_ms', jitter_ms, 'catch_up', catch_up, 'paused',"
-        " paused, 'next_at', next_at, 'last_slot', last_slot, 'error', error)::text AS json,"
-        " name, workflow_name, coalesce(cron || ' ' || timezone, 'every ' ||"
-        " (every_ms * interval '1 millisecond')::text) AS cadence, CASE WHEN paused THEN"
-        " 'paused' ELSE coalesce(next_at::text, '(computing)') END || CASE WHEN coalesce(error,"
-        " '') = '' THEN '' ELSE '  ' || error END AS next"
-        " FROM cairn.schedules ORDER BY name",
-        cols, sizeof(cols) / sizeof(cols[0]), NULL);
-}
+/* list: its statement and columns (ctl_list). */
+static const struct ctl_column sched_cols[] = {
+    {"NAME", "name", -24},
+    {"WORKFLOW", "workflow_name", -20},
+    {"WHEN", "cadence", -32},
+    {"NEXT", "next", 0},
+};
+static const struct ctl_listing sched_listing = CTL_LISTING(
+    "SELECT json_build_object('name', name, 'workflow', workflow_name, 'version',"
+    " workflow_version, 'cron', cron, 'every_ms', every_ms, 'timezone', timezone,"
+    " 'input', input, 'jitter_ms', jitter_ms, 'catch_up', catch_up, 'paused',"
+    " paused, 'next_at', next_at, 'last_slot', last_slot, 'error', error)::text AS json,"
+    " name, workflow_name, coalesce(cron || ' ' || timezone, 'every ' ||"
+    " (every_ms * interval '1 millisecond')::text) AS cadence, CASE WHEN paused THEN"
+    " 'paused' ELSE coalesce(next_at::text, '(computing)') END || CASE WHEN coalesce(error,"
+    " '') = '' THEN '' ELSE '  ' || error END AS next"
+    " FROM cairn.schedules ORDER BY name",
+    sched_cols, NULL);
 
 /* pause, resume, delete, trigger: one SQL function of the schedule's name each. */
 static int
@@ -226,7 +221,41 @@ print_slots(const struct cn_opts *o, PGconn *c, const char *tz, const int64_t *s
     }
 }
 
-/* The next slots of a schedule, as the runners will fire them (from now, or --from). */
+/* The next slots of schedule name, as the runners will fire them (from now, or --from). */
+static int
+next_slots(const struct cn_opts *o, PGconn *c, const char *name)
+{
+    const char *p[2] = {name, cn_opts_str(o, "from")};
+    struct cn_errmsg em = {{0}};
+    PGresult *r = NULL;
+    int64_t *slots = NULL;
+    size_t n = 0, want = (size_t) cn_opts_int(o, "count");
+    int status;
+    cn_err rv;
+
+    if ((status = ctl_query_found(
+             o, c,
+             "SELECT cron, every_ms, timezone, floor(extract(epoch FROM"
+             " coalesce($2::timestamptz, now())) * 1000)::bigint AS from_ms"
+             " FROM cairn.schedules WHERE name = $1 AND tenant_id = cairn.current_tenant()",
+             2, p, "schedule", &r)) != EXIT_OK) {
+        return status;
+    }
+    slots = calloc(want, sizeof(*slots));
+    rv = slots == NULL ? CN_NOMEM
+                       : rn_schedule_slots(c, ctl_col_opt(r, 0, "cron"),
+                                           ctl_col_int(r, 0, "every_ms"), ctl_col(r, 0, "timezone"),
+                                           ctl_col_int(r, 0, "from_ms"), want, slots, &n, &em);
+    if (rv != CN_OK) {
+        status = ctl_db_error(o, rv, &em);
+    } else {
+        print_slots(o, c, ctl_col(r, 0, "timezone"), slots, n);
+    }
+    free(slots);
+    PQclear(r);
+    return status;
+}
+
 static int
 sched_next(const struct ctl_call *call, int argc, char **argv)
 {
@@ -237,47 +266,12 @@ sched_next(const struct ctl_call *call, int argc, char **argv)
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
-    const char *p[2] = {NULL, NULL};
-    struct cn_errmsg em = {{0}};
-    PGconn *c = NULL;
-    PGresult *r = NULL;
-    int64_t *slots = NULL;
-    size_t n = 0, want;
     int status;
-    cn_err rv;
 
-    if (!ctl_args(&o, argc, argv, 1, &status) || (status = ctl_db_open(&o, &c)) != EXIT_OK) {
+    if (!ctl_args(&o, argc, argv, 1, &status)) {
         return status;
     }
-    p[0] = argv[0];
-    p[1] = cn_opts_str(&o, "from");
-    status =
-        ctl_query(&o, c,
-                  "SELECT cron, every_ms, timezone, floor(extract(epoch FROM"
-                  " coalesce($2::timestamptz, now())) * 1000)::bigint AS from_ms"
-                  " FROM cairn.schedules WHERE name = $1 AND tenant_id = cairn.current_tenant()",
-                  2, p, &r);
-    if (status == EXIT_OK && PQntuples(r) == 0) {
-        fprintf(stderr, "%s: no schedule %s\n", o.prog, argv[0]);
-        status = EXIT_REJECTED;
-    } else if (status == EXIT_OK) {
-        want = (size_t) cn_opts_int(&o, "count");
-        slots = calloc(want, sizeof(*slots));
-        rv = slots == NULL
-                 ? CN_NOMEM
-                 : rn_schedule_slots(c, ctl_col_opt(r, 0, "cron"), ctl_col_int(r, 0, "every_ms"),
-                                     ctl_col(r, 0, "timezone"), ctl_col_int(r, 0, "from_ms"), want,
-                                     slots, &n, &em);
-        if (rv != CN_OK) {
-            status = ctl_db_error(&o, rv, &em);
-        } else {
-            print_slots(&o, c, ctl_col(r, 0, "timezone"), slots, n);
-        }
-    }
-    free(slots);
-    PQclear(r);
-    PQfinish(c);
-    return status;
+    return ctl_with_db(&o, next_slots, argv[0]);
 }
 
 static const struct ctl_cmd cmds[] = {
@@ -285,15 +279,16 @@ static const struct ctl_cmd cmds[] = {
      "NAME --workflow W (--cron EXPR [--timezone TZ] | --every D) [--version V] "
      "[--input JSON | --input-file FILE] [--jitter D] [--catch-up skip|one|all] [--paused] "
      "[--json]",
-     "add a schedule: W at each slot of a cron expression, or every D", sched_add, NULL},
+     "add a schedule: W at each slot of a cron expression, or every D", sched_add, NULL, NULL},
     {"list", "[--json]", "list the schedules, with their next slot (or why a runner paused one)",
-     sched_list, NULL},
-    {"pause", "NAME", "pause a schedule", sched_simple, NULL},
-    {"resume", "NAME", "resume a schedule from now (missed slots are not run)", sched_simple, NULL},
-    {"delete", "NAME", "delete a schedule (its instances keep its name)", sched_simple, NULL},
+     ctl_list, NULL, &sched_listing},
+    {"pause", "NAME", "pause a schedule", sched_simple, NULL, NULL},
+    {"resume", "NAME", "resume a schedule from now (missed slots are not run)", sched_simple, NULL,
+     NULL},
+    {"delete", "NAME", "delete a schedule (its instances keep its name)", sched_simple, NULL, NULL},
     {"trigger", "NAME", "run a schedule's workflow once now; prints the instance's id",
-     sched_simple, NULL},
+     sched_simple, NULL, NULL},
     {"next", "NAME [--count N] [--from TIME] [--json]",
-     "show a schedule's next slots, in UTC and on its wall clock", sched_next, NULL},
+     "show a schedule's next slots, in UTC and on its wall clock", sched_next, NULL, NULL},
 };
 const struct ctl_table ctl_schedule_cmds = CTL_TABLE(cmds);

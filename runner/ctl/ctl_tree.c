@@ -53,6 +53,38 @@ print_tree_counts(PGconn *c, const char *const *params, int n, long long limit)
     PQclear(s);
 }
 
+/* The tree under instance id: JSON rows, or a line each, indented by depth, and the counts. */
+static int
+print_tree(const struct cn_opts *o, PGconn *c, const char *id)
+{
+    PGresult *r = NULL;
+    const char *params[2];
+    char lim[24];
+    int status, i, n;
+
+    (void) snprintf(lim, sizeof(lim), "%lld", cn_opts_int(o, "limit"));
+    params[0] = id;
+    params[1] = lim;
+    if ((status = ctl_query_found(o, c, tree_sql, 2, params, "instance", &r)) != EXIT_OK) {
+        return status;
+    }
+    n = PQntuples(r);
+    if (ctl_json_out(o)) {
+        ctl_print_json_rows(r, "json");
+        PQclear(r);
+        return EXIT_OK;
+    }
+    for (i = 0; i < n; i++) {
+        const char *etype = ctl_col(r, i, "etype");
+        printf("%*s%s %s %s%s%s\n", 2 * (int) ctl_col_int(r, i, "lvl"), "",
+               ctl_col(r, i, "instance_id"), ctl_col(r, i, "workflow_name"),
+               ctl_col(r, i, "status"), etype[0] ? " " : "", etype);
+    }
+    print_tree_counts(c, params, n, cn_opts_int(o, "limit"));
+    PQclear(r);
+    return EXIT_OK;
+}
+
 int
 ctl_cmd_tree(const struct ctl_call *call, int argc, char **argv)
 {
@@ -62,45 +94,12 @@ ctl_cmd_tree(const struct ctl_call *call, int argc, char **argv)
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
-    PGconn *c = NULL;
-    PGresult *r = NULL;
-    const char *params[2];
-    char lim[24];
-    int status, i, n;
+    int status;
 
     if (!ctl_id_args(&o, argc, argv, &status)) {
         return status;
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    (void) snprintf(lim, sizeof(lim), "%lld", cn_opts_int(&o, "limit"));
-    params[0] = argv[0];
-    params[1] = lim;
-    if ((status = ctl_query(&o, c, tree_sql, 2, params, &r)) != EXIT_OK) {
-        goto out;
-    }
-    n = PQntuples(r);
-    if (n == 0) {
-        fprintf(stderr, "%s: no instance %s\n", o.prog, argv[0]);
-        status = EXIT_REJECTED;
-        goto out;
-    }
-    if (ctl_json_out(&o)) {
-        ctl_print_json_rows(r, "json");
-        goto out;
-    }
-    for (i = 0; i < n; i++) {
-        const char *etype = ctl_col(r, i, "etype");
-        printf("%*s%s %s %s%s%s\n", 2 * (int) ctl_col_int(r, i, "lvl"), "",
-               ctl_col(r, i, "instance_id"), ctl_col(r, i, "workflow_name"),
-               ctl_col(r, i, "status"), etype[0] ? " " : "", etype);
-    }
-    print_tree_counts(c, params, n, cn_opts_int(&o, "limit"));
-out:
-    PQclear(r);
-    PQfinish(c);
-    return status;
+    return ctl_with_db(&o, print_tree, argv[0]);
 }
 
 /* The children listed by inspect: id, workflow, status, how it was started, the call. */
