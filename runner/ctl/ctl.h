@@ -226,6 +226,9 @@ int ctl_query(const struct cn_opts *o, PGconn *c, const char *sql, int n, const 
  * rows outlive it). */
 int ctl_query_once(const struct cn_opts *o, const char *sql, int n, const char *const *params,
                    PGresult **r);
+/* ctl_query of a statement of one row, and its column col's text copied to out (len bytes). */
+int ctl_query_text(const struct cn_opts *o, PGconn *c, const char *sql, int n,
+                   const char *const *params, const char *col, char *out, size_t len);
 /* ctl_query (c NULL: ctl_query_once) of a statement that looks one thing up by params[0], and
  * then a row at least: none is said as "PROG: no WHAT PARAMS[0]" and returns EXIT_REJECTED
  * (with *r cleared). */

@@ -29,7 +29,7 @@ bf_insert(const struct cn_opts *o, PGconn *c, const char *workflow, const char *
           const char *conc, PGresult **made)
 {
     const char *params[8];
-    PGresult *r = NULL;
+    char id[64];
     int status;
 
     params[0] = workflow;
@@ -40,17 +40,16 @@ bf_insert(const struct cn_opts *o, PGconn *c, const char *workflow, const char *
     params[5] = input;
     params[6] = conc;
     params[7] = cn_opts_str(o, "version");
-    if ((status = ctl_query(o, c,
-                            "SELECT cairn.backfill_create($1, $2, $3, $4, $5, $6::jsonb,"
-                            " $7::integer, $8) AS id",
-                            8, params, &r)) != EXIT_OK) {
+    if ((status = ctl_query_text(o, c,
+                                 "SELECT cairn.backfill_create($1, $2, $3, $4, $5, $6::jsonb,"
+                                 " $7::integer, $8) AS id",
+                                 8, params, "id", id, sizeof(id))) != EXIT_OK) {
         return status;
     }
     /* read in a statement of its own: the one that made it does not see its row */
-    params[0] = ctl_col(r, 0, "id");
+    params[0] = id;
     status = ctl_query(o, c, "SELECT id, total, kind FROM cairn.backfills WHERE id = $1", 1, params,
                        made);
-    PQclear(r);
     if (status == EXIT_OK && PQntuples(*made) != 1) {
         fprintf(stderr, "%s: the backfill vanished at once\n", o->prog);
         status = EXIT_DB;

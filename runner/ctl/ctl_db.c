@@ -2,9 +2,9 @@
 /*
  * What cairnctl's database commands share, and `migrate`. Each command parses its options from
  * its own table (ir/base/opts.h, through ctl_opts), opens one libpq connection (--database-url,
- * else CAIRN_DATABASE_URL; as tenant --tenant, else CAIRN_TENANT), runs parameterised
- * statements (user data never becomes SQL text) and prints human-readable text, or JSON with
- * --json. Single-threaded. Exit codes: ctl.h.
+ * else CAIRN_DATABASE_URL; as tenant --tenant, else CAIRN_TENANT; ctl_with_db opens, runs and
+ * closes it for the command), runs parameterised statements (user data never becomes SQL text)
+ * and prints human-readable text, or JSON with --json. Single-threaded. Exit codes: ctl.h.
  */
 
 #include <jansson.h>
@@ -151,6 +151,21 @@ ctl_query_once(const struct cn_opts *o, const char *sql, int n, const char *cons
     }
     PQfinish(c);
     return status;
+}
+
+int
+ctl_query_text(const struct cn_opts *o, PGconn *c, const char *sql, int n,
+               const char *const *params, const char *col, char *out, size_t len)
+{
+    PGresult *r = NULL;
+    int status;
+
+    if ((status = ctl_query(o, c, sql, n, params, &r)) != EXIT_OK) {
+        return status;
+    }
+    (void) snprintf(out, len, "%s", ctl_col(r, 0, col));
+    PQclear(r);
+    return EXIT_OK;
 }
 
 int
@@ -396,40 +411,25 @@ print_migrations(const struct cn_buf *names, int json)
     }
 }
 
-int
-ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv)
+/* The migrations applied on c, and the schema's version, said. */
+static int
+migrate(const struct cn_opts *o, PGconn *c, const char *unused)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS(call, rows, 0);
+    struct cn_buf names = CN_BUF_INIT;
     struct rn_migrate_report rep;
     struct cn_errmsg em;
-    PGconn *c = NULL;
     char current[16];
-    int status;
+    int status = EXIT_OK;
     cn_err rv;
 
-    struct cn_buf names = CN_BUF_INIT;
-
-    if (!ctl_opts(&o, argc, argv, &status)) {
-        return status;
-    }
-    if (cn_opts_str(&o, "tenant") != NULL) {
-        /* A tenant's role may not change the schema, and the schema is every tenant's. */
-        fprintf(stderr,
-                "cairnctl migrate: migrations are the schema owner's, not a tenant's: run it "
-                "without --tenant (and with CAIRN_TENANT unset)\n");
-        return EXIT_USAGE;
-    }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
+    (void) unused;
     rv = rn_migrate(c, note_migration, &names, &rep, &em);
     if (rv == CN_OK) {
         rv = rn_migrate_current(c, current, sizeof(current), &em);
     }
     if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-    } else if (ctl_json_out(&o)) {
+        status = ctl_db_error(o, rv, &em);
+    } else if (ctl_json_out(o)) {
         printf("{\"version\": \"%s\", \"applied\": [", current);
         print_migrations(&names, 1);
         printf("], \"api_files\": %zu}\n", rep.api_files);
@@ -442,6 +442,25 @@ ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv)
                rep.applied == 1 ? "" : "s");
     }
     cn_buf_fini(&names);
-    PQfinish(c);
     return status;
+}
+
+int
+ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS(call, rows, 0);
+    int status;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    if (cn_opts_str(&o, "tenant") != NULL) {
+        /* A tenant's role may not change the schema, and the schema is every tenant's. */
+        fprintf(stderr,
+                "cairnctl migrate: migrations are the schema owner's, not a tenant's: run it "
+                "without --tenant (and with CAIRN_TENANT unset)\n");
+        return EXIT_USAGE;
+    }
+    return ctl_with_db(&o, migrate, NULL);
 }

@@ -299,9 +299,7 @@ enqueue(const struct cn_opts *o, PGconn *c, const char *name, const char *input,
         size_t idlen)
 {
     const char *params[8];
-    PGresult *r = NULL;
     char prio[24];
-    int status;
 
     (void) snprintf(prio, sizeof(prio), "%lld", cn_opts_int(o, "priority"));
     params[0] = name;
@@ -312,15 +310,10 @@ enqueue(const struct cn_opts *o, PGconn *c, const char *name, const char *input,
     params[5] = cn_opts_str(o, "version");
     params[6] = cn_opts_str(o, "workflow-timeout"); /* PostgreSQL reads the interval */
     params[7] = cn_opts_str(o, "concurrency-key");
-    if ((status = ctl_query(o, c,
-                            "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer,"
-                            " $5::timestamptz, $6, $7::interval, $8) AS id",
-                            8, params, &r)) != EXIT_OK) {
-        return status;
-    }
-    (void) snprintf(id, idlen, "%s", ctl_col(r, 0, "id"));
-    PQclear(r);
-    return EXIT_OK;
+    return ctl_query_text(o, c,
+                          "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer,"
+                          " $5::timestamptz, $6, $7::interval, $8) AS id",
+                          8, params, "id", id, idlen);
 }
 
 int
