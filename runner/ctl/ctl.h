@@ -105,6 +105,11 @@ extern const struct ctl_table ctl_schedule_cmds, ctl_limit_cmds, ctl_backfill_cm
         .flag = (f), .kind = CN_OPT_BOOL, .help = (h) \
     }
 #define CTL_OPT_STR(f, a, h) CTL_OPT_STR_DEF(f, a, NULL, h)
+/* A string row also read from the variable e when the flag is absent. */
+#define CTL_OPT_STR_ENV(f, e, a, h)                                          \
+    {                                                                        \
+        .flag = (f), .kind = CN_OPT_STR, .env = (e), .arg = (a), .help = (h) \
+    }
 #define CTL_OPT_STR_DEF(f, a, d, h)                                          \
     {                                                                        \
         .flag = (f), .kind = CN_OPT_STR, .def = (d), .arg = (a), .help = (h) \
@@ -119,27 +124,15 @@ extern const struct ctl_table ctl_schedule_cmds, ctl_limit_cmds, ctl_backfill_cm
 #define CTL_OPT_JSON CTL_OPT_BOOL("json", "print JSON")
 /* --input and --input-file (read with ctl_read_input): an instance's input, for `run` and
  * `exec`. */
-#define CTL_OPT_INPUT                                                                      \
-    {.flag = "input",                                                                      \
-     .kind = CN_OPT_STR,                                                                   \
-     .arg = "JSON",                                                                        \
-     .help = "the instance's input, a JSON object (default {})"},                          \
-    {                                                                                      \
-        .flag = "input-file", .kind = CN_OPT_STR, .arg = "FILE",                           \
-        .help = "read the input from FILE (-: stdin), for one too long for a command line" \
-    }
+#define CTL_OPT_INPUT                                                                 \
+    CTL_OPT_STR("input", "JSON", "the instance's input, a JSON object (default {})"), \
+        CTL_OPT_STR("input-file", "FILE",                                             \
+                    "read the input from FILE (-: stdin), for one too long for a command line")
 /* CTL_OPT_DB is two rows, the database and the tenant to act as, so that every database command
  * takes both and ctl_db_open applies both: a command cannot forget the tenant. */
-#define CTL_OPT_DB                                                               \
-    {.flag = "database-url",                                                     \
-     .kind = CN_OPT_STR,                                                         \
-     .env = "CAIRN_DATABASE_URL",                                                \
-     .arg = "URL",                                                               \
-     .help = "libpq URL of the database"},                                       \
-    {                                                                            \
-        .flag = "tenant", .kind = CN_OPT_STR, .env = "CAIRN_TENANT", .arg = "T", \
-        .help = "act as tenant T: SET ROLE cairn_tenant_T"                       \
-    }
+#define CTL_OPT_DB                                                                             \
+    CTL_OPT_STR_ENV("database-url", "CAIRN_DATABASE_URL", "URL", "libpq URL of the database"), \
+        CTL_OPT_STR_ENV("tenant", "CAIRN_TENANT", "T", "act as tenant T: SET ROLE cairn_tenant_T")
 
 /* Parses a command's arguments (the positional ones end up in argv[0..s->nargs)). Returns
  * true to go on; else false with the exit status in *status: EXIT_OK after printing the
