@@ -111,7 +111,7 @@ bf_create(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-/* list: its statement and columns (ctl_list). */
+/* `backfill list`, newest first, with their progress (ctl_list runs it). */
 static const struct ctl_column bf_cols[] = {
     {"ID", "id", -36},      {"WORKFLOW", "workflow_name", -24},
     {"STATE", "state", -9}, {"DONE", "done", 13},

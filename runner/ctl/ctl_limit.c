@@ -115,7 +115,7 @@ limit_set(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-/* list: its statement and columns (ctl_list). */
+/* `limit list`: each limited workflow with its running and waiting counts (ctl_list runs it). */
 static const struct ctl_column limit_cols[] = {
     {"WORKFLOW", "workflow_name", -32}, {"MAX_RUNNING", "max_running", 11},
     {"PER_KEY", "max_per_key", 7},      {"RUNNING", "running", 7},

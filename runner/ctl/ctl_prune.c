@@ -205,7 +205,7 @@ retention_set(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-/* list: its statement and columns (ctl_list). */
+/* `retention list`: the workflows with a retention of their own (ctl_list runs it). */
 static const struct ctl_column retention_cols[] = {{"WORKFLOW", "workflow_name", -32},
                                                    {"KEEP", "keep", 0}};
 static const struct ctl_listing retention_listing =

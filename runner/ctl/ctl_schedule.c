@@ -134,7 +134,8 @@ sched_add(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-/* list: its statement and columns (ctl_list). */
+/* `schedule list`, with each one's next slot or the error a runner paused it for (ctl_list runs
+ * it). */
 static const struct ctl_column sched_cols[] = {
     {"NAME", "name", -24},
     {"WORKFLOW", "workflow_name", -20},

@@ -112,7 +112,7 @@ tenant_create(const struct ctl_call *call, int argc, char **argv)
     return ctl_with_db(&o, create_tenant, argv[0]);
 }
 
-/* list: its statement and columns (ctl_list). */
+/* `tenant list`: row security shows a tenant only its own row (ctl_list runs it). */
 static const struct ctl_column tenant_cols[] = {
     {"NAME", "name", -24}, {"MAX_RUNNING", "max_running", 11}, {"CREATED_AT", "created_at", 0}};
 static const struct ctl_listing tenant_listing =
