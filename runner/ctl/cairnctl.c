@@ -17,59 +17,58 @@
 #include "runner/ctl/ctl.h"
 
 
-static int cmd_check(const struct ctl_call *call, int argc, char **argv);
-static int cmd_dag(const struct ctl_call *call, int argc, char **argv);
+static ctl_run_fn cmd_check, cmd_dag;
 
 static const struct ctl_cmd commands[] = {
     {"check", "[--quiet] [--max-source-bytes N] [--max-graph-nodes N] FILE...",
-     "compile workflow files and report every error", cmd_check, NULL},
+     "compile workflow files and report every error", cmd_check, NULL, NULL},
     {"dag", "FILE [--format text|dot|summary|msgpack]",
-     "print the compiled graph of a workflow file", cmd_dag, NULL},
-    {"migrate", "[--json]", "apply pending schema migrations", ctl_cmd_migrate, NULL},
+     "print the compiled graph of a workflow file", cmd_dag, NULL, NULL},
+    {"migrate", "[--json]", "apply pending schema migrations", ctl_cmd_migrate, NULL, NULL},
     {"register",
      "FILE [--name N] [--version V] [--max-running N] [--max-per-key M] "
      "[--allow-missing-children] [--max-source-bytes N] [--max-graph-nodes N] [--json]",
-     "compile a workflow and store it as a version", ctl_cmd_register, NULL},
+     "compile a workflow and store it as a version", ctl_cmd_register, NULL, NULL},
     {"run",
      "NAME [--input JSON | --input-file FILE] [--idempotency-key K] [--concurrency-key K] "
      "[--priority P] [--at TIME] [--version V] [--workflow-timeout D] [--wait [--timeout S]] "
      "[--json]",
-     "enqueue an instance (--wait: until it finishes)", ctl_cmd_run, NULL},
-    {"status", "ID [--json]", "show an instance's status", ctl_cmd_status, NULL},
-    {"result", "ID [--json]", "print a finished instance's result", ctl_cmd_result, NULL},
+     "enqueue an instance (--wait: until it finishes)", ctl_cmd_run, NULL, NULL},
+    {"status", "ID [--json]", "show an instance's status", ctl_cmd_status, NULL, NULL},
+    {"result", "ID [--json]", "print a finished instance's result", ctl_cmd_result, NULL, NULL},
     {"list", "[--status S] [--workflow W] [--parent ID] [--schedule NAME] [--limit N] [--json]",
-     "list instances, newest first", ctl_cmd_list, NULL},
+     "list instances, newest first", ctl_cmd_list, NULL, NULL},
     {"schedule", "", "run a workflow on a schedule: cron in a time zone, or every D", NULL,
-     &ctl_schedule_cmds},
+     &ctl_schedule_cmds, NULL},
     {"limit", "", "limit how many instances of a workflow (or per concurrency key) run at once",
-     NULL, &ctl_limit_cmds},
+     NULL, &ctl_limit_cmds, NULL},
     {"backfill", "", "run a workflow once per partition of a date or integer range, N at a time",
-     NULL, &ctl_backfill_cmds},
+     NULL, &ctl_backfill_cmds, NULL},
     {"prune", "--older-than D [--workflow W] [--dry-run] [--batch N] [--json]",
      "delete finished instances that finished more than D ago, with their action results",
-     ctl_cmd_prune, NULL},
+     ctl_cmd_prune, NULL, NULL},
     {"retention", "", "a workflow's own retention, instead of the runners' CAIRN_RETENTION", NULL,
-     &ctl_retention_cmds},
+     &ctl_retention_cmds, NULL},
     {"tenant", "",
      "make tenants (each a role, cairn_tenant_NAME), list them, set their running quota", NULL,
-     &ctl_tenant_cmds},
+     &ctl_tenant_cmds, NULL},
     {"tree", "ID [--limit N] [--json]",
      "show the task tree under an instance (its child workflows, theirs...) with statuses",
-     ctl_cmd_tree, NULL},
+     ctl_cmd_tree, NULL, NULL},
     {"inspect", "ID [--json]",
      "show an instance's live graph (what it waits on) and its recorded action results",
-     ctl_cmd_inspect, NULL},
+     ctl_cmd_inspect, NULL, NULL},
     {"cancel",
      "(ID | --workflow W [--status queued|running] --yes) [--reason TEXT] [--wait [--timeout S]]",
-     "cancel an instance, or every unfinished one of a workflow", ctl_cmd_cancel, NULL},
+     "cancel an instance, or every unfinished one of a workflow", ctl_cmd_cancel, NULL, NULL},
     {"retry",
      "(ID | --workflow W [--status failed|cancelled|timed_out] --yes) [--reason TEXT] "
      "[--wait [--timeout S]] [--json]",
      "run a failed, cancelled or timed-out instance again from where it stopped", ctl_cmd_retry,
-     NULL},
+     NULL, NULL},
     {"exec", "FILE [--input JSON | --input-file FILE] [--timeout S] [--json]",
      "run one instance in this process, without a database (std.* actions built in)", ctl_cmd_exec,
-     NULL},
+     NULL, NULL},
 };
 static const struct ctl_table top = CTL_TABLE(commands);
 
@@ -351,11 +350,7 @@ static int
 cmd_dag(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
-        {.flag = "format",
-         .kind = CN_OPT_STR,
-         .def = "text",
-         .arg = "F",
-         .help = "text, dot (Graphviz), summary or msgpack"},
+        CTL_OPT_STR_DEF("format", "F", "text", "text, dot (Graphviz), summary or msgpack"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
     const char *file, *format;

@@ -40,6 +40,11 @@ enum {
 
 struct ctl_call;
 struct ctl_table;
+struct ctl_listing;
+
+/* A command's run function: its call, and its arguments (after its name). Returns the exit
+ * status. */
+typedef int ctl_run_fn(const struct ctl_call *call, int argc, char **argv);
 
 /* One row of a command table: the top level's (cairnctl.c) or a group's (schedule, limit,
  * backfill, retention, tenant). The synopsis is written here only, so that `cairnctl help`,
@@ -50,9 +55,11 @@ struct ctl_cmd {
     const char *synopsis; /* its arguments, after the name; "" for none */
     const char *help;     /* one line for the listing */
     /* A command: runs it on its arguments (after its name) and returns the exit status. */
-    int (*run)(const struct ctl_call *call, int argc, char **argv);
+    ctl_run_fn *run;
     /* A group instead (run is NULL): its sub-commands; its help line heads their listing. */
     const struct ctl_table *group;
+    /* A list command's statement and columns (run is ctl_list); NULL for the others. */
+    const struct ctl_listing *listing;
 };
 
 struct ctl_table {
@@ -90,34 +97,42 @@ extern const struct ctl_table ctl_schedule_cmds, ctl_limit_cmds, ctl_backfill_cm
         .nopts = sizeof(rows) / sizeof((rows)[0]), .max_args = (max)                           \
     }
 
-/* Rows most commands share. */
-#define CTL_OPT_JSON                                              \
-    {                                                             \
-        .flag = "json", .kind = CN_OPT_BOOL, .help = "print JSON" \
+/* A row of each kind, written as its flag, its value's name in help (NULL: VALUE, or N), its
+ * default and range where it has them, and its help line: what is a command's own, one row to a
+ * line, the fields' names and the kind written here once. */
+#define CTL_OPT_BOOL(f, h)                            \
+    {                                                 \
+        .flag = (f), .kind = CN_OPT_BOOL, .help = (h) \
     }
+#define CTL_OPT_STR(f, a, h) CTL_OPT_STR_DEF(f, a, NULL, h)
+/* A string row also read from the variable e when the flag is absent. */
+#define CTL_OPT_STR_ENV(f, e, a, h)                                          \
+    {                                                                        \
+        .flag = (f), .kind = CN_OPT_STR, .env = (e), .arg = (a), .help = (h) \
+    }
+#define CTL_OPT_STR_DEF(f, a, d, h)                                          \
+    {                                                                        \
+        .flag = (f), .kind = CN_OPT_STR, .def = (d), .arg = (a), .help = (h) \
+    }
+#define CTL_OPT_INT(f, d, lo, hi, a, h)                                                    \
+    {                                                                                      \
+        .flag = (f), .kind = CN_OPT_INT, .def = (d), .min = (lo), .max = (hi), .arg = (a), \
+        .help = (h)                                                                        \
+    }
+
+/* Rows most commands share. */
+#define CTL_OPT_JSON CTL_OPT_BOOL("json", "print JSON")
 /* --input and --input-file (read with ctl_read_input): an instance's input, for `run` and
  * `exec`. */
-#define CTL_OPT_INPUT                                                                      \
-    {.flag = "input",                                                                      \
-     .kind = CN_OPT_STR,                                                                   \
-     .arg = "JSON",                                                                        \
-     .help = "the instance's input, a JSON object (default {})"},                          \
-    {                                                                                      \
-        .flag = "input-file", .kind = CN_OPT_STR, .arg = "FILE",                           \
-        .help = "read the input from FILE (-: stdin), for one too long for a command line" \
-    }
+#define CTL_OPT_INPUT                                                                 \
+    CTL_OPT_STR("input", "JSON", "the instance's input, a JSON object (default {})"), \
+        CTL_OPT_STR("input-file", "FILE",                                             \
+                    "read the input from FILE (-: stdin), for one too long for a command line")
 /* CTL_OPT_DB is two rows, the database and the tenant to act as, so that every database command
  * takes both and ctl_db_open applies both: a command cannot forget the tenant. */
-#define CTL_OPT_DB                                                               \
-    {.flag = "database-url",                                                     \
-     .kind = CN_OPT_STR,                                                         \
-     .env = "CAIRN_DATABASE_URL",                                                \
-     .arg = "URL",                                                               \
-     .help = "libpq URL of the database"},                                       \
-    {                                                                            \
-        .flag = "tenant", .kind = CN_OPT_STR, .env = "CAIRN_TENANT", .arg = "T", \
-        .help = "act as tenant T: SET ROLE cairn_tenant_T"                       \
-    }
+#define CTL_OPT_DB                                                                             \
+    CTL_OPT_STR_ENV("database-url", "CAIRN_DATABASE_URL", "URL", "libpq URL of the database"), \
+        CTL_OPT_STR_ENV("tenant", "CAIRN_TENANT", "T", "act as tenant T: SET ROLE cairn_tenant_T")
 
 /* Parses a command's arguments (the positional ones end up in argv[0..s->nargs)). Returns
  * true to go on; else false with the exit status in *status: EXIT_OK after printing the
@@ -186,6 +201,16 @@ int ctl_db_open(const struct cn_opts *o, PGconn **c);
 bool ctl_tenant_name_ok(const char *t);
 /* Says why a statement failed and returns its exit status. */
 int ctl_db_error(const struct cn_opts *o, cn_err rv, const struct cn_errmsg *em);
+/* What a command does on one connection: its own work on arg (an instance ID, a name; or NULL),
+ * returning the exit status. */
+typedef int ctl_db_fn(const struct cn_opts *o, PGconn *c, const char *arg);
+/* ctl_db_open, fn(o, c, arg), and the connection closed again: the connect, run and close of
+ * every database command that works on one connection. Returns fn's exit status, or the
+ * connection's failure. */
+int ctl_with_db(const struct cn_opts *o, ctl_db_fn *fn, const char *arg);
+/* A command of an instance ID and [--json] (status, result, inspect): ctl_id_args, then
+ * ctl_with_db of fn on the ID. */
+int ctl_instance_cmd(const struct ctl_call *call, int argc, char **argv, ctl_db_fn *fn);
 /* Runs sql with n text parameters (NULL: SQL NULL) on c. Returns EXIT_OK with the rows in *r
  * when r is not NULL (PQclear them), else the exit status after ctl_db_error. */
 int ctl_query(const struct cn_opts *o, PGconn *c, const char *sql, int n, const char *const *params,
@@ -194,6 +219,14 @@ int ctl_query(const struct cn_opts *o, PGconn *c, const char *sql, int n, const 
  * rows outlive it). */
 int ctl_query_once(const struct cn_opts *o, const char *sql, int n, const char *const *params,
                    PGresult **r);
+/* ctl_query of a statement of one row, and its column col's text copied to out (len bytes). */
+int ctl_query_text(const struct cn_opts *o, PGconn *c, const char *sql, int n,
+                   const char *const *params, const char *col, char *out, size_t len);
+/* ctl_query (c NULL: ctl_query_once) of a statement that looks one thing up by params[0], and
+ * then a row at least: none is said as "PROG: no WHAT PARAMS[0]" and returns EXIT_REJECTED
+ * (with *r cleared). */
+int ctl_query_found(const struct cn_opts *o, PGconn *c, const char *sql, int n,
+                    const char *const *params, const char *what, PGresult **r);
 
 /* Row row's value of the column named name, as text ("" for SQL NULL). Columns are read by
  * name so that a change to a statement's select list cannot shift what is read; a name the
@@ -216,11 +249,25 @@ struct ctl_column {
 void ctl_print_table(const PGresult *r, const struct ctl_column *cols, size_t ncols);
 /* Prints column col of every row of r (each a JSON object as text) as a JSON array. */
 void ctl_print_json_rows(const PGresult *r, const char *col);
-/* A list command: [--json] and the database rows; runs sql (no parameters), whose column
- * "json" is each row as a JSON object's text, and prints a JSON array of them with --json,
- * else the table of cols and then the line footer (NULL: none). Returns an exit status. */
-int ctl_list(const struct ctl_call *call, int argc, char **argv, const char *sql,
-             const struct ctl_column *cols, size_t ncols, const char *footer);
+/* A list: its statement, whose column "json" is each row as a JSON object's text, the columns
+ * of its table, and a line under the table (NULL: none). */
+struct ctl_listing {
+    const char *sql;
+    const struct ctl_column *cols;
+    size_t ncols;
+    const char *footer;
+};
+#define CTL_LISTING(sql, cols, footer)                            \
+    {                                                             \
+        (sql), (cols), sizeof(cols) / sizeof((cols)[0]), (footer) \
+    }
+/* Runs l's statement with n parameters on a connection of its own and prints its rows: a JSON
+ * array of them with --json, else the table and the footer. Returns an exit status. */
+int ctl_print_list(const struct cn_opts *o, const struct ctl_listing *l, int n,
+                   const char *const *params);
+/* The run function of a list command, [--json] and the database rows: ctl_print_list of its
+ * row's listing, without parameters. */
+int ctl_list(const struct ctl_call *call, int argc, char **argv);
 
 /* Polls until instance id is finished (completed, failed, cancelled, timed_out) or timeout_ms
  * passes (0: no limit). Returns EXIT_OK with its final status in st, EXIT_PENDING after saying
@@ -233,18 +280,9 @@ int ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id);
 int ctl_wait_result(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms);
 
 /* The top-level commands, one row each in cairnctl.c. */
-int ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_register(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_run(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_status(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_result(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_list(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_inspect(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_cancel(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_retry(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_exec(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_tree(const struct ctl_call *call, int argc, char **argv);
-int ctl_cmd_prune(const struct ctl_call *call, int argc, char **argv);
+ctl_run_fn ctl_cmd_migrate, ctl_cmd_register, ctl_cmd_run, ctl_cmd_status, ctl_cmd_result,
+    ctl_cmd_list, ctl_cmd_inspect, ctl_cmd_cancel, ctl_cmd_retry, ctl_cmd_exec, ctl_cmd_tree,
+    ctl_cmd_prune;
 
 /* Appends to out, NUL-separated, why the instance ID (of STATUS, with the live graph LIVE as
  * rn_snapshot_describe gives it, or null) is not moving: a concurrency slot, its due time, a

@@ -29,7 +29,7 @@ bf_insert(const struct cn_opts *o, PGconn *c, const char *workflow, const char *
           const char *conc, PGresult **made)
 {
     const char *params[8];
-    PGresult *r = NULL;
+    char id[64];
     int status;
 
     params[0] = workflow;
@@ -40,17 +40,16 @@ bf_insert(const struct cn_opts *o, PGconn *c, const char *workflow, const char *
     params[5] = input;
     params[6] = conc;
     params[7] = cn_opts_str(o, "version");
-    if ((status = ctl_query(o, c,
-                            "SELECT cairn.backfill_create($1, $2, $3, $4, $5, $6::jsonb,"
-                            " $7::integer, $8) AS id",
-                            8, params, &r)) != EXIT_OK) {
+    if ((status = ctl_query_text(o, c,
+                                 "SELECT cairn.backfill_create($1, $2, $3, $4, $5, $6::jsonb,"
+                                 " $7::integer, $8) AS id",
+                                 8, params, "id", id, sizeof(id))) != EXIT_OK) {
         return status;
     }
     /* read in a statement of its own: the one that made it does not see its row */
-    params[0] = ctl_col(r, 0, "id");
+    params[0] = id;
     status = ctl_query(o, c, "SELECT id, total, kind FROM cairn.backfills WHERE id = $1", 1, params,
                        made);
-    PQclear(r);
     if (status == EXIT_OK && PQntuples(*made) != 1) {
         fprintf(stderr, "%s: the backfill vanished at once\n", o->prog);
         status = EXIT_DB;
@@ -63,31 +62,14 @@ bf_create(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "param",
-         .kind = CN_OPT_STR,
-         .arg = "P",
-         .help = "the input that gets each partition's value (required)"},
-        {.flag = "from",
-         .kind = CN_OPT_STR,
-         .arg = "A",
-         .help = "first value: a date or an integer"},
-        {.flag = "to", .kind = CN_OPT_STR, .arg = "B", .help = "last value (included)"},
-        {.flag = "step",
-         .kind = CN_OPT_STR,
-         .arg = "S",
-         .help = "between partitions: 1d, 7d, 2w for dates; an integer for integers"},
-        {.flag = "input",
-         .kind = CN_OPT_STR,
-         .arg = "JSON",
-         .def = "{}",
-         .help = "the other inputs, a JSON object"},
-        {.flag = "concurrency",
-         .kind = CN_OPT_INT,
-         .def = "1",
-         .min = 1,
-         .max = 10000,
-         .help = "partitions running at once"},
-        {.flag = "version", .kind = CN_OPT_STR, .arg = "V", .help = "this version of the workflow"},
+        CTL_OPT_STR("param", "P", "the input that gets each partition's value (required)"),
+        CTL_OPT_STR("from", "A", "first value: a date or an integer"),
+        CTL_OPT_STR("to", "B", "last value (included)"),
+        CTL_OPT_STR("step", "S",
+                    "between partitions: 1d, 7d, 2w for dates; an integer for integers"),
+        CTL_OPT_STR_DEF("input", "JSON", "{}", "the other inputs, a JSON object"),
+        CTL_OPT_INT("concurrency", "1", 1, 10000, NULL, "partitions running at once"),
+        CTL_OPT_STR("version", "V", "this version of the workflow"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
@@ -129,21 +111,17 @@ bf_create(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-static int
-bf_list(const struct ctl_call *call, int argc, char **argv)
-{
-    static const struct ctl_column cols[] = {
-        {"ID", "id", -36},      {"WORKFLOW", "workflow_name", -24},
-        {"STATE", "state", -9}, {"DONE", "done", 13},
-        {"ETA", "eta", 0},
-    };
-
-    return ctl_list(call, argc, argv,
-                    "SELECT " BACKFILL_COLS ", id, workflow_name, state, done || '/' || total AS"
-                    " done, coalesce(to_char(eta, 'HH24:MI:SS'), '-') AS eta"
-                    " FROM cairn.backfill_status ORDER BY created_at DESC LIMIT 1000",
-                    cols, sizeof(cols) / sizeof(cols[0]), NULL);
-}
+/* `backfill list`, newest first, with their progress (ctl_list runs it). */
+static const struct ctl_column bf_cols[] = {
+    {"ID", "id", -36},      {"WORKFLOW", "workflow_name", -24},
+    {"STATE", "state", -9}, {"DONE", "done", 13},
+    {"ETA", "eta", 0},
+};
+static const struct ctl_listing bf_listing =
+    CTL_LISTING("SELECT " BACKFILL_COLS ", id, workflow_name, state, done || '/' || total AS"
+                " done, coalesce(to_char(eta, 'HH24:MI:SS'), '-') AS eta"
+                " FROM cairn.backfill_status ORDER BY created_at DESC LIMIT 1000",
+                bf_cols, NULL);
 
 /* status's text form. */
 static void
@@ -217,14 +195,15 @@ static const struct ctl_cmd cmds[] = {
      "WORKFLOW --param P --from A --to B --step S [--input JSON] [--concurrency N] "
      "[--version V] [--json]",
      "run WORKFLOW once per partition of the range A..B, its value in input P; prints the id",
-     bf_create, NULL},
-    {"list", "[--json]", "list the backfills, newest first, with their progress", bf_list, NULL},
+     bf_create, NULL, NULL},
+    {"list", "[--json]", "list the backfills, newest first, with their progress", ctl_list, NULL,
+     &bf_listing},
     {"status", "ID [--json]", "show a backfill's progress: done, running, failed, rate, ETA",
-     bf_one, NULL},
+     bf_one, NULL, NULL},
     {"pause", "ID [--json]", "pause a backfill: nothing new starts (the running partitions finish)",
-     bf_one, NULL},
-    {"resume", "ID [--json]", "resume a backfill from its checkpoint", bf_one, NULL},
-    {"cancel", "ID [--json]", "cancel a backfill", bf_one, NULL},
-    {"retry-failed", "ID [--json]", "run a backfill's failed partitions again", bf_one, NULL},
+     bf_one, NULL, NULL},
+    {"resume", "ID [--json]", "resume a backfill from its checkpoint", bf_one, NULL, NULL},
+    {"cancel", "ID [--json]", "cancel a backfill", bf_one, NULL, NULL},
+    {"retry-failed", "ID [--json]", "run a backfill's failed partitions again", bf_one, NULL, NULL},
 };
 const struct ctl_table ctl_backfill_cmds = CTL_TABLE(cmds);

@@ -91,32 +91,55 @@ wait_cancelled(const struct cn_opts *o, PGconn *c, const char *id, long long tim
     return EXIT_NOOP;
 }
 
-/* One instance: cairn.cancel's answer, said in words and an exit status. */
+/* ---- one instance ------------------------------------------------------------------------- */
+
+/* What `cancel ID` and `retry ID` share: `SELECT fn(ID, --reason)` (cairn.cancel, cairn.retry)
+ * and its answer in said. Returns EXIT_OK, else the exit status after saying why: an unknown ID
+ * is rejected, and so is a failure whose message holds `refused` (NULL: none), said as
+ * "PROG: ID why". */
 static int
-cancel_one(const struct cn_opts *o, PGconn *c, const char *id, const char *reason, bool wait)
+answer_of(const struct cn_opts *o, PGconn *c, const char *fn, const char *id, const char *refused,
+          const char *why, char *said, size_t len)
 {
-    const char *params[2] = {id, reason};
+    const char *params[2] = {id, cn_opts_str(o, "reason")};
     struct cn_errmsg em;
     PGresult *r = NULL;
-    char said[32];
+    char sql[64];
     cn_err rv;
 
-    if ((rv = rn_db_exec(c, "SELECT cairn.cancel($1, $2) AS answer", 2, params, &r, &em)) !=
-        CN_OK) {
+    (void) snprintf(sql, sizeof(sql), "SELECT %s($1, $2) AS answer", fn);
+    if ((rv = rn_db_exec(c, sql, 2, params, &r, &em)) != CN_OK) {
         if (rv == CN_NOTFOUND) {
-            fprintf(stderr, "cairnctl cancel: no instance %s\n", id);
+            fprintf(stderr, "%s: no instance %s\n", o->prog, id);
+            return EXIT_REJECTED;
+        }
+        if (refused != NULL && strstr(em.text, refused) != NULL) {
+            fprintf(stderr, "%s: %s %s\n", o->prog, id, why);
             return EXIT_REJECTED;
         }
         return ctl_db_error(o, rv, &em);
     }
-    (void) snprintf(said, sizeof(said), "%s", ctl_col(r, 0, "answer"));
+    (void) snprintf(said, len, "%s", ctl_col(r, 0, "answer"));
     PQclear(r);
+    return EXIT_OK;
+}
+
+/* One instance: cairn.cancel's answer, said in words and an exit status. */
+static int
+cancel_one(const struct cn_opts *o, PGconn *c, const char *id)
+{
+    char said[32];
+    int status;
+
+    if ((status = answer_of(o, c, "cairn.cancel", id, NULL, NULL, said, sizeof(said))) != EXIT_OK) {
+        return status;
+    }
     if (strcmp(said, "cancelled") == 0) {
         printf("%s cancelled\n", id);
         return EXIT_OK;
     }
     if (strcmp(said, "requested") == 0) {
-        if (wait) {
+        if (cn_opts_bool(o, "wait")) {
             return wait_cancelled(o, c, id, cn_opts_int(o, "timeout") * 1000);
         }
         printf("%s: cancel requested; the runner that holds it stops it\n", id);
@@ -132,36 +155,19 @@ ctl_cmd_cancel(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "reason",
-         .kind = CN_OPT_STR,
-         .arg = "TEXT",
-         .help = "recorded as the instance's error message (default: cancelled)"},
-        {.flag = "wait",
-         .kind = CN_OPT_BOOL,
-         .help = "wait until the instance's runner has cancelled it"},
-        {.flag = "timeout",
-         .kind = CN_OPT_INT,
-         .def = "60",
-         .min = 0,
-         .max = 86400,
-         .arg = "S",
-         .help = "with --wait, give up after S seconds (exit 5; 0: wait for ever)"},
-        {.flag = "workflow",
-         .kind = CN_OPT_STR,
-         .arg = "W",
-         .help = "cancel every unfinished instance of workflow W instead of one"},
-        {.flag = "status",
-         .kind = CN_OPT_STR,
-         .arg = "S",
-         .help = "with --workflow, only those queued or only those running"},
-        {.flag = "yes",
-         .kind = CN_OPT_BOOL,
-         .help = "with --workflow, do it (without it: say how many it would cancel)"},
+        CTL_OPT_STR("reason", "TEXT",
+                    "recorded as the instance's error message (default: cancelled)"),
+        CTL_OPT_BOOL("wait", "wait until the instance's runner has cancelled it"),
+        CTL_OPT_INT("timeout", "60", 0, 86400, "S",
+                    "with --wait, give up after S seconds (exit 5; 0: wait for ever)"),
+        CTL_OPT_STR("workflow", "W",
+                    "cancel every unfinished instance of workflow W instead of one"),
+        CTL_OPT_STR("status", "S", "with --workflow, only those queued or only those running"),
+        CTL_OPT_BOOL("yes", "with --workflow, do it (without it: say how many it would cancel)"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
     static const char *const answers[] = {"cancelled", "requested"};
-    const char *wf, *st, *reason;
-    PGconn *c = NULL;
+    const char *wf, *st;
     int status, counts[3] = {0, 0, 0};
 
     if (!ctl_opts(&o, argc, argv, &status)) {
@@ -169,7 +175,6 @@ ctl_cmd_cancel(const struct ctl_call *call, int argc, char **argv)
     }
     wf = cn_opts_str(&o, "workflow");
     st = cn_opts_str(&o, "status");
-    reason = cn_opts_str(&o, "reason");
     if (wf == NULL) {
         if (st != NULL || cn_opts_bool(&o, "yes")) {
             fprintf(stderr, "cairnctl cancel: --status and --yes go with --workflow\n");
@@ -178,12 +183,7 @@ ctl_cmd_cancel(const struct ctl_call *call, int argc, char **argv)
         if (!ctl_check_uuid(&o, o.nargs > 0 ? argv[0] : NULL)) {
             return EXIT_USAGE;
         }
-        if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-            return status;
-        }
-        status = cancel_one(&o, c, argv[0], reason, cn_opts_bool(&o, "wait"));
-        PQfinish(c);
-        return status;
+        return ctl_with_db(&o, cancel_one, argv[0]);
     }
     if (o.nargs > 0 || cn_opts_bool(&o, "wait")) {
         fprintf(stderr, "cairnctl cancel: --workflow cancels many: no ID, no --wait\n");
@@ -236,29 +236,16 @@ retry_many(const struct cn_opts *o, size_t nargs)
 static int
 retry_one(const struct cn_opts *o, PGconn *c, const char *id)
 {
-    const char *params[2] = {id, cn_opts_str(o, "reason")};
-    struct cn_errmsg em;
-    PGresult *r = NULL;
     char said[32];
-    cn_err rv;
+    int status;
 
-    if ((rv = rn_db_exec(c, "SELECT cairn.retry($1, $2) AS answer", 2, params, &r, &em)) != CN_OK) {
-        if (rv == CN_NOTFOUND) {
-            fprintf(stderr, "cairnctl retry: no instance %s\n", id);
-            return EXIT_REJECTED;
-        }
-        if (strstr(em.text, "completed") != NULL) {
-            /* check_violation: a completed instance keeps its result */
-            fprintf(stderr,
-                    "cairnctl retry: %s completed: only a failed, cancelled or timed_out "
-                    "instance can be retried\n",
-                    id);
-            return EXIT_REJECTED;
-        }
-        return ctl_db_error(o, rv, &em);
+    /* check_violation: a completed instance keeps its result */
+    if ((status = answer_of(o, c, "cairn.retry", id, "completed",
+                            "completed: only a failed, cancelled or timed_out instance can be "
+                            "retried",
+                            said, sizeof(said))) != EXIT_OK) {
+        return status;
     }
-    (void) snprintf(said, sizeof(said), "%s", ctl_col(r, 0, "answer"));
-    PQclear(r);
     if (strcmp(said, "queued") != 0) {
         printf("%s %s: nothing to retry\n", id, said); /* "already running" */
         return EXIT_NOOP;
@@ -282,33 +269,18 @@ ctl_cmd_retry(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "reason",
-         .kind = CN_OPT_STR,
-         .arg = "TEXT",
-         .help = "kept with the earlier outcome in the instance's history"},
-        {.flag = "wait", .kind = CN_OPT_BOOL, .help = "wait until it finishes; print its result"},
-        {.flag = "timeout",
-         .kind = CN_OPT_INT,
-         .def = "0",
-         .min = 0,
-         .max = 86400 * 365,
-         .arg = "S",
-         .help = "with --wait, give up after S seconds (exit 5; 0: wait for ever)"},
-        {.flag = "workflow",
-         .kind = CN_OPT_STR,
-         .arg = "W",
-         .help = "retry every failed, cancelled or timed-out instance of workflow W"},
-        {.flag = "status",
-         .kind = CN_OPT_STR,
-         .arg = "S",
-         .help = "with --workflow, only those failed, only cancelled or only timed_out"},
-        {.flag = "yes",
-         .kind = CN_OPT_BOOL,
-         .help = "with --workflow, do it (without it: say how many it would retry)"},
+        CTL_OPT_STR("reason", "TEXT", "kept with the earlier outcome in the instance's history"),
+        CTL_OPT_BOOL("wait", "wait until it finishes; print its result"),
+        CTL_OPT_INT("timeout", "0", 0, 86400 * 365, "S",
+                    "with --wait, give up after S seconds (exit 5; 0: wait for ever)"),
+        CTL_OPT_STR("workflow", "W",
+                    "retry every failed, cancelled or timed-out instance of workflow W"),
+        CTL_OPT_STR("status", "S",
+                    "with --workflow, only those failed, only cancelled or only timed_out"),
+        CTL_OPT_BOOL("yes", "with --workflow, do it (without it: say how many it would retry)"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
-    PGconn *c = NULL;
     int status;
 
     if (!ctl_opts(&o, argc, argv, &status)) {
@@ -324,10 +296,5 @@ ctl_cmd_retry(const struct ctl_call *call, int argc, char **argv)
     if (!ctl_check_uuid(&o, o.nargs > 0 ? argv[0] : NULL)) {
         return EXIT_USAGE;
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    status = retry_one(&o, c, argv[0]);
-    PQfinish(c);
-    return status;
+    return ctl_with_db(&o, retry_one, argv[0]);
 }

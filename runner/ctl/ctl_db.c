@@ -2,9 +2,9 @@
 /*
  * What cairnctl's database commands share, and `migrate`. Each command parses its options from
  * its own table (ir/base/opts.h, through ctl_opts), opens one libpq connection (--database-url,
- * else CAIRN_DATABASE_URL; as tenant --tenant, else CAIRN_TENANT), runs parameterised
- * statements (user data never becomes SQL text) and prints human-readable text, or JSON with
- * --json. Single-threaded. Exit codes: ctl.h.
+ * else CAIRN_DATABASE_URL; as tenant --tenant, else CAIRN_TENANT; ctl_with_db opens, runs and
+ * closes it for the command), runs parameterised statements (user data never becomes SQL text)
+ * and prints human-readable text, or JSON with --json. Single-threaded. Exit codes: ctl.h.
  */
 
 #include <jansson.h>
@@ -95,28 +95,38 @@ ctl_print_table(const PGresult *r, const struct ctl_column *cols, size_t ncols)
 }
 
 int
-ctl_list(const struct ctl_call *call, int argc, char **argv, const char *sql,
-         const struct ctl_column *cols, size_t ncols, const char *footer)
+ctl_print_list(const struct cn_opts *o, const struct ctl_listing *l, int n,
+               const char *const *params)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS(call, rows, 0);
     PGresult *r = NULL;
     int status;
 
-    if (!ctl_opts(&o, argc, argv, &status) ||
-        (status = ctl_query_once(&o, sql, 0, NULL, &r)) != EXIT_OK) {
+    if ((status = ctl_query_once(o, l->sql, n, params, &r)) != EXIT_OK) {
         return status;
     }
-    if (ctl_json_out(&o)) {
+    if (ctl_json_out(o)) {
         ctl_print_json_rows(r, "json");
     } else {
-        ctl_print_table(r, cols, ncols);
-        if (footer != NULL) {
-            printf("%s\n", footer);
+        ctl_print_table(r, l->cols, l->ncols);
+        if (l->footer != NULL) {
+            printf("%s\n", l->footer);
         }
     }
     PQclear(r);
     return EXIT_OK;
+}
+
+int
+ctl_list(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS(call, rows, 0);
+    int status;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    return ctl_print_list(&o, call->cmd->listing, 0, NULL);
 }
 
 int
@@ -141,6 +151,63 @@ ctl_query_once(const struct cn_opts *o, const char *sql, int n, const char *cons
     }
     PQfinish(c);
     return status;
+}
+
+int
+ctl_query_text(const struct cn_opts *o, PGconn *c, const char *sql, int n,
+               const char *const *params, const char *col, char *out, size_t len)
+{
+    PGresult *r = NULL;
+    int status;
+
+    if ((status = ctl_query(o, c, sql, n, params, &r)) != EXIT_OK) {
+        return status;
+    }
+    (void) snprintf(out, len, "%s", ctl_col(r, 0, col));
+    PQclear(r);
+    return EXIT_OK;
+}
+
+int
+ctl_query_found(const struct cn_opts *o, PGconn *c, const char *sql, int n,
+                const char *const *params, const char *what, PGresult **r)
+{
+    int status =
+        c != NULL ? ctl_query(o, c, sql, n, params, r) : ctl_query_once(o, sql, n, params, r);
+
+    if (status == EXIT_OK && PQntuples(*r) == 0) {
+        fprintf(stderr, "%s: no %s %s\n", o->prog, what, params[0]);
+        PQclear(*r);
+        *r = NULL;
+        status = EXIT_REJECTED;
+    }
+    return status;
+}
+
+int
+ctl_with_db(const struct cn_opts *o, ctl_db_fn *fn, const char *arg)
+{
+    PGconn *c = NULL;
+    int status = ctl_db_open(o, &c);
+
+    if (status == EXIT_OK) {
+        status = fn(o, c, arg);
+    }
+    PQfinish(c);
+    return status;
+}
+
+int
+ctl_instance_cmd(const struct ctl_call *call, int argc, char **argv, ctl_db_fn *fn)
+{
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    int status;
+
+    if (!ctl_id_args(&o, argc, argv, &status)) {
+        return status;
+    }
+    return ctl_with_db(&o, fn, argv[0]);
 }
 
 /* An instance id argument: a UUID. */
@@ -344,40 +411,25 @@ print_migrations(const struct cn_buf *names, int json)
     }
 }
 
-int
-ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv)
+/* The migrations applied on c, and the schema's version, said. */
+static int
+migrate(const struct cn_opts *o, PGconn *c, const char *unused)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS(call, rows, 0);
+    struct cn_buf names = CN_BUF_INIT;
     struct rn_migrate_report rep;
     struct cn_errmsg em;
-    PGconn *c = NULL;
     char current[16];
-    int status;
+    int status = EXIT_OK;
     cn_err rv;
 
-    struct cn_buf names = CN_BUF_INIT;
-
-    if (!ctl_opts(&o, argc, argv, &status)) {
-        return status;
-    }
-    if (cn_opts_str(&o, "tenant") != NULL) {
-        /* A tenant's role may not change the schema, and the schema is every tenant's. */
-        fprintf(stderr,
-                "cairnctl migrate: migrations are the schema owner's, not a tenant's: run it "
-                "without --tenant (and with CAIRN_TENANT unset)\n");
-        return EXIT_USAGE;
-    }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
+    (void) unused;
     rv = rn_migrate(c, note_migration, &names, &rep, &em);
     if (rv == CN_OK) {
         rv = rn_migrate_current(c, current, sizeof(current), &em);
     }
     if (rv != CN_OK) {
-        status = ctl_db_error(&o, rv, &em);
-    } else if (ctl_json_out(&o)) {
+        status = ctl_db_error(o, rv, &em);
+    } else if (ctl_json_out(o)) {
         printf("{\"version\": \"%s\", \"applied\": [", current);
         print_migrations(&names, 1);
         printf("], \"api_files\": %zu}\n", rep.api_files);
@@ -390,6 +442,25 @@ ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv)
                rep.applied == 1 ? "" : "s");
     }
     cn_buf_fini(&names);
-    PQfinish(c);
     return status;
+}
+
+int
+ctl_cmd_migrate(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
+    struct cn_opts o = CTL_OPTS(call, rows, 0);
+    int status;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    if (cn_opts_str(&o, "tenant") != NULL) {
+        /* A tenant's role may not change the schema, and the schema is every tenant's. */
+        fprintf(stderr,
+                "cairnctl migrate: migrations are the schema owner's, not a tenant's: run it "
+                "without --tenant (and with CAIRN_TENANT unset)\n");
+        return EXIT_USAGE;
+    }
+    return ctl_with_db(&o, migrate, NULL);
 }

@@ -189,13 +189,7 @@ ctl_cmd_exec(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_INPUT,
-        {.flag = "timeout",
-         .kind = CN_OPT_INT,
-         .def = "300",
-         .min = 1,
-         .max = 86400,
-         .arg = "S",
-         .help = "give up after S seconds (exit 5)"},
+        CTL_OPT_INT("timeout", "300", 1, 86400, "S", "give up after S seconds (exit 5)"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);

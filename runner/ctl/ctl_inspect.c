@@ -559,22 +559,17 @@ print_text(PGconn *c, const struct inspection *in)
     return EXIT_OK;
 }
 
-int
-ctl_cmd_inspect(const struct ctl_call *call, int argc, char **argv)
+/* inspect of instance id: fetched, decoded, printed. */
+static int
+inspect(const struct cn_opts *o, PGconn *c, const char *id)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS(call, rows, 1);
     struct inspection in = {
         .live = ir_null(), .acts = ir_null(), .doc = ir_null(), .why = CN_BUF_INIT};
     struct ir_val hist = ir_null();
-    PGconn *c = NULL;
     int status;
 
-    if (!ctl_id_args(&o, argc, argv, &status)) {
-        return status;
-    }
-    in.id = argv[0];
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK || (status = fetch(&o, c, &in)) != EXIT_OK) {
+    in.id = id;
+    if ((status = fetch(o, c, &in)) != EXIT_OK) {
         goto out;
     }
     decode_live(&in);
@@ -592,10 +587,15 @@ ctl_cmd_inspect(const struct ctl_call *call, int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    status = ctl_json_out(&o) ? print_json(c, &in) : print_text(c, &in);
+    status = ctl_json_out(o) ? print_json(c, &in) : print_text(c, &in);
 out:
     ir_val_release(hist);
     inspection_fini(&in);
-    PQfinish(c);
     return status;
+}
+
+int
+ctl_cmd_inspect(const struct ctl_call *call, int argc, char **argv)
+{
+    return ctl_instance_cmd(call, argc, argv, inspect);
 }

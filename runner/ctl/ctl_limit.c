@@ -77,13 +77,9 @@ limit_set(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "per-key",
-         .kind = CN_OPT_INT,
-         .min = 1,
-         .max = 1000000,
-         .arg = "M",
-         .help = "instances with the same --concurrency-key that may run at once (default: "
-                 "unchanged, 1 at first)"},
+        CTL_OPT_INT("per-key", NULL, 1, 1000000, "M",
+                    "instances with the same --concurrency-key that may run at once (default: "
+                    "unchanged, 1 at first)"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 2);
     const char *max = NULL;
@@ -119,23 +115,19 @@ limit_set(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-static int
-limit_list(const struct ctl_call *call, int argc, char **argv)
-{
-    static const struct ctl_column cols[] = {
-        {"WORKFLOW", "workflow_name", -32}, {"MAX_RUNNING", "max_running", 11},
-        {"PER_KEY", "max_per_key", 7},      {"RUNNING", "running", 7},
-        {"WAITING", "waiting", 7},
-    };
-
-    return ctl_list(call, argc, argv,
-                    "SELECT json_build_object('workflow', workflow_name, 'max_running',"
-                    " max_running, 'max_per_key', max_per_key, 'running', running,"
-                    " 'waiting', waiting)::text AS json, workflow_name, coalesce(max_running::text,"
-                    " '-') AS max_running, max_per_key, running, waiting"
-                    " FROM cairn.limit_status ORDER BY workflow_name",
-                    cols, sizeof(cols) / sizeof(cols[0]), NULL);
-}
+/* `limit list`: each limited workflow with its running and waiting counts (ctl_list runs it). */
+static const struct ctl_column limit_cols[] = {
+    {"WORKFLOW", "workflow_name", -32}, {"MAX_RUNNING", "max_running", 11},
+    {"PER_KEY", "max_per_key", 7},      {"RUNNING", "running", 7},
+    {"WAITING", "waiting", 7},
+};
+static const struct ctl_listing limit_listing =
+    CTL_LISTING("SELECT json_build_object('workflow', workflow_name, 'max_running',"
+                " max_running, 'max_per_key', max_per_key, 'running', running,"
+                " 'waiting', waiting)::text AS json, workflow_name, coalesce(max_running::text,"
+                " '-') AS max_running, max_per_key, running, waiting"
+                " FROM cairn.limit_status ORDER BY workflow_name",
+                limit_cols, NULL);
 
 /* Removes a workflow's limits row, so that claims skip cairn.claim_limited again once no workflow
  * has one. */
@@ -165,9 +157,9 @@ limit_delete(const struct ctl_call *call, int argc, char **argv)
 static const struct ctl_cmd cmds[] = {
     {"set", "WORKFLOW (N | none) [--per-key M]",
      "at most N instances of WORKFLOW run at once (none: no limit), M per concurrency key",
-     limit_set, NULL},
-    {"delete", "WORKFLOW", "remove a workflow's limits", limit_delete, NULL},
+     limit_set, NULL, NULL},
+    {"delete", "WORKFLOW", "remove a workflow's limits", limit_delete, NULL, NULL},
     {"list", "[--json]", "list the limited workflows: their limits, running and waiting counts",
-     limit_list, NULL},
+     ctl_list, NULL, &limit_listing},
 };
 const struct ctl_table ctl_limit_cmds = CTL_TABLE(cmds);

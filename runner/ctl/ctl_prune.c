@@ -121,23 +121,14 @@ ctl_cmd_prune(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "older-than",
-         .kind = CN_OPT_STR,
-         .arg = "D",
-         .help = "delete finished instances that finished more than D ago (30d, 12h, "
-                 "'2 weeks'; required)"},
-        {.flag = "workflow",
-         .kind = CN_OPT_STR,
-         .arg = "W",
-         .help = "only instances of W (also when W has a retention of its own; without it, "
-                 "such workflows are left out)"},
-        {.flag = "dry-run", .kind = CN_OPT_BOOL, .help = "count what it would delete"},
-        {.flag = "batch",
-         .kind = CN_OPT_INT,
-         .def = "500",
-         .min = 1,
-         .max = 100000,
-         .help = "instances per transaction"},
+        CTL_OPT_STR("older-than", "D",
+                    "delete finished instances that finished more than D ago (30d, 12h, "
+                    "'2 weeks'; required)"),
+        CTL_OPT_STR("workflow", "W",
+                    "only instances of W (also when W has a retention of its own; without it, "
+                    "such workflows are left out)"),
+        CTL_OPT_BOOL("dry-run", "count what it would delete"),
+        CTL_OPT_INT("batch", "500", 1, 100000, NULL, "instances per transaction"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 0);
@@ -214,26 +205,22 @@ retention_set(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-static int
-retention_list(const struct ctl_call *call, int argc, char **argv)
-{
-    static const struct ctl_column cols[] = {{"WORKFLOW", "workflow_name", -32},
-                                             {"KEEP", "keep", 0}};
-
-    return ctl_list(call, argc, argv,
-                    "SELECT json_build_object('workflow', workflow_name, 'keep',"
-                    " keep::text)::text AS json, workflow_name, coalesce(keep::text, 'forever')"
-                    " AS keep FROM cairn.workflow_retention ORDER BY workflow_name",
-                    cols, sizeof(cols) / sizeof(cols[0]),
-                    "(other workflows: the runners' CAIRN_RETENTION)");
-}
+/* `retention list`: the workflows with a retention of their own (ctl_list runs it). */
+static const struct ctl_column retention_cols[] = {{"WORKFLOW", "workflow_name", -32},
+                                                   {"KEEP", "keep", 0}};
+static const struct ctl_listing retention_listing =
+    CTL_LISTING("SELECT json_build_object('workflow', workflow_name, 'keep',"
+                " keep::text)::text AS json, workflow_name, coalesce(keep::text, 'forever')"
+                " AS keep FROM cairn.workflow_retention ORDER BY workflow_name",
+                retention_cols, "(other workflows: the runners' CAIRN_RETENTION)");
 
 static const struct ctl_cmd cmds[] = {
     {"set", "WORKFLOW (D | forever)",
      "delete WORKFLOW's finished instances D after they finished (forever: keep them)",
-     retention_set, NULL},
+     retention_set, NULL, NULL},
     {"unset", "WORKFLOW", "WORKFLOW's retention as the runners' CAIRN_RETENTION again",
-     retention_set, NULL},
-    {"list", "[--json]", "list the workflows with a retention of their own", retention_list, NULL},
+     retention_set, NULL, NULL},
+    {"list", "[--json]", "list the workflows with a retention of their own", ctl_list, NULL,
+     &retention_listing},
 };
 const struct ctl_table ctl_retention_cmds = CTL_TABLE(cmds);

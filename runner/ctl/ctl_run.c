@@ -299,9 +299,7 @@ enqueue(const struct cn_opts *o, PGconn *c, const char *name, const char *input,
         size_t idlen)
 {
     const char *params[8];
-    PGresult *r = NULL;
     char prio[24];
-    int status;
 
     (void) snprintf(prio, sizeof(prio), "%lld", cn_opts_int(o, "priority"));
     params[0] = name;
@@ -312,15 +310,10 @@ enqueue(const struct cn_opts *o, PGconn *c, const char *name, const char *input,
     params[5] = cn_opts_str(o, "version");
     params[6] = cn_opts_str(o, "workflow-timeout"); /* PostgreSQL reads the interval */
     params[7] = cn_opts_str(o, "concurrency-key");
-    if ((status = ctl_query(o, c,
-                            "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer,"
-                            " $5::timestamptz, $6, $7::interval, $8) AS id",
-                            8, params, &r)) != EXIT_OK) {
-        return status;
-    }
-    (void) snprintf(id, idlen, "%s", ctl_col(r, 0, "id"));
-    PQclear(r);
-    return EXIT_OK;
+    return ctl_query_text(o, c,
+                          "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer,"
+                          " $5::timestamptz, $6, $7::interval, $8) AS id",
+                          8, params, "id", id, idlen);
 }
 
 int
@@ -329,42 +322,20 @@ ctl_cmd_run(const struct ctl_call *call, int argc, char **argv)
     struct cn_opt rows[] = {
         CTL_OPT_DB,
         CTL_OPT_INPUT,
-        {.flag = "idempotency-key",
-         .kind = CN_OPT_STR,
-         .arg = "K",
-         .help = "the same key returns the workflow's first instance instead of making another"},
-        {.flag = "concurrency-key",
-         .kind = CN_OPT_STR,
-         .arg = "K",
-         .help = "instances with the same key run at most the workflow's per-key limit at once "
-                 "(1 unless set: cairnctl limit set)"},
-        {.flag = "priority",
-         .kind = CN_OPT_INT,
-         .def = "0",
-         .min = -1000000,
-         .max = 1000000,
-         .arg = "P",
-         .help = "higher runs first"},
-        {.flag = "at",
-         .kind = CN_OPT_STR,
-         .arg = "TIME",
-         .help = "not before this ISO 8601 time (2026-12-01T09:00:00Z)"},
-        {.flag = "version",
-         .kind = CN_OPT_STR,
-         .arg = "V",
-         .help = "this version of the workflow (default: the newest)"},
-        {.flag = "workflow-timeout",
-         .kind = CN_OPT_STR,
-         .arg = "D",
-         .help = "the instance times out D after it is due (30s, 5 min, 2 hours; default: the "
-                 "workflow's own [timeout: D], if any)"},
-        {.flag = "wait", .kind = CN_OPT_BOOL, .help = "wait until it finishes; print its result"},
-        {.flag = "timeout",
-         .kind = CN_OPT_INT,
-         .min = 1,
-         .max = 86400 * 365,
-         .arg = "S",
-         .help = "with --wait: give up after S seconds (exit 5)"},
+        CTL_OPT_STR("idempotency-key", "K",
+                    "the same key returns the workflow's first instance instead of making another"),
+        CTL_OPT_STR("concurrency-key", "K",
+                    "instances with the same key run at most the workflow's per-key limit at once "
+                    "(1 unless set: cairnctl limit set)"),
+        CTL_OPT_INT("priority", "0", -1000000, 1000000, "P", "higher runs first"),
+        CTL_OPT_STR("at", "TIME", "not before this ISO 8601 time (2026-12-01T09:00:00Z)"),
+        CTL_OPT_STR("version", "V", "this version of the workflow (default: the newest)"),
+        CTL_OPT_STR("workflow-timeout", "D",
+                    "the instance times out D after it is due (30s, 5 min, 2 hours; default: the "
+                    "workflow's own [timeout: D], if any)"),
+        CTL_OPT_BOOL("wait", "wait until it finishes; print its result"),
+        CTL_OPT_INT("timeout", NULL, 1, 86400 * 365, "S",
+                    "with --wait: give up after S seconds (exit 5)"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);

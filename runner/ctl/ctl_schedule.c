@@ -64,37 +64,21 @@ sched_add(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "workflow", .kind = CN_OPT_STR, .arg = "W", .help = "the workflow to run"},
-        {.flag = "version",
-         .kind = CN_OPT_STR,
-         .arg = "V",
-         .help = "this version of it (default: the newest at each slot)"},
-        {.flag = "cron",
-         .kind = CN_OPT_STR,
-         .arg = "EXPR",
-         .help = "5-field cron expression: minute hour day-of-month month day-of-week"},
-        {.flag = "timezone",
-         .kind = CN_OPT_STR,
-         .arg = "TZ",
-         .def = "UTC",
-         .help = "the zone --cron's wall clock is in (e.g. Europe/Paris)"},
-        {.flag = "every",
-         .kind = CN_OPT_STR,
-         .arg = "D",
-         .help = "instead of --cron: every D (an interval, at least 1 s)"},
-        {.flag = "input", .kind = CN_OPT_STR, .arg = "JSON", .help = "each instance's input"},
-        {.flag = "input-file", .kind = CN_OPT_STR, .arg = "FILE", .help = "the input from FILE"},
-        {.flag = "jitter",
-         .kind = CN_OPT_STR,
-         .arg = "D",
-         .help = "start each slot up to D late (a fixed offset per slot)"},
-        {.flag = "catch-up",
-         .kind = CN_OPT_STR,
-         .arg = "M",
-         .def = "skip",
-         .help = "slots missed while no runner ran: skip, one (the latest), all (of the last "
-                 "24 h, at most 1000)"},
-        {.flag = "paused", .kind = CN_OPT_BOOL, .help = "add it paused"},
+        CTL_OPT_STR("workflow", "W", "the workflow to run"),
+        CTL_OPT_STR("version", "V", "this version of it (default: the newest at each slot)"),
+        CTL_OPT_STR("cron", "EXPR",
+                    "5-field cron expression: minute hour day-of-month month day-of-week"),
+        CTL_OPT_STR_DEF("timezone", "TZ", "UTC",
+                        "the zone --cron's wall clock is in (e.g. Europe/Paris)"),
+        CTL_OPT_STR("every", "D", "instead of --cron: every D (an interval, at least 1 s)"),
+        CTL_OPT_STR("input", "JSON", "each instance's input"),
+        CTL_OPT_STR("input-file", "FILE", "the input from FILE"),
+        CTL_OPT_STR("jitter", "D", "start each slot up to D late (a fixed offset per slot)"),
+        CTL_OPT_STR_DEF(
+            "catch-up", "M", "skip",
+            "slots missed while no runner ran: skip, one (the latest), all (of the last "
+            "24 h, at most 1000)"),
+        CTL_OPT_BOOL("paused", "add it paused"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
@@ -150,29 +134,25 @@ sched_add(const struct ctl_call *call, int argc, char **argv)
     return status;
 }
 
-static int
-sched_list(const struct ctl_call *call, int argc, char **argv)
-{
-    static const struct ctl_column cols[] = {
-        {"NAME", "name", -24},
-        {"WORKFLOW", "workflow_name", -20},
-        {"WHEN", "cadence", -32},
-        {"NEXT", "next", 0},
-    };
-
-    return ctl_list(
-        call, argc, argv,
-        "SELECT json_build_object('name', name, 'workflow', workflow_name, 'version',"
-        " workflow_version, 'cron', cron, 'every_ms', every_ms, 'timezone', timezone,"
-        " 'input', input, 'jitter_ms', jitter_ms, 'catch_up', catch_up, 'paused',"
-        " paused, 'next_at', next_at, 'last_slot', last_slot, 'error', error)::text AS json,"
-        " name, workflow_name, coalesce(cron || ' ' || timezone, 'every ' ||"
-        " (every_ms * interval '1 millisecond')::text) AS cadence, CASE WHEN paused THEN"
-        " 'paused' ELSE coalesce(next_at::text, '(computing)') END || CASE WHEN coalesce(error,"
-        " '') = '' THEN '' ELSE '  ' || error END AS next"
-        " FROM cairn.schedules ORDER BY name",
-        cols, sizeof(cols) / sizeof(cols[0]), NULL);
-}
+/* `schedule list`, with each one's next slot or the error a runner paused it for (ctl_list runs
+ * it). */
+static const struct ctl_column sched_cols[] = {
+    {"NAME", "name", -24},
+    {"WORKFLOW", "workflow_name", -20},
+    {"WHEN", "cadence", -32},
+    {"NEXT", "next", 0},
+};
+static const struct ctl_listing sched_listing = CTL_LISTING(
+    "SELECT json_build_object('name', name, 'workflow', workflow_name, 'version',"
+    " workflow_version, 'cron', cron, 'every_ms', every_ms, 'timezone', timezone,"
+    " 'input', input, 'jitter_ms', jitter_ms, 'catch_up', catch_up, 'paused',"
+    " paused, 'next_at', next_at, 'last_slot', last_slot, 'error', error)::text AS json,"
+    " name, workflow_name, coalesce(cron || ' ' || timezone, 'every ' ||"
+    " (every_ms * interval '1 millisecond')::text) AS cadence, CASE WHEN paused THEN"
+    " 'paused' ELSE coalesce(next_at::text, '(computing)') END || CASE WHEN coalesce(error,"
+    " '') = '' THEN '' ELSE '  ' || error END AS next"
+    " FROM cairn.schedules ORDER BY name",
+    sched_cols, NULL);
 
 /* pause, resume, delete, trigger: one SQL function of the schedule's name each. */
 static int
@@ -181,7 +161,7 @@ sched_simple(const struct ctl_call *call, int argc, char **argv)
     /* --json was always taken here; kept so that scripts passing it go on working. */
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "json", .kind = CN_OPT_BOOL, .help = "accepted, but the output stays text"},
+        CTL_OPT_BOOL("json", "accepted, but the output stays text"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
     const char *what = call->cmd->name, *answer;
@@ -242,67 +222,57 @@ print_slots(const struct cn_opts *o, PGconn *c, const char *tz, const int64_t *s
     }
 }
 
-/* The next slots of a schedule, as the runners will fire them (from now, or --from). */
+/* The next slots of schedule name, as the runners will fire them (from now, or --from). */
+static int
+next_slots(const struct cn_opts *o, PGconn *c, const char *name)
+{
+    const char *p[2] = {name, cn_opts_str(o, "from")};
+    struct cn_errmsg em = {{0}};
+    PGresult *r = NULL;
+    int64_t *slots = NULL;
+    size_t n = 0, want = (size_t) cn_opts_int(o, "count");
+    int status;
+    cn_err rv;
+
+    if ((status = ctl_query_found(
+             o, c,
+             "SELECT cron, every_ms, timezone, floor(extract(epoch FROM"
+             " coalesce($2::timestamptz, now())) * 1000)::bigint AS from_ms"
+             " FROM cairn.schedules WHERE name = $1 AND tenant_id = cairn.current_tenant()",
+             2, p, "schedule", &r)) != EXIT_OK) {
+        return status;
+    }
+    slots = calloc(want, sizeof(*slots));
+    rv = slots == NULL ? CN_NOMEM
+                       : rn_schedule_slots(c, ctl_col_opt(r, 0, "cron"),
+                                           ctl_col_int(r, 0, "every_ms"), ctl_col(r, 0, "timezone"),
+                                           ctl_col_int(r, 0, "from_ms"), want, slots, &n, &em);
+    if (rv != CN_OK) {
+        status = ctl_db_error(o, rv, &em);
+    } else {
+        print_slots(o, c, ctl_col(r, 0, "timezone"), slots, n);
+    }
+    free(slots);
+    PQclear(r);
+    return status;
+}
+
 static int
 sched_next(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "count",
-         .kind = CN_OPT_INT,
-         .def = "5",
-         .min = 1,
-         .max = 1000,
-         .arg = "N",
-         .help = "how many slots"},
-        {.flag = "from",
-         .kind = CN_OPT_STR,
-         .arg = "TIME",
-         .help = "slots after TIME (a timestamp with zone; default: now)"},
+        CTL_OPT_INT("count", "5", 1, 1000, "N", "how many slots"),
+        CTL_OPT_STR("from", "TIME", "slots after TIME (a timestamp with zone; default: now)"),
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
-    const char *p[2] = {NULL, NULL};
-    struct cn_errmsg em = {{0}};
-    PGconn *c = NULL;
-    PGresult *r = NULL;
-    int64_t *slots = NULL;
-    size_t n = 0, want;
     int status;
-    cn_err rv;
 
-    if (!ctl_args(&o, argc, argv, 1, &status) || (status = ctl_db_open(&o, &c)) != EXIT_OK) {
+    if (!ctl_args(&o, argc, argv, 1, &status)) {
         return status;
     }
-    p[0] = argv[0];
-    p[1] = cn_opts_str(&o, "from");
-    status =
-        ctl_query(&o, c,
-                  "SELECT cron, every_ms, timezone, floor(extract(epoch FROM"
-                  " coalesce($2::timestamptz, now())) * 1000)::bigint AS from_ms"
-                  " FROM cairn.schedules WHERE name = $1 AND tenant_id = cairn.current_tenant()",
-                  2, p, &r);
-    if (status == EXIT_OK && PQntuples(r) == 0) {
-        fprintf(stderr, "%s: no schedule %s\n", o.prog, argv[0]);
-        status = EXIT_REJECTED;
-    } else if (status == EXIT_OK) {
-        want = (size_t) cn_opts_int(&o, "count");
-        slots = calloc(want, sizeof(*slots));
-        rv = slots == NULL
-                 ? CN_NOMEM
-                 : rn_schedule_slots(c, ctl_col_opt(r, 0, "cron"), ctl_col_int(r, 0, "every_ms"),
-                                     ctl_col(r, 0, "timezone"), ctl_col_int(r, 0, "from_ms"), want,
-                                     slots, &n, &em);
-        if (rv != CN_OK) {
-            status = ctl_db_error(&o, rv, &em);
-        } else {
-            print_slots(&o, c, ctl_col(r, 0, "timezone"), slots, n);
-        }
-    }
-    free(slots);
-    PQclear(r);
-    PQfinish(c);
-    return status;
+    return ctl_with_db(&o, next_slots, argv[0]);
 }
 
 static const struct ctl_cmd cmds[] = {
@@ -310,15 +280,16 @@ static const struct ctl_cmd cmds[] = {
      "NAME --workflow W (--cron EXPR [--timezone TZ] | --every D) [--version V] "
      "[--input JSON | --input-file FILE] [--jitter D] [--catch-up skip|one|all] [--paused] "
      "[--json]",
-     "add a schedule: W at each slot of a cron expression, or every D", sched_add, NULL},
+     "add a schedule: W at each slot of a cron expression, or every D", sched_add, NULL, NULL},
     {"list", "[--json]", "list the schedules, with their next slot (or why a runner paused one)",
-     sched_list, NULL},
-    {"pause", "NAME", "pause a schedule", sched_simple, NULL},
-    {"resume", "NAME", "resume a schedule from now (missed slots are not run)", sched_simple, NULL},
-    {"delete", "NAME", "delete a schedule (its instances keep its name)", sched_simple, NULL},
+     ctl_list, NULL, &sched_listing},
+    {"pause", "NAME", "pause a schedule", sched_simple, NULL, NULL},
+    {"resume", "NAME", "resume a schedule from now (missed slots are not run)", sched_simple, NULL,
+     NULL},
+    {"delete", "NAME", "delete a schedule (its instances keep its name)", sched_simple, NULL, NULL},
     {"trigger", "NAME", "run a schedule's workflow once now; prints the instance's id",
-     sched_simple, NULL},
+     sched_simple, NULL, NULL},
     {"next", "NAME [--count N] [--from TIME] [--json]",
-     "show a schedule's next slots, in UTC and on its wall clock", sched_next, NULL},
+     "show a schedule's next slots, in UTC and on its wall clock", sched_next, NULL, NULL},
 };
 const struct ctl_table ctl_schedule_cmds = CTL_TABLE(cmds);

@@ -46,36 +46,35 @@ print_status(const PGresult *r)
     }
 }
 
-int
-ctl_cmd_status(const struct ctl_call *call, int argc, char **argv)
+/* status of instance id: its row as JSON, or print_status. */
+static int
+show_status(const struct cn_opts *o, PGconn *c, const char *id)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS(call, rows, 1);
     PGresult *r = NULL;
     int status;
 
-    if (!ctl_id_args(&o, argc, argv, &status)) {
+    if ((status = ctl_query_found(o, c,
+                                  "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, "
+                                  "wv.workflow_version, ri.status, ri.created_at, ri.started_at, "
+                                  "ri.completed_at, q.scheduled_at, ri.error->>'type' AS "
+                                  "error_type, ri.error->>'message' AS error_message " INSTANCE_FROM
+                                  "WHERE ri.instance_id = $1",
+                                  1, &id, "instance", &r)) != EXIT_OK) {
         return status;
     }
-    if ((status = ctl_query_once(&o,
-                                 "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, "
-                                 "wv.workflow_version, ri.status, ri.created_at, ri.started_at, "
-                                 "ri.completed_at, q.scheduled_at, ri.error->>'type' AS error_type,"
-                                 " ri.error->>'message' AS error_message " INSTANCE_FROM
-                                 "WHERE ri.instance_id = $1",
-                                 1, (const char *const *) argv, &r)) != EXIT_OK) {
-        return status;
-    }
-    if (PQntuples(r) == 0) {
-        fprintf(stderr, "%s: no instance %s\n", o.prog, argv[0]);
-        status = EXIT_REJECTED;
-    } else if (ctl_json_out(&o)) {
+    if (ctl_json_out(o)) {
         printf("%s\n", ctl_col(r, 0, "json"));
     } else {
         print_status(r);
     }
     PQclear(r);
-    return status;
+    return EXIT_OK;
+}
+
+int
+ctl_cmd_status(const struct ctl_call *call, int argc, char **argv)
+{
+    return ctl_instance_cmd(call, argc, argv, show_status);
 }
 
 int
@@ -87,18 +86,13 @@ ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id)
     enum rn_outcome outcome;
     int status;
 
-    if ((status = ctl_query(o, c,
-                            "SELECT ri.status, ri.result::text AS result, ri.error::text AS error,"
-                            " json_build_object('id', ri.instance_id, 'status', ri.status,"
-                            " 'result', ri.result, 'error', ri.error)::text AS json"
-                            " FROM cairn.runner_instances ri WHERE ri.instance_id = $1",
-                            1, params, &r)) != EXIT_OK) {
+    if ((status = ctl_query_found(o, c,
+                                  "SELECT ri.status, ri.result::text AS result, ri.error::text AS"
+                                  " error, json_build_object('id', ri.instance_id, 'status',"
+                                  " ri.status, 'result', ri.result, 'error', ri.error)::text AS"
+                                  " json FROM cairn.runner_instances ri WHERE ri.instance_id = $1",
+                                  1, params, "instance", &r)) != EXIT_OK) {
         return status;
-    }
-    if (PQntuples(r) == 0) {
-        fprintf(stderr, "%s: no instance %s\n", o->prog, id);
-        PQclear(r);
-        return EXIT_REJECTED;
     }
     st = ctl_col(r, 0, "status");
     if (!rn_outcome_parse(st, &outcome)) {
@@ -129,20 +123,7 @@ ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id)
 int
 ctl_cmd_result(const struct ctl_call *call, int argc, char **argv)
 {
-    struct cn_opt rows[] = {CTL_OPT_DB, CTL_OPT_JSON};
-    struct cn_opts o = CTL_OPTS(call, rows, 1);
-    PGconn *c = NULL;
-    int status;
-
-    if (!ctl_id_args(&o, argc, argv, &status)) {
-        return status;
-    }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    status = ctl_print_result(&o, c, argv[0]);
-    PQfinish(c);
-    return status;
+    return ctl_instance_cmd(call, argc, argv, ctl_print_result);
 }
 
 /* --status S: a status the schema knows; else says which there are. */
@@ -168,34 +149,27 @@ ctl_cmd_list(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
-        {.flag = "status",
-         .kind = CN_OPT_STR,
-         .arg = "S",
-         .help = "queued, running, completed, failed or cancelled"},
-        {.flag = "workflow", .kind = CN_OPT_STR, .arg = "W", .help = "this workflow's only"},
-        {.flag = "parent",
-         .kind = CN_OPT_STR,
-         .arg = "ID",
-         .help = "the child workflows of this instance only"},
-        {.flag = "schedule",
-         .kind = CN_OPT_STR,
-         .arg = "NAME",
-         .help = "the instances schedule NAME started only"},
-        {.flag = "limit",
-         .kind = CN_OPT_INT,
-         .def = "20",
-         .min = 1,
-         .max = 100000,
-         .arg = "N",
-         .help = "at most N, newest first"},
+        CTL_OPT_STR("status", "S", "queued, running, completed, failed or cancelled"),
+        CTL_OPT_STR("workflow", "W", "this workflow's only"),
+        CTL_OPT_STR("parent", "ID", "the child workflows of this instance only"),
+        CTL_OPT_STR("schedule", "NAME", "the instances schedule NAME started only"),
+        CTL_OPT_INT("limit", "20", 1, 100000, "N", "at most N, newest first"),
         CTL_OPT_JSON,
     };
     static const struct ctl_column cols[] = {{"ID", "instance_id", -36},
                                              {"WORKFLOW", "workflow_name", -24},
                                              {"STATUS", "status", -9},
                                              {"CREATED", "created", 0}};
+    static const struct ctl_listing instances =
+        CTL_LISTING("SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, ri.status, "
+                    "ri.created_at::text || coalesce('  schedule ' || ri.schedule_name, '') AS "
+                    "created " INSTANCE_FROM "WHERE ($1::text IS NULL OR ri.status = $1) AND "
+                    "($2::text IS NULL OR ri.workflow_name = $2) AND "
+                    "($4::uuid IS NULL OR ri.parent_id = $4::uuid) AND "
+                    "($5::text IS NULL OR ri.schedule_name = $5) "
+                    "ORDER BY ri.created_at DESC LIMIT $3::integer",
+                    cols, NULL);
     struct cn_opts o = CTL_OPTS(call, rows, 0);
-    PGresult *r = NULL;
     const char *params[5];
     char lim[24];
     int status;
@@ -213,23 +187,5 @@ ctl_cmd_list(const struct ctl_call *call, int argc, char **argv)
     params[2] = lim;
     params[3] = cn_opts_str(&o, "parent");
     params[4] = cn_opts_str(&o, "schedule");
-    if ((status = ctl_query_once(
-             &o,
-             "SELECT " INSTANCE_JSON ", ri.instance_id, ri.workflow_name, ri.status, "
-             "ri.created_at::text || coalesce('  schedule ' || ri.schedule_name, '') AS "
-             "created " INSTANCE_FROM "WHERE ($1::text IS NULL OR ri.status = $1) AND "
-             "($2::text IS NULL OR ri.workflow_name = $2) AND "
-             "($4::uuid IS NULL OR ri.parent_id = $4::uuid) AND "
-             "($5::text IS NULL OR ri.schedule_name = $5) "
-             "ORDER BY ri.created_at DESC LIMIT $3::integer",
-             5, params, &r)) != EXIT_OK) {
-        return status;
-    }
-    if (ctl_json_out(&o)) {
-        ctl_print_json_rows(r, "json");
-    } else {
-        ctl_print_table(r, cols, sizeof(cols) / sizeof(cols[0]));
-    }
-    PQclear(r);
-    return EXIT_OK;
+    return ctl_print_list(&o, &instances, 5, params);
 }

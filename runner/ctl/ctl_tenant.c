@@ -50,23 +50,57 @@ create_query(const struct cn_opts *o, PGconn *c, const char *sql, int n, const c
     return status;
 }
 
+/* Makes tenant name (with --max-running, its quota) and says what role a login is granted. */
+static int
+create_tenant(const struct cn_opts *o, PGconn *c, const char *name)
+{
+    const char *params[2] = {name, cn_opts_str(o, "max-running")}, *role;
+    PGresult *r = NULL;
+    int status;
+
+    /* Asked first so that a second create says so plainly instead of as a key violation; a
+     * create racing it still fails on the key. */
+    status = create_query(o, c, "SELECT 1 FROM cairn.tenants WHERE name = $1", 1, params, &r);
+    if (status == EXIT_OK && PQntuples(r) > 0) {
+        fprintf(stderr,
+                "%s: tenant \"%s\" exists already (cairnctl tenant quota changes its quota)\n",
+                o->prog, name);
+        status = EXIT_NOOP;
+    }
+    PQclear(r);
+    r = NULL;
+    if (status == EXIT_OK) {
+        status = create_query(o, c, "SELECT cairn.tenant_create($1, $2::integer) AS role", 2,
+                              params, &r);
+    }
+    if (status == EXIT_OK) {
+        role = ctl_col(r, 0, "role");
+        if (ctl_json_out(o)) {
+            printf("{\"tenant\": \"%s\", \"role\": \"%s\", \"max_running\": %s}\n", name, role,
+                   params[1] != NULL ? params[1] : "null");
+        } else {
+            printf("tenant %s: role %s%s%s\n", name, role,
+                   params[1] != NULL ? ", at most running at once: " : "",
+                   params[1] != NULL ? params[1] : "");
+            printf("hint: GRANT %s TO <login>; lets that login act as it (cairnctl CMD --tenant "
+                   "%s)\n",
+                   role, name);
+        }
+    }
+    PQclear(r);
+    return status;
+}
+
 static int
 tenant_create(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {
         CTL_OPT_DB,
         CTL_OPT_JSON,
-        {.flag = "max-running",
-         .kind = CN_OPT_INT,
-         .min = 1,
-         .max = QUOTA_MAX,
-         .arg = "N",
-         .help = "at most N of the tenant's instances running at once (default: no quota)"},
+        CTL_OPT_INT("max-running", NULL, 1, QUOTA_MAX, "N",
+                    "at most N of the tenant's instances running at once (default: no quota)"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
-    const char *params[2], *role;
-    PGconn *c = NULL;
-    PGresult *r = NULL;
     int status;
 
     if (!ctl_args(&o, argc, argv, 1, &status)) {
@@ -75,57 +109,17 @@ tenant_create(const struct ctl_call *call, int argc, char **argv)
     if (!name_arg(&o, argv[0])) {
         return EXIT_USAGE;
     }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    params[0] = argv[0];
-    params[1] = cn_opts_str(&o, "max-running");
-    /* Asked first so that a second create says so plainly instead of as a key violation; a
-     * create racing it still fails on the key. */
-    status = create_query(&o, c, "SELECT 1 FROM cairn.tenants WHERE name = $1", 1, params, &r);
-    if (status == EXIT_OK && PQntuples(r) > 0) {
-        fprintf(stderr,
-                "%s: tenant \"%s\" exists already (cairnctl tenant quota changes its quota)\n",
-                o.prog, argv[0]);
-        status = EXIT_NOOP;
-    }
-    PQclear(r);
-    r = NULL;
-    if (status == EXIT_OK) {
-        status = create_query(&o, c, "SELECT cairn.tenant_create($1, $2::integer) AS role", 2,
-                              params, &r);
-    }
-    if (status == EXIT_OK) {
-        role = ctl_col(r, 0, "role");
-        if (ctl_json_out(&o)) {
-            printf("{\"tenant\": \"%s\", \"role\": \"%s\", \"max_running\": %s}\n", argv[0], role,
-                   params[1] != NULL ? params[1] : "null");
-        } else {
-            printf("tenant %s: role %s%s%s\n", argv[0], role,
-                   params[1] != NULL ? ", at most running at once: " : "",
-                   params[1] != NULL ? params[1] : "");
-            printf("hint: GRANT %s TO <login>; lets that login act as it (cairnctl CMD --tenant "
-                   "%s)\n",
-                   role, argv[0]);
-        }
-    }
-    PQclear(r);
-    PQfinish(c);
-    return status;
+    return ctl_with_db(&o, create_tenant, argv[0]);
 }
 
-static int
-tenant_list(const struct ctl_call *call, int argc, char **argv)
-{
-    static const struct ctl_column cols[] = {
-        {"NAME", "name", -24}, {"MAX_RUNNING", "max_running", 11}, {"CREATED_AT", "created_at", 0}};
-
-    return ctl_list(call, argc, argv,
-                    "SELECT json_build_object('name', name, 'max_running', max_running,"
-                    " 'created_at', created_at)::text AS json, name, coalesce(max_running::text,"
-                    " '-') AS max_running, created_at FROM cairn.tenants ORDER BY name",
-                    cols, sizeof(cols) / sizeof(cols[0]), NULL);
-}
+/* `tenant list`: row security shows a tenant only its own row (ctl_list runs it). */
+static const struct ctl_column tenant_cols[] = {
+    {"NAME", "name", -24}, {"MAX_RUNNING", "max_running", 11}, {"CREATED_AT", "created_at", 0}};
+static const struct ctl_listing tenant_listing =
+    CTL_LISTING("SELECT json_build_object('name', name, 'max_running', max_running,"
+                " 'created_at', created_at)::text AS json, name, coalesce(max_running::text,"
+                " '-') AS max_running, created_at FROM cairn.tenants ORDER BY name",
+                tenant_cols, NULL);
 
 static int
 tenant_quota(const struct ctl_call *call, int argc, char **argv)
@@ -175,9 +169,11 @@ tenant_quota(const struct ctl_call *call, int argc, char **argv)
 static const struct ctl_cmd cmds[] = {
     {"create", "NAME [--max-running N] [--json]",
      "make tenant NAME and its role cairn_tenant_NAME (the schema owner's to do)", tenant_create,
-     NULL},
-    {"list", "[--json]", "list the tenants (acting as a tenant: that one)", tenant_list, NULL},
+     NULL, NULL},
+    {"list", "[--json]", "list the tenants (acting as a tenant: that one)", ctl_list, NULL,
+     &tenant_listing},
     {"quota", "NAME (N | none)",
-     "at most N of tenant NAME's instances running at once (none: no quota)", tenant_quota, NULL},
+     "at most N of tenant NAME's instances running at once (none: no quota)", tenant_quota, NULL,
+     NULL},
 };
 const struct ctl_table ctl_tenant_cmds = CTL_TABLE(cmds);

@@ -53,48 +53,26 @@ print_tree_counts(PGconn *c, const char *const *params, int n, long long limit)
     PQclear(s);
 }
 
-int
-ctl_cmd_tree(const struct ctl_call *call, int argc, char **argv)
+/* The tree under instance id: JSON rows, or a line each, indented by depth, and the counts. */
+static int
+print_tree(const struct cn_opts *o, PGconn *c, const char *id)
 {
-    struct cn_opt rows[] = {
-        CTL_OPT_DB,
-        {.flag = "limit",
-         .kind = CN_OPT_INT,
-         .def = "1000",
-         .min = 1,
-         .max = 1000000,
-         .arg = "N",
-         .help = "at most N instances"},
-        CTL_OPT_JSON,
-    };
-    struct cn_opts o = CTL_OPTS(call, rows, 1);
-    PGconn *c = NULL;
     PGresult *r = NULL;
     const char *params[2];
     char lim[24];
     int status, i, n;
 
-    if (!ctl_id_args(&o, argc, argv, &status)) {
-        return status;
-    }
-    if ((status = ctl_db_open(&o, &c)) != EXIT_OK) {
-        return status;
-    }
-    (void) snprintf(lim, sizeof(lim), "%lld", cn_opts_int(&o, "limit"));
-    params[0] = argv[0];
+    (void) snprintf(lim, sizeof(lim), "%lld", cn_opts_int(o, "limit"));
+    params[0] = id;
     params[1] = lim;
-    if ((status = ctl_query(&o, c, tree_sql, 2, params, &r)) != EXIT_OK) {
-        goto out;
+    if ((status = ctl_query_found(o, c, tree_sql, 2, params, "instance", &r)) != EXIT_OK) {
+        return status;
     }
     n = PQntuples(r);
-    if (n == 0) {
-        fprintf(stderr, "%s: no instance %s\n", o.prog, argv[0]);
-        status = EXIT_REJECTED;
-        goto out;
-    }
-    if (ctl_json_out(&o)) {
+    if (ctl_json_out(o)) {
         ctl_print_json_rows(r, "json");
-        goto out;
+        PQclear(r);
+        return EXIT_OK;
     }
     for (i = 0; i < n; i++) {
         const char *etype = ctl_col(r, i, "etype");
@@ -102,11 +80,26 @@ ctl_cmd_tree(const struct ctl_call *call, int argc, char **argv)
                ctl_col(r, i, "instance_id"), ctl_col(r, i, "workflow_name"),
                ctl_col(r, i, "status"), etype[0] ? " " : "", etype);
     }
-    print_tree_counts(c, params, n, cn_opts_int(&o, "limit"));
-out:
+    print_tree_counts(c, params, n, cn_opts_int(o, "limit"));
     PQclear(r);
-    PQfinish(c);
-    return status;
+    return EXIT_OK;
+}
+
+int
+ctl_cmd_tree(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        CTL_OPT_INT("limit", "1000", 1, 1000000, "N", "at most N instances"),
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    int status;
+
+    if (!ctl_id_args(&o, argc, argv, &status)) {
+        return status;
+    }
+    return ctl_with_db(&o, print_tree, argv[0]);
 }
 
 /* The children listed by inspect: id, workflow, status, how it was started, the call. */
