@@ -476,6 +476,17 @@ rn_ex_follow_first(struct rn_instance *in, uint32_t xi, bool has_val, struct ir_
     rn_ex_follow(in, xi, tedge(in, t, 0), has_val, val);
 }
 
+bool
+rn_ex_value(struct rn_instance *in, uint32_t xi, uint32_t e, struct ir_val *out)
+{
+    cn_err rv = rn_ex_eval(in, xi, e, out);
+
+    if (rv == CN_RAISED) {
+        rn_ex_raise_error(in, xi, *out);
+    }
+    return rv == CN_OK;
+}
+
 void
 rn_ex_bind_follow(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct ir_val val)
 {

@@ -192,6 +192,9 @@ void rn_ex_new_uuid(struct rn_instance *in, struct rn_xid *id);
 void rn_ex_push(struct rn_instance *in, uint32_t x, bool has_val, struct ir_val val, bool agg_done);
 void rn_ex_out_timer(struct rn_instance *in, uint32_t xi, enum rn_timer_kind kind, int64_t at);
 cn_err rn_ex_eval(struct rn_instance *in, uint32_t xi, uint32_t e, struct ir_val *out);
+/* rn_ex_eval for a node that stops without a value: false when e gave none, an error it
+ * raised having gone where xi's errors go (or the instance having run out of memory). */
+bool rn_ex_value(struct rn_instance *in, uint32_t xi, uint32_t e, struct ir_val *out);
 cn_err rn_ex_check_storable(struct rn_instance *in, struct ir_val v, struct ir_val *err);
 cn_err rn_ex_bind(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct ir_val v,
                   struct ir_val *err);

@@ -52,12 +52,7 @@ run_fork(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
     cn_err rv;
 
     if (t->kind == IR_N_SPREAD) {
-        rv = rn_ex_eval(in, xi, t->expr, &coll);
-        if (rv == CN_RAISED) {
-            rn_ex_raise_error(in, xi, coll);
-            return;
-        }
-        if (rv != CN_OK) {
+        if (!rn_ex_value(in, xi, t->expr, &coll)) {
             return;
         }
         rv = ir_iter_items(coll, &items);
@@ -188,13 +183,8 @@ run_sleep(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
 {
     struct ir_val v;
     double secs;
-    cn_err rv = rn_ex_eval(in, xi, t->expr, &v);
 
-    if (rv == CN_RAISED) {
-        rn_ex_raise_error(in, xi, v);
-        return;
-    }
-    if (rv != CN_OK) {
+    if (!rn_ex_value(in, xi, t->expr, &v)) {
         return;
     }
     if (v.type == IR_T_INT) {
@@ -329,12 +319,7 @@ run_node(struct rn_instance *in, const struct rn_work *w)
     case IR_N_LOOP_INIT:
     case IR_N_LOOP_EXTRACT:
     case IR_N_LOOP_INCR:
-        rv = rn_ex_eval(in, xi, t->expr, &v);
-        if (rv == CN_RAISED) {
-            rn_ex_raise_error(in, xi, v);
-            return;
-        }
-        if (rv != CN_OK) {
+        if (!rn_ex_value(in, xi, t->expr, &v)) {
             return;
         }
         rv = rn_ex_bind(in, xi, t, v, &err);
@@ -345,12 +330,7 @@ run_node(struct rn_instance *in, const struct rn_work *w)
         }
         return;
     case IR_N_LOOP_COND:
-        rv = rn_ex_eval(in, xi, t->expr, &v);
-        if (rv == CN_RAISED) {
-            rn_ex_raise_error(in, xi, v);
-            return;
-        }
-        if (rv != CN_OK) {
+        if (!rn_ex_value(in, xi, t->expr, &v)) {
             return;
         }
         k = ir_truthy(v) ? 0 : 1; /* edges: TRUE first, then FALSE */
@@ -361,12 +341,7 @@ run_node(struct rn_instance *in, const struct rn_work *w)
         for (k = 0; k < t->nedges; k++) {
             const struct ir_edge *e = tedge(in, t, k);
             if (e->kind == IR_E_GUARD) {
-                rv = rn_ex_eval(in, xi, e->expr, &v);
-                if (rv == CN_RAISED) {
-                    rn_ex_raise_error(in, xi, v);
-                    return;
-                }
-                if (rv != CN_OK) {
+                if (!rn_ex_value(in, xi, e->expr, &v)) {
                     return;
                 }
                 if (!ir_truthy(v)) {
