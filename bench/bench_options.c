@@ -124,9 +124,56 @@ fnum(const char *flag, const char *v, double min, double max)
     return d;
 }
 
+/* A flag and where its value goes: a string, or a whole or real number within [min, max]. */
+struct flag {
+    const char *name;
+    const char **s;
+    long *n;
+    double *d;
+    double min, max;
+};
+
+/* Stores v as the flag's value; a number out of its range or not a number exits 2. */
+static void
+set_flag(const struct flag *f, const char *v)
+{
+    if (f->s != NULL) {
+        *f->s = v;
+    } else if (f->n != NULL) {
+        *f->n = num(f->name, v, (long) f->min, (long) f->max);
+    } else {
+        *f->d = fnum(f->name, v, f->min, f->max);
+    }
+}
+
 void
 parse(int argc, char **argv, struct opts *o)
 {
+    const struct flag flags[] = {
+        {"--case", .s = &o->case_name},
+        {"--instances", .n = &o->instances, .min = 1, .max = 10000000},
+        {"--actions", .n = &o->actions, .min = 1, .max = 100000},
+        {"--rate", .d = &o->rate, .min = 0.1, .max = 1e6},
+        {"--runners", .n = &o->runners, .min = 1, .max = 16},
+        {"--shards", .n = &o->shards, .min = 1, .max = 256},
+        {"--workers", .n = &o->workers, .min = 1, .max = 64},
+        {"--shared-workers", .n = &o->shared, .min = 1, .max = 64},
+        {"--slots", .n = &o->slots, .min = 1, .max = 4096},
+        {"--prefetch", .n = &o->prefetch, .min = 0, .max = 4096},
+        {"--transport", .s = &o->transport},
+        {"--fail-rate", .d = &o->fail, .min = 0, .max = 1},
+        {"--timeout-rate", .d = &o->timeout, .min = 0, .max = 1},
+        {"--sleep-rate", .d = &o->nap, .min = 0, .max = 1},
+        {"--format", .s = &o->format},
+        {"--json-out", .s = &o->json_out},
+        {"--plot", .s = &o->plot},
+        {"--database-url", .s = &o->db_url},
+        {"--pg-bin", .s = &o->pg_bin},
+        {"--bin-dir", .s = &o->bin_dir},
+        {"--max-running", .n = &o->max_running, .min = 1, .max = 1000000},
+        {"--timeout", .n = &o->timeout_s, .min = 1, .max = 86400},
+    };
+    size_t k;
     int i;
 
     for (i = 1; i < argc; i++) {
@@ -139,59 +186,14 @@ parse(int argc, char **argv, struct opts *o)
             printf("cairn-bench %s\n", CAIRN_VERSION);
             exit(0);
         }
-        if (v == NULL) {
+        for (k = 0; k < sizeof(flags) / sizeof(flags[0]) && strcmp(a, flags[k].name) != 0; k++) {
+        }
+        if (k == sizeof(flags) / sizeof(flags[0]) || v == NULL) {
             usage(stderr);
             exit(2);
         }
+        set_flag(&flags[k], v);
         i++;
-        if (strcmp(a, "--case") == 0) {
-            o->case_name = v;
-        } else if (strcmp(a, "--instances") == 0) {
-            o->instances = num(a, v, 1, 10000000);
-        } else if (strcmp(a, "--actions") == 0) {
-            o->actions = num(a, v, 1, 100000);
-        } else if (strcmp(a, "--rate") == 0) {
-            o->rate = fnum(a, v, 0.1, 1e6);
-        } else if (strcmp(a, "--runners") == 0) {
-            o->runners = num(a, v, 1, 16);
-        } else if (strcmp(a, "--shards") == 0) {
-            o->shards = num(a, v, 1, 256);
-        } else if (strcmp(a, "--workers") == 0) {
-            o->workers = num(a, v, 1, 64);
-        } else if (strcmp(a, "--shared-workers") == 0) {
-            o->shared = num(a, v, 1, 64);
-        } else if (strcmp(a, "--slots") == 0) {
-            o->slots = num(a, v, 1, 4096);
-        } else if (strcmp(a, "--prefetch") == 0) {
-            o->prefetch = num(a, v, 0, 4096);
-        } else if (strcmp(a, "--transport") == 0) {
-            o->transport = v;
-        } else if (strcmp(a, "--fail-rate") == 0) {
-            o->fail = fnum(a, v, 0, 1);
-        } else if (strcmp(a, "--timeout-rate") == 0) {
-            o->timeout = fnum(a, v, 0, 1);
-        } else if (strcmp(a, "--sleep-rate") == 0) {
-            o->nap = fnum(a, v, 0, 1);
-        } else if (strcmp(a, "--format") == 0) {
-            o->format = v;
-        } else if (strcmp(a, "--json-out") == 0) {
-            o->json_out = v;
-        } else if (strcmp(a, "--plot") == 0) {
-            o->plot = v;
-        } else if (strcmp(a, "--database-url") == 0) {
-            o->db_url = v;
-        } else if (strcmp(a, "--pg-bin") == 0) {
-            o->pg_bin = v;
-        } else if (strcmp(a, "--bin-dir") == 0) {
-            o->bin_dir = v;
-        } else if (strcmp(a, "--max-running") == 0) {
-            o->max_running = num(a, v, 1, 1000000);
-        } else if (strcmp(a, "--timeout") == 0) {
-            o->timeout_s = num(a, v, 1, 86400);
-        } else {
-            usage(stderr);
-            exit(2);
-        }
     }
     if (o->fail + o->timeout + o->nap > 1.0) {
         fprintf(stderr, "cairn-bench: --fail-rate + --timeout-rate + --sleep-rate must be <= 1\n");
