@@ -107,16 +107,12 @@ rn_snapshot_describe(const struct ir_dag *dag, const void *snap, size_t len, str
                      struct cn_errmsg *err)
 {
     struct rn_exec_cfg cfg = {0};
-    struct rn_instance *in = rn_instance_alloc(dag, &cfg);
+    struct rn_instance *in;
     struct ir_val list;
     size_t i, n = 0, k = 0;
     cn_err rv;
 
-    if (in == NULL) {
-        return CN_NOMEM;
-    }
-    if ((rv = rn_snapshot_decode(in, snap, len, err)) != CN_OK) {
-        rn_instance_free(in);
+    if ((rv = rn_snapshot_load(dag, &cfg, snap, len, &in, err)) != CN_OK) {
         return rv;
     }
     for (i = 0; i < in->x.len; i++) {

@@ -162,6 +162,10 @@ struct rn_instance *rn_instance_alloc(const struct ir_dag *dag, const struct rn_
 /* Snapshot decode into a fresh instance (ids map, refs rebuilt). Returns CN_OK or an error. */
 CN_MUST_CHECK cn_err rn_snapshot_decode(struct rn_instance *in, const void *buf, size_t len,
                                         struct cn_errmsg *err);
+/* A new instance of dag rebuilt from the snapshot buf[0..len) into *out; on an error, none. */
+CN_MUST_CHECK cn_err rn_snapshot_load(const struct ir_dag *dag, const struct rn_exec_cfg *cfg,
+                                      const void *buf, size_t len, struct rn_instance **out,
+                                      struct cn_errmsg *err);
 
 /* The template node n and edge k of node n. */
 static inline const struct ir_node *

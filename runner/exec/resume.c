@@ -144,7 +144,7 @@ hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_
         const struct ir_val *cancel, struct rn_instance **out, struct rn_step_out *o,
         struct cn_errmsg *err)
 {
-    struct rn_instance *in = rn_instance_alloc(dag, cfg);
+    struct rn_instance *in;
     struct {
         struct rn_xid *items;
         size_t len, cap;
@@ -152,11 +152,7 @@ hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_
     size_t i;
     cn_err rv;
 
-    if (in == NULL) {
-        return CN_NOMEM;
-    }
-    if ((rv = rn_snapshot_decode(in, snap, len, err)) != CN_OK) {
-        rn_instance_free(in);
+    if ((rv = rn_snapshot_load(dag, cfg, snap, len, &in, err)) != CN_OK) {
         return rv;
     }
     rn_ex_begin_step(in, o, now_ms);

@@ -610,3 +610,19 @@ rn_snapshot_decode(struct rn_instance *in, const void *buf, size_t len, struct c
     msgpack_unpacked_destroy(&up);
     return rv;
 }
+
+cn_err
+rn_snapshot_load(const struct ir_dag *dag, const struct rn_exec_cfg *cfg, const void *buf,
+                 size_t len, struct rn_instance **out, struct cn_errmsg *err)
+{
+    cn_err rv;
+
+    if ((*out = rn_instance_alloc(dag, cfg)) == NULL) {
+        return CN_NOMEM;
+    }
+    if ((rv = rn_snapshot_decode(*out, buf, len, err)) != CN_OK) {
+        rn_instance_free(*out);
+        *out = NULL;
+    }
+    return rv;
+}
