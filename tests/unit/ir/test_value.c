@@ -17,43 +17,11 @@
 #include "ir/numtext.h"
 #include "ir/value.h"
 #include "tests/support/leak.h"
+#include "tests/unit/ir/value_util.h"
 
 TestSuite(ir_value, .fini = t_leak_check, .timeout = 30);
 
-#define T_OK(expr)                                                          \
-    do {                                                                    \
-        cn_err t_rv_ = (expr);                                              \
-        cr_assert_eq(t_rv_, CN_OK, "%s: got %s", #expr, cn_errname(t_rv_)); \
-    } while (0)
-
-#define T_ERR(expr, want)                                                            \
-    do {                                                                             \
-        cn_err t_rv_ = (expr);                                                       \
-        cr_assert_eq(t_rv_, (want), "%s: got %s, want %s", #expr, cn_errname(t_rv_), \
-                     cn_errname(want));                                              \
-    } while (0)
-
 /* ---- helpers ---- */
-
-static struct ir_val
-t_str(const char *s)
-{
-    struct ir_val v;
-
-    T_OK(ir_str_from_cstr(s, &v));
-    return v;
-}
-
-static struct ir_val
-t_json(const char *text)
-{
-    struct ir_val v;
-    struct cn_errmsg em = {{0}};
-    cn_err rv = ir_val_from_json(text, strlen(text), &v, &em);
-
-    cr_assert_eq(rv, CN_OK, "json %s: %s %s", text, cn_errname(rv), em.text);
-    return v;
-}
 
 static cn_err
 t_json_err(const char *text, struct cn_errmsg *em)
@@ -65,19 +33,6 @@ t_json_err(const char *text, struct cn_errmsg *em)
         ir_val_release(v);
     }
     return rv;
-}
-
-/* Returns a malloc'd repr of v. */
-static char *
-t_repr(struct ir_val v)
-{
-    struct cn_buf b = CN_BUF_INIT;
-    char *s;
-    size_t n;
-
-    T_OK(ir_val_repr(v, &b));
-    T_OK(cn_buf_take(&b, &s, &n));
-    return s;
 }
 
 static void
@@ -114,21 +69,6 @@ t_mp_dec(const void *p, size_t n, unsigned flags)
         ir_val_release(v);
     }
     return rv;
-}
-
-/* A list nested `lists` deep around `inner` (takes ownership of inner). */
-static struct ir_val
-t_nest(int lists, struct ir_val inner)
-{
-    struct ir_val l;
-    int i;
-
-    for (i = 0; i < lists; i++) {
-        T_OK(ir_list_new(1, &l));
-        ir_list_items(l)[0] = inner;
-        inner = l;
-    }
-    return inner;
 }
 
 static char *
