@@ -1264,31 +1264,6 @@ t_below(struct t_rng *r, uint64_t n)
     return t_next(r) % n;
 }
 
-static size_t
-t_put_cp(char *p, uint32_t cp)
-{
-    if (cp < 0x80) {
-        p[0] = (char) cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        p[0] = (char) (0xc0 | (cp >> 6));
-        p[1] = (char) (0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        p[0] = (char) (0xe0 | (cp >> 12));
-        p[1] = (char) (0x80 | ((cp >> 6) & 0x3f));
-        p[2] = (char) (0x80 | (cp & 0x3f));
-        return 3;
-    }
-    p[0] = (char) (0xf0 | (cp >> 18));
-    p[1] = (char) (0x80 | ((cp >> 12) & 0x3f));
-    p[2] = (char) (0x80 | ((cp >> 6) & 0x3f));
-    p[3] = (char) (0x80 | (cp & 0x3f));
-    return 4;
-}
-
 static struct ir_val
 t_rand_str(struct t_rng *r, bool key)
 {
@@ -1323,7 +1298,7 @@ t_rand_str(struct t_rng *r, bool key)
             cp = 0x20 + (uint32_t) t_below(r, 0x5f);
             break;
         }
-        o += t_put_cp(buf + o, cp);
+        o += cn_utf8_put(buf + o, cp);
     }
     T_OK(ir_str_new(buf, o, &v));
     return v;
