@@ -11,6 +11,7 @@
 
 #include "tests/support/compile_util.h"
 #include "tests/support/leak.h"
+#include "tests/unit/ir/src_util.h"
 
 TestSuite(ir_compile, .fini = t_leak_check, .timeout = 60);
 
@@ -832,15 +833,12 @@ Test(ir_compile, helper_diamond_is_refused_at_the_call_before_building)
     int i;
 
     /* main calls h0; each h_i calls h_{i+1} twice: 2^30 copies of the leaf. */
-    cr_assert_eq(cn_buf_puts(&src, "fn main(input: [a]):\n    x = h0(a)\n    return x\n"), CN_OK);
+    t_puts(&src, "fn main(input: [a]):\n    x = h0(a)\n    return x\n");
     for (i = 0; i < 30; i++) {
-        cr_assert_eq(cn_buf_printf(&src,
-                                   "fn h%d(input: [b]):\n    y = h%d(b)\n    z = h%d(y)\n"
-                                   "    return z\n",
-                                   i, i + 1, i + 1),
-                     CN_OK);
+        t_printf(&src, "fn h%d(input: [b]):\n    y = h%d(b)\n    z = h%d(y)\n    return z\n", i,
+                 i + 1, i + 1);
     }
-    cr_assert_eq(cn_buf_puts(&src, "fn h30(input: [b]):\n    return b + 1\n"), CN_OK);
+    t_puts(&src, "fn h30(input: [b]):\n    return b + 1\n");
     c = t_compile(src.data);
     cr_assert_eq(c.rv, CN_TOOBIG, "%s", cn_errname(c.rv));
     cr_assert(strstr(c.errors, "test.cairn:2:9: error: workflow is too large: inlining the "
