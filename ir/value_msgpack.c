@@ -457,16 +457,9 @@ mp_ext(const msgpack_object_ext *e, unsigned flags, int level, struct ir_val *ou
     return CN_OK;
 }
 
-static cn_err
-mp_obj_to_val(const msgpack_object *o, unsigned flags, int level, struct ir_val *out,
-              struct cn_errmsg *err)
+cn_err
+ir_val_from_msgpack_scalar(const struct msgpack_object *o, struct ir_val *out)
 {
-    cn_err rv;
-
-    /* The shape check already bounds depth; this keeps the recursion safe on its own. */
-    if (level > IR_VALUE_MAX_DEPTH) {
-        return cn_errmsg_set(err, CN_DEPTH, "msgpack: nesting deeper than %d", IR_VALUE_MAX_DEPTH);
-    }
     switch (o->type) {
     case MSGPACK_OBJECT_NIL:
         *out = ir_null();
@@ -476,8 +469,7 @@ mp_obj_to_val(const msgpack_object *o, unsigned flags, int level, struct ir_val 
         return CN_OK;
     case MSGPACK_OBJECT_POSITIVE_INTEGER:
         if (o->via.u64 > (uint64_t) INT64_MAX) {
-            return cn_errmsg_set(err, CN_RANGE, "msgpack: integer %llu does not fit in int64",
-                                 (unsigned long long) o->via.u64);
+            return CN_RANGE;
         }
         *out = ir_int((int64_t) o->via.u64);
         return CN_OK;
@@ -490,10 +482,23 @@ mp_obj_to_val(const msgpack_object *o, unsigned flags, int level, struct ir_val 
         *out = ir_float(o->via.f64);
         return CN_OK;
     case MSGPACK_OBJECT_STR:
-        if ((rv = ir_str_new(o->via.str.ptr, o->via.str.size, out)) != CN_OK) {
-            return cn_errmsg_set(err, rv, "msgpack: string: %s", cn_strerror(rv));
-        }
-        return CN_OK;
+        return ir_str_new(o->via.str.ptr, o->via.str.size, out);
+    default:
+        return CN_TYPE;
+    }
+}
+
+static cn_err
+mp_obj_to_val(const msgpack_object *o, unsigned flags, int level, struct ir_val *out,
+              struct cn_errmsg *err)
+{
+    cn_err rv;
+
+    /* The shape check already bounds depth; this keeps the recursion safe on its own. */
+    if (level > IR_VALUE_MAX_DEPTH) {
+        return cn_errmsg_set(err, CN_DEPTH, "msgpack: nesting deeper than %d", IR_VALUE_MAX_DEPTH);
+    }
+    switch (o->type) {
     case MSGPACK_OBJECT_ARRAY:
         return mp_array(&o->via.array, flags, level, out, err);
     case MSGPACK_OBJECT_MAP:
@@ -503,7 +508,18 @@ mp_obj_to_val(const msgpack_object *o, unsigned flags, int level, struct ir_val 
     case MSGPACK_OBJECT_EXT:
         return mp_ext(&o->via.ext, flags, level, out, err);
     default:
+        break;
+    }
+    switch (rv = ir_val_from_msgpack_scalar(o, out)) {
+    case CN_OK:
+        return CN_OK;
+    case CN_RANGE:
+        return cn_errmsg_set(err, CN_RANGE, "msgpack: integer %llu does not fit in int64",
+                             (unsigned long long) o->via.u64);
+    case CN_TYPE:
         return cn_errmsg_set(err, CN_PARSE, "msgpack: unknown object type %d", (int) o->type);
+    default:
+        return cn_errmsg_set(err, rv, "msgpack: string: %s", cn_strerror(rv));
     }
 }
 
