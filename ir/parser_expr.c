@@ -395,12 +395,9 @@ parse_postfix(struct parser *ps)
         } else if (t->kind == IR_TK_DOT) {
             const struct ir_token *n;
             advance(ps);
-            n = peek(ps);
-            if (n->kind != IR_TK_NAME) {
-                ir_ps_error_at(ps, n, "expected a field name after '.'");
+            if ((n = ir_ps_expect_name(ps, "expected a field name after '.'")) == NULL) {
                 return IR_NO_EXPR;
             }
-            advance(ps);
             e = mk_named(ps, IR_X_ATTR, n, n->str, &e, 1);
         } else if (t->kind == IR_TK_LPAREN) {
             advance(ps);

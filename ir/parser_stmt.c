@@ -96,11 +96,8 @@ targets_from_exprs(struct parser *ps, const struct u32_vec *ex, struct ir_names 
                             "one or more names");
             goto fail;
         }
-        if (ir_ps_seen(ps, &nl.dup, e->name)) {
-            ir_ps_error_pos(ps, pos, "name '%s' appears twice in the assignment targets", e->name);
-            goto fail;
-        }
-        if (!ir_ps_names_push(ps, &nl, e->name, pos)) {
+        if (!ir_ps_names_add(ps, &nl, e->name, pos,
+                             "name '%s' appears twice in the assignment targets", e->name)) {
             goto fail;
         }
     }
@@ -208,12 +205,10 @@ parse_spread(struct parser *ps, struct ir_stmt *s)
     if (!ir_ps_expect(ps, IR_TK_COLON, "after the spread collection (spread items:item -> @...)")) {
         return false;
     }
-    t = peek(ps);
-    if (t->kind != IR_TK_NAME) {
-        ir_ps_error_at(ps, t, "expected the item variable name after ':' in spread");
+    if ((t = ir_ps_expect_name(ps, "expected the item variable name after ':' in spread")) ==
+        NULL) {
         return false;
     }
-    advance(ps);
     s->item = t->str;
     s->item_pos = tok_pos(t);
     if (!ir_ps_expect(ps, IR_TK_ARROW, "after the spread item variable")) {
@@ -378,16 +373,11 @@ parse_loop_vars(struct parser *ps, struct ir_names *out)
             unpack = true;
             break;
         }
-        if (n->kind != IR_TK_NAME) {
-            ir_ps_error_at(ps, n, "expected a loop variable name after 'for'");
+        if (ir_ps_expect_name(ps, "expected a loop variable name after 'for'") == NULL) {
             goto fail;
         }
-        advance(ps);
-        if (ir_ps_seen(ps, &nl.dup, n->str)) {
-            ir_ps_error_at(ps, n, "loop variable '%s' appears twice", n->str);
-            goto fail;
-        }
-        if (!ir_ps_names_push(ps, &nl, n->str, tok_pos(n))) {
+        if (!ir_ps_names_add(ps, &nl, n->str, tok_pos(n), "loop variable '%s' appears twice",
+                             n->str)) {
             goto fail;
         }
     } while (accept(ps, IR_TK_COMMA));
@@ -490,12 +480,10 @@ parse_try(struct parser *ps)
             }
         }
         if (accept(ps, IR_TK_AS)) {
-            const struct ir_token *b = peek(ps);
-            if (b->kind != IR_TK_NAME) {
-                ir_ps_error_at(ps, b, "expected a name after 'as'");
+            const struct ir_token *b = ir_ps_expect_name(ps, "expected a name after 'as'");
+            if (b == NULL) {
                 break;
             }
-            advance(ps);
             h.bind = b->str;
             h.bind_pos = tok_pos(b);
         }
