@@ -197,11 +197,9 @@ ir_parse(const char *src, size_t len, struct ir_diags *diags, struct ir_program 
                 nomem(&ps);
             }
         }
-        if (cn_vec_grow((void **) &funcs, &cap, sizeof(*funcs), nf + 1) != CN_OK) {
-            nomem(&ps);
+        if (!ir_ps_append(&ps, (void **) &funcs, &cap, &nf, &f, sizeof(f))) {
             break;
         }
-        funcs[nf++] = f;
     }
     if (ps.rv == CN_OK && nf == 0 && diags->len == errs0) {
         ir_diags_add(diags, 1, 1, "no function defined; a workflow needs `fn main(...):`");

@@ -167,6 +167,11 @@ const struct ir_token *ir_ps_expect_name(struct parser *ps, const char *fmt, ...
  * hostile 100 000-argument call linear). Adds it otherwise. */
 bool ir_ps_seen(struct parser *ps, struct cn_strmap *m, const char *name);
 
+/* Appends the `size`-byte *item to the malloc'd array *items (*n used, *cap allocated), for the
+ * clauses collected before ir_ps_arena_copy; false (out of memory, reported) otherwise. */
+bool ir_ps_append(struct parser *ps, void **items, size_t *cap, size_t *n, const void *item,
+                  size_t size);
+
 /* n items of `size` bytes copied into the program's arena; NULL for none (or out of memory). */
 void *ir_ps_arena_copy(struct parser *ps, const void *items, size_t n, size_t size);
 

@@ -90,6 +90,18 @@ ir_ps_seen(struct parser *ps, struct cn_strmap *m, const char *name)
     return false;
 }
 
+bool
+ir_ps_append(struct parser *ps, void **items, size_t *cap, size_t *n, const void *item, size_t size)
+{
+    if (cn_vec_grow(items, cap, size, *n + 1) != CN_OK) {
+        nomem(ps);
+        return false;
+    }
+    memcpy((char *) *items + *n * size, item, size);
+    (*n)++;
+    return true;
+}
+
 void *
 ir_ps_arena_copy(struct parser *ps, const void *items, size_t n, size_t size)
 {
