@@ -171,8 +171,7 @@ parse_call_kwargs(struct parser *ps, const struct ir_action_call *ac, struct kwa
         if (ps->panic) {
             goto out;
         }
-        if (CN_VEC_PUSH(kw, a) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(kw, a))) {
             goto out;
         }
         if (!accept(ps, IR_TK_COMMA)) {
@@ -231,8 +230,7 @@ parse_call_policies(struct parser *ps, struct ir_action_call *ac, bool *fail_fas
         if (p.kind != IR_POLICY_RETRY && policy_repeated(ps, ac, pols, &p)) {
             return false;
         }
-        if (CN_VEC_PUSH(pols, p) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(pols, p))) {
             return false;
         }
     }

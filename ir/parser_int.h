@@ -147,6 +147,17 @@ nomem(struct parser *ps)
     ps->panic = true;
 }
 
+/* The result of an allocation (CN_VEC_PUSH): true on CN_OK, else the parser is out of memory. */
+static inline bool
+ps_alloc_ok(struct parser *ps, cn_err rv)
+{
+    if (rv != CN_OK) {
+        nomem(ps);
+        return false;
+    }
+    return true;
+}
+
 /* ---- errors, recovery and builders (parser_util.c) ---- */
 
 /* Records the statement's first error, at t; later ones are dropped until it is skipped. */
