@@ -543,21 +543,24 @@ ir_ev_binop(enum ir_binop op, struct ir_val a, struct ir_val b, struct ir_val *o
     return raise_unsupported(out, binop_sym(op), a, b);
 }
 
-static cn_err
-negate(struct ir_val a, struct ir_val *out)
+cn_err
+ir_ev_sign(struct ir_val v, bool absolute, struct ir_val *out)
 {
-    if (is_intlike(a)) {
-        if (as_int(a) == INT64_MIN) {
+    int64_t i;
+
+    if (is_intlike(v)) {
+        if ((i = as_int(v)) == INT64_MIN) {
             return raise_overflow(out);
         }
-        *out = ir_int(-as_int(a));
+        *out = ir_int(absolute && i >= 0 ? i : -i);
         return CN_OK;
     }
-    if (a.type == IR_T_FLOAT) {
-        *out = ir_float(-a.u.f);
+    if (v.type == IR_T_FLOAT) {
+        *out = ir_float(absolute ? fabs(v.u.f) : -v.u.f);
         return CN_OK;
     }
-    return ir_raise(out, "TypeError", "bad operand type for unary -: '%s'", tname(a));
+    return ir_raise(out, "TypeError", "bad operand type for %s: '%s'",
+                    absolute ? "abs()" : "unary -", tname(v));
 }
 
 /* ---- comparisons ---- */
@@ -1088,7 +1091,7 @@ ev_expr(const struct ev *x, uint32_t ei, struct ir_val *out)
             return rv;
         }
         if (e->kind == IR_X_NEG) {
-            rv = negate(v[0], out);
+            rv = ir_ev_sign(v[0], false, out);
         } else if (e->kind == IR_X_NOT) {
             *out = ir_bool(!ir_truthy(v[0]));
         } else {
