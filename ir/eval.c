@@ -863,6 +863,19 @@ attr_op(struct ir_val c, const char *name, struct ir_val *out)
 
 /* ---- the tree walk ---- */
 
+/* Evaluates child k of e into *v; a raised error is also handed to the caller's result, *out. */
+static cn_err
+ev_child(const struct ev *x, const struct ir_expr *e, uint32_t k, struct ir_val *v,
+         struct ir_val *out)
+{
+    cn_err rv = ev_expr(x, ir_xchild(x->p, e, k), v);
+
+    if (rv == CN_RAISED) {
+        *out = *v;
+    }
+    return rv;
+}
+
 /* Evaluates children [0, n) of e into vals (all or nothing). */
 static cn_err
 ev_children(const struct ev *x, const struct ir_expr *e, uint32_t n, struct ir_val *vals,
@@ -872,10 +885,7 @@ ev_children(const struct ev *x, const struct ir_expr *e, uint32_t n, struct ir_v
     cn_err rv;
 
     for (i = 0; i < n; i++) {
-        if ((rv = ev_expr(x, ir_xchild(x->p, e, i), &vals[i])) != CN_OK) {
-            if (rv == CN_RAISED) {
-                *out = vals[i];
-            }
+        if ((rv = ev_child(x, e, i, &vals[i], out)) != CN_OK) {
             release_all(vals, i);
             return rv;
         }
@@ -951,19 +961,13 @@ ev_cmp(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
     bool res = true;
     cn_err rv;
 
-    if ((rv = ev_expr(x, ir_xchild(x->p, e, 0), &left)) != CN_OK) {
-        if (rv == CN_RAISED) {
-            *out = left;
-        }
+    if ((rv = ev_child(x, e, 0, &left, out)) != CN_OK) {
         return rv;
     }
     /* a < b < c: each middle operand is evaluated once; the chain stops at the first false. */
     for (k = 0; k + 1 < e->nargs && res; k++) {
-        if ((rv = ev_expr(x, ir_xchild(x->p, e, k + 1), &right)) != CN_OK) {
+        if ((rv = ev_child(x, e, k + 1, &right, out)) != CN_OK) {
             ir_val_release(left);
-            if (rv == CN_RAISED) {
-                *out = right;
-            }
             return rv;
         }
         op = x->p->args[e->ops + k];
@@ -1025,10 +1029,7 @@ ev_slice(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
         if (ir_xchild(x->p, e, ci) == IR_NO_EXPR) {
             continue;
         }
-        if ((rv = ev_expr(x, ir_xchild(x->p, e, ci), &v[ci])) != CN_OK) {
-            if (rv == CN_RAISED) {
-                *out = v[ci];
-            }
+        if ((rv = ev_child(x, e, ci, &v[ci], out)) != CN_OK) {
             release_all(v, ci);
             return rv;
         }
@@ -1046,10 +1047,7 @@ ev_cond(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
     uint32_t ci;
     cn_err rv;
 
-    if ((rv = ev_expr(x, ir_xchild(x->p, e, 1), &c)) != CN_OK) {
-        if (rv == CN_RAISED) {
-            *out = c;
-        }
+    if ((rv = ev_child(x, e, 1, &c, out)) != CN_OK) {
         return rv;
     }
     ci = ir_xchild(x->p, e, ir_truthy(c) ? 0 : 2);
