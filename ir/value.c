@@ -776,6 +776,24 @@ num_equal(struct ir_val a, struct ir_val b)
     return num_as_int(a) == num_as_int(b);
 }
 
+/* Lists of the same length whose items pair up under eq (equality or sameness). */
+static bool
+lists_match(const struct ir_list *a, const struct ir_list *b,
+            bool (*eq)(struct ir_val, struct ir_val))
+{
+    size_t i;
+
+    if (a->len != b->len) {
+        return false;
+    }
+    for (i = 0; i < a->len; i++) {
+        if (!eq(a->items[i], b->items[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
 bool
 ir_val_equal(struct ir_val a, struct ir_val b)
 {
@@ -796,15 +814,7 @@ ir_val_equal(struct ir_val a, struct ir_val b)
     case IR_T_STR:
         return str_eq(a.u.s, b.u.s);
     case IR_T_LIST:
-        if (a.u.l->len != b.u.l->len) {
-            return false;
-        }
-        for (i = 0; i < a.u.l->len; i++) {
-            if (!ir_val_equal(a.u.l->items[i], b.u.l->items[i])) {
-                return false;
-            }
-        }
-        return true;
+        return lists_match(a.u.l, b.u.l, ir_val_equal);
     case IR_T_MAP:
         ma = a.u.m;
         mb = b.u.m;
@@ -901,15 +911,7 @@ ir_val_same(struct ir_val a, struct ir_val b)
     case IR_T_STR:
         return str_eq(a.u.s, b.u.s);
     case IR_T_LIST:
-        if (a.u.l->len != b.u.l->len) {
-            return false;
-        }
-        for (i = 0; i < a.u.l->len; i++) {
-            if (!ir_val_same(a.u.l->items[i], b.u.l->items[i])) {
-                return false;
-            }
-        }
-        return true;
+        return lists_match(a.u.l, b.u.l, ir_val_same);
     case IR_T_MAP:
         if (a.u.m->len != b.u.m->len || a.u.m->is_error != b.u.m->is_error) {
             return false;
