@@ -392,23 +392,6 @@ builtin_sum(const struct ir_val *a, size_t n, struct ir_val *out)
 }
 
 static cn_err
-builtin_abs(struct ir_val v, struct ir_val *out)
-{
-    if (is_intlike(v)) {
-        if (as_int(v) == INT64_MIN) {
-            return raise_overflow(out);
-        }
-        *out = ir_int(as_int(v) < 0 ? -as_int(v) : as_int(v));
-        return CN_OK;
-    }
-    if (v.type == IR_T_FLOAT) {
-        *out = ir_float(fabs(v.u.f));
-        return CN_OK;
-    }
-    return ir_raise(out, "TypeError", "bad operand type for abs(): '%s'", tname(v));
-}
-
-static cn_err
 builtin_int(const struct ir_val *a, size_t n, struct ir_val *out)
 {
     int64_t base;
@@ -661,7 +644,7 @@ ir_builtin_call(enum ir_builtin b, const struct ir_val *a, size_t n, struct ir_v
     case IR_B_SUM:
         return builtin_sum(a, n, out);
     case IR_B_ABS:
-        return builtin_abs(a[0], out);
+        return ir_ev_sign(a[0], true, out);
     case IR_B_ROUND:
         return builtin_round(a, n, out);
     case IR_B_STR:

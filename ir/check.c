@@ -594,23 +594,29 @@ walk_try(struct checker *c, const struct ir_stmt *s, struct dstate *st)
     *st = out;
 }
 
+/* A statement that binds its targets once its value is checked: an assignment (which becomes a
+ * helper call when its value is one), a helper call, an action. */
+static void
+walk_binding(struct checker *c, struct ir_stmt *s, struct dstate *st)
+{
+    if (s->kind == IR_S_ACTION) {
+        check_action(c, &s->action, st);
+    } else if (s->kind == IR_S_CALL) { /* already converted (not reached on a first check) */
+        check_helper_call(c, s->expr, st);
+    } else if (check_value(c, s->expr, st)) {
+        s->kind = IR_S_CALL;
+    }
+    ds_set_names(c, st, &s->targets);
+}
+
 static void
 walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
 {
     switch (s->kind) {
     case IR_S_ASSIGN:
-        if (check_value(c, s->expr, st)) {
-            s->kind = IR_S_CALL;
-        }
-        ds_set_names(c, st, &s->targets);
-        break;
-    case IR_S_CALL: /* already converted (not reached on a first check) */
-        check_helper_call(c, s->expr, st);
-        ds_set_names(c, st, &s->targets);
-        break;
+    case IR_S_CALL:
     case IR_S_ACTION:
-        check_action(c, &s->action, st);
-        ds_set_names(c, st, &s->targets);
+        walk_binding(c, s, st);
         break;
     case IR_S_SPREAD:
         walk_spread(c, s, st);

@@ -356,33 +356,15 @@ d_strs(struct dec *x, const msgpack_object *o, const char ***out, uint32_t *n, c
 static bool
 d_const(struct dec *x, const msgpack_object *o, struct ir_val *v)
 {
-    switch (o->type) {
-    case MSGPACK_OBJECT_NIL:
-        *v = ir_null();
+    switch (ir_val_from_msgpack_scalar(o, v)) {
+    case CN_OK:
         return true;
-    case MSGPACK_OBJECT_BOOLEAN:
-        *v = ir_bool(o->via.boolean);
-        return true;
-    case MSGPACK_OBJECT_POSITIVE_INTEGER:
-        if (o->via.u64 > (uint64_t) INT64_MAX) {
-            return d_fail(x, CN_RANGE, "constant out of int64 range");
-        }
-        *v = ir_int((int64_t) o->via.u64);
-        return true;
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-        *v = ir_int(o->via.i64);
-        return true;
-    case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64:
-        *v = ir_float(o->via.f64);
-        return true;
-    case MSGPACK_OBJECT_STR:
-        if (ir_str_new(o->via.str.ptr, o->via.str.size, v) != CN_OK) {
-            return d_fail(x, CN_PARSE, "constant string is not valid UTF-8");
-        }
-        return true;
-    default:
+    case CN_RANGE:
+        return d_fail(x, CN_RANGE, "constant out of int64 range");
+    case CN_TYPE:
         return d_fail(x, CN_PARSE, "constant of an unsupported type");
+    default:
+        return d_fail(x, CN_PARSE, "constant string is not valid UTF-8");
     }
 }
 

@@ -543,21 +543,24 @@ ir_ev_binop(enum ir_binop op, struct ir_val a, struct ir_val b, struct ir_val *o
     return raise_unsupported(out, binop_sym(op), a, b);
 }
 
-static cn_err
-negate(struct ir_val a, struct ir_val *out)
+cn_err
+ir_ev_sign(struct ir_val v, bool absolute, struct ir_val *out)
 {
-    if (is_intlike(a)) {
-        if (as_int(a) == INT64_MIN) {
+    int64_t i;
+
+    if (is_intlike(v)) {
+        if ((i = as_int(v)) == INT64_MIN) {
             return raise_overflow(out);
         }
-        *out = ir_int(-as_int(a));
+        *out = ir_int(absolute && i >= 0 ? i : -i);
         return CN_OK;
     }
-    if (a.type == IR_T_FLOAT) {
-        *out = ir_float(-a.u.f);
+    if (v.type == IR_T_FLOAT) {
+        *out = ir_float(absolute ? fabs(v.u.f) : -v.u.f);
         return CN_OK;
     }
-    return ir_raise(out, "TypeError", "bad operand type for unary -: '%s'", tname(a));
+    return ir_raise(out, "TypeError", "bad operand type for %s: '%s'",
+                    absolute ? "abs()" : "unary -", tname(v));
 }
 
 /* ---- comparisons ---- */
@@ -860,6 +863,19 @@ attr_op(struct ir_val c, const char *name, struct ir_val *out)
 
 /* ---- the tree walk ---- */
 
+/* Evaluates child k of e into *v; a raised error is also handed to the caller's result, *out. */
+static cn_err
+ev_child(const struct ev *x, const struct ir_expr *e, uint32_t k, struct ir_val *v,
+         struct ir_val *out)
+{
+    cn_err rv = ev_expr(x, ir_xchild(x->p, e, k), v);
+
+    if (rv == CN_RAISED) {
+        *out = *v;
+    }
+    return rv;
+}
+
 /* Evaluates children [0, n) of e into vals (all or nothing). */
 static cn_err
 ev_children(const struct ev *x, const struct ir_expr *e, uint32_t n, struct ir_val *vals,
@@ -869,10 +885,7 @@ ev_children(const struct ev *x, const struct ir_expr *e, uint32_t n, struct ir_v
     cn_err rv;
 
     for (i = 0; i < n; i++) {
-        if ((rv = ev_expr(x, ir_xchild(x->p, e, i), &vals[i])) != CN_OK) {
-            if (rv == CN_RAISED) {
-                *out = vals[i];
-            }
+        if ((rv = ev_child(x, e, i, &vals[i], out)) != CN_OK) {
             release_all(vals, i);
             return rv;
         }
@@ -948,19 +961,13 @@ ev_cmp(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
     bool res = true;
     cn_err rv;
 
-    if ((rv = ev_expr(x, ir_xchild(x->p, e, 0), &left)) != CN_OK) {
-        if (rv == CN_RAISED) {
-            *out = left;
-        }
+    if ((rv = ev_child(x, e, 0, &left, out)) != CN_OK) {
         return rv;
     }
     /* a < b < c: each middle operand is evaluated once; the chain stops at the first false. */
     for (k = 0; k + 1 < e->nargs && res; k++) {
-        if ((rv = ev_expr(x, ir_xchild(x->p, e, k + 1), &right)) != CN_OK) {
+        if ((rv = ev_child(x, e, k + 1, &right, out)) != CN_OK) {
             ir_val_release(left);
-            if (rv == CN_RAISED) {
-                *out = right;
-            }
             return rv;
         }
         op = x->p->args[e->ops + k];
@@ -1022,10 +1029,7 @@ ev_slice(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
         if (ir_xchild(x->p, e, ci) == IR_NO_EXPR) {
             continue;
         }
-        if ((rv = ev_expr(x, ir_xchild(x->p, e, ci), &v[ci])) != CN_OK) {
-            if (rv == CN_RAISED) {
-                *out = v[ci];
-            }
+        if ((rv = ev_child(x, e, ci, &v[ci], out)) != CN_OK) {
             release_all(v, ci);
             return rv;
         }
@@ -1043,10 +1047,7 @@ ev_cond(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
     uint32_t ci;
     cn_err rv;
 
-    if ((rv = ev_expr(x, ir_xchild(x->p, e, 1), &c)) != CN_OK) {
-        if (rv == CN_RAISED) {
-            *out = c;
-        }
+    if ((rv = ev_child(x, e, 1, &c, out)) != CN_OK) {
         return rv;
     }
     ci = ir_xchild(x->p, e, ir_truthy(c) ? 0 : 2);
@@ -1088,7 +1089,7 @@ ev_expr(const struct ev *x, uint32_t ei, struct ir_val *out)
             return rv;
         }
         if (e->kind == IR_X_NEG) {
-            rv = negate(v[0], out);
+            rv = ir_ev_sign(v[0], false, out);
         } else if (e->kind == IR_X_NOT) {
             *out = ir_bool(!ir_truthy(v[0]));
         } else {

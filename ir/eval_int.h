@@ -181,6 +181,10 @@ iter_len(struct ir_val v)
 
 /* ---- shared between eval.c and builtins.c ---- */
 
+/* -v, or abs(v) when absolute: numbers only (a bool counts as its int), and both overflow only at
+ * INT64_MIN; anything else raises TypeError naming the operation. (eval.c) */
+CN_MUST_CHECK cn_err ir_ev_sign(struct ir_val v, bool absolute, struct ir_val *out);
+
 /* The items of an iterable as a list in *list: a list itself (a new reference), a string's
  * characters, a dict's keys. v must be iterable (is_iterable); the size limit raises into
  * *out. Returns CN_OK, CN_RAISED or CN_NOMEM. (eval.c) */

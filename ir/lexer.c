@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/base/buf.h"
 #include "ir/base/vec.h"
 
 #define LEX_MAX_INDENT   100 /* nesting levels; deeper is an error, not a stack overflow */
@@ -462,39 +463,6 @@ lex_number(struct lexer *lx)
     lex_emit(lx, &t);
 }
 
-static int
-hexval(char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
-static size_t
-utf8_put(char *out, uint32_t cp)
-{
-    if (cp < 0x80) {
-        out[0] = (char) cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char) (0xC0 | (cp >> 6));
-        out[1] = (char) (0x80 | (cp & 0x3F));
-        return 2;
-    }
-    out[0] = (char) (0xE0 | (cp >> 12));
-    out[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
-    out[2] = (char) (0x80 | (cp & 0x3F));
-    return 3;
-}
-
 /* The four hex digits of a unicode escape (its 'u' consumed), appended to buf + *n as UTF-8;
  * ecol is the backslash's column, for the errors. */
 static void
@@ -504,7 +472,7 @@ lex_u_escape(struct lexer *lx, char *buf, size_t *n, uint32_t line, uint32_t eco
     int i, h;
 
     for (i = 0; i < 4; i++) {
-        if (lx->p >= lx->end || (h = hexval(*lx->p)) < 0) {
+        if (lx->p >= lx->end || (h = cn_hex_digit(*lx->p)) < 0) {
             break;
         }
         cp = cp * 16 + (uint32_t) h;
@@ -516,7 +484,7 @@ lex_u_escape(struct lexer *lx, char *buf, size_t *n, uint32_t line, uint32_t eco
         ir_diags_add(lx->diags, line, ecol,
                      "\\u%04X is a surrogate and cannot appear in a UTF-8 string", cp);
     } else {
-        *n += utf8_put(buf + *n, cp);
+        *n += cn_utf8_put(buf + *n, cp);
     }
 }
 

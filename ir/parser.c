@@ -43,17 +43,12 @@ parse_name_list(struct parser *ps, struct ir_names *out, const char *what)
         return false;
     }
     while (!at(ps, IR_TK_RBRACK)) {
-        const struct ir_token *t = peek(ps);
-        if (t->kind != IR_TK_NAME) {
-            ir_ps_error_at(ps, t, "expected a name in the %s list", what + 6 /* skip "after " */);
+        const struct ir_token *t =
+            ir_ps_expect_name(ps, "expected a name in the %s list", what + 6 /* skip "after " */);
+        if (t == NULL) {
             goto fail;
         }
-        advance(ps);
-        if (ir_ps_seen(ps, &nl.dup, t->str)) {
-            ir_ps_error_at(ps, t, "duplicate name '%s'", t->str);
-            goto fail;
-        }
-        if (!ir_ps_names_push(ps, &nl, t->str, tok_pos(t))) {
+        if (!ir_ps_names_add(ps, &nl, t->str, tok_pos(t), "duplicate name '%s'", t->str)) {
             goto fail;
         }
         if (!accept(ps, IR_TK_COMMA)) {
@@ -74,15 +69,13 @@ static bool
 parse_func(struct parser *ps, struct ir_func *f)
 {
     const struct ir_token *t = advance(ps); /* fn */
-    const struct ir_token *n = peek(ps);
+    const struct ir_token *n;
 
     memset(f, 0, sizeof(*f));
     f->pos = tok_pos(t);
-    if (n->kind != IR_TK_NAME) {
-        ir_ps_error_at(ps, n, "expected a function name after 'fn'");
+    if ((n = ir_ps_expect_name(ps, "expected a function name after 'fn'")) == NULL) {
         return false;
     }
-    advance(ps);
     f->name = n->str;
     f->pos = tok_pos(n);
     if (!ir_ps_expect(ps, IR_TK_LPAREN, "after function name")) {
@@ -204,11 +197,9 @@ ir_parse(const char *src, size_t len, struct ir_diags *diags, struct ir_program 
                 nomem(&ps);
             }
         }
-        if (cn_vec_grow((void **) &funcs, &cap, sizeof(*funcs), nf + 1) != CN_OK) {
-            nomem(&ps);
+        if (!ir_ps_append(&ps, (void **) &funcs, &cap, &nf, &f, sizeof(f))) {
             break;
         }
-        funcs[nf++] = f;
     }
     if (ps.rv == CN_OK && nf == 0 && diags->len == errs0) {
         ir_diags_add(diags, 1, 1, "no function defined; a workflow needs `fn main(...):`");

@@ -63,12 +63,16 @@ policy_fits(struct parser *ps, const struct ir_action_call *ac, const struct ir_
     return true;
 }
 
-/* The `('.' NAME)*` after the first part of a dotted name, appended to *name; *dots counts the
- * parts. Keywords are fine after a dot (@db.input, @queue.sleep, billing.input). `what` names
- * the kind of name for the error. */
+/* A dotted name, `NAME ('.' NAME)*` (the caller has checked the first NAME), appended to *name;
+ * *dots counts the dots. Keywords are fine after a dot (@db.input, @queue.sleep, billing.input).
+ * `what` names the kind of name for the error. */
 static bool
-parse_dotted_rest(struct parser *ps, const char *what, struct cn_buf *name, int *dots)
+parse_call_name(struct parser *ps, const char *what, struct cn_buf *name, int *dots)
 {
+    if (cn_buf_puts(name, advance(ps)->str) != CN_OK) {
+        nomem(ps);
+        return false;
+    }
     while (accept(ps, IR_TK_DOT)) {
         if (!at(ps, IR_TK_NAME) && !(peek(ps)->kind >= IR_TK_FN && peek(ps)->kind <= IR_TK_PASS)) {
             ir_ps_error_at(ps, peek(ps), "expected a name after '.' in %s name", what);
@@ -93,11 +97,7 @@ parse_action_name(struct parser *ps, const struct ir_token *at_tok, struct cn_bu
         ir_ps_error_at(ps, peek(ps), "expected an action name after '@' (e.g. @mail.send)");
         return false;
     }
-    if (cn_buf_puts(name, advance(ps)->str) != CN_OK) {
-        nomem(ps);
-        return false;
-    }
-    if (!parse_dotted_rest(ps, "action", name, &dots)) {
+    if (!parse_call_name(ps, "action", name, &dots)) {
         return false;
     }
     if (dots == 0) {
@@ -130,11 +130,7 @@ parse_workflow_name(struct parser *ps, const struct ir_token *kw, struct cn_buf 
                        kw->str, kw->str);
         return false;
     }
-    if (cn_buf_puts(name, advance(ps)->str) != CN_OK) {
-        nomem(ps);
-        return false;
-    }
-    if (!parse_dotted_rest(ps, "workflow", name, &dots)) {
+    if (!parse_call_name(ps, "workflow", name, &dots)) {
         return false;
     }
     if (!ir_workflow_name_ok(name->data)) {
@@ -175,8 +171,7 @@ parse_call_kwargs(struct parser *ps, const struct ir_action_call *ac, struct kwa
         if (ps->panic) {
             goto out;
         }
-        if (CN_VEC_PUSH(kw, a) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(kw, a))) {
             goto out;
         }
         if (!accept(ps, IR_TK_COMMA)) {
@@ -235,8 +230,7 @@ parse_call_policies(struct parser *ps, struct ir_action_call *ac, bool *fail_fas
         if (p.kind != IR_POLICY_RETRY && policy_repeated(ps, ac, pols, &p)) {
             return false;
         }
-        if (CN_VEC_PUSH(pols, p) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(pols, p))) {
             return false;
         }
     }

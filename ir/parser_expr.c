@@ -114,8 +114,7 @@ parse_expr_list_until(struct parser *ps, enum ir_tok close, struct u32_vec *out,
                            "loop (or run an action per item with spread)");
             return false;
         }
-        if (CN_VEC_PUSH(out, e) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(out, e))) {
             return false;
         }
         if (!accept(ps, IR_TK_COMMA)) {
@@ -143,8 +142,7 @@ parse_dict(struct parser *ps, const struct ir_token *open)
         if (ps->panic) {
             goto out;
         }
-        if (CN_VEC_PUSH(&kids, k) != CN_OK || CN_VEC_PUSH(&kids, v) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(&kids, k)) || !ps_alloc_ok(ps, CN_VEC_PUSH(&kids, v))) {
             goto out;
         }
         if (!accept(ps, IR_TK_COMMA)) {
@@ -178,8 +176,7 @@ parse_paren(struct parser *ps, const struct ir_token *open)
     if (!at(ps, IR_TK_COMMA)) {
         return ir_ps_expect(ps, IR_TK_RPAREN, "to close '('") ? r : IR_NO_EXPR;
     }
-    if (CN_VEC_PUSH(&kids, r) != CN_OK) {
-        nomem(ps);
+    if (!ps_alloc_ok(ps, CN_VEC_PUSH(&kids, r))) {
         return IR_NO_EXPR;
     }
     advance(ps);
@@ -310,8 +307,7 @@ parse_call(struct parser *ps, uint32_t callee, const struct ir_token *open)
                 ir_ps_error_at(ps, t, "keyword argument '%s' repeated", t->str);
                 goto out;
             }
-            if (CN_VEC_PUSH(&kw, t->str) != CN_OK) {
-                nomem(ps);
+            if (!ps_alloc_ok(ps, CN_VEC_PUSH(&kw, t->str))) {
                 goto out;
             }
         } else if (kw.len > 0) {
@@ -322,8 +318,7 @@ parse_call(struct parser *ps, uint32_t callee, const struct ir_token *open)
         if (ps->panic) {
             goto out;
         }
-        if (CN_VEC_PUSH(&kids, e) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(&kids, e))) {
             goto out;
         }
         if (!accept(ps, IR_TK_COMMA)) {
@@ -395,12 +390,9 @@ parse_postfix(struct parser *ps)
         } else if (t->kind == IR_TK_DOT) {
             const struct ir_token *n;
             advance(ps);
-            n = peek(ps);
-            if (n->kind != IR_TK_NAME) {
-                ir_ps_error_at(ps, n, "expected a field name after '.'");
+            if ((n = ir_ps_expect_name(ps, "expected a field name after '.'")) == NULL) {
                 return IR_NO_EXPR;
             }
-            advance(ps);
             e = mk_named(ps, IR_X_ATTR, n, n->str, &e, 1);
         } else if (t->kind == IR_TK_LPAREN) {
             advance(ps);
@@ -561,21 +553,18 @@ parse_comparison(struct parser *ps)
         }
         if (first == NULL) {
             first = t;
-            if (CN_VEC_PUSH(&operands, e) != CN_OK) {
-                nomem(ps);
+            if (!ps_alloc_ok(ps, CN_VEC_PUSH(&operands, e))) {
                 goto out;
             }
         }
-        if (CN_VEC_PUSH(&ops, (uint32_t) op) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(&ops, (uint32_t) op))) {
             goto out;
         }
         e = parse_binary_level(ps, 0);
         if (ps->panic) {
             goto out;
         }
-        if (CN_VEC_PUSH(&operands, e) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(&operands, e))) {
             goto out;
         }
     }
@@ -584,8 +573,7 @@ parse_comparison(struct parser *ps)
     }
     /* The pool stores operands followed by ops (ir_xpool_add splits them by nargs). */
     for (i = 0; i < ops.len; i++) {
-        if (CN_VEC_PUSH(&operands, ops.items[i]) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(&operands, ops.items[i]))) {
             goto out;
         }
     }
@@ -687,8 +675,7 @@ ir_parse_exprs(struct parser *ps, struct u32_vec *items)
     if (ps->panic) {
         return IR_NO_EXPR;
     }
-    if (CN_VEC_PUSH(items, e) != CN_OK) {
-        nomem(ps);
+    if (!ps_alloc_ok(ps, CN_VEC_PUSH(items, e))) {
         return IR_NO_EXPR;
     }
     while (accept(ps, IR_TK_COMMA)) {
@@ -702,8 +689,7 @@ ir_parse_exprs(struct parser *ps, struct u32_vec *items)
         if (ps->panic) {
             return IR_NO_EXPR;
         }
-        if (CN_VEC_PUSH(items, e) != CN_OK) {
-            nomem(ps);
+        if (!ps_alloc_ok(ps, CN_VEC_PUSH(items, e))) {
             return IR_NO_EXPR;
         }
     }

@@ -147,6 +147,17 @@ nomem(struct parser *ps)
     ps->panic = true;
 }
 
+/* The result of an allocation (CN_VEC_PUSH): true on CN_OK, else the parser is out of memory. */
+static inline bool
+ps_alloc_ok(struct parser *ps, cn_err rv)
+{
+    if (rv != CN_OK) {
+        nomem(ps);
+        return false;
+    }
+    return true;
+}
+
 /* ---- errors, recovery and builders (parser_util.c) ---- */
 
 /* Records the statement's first error, at t; later ones are dropped until it is skipped. */
@@ -159,9 +170,18 @@ void ir_ps_error_pos(struct parser *ps, struct ir_pos pos, const char *fmt, ...)
 /* Consumes a token of kind k or reports "expected <k> <context>". */
 bool ir_ps_expect(struct parser *ps, enum ir_tok k, const char *context);
 
+/* Consumes a NAME and returns its token; anything else is reported at it with fmt (what was
+ * expected, printf-style) and gives NULL. */
+const struct ir_token *ir_ps_expect_name(struct parser *ps, const char *fmt, ...) CN_PRINTF(2, 3);
+
 /* True when `name` was already added to `m` (a per-list duplicate check: hashing keeps a
  * hostile 100 000-argument call linear). Adds it otherwise. */
 bool ir_ps_seen(struct parser *ps, struct cn_strmap *m, const char *name);
+
+/* Appends the `size`-byte *item to the malloc'd array *items (*n used, *cap allocated), for the
+ * clauses collected before ir_ps_arena_copy; false (out of memory, reported) otherwise. */
+bool ir_ps_append(struct parser *ps, void **items, size_t *cap, size_t *n, const void *item,
+                  size_t size);
 
 /* n items of `size` bytes copied into the program's arena; NULL for none (or out of memory). */
 void *ir_ps_arena_copy(struct parser *ps, const void *items, size_t n, size_t size);
@@ -171,6 +191,11 @@ void ir_ps_sync_stmt(struct parser *ps);
 
 /* Appends name at pos to nl; false (out of memory) otherwise. */
 bool ir_ps_names_push(struct parser *ps, struct name_list *nl, const char *name, struct ir_pos pos);
+
+/* ir_ps_names_push for a list whose names must differ: a name already in nl is reported at pos
+ * with fmt (printf-style) instead. False on that or when out of memory. */
+bool ir_ps_names_add(struct parser *ps, struct name_list *nl, const char *name, struct ir_pos pos,
+                     const char *fmt, ...) CN_PRINTF(5, 6);
 
 /* The collected names, copied into the arena (unpack false); nl is emptied. */
 struct ir_names ir_ps_names_finish(struct parser *ps, struct name_list *nl);

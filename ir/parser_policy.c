@@ -22,15 +22,13 @@ at_option(const struct parser *ps, const char *word)
 static const char *
 parse_dotted(struct parser *ps, const char *what)
 {
-    const struct ir_token *t = peek(ps);
+    const struct ir_token *t = ir_ps_expect_name(ps, "expected %s", what);
     struct cn_buf b = CN_BUF_INIT;
     const char *r = NULL;
 
-    if (t->kind != IR_TK_NAME) {
-        ir_ps_error_at(ps, t, "expected %s", what);
+    if (t == NULL) {
         return NULL;
     }
-    advance(ps);
     if (cn_buf_puts(&b, t->str) != CN_OK) {
         goto oom;
     }

@@ -96,11 +96,8 @@ targets_from_exprs(struct parser *ps, const struct u32_vec *ex, struct ir_names 
                             "one or more names");
             goto fail;
         }
-        if (ir_ps_seen(ps, &nl.dup, e->name)) {
-            ir_ps_error_pos(ps, pos, "name '%s' appears twice in the assignment targets", e->name);
-            goto fail;
-        }
-        if (!ir_ps_names_push(ps, &nl, e->name, pos)) {
+        if (!ir_ps_names_add(ps, &nl, e->name, pos,
+                             "name '%s' appears twice in the assignment targets", e->name)) {
             goto fail;
         }
     }
@@ -164,12 +161,7 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
             }
             b.call = e;
         }
-        if (cn_vec_grow((void **) &br, &cap, sizeof(*br), n + 1) != CN_OK) {
-            nomem(ps);
-            break;
-        }
-        br[n++] = b;
-        if (!end_simple(ps)) {
+        if (!ir_ps_append(ps, (void **) &br, &cap, &n, &b, sizeof(b)) || !end_simple(ps)) {
             break;
         }
     }
@@ -208,12 +200,10 @@ parse_spread(struct parser *ps, struct ir_stmt *s)
     if (!ir_ps_expect(ps, IR_TK_COLON, "after the spread collection (spread items:item -> @...)")) {
         return false;
     }
-    t = peek(ps);
-    if (t->kind != IR_TK_NAME) {
-        ir_ps_error_at(ps, t, "expected the item variable name after ':' in spread");
+    if ((t = ir_ps_expect_name(ps, "expected the item variable name after ':' in spread")) ==
+        NULL) {
         return false;
     }
-    advance(ps);
     s->item = t->str;
     s->item_pos = tok_pos(t);
     if (!ir_ps_expect(ps, IR_TK_ARROW, "after the spread item variable")) {
@@ -312,18 +302,13 @@ out:
     return s;
 }
 
-static struct ir_stmt *
-parse_if(struct parser *ps)
+static void
+parse_if(struct parser *ps, struct ir_stmt *s, const struct ir_token *t)
 {
-    const struct ir_token *t = advance(ps);
-    struct ir_stmt *s = new_stmt(ps, IR_S_IF, t);
     struct ir_arm *arms = NULL;
     size_t n = 0, cap = 0;
     struct ir_arm a;
 
-    if (s == NULL) {
-        return NULL;
-    }
     for (;;) {
         memset(&a, 0, sizeof(a));
         a.pos = tok_pos(t);
@@ -345,14 +330,9 @@ parse_if(struct parser *ps)
             }
             a.body = ir_parse_block(ps, t->kind == IR_TK_IF ? "'if'" : "'elif'");
         }
-        if (ps->panic) {
+        if (ps->panic || !ir_ps_append(ps, (void **) &arms, &cap, &n, &a, sizeof(a))) {
             break;
         }
-        if (cn_vec_grow((void **) &arms, &cap, sizeof(*arms), n + 1) != CN_OK) {
-            nomem(ps);
-            break;
-        }
-        arms[n++] = a;
         if (a.cond == IR_NO_EXPR || !(at(ps, IR_TK_ELIF) || at(ps, IR_TK_ELSE))) {
             break;
         }
@@ -361,7 +341,6 @@ parse_if(struct parser *ps)
     s->arms = ir_ps_arena_copy(ps, arms, n, sizeof(*arms));
     s->narms = (uint32_t) n;
     free(arms);
-    return s;
 }
 
 /* The loop variables after 'for', through 'in': `a`, `a, b` or `(a, b)`; a trailing comma
@@ -378,16 +357,11 @@ parse_loop_vars(struct parser *ps, struct ir_names *out)
             unpack = true;
             break;
         }
-        if (n->kind != IR_TK_NAME) {
-            ir_ps_error_at(ps, n, "expected a loop variable name after 'for'");
+        if (ir_ps_expect_name(ps, "expected a loop variable name after 'for'") == NULL) {
             goto fail;
         }
-        advance(ps);
-        if (ir_ps_seen(ps, &nl.dup, n->str)) {
-            ir_ps_error_at(ps, n, "loop variable '%s' appears twice", n->str);
-            goto fail;
-        }
-        if (!ir_ps_names_push(ps, &nl, n->str, tok_pos(n))) {
+        if (!ir_ps_names_add(ps, &nl, n->str, tok_pos(n), "loop variable '%s' appears twice",
+                             n->str)) {
             goto fail;
         }
     } while (accept(ps, IR_TK_COMMA));
@@ -417,55 +391,39 @@ parse_loop_rest(struct parser *ps, struct ir_stmt *s, const char *after, const c
     s->body = ir_parse_block(ps, what);
 }
 
-static struct ir_stmt *
-parse_for(struct parser *ps)
+static void
+parse_for(struct parser *ps, struct ir_stmt *s, const struct ir_token *t)
 {
-    const struct ir_token *t = advance(ps);
-    struct ir_stmt *s = new_stmt(ps, IR_S_FOR, t);
-
-    if (s == NULL) {
-        return NULL;
-    }
+    (void) t;
     if (parse_loop_vars(ps, &s->targets)) {
         parse_loop_rest(ps, s, "after for loop header", "'for'");
     }
-    return s;
 }
 
-static struct ir_stmt *
-parse_while(struct parser *ps)
+static void
+parse_while(struct parser *ps, struct ir_stmt *s, const struct ir_token *t)
 {
-    const struct ir_token *t = advance(ps);
-    struct ir_stmt *s = new_stmt(ps, IR_S_WHILE, t);
-
-    if (s == NULL) {
-        return NULL;
-    }
+    (void) t;
     parse_loop_rest(ps, s, "after while condition", "'while'");
-    return s;
 }
 
-static struct ir_stmt *
-parse_try(struct parser *ps)
+static void
+parse_try(struct parser *ps, struct ir_stmt *s, const struct ir_token *t)
 {
-    const struct ir_token *t = advance(ps);
-    struct ir_stmt *s = new_stmt(ps, IR_S_TRY, t);
     struct ir_handler *hs = NULL;
     size_t n = 0, cap = 0;
 
-    if (s == NULL) {
-        return NULL;
-    }
+    (void) t;
     if (!ir_ps_expect(ps, IR_TK_COLON, "after 'try'")) {
-        return s;
+        return;
     }
     s->body = ir_parse_block(ps, "'try'");
     if (ps->panic) {
-        return s;
+        return;
     }
     if (!at(ps, IR_TK_EXCEPT)) {
         ir_ps_error_at(ps, peek(ps), "expected 'except' after the try block");
-        return s;
+        return;
     }
     while (at(ps, IR_TK_EXCEPT)) {
         struct ir_handler h;
@@ -490,12 +448,10 @@ parse_try(struct parser *ps)
             }
         }
         if (accept(ps, IR_TK_AS)) {
-            const struct ir_token *b = peek(ps);
-            if (b->kind != IR_TK_NAME) {
-                ir_ps_error_at(ps, b, "expected a name after 'as'");
+            const struct ir_token *b = ir_ps_expect_name(ps, "expected a name after 'as'");
+            if (b == NULL) {
                 break;
             }
-            advance(ps);
             h.bind = b->str;
             h.bind_pos = tok_pos(b);
         }
@@ -503,36 +459,45 @@ parse_try(struct parser *ps)
             break;
         }
         h.body = ir_parse_block(ps, "'except'");
-        if (ps->panic) {
+        if (ps->panic || !ir_ps_append(ps, (void **) &hs, &cap, &n, &h, sizeof(h))) {
             break;
         }
-        if (cn_vec_grow((void **) &hs, &cap, sizeof(*hs), n + 1) != CN_OK) {
-            nomem(ps);
-            break;
-        }
-        hs[n++] = h;
     }
     s->handlers = ir_ps_arena_copy(ps, hs, n, sizeof(*hs));
     s->nhandlers = (uint32_t) n;
     free(hs);
-    return s;
 }
+
+/* The compound statements: each parser gets the statement made from its keyword kw (consumed)
+ * and fills in the rest. */
+static const struct {
+    enum ir_tok kw;
+    enum ir_stmt_kind kind;
+    void (*parse)(struct parser *ps, struct ir_stmt *s, const struct ir_token *kw);
+} compound_stmts[] = {
+    {IR_TK_IF, IR_S_IF, parse_if},
+    {IR_TK_FOR, IR_S_FOR, parse_for},
+    {IR_TK_WHILE, IR_S_WHILE, parse_while},
+    {IR_TK_TRY, IR_S_TRY, parse_try},
+};
 
 static struct ir_stmt *
 parse_stmt(struct parser *ps)
 {
     const struct ir_token *t = peek(ps);
     struct ir_stmt *s;
+    size_t i;
 
+    for (i = 0; i < sizeof(compound_stmts) / sizeof(compound_stmts[0]); i++) {
+        if (t->kind == compound_stmts[i].kw) {
+            advance(ps);
+            if ((s = new_stmt(ps, compound_stmts[i].kind, t)) != NULL) {
+                compound_stmts[i].parse(ps, s, t);
+            }
+            return s;
+        }
+    }
     switch (t->kind) {
-    case IR_TK_IF:
-        return parse_if(ps);
-    case IR_TK_FOR:
-        return parse_for(ps);
-    case IR_TK_WHILE:
-        return parse_while(ps);
-    case IR_TK_TRY:
-        return parse_try(ps);
     case IR_TK_PASS:
     case IR_TK_BREAK:
     case IR_TK_CONTINUE:

@@ -51,6 +51,21 @@ ir_ps_error_pos(struct parser *ps, struct ir_pos pos, const char *fmt, ...)
     va_end(ap);
 }
 
+const struct ir_token *
+ir_ps_expect_name(struct parser *ps, const char *fmt, ...)
+{
+    const struct ir_token *t = peek(ps);
+    va_list ap;
+
+    if (t->kind == IR_TK_NAME) {
+        return advance(ps);
+    }
+    va_start(ap, fmt);
+    verror(ps, t->line, t->col, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
 bool
 ir_ps_expect(struct parser *ps, enum ir_tok k, const char *context)
 {
@@ -73,6 +88,18 @@ ir_ps_seen(struct parser *ps, struct cn_strmap *m, const char *name)
         nomem(ps);
     }
     return false;
+}
+
+bool
+ir_ps_append(struct parser *ps, void **items, size_t *cap, size_t *n, const void *item, size_t size)
+{
+    if (cn_vec_grow(items, cap, size, *n + 1) != CN_OK) {
+        nomem(ps);
+        return false;
+    }
+    memcpy((char *) *items + *n * size, item, size);
+    (*n)++;
+    return true;
 }
 
 void *
@@ -134,6 +161,21 @@ ir_ps_names_push(struct parser *ps, struct name_list *nl, const char *name, stru
         return false;
     }
     return true;
+}
+
+bool
+ir_ps_names_add(struct parser *ps, struct name_list *nl, const char *name, struct ir_pos pos,
+                const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!ir_ps_seen(ps, &nl->dup, name)) {
+        return ir_ps_names_push(ps, nl, name, pos);
+    }
+    va_start(ap, fmt);
+    verror(ps, pos.line, pos.col, fmt, ap);
+    va_end(ap);
+    return false;
 }
 
 struct ir_names

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "ir/numtext.h"
+#include "ir/value_int.h"
 
 /* Linear scan up to this many entries; the hash index exists only above it. */
 #define MAP_INDEX_MIN 8
@@ -775,6 +776,24 @@ num_equal(struct ir_val a, struct ir_val b)
     return num_as_int(a) == num_as_int(b);
 }
 
+/* Lists of the same length whose items pair up under eq (equality or sameness). */
+static bool
+lists_match(const struct ir_list *a, const struct ir_list *b,
+            bool (*eq)(struct ir_val, struct ir_val))
+{
+    size_t i;
+
+    if (a->len != b->len) {
+        return false;
+    }
+    for (i = 0; i < a->len; i++) {
+        if (!eq(a->items[i], b->items[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
 bool
 ir_val_equal(struct ir_val a, struct ir_val b)
 {
@@ -795,15 +814,7 @@ ir_val_equal(struct ir_val a, struct ir_val b)
     case IR_T_STR:
         return str_eq(a.u.s, b.u.s);
     case IR_T_LIST:
-        if (a.u.l->len != b.u.l->len) {
-            return false;
-        }
-        for (i = 0; i < a.u.l->len; i++) {
-            if (!ir_val_equal(a.u.l->items[i], b.u.l->items[i])) {
-                return false;
-            }
-        }
-        return true;
+        return lists_match(a.u.l, b.u.l, ir_val_equal);
     case IR_T_MAP:
         ma = a.u.m;
         mb = b.u.m;
@@ -900,15 +911,7 @@ ir_val_same(struct ir_val a, struct ir_val b)
     case IR_T_STR:
         return str_eq(a.u.s, b.u.s);
     case IR_T_LIST:
-        if (a.u.l->len != b.u.l->len) {
-            return false;
-        }
-        for (i = 0; i < a.u.l->len; i++) {
-            if (!ir_val_same(a.u.l->items[i], b.u.l->items[i])) {
-                return false;
-            }
-        }
-        return true;
+        return lists_match(a.u.l, b.u.l, ir_val_same);
     case IR_T_MAP:
         if (a.u.m->len != b.u.m->len || a.u.m->is_error != b.u.m->is_error) {
             return false;
@@ -1021,63 +1024,80 @@ repr_str(const struct ir_str *s, struct cn_buf *out)
     return cn_buf_putc(out, quote);
 }
 
+/* A list as [a, b] or a map as {k: v}: the same in every style. */
 static cn_err
-repr_val(struct ir_val v, struct cn_buf *out, int depth)
+write_items(struct ir_val v, const struct ir_text_style *st, int depth, struct cn_buf *out,
+            struct cn_errmsg *err)
+{
+    bool map = v.type == IR_T_MAP;
+    size_t i, n = map ? v.u.m->len : v.u.l->len;
+    cn_err rv;
+
+    if ((rv = cn_buf_putc(out, map ? '{' : '[')) != CN_OK) {
+        return rv;
+    }
+    for (i = 0; i < n; i++) {
+        if (i > 0 && (rv = cn_buf_puts(out, ", ")) != CN_OK) {
+            return rv;
+        }
+        if (map && ((rv = st->put_str(v.u.m->ents[i].key, out)) != CN_OK ||
+                    (rv = cn_buf_puts(out, ": ")) != CN_OK)) {
+            return rv;
+        }
+        rv = ir_val_write_text(map ? v.u.m->ents[i].val : v.u.l->items[i], st, depth + 1, out, err);
+        if (rv != CN_OK) {
+            return rv;
+        }
+    }
+    return cn_buf_putc(out, map ? '}' : ']');
+}
+
+cn_err
+ir_val_write_text(struct ir_val v, const struct ir_text_style *st, int depth, struct cn_buf *out,
+                  struct cn_errmsg *err)
 {
     char fb[IR_FLOAT_REPR_MAX];
-    size_t i, n;
-    cn_err rv = CN_OK;
+    size_t n;
 
-    if (depth > IR_REPR_MAX_DEPTH) {
-        return CN_DEPTH;
+    if (depth > st->max_depth) {
+        return cn_errmsg_set(err, CN_DEPTH, "%s: value nested deeper than %d levels", st->what,
+                             st->max_depth);
     }
     switch (v.type) {
     case IR_T_NULL:
-        return cn_buf_puts(out, "None");
+        return cn_buf_puts(out, st->none);
     case IR_T_BOOL:
-        return cn_buf_puts(out, v.u.b ? "True" : "False");
+        return cn_buf_puts(out, v.u.b ? st->yes : st->no);
     case IR_T_INT:
         return cn_buf_printf(out, "%lld", (long long) v.u.i);
     case IR_T_FLOAT:
         n = ir_float_repr(v.u.f, fb);
+        if (st->finite_only && !isfinite(v.u.f)) {
+            return cn_errmsg_set(err, CN_RANGE, "%s cannot represent the float %s", st->what, fb);
+        }
         return cn_buf_append(out, fb, n);
     case IR_T_STR:
-        return repr_str(v.u.s, out);
+        return st->put_str(v, out);
     case IR_T_LIST:
-        if ((rv = cn_buf_putc(out, '[')) != CN_OK) {
-            return rv;
-        }
-        for (i = 0; i < v.u.l->len; i++) {
-            if (i > 0 && (rv = cn_buf_puts(out, ", ")) != CN_OK) {
-                return rv;
-            }
-            if ((rv = repr_val(v.u.l->items[i], out, depth + 1)) != CN_OK) {
-                return rv;
-            }
-        }
-        return cn_buf_putc(out, ']');
     case IR_T_MAP:
-        if ((rv = cn_buf_putc(out, '{')) != CN_OK) {
-            return rv;
-        }
-        for (i = 0; i < v.u.m->len; i++) {
-            if (i > 0 && (rv = cn_buf_puts(out, ", ")) != CN_OK) {
-                return rv;
-            }
-            if ((rv = repr_str(v.u.m->ents[i].key.u.s, out)) != CN_OK ||
-                (rv = cn_buf_puts(out, ": ")) != CN_OK ||
-                (rv = repr_val(v.u.m->ents[i].val, out, depth + 1)) != CN_OK) {
-                return rv;
-            }
-        }
-        return cn_buf_putc(out, '}');
+        return write_items(v, st, depth, out, err);
     default:
-        return CN_INVAL;
+        return cn_errmsg_set(err, CN_INVAL, "%s: bad value type %d", st->what, (int) v.type);
     }
 }
+
+static cn_err
+repr_str_val(struct ir_val s, struct cn_buf *out)
+{
+    return repr_str(s.u.s, out);
+}
+
+static const struct ir_text_style repr_style = {
+    "None", "True", "False", IR_REPR_MAX_DEPTH, false, "repr", repr_str_val,
+};
 
 cn_err
 ir_val_repr(struct ir_val v, struct cn_buf *out)
 {
-    return repr_val(v, out, 1);
+    return ir_val_write_text(v, &repr_style, 1, out, NULL);
 }

@@ -192,4 +192,11 @@ CN_MUST_CHECK cn_err ir_val_to_msgpack(struct ir_val v, unsigned flags, struct c
 CN_MUST_CHECK cn_err ir_val_from_msgpack(const void *buf, size_t len, unsigned flags,
                                          struct ir_val *out, struct cn_errmsg *err);
 
+/* Decodes one unpacked msgpack-c scalar (nil, bool, int, float, str) into *out, for the decoders
+ * of larger documents that embed values (the DAG codec's constants). Returns CN_OK, CN_RANGE
+ * (an unsigned integer above INT64_MAX), ir_str_new's error for a string (CN_UTF8, CN_NOMEM),
+ * or CN_TYPE for anything else (*out untouched); each caller words its own error. */
+struct msgpack_object;
+CN_MUST_CHECK cn_err ir_val_from_msgpack_scalar(const struct msgpack_object *o, struct ir_val *out);
+
 #endif

@@ -18,6 +18,7 @@
 
 #include "ir/numtext.h"
 #include "ir/value.h"
+#include "ir/value_int.h"
 
 static cn_err
 json_to_val(json_t *j, int depth, struct ir_val *out, struct cn_errmsg *err)
@@ -131,6 +132,12 @@ ir_val_from_json(const char *text, size_t len, struct ir_val *out, struct cn_err
     return rv;
 }
 
+/* The escapes json.dumps writes by name; the other C0 controls are \u00xx. */
+static const char *const json_named_escapes[] = {
+    ['"'] = "\\\"", ['\\'] = "\\\\", ['\b'] = "\\b", ['\f'] = "\\f",
+    ['\n'] = "\\n", ['\r'] = "\\r",  ['\t'] = "\\t",
+};
+
 /* Python's json.dumps escapes '"', '\\' and C0 controls (\b \f \n \r \t by name, the rest
  * as \u00xx); everything else, including DEL and non-ASCII, is copied (ensure_ascii=False). */
 static cn_err
@@ -153,31 +160,11 @@ json_put_str(struct ir_val s, struct cn_buf *out)
             return rv;
         }
         run = i + 1;
-        switch (c) {
-        case '"':
-            rv = cn_buf_puts(out, "\\\"");
-            break;
-        case '\\':
-            rv = cn_buf_puts(out, "\\\\");
-            break;
-        case '\b':
-            rv = cn_buf_puts(out, "\\b");
-            break;
-        case '\f':
-            rv = cn_buf_puts(out, "\\f");
-            break;
-        case '\n':
-            rv = cn_buf_puts(out, "\\n");
-            break;
-        case '\r':
-            rv = cn_buf_puts(out, "\\r");
-            break;
-        case '\t':
-            rv = cn_buf_puts(out, "\\t");
-            break;
-        default:
+        if (c < sizeof(json_named_escapes) / sizeof(json_named_escapes[0]) &&
+            json_named_escapes[c] != NULL) {
+            rv = cn_buf_puts(out, json_named_escapes[c]);
+        } else {
             rv = cn_buf_printf(out, "\\u%04x", (unsigned) c);
-            break;
         }
         if (rv != CN_OK) {
             return rv;
@@ -189,69 +176,14 @@ json_put_str(struct ir_val s, struct cn_buf *out)
     return cn_buf_putc(out, '"');
 }
 
-static cn_err
-val_to_json(struct ir_val v, struct cn_buf *out, int depth, struct cn_errmsg *err)
-{
-    char fb[IR_FLOAT_REPR_MAX];
-    size_t i, n;
-    cn_err rv;
-
-    if (depth > IR_VALUE_MAX_DEPTH) {
-        return cn_errmsg_set(err, CN_DEPTH, "JSON: value nested deeper than %d levels",
-                             IR_VALUE_MAX_DEPTH);
-    }
-    switch (v.type) {
-    case IR_T_NULL:
-        return cn_buf_puts(out, "null");
-    case IR_T_BOOL:
-        return cn_buf_puts(out, v.u.b ? "true" : "false");
-    case IR_T_INT:
-        return cn_buf_printf(out, "%lld", (long long) v.u.i);
-    case IR_T_FLOAT:
-        n = ir_float_repr(v.u.f, fb);
-        if (!isfinite(v.u.f)) {
-            return cn_errmsg_set(err, CN_RANGE, "JSON cannot represent the float %s", fb);
-        }
-        return cn_buf_append(out, fb, n);
-    case IR_T_STR:
-        return json_put_str(v, out);
-    case IR_T_LIST:
-        if ((rv = cn_buf_putc(out, '[')) != CN_OK) {
-            return rv;
-        }
-        for (i = 0; i < ir_list_len(v); i++) {
-            if (i > 0 && (rv = cn_buf_puts(out, ", ")) != CN_OK) {
-                return rv;
-            }
-            if ((rv = val_to_json(ir_list_items(v)[i], out, depth + 1, err)) != CN_OK) {
-                return rv;
-            }
-        }
-        return cn_buf_putc(out, ']');
-    case IR_T_MAP:
-        if ((rv = cn_buf_putc(out, '{')) != CN_OK) {
-            return rv;
-        }
-        for (i = 0; i < ir_map_len(v); i++) {
-            if (i > 0 && (rv = cn_buf_puts(out, ", ")) != CN_OK) {
-                return rv;
-            }
-            if ((rv = json_put_str(ir_map_key_at(v, i), out)) != CN_OK ||
-                (rv = cn_buf_puts(out, ": ")) != CN_OK ||
-                (rv = val_to_json(ir_map_val_at(v, i), out, depth + 1, err)) != CN_OK) {
-                return rv;
-            }
-        }
-        return cn_buf_putc(out, '}');
-    default:
-        return cn_errmsg_set(err, CN_INVAL, "JSON: bad value type %d", (int) v.type);
-    }
-}
+static const struct ir_text_style json_style = {
+    "null", "true", "false", IR_VALUE_MAX_DEPTH, true, "JSON", json_put_str,
+};
 
 cn_err
 ir_val_to_json(struct ir_val v, struct cn_buf *out, struct cn_errmsg *err)
 {
-    cn_err rv = val_to_json(v, out, 1, err);
+    cn_err rv = ir_val_write_text(v, &json_style, 1, out, err);
 
     if (rv == CN_NOMEM) {
         return cn_errmsg_set(err, rv, "JSON: %s", cn_strerror(rv));

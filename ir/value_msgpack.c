@@ -117,46 +117,22 @@ shape_classify(unsigned b, struct shape_hdr *h)
         h->fixed = shape_fixed_size(b);
         return true;
     }
-    switch (b) {
-    case 0xc0: /* nil */
-    case 0xc2: /* false */
-    case 0xc3: /* true */
-        return true;
-    case 0xc4: /* bin 8/16/32 */
-    case 0xd9: /* str 8/16/32 */
-        h->lenw = 1;
+    /* bin, ext and str come in 8/16/32 forms, in that order: a 1, 2 or 4 byte length of
+     * payload bytes (ext's followed by its type byte). */
+    if ((b >= 0xc4 && b <= 0xc9) || (b >= 0xd9 && b <= 0xdb)) {
+        unsigned first = b >= 0xd9 ? 0xd9 : (b >= 0xc7 ? 0xc7 : 0xc4);
+        h->lenw = 1u << (b - first);
+        h->fixed = first == 0xc7;
         h->per_len = SH_BYTES;
         return true;
-    case 0xc5:
-    case 0xda:
-        h->lenw = 2;
-        h->per_len = SH_BYTES;
-        return true;
-    case 0xc6:
-    case 0xdb:
-        h->lenw = 4;
-        h->per_len = SH_BYTES;
-        return true;
-    case 0xc7: /* ext 8/16/32: length, then a type byte */
-    case 0xc8:
-    case 0xc9:
-        h->lenw = b == 0xc7 ? 1 : (b == 0xc8 ? 2 : 4);
-        h->fixed = 1;
-        h->per_len = SH_BYTES;
-        return true;
-    case 0xdc:
-    case 0xde:
-        h->lenw = 2;
-        h->per_len = b == 0xdc ? SH_ARRAY : SH_MAP;
-        return true;
-    case 0xdd:
-    case 0xdf:
-        h->lenw = 4;
-        h->per_len = b == 0xdd ? SH_ARRAY : SH_MAP;
-        return true;
-    default: /* 0xc1, never used */
-        return false;
     }
+    /* array 16/32, then map 16/32: a 2 or 4 byte count of children. */
+    if (b >= 0xdc && b <= 0xdf) {
+        h->lenw = 2u << ((b - 0xdc) & 1);
+        h->per_len = b <= 0xdd ? SH_ARRAY : SH_MAP;
+        return true;
+    }
+    return b != 0xc1; /* nil, false and true are complete; 0xc1 is never used */
 }
 
 /* Reads the header (and skips the payload) of the item at *pos; stores in *children how many
@@ -281,6 +257,16 @@ out:
 }
 
 /* unwrapped: v is the map inside an error ext being packed, so do not wrap it again. */
+/* Packs the header of a list (or a map) of n items: msgpack counts them in 32 bits. */
+static cn_err
+mp_pack_header(msgpack_packer *pk, size_t n, bool map)
+{
+    if (n > UINT32_MAX) {
+        return CN_TOOBIG;
+    }
+    return (map ? msgpack_pack_map(pk, n) : msgpack_pack_array(pk, n)) != 0 ? CN_NOMEM : CN_OK;
+}
+
 static cn_err
 mp_pack(msgpack_packer *pk, struct ir_val v, unsigned flags, int depth, bool unwrapped)
 {
@@ -314,11 +300,8 @@ mp_pack(msgpack_packer *pk, struct ir_val v, unsigned flags, int depth, bool unw
         break;
     case IR_T_LIST:
         n = ir_list_len(v);
-        if (n > UINT32_MAX) {
-            return CN_TOOBIG;
-        }
-        if (msgpack_pack_array(pk, n) != 0) {
-            return CN_NOMEM;
+        if ((rv = mp_pack_header(pk, n, false)) != CN_OK) {
+            return rv;
         }
         for (i = 0; i < n; i++) {
             if ((rv = mp_pack(pk, ir_list_items(v)[i], flags, depth + 1, false)) != CN_OK) {
@@ -331,11 +314,8 @@ mp_pack(msgpack_packer *pk, struct ir_val v, unsigned flags, int depth, bool unw
             return mp_pack_error(pk, v, flags, depth);
         }
         n = ir_map_len(v);
-        if (n > UINT32_MAX) {
-            return CN_TOOBIG;
-        }
-        if (msgpack_pack_map(pk, n) != 0) {
-            return CN_NOMEM;
+        if ((rv = mp_pack_header(pk, n, true)) != CN_OK) {
+            return rv;
         }
         for (i = 0; i < n; i++) {
             k = ir_map_key_at(v, i);
@@ -457,16 +437,9 @@ mp_ext(const msgpack_object_ext *e, unsigned flags, int level, struct ir_val *ou
     return CN_OK;
 }
 
-static cn_err
-mp_obj_to_val(const msgpack_object *o, unsigned flags, int level, struct ir_val *out,
-              struct cn_errmsg *err)
+cn_err
+ir_val_from_msgpack_scalar(const struct msgpack_object *o, struct ir_val *out)
 {
-    cn_err rv;
-
-    /* The shape check already bounds depth; this keeps the recursion safe on its own. */
-    if (level > IR_VALUE_MAX_DEPTH) {
-        return cn_errmsg_set(err, CN_DEPTH, "msgpack: nesting deeper than %d", IR_VALUE_MAX_DEPTH);
-    }
     switch (o->type) {
     case MSGPACK_OBJECT_NIL:
         *out = ir_null();
@@ -476,8 +449,7 @@ mp_obj_to_val(const msgpack_object *o, unsigned flags, int level, struct ir_val 
         return CN_OK;
     case MSGPACK_OBJECT_POSITIVE_INTEGER:
         if (o->via.u64 > (uint64_t) INT64_MAX) {
-            return cn_errmsg_set(err, CN_RANGE, "msgpack: integer %llu does not fit in int64",
-                                 (unsigned long long) o->via.u64);
+            return CN_RANGE;
         }
         *out = ir_int((int64_t) o->via.u64);
         return CN_OK;
@@ -490,10 +462,23 @@ mp_obj_to_val(const msgpack_object *o, unsigned flags, int level, struct ir_val 
         *out = ir_float(o->via.f64);
         return CN_OK;
     case MSGPACK_OBJECT_STR:
-        if ((rv = ir_str_new(o->via.str.ptr, o->via.str.size, out)) != CN_OK) {
-            return cn_errmsg_set(err, rv, "msgpack: string: %s", cn_strerror(rv));
-        }
-        return CN_OK;
+        return ir_str_new(o->via.str.ptr, o->via.str.size, out);
+    default:
+        return CN_TYPE;
+    }
+}
+
+static cn_err
+mp_obj_to_val(const msgpack_object *o, unsigned flags, int level, struct ir_val *out,
+              struct cn_errmsg *err)
+{
+    cn_err rv;
+
+    /* The shape check already bounds depth; this keeps the recursion safe on its own. */
+    if (level > IR_VALUE_MAX_DEPTH) {
+        return cn_errmsg_set(err, CN_DEPTH, "msgpack: nesting deeper than %d", IR_VALUE_MAX_DEPTH);
+    }
+    switch (o->type) {
     case MSGPACK_OBJECT_ARRAY:
         return mp_array(&o->via.array, flags, level, out, err);
     case MSGPACK_OBJECT_MAP:
@@ -503,7 +488,18 @@ mp_obj_to_val(const msgpack_object *o, unsigned flags, int level, struct ir_val 
     case MSGPACK_OBJECT_EXT:
         return mp_ext(&o->via.ext, flags, level, out, err);
     default:
+        break;
+    }
+    switch (rv = ir_val_from_msgpack_scalar(o, out)) {
+    case CN_OK:
+        return CN_OK;
+    case CN_RANGE:
+        return cn_errmsg_set(err, CN_RANGE, "msgpack: integer %llu does not fit in int64",
+                             (unsigned long long) o->via.u64);
+    case CN_TYPE:
         return cn_errmsg_set(err, CN_PARSE, "msgpack: unknown object type %d", (int) o->type);
+    default:
+        return cn_errmsg_set(err, rv, "msgpack: string: %s", cn_strerror(rv));
     }
 }
 

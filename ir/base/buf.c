@@ -132,3 +132,43 @@ cn_buf_take(struct cn_buf *b, char **out, size_t *len_out)
     b->cap = 0;
     return CN_OK;
 }
+
+int
+cn_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+size_t
+cn_utf8_put(char *out, uint32_t cp)
+{
+    if (cp < 0x80) {
+        out[0] = (char) cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char) (0xC0 | (cp >> 6));
+        out[1] = (char) (0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char) (0xE0 | (cp >> 12));
+        out[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char) (0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char) (0xF0 | (cp >> 18));
+    out[1] = (char) (0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char) (0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char) (0x80 | (cp & 0x3F));
+    return 4;
+}

@@ -2,13 +2,15 @@
 /*
  * A growable byte buffer (used for text output, JSON encoding and msgpack packing). Always
  * NUL-terminated after a successful append so it can be printed as a C string. Not thread-safe:
- * one owner at a time.
+ * one owner at a time. Also the two character helpers every reader and writer of text shares
+ * (a hex digit's value, a code point as UTF-8), which are pure.
  */
 #ifndef IR_BASE_BUF_H
 #define IR_BASE_BUF_H
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ir/base/err.h"
 
@@ -49,5 +51,12 @@ void cn_buf_fini(struct cn_buf *b);
 /* Hands the storage to the caller (free with free()); the buffer becomes empty. Never NULL on
  * CN_OK: an empty buffer yields "". Returns CN_OK or CN_NOMEM. */
 CN_MUST_CHECK cn_err cn_buf_take(struct cn_buf *b, char **out, size_t *len_out);
+
+/* The value of a hex digit of either case, or -1 if c is not one. */
+int cn_hex_digit(char c);
+
+/* Writes code point cp (at most 0x10FFFF; surrogates are the caller's to refuse) as UTF-8 into
+ * out (room for 4 bytes) and returns how many bytes (1 to 4) it took. */
+size_t cn_utf8_put(char *out, uint32_t cp);
 
 #endif

@@ -17,33 +17,34 @@ cn_hash_str(const char *s)
     return h;
 }
 
+/* Where key is in ents (cap slots, a power of two), or the empty slot where it would go. */
+static size_t
+strmap_slot(const struct cn_strmap_ent *ents, size_t cap, const char *key)
+{
+    size_t j = (size_t) cn_hash_str(key) & (cap - 1);
+
+    while (ents[j].key != NULL && strcmp(ents[j].key, key) != 0) {
+        j = (j + 1) & (cap - 1);
+    }
+    return j;
+}
+
 static cn_err
 strmap_grow(struct cn_strmap *m)
 {
-    size_t ncap = m->cap ? m->cap * 2 : 16, i, j;
-    const char **keys = calloc(ncap, sizeof(*keys));
-    uint32_t *vals = calloc(ncap, sizeof(*vals));
+    size_t ncap = m->cap ? m->cap * 2 : 16, i;
+    struct cn_strmap_ent *ents = calloc(ncap, sizeof(*ents));
 
-    if (keys == NULL || vals == NULL) {
-        free(keys);
-        free(vals);
+    if (ents == NULL) {
         return CN_NOMEM;
     }
     for (i = 0; i < m->cap; i++) {
-        if (m->keys[i] == NULL) {
-            continue;
+        if (m->ents[i].key != NULL) {
+            ents[strmap_slot(ents, ncap, m->ents[i].key)] = m->ents[i];
         }
-        j = (size_t) cn_hash_str(m->keys[i]) & (ncap - 1);
-        while (keys[j] != NULL) {
-            j = (j + 1) & (ncap - 1);
-        }
-        keys[j] = m->keys[i];
-        vals[j] = m->vals[i];
     }
-    free(m->keys);
-    free(m->vals);
-    m->keys = keys;
-    m->vals = vals;
+    free(m->ents);
+    m->ents = ents;
     m->cap = ncap;
     return CN_OK;
 }
@@ -51,48 +52,39 @@ strmap_grow(struct cn_strmap *m)
 cn_err
 cn_strmap_put(struct cn_strmap *m, const char *key, uint32_t val)
 {
-    size_t j;
+    struct cn_strmap_ent *e;
 
     if ((m->len + 1) * 2 > m->cap && strmap_grow(m) != CN_OK) {
         return CN_NOMEM;
     }
-    j = (size_t) cn_hash_str(key) & (m->cap - 1);
-    while (m->keys[j] != NULL) {
-        if (strcmp(m->keys[j], key) == 0) {
-            m->vals[j] = val;
-            return CN_OK;
-        }
-        j = (j + 1) & (m->cap - 1);
+    e = &m->ents[strmap_slot(m->ents, m->cap, key)];
+    if (e->key == NULL) {
+        e->key = key;
+        m->len++;
     }
-    m->keys[j] = key;
-    m->vals[j] = val;
-    m->len++;
+    e->val = val;
     return CN_OK;
 }
 
 bool
 cn_strmap_get(const struct cn_strmap *m, const char *key, uint32_t *val)
 {
-    size_t j;
+    const struct cn_strmap_ent *e;
 
     if (m->cap == 0) {
         return false;
     }
-    j = (size_t) cn_hash_str(key) & (m->cap - 1);
-    while (m->keys[j] != NULL) {
-        if (strcmp(m->keys[j], key) == 0) {
-            *val = m->vals[j];
-            return true;
-        }
-        j = (j + 1) & (m->cap - 1);
+    e = &m->ents[strmap_slot(m->ents, m->cap, key)];
+    if (e->key == NULL) {
+        return false;
     }
-    return false;
+    *val = e->val;
+    return true;
 }
 
 void
 cn_strmap_fini(struct cn_strmap *m)
 {
-    free(m->keys);
-    free(m->vals);
+    free(m->ents);
     memset(m, 0, sizeof(*m));
 }

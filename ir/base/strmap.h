@@ -13,15 +13,19 @@
 
 #include "ir/base/err.h"
 
+struct cn_strmap_ent {
+    const char *key; /* NULL: an empty slot */
+    uint32_t val;
+};
+
 struct cn_strmap {
-    const char **keys;
-    uint32_t *vals;
+    struct cn_strmap_ent *ents;
     size_t len, cap; /* cap is 0 or a power of two */
 };
 
-#define CN_STRMAP_INIT   \
-    {                    \
-        NULL, NULL, 0, 0 \
+#define CN_STRMAP_INIT \
+    {                  \
+        NULL, 0, 0     \
     }
 
 /* Inserts key -> val, or replaces the value of an existing key. Returns CN_OK or CN_NOMEM. */

@@ -3,25 +3,12 @@
  * libc, msgpack-c and jansson, and the SDK built on it is installed for others to link. */
 #include "ir/base/uuid.h"
 
+#include "ir/base/buf.h"
+
 static bool
 is_hyphen_at(int i)
 {
     return i == 8 || i == 13 || i == 18 || i == 23;
-}
-
-static int
-hex_digit(char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
 }
 
 void
@@ -55,7 +42,7 @@ cn_uuid_parse(const char *text, uint8_t id[16])
             continue;
         }
         /* A NUL ends the loop here too: it is no hex digit. */
-        if ((hi = hex_digit(text[i])) < 0 || (lo = hex_digit(text[i + 1])) < 0) {
+        if ((hi = cn_hex_digit(text[i])) < 0 || (lo = cn_hex_digit(text[i + 1])) < 0) {
             return false;
         }
         id[k++] = (uint8_t) (hi << 4 | lo);

@@ -11,6 +11,7 @@
 
 #include "tests/support/compile_util.h"
 #include "tests/support/leak.h"
+#include "tests/unit/ir/src_util.h"
 
 TestSuite(ir_compile, .fini = t_leak_check, .timeout = 60);
 
@@ -20,6 +21,16 @@ static const char *const examples[] = {"cleanup", "hello",   "orders",  "poll",
                                        "report",  "welcome", "children"};
 #define NEXAMPLES    (sizeof(examples) / sizeof(examples[0]))
 #define NGOLDEN_ONLY 1 /* the last ones live in tests/golden/ */
+
+/* Compiles src, which must compile. */
+static struct t_compiled
+compile_ok(const char *src)
+{
+    struct t_compiled c = t_compile(src);
+
+    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
+    return c;
+}
 
 static char *
 example_source(const char *name)
@@ -177,6 +188,18 @@ Test(ir_compile, msgpack_round_trip_is_exact)
                                     "    return a\n");
 }
 
+/* Flips some bits of one byte of p[0..n), both chosen by the LCG *seed (never a no-op flip). */
+static void
+flip_a_byte(char *p, size_t n, unsigned *seed)
+{
+    size_t at;
+
+    *seed = *seed * 1103515245u + 12345u;
+    at = (*seed >> 8) % n;
+    *seed = *seed * 1103515245u + 12345u;
+    p[at] = (char) (p[at] ^ (char) (1 + (*seed >> 16) % 255));
+}
+
 Test(ir_compile, decode_rejects_truncated_and_corrupted_input)
 {
     char *src = example_source("orders");
@@ -197,13 +220,9 @@ Test(ir_compile, decode_rejects_truncated_and_corrupted_input)
      * line number is still a valid DAG); never crash or leak. */
     for (i = 0; i < 3000; i++) {
         char *copy = malloc(m.len);
-        size_t at;
         cr_assert_not_null(copy);
         memcpy(copy, m.data, m.len);
-        seed = seed * 1103515245u + 12345u;
-        at = (seed >> 8) % m.len;
-        seed = seed * 1103515245u + 12345u;
-        copy[at] = (char) (copy[at] ^ (char) (1 + (seed >> 16) % 255));
+        flip_a_byte(copy, m.len, &seed);
         if (ir_dag_decode(copy, m.len, &d, &em) == CN_OK) {
             struct cn_buf t = CN_BUF_INIT;
             T_OK(ir_dag_text(d, &t)); /* every index in the decoded DAG is usable */
@@ -259,12 +278,11 @@ edge_to(const struct ir_dag *d, uint32_t from, uint32_t to)
 
 Test(ir_compile, for_loop_shape)
 {
-    struct t_compiled c = t_compile("fn main(input: [xs]):\n    for x in xs:\n        y = x\n"
-                                    "    return 1\n");
+    struct t_compiled c = compile_ok("fn main(input: [xs]):\n    for x in xs:\n        y = x\n"
+                                     "    return 1\n");
     const struct ir_dag *d = c.dag;
     uint32_t init, cond, ext, incr, exit_id;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     init = find_node(d, IR_N_LOOP_INIT, 0);
     cond = find_node(d, IR_N_LOOP_COND, 0);
     ext = find_node(d, IR_N_LOOP_EXTRACT, 0);
@@ -284,12 +302,11 @@ Test(ir_compile, for_loop_shape)
 
 Test(ir_compile, while_break_continue_shape)
 {
-    struct t_compiled c = t_compile("fn main(input: [n]):\n    while n > 0:\n        n = n - 1\n"
-                                    "        if n == 5:\n            break\n        continue\n");
+    struct t_compiled c = compile_ok("fn main(input: [n]):\n    while n > 0:\n        n = n - 1\n"
+                                     "        if n == 5:\n            break\n        continue\n");
     const struct ir_dag *d = c.dag;
     uint32_t cond, brk, cont, exit_id;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     cond = find_node(d, IR_N_LOOP_COND, 0);
     brk = find_node(d, IR_N_BREAK, 0);
     cont = find_node(d, IR_N_CONTINUE, 0);
@@ -302,11 +319,10 @@ Test(ir_compile, while_break_continue_shape)
 
 Test(ir_compile, while_with_only_pass_keeps_true_and_back_edges)
 {
-    struct t_compiled c = t_compile("fn main(input: [n]):\n    while n:\n        pass\n");
+    struct t_compiled c = compile_ok("fn main(input: [n]):\n    while n:\n        pass\n");
     const struct ir_dag *d = c.dag;
     uint32_t cond, j;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     cond = find_node(d, IR_N_LOOP_COND, 0);
     j = find_node(d, IR_N_JOIN, cond);
     cr_assert_neq(j, IR_NO_NODE);
@@ -317,13 +333,12 @@ Test(ir_compile, while_with_only_pass_keeps_true_and_back_edges)
 
 Test(ir_compile, branch_guards_in_order_with_else)
 {
-    struct t_compiled c = t_compile("fn main(input: [x]):\n    if x == 1:\n        y = 1\n"
-                                    "    elif x == 2:\n        y = 2\n    else:\n        y = 3\n"
-                                    "    return y\n");
+    struct t_compiled c = compile_ok("fn main(input: [x]):\n    if x == 1:\n        y = 1\n"
+                                     "    elif x == 2:\n        y = 2\n    else:\n        y = 3\n"
+                                     "    return y\n");
     const struct ir_dag *d = c.dag;
     const struct ir_node *b;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     b = &d->nodes[find_node(d, IR_N_BRANCH, 0)];
     cr_assert_eq(b->nedges, 3);
     cr_assert_eq(d->edges[b->first_edge].kind, IR_E_GUARD);
@@ -335,17 +350,16 @@ Test(ir_compile, branch_guards_in_order_with_else)
 
 Test(ir_compile, guards_and_handlers_keep_source_order_when_an_arm_is_empty)
 {
-    struct t_compiled c = t_compile("fn main(input: [a, b]):\n"
-                                    "    if a:\n        pass\n"
-                                    "    elif b:\n        y = 2\n"
-                                    "    else:\n        y = 3\n"
-                                    "    try:\n        z = @m.x()\n"
-                                    "    except KeyError:\n        pass\n"
-                                    "    except Exception as e:\n        z = 3\n");
+    struct t_compiled c = compile_ok("fn main(input: [a, b]):\n"
+                                     "    if a:\n        pass\n"
+                                     "    elif b:\n        y = 2\n"
+                                     "    else:\n        y = 3\n"
+                                     "    try:\n        z = @m.x()\n"
+                                     "    except KeyError:\n        pass\n"
+                                     "    except Exception as e:\n        z = 3\n");
     const struct ir_dag *d = c.dag;
     const struct ir_node *b, *x;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     b = &d->nodes[find_node(d, IR_N_BRANCH, 0)];
     cr_assert_eq(b->nedges, 3);
     cr_assert_eq(d->edges[b->first_edge].kind, IR_E_GUARD);
@@ -361,12 +375,11 @@ Test(ir_compile, guards_and_handlers_keep_source_order_when_an_arm_is_empty)
 
 Test(ir_compile, if_without_else_falls_through_to_join)
 {
-    struct t_compiled c = t_compile("fn main(input: [x]):\n    y = 0\n    if x:\n        y = 1\n"
-                                    "    return y\n");
+    struct t_compiled c = compile_ok("fn main(input: [x]):\n    y = 0\n    if x:\n        y = 1\n"
+                                     "    return y\n");
     const struct ir_dag *d = c.dag;
     uint32_t b, j;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     b = find_node(d, IR_N_BRANCH, 0);
     j = find_node(d, IR_N_JOIN, 0);
     cr_assert_eq(edge_to(d, b, j), IR_E_ELSE);
@@ -375,23 +388,22 @@ Test(ir_compile, if_without_else_falls_through_to_join)
 
 Test(ir_compile, try_except_edges_handlers_and_nesting)
 {
-    struct t_compiled c = t_compile("fn main(input: [x]):\n"
-                                    "    try:\n"
-                                    "        try:\n"
-                                    "            a = @m.inner(v=x)\n"
-                                    "        except KeyError as e:\n"
-                                    "            a = 1\n"
-                                    "        b = @m.outer(v=a)\n"
-                                    "    except (ValueError, TypeError):\n"
-                                    "        b = 2\n"
-                                    "    except:\n"
-                                    "        b = 3\n"
-                                    "    return b\n");
+    struct t_compiled c = compile_ok("fn main(input: [x]):\n"
+                                     "    try:\n"
+                                     "        try:\n"
+                                     "            a = @m.inner(v=x)\n"
+                                     "        except KeyError as e:\n"
+                                     "            a = 1\n"
+                                     "        b = @m.outer(v=a)\n"
+                                     "    except (ValueError, TypeError):\n"
+                                     "        b = 2\n"
+                                     "    except:\n"
+                                     "        b = 3\n"
+                                     "    return b\n");
     const struct ir_dag *d = c.dag;
     uint32_t inner_act, outer_act, inner_exc, outer_exc;
     const struct ir_node *n;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     inner_act = find_node(d, IR_N_ACTION, 0);
     outer_act = find_node(d, IR_N_ACTION, inner_act + 1);
     inner_exc = find_node(d, IR_N_EXCEPT, 0);
@@ -421,20 +433,19 @@ Test(ir_compile, try_except_edges_handlers_and_nesting)
 
 Test(ir_compile, spread_and_parallel_aggregate_branch_errors)
 {
-    struct t_compiled c = t_compile("fn h(input: [v]):\n    w = @m.h(v=v)\n    return w\n"
-                                    "fn main(input: [xs]):\n"
-                                    "    try:\n"
-                                    "        ys = spread xs:x -> @m.each(v=x) [retry: 2]\n"
-                                    "        a, b = parallel:\n"
-                                    "            @m.one()\n"
-                                    "            h(v=1)\n"
-                                    "    except:\n"
-                                    "        ys = []\n"
-                                    "    return ys\n");
+    struct t_compiled c = compile_ok("fn h(input: [v]):\n    w = @m.h(v=v)\n    return w\n"
+                                     "fn main(input: [xs]):\n"
+                                     "    try:\n"
+                                     "        ys = spread xs:x -> @m.each(v=x) [retry: 2]\n"
+                                     "        a, b = parallel:\n"
+                                     "            @m.one()\n"
+                                     "            h(v=1)\n"
+                                     "    except:\n"
+                                     "        ys = []\n"
+                                     "    return ys\n");
     const struct ir_dag *d = c.dag;
     uint32_t sp, each, agg1, par, agg2, hact, exc;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     sp = find_node(d, IR_N_SPREAD, 0);
     each = find_node(d, IR_N_ACTION, sp);
     agg1 = find_node(d, IR_N_AGGREGATE, sp);
@@ -457,13 +468,12 @@ Test(ir_compile, spread_and_parallel_aggregate_branch_errors)
 
 Test(ir_compile, child_workflow_calls_are_action_nodes)
 {
-    struct t_compiled c = t_compile(child_src);
+    struct t_compiled c = compile_ok(child_src);
     const struct ir_dag *d = c.dag;
     const struct ir_node *n;
     struct cn_errmsg em = {{0}};
     uint32_t run1, start1, sp, each, sp2, each2, par, g, h, fire, exc, agg;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     T_OK(ir_dag_validate(d, &em));
     cr_assert_eq(d->nframes, 1); /* `start f(...)` did not inline the helper f */
     cr_assert_eq(find_node(d, IR_N_CALL_ENTER, 0), IR_NO_NODE);
@@ -549,12 +559,11 @@ Test(ir_compile, child_workflow_calls_are_action_nodes)
  * node carries as its targets (helpers' parameters are not there). */
 Test(ir_compile, entry_node_targets_are_the_entry_functions_inputs)
 {
-    struct t_compiled c = t_compile("fn h(input: [z]):\n    return z\n"
-                                    "fn main(input: [order, items]):\n    y = h(order)\n"
-                                    "    return y\n");
+    struct t_compiled c = compile_ok("fn h(input: [z]):\n    return z\n"
+                                     "fn main(input: [order, items]):\n    y = h(order)\n"
+                                     "    return y\n");
     const struct ir_node *e;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     e = &c.dag->nodes[c.dag->entry];
     cr_assert_eq(e->kind, IR_N_ENTRY);
     cr_assert_eq(e->frame, 0);
@@ -637,13 +646,12 @@ Test(ir_compile, validate_refuses_misplaced_child_calls)
 
 Test(ir_compile, helpers_inline_into_their_own_frames)
 {
-    struct t_compiled c = t_compile("fn add(input: [a, b]):\n    return a + b\n"
-                                    "fn main(input: [x]):\n    y = add(x, b=1)\n"
-                                    "    z = add(a=y, b=y)\n    return add(z, 0)\n");
+    struct t_compiled c = compile_ok("fn add(input: [a, b]):\n    return a + b\n"
+                                     "fn main(input: [x]):\n    y = add(x, b=1)\n"
+                                     "    z = add(a=y, b=y)\n    return add(z, 0)\n");
     const struct ir_dag *d = c.dag;
     uint32_t e1, x1, e2;
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     cr_assert_eq(d->nframes, 4);
     e1 = find_node(d, IR_N_CALL_ENTER, 0);
     x1 = find_node(d, IR_N_CALL_EXIT, 0);
@@ -664,9 +672,8 @@ Test(ir_compile, helpers_inline_into_their_own_frames)
 
 Test(ir_compile, unreachable_statements_are_not_emitted)
 {
-    struct t_compiled c = t_compile("fn main():\n    return 1\n    x = @m.never()\n");
+    struct t_compiled c = compile_ok("fn main():\n    return 1\n    x = @m.never()\n");
 
-    cr_assert_eq(c.rv, CN_OK, "%s", c.errors);
     cr_assert_eq(find_node(c.dag, IR_N_ACTION, 0), IR_NO_NODE);
     t_compiled_free(&c);
 }
@@ -832,15 +839,12 @@ Test(ir_compile, helper_diamond_is_refused_at_the_call_before_building)
     int i;
 
     /* main calls h0; each h_i calls h_{i+1} twice: 2^30 copies of the leaf. */
-    cr_assert_eq(cn_buf_puts(&src, "fn main(input: [a]):\n    x = h0(a)\n    return x\n"), CN_OK);
+    t_puts(&src, "fn main(input: [a]):\n    x = h0(a)\n    return x\n");
     for (i = 0; i < 30; i++) {
-        cr_assert_eq(cn_buf_printf(&src,
-                                   "fn h%d(input: [b]):\n    y = h%d(b)\n    z = h%d(y)\n"
-                                   "    return z\n",
-                                   i, i + 1, i + 1),
-                     CN_OK);
+        t_printf(&src, "fn h%d(input: [b]):\n    y = h%d(b)\n    z = h%d(y)\n    return z\n", i,
+                 i + 1, i + 1);
     }
-    cr_assert_eq(cn_buf_puts(&src, "fn h30(input: [b]):\n    return b + 1\n"), CN_OK);
+    t_puts(&src, "fn h30(input: [b]):\n    return b + 1\n");
     c = t_compile(src.data);
     cr_assert_eq(c.rv, CN_TOOBIG, "%s", cn_errname(c.rv));
     cr_assert(strstr(c.errors, "test.cairn:2:9: error: workflow is too large: inlining the "

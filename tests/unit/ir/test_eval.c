@@ -23,6 +23,7 @@
 #include "ir/parser.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/leak.h"
+#include "tests/unit/ir/value_util.h"
 
 TestSuite(ir_eval, .fini = t_leak_check, .timeout = 60);
 
@@ -124,26 +125,6 @@ t_lookup(void *ctx, const char *name)
     return NULL;
 }
 
-static struct ir_val
-t_json(const char *text)
-{
-    struct ir_val v;
-    struct cn_errmsg em = {{0}};
-    cn_err rv = ir_val_from_json(text, strlen(text), &v, &em);
-
-    cr_assert_eq(rv, CN_OK, "json %s: %s %s", text, cn_errname(rv), em.text);
-    return v;
-}
-
-static struct ir_val
-t_str(const char *s)
-{
-    struct ir_val v;
-
-    T_OK(ir_str_from_cstr(s, &v));
-    return v;
-}
-
 /* Takes ownership of v. */
 static void
 t_env_bind(struct t_env *env, const char *name, struct ir_val v)
@@ -214,18 +195,6 @@ t_eval(const char *expr, struct t_env *env, struct ir_val *out)
     cn_buf_fini(&src);
     cn_buf_fini(&msg);
     return rv;
-}
-
-/* repr() of v as a malloc'd string. */
-static char *
-t_repr(struct ir_val v)
-{
-    struct cn_buf b = CN_BUF_INIT;
-    char *s = NULL;
-
-    T_OK(ir_val_repr(v, &b));
-    T_OK(cn_buf_take(&b, &s, NULL));
-    return s;
 }
 
 /* Field of an error value as a C string ("" if missing or not a string). */
@@ -459,65 +428,58 @@ Test(ir_eval, malformed_pool_is_inval)
 
 /* ---- limits ---- */
 
+/* Expressions over the string limit (IR_EVAL_MAX_STR bytes) and over the item limit
+ * (IR_EVAL_MAX_ITEMS): each must raise before it allocates the result. */
+static const char *const t_too_many_bytes[] = {
+    "\"x\" * 67108864 + \"y\"",
+    "\"x\" * 67108865",
+    /* str() of a small list holding many references to one big string. */
+    "str([\"x\" * 1000000] * 100)",
+    "str({\"k\": \"x\" * 67108863})",
+};
+
+static const char *const t_too_many_items[] = {
+    "[0] * 10000001",
+    "range(10000000) + [1]",
+    "range(-9223372036854775808, 9223372036854775807)",
+    "enumerate(\"x\" * 10000001)",
+    "list(\"x\" * 10000001)",
+    "sum([[0] * 6000000, [1] * 5000000], [])",
+};
+
 Test(ir_eval, size_limits_raise_before_allocating)
 {
     struct t_env env;
     struct ir_val got;
+    size_t i;
 
     t_env_init(&env);
     /* Exactly at the string limit is fine; one byte more is not. */
     T_OK(t_eval("len(\"x\" * 67108864)", &env, &got));
     cr_expect(got.type == IR_T_INT && got.u.i == 67108864);
-    t_expect_raise(&env, "\"x\" * 67108864 + \"y\"", "ValueError",
-                   "result too large: more than 67108864 bytes");
-    t_expect_raise(&env, "\"x\" * 67108865", "ValueError",
-                   "result too large: more than 67108864 bytes");
-    t_expect_raise(&env, "[0] * 10000001", "ValueError",
-                   "result too large: more than 10000000 items");
-    t_expect_raise(&env, "range(10000000) + [1]", "ValueError",
-                   "result too large: more than 10000000 items");
-    t_expect_raise(&env, "range(-9223372036854775808, 9223372036854775807)", "ValueError",
-                   "result too large: more than 10000000 items");
-    t_expect_raise(&env, "enumerate(\"x\" * 10000001)", "ValueError",
-                   "result too large: more than 10000000 items");
-    t_expect_raise(&env, "list(\"x\" * 10000001)", "ValueError",
-                   "result too large: more than 10000000 items");
-    /* str() of a small list holding many references to one big string. */
-    t_expect_raise(&env, "str([\"x\" * 1000000] * 100)", "ValueError",
-                   "result too large: more than 67108864 bytes");
-    t_expect_raise(&env, "str({\"k\": \"x\" * 67108863})", "ValueError",
-                   "result too large: more than 67108864 bytes");
+    for (i = 0; i < sizeof(t_too_many_bytes) / sizeof(t_too_many_bytes[0]); i++) {
+        t_expect_raise(&env, t_too_many_bytes[i], "ValueError",
+                       "result too large: more than 67108864 bytes");
+    }
+    for (i = 0; i < sizeof(t_too_many_items) / sizeof(t_too_many_items[0]); i++) {
+        t_expect_raise(&env, t_too_many_items[i], "ValueError",
+                       "result too large: more than 10000000 items");
+    }
     T_OK(t_eval("len(str([\"x\" * 1000000] * 60))", &env, &got));
     cr_expect(got.type == IR_T_INT && got.u.i == 60 * 1000002 + 2 * 59 + 2);
-    t_expect_raise(&env, "sum([[0] * 6000000, [1] * 5000000], [])", "ValueError",
-                   "result too large: more than 10000000 items");
     t_env_fini(&env);
 }
 
-/* Nested lists deeper than any decoder accepts can still be built by a loop; comparing and
+/* Nested lists deeper than any decoder accepts (t_nest builds them by a loop): comparing and
  * printing them must raise, not overflow the stack. */
-static struct ir_val
-t_nested(size_t depth, int64_t leaf)
-{
-    struct ir_val v = ir_int(leaf), l;
-    size_t i;
-
-    for (i = 0; i < depth; i++) {
-        T_OK(ir_list_new(1, &l));
-        ir_list_items(l)[0] = v;
-        v = l;
-    }
-    return v;
-}
-
 Test(ir_eval, deep_values_raise_recursion_error)
 {
     struct t_env env;
     struct ir_val got, err;
 
     t_env_init(&env);
-    t_env_bind(&env, "d", t_nested(IR_REPR_MAX_DEPTH + 10, 1));
-    t_env_bind(&env, "f", t_nested(IR_REPR_MAX_DEPTH + 10, 2));
+    t_env_bind(&env, "d", t_nest(IR_REPR_MAX_DEPTH + 10, ir_int(1)));
+    t_env_bind(&env, "f", t_nest(IR_REPR_MAX_DEPTH + 10, ir_int(2)));
     t_expect_raise(&env, "d < f", "RecursionError",
                    "maximum recursion depth exceeded in comparison");
     t_expect_raise(&env, "str(d)", "RecursionError",
@@ -533,9 +495,17 @@ Test(ir_eval, deep_values_raise_recursion_error)
 
 /* ---- truthiness and iteration ---- */
 
+/* Asserts ir_truthy(v) == want and releases v; `what` names the case. */
+static void
+t_expect_truthy(struct ir_val v, bool want, const char *what)
+{
+    cr_expect_eq(ir_truthy(v), want, "truthy(%s) should be %s", what, want ? "true" : "false");
+    ir_val_release(v);
+}
+
 Test(ir_eval, truthy_follows_python)
 {
-    struct ir_val v, err;
+    struct ir_val err;
 
     cr_expect(!ir_truthy(ir_null()));
     cr_expect(!ir_truthy(ir_bool(false)));
@@ -546,50 +516,42 @@ Test(ir_eval, truthy_follows_python)
     cr_expect(!ir_truthy(ir_float(-0.0)));
     cr_expect(ir_truthy(ir_float(NAN)));
     cr_expect(ir_truthy(ir_float(1e-300)));
-    v = t_str("");
-    cr_expect(!ir_truthy(v));
-    ir_val_release(v);
-    v = t_str("0");
-    cr_expect(ir_truthy(v));
-    ir_val_release(v);
-    v = t_json("[]");
-    cr_expect(!ir_truthy(v));
-    ir_val_release(v);
-    v = t_json("[null]");
-    cr_expect(ir_truthy(v));
-    ir_val_release(v);
-    v = t_json("{}");
-    cr_expect(!ir_truthy(v));
-    ir_val_release(v);
+    t_expect_truthy(t_str(""), false, "''");
+    t_expect_truthy(t_str("0"), true, "'0'");
+    t_expect_truthy(t_json("[]"), false, "[]");
+    t_expect_truthy(t_json("[null]"), true, "[None]");
+    t_expect_truthy(t_json("{}"), false, "{}");
     T_ERR(ir_raise(&err, "ValueError", "x"), CN_RAISED);
     cr_expect(ir_truthy(err));
     ir_val_release(err);
 }
 
+/* Asserts that iterating v gives a list whose repr is want; releases v. */
+static void
+t_expect_items(struct ir_val v, const char *want)
+{
+    struct ir_val out;
+    char *r;
+
+    T_OK(ir_iter_items(v, &out));
+    r = t_repr(out);
+    cr_expect_str_eq(r, want);
+    free(r);
+    ir_val_release(out);
+    ir_val_release(v);
+}
+
 Test(ir_eval, iter_items_lists_strings_and_keys)
 {
     struct ir_val v, out;
-    char *r;
 
     v = t_json("[1, [2]]");
     T_OK(ir_iter_items(v, &out));
     cr_expect(out.u.l == v.u.l, "a list iterates as itself");
     ir_val_release(out);
     ir_val_release(v);
-    v = t_str("a\xc3\xa9\xf0\x9f\x98\x80");
-    T_OK(ir_iter_items(v, &out));
-    r = t_repr(out);
-    cr_expect_str_eq(r, "['a', '\xc3\xa9', '\xf0\x9f\x98\x80']");
-    free(r);
-    ir_val_release(out);
-    ir_val_release(v);
-    v = t_json("{\"b\": 1, \"a\": 2}");
-    T_OK(ir_iter_items(v, &out));
-    r = t_repr(out);
-    cr_expect_str_eq(r, "['b', 'a']");
-    free(r);
-    ir_val_release(out);
-    ir_val_release(v);
+    t_expect_items(t_str("a\xc3\xa9\xf0\x9f\x98\x80"), "['a', '\xc3\xa9', '\xf0\x9f\x98\x80']");
+    t_expect_items(t_json("{\"b\": 1, \"a\": 2}"), "['b', 'a']");
     T_ERR(ir_iter_items(ir_float(1.5), &out), CN_RAISED);
     cr_expect_str_eq(ir_error_type(out), "TypeError");
     cr_expect_str_eq(t_field(out, "message"), "'float' object is not iterable");
@@ -597,6 +559,21 @@ Test(ir_eval, iter_items_lists_strings_and_keys)
 }
 
 /* ---- ir_unpack ---- */
+
+/* Asserts that v unpacks into exactly the two strings a and b; releases v. */
+static void
+t_expect_unpack_pair(struct ir_val v, const char *a, const char *b)
+{
+    struct ir_val items[2], err = ir_int(7);
+
+    T_OK(ir_unpack(v, 2, items, &err));
+    cr_expect_str_eq(ir_str_data(items[0]), a);
+    cr_expect_str_eq(ir_str_data(items[1]), b);
+    ir_val_release(items[0]);
+    ir_val_release(items[1]);
+    ir_val_release(v);
+    cr_expect(err.type == IR_T_INT && err.u.i == 7, "err written on success");
+}
 
 Test(ir_eval, unpack_list_string_and_dict)
 {
@@ -612,20 +589,8 @@ Test(ir_eval, unpack_list_string_and_dict)
     ir_val_release(items[0]);
     ir_val_release(items[1]);
     ir_val_release(items[2]);
-    v = t_str("h\xc3\xa9");
-    T_OK(ir_unpack(v, 2, items, &err));
-    cr_expect_str_eq(ir_str_data(items[0]), "h");
-    cr_expect_str_eq(ir_str_data(items[1]), "\xc3\xa9");
-    ir_val_release(items[0]);
-    ir_val_release(items[1]);
-    ir_val_release(v);
-    v = t_json("{\"k\": 1, \"j\": 2}");
-    T_OK(ir_unpack(v, 2, items, &err));
-    cr_expect_str_eq(ir_str_data(items[0]), "k");
-    cr_expect_str_eq(ir_str_data(items[1]), "j");
-    ir_val_release(items[0]);
-    ir_val_release(items[1]);
-    ir_val_release(v);
+    t_expect_unpack_pair(t_str("h\xc3\xa9"), "h", "\xc3\xa9");
+    t_expect_unpack_pair(t_json("{\"k\": 1, \"j\": 2}"), "k", "j");
     v = t_json("[]");
     T_OK(ir_unpack(v, 0, items, &err));
     ir_val_release(v);

@@ -8,6 +8,7 @@
 
 #include "ir/lexer.h"
 #include "tests/support/leak.h"
+#include "tests/unit/ir/src_util.h"
 
 TestSuite(ir_lexer, .fini = t_leak_check, .timeout = 30);
 
@@ -34,12 +35,13 @@ lexed_free(struct lexed *l)
     cn_arena_free(l->arena);
 }
 
-/* Asserts the token kinds, ending with EOF. */
+/* Lexes src and asserts the token kinds, ending with EOF. */
 static void
-expect_kinds(const struct lexed *l, const enum ir_tok *want, size_t n)
+lex_kinds(struct lexed *l, const char *src, const enum ir_tok *want, size_t n)
 {
     size_t i;
 
+    lex(l, src);
     cr_assert_eq(l->toks.len, n, "got %zu tokens, want %zu", l->toks.len, n);
     for (i = 0; i < n; i++) {
         cr_assert_eq(l->toks.items[i].kind, want[i], "token %zu is %s, want %s", i,
@@ -71,8 +73,7 @@ Test(ir_lexer, simple_statement_tokens_and_positions)
                                 IR_TK_NAME,   IR_TK_LPAREN,  IR_TK_NAME, IR_TK_ASSIGN, IR_TK_INT,
                                 IR_TK_RPAREN, IR_TK_NEWLINE, IR_TK_EOF};
 
-    lex(&l, "x = @mod.act(k=42)\n");
-    expect_kinds(&l, want, sizeof(want) / sizeof(want[0]));
+    lex_kinds(&l, "x = @mod.act(k=42)\n", want, sizeof(want) / sizeof(want[0]));
     cr_assert_str_eq(l.toks.items[0].str, "x");
     cr_assert_eq(l.toks.items[2].col, 5);
     cr_assert_eq(l.toks.items[9].v.i, 42);
@@ -90,8 +91,8 @@ Test(ir_lexer, indentation_produces_indent_and_dedent)
         IR_TK_NEWLINE, IR_TK_INDENT,  IR_TK_PASS,    IR_TK_NEWLINE, IR_TK_DEDENT, IR_TK_DEDENT,
         IR_TK_NAME,    IR_TK_NEWLINE, IR_TK_EOF};
 
-    lex(&l, "if a:\n    b = 1\n\n    # comment only\n    if c:\n        pass\nd\n");
-    expect_kinds(&l, want, sizeof(want) / sizeof(want[0]));
+    lex_kinds(&l, "if a:\n    b = 1\n\n    # comment only\n    if c:\n        pass\nd\n", want,
+              sizeof(want) / sizeof(want[0]));
     cr_assert_eq(l.diags.len, 0);
     lexed_free(&l);
 }
@@ -103,8 +104,7 @@ Test(ir_lexer, dedents_at_end_of_file_without_newline)
                                 IR_TK_COLON,   IR_TK_NEWLINE, IR_TK_INDENT, IR_TK_RETURN,
                                 IR_TK_NEWLINE, IR_TK_DEDENT,  IR_TK_EOF};
 
-    lex(&l, "fn f():\n    return");
-    expect_kinds(&l, want, sizeof(want) / sizeof(want[0]));
+    lex_kinds(&l, "fn f():\n    return", want, sizeof(want) / sizeof(want[0]));
     lexed_free(&l);
 }
 
@@ -114,8 +114,7 @@ Test(ir_lexer, newlines_inside_brackets_are_joined)
     const enum ir_tok want[] = {IR_TK_NAME, IR_TK_ASSIGN, IR_TK_LBRACK,  IR_TK_INT, IR_TK_COMMA,
                                 IR_TK_INT,  IR_TK_RBRACK, IR_TK_NEWLINE, IR_TK_EOF};
 
-    lex(&l, "x = [1,\n        2\n]\n");
-    expect_kinds(&l, want, sizeof(want) / sizeof(want[0]));
+    lex_kinds(&l, "x = [1,\n        2\n]\n", want, sizeof(want) / sizeof(want[0]));
     cr_assert_eq(l.toks.items[5].line, 2);
     cr_assert_eq(l.toks.items[5].col, 9);
     lexed_free(&l);
@@ -133,8 +132,7 @@ Test(ir_lexer, keywords_and_names)
         IR_TK_AND,  IR_TK_OR,     IR_TK_NOT,    IR_TK_TRUE,    IR_TK_FALSE,    IR_TK_NONE,
         IR_TK_PASS, IR_TK_NAME,   IR_TK_NAME,   IR_TK_NEWLINE, IR_TK_EOF};
 
-    lex(&l, src);
-    expect_kinds(&l, want, sizeof(want) / sizeof(want[0]));
+    lex_kinds(&l, src, want, sizeof(want) / sizeof(want[0]));
     cr_assert_str_eq(l.toks.items[25].str, "fnx");
     lexed_free(&l);
 }
@@ -148,8 +146,8 @@ Test(ir_lexer, operators_longest_match)
         IR_TK_PIPEEQ,   IR_TK_PIPE,    IR_TK_PERCENT,   IR_TK_STAR,    IR_TK_PLUSEQ, IR_TK_MINUSEQ,
         IR_TK_STAREQ,   IR_TK_SLASHEQ, IR_TK_PERCENTEQ, IR_TK_NEWLINE, IR_TK_EOF};
 
-    lex(&l, "//= // / -> - <= < >= > == = != |= | % * += -= *= /= %=");
-    expect_kinds(&l, want, sizeof(want) / sizeof(want[0]));
+    lex_kinds(&l, "//= // / -> - <= < >= > == = != |= | % * += -= *= /= %=", want,
+              sizeof(want) / sizeof(want[0]));
     lexed_free(&l);
 }
 
@@ -189,16 +187,18 @@ Test(ir_lexer, a_byte_order_mark_at_the_start_is_ignored)
 /* As in Python, a dot after digits belongs to the number, exponent included. */
 Test(ir_lexer, a_dot_then_an_exponent_is_one_float)
 {
+    static const struct {
+        double v, eps;
+    } want[] = {{1000.0, 1e-9}, {0.2, 1e-12}, {0.0, 1e-12}};
     struct lexed l;
+    size_t i;
 
     lex(&l, "1.e3 2.E-1 0.e0");
     cr_assert_eq(l.diags.len, 0);
-    cr_assert_eq(l.toks.items[0].kind, IR_TK_FLOAT);
-    cr_assert_float_eq(l.toks.items[0].v.f, 1000.0, 1e-9);
-    cr_assert_eq(l.toks.items[1].kind, IR_TK_FLOAT);
-    cr_assert_float_eq(l.toks.items[1].v.f, 0.2, 1e-12);
-    cr_assert_eq(l.toks.items[2].kind, IR_TK_FLOAT);
-    cr_assert_float_eq(l.toks.items[2].v.f, 0.0, 1e-12);
+    for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        cr_assert_eq(l.toks.items[i].kind, IR_TK_FLOAT, "token %zu", i);
+        cr_assert_float_eq(l.toks.items[i].v.f, want[i].v, want[i].eps, "token %zu", i);
+    }
     lexed_free(&l);
 }
 
@@ -214,16 +214,16 @@ Test(ir_lexer, int_min_magnitude_is_kept_for_unary_minus)
 
 Test(ir_lexer, durations)
 {
+    static const int64_t want_ms[] = {100, 30000, 120000, 3600000, 0};
     struct lexed l;
+    size_t i;
 
     lex(&l, "100ms 30s 2m 1h 0s");
     cr_assert_eq(l.diags.len, 0);
     cr_assert_eq(l.toks.items[0].kind, IR_TK_DURATION);
-    cr_assert_eq(l.toks.items[0].v.dur_ms, 100);
-    cr_assert_eq(l.toks.items[1].v.dur_ms, 30000);
-    cr_assert_eq(l.toks.items[2].v.dur_ms, 120000);
-    cr_assert_eq(l.toks.items[3].v.dur_ms, 3600000);
-    cr_assert_eq(l.toks.items[4].v.dur_ms, 0);
+    for (i = 0; i < sizeof(want_ms) / sizeof(want_ms[0]); i++) {
+        cr_assert_eq(l.toks.items[i].v.dur_ms, want_ms[i], "token %zu", i);
+    }
     lexed_free(&l);
 }
 
@@ -317,11 +317,11 @@ Test(ir_lexer, many_strings_on_one_line_use_memory_proportional_to_the_source)
     struct lexed l;
     int i;
 
-    cr_assert_eq(cn_buf_puts(&src, "x = ["), CN_OK);
+    t_puts(&src, "x = [");
     for (i = 0; i < 20000; i++) {
-        cr_assert_eq(cn_buf_printf(&src, "'s%d', ", i), CN_OK);
+        t_printf(&src, "'s%d', ", i);
     }
-    cr_assert_eq(cn_buf_puts(&src, "]\n"), CN_OK);
+    t_puts(&src, "]\n");
     lex(&l, src.data);
     cr_assert_eq(l.diags.len, 0);
     /* Each literal reserves about its own length, not the rest of the line. */

@@ -10,6 +10,7 @@
 #include "ir/parser.h"
 #include "tests/support/compile_util.h"
 #include "tests/support/leak.h"
+#include "tests/unit/ir/src_util.h"
 
 TestSuite(ir_parser, .fini = t_leak_check, .timeout = 30);
 
@@ -52,7 +53,7 @@ reprint(const char *expr)
     const struct ir_stmt *s;
     char *r = NULL;
 
-    cr_assert_eq(cn_buf_printf(&src, "fn main():\n    x = %s\n", expr), CN_OK);
+    t_printf(&src, "fn main():\n    x = %s\n", expr);
     parse_ok(&p, src.data);
     s = p.prog->funcs[0].body.items[0];
     cr_assert_eq(s->kind, IR_S_ASSIGN);
@@ -672,40 +673,37 @@ Test(ir_parser, syntax_errors_with_positions)
     }
 }
 
-Test(ir_parser, very_tall_expression_is_an_error_not_a_crash)
+/* Parses head, then unit n times, then tail. */
+static void
+parse_repeated(struct parsed *p, const char *head, const char *unit, int n, const char *tail)
 {
     struct cn_buf src = CN_BUF_INIT;
-    struct parsed p;
-    int i;
 
-    cr_assert_eq(cn_buf_puts(&src, "fn main():\n    x = 1"), CN_OK);
-    for (i = 0; i < 5000; i++) {
-        cr_assert_eq(cn_buf_puts(&src, " + 1"), CN_OK);
-    }
-    cr_assert_eq(cn_buf_puts(&src, "\n"), CN_OK);
-    parse(&p, src.data);
+    t_puts(&src, head);
+    t_put_n(&src, unit, n);
+    t_puts(&src, tail);
+    parse(p, src.data);
+    cn_buf_fini(&src);
+}
+
+Test(ir_parser, very_tall_expression_is_an_error_not_a_crash)
+{
+    struct parsed p;
+
+    parse_repeated(&p, "fn main():\n    x = 1", " + 1", 5000, "\n");
     cr_assert_eq(p.rv, CN_COMPILE);
     cr_assert(strstr(p.diags.items[0].msg, "too deeply nested") != NULL, "%s",
               p.diags.items[0].msg);
     parsed_free(&p);
-    cn_buf_fini(&src);
 }
 
 Test(ir_parser, deep_unary_chain_is_an_error_not_a_crash)
 {
-    struct cn_buf src = CN_BUF_INIT;
     struct parsed p;
-    int i;
 
-    cr_assert_eq(cn_buf_puts(&src, "fn main():\n    x = "), CN_OK);
-    for (i = 0; i < 100000; i++) {
-        cr_assert_eq(cn_buf_puts(&src, "not "), CN_OK);
-    }
-    cr_assert_eq(cn_buf_puts(&src, "a\n"), CN_OK);
-    parse(&p, src.data);
+    parse_repeated(&p, "fn main():\n    x = ", "not ", 100000, "a\n");
     cr_assert_eq(p.rv, CN_COMPILE);
     parsed_free(&p);
-    cn_buf_fini(&src);
 }
 
 Test(ir_parser, depth_limit_does_not_shrink_after_errors)
@@ -714,26 +712,18 @@ Test(ir_parser, depth_limit_does_not_shrink_after_errors)
     struct parsed p;
     int line, i;
 
-    cr_assert_eq(cn_buf_puts(&src, "fn main():\n"), CN_OK);
+    t_puts(&src, "fn main():\n");
     for (line = 0; line < 10; line++) { /* ten lines nested deeper than the limit */
-        cr_assert_eq(cn_buf_puts(&src, "    x = "), CN_OK);
-        for (i = 0; i < 120; i++) {
-            cr_assert_eq(cn_buf_putc(&src, '('), CN_OK);
-        }
-        cr_assert_eq(cn_buf_putc(&src, '1'), CN_OK);
-        for (i = 0; i < 120; i++) {
-            cr_assert_eq(cn_buf_putc(&src, ')'), CN_OK);
-        }
-        cr_assert_eq(cn_buf_puts(&src, "\n"), CN_OK);
+        t_puts(&src, "    x = ");
+        t_put_n(&src, "(", 120);
+        t_puts(&src, "1");
+        t_put_n(&src, ")", 120);
+        t_puts(&src, "\n");
     }
-    cr_assert_eq(cn_buf_puts(&src, "    y = "), CN_OK); /* then one within it */
-    for (i = 0; i < 90; i++) {
-        cr_assert_eq(cn_buf_putc(&src, '['), CN_OK);
-    }
-    for (i = 0; i < 90; i++) {
-        cr_assert_eq(cn_buf_putc(&src, ']'), CN_OK);
-    }
-    cr_assert_eq(cn_buf_puts(&src, "\n"), CN_OK);
+    t_puts(&src, "    y = "); /* then one within it */
+    t_put_n(&src, "[", 90);
+    t_put_n(&src, "]", 90);
+    t_puts(&src, "\n");
     parse(&p, src.data);
     cr_assert_eq(p.rv, CN_COMPILE);
     cr_assert_eq(p.diags.len, 10, "%zu errors", p.diags.len);
@@ -748,27 +738,19 @@ Test(ir_parser, blocks_and_expressions_have_separate_limits)
 {
     struct cn_buf src = CN_BUF_INIT;
     struct parsed p;
-    int i, k;
+    int i;
 
     /* 60 nested ifs with a 60-deep expression inside: each within its own limit. */
-    cr_assert_eq(cn_buf_puts(&src, "fn main(input: [a]):\n"), CN_OK);
+    t_puts(&src, "fn main(input: [a]):\n");
     for (i = 1; i <= 60; i++) {
-        for (k = 0; k < i; k++) {
-            cr_assert_eq(cn_buf_puts(&src, "    "), CN_OK);
-        }
-        cr_assert_eq(cn_buf_puts(&src, "if a:\n"), CN_OK);
+        t_put_n(&src, "    ", i);
+        t_puts(&src, "if a:\n");
     }
-    for (k = 0; k < 61; k++) {
-        cr_assert_eq(cn_buf_puts(&src, "    "), CN_OK);
-    }
-    cr_assert_eq(cn_buf_puts(&src, "x = "), CN_OK);
-    for (i = 0; i < 60; i++) {
-        cr_assert_eq(cn_buf_putc(&src, '['), CN_OK);
-    }
-    for (i = 0; i < 60; i++) {
-        cr_assert_eq(cn_buf_putc(&src, ']'), CN_OK);
-    }
-    cr_assert_eq(cn_buf_puts(&src, "\n"), CN_OK);
+    t_put_n(&src, "    ", 61);
+    t_puts(&src, "x = ");
+    t_put_n(&src, "[", 60);
+    t_put_n(&src, "]", 60);
+    t_puts(&src, "\n");
     parse_ok(&p, src.data);
     parsed_free(&p);
     cn_buf_fini(&src);
