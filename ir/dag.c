@@ -5,31 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/base/names.h"
 #include "ir/wfname.h"
 
-static const char *const node_names[] = {
-#define IR_NODE_NAME(id, text) text,
-    IR_NODE_KINDS(IR_NODE_NAME)
-#undef IR_NODE_NAME
-};
-
-static const char *const edge_names[] = {
-#define IR_EDGE_NAME(id, text) text,
-    IR_EDGE_KINDS(IR_EDGE_NAME)
-#undef IR_EDGE_NAME
-};
-
-const char *
-ir_node_kind_name(enum ir_node_kind k)
-{
-    return (unsigned) k < (unsigned) IR_N_COUNT_ ? node_names[k] : "?";
-}
-
-const char *
-ir_edge_kind_name(enum ir_edge_kind k)
-{
-    return (unsigned) k < (unsigned) IR_E_COUNT_ ? edge_names[k] : "?";
-}
+CN_ENUM_NAMES(ir_node_kind_name, enum ir_node_kind, IR_NODE_KINDS, IR_N_COUNT_)
+CN_ENUM_NAMES(ir_edge_kind_name, enum ir_edge_kind, IR_EDGE_KINDS, IR_E_COUNT_)
 
 void
 ir_dag_free(struct ir_dag *d)

@@ -40,7 +40,6 @@ bases_for(const char *type, struct ir_val *out)
     static const char *const exception_only[] = {"Exception", NULL};
     const char *const *names = exception_only;
     size_t i, n = 0;
-    cn_err rv;
 
     for (i = 0; i < sizeof(error_known_bases) / sizeof(error_known_bases[0]); i++) {
         if (strcmp(error_known_bases[i].type, type) == 0) {
@@ -51,16 +50,7 @@ bases_for(const char *type, struct ir_val *out)
     while (names[n] != NULL) {
         n++;
     }
-    if ((rv = ir_list_new(n, out)) != CN_OK) {
-        return rv;
-    }
-    for (i = 0; i < n; i++) {
-        if ((rv = ir_str_from_cstr(names[i], &ir_list_items(*out)[i])) != CN_OK) {
-            ir_val_release(*out);
-            return rv;
-        }
-    }
-    return CN_OK;
+    return ir_list_of_cstrs(names, n, out);
 }
 
 /* A string value from text that may not be valid UTF-8 (a message formatted from arbitrary

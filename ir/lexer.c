@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ir/base/buf.h"
+#include "ir/base/names.h"
 #include "ir/base/vec.h"
 
 #define LEX_MAX_INDENT   100 /* nesting levels; deeper is an error, not a stack overflow */
@@ -33,17 +34,7 @@ struct lexer {
     cn_err rv; /* sticky CN_NOMEM */
 };
 
-static const char *const tok_text[] = {
-#define IR_TOK_TEXT(id, text) text,
-    IR_TOKENS(IR_TOK_TEXT)
-#undef IR_TOK_TEXT
-};
-
-const char *
-ir_tok_text(enum ir_tok k)
-{
-    return (unsigned) k < (unsigned) IR_TK_COUNT_ ? tok_text[k] : "?";
-}
+CN_ENUM_NAMES(ir_tok_text, enum ir_tok, IR_TOKENS, IR_TK_COUNT_)
 
 static const struct {
     const char *word;

@@ -442,6 +442,25 @@ ir_list_new(size_t len, struct ir_val *out)
     return CN_OK;
 }
 
+cn_err
+ir_list_of_cstrs(const char *const *names, size_t n, struct ir_val *out)
+{
+    size_t i;
+    cn_err rv;
+
+    if ((rv = ir_list_new(n, out)) != CN_OK) {
+        return rv;
+    }
+    for (i = 0; i < n; i++) {
+        if ((rv = ir_str_from_cstr(names[i], &ir_list_items(*out)[i])) != CN_OK) {
+            ir_val_release(*out);
+            *out = ir_null();
+            return rv;
+        }
+    }
+    return CN_OK;
+}
+
 size_t
 ir_list_len(struct ir_val v)
 {

@@ -100,6 +100,8 @@ size_t ir_str_cplen(struct ir_val v);
 /* ---- lists ---- */
 /* New list of len nulls, to be filled through ir_list_items. Returns CN_OK or CN_NOMEM. */
 CN_MUST_CHECK cn_err ir_list_new(size_t len, struct ir_val *out);
+/* New list of the strings names[0..n) (valid UTF-8). CN_NOMEM leaves *out null. */
+CN_MUST_CHECK cn_err ir_list_of_cstrs(const char *const *names, size_t n, struct ir_val *out);
 size_t ir_list_len(struct ir_val v);
 /* Borrowed element array. Writing through it is allowed only while the list is unshared;
  * an element stored there is owned by the list. */

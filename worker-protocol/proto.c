@@ -12,19 +12,11 @@
 
 #include <msgpack.h>
 
+#include "ir/base/names.h"
+
 #define WP_ENVELOPE_DEPTH 4
 
-static const char *const kind_names[] = {
-#define WP_KIND_NAME(id, text) text,
-    WP_KINDS(WP_KIND_NAME)
-#undef WP_KIND_NAME
-};
-
-const char *
-wp_kind_name(enum wp_kind k)
-{
-    return (unsigned) k < (unsigned) WP_KIND_COUNT_ ? kind_names[k] : "?";
-}
+CN_ENUM_NAMES(wp_kind_name, enum wp_kind, WP_KINDS, WP_KIND_COUNT_)
 
 void
 wp_msg_init(struct wp_msg *m, enum wp_kind kind)
@@ -732,8 +724,9 @@ wp_msg_decode(const void *buf, size_t len, struct wp_msg *m, struct cn_errmsg *e
         goto out;
     }
     for (k = 0; k < (unsigned) WP_KIND_COUNT_; k++) {
-        if (strlen(kind_names[k]) == kind->via.str.size &&
-            memcmp(kind_names[k], kind->via.str.ptr, kind->via.str.size) == 0) {
+        const char *name = wp_kind_name((enum wp_kind) k);
+        if (strlen(name) == kind->via.str.size &&
+            memcmp(name, kind->via.str.ptr, kind->via.str.size) == 0) {
             break;
         }
     }

@@ -89,26 +89,6 @@ name_add(const char **names, size_t *n, size_t max, const char *s)
     }
 }
 
-/* A list of the strings names[0..n). */
-static cn_err
-str_list(const char *const *names, size_t n, struct ir_val *out)
-{
-    size_t i;
-    cn_err rv;
-
-    if ((rv = ir_list_new(n, out)) != CN_OK) {
-        return rv;
-    }
-    for (i = 0; i < n; i++) {
-        if ((rv = ir_str_from_cstr(names[i], &ir_list_items(*out)[i])) != CN_OK) {
-            ir_val_release(*out);
-            *out = ir_null();
-            return rv;
-        }
-    }
-    return CN_OK;
-}
-
 /* Bases a ChildWorkflowError takes from its child's error, at most (a deeper chain is cut). */
 #define RN_CHILD_BASES_MAX 32
 
@@ -182,7 +162,7 @@ rn_child_outcome(enum rn_outcome o, struct ir_val result, struct rn_iid child_id
         name_add(names, &nn, RN_CHILD_BASES_MAX + 3, "TimeoutError");
     }
     name_add(names, &nn, RN_CHILD_BASES_MAX + 3, "Exception");
-    rv = str_list(names, nn, &bases);
+    rv = ir_list_of_cstrs(names, nn, &bases);
     if (rv == CN_OK) {
         rv = ir_map_new(3, &details);
     }
