@@ -244,6 +244,21 @@ open_database(struct run *r)
     }
 }
 
+/* Registers version `version` of workflow `name` by its source, which the runners compile; inputs:
+ * the parameters of its main as a text[] literal ("{i}"), or NULL when it takes none. */
+static void
+register_source(PGconn *c, const char *name, const char *version, const char *source,
+                const char *inputs)
+{
+    const char *p[4] = {name, version, source, inputs};
+
+    free(q1(c,
+            "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash,"
+            " source, inputs) VALUES ($1, $2, $2, $3, $4::text[])"
+            " ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING",
+            4, p));
+}
+
 /* Registers the case's workflow (and its child's), as a version named by the source's hash:
  * re-running is a no-op; and sets or removes its concurrency limit. */
 static void
@@ -264,21 +279,9 @@ register_case(struct run *r)
         }
     }
     if (bc->child_name != NULL) {
-        const char *p[3] = {bc->child_name, r->version, bc->child_source};
-        free(q1(r->c,
-                "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash,"
-                " source, inputs) VALUES ($1, $2, $2, $3, '{i}')"
-                " ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING",
-                3, p));
+        register_source(r->c, bc->child_name, r->version, bc->child_source, "{i}");
     }
-    {
-        const char *p[3] = {r->name, r->version, bc->source};
-        free(q1(r->c,
-                "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash,"
-                " source) VALUES ($1, $2, $2, $3)"
-                " ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING",
-                3, p));
-    }
+    register_source(r->c, r->name, r->version, bc->source, NULL);
     /* With a limit the claim goes through cairn.claim_limited (sql/0012); without one, the
      * limit of an earlier run on this database is removed. */
     {

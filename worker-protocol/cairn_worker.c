@@ -611,6 +611,16 @@ exec_scan(const char *dir, struct exec_action **out, size_t *n_out)
  * log's settings, the range checks and the help text (ir/base/opts.h). */
 #define MAX_URLS CAIRN_WORKER_MAX_URLS
 static const char *url_flags[MAX_URLS];
+/* A string option (its flag, the name of its value in the help, its help line) and a whole
+ * number one (its flag, default, range and help line). */
+#define OPTION_STR(f, a, h)                                      \
+    {                                                            \
+        .flag = (f), .kind = CN_OPT_STR, .arg = (a), .help = (h) \
+    }
+#define OPTION_INT(f, d, lo, hi, h)                                                        \
+    {                                                                                      \
+        .flag = (f), .kind = CN_OPT_INT, .def = (d), .min = (lo), .max = (hi), .help = (h) \
+    }
 
 static struct cn_opt options[] = {
     {.flag = "url",
@@ -622,40 +632,19 @@ static struct cn_opt options[] = {
      .list_max = MAX_URLS,
      .help = "runner address; repeat it to serve several runners (the variable: separated by "
              "spaces or commas)"},
-    {.flag = "name", .kind = CN_OPT_STR, .arg = "NAME", .help = "worker name (default HOST-PID)"},
-    {.flag = "slots",
-     .kind = CN_OPT_INT,
-     .def = "1",
-     .min = 1,
-     .max = WP_MAX_SLOTS,
-     .help = "actions run at once, 1.." STR(WP_MAX_SLOTS)},
-    {.flag = "prefetch",
-     .kind = CN_OPT_INT,
-     .def = "0",
-     .min = 0,
-     .max = WP_MAX_PREFETCH,
-     .help = "attempts the runner may send ahead of free slots, 0.." STR(WP_MAX_PREFETCH)},
+    OPTION_STR("name", "NAME", "worker name (default HOST-PID)"),
+    OPTION_INT("slots", "1", 1, WP_MAX_SLOTS, "actions run at once, 1.." STR(WP_MAX_SLOTS)),
+    OPTION_INT("prefetch", "0", 0, WP_MAX_PREFETCH,
+               "attempts the runner may send ahead of free slots, 0.." STR(WP_MAX_PREFETCH)),
     {.flag = "credential",
      .kind = CN_OPT_STR,
      .env = "CAIRN_WORKER_CREDENTIAL",
      .arg = "TOKEN",
      .help = "shared token"},
-    {.flag = "exec-dir",
-     .kind = CN_OPT_STR,
-     .arg = "DIR",
-     .help = "also serve each executable DIR/NAME as action exec.NAME"},
-    {.flag = "tls-ca",
-     .kind = CN_OPT_STR,
-     .arg = "FILE",
-     .help = "tls+tcp://: PEM CA that signed the runner's certificate"},
-    {.flag = "tls-cert-key",
-     .kind = CN_OPT_STR,
-     .arg = "FILE",
-     .help = "tls+tcp://: PEM certificate and key of this worker"},
-    {.flag = "tls-server-name",
-     .kind = CN_OPT_STR,
-     .arg = "NAME",
-     .help = "tls+tcp://: name to check in the runner's certificate"},
+    OPTION_STR("exec-dir", "DIR", "also serve each executable DIR/NAME as action exec.NAME"),
+    OPTION_STR("tls-ca", "FILE", "tls+tcp://: PEM CA that signed the runner's certificate"),
+    OPTION_STR("tls-cert-key", "FILE", "tls+tcp://: PEM certificate and key of this worker"),
+    OPTION_STR("tls-server-name", "NAME", "tls+tcp://: name to check in the runner's certificate"),
     CN_OPTS_LOG_ROWS,
     /* Hidden, for tests: see run_once. */
     {.flag = "run-once", .kind = CN_OPT_STR},

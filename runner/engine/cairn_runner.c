@@ -93,14 +93,11 @@ static struct cn_opt settings[] = {
                 0, UINT32_MAX,
                 "an instance waiting only for child workflows, none of which answered for this "
                 "long, is handed back until one does"),
-    {.env = "CAIRN_MAX_CHILD_DEPTH",
-     .flag = "max-child-depth",
-     .kind = CN_OPT_INT,
-     .def = D(RN_DEFAULT_MAX_CHILD_DEPTH),
-     .min = 1,
-     .max = 256, /* cairn.cancel walks a tree recursively: a chain of 600 overflowed its stack */
-     .help = "how deep child workflows may nest (a child of a child is at depth 2); a call "
-             "past it raises ChildDepthExceeded (1-256)"},
+    /* At most 256: cairn.cancel walks a tree recursively, and a chain of 600 overflowed its
+     * stack. */
+    SETTING_INT("CAIRN_MAX_CHILD_DEPTH", "max-child-depth", RN_DEFAULT_MAX_CHILD_DEPTH, 1, 256,
+                "how deep child workflows may nest (a child of a child is at depth 2); a call "
+                "past it raises ChildDepthExceeded (1-256)"),
     SETTING_INT(
         "CAIRN_DEFAULT_ACTION_TIMEOUT_MS", "default-action-timeout-ms",
         RN_DEFAULT_ACTION_TIMEOUT_MS, 1, UINT32_MAX,
@@ -112,17 +109,13 @@ static struct cn_opt settings[] = {
     SETTING_INT("CAIRN_WORKER_IDLE_MS", "worker-idle-ms", RN_DEFAULT_WORKER_IDLE_MS, 100, 3600000,
                 "workers' idle cycle (heartbeat): a worker silent for 3 of these plus 1 s is "
                 "dropped"),
-    {.env = "CAIRN_MAX_INLINE_STEPS",
-     .flag = "max-inline-steps",
-     .kind = CN_OPT_INT,
-     .def = D(RN_DEFAULT_MAX_INLINE_STEPS),
-     .min = 1000,
-     /* A step must end well within the lease (CAIRN_LOCK_TTL_MS): the leases of instances
-      * claimed while their shard is busy are renewed only once it takes them. 100 million
-      * trivial nodes take about 6 s (exec.h has the measurement). */
-     .max = 100000000,
-     .help = "inline statements an instance may run between two actions, sleeps or timers; "
-             "more fail it with StepLimitExceeded"},
+    /* At most 100 million: a step must end well within the lease (CAIRN_LOCK_TTL_MS), since the
+     * leases of instances claimed while their shard is busy are renewed only once it takes
+     * them, and 100 million trivial nodes take about 6 s (exec.h has the measurement). */
+    SETTING_INT("CAIRN_MAX_INLINE_STEPS", "max-inline-steps", RN_DEFAULT_MAX_INLINE_STEPS, 1000,
+                100000000,
+                "inline statements an instance may run between two actions, sleeps or timers; "
+                "more fail it with StepLimitExceeded"),
     {.env = "CAIRN_RETENTION",
      .flag = "retention",
      .kind = CN_OPT_STR,
