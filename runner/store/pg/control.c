@@ -97,14 +97,10 @@ verify_cancels(struct pg_backend *b, const struct rn_iid *ids, size_t n, rn_canc
     struct pargs g = {0};
     struct barr a;
     PGresult *r = NULL;
-    size_t i;
     int row;
     cn_err rv;
 
-    pg_barr_begin(&a, PG_OID_UUID);
-    for (i = 0; i < n; i++) {
-        pg_barr_uuid(&a, ids[i].b);
-    }
+    PG_BARR_IDS(&a, ids, n);
     pg_pa_array(&g, &a);
     rv = pg_exec_args(b,
                       "SELECT instance_id, coalesce(cancel_reason, 'cancelled')"
@@ -385,17 +381,13 @@ pg_cancel_children(struct rn_backend *base, struct rn_iid parent, const struct r
     struct pargs g = {0};
     struct barr a;
     PGresult *r = NULL;
-    size_t i;
     cn_err rv;
 
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
     cn_uuid_format(parent.b, pid);
-    pg_barr_begin(&a, PG_OID_UUID);
-    for (i = 0; i < n; i++) {
-        pg_barr_uuid(&a, exec_ids[i].b);
-    }
+    PG_BARR_IDS(&a, exec_ids, n);
     pg_pa_text(&g, pid);
     if (n > 0) {
         pg_pa_array(&g, &a);

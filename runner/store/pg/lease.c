@@ -120,7 +120,6 @@ pg_release(struct rn_backend *base, const struct rn_token *locks, size_t n, stru
     struct pargs g = {0};
     PGresult *r = NULL;
     struct barr a;
-    size_t i;
     cn_err rv;
 
     if (n == 0) {
@@ -129,10 +128,7 @@ pg_release(struct rn_backend *base, const struct rn_token *locks, size_t n, stru
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
-    pg_barr_begin(&a, PG_OID_UUID);
-    for (i = 0; i < n; i++) {
-        pg_barr_uuid(&a, locks[i].b);
-    }
+    PG_BARR_IDS(&a, locks, n);
     pg_pa_array(&g, &a);
     rv = pg_exec_args(b,
                       "WITH q AS (UPDATE cairn.queued_instances SET lock_uuid ="

@@ -89,6 +89,15 @@ void pg_barr_null(struct barr *a);
 void pg_barr_uuid(struct barr *a, const uint8_t id[16]);
 void pg_barr_int(struct barr *a, int64_t v);
 void pg_barr_bool(struct barr *a, bool v);
+/* Begins a uuid[] in a from the n ids (of any id kind: struct rn_iid, rn_xid, rn_token). */
+#define PG_BARR_IDS(a, ids, n)              \
+    do {                                    \
+        size_t k_;                          \
+        pg_barr_begin((a), PG_OID_UUID);    \
+        for (k_ = 0; k_ < (n); k_++) {      \
+            pg_barr_uuid((a), (ids)[k_].b); \
+        }                                   \
+    } while (0)
 const char *pg_barr_end(struct barr *a, int *len);
 void pg_barr_fini(struct barr *a);
 void pg_pa_text(struct pargs *g, const char *s);
