@@ -94,20 +94,17 @@ static cn_err
 verify_cancels(struct pg_backend *b, const struct rn_iid *ids, size_t n, rn_cancel_fn fn, void *arg,
                struct cn_errmsg *err)
 {
-    struct pargs g = {0};
     struct barr a;
     PGresult *r = NULL;
     int row;
     cn_err rv;
 
     PG_BARR_IDS(&a, ids, n);
-    pg_pa_array(&g, &a);
-    rv = pg_exec_args(b,
-                      "SELECT instance_id, coalesce(cancel_reason, 'cancelled')"
-                      " FROM cairn.runner_instances WHERE instance_id = ANY($1::uuid[])"
-                      " AND cancel_requested_at IS NOT NULL",
-                      &g, &r, err);
-    pg_barr_fini(&a);
+    rv = pg_exec_array(b,
+                       "SELECT instance_id, coalesce(cancel_reason, 'cancelled')"
+                       " FROM cairn.runner_instances WHERE instance_id = ANY($1::uuid[])"
+                       " AND cancel_requested_at IS NOT NULL",
+                       &a, &r, err);
     if (rv != CN_OK) {
         return rv;
     }

@@ -117,7 +117,6 @@ cn_err
 pg_release(struct rn_backend *base, const struct rn_token *locks, size_t n, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    struct pargs g = {0};
     PGresult *r = NULL;
     struct barr a;
     cn_err rv;
@@ -129,16 +128,14 @@ pg_release(struct rn_backend *base, const struct rn_token *locks, size_t n, stru
         return rv;
     }
     PG_BARR_IDS(&a, locks, n);
-    pg_pa_array(&g, &a);
-    rv = pg_exec_args(b,
-                      "WITH q AS (UPDATE cairn.queued_instances SET lock_uuid ="
-                      " NULL, lock_expires_at = NULL WHERE lock_uuid ="
-                      " ANY($1::uuid[]) RETURNING instance_id)"
-                      " UPDATE cairn.runner_instances ri SET status = 'queued'"
-                      " FROM q WHERE ri.instance_id = q.instance_id",
-                      &g, &r, err);
+    rv = pg_exec_array(b,
+                       "WITH q AS (UPDATE cairn.queued_instances SET lock_uuid ="
+                       " NULL, lock_expires_at = NULL WHERE lock_uuid ="
+                       " ANY($1::uuid[]) RETURNING instance_id)"
+                       " UPDATE cairn.runner_instances ri SET status = 'queued'"
+                       " FROM q WHERE ri.instance_id = q.instance_id",
+                       &a, &r, err);
     PQclear(r);
-    pg_barr_fini(&a);
     return rv;
 }
 

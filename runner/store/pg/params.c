@@ -145,6 +145,19 @@ pg_exec_args(struct pg_backend *b, const char *sql, const struct pargs *g, PGres
     return rn_db_exec_formats(b->c, sql, g->n, g->v, g->len, g->fmt, out, err);
 }
 
+cn_err
+pg_exec_array(struct pg_backend *b, const char *sql, struct barr *a, PGresult **out,
+              struct cn_errmsg *err)
+{
+    struct pargs g = {0};
+    cn_err rv;
+
+    pg_pa_array(&g, a);
+    rv = pg_exec_args(b, sql, &g, out, err);
+    pg_barr_fini(a);
+    return rv;
+}
+
 uint32_t
 pg_be32(const char *p)
 {

@@ -104,6 +104,9 @@ void pg_pa_text(struct pargs *g, const char *s);
 void pg_pa_array(struct pargs *g, struct barr *a);
 cn_err pg_exec_args(struct pg_backend *b, const char *sql, const struct pargs *g, PGresult **out,
                     struct cn_errmsg *err);
+/* Runs sql with the array a (begun with PG_BARR_IDS) as its one parameter, $1, and frees a. */
+cn_err pg_exec_array(struct pg_backend *b, const char *sql, struct barr *a, PGresult **out,
+                     struct cn_errmsg *err);
 uint32_t pg_be32(const char *p);
 int64_t pg_get_i64(PGresult *r, int row, int col);
 bool pg_get_uuid(PGresult *r, int row, int col, uint8_t out[16]);
