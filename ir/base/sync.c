@@ -30,23 +30,19 @@ cn_mutex_init(pthread_mutex_t *m)
     CHECK(pthread_mutex_init(m, NULL));
 }
 
-void
-cn_mutex_destroy(pthread_mutex_t *m)
-{
-    CHECK(pthread_mutex_destroy(m));
-}
-
-void
-cn_mutex_lock(pthread_mutex_t *m)
-{
-    CHECK(pthread_mutex_lock(m));
-}
-
-void
-cn_mutex_unlock(pthread_mutex_t *m)
-{
-    CHECK(pthread_mutex_unlock(m));
-}
+/* The calls that take their one object and cannot fail but by a bug: each checked alike. */
+#define CHECKED(fn, type, call, x) \
+    void fn(type x)                \
+    {                              \
+        CHECK(call(x));            \
+    }
+CHECKED(cn_mutex_destroy, pthread_mutex_t *, pthread_mutex_destroy, m)
+CHECKED(cn_mutex_lock, pthread_mutex_t *, pthread_mutex_lock, m)
+CHECKED(cn_mutex_unlock, pthread_mutex_t *, pthread_mutex_unlock, m)
+CHECKED(cn_cond_destroy, pthread_cond_t *, pthread_cond_destroy, c)
+CHECKED(cn_cond_signal, pthread_cond_t *, pthread_cond_signal, c)
+CHECKED(cn_cond_broadcast, pthread_cond_t *, pthread_cond_broadcast, c)
+#undef CHECKED
 
 void
 cn_cond_init(pthread_cond_t *c)
@@ -57,24 +53,6 @@ cn_cond_init(pthread_cond_t *c)
     CHECK(pthread_condattr_setclock(&a, CLOCK_MONOTONIC));
     CHECK(pthread_cond_init(c, &a));
     CHECK(pthread_condattr_destroy(&a));
-}
-
-void
-cn_cond_destroy(pthread_cond_t *c)
-{
-    CHECK(pthread_cond_destroy(c));
-}
-
-void
-cn_cond_signal(pthread_cond_t *c)
-{
-    CHECK(pthread_cond_signal(c));
-}
-
-void
-cn_cond_broadcast(pthread_cond_t *c)
-{
-    CHECK(pthread_cond_broadcast(c));
 }
 
 void
