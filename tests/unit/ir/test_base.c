@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The program helpers of ir/base/: UUID text (both ways, and what is refused) and command-line
  * options from a table (syntax, precedence of flag, variable and default, range checks, the
- * messages of bad usage); log lines (levels, text and JSON). */
+ * messages of bad usage); log lines (levels, text and JSON); named threads. */
+#define _GNU_SOURCE /* pthread_getname_np; must precede every include */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 
 #include "ir/base/log.h"
 #include "ir/base/opts.h"
+#include "ir/base/sync.h"
 #include "ir/base/uuid.h"
 #include "tests/support/leak.h"
 
@@ -402,4 +404,64 @@ Test(ir_base, opts_help_lists_the_table)
     cr_assert_not_null(strstr(buf, "  -q, --quiet         say less\n"), "%s", buf);
     cr_assert_not_null(strstr(buf, "  -h, --help          this text\n"), "%s", buf);
     cr_assert_null(strstr(buf, "secret"), "a row without help is not listed: %s", buf);
+}
+
+/* ---- threads -------------------------------------------------------------------------------- */
+
+struct named {
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    bool stop;
+    char name[32];
+};
+
+/* Reads its own name, then waits until told to stop. */
+static void *
+named_main(void *arg)
+{
+    struct named *n = arg;
+
+    cn_mutex_lock(&n->mtx);
+    (void) pthread_getname_np(pthread_self(), n->name, sizeof(n->name));
+    cn_cond_broadcast(&n->cond);
+    while (!n->stop) {
+        cn_cond_wait(&n->cond, &n->mtx);
+    }
+    cn_mutex_unlock(&n->mtx);
+    return NULL;
+}
+
+/* A thread runs under the name it was started with (cut to the kernel's 15 characters), a stop
+ * raised with cn_cond_raise reaches it, and cn_thread_wait joins it once: a second wait, or a
+ * wait on a thread never started, does nothing. */
+Test(ir_base, threads_are_named_and_waited_for_once)
+{
+    static const char *const names[] = {"cairn-keeper", "cairn-a-name-too-long-to-keep"};
+    static const char *const shown[] = {"cairn-keeper", "cairn-a-name-to"};
+    struct cn_thread never = {0};
+    size_t i;
+
+    for (i = 0; i < 2; i++) {
+        struct named n = {.stop = false};
+        struct cn_thread t;
+        struct cn_errmsg em = {{0}};
+
+        cn_mutex_init(&n.mtx);
+        cn_cond_init(&n.cond);
+        cr_assert_eq(cn_thread_start(&t, names[i], named_main, &n, &em), CN_OK, "%s", em.text);
+        cr_assert(t.started);
+        cn_mutex_lock(&n.mtx);
+        while (n.name[0] == '\0') {
+            cn_cond_wait(&n.cond, &n.mtx);
+        }
+        cn_mutex_unlock(&n.mtx);
+        cr_assert_str_eq(n.name, shown[i], "started as %s", names[i]);
+        cn_cond_raise(&n.mtx, &n.cond, &n.stop);
+        cn_thread_wait(&t);
+        cr_assert(!t.started);
+        cn_thread_wait(&t);
+        cn_cond_destroy(&n.cond);
+        cn_mutex_destroy(&n.mtx);
+    }
+    cn_thread_wait(&never);
 }
