@@ -16,6 +16,8 @@ source "$root/tests/support/tap_db.sh"
 
 fresh_db "$root" enq
 try() { q "$url" "SELECT try(\$s\$$1\$s\$)"; }
+# refused NAME ARGS WANT: cairn.enqueue('w', ARGS) fails with WANT, its SQLSTATE and message.
+refused() { check "$1" "$(try "SELECT cairn.enqueue('w', $2)")" "$3"; }
 # An object nested $1 levels deep: {"a": [[...]]} with the innermost list at level $1.
 nested() { python3 -c "import sys; d = int(sys.argv[1]); print('{\"a\": ' + '[' * (d - 1) + ']' * (d - 1) + '}')" "$1"; }
 
@@ -23,50 +25,50 @@ check "cairn.limits()" "$(q "$url" "SELECT input_bytes || ' ' || value_depth || 
     "262144 32 255"
 
 # ---- refused ------------------------------------------------------------------------------
-check "input that is not an object" "$(try "SELECT cairn.enqueue('w', '[1, 2]')")" \
+refused "input that is not an object" "'[1, 2]'" \
     "22023 cairn.enqueue: input must be a JSON object, got array"
-check "NULL input" "$(try "SELECT cairn.enqueue('w', NULL)")" \
+refused "NULL input" "NULL" \
     "22023 cairn.enqueue: input must be a JSON object, got NULL"
 # {"s": "..."} is 9 bytes around the string.
-check "input one byte over the size limit" \
-    "$(try "SELECT cairn.enqueue('w', jsonb_build_object('s', repeat('x', 262136)))")" \
+refused "input one byte over the size limit" \
+    "jsonb_build_object('s', repeat('x', 262136))" \
     "54000 cairn.enqueue: input is 262145 bytes of JSON, over the limit of 262144 bytes"
-check "a 20 MB input" "$(try "SELECT cairn.enqueue('w', jsonb_build_object('s', repeat('x', 20000000)))")" \
+refused "a 20 MB input" "jsonb_build_object('s', repeat('x', 20000000))" \
     "54000 cairn.enqueue: input is 20000009 bytes of JSON, over the limit of 262144 bytes"
-check "input one level too deep (lists)" "$(try "SELECT cairn.enqueue('w', '$(nested 33)')")" \
+refused "input one level too deep (lists)" "'$(nested 33)'" \
     "54000 cairn.enqueue: input is nested deeper than 32 levels"
 deep_obj=$(python3 -c "print('{\"a\": ' * 32 + '1' + '}' * 32)")
-check "input one level too deep (objects, a scalar at the bottom)" "$(try "SELECT cairn.enqueue('w', '$deep_obj')")" \
+refused "input one level too deep (objects, a scalar at the bottom)" "'$deep_obj'" \
     "54000 cairn.enqueue: input is nested deeper than 32 levels"
-check "1e400" "$(try "SELECT cairn.enqueue('w', '{\"a\": 1e400}')")" \
+refused "1e400" "'{\"a\": 1e400}'" \
     "22003 cairn.enqueue: input holds the integer 10000000000000000000... (401 digits), outside the 64-bit range"
-check "an integer just above int64" "$(try "SELECT cairn.enqueue('w', '{\"a\": [9223372036854775808]}')")" \
+refused "an integer just above int64" "'{\"a\": [9223372036854775808]}'" \
     "22003 cairn.enqueue: input holds the integer 9223372036854775808, outside the 64-bit range"
-check "an integer just below int64" "$(try "SELECT cairn.enqueue('w', '{\"a\": {\"b\": -9223372036854775809}}')")" \
+refused "an integer just below int64" "'{\"a\": {\"b\": -9223372036854775809}}'" \
     "22003 cairn.enqueue: input holds the integer -9223372036854775809, outside the 64-bit range"
-check "1e19, which jsonb keeps as an integer" "$(try "SELECT cairn.enqueue('w', '{\"a\": 1e19}')")" \
+refused "1e19, which jsonb keeps as an integer" "'{\"a\": 1e19}'" \
     "22003 cairn.enqueue: input holds the integer 10000000000000000000, outside the 64-bit range"
 # 2^1024 - 2^970: the smallest magnitude strtod rounds to infinity.
 huge=$(python3 -c 'print(2**1024 - 2**970)')
-check "a float that overflows float64" "$(try "SELECT cairn.enqueue('w', '{\"a\": -$huge.0}')")" \
+refused "a float that overflows float64" "'{\"a\": -$huge.0}'" \
     "22003 cairn.enqueue: input holds the number -1797693134862315807... (312 characters), beyond the largest float"
-check "the largest float in exponent form, which jsonb keeps as an integer" \
-    "$(try "SELECT cairn.enqueue('w', '{\"a\": 1.7976931348623157e308}')")" \
+refused "the largest float in exponent form, which jsonb keeps as an integer" \
+    "'{\"a\": 1.7976931348623157e308}'" \
     "22003 cairn.enqueue: input holds the integer 17976931348623157000... (309 digits), outside the 64-bit range"
-check "an empty idempotency key" "$(try "SELECT cairn.enqueue('w', '{}', '')")" \
+refused "an empty idempotency key" "'{}', ''" \
     "22023 cairn.enqueue: the idempotency key is empty"
-check "a 256-byte idempotency key" "$(try "SELECT cairn.enqueue('w', '{}', repeat('k', 256))")" \
+refused "a 256-byte idempotency key" "'{}', repeat('k', 256)" \
     "54000 cairn.enqueue: the idempotency key is 256 bytes, over the limit of 255 bytes"
-check "a 3000-byte idempotency key (no B-tree error)" "$(try "SELECT cairn.enqueue('w', '{}', repeat('k', 3000))")" \
+refused "a 3000-byte idempotency key (no B-tree error)" "'{}', repeat('k', 3000)" \
     "54000 cairn.enqueue: the idempotency key is 3000 bytes, over the limit of 255 bytes"
-check "the key limit counts bytes" "$(try "SELECT cairn.enqueue('w', '{}', repeat('é', 128))")" \
+refused "the key limit counts bytes" "'{}', repeat('é', 128)" \
     "54000 cairn.enqueue: the idempotency key is 256 bytes, over the limit of 255 bytes"
-check "scheduled at infinity" "$(try "SELECT cairn.enqueue('w', '{}', NULL, 0, 'infinity')")" \
+refused "scheduled at infinity" "'{}', NULL, 0, 'infinity'" \
     "22023 cairn.enqueue: scheduled_at must be a finite time, got infinity"
-check "scheduled at -infinity" "$(try "SELECT cairn.enqueue('w', '{}', NULL, 0, '-infinity')")" \
+refused "scheduled at -infinity" "'{}', NULL, 0, '-infinity'" \
     "22023 cairn.enqueue: scheduled_at must be a finite time, got -infinity"
 q "$url" "SELECT cairn.enqueue('w', '{}', 'used')" >/dev/null
-check "a bad input is refused even with a key already used" "$(try "SELECT cairn.enqueue('w', '[]', 'used')")" \
+refused "a bad input is refused even with a key already used" "'[]', 'used'" \
     "22023 cairn.enqueue: input must be a JSON object, got array"
 check "nothing refused was stored" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE idempotency_key IS DISTINCT FROM 'used'")" 0
 hint=$("$psql_bin" -X -q -d "$url" -c "SELECT cairn.enqueue('w', '{}', '')" 2>&1 </dev/null)
@@ -83,8 +85,8 @@ check "input exactly at the depth limit: stored as sent" \
 deep_obj=$(python3 -c "print('{\"a\": ' * 31 + '1' + '}' * 31)")
 check "objects 32 levels deep with a scalar at the bottom" \
     "$(try "SELECT cairn.enqueue('w', '$deep_obj')")" "no error"
-check "int64's bounds, a float with a fraction beyond int64, an underflow" \
-    "$(try "SELECT cairn.enqueue('w', '{\"a\": [-9223372036854775808, 9223372036854775807, 10000000000000000000.5, 1e-400]}')")" \
+refused "int64's bounds, a float with a fraction beyond int64, an underflow" \
+    "'{\"a\": [-9223372036854775808, 9223372036854775807, 10000000000000000000.5, 1e-400]}'" \
     "no error"
 check "the largest finite float, written with a fraction" \
     "$(try "SELECT cairn.enqueue('w', '{\"a\": $(python3 -c 'print(2**1024 - 2**970 - 1)').9}')")" "no error"
