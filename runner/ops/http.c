@@ -713,9 +713,7 @@ rn_http_quiesce(struct rn_http *h)
     if (h == NULL) {
         return;
     }
-    cn_mutex_lock(&h->mtx);
-    h->closing = true;
-    cn_mutex_unlock(&h->mtx);
+    cn_cond_raise(&h->mtx, &h->cond, &h->closing); /* the loop reads it under h->mtx */
     wake(h);
     cn_mutex_lock(&h->mtx);
     while (!h->closing_seen && !h->stopped) {
@@ -731,9 +729,7 @@ rn_http_stop(struct rn_http *h)
         return;
     }
     rn_http_quiesce(h);
-    cn_mutex_lock(&h->mtx);
-    h->stop = true;
-    cn_mutex_unlock(&h->mtx);
+    cn_cond_raise(&h->mtx, &h->cond, &h->stop);
     wake(h);
     cn_thread_wait(&h->thread);
     /* Closes every connection: their requests end (on_completed) and give up their counts. */
