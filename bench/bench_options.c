@@ -176,7 +176,7 @@ parse(int argc, char **argv, struct opts *o)
     size_t k;
     int i;
 
-    for (i = 1; i < argc; i++) {
+    for (i = 1; i < argc; i += 2) { /* a flag and its value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0) {
             usage(stdout);
@@ -193,7 +193,6 @@ parse(int argc, char **argv, struct opts *o)
             exit(2);
         }
         set_flag(&flags[k], v);
-        i++;
     }
     if (o->fail + o->timeout + o->nap > 1.0) {
         fprintf(stderr, "cairn-bench: --fail-rate + --timeout-rate + --sleep-rate must be <= 1\n");

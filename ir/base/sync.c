@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "ir/base/xalloc.h"
+
 static _Noreturn void
 sync_fail(const char *call, int rv)
 {
@@ -90,21 +92,40 @@ cn_cond_raise(pthread_mutex_t *m, pthread_cond_t *c, bool *flag)
     cn_mutex_unlock(m);
 }
 
+/* What a new thread runs first: it names itself, so that it carries its name from its first
+ * instruction (named from outside after pthread_create, it could run a while as the process). */
+struct thread_start {
+    void *(*fn)(void *);
+    void *arg;
+    char name[16]; /* the kernel keeps 15 characters; a longer name would fail with ERANGE */
+};
+
+static void *
+thread_main(void *p)
+{
+    struct thread_start s = *(struct thread_start *) p;
+
+    free(p);
+    (void) pthread_setname_np(pthread_self(), s.name);
+    return s.fn(s.arg);
+}
+
 cn_err
 cn_thread_start(struct cn_thread *t, const char *name, void *(*fn)(void *), void *arg,
                 struct cn_errmsg *err)
 {
-    char shown[16];
+    struct thread_start *s = cn_xmalloc(sizeof(*s));
     int rv;
 
+    s->fn = fn;
+    s->arg = arg;
+    (void) snprintf(s->name, sizeof(s->name), "%s", name);
     t->started = false;
-    if ((rv = pthread_create(&t->id, NULL, fn, arg)) != 0) {
+    if ((rv = pthread_create(&t->id, NULL, thread_main, s)) != 0) {
+        free(s);
         return cn_errmsg_set(err, CN_NOMEM, "cannot start the %s thread: %s", name, strerror(rv));
     }
     t->started = true;
-    /* Only a name over the kernel's length fails (ERANGE), so it is cut to fit, not checked. */
-    (void) snprintf(shown, sizeof(shown), "%s", name);
-    (void) pthread_setname_np(t->id, shown);
     return CN_OK;
 }
 
