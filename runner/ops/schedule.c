@@ -168,13 +168,14 @@ pause_with(PGconn *c, const char *tenant, const char *name, const char *why, str
 static cn_err
 fire_one(PGconn *c, PGresult *r, int row, int64_t now, size_t *fired, struct cn_errmsg *err)
 {
-    const char *name = PQgetvalue(r, row, 0), *tenant = PQgetvalue(r, row, 8);
-    const char *cron = PQgetisnull(r, row, 1) ? NULL : PQgetvalue(r, row, 1);
-    int64_t every = PQgetisnull(r, row, 2) ? 0 : to_i64(PQgetvalue(r, row, 2));
-    const char *tz = PQgetvalue(r, row, 3), *catch_up = PQgetvalue(r, row, 4);
-    int64_t jitter = to_i64(PQgetvalue(r, row, 5));
-    bool fresh = PQgetisnull(r, row, 6);
-    int64_t next = fresh ? 0 : to_i64(PQgetvalue(r, row, 6));
+    const char *name = rn_db_get(r, row, "name"), *tenant = rn_db_get(r, row, "tenant_id");
+    const char *cron = rn_db_get(r, row, "cron"), *every_ms = rn_db_get(r, row, "every_ms");
+    const char *tz = rn_db_get(r, row, "timezone"), *catch_up = rn_db_get(r, row, "catch_up");
+    const char *next_ms = rn_db_get(r, row, "next_ms");
+    int64_t every = every_ms != NULL ? to_i64(every_ms) : 0;
+    int64_t jitter = to_i64(rn_db_get(r, row, "jitter_ms"));
+    bool fresh = next_ms == NULL;
+    int64_t next = fresh ? 0 : to_i64(next_ms);
     int64_t *due = NULL, after;
     size_t ndue = 0, got = 0, k, from;
     char nbuf[24], lbuf[24];
@@ -263,8 +264,8 @@ rn_schedules_fire(PGconn *c, size_t *fired, struct cn_errmsg *err)
     }
     rv = rn_db_exec(c,
                     "SELECT name, cron, every_ms, timezone, catch_up, jitter_ms,"
-                    " floor(extract(epoch FROM next_at) * 1000)::bigint,"
-                    " floor(extract(epoch FROM now()) * 1000)::bigint, tenant_id"
+                    " floor(extract(epoch FROM next_at) * 1000)::bigint AS next_ms,"
+                    " floor(extract(epoch FROM now()) * 1000)::bigint AS now_ms, tenant_id"
                     " FROM cairn.schedules WHERE NOT paused AND (next_at IS NULL OR next_at <="
                     " now()) ORDER BY next_at NULLS FIRST LIMIT 50 FOR UPDATE SKIP LOCKED",
                     0, NULL, &r, err);
@@ -272,7 +273,7 @@ rn_schedules_fire(PGconn *c, size_t *fired, struct cn_errmsg *err)
         struct cn_errmsg em = {{0}};
         cn_err one;
 
-        now = to_i64(PQgetvalue(r, row, 7));
+        now = to_i64(rn_db_get(r, row, "now_ms"));
         if ((rv = rn_db_exec(c, "SAVEPOINT sched", 0, NULL, NULL, err)) != CN_OK) {
             break;
         }
@@ -285,7 +286,8 @@ rn_schedules_fire(PGconn *c, size_t *fired, struct cn_errmsg *err)
             /* This schedule cannot run (a bad expression or zone, its workflow gone): paused,
              * with the reason, and the others go on. */
             if ((rv = rn_db_exec(c, "ROLLBACK TO SAVEPOINT sched", 0, NULL, NULL, err)) == CN_OK) {
-                rv = pause_with(c, PQgetvalue(r, row, 8), PQgetvalue(r, row, 0), em.text, err);
+                rv = pause_with(c, rn_db_get(r, row, "tenant_id"), rn_db_get(r, row, "name"),
+                                em.text, err);
             }
         }
     }

@@ -129,17 +129,21 @@ held_release(struct rn_status *s, struct held *h)
 
 /* ---- the database thread -------------------------------------------------------------------- */
 
-/* A column as a new string ("" for NULL). */
+/* Column `name` as a new string ("" for NULL), or as an integer (0 for NULL). */
 static char *
-col(const PGresult *res, int row, int c)
+col(const PGresult *res, int row, const char *name)
 {
-    return cn_xstrdup(PQgetisnull(res, row, c) ? "" : PQgetvalue(res, row, c));
+    const char *v = rn_db_get(res, row, name);
+
+    return cn_xstrdup(v != NULL ? v : "");
 }
 
 static int64_t
-col_int(const PGresult *res, int row, int c)
+col_int(const PGresult *res, int row, const char *name)
 {
-    return PQgetisnull(res, row, c) ? 0 : strtoll(PQgetvalue(res, row, c), NULL, 10);
+    const char *v = rn_db_get(res, row, name);
+
+    return v != NULL ? strtoll(v, NULL, 10) : 0;
 }
 
 static cn_err
@@ -259,11 +263,11 @@ publish(struct rn_status *s)
  * (status, created_at) index per status), the newest 20 failures (the same index, backwards),
  * the schedules and the live runners. */
 static const char q_unfinished[] =
-    "SELECT ri.workflow_name, ri.status, count(*) FROM cairn.queued_instances q"
+    "SELECT ri.workflow_name, ri.status, count(*) AS n FROM cairn.queued_instances q"
     " JOIN cairn.runner_instances ri ON ri.instance_id = q.instance_id"
     " GROUP BY 1, 2 ORDER BY 1, 2";
 static const char q_finished[] =
-    "SELECT workflow_name, status, count(*) FROM cairn.runner_instances"
+    "SELECT workflow_name, status, count(*) AS n FROM cairn.runner_instances"
     " WHERE status = ANY ('{completed,failed,cancelled,timed_out}')"
     " AND created_at >= now() - interval '24 hours' GROUP BY 1, 2 ORDER BY 1, 2";
 #define FAILED_OF(st)                                                             \
@@ -271,9 +275,9 @@ static const char q_finished[] =
     " FROM cairn.runner_instances WHERE status = '" st "' ORDER BY created_at DESC LIMIT 20)"
 static const char q_failures[] =
     "SELECT f.instance_id, f.workflow_name, f.status,"
-    " CASE WHEN length(e.t) > 300 THEN left(e.t, 300) || '…' ELSE e.t END,"
+    " CASE WHEN length(e.t) > 300 THEN left(e.t, 300) || '…' ELSE e.t END AS error,"
     " to_char(coalesce(f.completed_at, f.created_at) AT TIME ZONE 'UTC',"
-    " 'YYYY-MM-DD HH24:MI:SS\"Z\"')"
+    " 'YYYY-MM-DD HH24:MI:SS\"Z\"') AS at"
     " FROM (" FAILED_OF("failed") " UNION ALL " FAILED_OF(
         "timed_out") ") f,"
                      " LATERAL (SELECT CASE WHEN jsonb_typeof(f.error) = 'object' THEN"
@@ -283,14 +287,14 @@ static const char q_failures[] =
 static const char q_schedules[] =
     "SELECT name, workflow_name,"
     " CASE WHEN cron IS NOT NULL THEN 'cron ' || cron || ' (' || timezone || ')'"
-    " ELSE 'every ' || (every_ms * interval '1 millisecond')::text END,"
-    " coalesce(to_char(next_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS\"Z\"'), ''),"
-    " paused, coalesce(error, '') FROM cairn.schedules ORDER BY name LIMIT 200";
+    " ELSE 'every ' || (every_ms * interval '1 millisecond')::text END AS spec,"
+    " coalesce(to_char(next_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS\"Z\"'), '') AS next_at,"
+    " paused, coalesce(error, '') AS error FROM cairn.schedules ORDER BY name LIMIT 200";
 static const char q_runners[] =
-    "SELECT runner_id, host, pid, coalesce(http, ''),"
-    " to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS\"Z\"'),"
-    " greatest(0, extract(epoch FROM now() - seen_at))::bigint, workers, slots, busy,"
-    " actions::text FROM cairn.runners"
+    "SELECT runner_id, host, pid, coalesce(http, '') AS http,"
+    " to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS\"Z\"') AS started_at,"
+    " greatest(0, extract(epoch FROM now() - seen_at))::bigint AS seen_ago_s, workers, slots,"
+    " busy, actions::text AS actions FROM cairn.runners"
     " WHERE seen_at >= now() - make_interval(secs => $1) ORDER BY started_at, runner_id LIMIT 200";
 /* The workflows at their concurrency limit with instances waiting (sql/0012). */
 static const char q_limits[] =
@@ -304,7 +308,8 @@ read_counts(const PGresult *res, struct rn_status_counts *v)
     int i;
 
     for (i = 0; i < PQntuples(res); i++) {
-        struct rn_status_count c = {col(res, i, 0), col(res, i, 1), col_int(res, i, 2)};
+        struct rn_status_count c = {col(res, i, "workflow_name"), col(res, i, "status"),
+                                    col_int(res, i, "n")};
         CN_VEC_XPUSH(v, c);
     }
 }
@@ -374,8 +379,9 @@ read_data(struct rn_status *s, struct rn_status_data *d, struct cn_errmsg *err)
         goto fail;
     }
     for (i = 0; i < PQntuples(res); i++) {
-        struct rn_status_failure f = {col(res, i, 0), col(res, i, 1), col(res, i, 2),
-                                      col(res, i, 3), col(res, i, 4)};
+        struct rn_status_failure f = {col(res, i, "instance_id"), col(res, i, "workflow_name"),
+                                      col(res, i, "status"), col(res, i, "error"),
+                                      col(res, i, "at")};
         CN_VEC_XPUSH(&d->failures, f);
     }
     PQclear(res);
@@ -383,9 +389,11 @@ read_data(struct rn_status *s, struct rn_status_data *d, struct cn_errmsg *err)
         goto fail;
     }
     for (i = 0; i < PQntuples(res); i++) {
-        struct rn_status_schedule sc = {col(res, i, 0), col(res, i, 1),
-                                        col(res, i, 2), col(res, i, 3),
-                                        col(res, i, 5), strcmp(PQgetvalue(res, i, 4), "t") == 0};
+        const char *paused = rn_db_get(res, i, "paused");
+        struct rn_status_schedule sc = {
+            col(res, i, "name"),  col(res, i, "workflow_name"),
+            col(res, i, "spec"),  col(res, i, "next_at"),
+            col(res, i, "error"), paused != NULL && strcmp(paused, "t") == 0};
         CN_VEC_XPUSH(&d->schedules, sc);
     }
     PQclear(res);
@@ -393,18 +401,20 @@ read_data(struct rn_status *s, struct rn_status_data *d, struct cn_errmsg *err)
         goto fail;
     }
     for (i = 0; i < PQntuples(res); i++) {
+        const char *actions = rn_db_get(res, i, "actions");
         struct rn_status_runner r;
+
         memset(&r, 0, sizeof(r));
-        r.id = col(res, i, 0);
-        r.host = col(res, i, 1);
-        r.pid = col_int(res, i, 2);
-        r.http = col(res, i, 3);
-        r.started_at = col(res, i, 4);
-        r.seen_ago_s = col_int(res, i, 5);
-        r.workers = col_int(res, i, 6);
-        r.slots = col_int(res, i, 7);
-        r.busy = col_int(res, i, 8);
-        read_runner_actions(&r, PQgetvalue(res, i, 9));
+        r.id = col(res, i, "runner_id");
+        r.host = col(res, i, "host");
+        r.pid = col_int(res, i, "pid");
+        r.http = col(res, i, "http");
+        r.started_at = col(res, i, "started_at");
+        r.seen_ago_s = col_int(res, i, "seen_ago_s");
+        r.workers = col_int(res, i, "workers");
+        r.slots = col_int(res, i, "slots");
+        r.busy = col_int(res, i, "busy");
+        read_runner_actions(&r, actions != NULL ? actions : "");
         CN_VEC_XPUSH(&d->runners, r);
     }
     PQclear(res);
@@ -412,8 +422,8 @@ read_data(struct rn_status *s, struct rn_status_data *d, struct cn_errmsg *err)
         goto fail;
     }
     for (i = 0; i < PQntuples(res); i++) {
-        struct rn_status_limit l = {col(res, i, 0), col_int(res, i, 1), col_int(res, i, 2),
-                                    col_int(res, i, 3)};
+        struct rn_status_limit l = {col(res, i, "workflow_name"), col_int(res, i, "max_running"),
+                                    col_int(res, i, "running"), col_int(res, i, "waiting")};
         CN_VEC_XPUSH(&d->limits, l);
     }
     PQclear(res);

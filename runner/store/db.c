@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/base/log.h"
+
 const char *
 rn_db_url(const char *url)
 {
@@ -24,6 +26,18 @@ db_fail(struct cn_errmsg *err, cn_err e, const char *what, const char *msg)
     size_t n = strcspn(msg != NULL ? msg : "", "\n");
 
     return cn_errmsg_set(err, e, "%s%.*s", what, (int) n, msg != NULL ? msg : "");
+}
+
+const char *
+rn_db_get(const PGresult *r, int row, const char *name)
+{
+    int c = PQfnumber(r, name);
+
+    if (c < 0) {
+        cn_log(CN_LOG_ERROR, "a statement's result has no column %s", name);
+        abort();
+    }
+    return PQgetisnull(r, row, c) ? NULL : PQgetvalue(r, row, c);
 }
 
 bool

@@ -25,6 +25,12 @@ CN_MUST_CHECK cn_err rn_db_connect(const char *url, PGconn **out, struct cn_errm
  * not repaired, only replaced) and sets *c to NULL, for the caller to connect afresh. */
 bool rn_db_alive(PGconn **c);
 
+/* The text of column `name` in row `row` of r, or NULL when the value is NULL: results are read
+ * by their columns' names, so that a statement's select list can change without silently
+ * shifting what its reader takes. A name the statement does not return is a bug in its caller:
+ * it aborts, naming the column. */
+const char *rn_db_get(const PGresult *r, int row, const char *name);
+
 /* Runs sql with n text parameters (NULL entries are SQL NULL). On CN_OK *out (when out is not
  * NULL) holds the result (PQclear it). Errors, with the server's message in err: CN_NOTFOUND
  * (SQLSTATE 42704 undefined_object, P0002 no_data_found), CN_INVAL (class 22, data
