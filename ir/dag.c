@@ -42,6 +42,73 @@ vfail(struct cn_errmsg *err, uint32_t n, const char *what)
     return cn_errmsg_set(err, CN_RANGE, "dag: node n%u: %s", n, what);
 }
 
+/* A signal or event name: a name of the language (letters, digits, '_'; not a digit first). */
+static bool
+wait_name_ok(const char *s, size_t n)
+{
+    size_t k;
+
+    if (n == 0 || n > IR_MAX_WAIT_NAME || (s[0] >= '0' && s[0] <= '9')) {
+        return false;
+    }
+    for (k = 0; k < n; k++) {
+        char c = s[k];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool
+ir_wait_names_ok(const char *names, bool event)
+{
+    const char *p = names, *c;
+    size_t count = 0;
+
+    if (names == NULL) {
+        return false;
+    }
+    for (;;) {
+        c = strchr(p, ',');
+        if (!wait_name_ok(p, c != NULL ? (size_t) (c - p) : strlen(p))) {
+            return false;
+        }
+        count++;
+        if (c == NULL) {
+            break;
+        }
+        p = c + 1;
+    }
+    return event ? count == 1 : count <= IR_MAX_WAIT_NAMES;
+}
+
+/* A wait names what it waits for (one event; one or more signals), takes only `key` (an event's,
+ * required) and `default` as arguments, and no policy but its timeout: nothing retries it. */
+static cn_err
+validate_wait(const struct ir_node *n, uint32_t i, struct cn_errmsg *err)
+{
+    bool key = false;
+    uint32_t k;
+
+    if (!ir_wait_names_ok(n->name, n->call == IR_CALL_EVENT)) {
+        return vfail(err, i, "a wait needs valid signal names (an event: one)");
+    }
+    for (k = 0; k < n->nargs; k++) {
+        if (strcmp(n->argnames[k], "key") == 0 && n->call == IR_CALL_EVENT) {
+            key = true;
+        } else if (strcmp(n->argnames[k], "default") != 0) {
+            return vfail(err, i, "a wait takes only key (an event's) and default");
+        }
+    }
+    if (key != (n->call == IR_CALL_EVENT) || n->nretries != 0 || n->deadline_ms != 0 ||
+        n->version != NULL) {
+        return vfail(err, i, "a wait carries a policy it cannot have, or an event no key");
+    }
+    return CN_OK;
+}
+
 /* What an ACTION's `call` promises the runner: a child workflow call names a workflow it could
  * look up, pins at most a valid version, and a `start` carries no policy (nothing waits for it,
  * so nothing could retry or time it out). */
@@ -59,6 +126,9 @@ validate_call(const struct ir_dag *d, uint32_t i, struct cn_errmsg *err)
     }
     if (n->call == IR_CALL_ACTION) {
         return CN_OK;
+    }
+    if (ir_call_is_wait(n->call)) {
+        return validate_wait(n, i, err);
     }
     if (!ir_workflow_name_ok(n->name)) {
         return vfail(err, i, "a child workflow call needs a valid workflow name");

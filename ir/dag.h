@@ -120,17 +120,47 @@ enum ir_node_kind { IR_NODE_KINDS(IR_NODE_ENUM) IR_N_COUNT_ };
 enum ir_edge_kind { IR_EDGE_KINDS(IR_EDGE_ENUM) IR_E_COUNT_ };
 #undef IR_EDGE_ENUM
 
-/* What an ACTION node calls: an action on a worker, or a registered workflow as a child
- * instance (`run wf(...)` waits for its result; `start wf(...)` continues at once with the
- * child's id). X(ENUM, text); the numbers are stored in the DAG format: append only. */
+/* What an ACTION node calls: an action on a worker, a registered workflow as a child instance
+ * (`run wf(...)` waits for its result; `start wf(...)` continues at once with the child's id),
+ * or the outside world (`wait a, b` takes the next signal of one of those names sent to the
+ * instance; `wait event e [key: k]` the next event e published under key k). X(ENUM, text);
+ * the numbers are stored in the DAG format: append only.
+ *
+ * A wait node's `name` is its signal names joined by ',' (names cannot hold one), or the event's
+ * name; its kwargs are `key` (EVENT) and `default` (the value on timeout, when given); its
+ * `timeout_ms` the durable timeout ([timeout: D]; 0: none). */
 #define IR_CALL_KINDS(X) \
     X(ACTION, "action")  \
     X(RUN, "run")        \
-    X(START, "start")
+    X(START, "start")    \
+    X(WAIT, "wait")      \
+    X(EVENT, "wait event")
 
 #define IR_CALL_ENUM(id, text) IR_CALL_##id,
 enum ir_call_kind { IR_CALL_KINDS(IR_CALL_ENUM) IR_CALL_COUNT_ };
 #undef IR_CALL_ENUM
+
+/* The most signal names one `wait` takes, and the longest name (of a signal or an event). */
+#define IR_MAX_WAIT_NAMES 16
+#define IR_MAX_WAIT_NAME  128
+
+/* True when names is a wait node's name: signal names joined by ',' (at most IR_MAX_WAIT_NAMES),
+ * or with event one name. */
+bool ir_wait_names_ok(const char *names, bool event);
+
+/* A child workflow call (`run`, `start`). */
+static inline bool
+ir_call_is_child(int call)
+{
+    return call == IR_CALL_RUN || call == IR_CALL_START;
+}
+
+/* A wait for the outside world (`wait`, `wait event`): answered by storage, never a worker. */
+static inline bool
+ir_call_is_wait(int call)
+{
+    return call == IR_CALL_WAIT || call == IR_CALL_EVENT;
+}
 
 struct ir_edge {
     uint32_t from;

@@ -20,6 +20,9 @@
 static cn_err
 put_duration(struct cn_buf *o, int64_t ms)
 {
+    if (ms % 86400000 == 0) {
+        return cn_buf_printf(o, "%lldd", (long long) (ms / 86400000));
+    }
     if (ms % 3600000 == 0) {
         return cn_buf_printf(o, "%lldh", (long long) (ms / 3600000));
     }
@@ -76,10 +79,48 @@ put_targets(struct cn_buf *o, const struct ir_node *n)
     return cn_buf_puts(o, n->unpack && n->ntargets == 1 ? ", = " : " = ");
 }
 
+/* A wait as written: `wait a, b [timeout: D, default: v]`, `wait event e [key: k, ...]`. */
+static cn_err
+put_wait(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
+{
+    const char *p;
+    uint32_t i;
+    bool open = false;
+
+    TRY(cn_buf_puts(o, n->call == IR_CALL_EVENT ? "wait event " : "wait "));
+    for (p = n->name; *p != '\0'; p++) {
+        TRY(*p == ',' ? cn_buf_puts(o, ", ") : cn_buf_putc(o, *p));
+    }
+    for (i = 0; i < n->nargs; i++) { /* key first, as the runner reads it */
+        if (strcmp(n->argnames[i], "key") == 0) {
+            TRY(cn_buf_puts(o, " [key: "));
+            TRY(put_expr(d, o, n->argexprs[i]));
+            open = true;
+        }
+    }
+    if (n->timeout_ms > 0) {
+        TRY(cn_buf_puts(o, open ? ", timeout: " : " [timeout: "));
+        TRY(put_duration(o, n->timeout_ms));
+        open = true;
+    }
+    for (i = 0; i < n->nargs; i++) {
+        if (strcmp(n->argnames[i], "default") == 0) {
+            TRY(cn_buf_puts(o, open ? ", default: " : " [default: "));
+            TRY(put_expr(d, o, n->argexprs[i]));
+            open = true;
+        }
+    }
+    return open ? cn_buf_putc(o, ']') : CN_OK;
+}
+
 static cn_err
 put_action(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
 {
     uint32_t i;
+
+    if (ir_call_is_wait(n->call)) {
+        return put_wait(d, o, n);
+    }
 
     /* As written in the source: `@mod.action(...)`, `run wf(...)`, `start wf(...)`. */
     if (n->call == IR_CALL_ACTION) {
@@ -308,7 +349,8 @@ dot_shape(const struct ir_node *n)
     case IR_N_OUTPUT:
         return "oval";
     case IR_N_ACTION:
-        return n->call == IR_CALL_ACTION ? "box3d" : "component"; /* a child workflow */
+        /* an action, a child workflow, a wait for the outside world */
+        return n->call == IR_CALL_ACTION ? "box3d" : ir_call_is_wait(n->call) ? "cds" : "component";
     case IR_N_BRANCH:
     case IR_N_LOOP_COND:
     case IR_N_EXCEPT:
@@ -427,9 +469,18 @@ ir_dag_summary(const struct ir_dag *d, struct cn_buf *o)
     first = true;
     for (i = 0; i < d->nnodes; i++) {
         const struct ir_node *n = &d->nodes[i];
-        if (n->kind == IR_N_ACTION && n->call != IR_CALL_ACTION) {
+        if (n->kind == IR_N_ACTION && ir_call_is_child(n->call)) {
             TRY(cn_buf_printf(o, "%s %s %s", first ? "\n  child workflows:" : ",",
                               call_words[n->call], n->name));
+            first = false;
+        }
+    }
+    first = true;
+    for (i = 0; i < d->nnodes; i++) {
+        const struct ir_node *n = &d->nodes[i];
+        if (n->kind == IR_N_ACTION && ir_call_is_wait(n->call)) {
+            TRY(cn_buf_printf(o, "%s %s %s", first ? "\n  waits:" : ",", call_words[n->call],
+                              n->name));
             first = false;
         }
     }

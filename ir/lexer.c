@@ -281,7 +281,7 @@ scan_number(const struct lexer *lx, const char *q, bool *is_float)
     return q;
 }
 
-/* Milliseconds per unit for the duration unit [u, u + n) (ms, s, m, h); 0 for anything else. */
+/* Milliseconds per unit for the duration unit [u, u + n) (ms, s, m, h, d); 0 for anything else. */
 static int64_t
 duration_unit_ms(const char *u, size_t n)
 {
@@ -296,6 +296,9 @@ duration_unit_ms(const char *u, size_t n)
     }
     if (n == 1 && *u == 'h') {
         return 3600000;
+    }
+    if (n == 1 && *u == 'd') {
+        return 86400000;
     }
     return 0;
 }
@@ -321,7 +324,7 @@ lex_float_suffix(struct lexer *lx, struct ir_token *t, const char **qp)
     if (duration_unit_ms(u, (size_t) (q - u)) != 0) {
         ir_diags_add(lx->diags, t->line, t->col,
                      "invalid number '%.*s' (a duration must be a whole number with a unit "
-                     "(ms, s, m or h), e.g. 1500ms)",
+                     "(ms, s, m, h or d), e.g. 1500ms)",
                      (int) (q - s), s);
     } else {
         ir_diags_add(lx->diags, t->line, t->col, "invalid number '%.*s'", (int) (q - s), s);
@@ -329,7 +332,7 @@ lex_float_suffix(struct lexer *lx, struct ir_token *t, const char **qp)
     *qp = q;
 }
 
-/* A duration: 100ms, 30s, 2m, 1h (the unit must end the word); the digits end at *qp, the
+/* A duration: 100ms, 30s, 2m, 1h, 3d (the unit must end the word); the digits end at *qp, the
  * unit is read from there. t becomes the whole word; *qp its end. Returns true when bad. */
 static bool
 lex_duration(struct lexer *lx, struct ir_token *t, const char **qp)
@@ -349,8 +352,8 @@ lex_duration(struct lexer *lx, struct ir_token *t, const char **qp)
     }
     if (mult == 0) {
         ir_diags_add(lx->diags, t->line, t->col,
-                     "invalid number '%.*s' (a duration unit must be ms, s, m or h)", (int) (q - s),
-                     s);
+                     "invalid number '%.*s' (a duration unit must be ms, s, m, h or d)",
+                     (int) (q - s), s);
         return true;
     }
     for (d = s; d < u && !bad; d++) {

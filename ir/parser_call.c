@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Calls that a statement waits on: an action, `@module.action(name=value, ...)`, and a child
- * workflow, `run wf(...)` or `start wf(...)`; their names, keyword arguments and policy
+ * Calls that a statement waits on: an action, `@module.action(name=value, ...)`, a child
+ * workflow, `run wf(...)` or `start wf(...)`, and a wait for the outside world, `wait a, b
+ * [timeout: D, default: v]` or `wait event e [key: k]`; their names, keyword arguments and policy
  * brackets, and which policies each kind of call accepts. The brackets themselves are parsed in
  * parser_policy.c. Pure; no global state, no threads or locks.
  */
@@ -237,6 +238,143 @@ parse_call_policies(struct parser *ps, struct ir_action_call *ac, bool *fail_fas
     return true;
 }
 
+/* One option of a wait's bracket (its word is current): `timeout: D`, `default: expr`, and
+ * for an event `key: expr`. */
+static bool
+parse_wait_option(struct parser *ps, struct ir_action_call *ac, struct kwarg_vec *kw,
+                  struct policy_vec *pols)
+{
+    const struct ir_token *w = peek(ps);
+    struct ir_kwarg a;
+    size_t k;
+
+    if (ir_ps_at_option(ps, "timeout")) {
+        struct ir_policy p;
+        memset(&p, 0, sizeof(p));
+        p.kind = IR_POLICY_TIMEOUT;
+        p.pos = tok_pos(w);
+        if (pols->len > 0) {
+            ir_ps_error_at(ps, w, "timeout given twice for the same wait");
+            return false;
+        }
+        advance(ps);
+        advance(ps);
+        return ir_parse_duration(ps, "timeout", &p.timeout_ms) &&
+               ps_alloc_ok(ps, CN_VEC_PUSH(pols, p));
+    }
+    if (!ir_ps_at_option(ps, "default") &&
+        !(ac->call == IR_CALL_EVENT && ir_ps_at_option(ps, "key"))) {
+        ir_ps_error_at(ps, w,
+                       ac->call == IR_CALL_EVENT
+                           ? "a wait for an event takes [key: value], [timeout: D] and "
+                             "[default: value] (the value on timeout)"
+                           : "a wait takes [timeout: D] and [default: value] (the value on "
+                             "timeout); retries and deadlines do not apply");
+        return false;
+    }
+    for (k = 0; k < kw->len; k++) {
+        if (strcmp(kw->items[k].name, w->str) == 0) {
+            ir_ps_error_at(ps, w, "%s given twice for the same wait", w->str);
+            return false;
+        }
+    }
+    advance(ps);
+    advance(ps);
+    a.name = w->str;
+    a.pos = tok_pos(w);
+    a.expr = ir_parse_expr(ps);
+    return !ps->panic && ps_alloc_ok(ps, CN_VEC_PUSH(kw, a));
+}
+
+/* `wait NAME (',' NAME)*` or `wait event NAME` (the word `wait` consumed; ac->call set), then
+ * option brackets: the names joined by ',' into *name, the options into kw and pols. */
+static bool
+parse_wait(struct parser *ps, struct ir_action_call *ac, struct cn_buf *name, struct kwarg_vec *kw,
+           struct policy_vec *pols)
+{
+    const struct ir_token *t;
+    uint32_t n = 0;
+    size_t k;
+
+    if (ac->call == IR_CALL_EVENT) {
+        advance(ps); /* event */
+    }
+    do {
+        t = peek(ps);
+        if (t->kind == IR_TK_STRING) {
+            ir_ps_error_at(ps, t, "a %s name is written without quotes (wait %sapproved)",
+                           ac->call == IR_CALL_EVENT ? "event" : "signal",
+                           ac->call == IR_CALL_EVENT ? "event " : "");
+            return false;
+        }
+        if (ir_ps_expect_name(ps, "expected the name of a %s to wait for",
+                              ac->call == IR_CALL_EVENT ? "event" : "signal") == NULL) {
+            return false;
+        }
+        if (strlen(t->str) > IR_MAX_WAIT_NAME) {
+            ir_ps_error_at(ps, t, "a signal or event name has at most %d characters",
+                           IR_MAX_WAIT_NAME);
+            return false;
+        }
+        for (k = 0; k < name->len;) {
+            size_t e = k;
+            while (e < name->len && name->data[e] != ',') {
+                e++;
+            }
+            if (e - k == strlen(t->str) && memcmp(name->data + k, t->str, e - k) == 0) {
+                ir_ps_error_at(ps, t, "signal '%s' named twice in the same wait", t->str);
+                return false;
+            }
+            k = e + 1;
+        }
+        if (++n > IR_MAX_WAIT_NAMES) {
+            ir_ps_error_at(ps, t, "a wait takes at most %d signal names", IR_MAX_WAIT_NAMES);
+            return false;
+        }
+        if ((n > 1 && cn_buf_putc(name, ',') != CN_OK) || cn_buf_puts(name, t->str) != CN_OK) {
+            nomem(ps);
+            return false;
+        }
+    } while (ac->call == IR_CALL_WAIT && accept(ps, IR_TK_COMMA));
+    if (ac->call == IR_CALL_EVENT && at(ps, IR_TK_COMMA)) {
+        ir_ps_error_at(ps, peek(ps), "a wait for an event waits for one event name");
+        return false;
+    }
+    while (at(ps, IR_TK_LBRACK)) {
+        advance(ps);
+        do {
+            if (!parse_wait_option(ps, ac, kw, pols)) {
+                return false;
+            }
+        } while (accept(ps, IR_TK_COMMA));
+        if (!ir_ps_expect(ps, IR_TK_RBRACK, "to close the wait's options")) {
+            return false;
+        }
+    }
+    for (k = 0; k < kw->len; k++) {
+        if (strcmp(kw->items[k].name, "default") == 0 && pols->len == 0) {
+            ir_ps_error_pos(ps, kw->items[k].pos,
+                            "[default: value] is what the wait gives on timeout: add "
+                            "[timeout: D]");
+            return false;
+        }
+    }
+    if (ac->call == IR_CALL_EVENT && (kw->len == 0 || strcmp(kw->items[0].name, "key") != 0)) {
+        bool key = false;
+        for (k = 0; k < kw->len; k++) {
+            key = key || strcmp(kw->items[k].name, "key") == 0;
+        }
+        if (!key) {
+            ir_ps_error_pos(ps, ac->pos,
+                            "wait event %s needs [key: value]: the key the event is published "
+                            "under (an order id, say)",
+                            name->data);
+            return false;
+        }
+    }
+    return true;
+}
+
 bool
 ir_parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
 {
@@ -250,6 +388,14 @@ ir_parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
     ac->pos = tok_pos(t);
     if (t->kind == IR_TK_AT) {
         named = parse_action_name(ps, t, &name);
+    } else if (is_name_tok(t, "wait")) {
+        ac->call = (uint8_t) (is_name_tok(peek(ps), "event") && peek_at(ps, 1)->kind == IR_TK_NAME
+                                  ? IR_CALL_EVENT
+                                  : IR_CALL_WAIT);
+        if (!parse_wait(ps, ac, &name, &kw, &pols)) {
+            goto out;
+        }
+        goto done;
     } else {
         ac->call = (uint8_t) (is_name_tok(t, "run") ? IR_CALL_RUN : IR_CALL_START);
         named = parse_workflow_name(ps, t, &name);
@@ -261,6 +407,7 @@ ir_parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
         !parse_call_kwargs(ps, ac, &kw) || !parse_call_policies(ps, ac, fail_fast, &pols)) {
         goto out;
     }
+done:
     ac->name = cn_arena_strndup(ps->prog->arena, name.data, name.len);
     ac->kwargs = ir_ps_arena_copy(ps, kw.items, kw.len, sizeof(kw.items[0]));
     ac->nkwargs = (uint32_t) kw.len;

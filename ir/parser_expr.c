@@ -210,6 +210,12 @@ parse_atom(struct parser *ps)
 
     switch (t->kind) {
     case IR_TK_NAME:
+        if (ir_call_is_wait(child_call_at(ps))) {
+            ir_ps_error_at(ps, t,
+                           "a wait must be a statement of its own (`x = wait name`), not part "
+                           "of an expression");
+            return IR_NO_EXPR;
+        }
         if (child_call_at(ps) != IR_CALL_ACTION) {
             /* The result of a child arrives later, like an action's: only a statement can wait
              * for it. */

@@ -117,14 +117,15 @@ tok_pos(const struct ir_token *t)
     return p;
 }
 
-/* True at the word `run` or `start` (a NAME token: they are not reserved). */
+/* True at the word `run`, `start` or `wait` (a NAME token: they are not reserved). */
 static inline bool
 is_child_word(const struct ir_token *t)
 {
-    return is_name_tok(t, "run") || is_name_tok(t, "start");
+    return is_name_tok(t, "run") || is_name_tok(t, "start") || is_name_tok(t, "wait");
 }
 
-/* `run` and `start` begin a child workflow call only when a name follows (`run billing.refund(`):
+/* `run` and `start` begin a child workflow call, and `wait` a wait, only when a name follows
+ * (`run billing.refund(`, `wait approve`):
  * no expression has two names in a row, so `run = 3`, `f(run)`, `start + 1` and a helper called
  * `run(...)` keep them ordinary names. A string after them counts too, so that a quoted workflow
  * name gets an explanation instead of "expected end of line". Returns IR_CALL_RUN or
@@ -136,6 +137,12 @@ child_call_at(const struct parser *ps)
 
     if (!is_child_word(peek(ps)) || (next != IR_TK_NAME && next != IR_TK_STRING)) {
         return IR_CALL_ACTION;
+    }
+    if (is_name_tok(peek(ps), "wait")) {
+        /* `wait event NAME` waits for an event; `wait event` alone for a signal called event. */
+        return is_name_tok(peek_at(ps, 1), "event") && peek_at(ps, 2)->kind == IR_TK_NAME
+                   ? IR_CALL_EVENT
+                   : IR_CALL_WAIT;
     }
     return is_name_tok(peek(ps), "run") ? IR_CALL_RUN : IR_CALL_START;
 }
@@ -232,6 +239,13 @@ enum ir_binop ir_ps_aug_op(enum ir_tok k, bool *ok);
 bool ir_parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast);
 
 /* ---- policies and error types (parser_policy.c) ---- */
+
+/* True at `word:` (a bracket's option). */
+bool ir_ps_at_option(const struct parser *ps, const char *word);
+
+/* A duration (30s, 500ms, 2m, 1h, 3d, or whole seconds) for `what`, into *ms: positive and at
+ * most IR_MAX_POLICY_DURATION_MS. */
+bool ir_parse_duration(struct parser *ps, const char *what, int64_t *ms);
 
 /* One policy bracket `[...]` into *pol (the '[' is current). */
 bool ir_parse_policy(struct parser *ps, struct ir_policy *pol);

@@ -11,9 +11,8 @@
 #include "ir/parser_int.h"
 #include "ir/wfname.h"
 
-/* True at `word:` (a policy's option). */
-static bool
-at_option(const struct parser *ps, const char *word)
+bool
+ir_ps_at_option(const struct parser *ps, const char *word)
 {
     return is_name_tok(peek(ps), word) && peek_at(ps, 1)->kind == IR_TK_COLON;
 }
@@ -72,9 +71,8 @@ ir_parse_types(struct parser *ps, struct ir_names *out, const char *what)
     return true;
 }
 
-/* A duration in a policy: 30s, 100ms, 2m, 1h, or a bare integer (seconds). */
-static bool
-parse_duration(struct parser *ps, const char *what, int64_t *ms)
+bool
+ir_parse_duration(struct parser *ps, const char *what, int64_t *ms)
 {
     const struct ir_token *t = peek(ps);
     bool neg = false;
@@ -93,8 +91,8 @@ parse_duration(struct parser *ps, const char *what, int64_t *ms)
         }
         *ms = (int64_t) t->v.i * 1000;
     } else if (t->kind == IR_TK_FLOAT) {
-        ir_ps_error_at(ps, t, "%s must be a whole number with a unit (ms, s, m or h), e.g. 1500ms",
-                       what);
+        ir_ps_error_at(
+            ps, t, "%s must be a whole number with a unit (ms, s, m, h or d), e.g. 1500ms", what);
         return false;
     } else {
         ir_ps_error_at(ps, t, "expected a duration for %s (e.g. 30s, 500ms, 2m)", what);
@@ -148,7 +146,7 @@ parse_retry_option(struct parser *ps, struct ir_policy *pol, unsigned *seen)
     unsigned k;
 
     for (k = 0; k < 4; k++) {
-        if (at_option(ps, names[k])) {
+        if (ir_ps_at_option(ps, names[k])) {
             break;
         }
     }
@@ -170,9 +168,9 @@ parse_retry_option(struct parser *ps, struct ir_policy *pol, unsigned *seen)
         return parse_multiplier(ps, &pol->multiplier_milli);
     }
     if (k == 3) {
-        return parse_duration(ps, names[k], &pol->max_elapsed_ms);
+        return ir_parse_duration(ps, names[k], &pol->max_elapsed_ms);
     }
-    if (!parse_duration(ps, names[k], k == 0 ? &pol->backoff_ms : &pol->max_backoff_ms)) {
+    if (!ir_parse_duration(ps, names[k], k == 0 ? &pol->backoff_ms : &pol->max_backoff_ms)) {
         return false;
     }
     if ((k == 0 ? pol->backoff_ms : pol->max_backoff_ms) > IR_MAX_BACKOFF_MS) {
@@ -193,7 +191,7 @@ parse_time_limit(struct parser *ps, struct ir_policy *pol)
     advance(ps);
     advance(ps);
     pol->kind = deadline ? IR_POLICY_DEADLINE : IR_POLICY_TIMEOUT;
-    return parse_duration(ps, deadline ? "deadline" : "timeout", &pol->timeout_ms);
+    return ir_parse_duration(ps, deadline ? "deadline" : "timeout", &pol->timeout_ms);
 }
 
 /* `version: "v"`; the word is current. */
@@ -320,12 +318,13 @@ ir_parse_policy(struct parser *ps, struct ir_policy *pol)
 
     memset(pol, 0, sizeof(*pol));
     pol->pos = tok_pos(open);
-    if (at_option(ps, "timeout") || at_option(ps, "deadline")) {
+    if (ir_ps_at_option(ps, "timeout") || ir_ps_at_option(ps, "deadline")) {
         ok = parse_time_limit(ps, pol);
-    } else if (at_option(ps, "version")) {
+    } else if (ir_ps_at_option(ps, "version")) {
         ok = parse_version(ps, pol);
     } else {
-        ok = (at_option(ps, "retry") || parse_retry_types(ps, pol)) && parse_retry(ps, pol, open);
+        ok = (ir_ps_at_option(ps, "retry") || parse_retry_types(ps, pol)) &&
+             parse_retry(ps, pol, open);
     }
     return ok && ir_ps_expect(ps, IR_TK_RBRACK, "to close the policy");
 }

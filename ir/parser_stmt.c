@@ -142,7 +142,8 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
                 "`id = start wf(...)` statements one after another");
             break;
         }
-        if (t->kind == IR_TK_AT || child_call_at(ps) == IR_CALL_RUN) {
+        if (t->kind == IR_TK_AT || child_call_at(ps) == IR_CALL_RUN ||
+            ir_call_is_wait(child_call_at(ps))) {
             b.is_action = true;
             if (!ir_parse_action(ps, &b.action, NULL)) {
                 break;
@@ -156,7 +157,8 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
                 ir_ps_error_at(
                     ps, t,
                     "a parallel block holds only calls: actions (@mod.action(...)), child "
-                    "workflows (run wf(...)) or helper functions (name(...))");
+                    "workflows (run wf(...)), waits (wait name) or helper functions "
+                    "(name(...))");
                 break;
             }
             b.call = e;
@@ -212,8 +214,8 @@ parse_spread(struct parser *ps, struct ir_stmt *s)
     /* After '->' only a call can follow, so `run`/`start` are keywords whatever comes next. */
     if (!at(ps, IR_TK_AT) && !is_child_word(peek(ps))) {
         ir_ps_error_at(ps, peek(ps),
-                       "spread runs one action or child workflow per item: expected "
-                       "'@module.action(...)' or 'run workflow(...)'");
+                       "spread runs one action, child workflow or wait per item: expected "
+                       "'@module.action(...)', 'run workflow(...)' or 'wait name'");
         return false;
     }
     return ir_parse_action(ps, &s->action, &s->fail_fast);

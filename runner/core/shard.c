@@ -301,6 +301,8 @@ child_answer(const struct inst *in, struct rn_wreq *q)
     }
 }
 
+/* Whether o holds requests that storage answers (child calls, waits) or waits to withdraw:
+ * they ride in a write. */
 static bool
 has_children(const struct rn_step_out *o)
 {
@@ -311,7 +313,110 @@ has_children(const struct rn_step_out *o)
             return true;
         }
     }
-    return false;
+    return o->wait_drops.len > 0;
+}
+
+/* A duration for people, in its largest exact unit (3d, 90m, 1500ms). */
+static void
+fmt_duration(int64_t ms, char *buf, size_t len)
+{
+    static const struct {
+        int64_t ms;
+        const char *unit;
+    } units[] = {{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}, {1, "ms"}};
+    size_t k = 0;
+
+    while (k + 1 < sizeof(units) / sizeof(units[0]) && ms % units[k].ms != 0) {
+        k++;
+    }
+    (void) snprintf(buf, len, "%lld%s", (long long) (ms / units[k].ms), units[k].unit);
+}
+
+/* What wait request a answers on timeout, into w: its [default: v] (with several signal names
+ * [None, v], as a signal would be [name, payload]), else a WaitTimeout. */
+static void
+wait_timeout_value(const struct rn_action_req *a, struct rn_wait *w)
+{
+    const struct ir_val *d = ir_map_get(a->kwargs, "default", 7);
+    char msg[IR_MAX_WAIT_NAME * 2 + 96], dur[32];
+
+    if (d != NULL) {
+        w->timeout_ok = true;
+        if (a->call == IR_CALL_WAIT && strchr(a->action, ',') != NULL) {
+            if (ir_list_new(2, &w->timeout_value) != CN_OK) {
+                cn_oom("wait default");
+            }
+            ir_list_items(w->timeout_value)[1] = ir_val_retain(*d);
+        } else {
+            w->timeout_value = ir_val_retain(*d);
+        }
+        return;
+    }
+    fmt_duration(a->timeout_ms, dur, sizeof(dur));
+    if (a->call == IR_CALL_EVENT) {
+        (void) snprintf(msg, sizeof(msg), "no event %s with key %.*s came within %s", a->action,
+                        IR_MAX_WAIT_NAME, w->key, dur);
+    } else {
+        (void) snprintf(msg, sizeof(msg), "no signal %s came within %s", a->action, dur);
+    }
+    if (rn_error_new(RN_ERR_WAIT_TIMEOUT, msg, &w->timeout_value) != CN_OK &&
+        rn_error_new(RN_ERR_WAIT_TIMEOUT, "the wait timed out", &w->timeout_value) != CN_OK) {
+        cn_oom("WaitTimeout");
+    }
+}
+
+/* Moves the waits among o's requests, and the waits o withdraws, into write q: storage
+ * registers, answers or withdraws them in the write that records the step. */
+static void
+take_waits(struct rn_step_out *o, struct rn_wreq *q)
+{
+    size_t k, kept = 0, n = o->wait_drops.len;
+
+    for (k = 0; k < o->actions.len; k++) {
+        n += ir_call_is_wait(o->actions.items[k].call);
+    }
+    if (n == 0) {
+        return;
+    }
+    q->waits = cn_xcalloc(n, sizeof(*q->waits));
+    for (k = 0; k < o->wait_drops.len; k++) {
+        struct rn_wait *w = &q->waits[q->nwaits++];
+        w->exec_id = o->wait_drops.items[k].exec_id;
+        w->attempt = o->wait_drops.items[k].attempt;
+        w->drop = true;
+        w->names = "";
+    }
+    for (k = 0; k < o->actions.len; k++) {
+        struct rn_action_req *a = &o->actions.items[k];
+        const struct ir_val *key;
+        struct rn_wait *w;
+
+        if (!ir_call_is_wait(a->call)) {
+            o->actions.items[kept++] = *a;
+            continue;
+        }
+        w = &q->waits[q->nwaits++];
+        w->exec_id = a->exec_id;
+        w->attempt = a->attempt;
+        w->event = a->call == IR_CALL_EVENT;
+        w->expire = a->expire;
+        w->names = a->action; /* the template outlives the write */
+        key = ir_map_get(a->kwargs, "key", 3);
+        if (w->event) {
+            /* a str: the executor made an int one and raised for anything else */
+            w->key = cn_xstrdup(key != NULL && key->type == IR_T_STR ? ir_str_data(*key) : "");
+        }
+        w->timeout_ms = a->timeout_ms;
+        w->timeout_at_ms = a->deadline_ms;
+        if (a->timeout_ms > 0) {
+            wait_timeout_value(a, w);
+        }
+        ir_val_release(a->kwargs);
+        ir_val_release(a->prev_error);
+    }
+    o->actions.len = kept;
+    q->w.waits = q->waits;
+    q->w.nwaits = q->nwaits;
 }
 
 /* Moves the child calls among o's requests into write q: they are started by the write that
@@ -322,7 +427,7 @@ take_children(struct rn_shard *sh, struct rn_step_out *o, struct rn_wreq *q)
     size_t k, kept = 0, n = 0;
 
     for (k = 0; k < o->actions.len; k++) {
-        n += o->actions.items[k].call != IR_CALL_ACTION;
+        n += ir_call_is_child(o->actions.items[k].call);
     }
     if (n == 0) {
         return;
@@ -332,7 +437,7 @@ take_children(struct rn_shard *sh, struct rn_step_out *o, struct rn_wreq *q)
         struct rn_action_req *a = &o->actions.items[k];
         struct rn_child_start *c;
 
-        if (a->call == IR_CALL_ACTION) {
+        if (!ir_call_is_child(a->call)) {
             o->actions.items[kept++] = *a;
             continue;
         }
@@ -417,6 +522,7 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
     } else {
         take_children(sh, o, q);
     }
+    take_waits(o, q); /* an instance that ends withdraws its waits */
     /* Hold the rest until the write commits. */
     rn_step_out_fini(&in->held);
     in->held = *o;
@@ -864,6 +970,28 @@ error:
     }
 }
 
+/* What a committed write's waits were answered with (a signal or event taken at once, or the
+ * timeout), as events for the instance (queued in in->waiting, applied next): recorded by that
+ * write, so no done record is made for them. */
+static void
+waits_answered(struct inst *in, struct rn_sev *e)
+{
+    size_t k;
+
+    for (k = 0; k < e->nwaits; k++) {
+        struct rn_event ev;
+
+        memset(&ev, 0, sizeof(ev));
+        ev.kind = e->waits[k].ok ? RN_EV_RESULT : RN_EV_ERROR;
+        ev.exec_id = e->waits[k].exec_id;
+        ev.attempt = e->waits[k].attempt;
+        ev.value = e->waits[k].value; /* moves into the queue */
+        ev.recorded = true;
+        e->waits[k].value = ir_null();
+        CN_VEC_XPUSH(&in->waiting, ev);
+    }
+}
+
 /* After a committed write that left the instance running: one that waits only for child
  * workflows is handed back once none has answered for evict_child_wait_ms (a timer checks
  * again until then). Returns true when the instance is now being handed back. */
@@ -880,7 +1008,7 @@ maybe_evict_child_waiter(struct rn_shard *sh, struct inst *in, struct cn_now now
         return false;
     }
     rn_instance_waits(in->ex, &w);
-    if (w.children == 0 || w.actions != 0) {
+    if (w.children + w.waits == 0 || w.actions != 0) {
         return false;
     }
     if (w.next_ms != INT64_MAX &&
@@ -906,7 +1034,9 @@ maybe_evict_child_waiter(struct rn_shard *sh, struct inst *in, struct cn_now now
     if (in->deadline_ms != 0 && in->deadline_ms < wake) {
         wake = in->deadline_ms;
     }
-    log_instance(CN_LOG_INFO, in, "waiting for child workflows: handed back until one answers");
+    log_instance(CN_LOG_INFO, in,
+                 w.waits > 0 ? "waiting for a signal or event: handed back until one comes"
+                             : "waiting for child workflows: handed back until one answers");
     q = rn_wreq_new(sh->cfg.index, in->id, in->lock);
     q->w.release = true;
     q->w.wake_at_ms = wake;
@@ -970,6 +1100,7 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     }
     release_output(sh, in, &in->held, in->held_us, now, out);
     children_started(in, e);
+    waits_answered(in, e);
     if (maybe_evict_sleeper(sh, in, now, out)) {
         return;
     }

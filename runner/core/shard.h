@@ -94,6 +94,9 @@ struct rn_sev {
     struct rn_child_start *children; /* the write's child starts, with their status (owned;
                                         inputs None) */
     size_t nchildren;
+    struct rn_wait *waits; /* the write's waits that it answered (owned: values; keys and
+                              timeout values None) */
+    size_t nwaits;
 };
 
 struct rn_sev *rn_sev_new(enum rn_sev_kind kind, struct rn_iid iid);

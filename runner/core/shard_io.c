@@ -42,6 +42,10 @@ rn_sev_free(struct rn_sev *e)
     free(e->claimed.done);
     ir_val_release(e->value);
     free(e->children);
+    for (k = 0; k < e->nwaits; k++) {
+        ir_val_release(e->waits[k].value);
+    }
+    free(e->waits);
     free(e);
 }
 

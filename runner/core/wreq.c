@@ -36,6 +36,12 @@ rn_wreq_free(struct rn_wreq *q)
         ir_val_release(q->children[k].input);
     }
     free(q->children);
+    for (k = 0; k < q->nwaits; k++) {
+        free(q->waits[k].key);
+        ir_val_release(q->waits[k].timeout_value);
+        ir_val_release(q->waits[k].value);
+    }
+    free(q->waits);
     cn_buf_fini(&q->state);
     ir_val_release(q->w.result);
     ir_val_release(q->w.parent_value);

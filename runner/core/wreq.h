@@ -22,6 +22,8 @@ struct rn_wreq {
     struct cn_buf state;             /* the snapshot, when one is written */
     struct rn_child_start *children; /* owned (inputs owned) */
     size_t nchildren;
+    struct rn_wait *waits; /* owned (keys, timeout values and answers owned) */
+    size_t nwaits;
     struct rn_wreq *next; /* the persister's queue link */
 };
 

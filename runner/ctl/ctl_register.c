@@ -195,11 +195,42 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
     for (i = 0; i < dag->nnodes && status == EXIT_OK; i++) {
         const struct ir_node *t = &dag->nodes[i];
 
-        if (t->kind == IR_N_ACTION && t->call != IR_CALL_ACTION) {
+        if (t->kind == IR_N_ACTION && ir_call_is_child(t->call)) {
             status = check_child_call(o, c, file, &d, dag, t, self, allow_missing);
         }
     }
     if (status == EXIT_OK && d.len > 0) {
+        if (ir_diags_format(&d, &msg) == CN_OK) {
+            fputs(msg.data, stderr);
+        }
+        status = EXIT_REJECTED;
+    }
+    cn_buf_fini(&msg);
+    ir_diags_fini(&d);
+    return status;
+}
+
+/* A workflow that waits for signals or events runs in memory (cairnctl exec: a wait there ends
+ * at its timeout), but the database does not store signals and events yet: refused, each wait
+ * at its line:col, before anything is stored. Returns EXIT_OK, or the status after printing. */
+static int
+refuse_waits(const char *file, const char *src, size_t len, const struct ir_dag *dag)
+{
+    struct cn_buf msg = CN_BUF_INIT;
+    struct ir_diags d;
+    int status = EXIT_OK;
+    uint32_t i;
+
+    ir_diags_init(&d, file, src, len);
+    for (i = 0; i < dag->nnodes; i++) {
+        const struct ir_node *t = &dag->nodes[i];
+        if (t->kind == IR_N_ACTION && ir_call_is_wait(t->call)) {
+            ir_diags_add(&d, t->line, t->col,
+                         "wait is not yet supported by the PostgreSQL backend (cairnctl exec "
+                         "runs it in memory)");
+        }
+    }
+    if (d.len > 0) {
         if (ir_diags_format(&d, &msg) == CN_OK) {
             fputs(msg.data, stderr);
         }
@@ -368,7 +399,8 @@ ctl_cmd_register(const struct ctl_call *call, int argc, char **argv)
         (status = ctl_compile_file(file, &lim, &dag, &src, &src_len)) != EXIT_OK) {
         goto out;
     }
-    if ((status = encode_version(&o, file, src, src_len, dag, &hex, &inputs)) != EXIT_OK ||
+    if ((status = refuse_waits(file, src, src_len, dag)) != EXIT_OK ||
+        (status = encode_version(&o, file, src, src_len, dag, &hex, &inputs)) != EXIT_OK ||
         (status = ctl_db_open(&o, &c)) != EXIT_OK ||
         (status = check_child_calls(&o, c, file, src, src_len, dag, name,
                                     cn_opts_bool(&o, "allow-missing-children"))) != EXIT_OK) {

@@ -156,6 +156,20 @@ on_persist_ack(void *arg, const struct rn_wreq *q, bool lost, bool failed)
         }
         e->nchildren = q->nchildren;
     }
+    if (q->nwaits > 0 && !lost && !failed) {
+        size_t k;
+        e->waits = cn_xcalloc(q->nwaits, sizeof(*e->waits));
+        for (k = 0; k < q->nwaits; k++) {
+            if (q->w.waits[k].status != RN_WAIT_ANSWERED) {
+                continue;
+            }
+            e->waits[e->nwaits] = q->w.waits[k];
+            e->waits[e->nwaits].key = NULL;
+            e->waits[e->nwaits].timeout_value = ir_null();
+            e->waits[e->nwaits].value = ir_val_retain(q->w.waits[k].value);
+            e->nwaits++;
+        }
+    }
     rn_shardloop_post(r->loops[q->shard], e);
 }
 

@@ -40,7 +40,8 @@
  *   ChildWorkflowTimeout    the child passed its deadline (its own `[timeout: D]` or the call's)
  *   ChildWorkflowNotFound   no such workflow (or version) is registered when the call runs
  *   ChildInputError         the call's inputs do not fit the child's `main` parameters
- *   ChildDepthExceeded      the child would nest deeper than the runner's CAIRN_MAX_CHILD_DEPTH */
+ *   ChildDepthExceeded      the child would nest deeper than the runner's CAIRN_MAX_CHILD_DEPTH
+ *   WaitTimeout    a `wait` got nothing within its [timeout: D] (and has no [default: v]) */
 #define RN_ERRORS(X)                                                                      \
     X(RN_ERR_CANCELLED, "Cancelled", NULL, NULL)                                          \
     X(RN_ERR_ACTION_TIMEOUT, "ActionTimeout", "TimeoutError", NULL)                       \
@@ -54,7 +55,8 @@
     X(RN_ERR_CHILD_TIMEOUT, "ChildWorkflowTimeout", "ChildWorkflowError", "TimeoutError") \
     X(RN_ERR_CHILD_NOT_FOUND, "ChildWorkflowNotFound", "LookupError", NULL)               \
     X(RN_ERR_CHILD_INPUT, "ChildInputError", "TypeError", NULL)                           \
-    X(RN_ERR_CHILD_DEPTH, "ChildDepthExceeded", NULL, NULL)
+    X(RN_ERR_CHILD_DEPTH, "ChildDepthExceeded", NULL, NULL)                               \
+    X(RN_ERR_WAIT_TIMEOUT, "WaitTimeout", "TimeoutError", NULL)
 
 #define RN_ERROR_ENUM(e, type, base, base2) e,
 enum rn_error { RN_ERRORS(RN_ERROR_ENUM) RN_ERROR_COUNT_ };

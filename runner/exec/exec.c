@@ -106,14 +106,25 @@ out_done(struct rn_instance *in, const struct rn_xnode *x, bool ok, struct ir_va
 }
 
 /* The running attempt of x is to stop: an action's goes to its worker, a child call's child
- * is cancelled. False without memory. */
+ * is cancelled, a wait is withdrawn. False without memory. */
 static bool
 out_cancel(struct rn_instance *in, const struct rn_xnode *x)
 {
-    bool child = tnode(in, x->node)->call != IR_CALL_ACTION;
+    uint8_t call = tnode(in, x->node)->call;
+    struct rn_done w;
+    cn_err rv;
 
-    if ((child ? CN_VEC_PUSH(&in->out->child_cancels, x->id)
-               : CN_VEC_PUSH(&in->out->cancels, x->id)) != CN_OK) {
+    if (ir_call_is_wait(call)) {
+        memset(&w, 0, sizeof(w));
+        w.exec_id = x->id;
+        w.attempt = x->attempt;
+        w.value = ir_null();
+        rv = CN_VEC_PUSH(&in->out->wait_drops, w);
+    } else {
+        rv = call != IR_CALL_ACTION ? CN_VEC_PUSH(&in->out->child_cancels, x->id)
+                                    : CN_VEC_PUSH(&in->out->cancels, x->id);
+    }
+    if (rv != CN_OK) {
         rn_ex_oom(in);
         return false;
     }
@@ -135,6 +146,7 @@ rn_step_out_clear(struct rn_step_out *o)
     ir_val_release(o->result);
     o->result = ir_null();
     o->actions.len = o->timers.len = o->done.len = o->cancels.len = o->child_cancels.len = 0;
+    o->wait_drops.len = 0;
     o->snapshot_needed = false;
     o->timed = false;
     o->outcome = RN_RUNNING;
@@ -149,6 +161,7 @@ rn_step_out_fini(struct rn_step_out *o)
     free(o->done.items);
     free(o->cancels.items);
     free(o->child_cancels.items);
+    free(o->wait_drops.items);
     memset(o, 0, sizeof(*o));
 }
 
@@ -567,6 +580,38 @@ bounds_elapsed(const struct ir_node *t)
     return false;
 }
 
+/* The key of a `wait event` (in *kw, consumed on failure) as the text publishers name it: a
+ * string as it is, an int in decimal (an order id may be either). Anything else raises a
+ * TypeError at the wait; false then. */
+static bool
+event_key(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct ir_val *kw)
+{
+    const struct ir_val *k = ir_map_get(*kw, "key", 3);
+    struct ir_val err, text;
+    char num[24];
+
+    if (k != NULL && k->type == IR_T_STR) {
+        return true;
+    }
+    if (k != NULL && k->type == IR_T_INT) {
+        (void) snprintf(num, sizeof(num), "%lld", (long long) k->u.i);
+        if (ir_str_from_cstr(num, &text) != CN_OK || ir_map_set_cstr(kw, "key", text) != CN_OK) {
+            ir_val_release(*kw);
+            rn_ex_oom(in);
+            return false;
+        }
+        return true;
+    }
+    ir_val_release(*kw);
+    if (ir_raise(&err, "TypeError", "the key of wait event %s must be a str or an int, not %s",
+                 t->name, k != NULL ? ir_type_name(k->type) : "nothing") != CN_RAISED) {
+        rn_ex_oom(in);
+        return false;
+    }
+    rn_ex_raise_error(in, xi, err);
+    return false;
+}
+
 /* Evaluates the kwargs and requests attempt x->attempt. The timeout (start to close) goes with
  * the request: the pool counts it from when a worker starts the attempt, so waiting for a slot
  * is not counted (pool.h). With [deadline: D] (schedule to close) a new attempt also gets the
@@ -605,6 +650,9 @@ rn_ex_dispatch(struct rn_instance *in, uint32_t xi, bool resend)
             return;
         }
     }
+    if (t->call == IR_CALL_EVENT && !event_key(in, xi, t, &kw)) {
+        return;
+    }
     if (rn_ex_x_ensure_id(in, xi) != CN_OK) {
         ir_val_release(kw);
         rn_ex_oom(in);
@@ -619,10 +667,13 @@ rn_ex_dispatch(struct rn_instance *in, uint32_t xi, bool resend)
             x->first_at = in->now; /* max_elapsed counts from here */
             in->out->timed = in->out->timed || bounds_elapsed(t);
         }
+        /* A wait's [timeout: D] is kept as its deadline: durable, with its timer, never
+         * postponed by a restart; at it the wait is asked again, to expire (see the timer). */
+        int64_t until = ir_call_is_wait(t->call) ? t->timeout_ms : t->deadline_ms;
         rn_x_move(x, RN_X_RUNNING);
         if (!resend || x->deadline == 0) {
-            x->deadline = t->deadline_ms > 0 ? in->now + t->deadline_ms : 0;
-            in->out->timed = in->out->timed || t->deadline_ms > 0;
+            x->deadline = until > 0 ? in->now + until : 0;
+            in->out->timed = in->out->timed || until > 0;
         }
         r.exec_id = x->id;
         r.attempt = x->attempt;
@@ -634,6 +685,7 @@ rn_ex_dispatch(struct rn_instance *in, uint32_t xi, bool resend)
          * gets ChildWorkflowTimeout); the runner's default action timeout is not for it. */
         r.timeout_ms = t->call == IR_CALL_ACTION ? timeout_for(in, t) : t->timeout_ms;
         r.deadline_ms = x->deadline;
+        r.expire = ir_call_is_wait(t->call) && x->deadline != 0 && in->now >= x->deadline;
         r.prev_error = ir_val_retain(x->last_error);
     }
     if (CN_VEC_PUSH(&in->out->actions, r) != CN_OK) {
@@ -642,7 +694,7 @@ rn_ex_dispatch(struct rn_instance *in, uint32_t xi, bool resend)
         rn_ex_oom(in);
         return;
     }
-    if (in->x.items[xi].deadline != 0) {
+    if (in->x.items[xi].deadline != 0 && !in->out->actions.items[in->out->actions.len - 1].expire) {
         rn_ex_out_timer(in, xi, RN_TIMER_DEADLINE, in->x.items[xi].deadline);
     }
     in->out->snapshot_needed = true;
@@ -858,6 +910,12 @@ rn_ex_apply_event(struct rn_instance *in, const struct rn_event *ev)
             rn_ex_follow_first(in, xi, false, ir_null());
         } else if (x->status == RN_X_BACKOFF && in->now >= x->scheduled_at) {
             rn_ex_dispatch(in, xi, false);
+        } else if (x->status == RN_X_RUNNING && x->deadline != 0 && in->now >= x->deadline &&
+                   ir_call_is_wait(tnode(in, x->node)->call)) {
+            /* Whether the wait timed out or a signal came first is storage's to say, in the
+             * write that asks it again (expire): the answer comes back as the attempt's recorded
+             * result, like a signal's. */
+            rn_ex_dispatch(in, xi, true);
         } else if (x->status == RN_X_RUNNING && x->deadline != 0 && in->now >= x->deadline) {
             attempt_timed_out(in, xi);
         } else {
@@ -898,7 +956,7 @@ rn_instance_waits(const struct rn_instance *in, struct rn_instance_waits *w)
 {
     size_t i;
 
-    w->actions = w->children = 0;
+    w->actions = w->children = w->waits = 0;
     w->next_ms = INT64_MAX;
     for (i = 0; i < in->x.len; i++) {
         const struct rn_xnode *x = &in->x.items[i];
@@ -906,7 +964,9 @@ rn_instance_waits(const struct rn_instance *in, struct rn_instance_waits *w)
 
         switch (x->status) {
         case RN_X_RUNNING:
-            if (tnode(in, x->node)->call != IR_CALL_ACTION) {
+            if (ir_call_is_wait(tnode(in, x->node)->call)) {
+                w->waits++;
+            } else if (tnode(in, x->node)->call != IR_CALL_ACTION) {
                 w->children++;
             } else {
                 w->actions++;

@@ -96,6 +96,8 @@ struct rn_action_req {
     int64_t deadline_ms;   /* schedule to close ([deadline: D]): absolute, wall clock; 0 = none */
     struct ir_val prev_error; /* the previous attempt's error (None for the first); owned by the
                                  step output */
+    bool expire;              /* WAIT/EVENT: asked again at its deadline (the [timeout: D]): to
+                                 time out unless something came first */
 };
 
 enum rn_timer_kind { RN_TIMER_SLEEP = 0, RN_TIMER_BACKOFF, RN_TIMER_DEADLINE };
@@ -164,6 +166,12 @@ struct rn_step_out {
         struct rn_xid *items; /* child calls no longer waited for: their children to cancel */
         size_t len, cap;
     } child_cancels;
+    struct {
+        struct rn_done *items; /* waits no longer waited for (exec_id and attempt; value None):
+                                  to withdraw in the step's write, so that nothing is delivered
+                                  to them and what was is given back */
+        size_t len, cap;
+    } wait_drops;
     bool snapshot_needed;
     /* What this step recorded depends on its clock (now_ms): a timer, an attempt's deadline, the
      * start a retry bound counts from. A step without one computes the same state whenever it
@@ -314,6 +322,7 @@ struct rn_iid rn_child_id(struct rn_xid exec_id, uint32_t attempt);
 struct rn_instance_waits {
     size_t actions;  /* action attempts running (dispatched to workers) */
     size_t children; /* child calls running (RUN waits for the child; START for its creation) */
+    size_t waits;    /* waits for signals or events */
     int64_t next_ms; /* the earliest timer (sleep, backoff, deadline); INT64_MAX: none */
 };
 void rn_instance_waits(const struct rn_instance *in, struct rn_instance_waits *w);

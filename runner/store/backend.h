@@ -70,6 +70,41 @@ struct rn_child_start {
     char message[200]; /* what did not fit (NOT_FOUND, BAD_INPUT, TOO_DEEP) */
 };
 
+/* What became of a wait of a write (set by persist). */
+#define RN_WAIT_STATUSES(X)                                                                     \
+    X(RN_WAIT_WAITING, "waiting")   /* registered, nothing for it yet: a send will answer it */ \
+    X(RN_WAIT_ANSWERED, "answered") /* answered in this write (recorded): a signal or event     \
+                                       taken, or its timeout */                                 \
+    X(RN_WAIT_DROPPED, "dropped")   /* withdrawn; what was delivered to it was given back */
+#define RN_WAIT_STATUS_ENUM(e, name) e,
+enum rn_wait_status { RN_WAIT_STATUSES(RN_WAIT_STATUS_ENUM) RN_WAIT_STATUS_COUNT_ };
+#undef RN_WAIT_STATUS_ENUM
+
+/* A wait of the write's instance (`wait`, `wait event`), registered in the same transaction as
+ * the snapshot that records it: storage answers it at once when a signal or event it takes is
+ * there already (buffered; the oldest first), else keeps it, and a send then answers it by
+ * recording the attempt's result itself and waking the instance (docs/semantics.md "Waiting
+ * for the outside world"). Registering again (a replay, a resumed instance) changes nothing.
+ * Borrowed from the caller, but for what persist sets. */
+struct rn_wait {
+    struct rn_xid exec_id; /* the wait node's execution */
+    uint32_t attempt;
+    bool drop;             /* the step stopped waiting: withdraw it (and give back what came) */
+    bool event;            /* a keyed event, else signals */
+    bool expire;           /* its timeout passed: answer with the timeout unless something came */
+    const char *names;     /* signal names joined by ',', or the event's name */
+    char *key;             /* event: the key (owned by the write) */
+    int64_t timeout_ms;    /* its [timeout: D]; 0: none */
+    int64_t timeout_at_ms; /* wall clock; 0: none */
+    /* What the timeout answers: a value ([default: v]) or a WaitTimeout error. */
+    bool timeout_ok;
+    struct ir_val timeout_value;
+    /* set by persist: */
+    enum rn_wait_status status;
+    bool ok;
+    struct ir_val value; /* ANSWERED: the recorded answer (owned by the write) */
+};
+
 /* A claimed instance, ready to hydrate. Owned by the array it is in (rn_claimed_free). */
 struct rn_claimed {
     struct rn_iid instance_id;
@@ -127,6 +162,8 @@ struct rn_write {
     bool release;            /* hand the instance back (eviction): clear the lease */
     struct rn_child_start *children; /* child instances to start (before the snapshot) */
     size_t nchildren;
+    struct rn_wait *waits; /* waits to register, expire or withdraw (after the children) */
+    size_t nwaits;
     uint32_t max_child_depth; /* a child deeper than this is not started (TOO_DEEP) */
     /* A finishing child (outcome not RUNNING, parent.has): its outcome goes to its parent as
      * the call's result, in the same transaction (rn_child_outcome made parent_value). */

@@ -234,6 +234,58 @@ mem_recorded(const struct mem_instance *in, const struct rn_done *d)
     return false;
 }
 
+/* Records result d of instance in (once). */
+static cn_err
+mem_record(struct mem_instance *in, const struct rn_done *d)
+{
+    if (mem_recorded(in, d)) {
+        return CN_OK;
+    }
+    if (in->ndone == in->capdone) {
+        in->capdone = in->capdone ? in->capdone * 2 : 8;
+        in->done = cn_xreallocarray(in->done, in->capdone, sizeof(*in->done));
+        in->prevdone = cn_xreallocarray(in->prevdone, in->capdone, sizeof(*in->prevdone));
+    }
+    if (!rn_xidmap_get(&in->lastdone, d->exec_id, &in->prevdone[in->ndone])) {
+        in->prevdone[in->ndone] = UINT32_MAX;
+    }
+    if (rn_xidmap_put(&in->lastdone, d->exec_id, (uint32_t) in->ndone) != CN_OK) {
+        return CN_NOMEM;
+    }
+    in->done[in->ndone] = *d;
+    in->done[in->ndone].value = ir_val_retain(d->value);
+    in->ndone++;
+    return CN_OK;
+}
+
+/* A wait of instance in: nothing can be sent to a workflow run in memory (cairnctl exec has no
+ * database for a sender to reach), so a wait waits until its timeout, which answers it
+ * (recorded, as storage records a signal it delivers); a withdrawn one is dropped. */
+static cn_err
+mem_wait(struct mem_instance *in, struct rn_wait *w)
+{
+    struct rn_done d;
+
+    w->value = ir_null();
+    if (w->drop) {
+        w->status = RN_WAIT_DROPPED;
+        return CN_OK;
+    }
+    if (!w->expire) {
+        w->status = RN_WAIT_WAITING;
+        return CN_OK;
+    }
+    memset(&d, 0, sizeof(d));
+    d.exec_id = w->exec_id;
+    d.attempt = w->attempt;
+    d.ok = w->timeout_ok;
+    d.value = w->timeout_value;
+    w->status = RN_WAIT_ANSWERED;
+    w->ok = w->timeout_ok;
+    w->value = ir_val_retain(w->timeout_value);
+    return mem_record(in, &d);
+}
+
 static cn_err
 mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errmsg *err)
 {
@@ -258,24 +310,16 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
                             w[i].children[k].workflow);
         }
         for (k = 0; k < w[i].ndone; k++) {
-            if (mem_recorded(in, &w[i].done[k])) {
-                continue;
-            }
-            if (in->ndone == in->capdone) {
-                in->capdone = in->capdone ? in->capdone * 2 : 8;
-                in->done = cn_xreallocarray(in->done, in->capdone, sizeof(*in->done));
-                in->prevdone = cn_xreallocarray(in->prevdone, in->capdone, sizeof(*in->prevdone));
-            }
-            if (!rn_xidmap_get(&in->lastdone, w[i].done[k].exec_id, &in->prevdone[in->ndone])) {
-                in->prevdone[in->ndone] = UINT32_MAX;
-            }
-            if (rn_xidmap_put(&in->lastdone, w[i].done[k].exec_id, (uint32_t) in->ndone) != CN_OK) {
+            if (mem_record(in, &w[i].done[k]) != CN_OK) {
                 cn_mutex_unlock(&b->mtx);
                 return CN_NOMEM;
             }
-            in->done[in->ndone] = w[i].done[k];
-            in->done[in->ndone].value = ir_val_retain(w[i].done[k].value);
-            in->ndone++;
+        }
+        for (k = 0; k < w[i].nwaits; k++) {
+            if (mem_wait(in, &w[i].waits[k]) != CN_OK) {
+                cn_mutex_unlock(&b->mtx);
+                return CN_NOMEM;
+            }
         }
         if (w[i].state != NULL) {
             cn_buf_clear(&in->state);

@@ -233,6 +233,12 @@ PY
 [ $? -eq 4 ] || fail "exec of a failing instance: want exit 4"
 grep -q "TypeError" "$tmp/err" || fail "exec of a failing instance: no TypeError in $(cat "$tmp/err")"
 start=$(date +%s)
+out=$("$ctl" exec "$root/tests/fixtures/wait_timeouts.cairn" --timeout 60 2>&1)
+[ $? -eq 0 ] && [ "$out" = '["nobody", null, 7, "no signal nudge came within 100ms"]' ] ||
+    fail "exec of waits that time out (default, several names, WaitTimeout caught): $out"
+"$ctl" register "$root/tests/fixtures/wait_timeouts.cairn" >/dev/null 2>"$tmp/err"
+[ $? -ne 0 ] && grep -q "wait_timeouts.cairn:4:9: error: wait is not yet supported" "$tmp/err" ||
+    fail "register of a workflow with waits: want a refusal at line:col, got $(cat "$tmp/err")"
 "$ctl" exec "$root/tests/integration/workflows/spin.cairn" --timeout 60 >/dev/null 2>"$tmp/err"
 status=$?
 [ $status -eq 4 ] || fail "exec of an inline infinite loop: exit $status, want 4: $(cat "$tmp/err")"

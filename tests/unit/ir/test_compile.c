@@ -17,10 +17,10 @@ TestSuite(ir_compile, .fini = t_leak_check, .timeout = 60);
 
 /* The examples, then sources kept next to their golden text (tests/golden/NAME.cairn) for what
  * the examples do not show. */
-static const char *const examples[] = {"cleanup", "hello",   "orders",  "poll",
-                                       "report",  "welcome", "children"};
+static const char *const examples[] = {"cleanup", "hello",   "orders",   "poll",
+                                       "report",  "welcome", "children", "waits"};
 #define NEXAMPLES    (sizeof(examples) / sizeof(examples[0]))
-#define NGOLDEN_ONLY 1 /* the last ones live in tests/golden/ */
+#define NGOLDEN_ONLY 2 /* the last ones live in tests/golden/ */
 
 /* Compiles src, which must compile. */
 static struct t_compiled

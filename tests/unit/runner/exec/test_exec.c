@@ -3032,3 +3032,154 @@ Test(exec_states, a_move_the_table_does_not_draw_aborts, .signal = SIGABRT)
     rn_x_move(&x, RN_X_SLEEPING);
     rn_x_move(&x, RN_X_RUNNING); /* a sleep does not dispatch: only its timer wakes it */
 }
+
+/* ---- waits for the outside world ---------------------------------------------------------- */
+
+/* A timer event for exec_id at now_ms. */
+static void
+wait_timer(struct rn_instance *in, struct rn_xid exec_id, int64_t now_ms, struct rn_step_out *o)
+{
+    struct rn_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = RN_EV_TIMER;
+    ev.exec_id = exec_id;
+    child_step(in, &ev, now_ms, o);
+}
+
+Test(exec, a_wait_is_requested_with_its_names_key_and_durable_timeout)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xa1, 1}};
+    struct cn_buf b = CN_BUF_INIT;
+    struct ir_val v;
+    struct t_compiled c = child_start("fn main():\n"
+                                      "    p = wait approve, reject [timeout: 3d, default: 0]\n"
+                                      "    e = wait event paid [key: 42]\n"
+                                      "    return [p, e]\n",
+                                      id, &in, &o);
+
+    cr_assert_eq(o.actions.len, 1);
+    cr_expect_eq(o.actions.items[0].call, IR_CALL_WAIT);
+    cr_expect_str_eq(o.actions.items[0].action, "approve,reject");
+    cr_expect_eq(o.actions.items[0].timeout_ms, 3 * 86400000LL);
+    cr_expect_eq(o.actions.items[0].deadline_ms, 1000 + 3 * 86400000LL, "now + the timeout");
+    cr_expect_not(o.actions.items[0].expire);
+    cr_expect_eq(o.timers.len, 1, "the timeout's timer");
+    cr_expect(o.snapshot_needed, "the wait is durable before it is registered");
+    /* Storage answers it, recorded: no done record. */
+    {
+        static const char js[] = "[\"reject\", {\"why\": \"no\"}]";
+        T_OK(ir_val_from_json(js, sizeof(js) - 1, &v, NULL));
+    }
+    child_answer(in, o.actions.items[0].exec_id, 1, true, v, true, 5000, &o);
+    ir_val_release(v);
+    cr_expect_eq(o.done.len, 0);
+    cr_assert_eq(o.actions.len, 1);
+    cr_expect_eq(o.actions.items[0].call, IR_CALL_EVENT);
+    cr_expect_str_eq(kwarg_str(o.actions.items[0].kwargs, "key"), "42", "an int key as text");
+    cr_expect_eq(o.actions.items[0].deadline_ms, 0, "no timeout: no deadline");
+    cr_expect_eq(o.timers.len, 0);
+    T_OK(ir_str_from_cstr("ok", &v));
+    child_answer(in, o.actions.items[0].exec_id, 1, true, v, true, 6000, &o);
+    ir_val_release(v);
+    cr_assert_eq(o.outcome, RN_COMPLETED);
+    cr_expect_str_eq(child_json(o.result, &b), "[[\"reject\", {\"why\": \"no\"}], \"ok\"]");
+    cn_buf_fini(&b);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+Test(exec, a_waits_timeout_asks_storage_again_and_takes_its_answer)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xa1, 2}};
+    struct cn_buf b = CN_BUF_INIT;
+    struct rn_xid x;
+    struct ir_val err;
+    struct t_compiled c = child_start("fn main():\n"
+                                      "    try:\n"
+                                      "        p = wait approve [timeout: 10s]\n"
+                                      "    except TimeoutError as e:\n"
+                                      "        p = e.type\n"
+                                      "    return p\n",
+                                      id, &in, &o);
+
+    cr_assert_eq(o.actions.len, 1);
+    x = o.actions.items[0].exec_id;
+    wait_timer(in, x, 5000, &o);
+    cr_expect_eq(o.actions.len, 0, "an early timer changes nothing");
+    wait_timer(in, x, 11000, &o);
+    cr_assert_eq(o.actions.len, 1, "asked again at its deadline");
+    cr_expect(o.actions.items[0].expire);
+    cr_expect(rn_xid_eq(o.actions.items[0].exec_id, x));
+    cr_expect_eq(o.actions.items[0].attempt, 1, "the same attempt: storage decides");
+    cr_expect_eq(o.timers.len, 0, "no timer again");
+    cr_expect_eq(o.outcome, RN_RUNNING, "not timed out by the executor");
+    T_OK(rn_error_new(RN_ERR_WAIT_TIMEOUT, "no signal approve came within 10s", &err));
+    child_answer(in, x, 1, false, err, true, 11001, &o);
+    ir_val_release(err);
+    cr_assert_eq(o.outcome, RN_COMPLETED);
+    cr_expect_str_eq(child_json(o.result, &b), "\"WaitTimeout\"");
+    cr_expect_eq(o.done.len, 0);
+    cn_buf_fini(&b);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+Test(exec, a_wait_no_longer_waited_for_is_withdrawn_not_cancelled)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xa1, 3}};
+    struct rn_xid w;
+    struct ir_val err;
+    struct t_compiled c = child_start("fn main():\n"
+                                      "    r = parallel [fail_fast]:\n"
+                                      "        wait approve\n"
+                                      "        @m.a()\n"
+                                      "    return r\n",
+                                      id, &in, &o);
+
+    cr_assert_eq(o.actions.len, 2);
+    cr_assert_eq(o.actions.items[0].call, IR_CALL_WAIT);
+    w = o.actions.items[0].exec_id;
+    T_OK(ir_raise(&err, "ValueError", "boom") == CN_RAISED ? CN_OK : CN_NOMEM);
+    child_answer(in, o.actions.items[1].exec_id, 1, false, err, false, 2000, &o);
+    ir_val_release(err);
+    cr_assert_eq(o.outcome, RN_FAILED);
+    cr_assert_eq(o.wait_drops.len, 1, "the wait is withdrawn in the write that ends it");
+    cr_expect(rn_xid_eq(o.wait_drops.items[0].exec_id, w));
+    cr_expect_eq(o.child_cancels.len, 0);
+    cr_expect_eq(o.cancels.len, 0, "nothing for a worker to stop");
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
+
+Test(exec, a_wait_events_key_must_be_a_str_or_an_int)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xa1, 4}};
+    struct t_compiled c = child_start("fn main():\n"
+                                      "    e = wait event paid [key: [1]]\n"
+                                      "    return e\n",
+                                      id, &in, &o);
+
+    cr_assert_eq(o.outcome, RN_FAILED);
+    cr_expect_str_eq(ir_error_type(o.result), "TypeError");
+    {
+        struct cn_buf b = CN_BUF_INIT;
+        cr_expect(strstr(child_json(o.result, &b), "must be a str or an int, not list") != NULL,
+                  "%s", b.data);
+        cn_buf_fini(&b);
+    }
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
