@@ -588,6 +588,7 @@ event_key(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct i
 {
     const struct ir_val *k = ir_map_get(*kw, "key", 3);
     struct ir_val err, text;
+    const char *what;
     char num[24];
 
     if (k != NULL && k->type == IR_T_STR) {
@@ -602,9 +603,10 @@ event_key(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct i
         }
         return true;
     }
+    what = k != NULL ? ir_type_name(k->type) : "nothing"; /* a static name: kw may go */
     ir_val_release(*kw);
     if (ir_raise(&err, "TypeError", "the key of wait event %s must be a str or an int, not %s",
-                 t->name, k != NULL ? ir_type_name(k->type) : "nothing") != CN_RAISED) {
+                 t->name, what) != CN_RAISED) {
         rn_ex_oom(in);
         return false;
     }
