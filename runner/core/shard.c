@@ -872,9 +872,16 @@ maybe_evict_sleeper(struct rn_shard *sh, struct inst *in, struct cn_now now,
     char msg[96];
     size_t k;
 
+    struct rn_instance_waits iw;
+
     if (in->inflight != 0 || in->waiting.len != 0 || in->held.timers.len == 0 ||
         in->held.actions.len != 0) {
         return false;
+    }
+    rn_instance_waits(in->ex, &iw);
+    if (iw.waits > 0) {
+        return false; /* a wait's timeout is no sleep: kept while a signal may come soon, then
+                         handed back like a child waiter (maybe_evict_child_waiter) */
     }
     for (k = 0; k < in->held.timers.len; k++) {
         if (in->held.timers.items[k].at_ms < wake) {

@@ -1565,3 +1565,106 @@ Test(shard, a_claimed_cancel_comes_before_the_results_recorded_since)
     h_ack(&h, 1, 12, false);
     h_fini(&h);
 }
+
+/* ---- waits ---------------------------------------------------------------------------------- */
+
+/* ACKs the write of the last output, its waits answered as storage would: answered ones with
+ * (ok, v) (v taken; ir_null() leaves every wait waiting). */
+static void
+h_ack_waits(struct h *h, uint8_t tag, uint8_t lock_tag, bool ok, struct ir_val v)
+{
+    const struct rn_write *w = h_write(h);
+    struct rn_sev *e = rn_sev_new(RN_SEV_ACK, iid_of(tag));
+    size_t k;
+
+    e->lock = token_of(lock_tag);
+    e->waits = calloc(w->nwaits ? w->nwaits : 1, sizeof(*e->waits));
+    cr_assert_not_null(e->waits);
+    for (k = 0; k < w->nwaits && v.type != IR_T_NULL; k++) {
+        e->waits[e->nwaits] = w->waits[k];
+        e->waits[e->nwaits].key = NULL;
+        e->waits[e->nwaits].timeout_value = ir_null();
+        e->waits[e->nwaits].status = RN_WAIT_ANSWERED;
+        e->waits[e->nwaits].ok = ok;
+        e->waits[e->nwaits].value = k == 0 ? v : ir_null();
+        e->nwaits++;
+    }
+    h_apply(h, e);
+}
+
+/* A wait rides in the write that records it (never dispatched), with its names, its key as
+ * text, its durable timeout and what the timeout answers; the answer in the ACK is applied as a
+ * recorded result, and a wait the instance stops waiting for is withdrawn in its final write. */
+Test(shard, a_wait_rides_in_its_write_and_its_answer_comes_with_the_ack)
+{
+    const struct rn_write *w;
+    struct ir_val v;
+    struct h h;
+
+    h_init_children(&h,
+                    "fn main():\n"
+                    "    p = wait approve, reject [timeout: 2d, default: 5]\n"
+                    "    e = wait event paid [key: 7, timeout: 90s]\n"
+                    "    return [p, e]\n",
+                    60000, 0);
+    h_claim(&h, 1, 11, "{}");
+    w = h_write(&h);
+    cr_expect_eq(h.out.dispatches.len, 0, "a wait went to the pool");
+    cr_expect_not_null(w->state, "the wait must be in the snapshot the write commits");
+    cr_assert_eq(w->nwaits, 1);
+    cr_expect_str_eq(w->waits[0].names, "approve,reject");
+    cr_expect_not(w->waits[0].event);
+    cr_expect_not(w->waits[0].drop);
+    cr_expect_not(w->waits[0].expire);
+    cr_expect_eq(w->waits[0].timeout_ms, 2 * 86400000LL);
+    cr_expect_eq(w->waits[0].timeout_at_ms, h.now.wall_ms + 2 * 86400000LL);
+    cr_expect(w->waits[0].timeout_ok, "a default answers the timeout");
+    cr_assert_eq(w->waits[0].timeout_value.type, IR_T_LIST, "[None, default] for several names");
+    cr_expect_eq(ir_list_items(w->waits[0].timeout_value)[1].u.i, 5);
+
+    T_OK(ir_str_from_cstr("yes", &v));
+    h_ack_waits(&h, 1, 11, true, v);
+    w = h_write(&h); /* the answer applied: the next wait's write */
+    cr_expect_eq(w->ndone, 0, "a recorded answer makes no done record");
+    cr_assert_eq(w->nwaits, 1);
+    cr_expect(w->waits[0].event);
+    cr_expect_str_eq(w->waits[0].names, "paid");
+    cr_expect_str_eq(w->waits[0].key, "7");
+    cr_expect_not(w->waits[0].timeout_ok);
+    cr_expect_str_eq(ir_error_type(w->waits[0].timeout_value), "WaitTimeout");
+
+    /* Nothing yet: the instance waits (a storage answer), so it is handed back like a child
+     * waiter once quiet; here evict_child_wait_ms is 60 s, so it is kept. */
+    h_ack_waits(&h, 1, 11, true, ir_null());
+    cr_expect_eq(h.out.writes.len, 0);
+    cr_expect(rn_shard_has(h.sh, iid_of(1), NULL));
+
+    /* A cancel ends it: the final write withdraws the wait. */
+    {
+        struct rn_sev *e = rn_sev_new(RN_SEV_CANCEL, iid_of(1));
+        T_OK(ir_str_from_cstr("stop", &e->value));
+        h_apply(&h, e);
+    }
+    w = h_write(&h);
+    cr_expect_eq(w->outcome, RN_CANCELLED);
+    cr_assert_eq(w->nwaits, 1);
+    cr_expect(w->waits[0].drop);
+    h_fini(&h);
+}
+
+/* With evict_child_wait_ms 0, an instance that waits only for a signal is handed back at once,
+ * due by its wait's timeout at the latest. */
+Test(shard, an_instance_waiting_only_for_a_signal_is_handed_back)
+{
+    const struct rn_write *w;
+    struct h h;
+
+    h_init_children(&h, "fn main():\n    p = wait approve [timeout: 1h]\n    return p\n", 0, 0);
+    h_claim(&h, 1, 11, "{}");
+    h_ack_waits(&h, 1, 11, true, ir_null());
+    w = h_write(&h);
+    cr_expect(w->release);
+    cr_expect_eq(w->nwaits, 0);
+    cr_expect_eq(w->wake_at_ms, h.now.wall_ms + 3600000, "due at the wait's timeout");
+    h_fini(&h);
+}
