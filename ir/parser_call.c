@@ -142,6 +142,21 @@ parse_workflow_name(struct parser *ps, const struct ir_token *kw, struct cn_buf 
     return true;
 }
 
+/* `NAME '=' expr` or `NAME ':' expr` (NAME is current, the separator after it): the value
+ * parsed and pushed onto kw under the name. */
+static bool
+parse_kwarg_value(struct parser *ps, const struct ir_token *name, struct kwarg_vec *kw)
+{
+    struct ir_kwarg a;
+
+    advance(ps);
+    advance(ps);
+    a.name = name->str;
+    a.pos = tok_pos(name);
+    a.expr = ir_parse_expr(ps);
+    return !ps->panic && ps_alloc_ok(ps, CN_VEC_PUSH(kw, a));
+}
+
 /* The keyword arguments of a call, `NAME '=' expr, ...`, into kw, through the closing ')'. */
 static bool
 parse_call_kwargs(struct parser *ps, const struct ir_action_call *ac, struct kwarg_vec *kw)
@@ -151,7 +166,6 @@ parse_call_kwargs(struct parser *ps, const struct ir_action_call *ac, struct kwa
 
     while (!at(ps, IR_TK_RPAREN)) {
         const struct ir_token *k = peek(ps);
-        struct ir_kwarg a;
         if (k->kind != IR_TK_NAME || peek_at(ps, 1)->kind != IR_TK_ASSIGN) {
             ir_ps_error_at(ps, k,
                            ac->call == IR_CALL_ACTION
@@ -164,15 +178,7 @@ parse_call_kwargs(struct parser *ps, const struct ir_action_call *ac, struct kwa
             ir_ps_error_at(ps, k, "keyword argument '%s' repeated", k->str);
             goto out;
         }
-        advance(ps);
-        advance(ps);
-        a.name = k->str;
-        a.pos = tok_pos(k);
-        a.expr = ir_parse_expr(ps);
-        if (ps->panic) {
-            goto out;
-        }
-        if (!ps_alloc_ok(ps, CN_VEC_PUSH(kw, a))) {
+        if (!parse_kwarg_value(ps, k, kw)) {
             goto out;
         }
         if (!accept(ps, IR_TK_COMMA)) {
@@ -245,7 +251,6 @@ parse_wait_option(struct parser *ps, struct ir_action_call *ac, struct kwarg_vec
                   struct policy_vec *pols)
 {
     const struct ir_token *w = peek(ps);
-    struct ir_kwarg a;
     size_t k;
 
     if (ir_ps_at_option(ps, "timeout")) {
@@ -278,12 +283,7 @@ parse_wait_option(struct parser *ps, struct ir_action_call *ac, struct kwarg_vec
             return false;
         }
     }
-    advance(ps);
-    advance(ps);
-    a.name = w->str;
-    a.pos = tok_pos(w);
-    a.expr = ir_parse_expr(ps);
-    return !ps->panic && ps_alloc_ok(ps, CN_VEC_PUSH(kw, a));
+    return parse_kwarg_value(ps, w, kw);
 }
 
 /* `wait NAME (',' NAME)*` or `wait event NAME` (the word `wait` consumed; ac->call set), then

@@ -304,7 +304,7 @@ child_answer(const struct inst *in, struct rn_wreq *q)
 /* Whether o holds requests that storage answers (child calls, waits) or waits to withdraw:
  * they ride in a write. */
 static bool
-has_children(const struct rn_step_out *o)
+rides_in_write(const struct rn_step_out *o)
 {
     size_t k;
 
@@ -484,7 +484,7 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
     bool by_results = rn_steplog_take(&in->steps, o, evs, nevs, RN_STEPLOG_REPLAY_MAX);
 
     if (o->done.len == 0 && (!o->snapshot_needed || claim_records) && o->outcome == RN_RUNNING &&
-        !has_children(o)) {
+        !rides_in_write(o)) {
         release_output(sh, in, o, now.mono_us, now, out);
         rn_step_out_clear(o);
         busy_sync(sh, in);

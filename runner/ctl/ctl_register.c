@@ -178,6 +178,24 @@ check_child_call(const struct cn_opts *o, PGconn *c, const char *file, struct ir
     return EXIT_OK;
 }
 
+/* Ends a check that collected diagnostics in *d (freed here): with status EXIT_OK and some
+ * diagnostics, prints them and returns EXIT_REJECTED; else returns status. */
+static int
+diags_report(struct ir_diags *d, int status)
+{
+    struct cn_buf msg = CN_BUF_INIT;
+
+    if (status == EXIT_OK && d->len > 0) {
+        if (ir_diags_format(d, &msg) == CN_OK) {
+            fputs(msg.data, stderr);
+        }
+        status = EXIT_REJECTED;
+    }
+    cn_buf_fini(&msg);
+    ir_diags_fini(d);
+    return status;
+}
+
 /* Checks the child calls (run/start) of dag against the workflows they name, as registered now
  * (self: the workflow being registered, whose own inputs its recursive calls must fit). A call
  * whose inputs do not fit is an error at its line:col; so is one naming a workflow that is not
@@ -186,7 +204,6 @@ static int
 check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const char *src, size_t len,
                   const struct ir_dag *dag, const char *self, bool allow_missing)
 {
-    struct cn_buf msg = CN_BUF_INIT;
     struct ir_diags d;
     int status = EXIT_OK;
     uint32_t i;
@@ -199,15 +216,7 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
             status = check_child_call(o, c, file, &d, dag, t, self, allow_missing);
         }
     }
-    if (status == EXIT_OK && d.len > 0) {
-        if (ir_diags_format(&d, &msg) == CN_OK) {
-            fputs(msg.data, stderr);
-        }
-        status = EXIT_REJECTED;
-    }
-    cn_buf_fini(&msg);
-    ir_diags_fini(&d);
-    return status;
+    return diags_report(&d, status);
 }
 
 /* A workflow that waits for signals or events runs in memory (cairnctl exec: a wait there ends
@@ -216,9 +225,7 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
 static int
 refuse_waits(const char *file, const char *src, size_t len, const struct ir_dag *dag)
 {
-    struct cn_buf msg = CN_BUF_INIT;
     struct ir_diags d;
-    int status = EXIT_OK;
     uint32_t i;
 
     ir_diags_init(&d, file, src, len);
@@ -230,15 +237,7 @@ refuse_waits(const char *file, const char *src, size_t len, const struct ir_dag 
                          "runs it in memory)");
         }
     }
-    if (d.len > 0) {
-        if (ir_diags_format(&d, &msg) == CN_OK) {
-            fputs(msg.data, stderr);
-        }
-        status = EXIT_REJECTED;
-    }
-    cn_buf_fini(&msg);
-    ir_diags_fini(&d);
-    return status;
+    return diags_report(&d, EXIT_OK);
 }
 
 /* The version defaults to the first 12 hex digits of the graph's hash: unchanged source maps to
