@@ -9,6 +9,7 @@
 #include "ir/base/clock.h"
 #include "runner/ctl/ctl.h"
 #include "runner/exec/exec.h"
+#include "runner/store/backend.h"
 #include "runner/store/db.h"
 
 /* ---- inspect ------------------------------------------------------------------------------ */
@@ -193,7 +194,6 @@ resumed_state(const struct ir_dag *dag, const char *id, const char *input_json,
     }
     for (row = 0; row < rows; row++) {
         struct rn_done *x = &done[n];
-        struct cn_errmsg vem;
         size_t len = 0;
         unsigned char *raw;
 
@@ -203,9 +203,10 @@ resumed_state(const struct ir_dag *dag, const char *id, const char *input_json,
         }
         raw = unhex(ctl_col(d, row, "result"), &len);
         if (raw != NULL && cn_uuid_parse(ctl_col(d, row, "execution_id"), x->exec_id.b) &&
-            ir_val_from_msgpack(raw, len, IR_MP_INTERNAL, &x->value, &vem) == CN_OK) {
+            rn_stored_value((const char *) raw, len, strcmp(ctl_col(d, row, "status"), "json") == 0,
+                            &x->value)) {
             x->attempt = (uint32_t) ctl_col_int(d, row, "attempt");
-            x->ok = strcmp(ctl_col(d, row, "status"), "ok") == 0;
+            x->ok = strcmp(ctl_col(d, row, "status"), "error") != 0;
             n++;
         }
         free(raw);
@@ -368,7 +369,6 @@ actions_value(struct inspection *in)
     }
     for (row = 0; row < nd; row++) {
         struct ir_val m, v = ir_null();
-        struct cn_errmsg em;
         unsigned char *raw;
         size_t len = 0;
 
@@ -380,7 +380,9 @@ actions_value(struct inspection *in)
         kv_str(&m, "status", ctl_col(in->d, row, "status"), &ok);
         kv_str(&m, "completed_at", ctl_col(in->d, row, "completed_at"), &ok);
         raw = unhex(ctl_col(in->d, row, "result"), &len);
-        if (raw == NULL || ir_val_from_msgpack(raw, len, IR_MP_INTERNAL, &v, &em) != CN_OK) {
+        if (raw == NULL ||
+            !rn_stored_value((const char *) raw, len,
+                             strcmp(ctl_col(in->d, row, "status"), "json") == 0, &v)) {
             v = ir_null();
         }
         free(raw);

@@ -49,6 +49,37 @@ inputs_literal(const struct ir_dag *dag, struct cn_buf *out)
     return ok && cn_buf_putc(out, '}') == CN_OK;
 }
 
+/* The text array literal of the signal names the workflow's waits take (for
+ * workflow_versions.signals, which cairn.signal checks), in *out: each wait's names (joined by
+ * ',' in its node), once each. Names are identifiers: nothing in them needs quoting. */
+static bool
+signals_literal(const struct ir_dag *dag, struct cn_buf *out)
+{
+    uint32_t i;
+    bool ok = cn_buf_putc(out, '{') == CN_OK, first = true;
+
+    for (i = 0; ok && i < dag->nnodes; i++) {
+        const struct ir_node *t = &dag->nodes[i];
+        const char *p;
+
+        if (t->kind != IR_N_ACTION || t->call != IR_CALL_WAIT) {
+            continue;
+        }
+        for (p = t->name; ok && *p != '\0';) {
+            size_t len = strcspn(p, ",");
+            char quoted[IR_MAX_WAIT_NAME + 4];
+            (void) snprintf(quoted, sizeof(quoted), "\"%.*s\"", (int) len, p);
+            ok = cn_buf_puts(out, "") == CN_OK; /* terminated, for strstr */
+            if (ok && strstr(out->data, quoted) == NULL) {
+                ok = cn_buf_printf(out, "%s%s", first ? "" : ",", quoted) == CN_OK;
+                first = false;
+            }
+            p += len + (p[len] == ',');
+        }
+    }
+    return ok && cn_buf_putc(out, '}') == CN_OK;
+}
+
 /* Whether name is among names[0..n). */
 static bool
 has_name(const char *const *names, size_t n, const char *name)
@@ -219,32 +250,11 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
     return diags_report(&d, status);
 }
 
-/* A workflow that waits for signals or events runs in memory (cairnctl exec: a wait there ends
- * at its timeout), but the database does not store signals and events yet: refused, each wait
- * at its line:col, before anything is stored. Returns EXIT_OK, or the status after printing. */
-static int
-refuse_waits(const char *file, const char *src, size_t len, const struct ir_dag *dag)
-{
-    struct ir_diags d;
-    uint32_t i;
-
-    ir_diags_init(&d, file, src, len);
-    for (i = 0; i < dag->nnodes; i++) {
-        const struct ir_node *t = &dag->nodes[i];
-        if (t->kind == IR_N_ACTION && ir_call_is_wait(t->call)) {
-            ir_diags_add(&d, t->line, t->col,
-                         "wait is not yet supported by the PostgreSQL backend (cairnctl exec "
-                         "runs it in memory)");
-        }
-    }
-    return diags_report(&d, EXIT_OK);
-}
-
 /* The version defaults to the first 12 hex digits of the graph's hash: unchanged source maps to
  * the same row (a no-op), changed source to a new version. */
 static const char *const insert_sql =
     "SELECT id, workflow_version, ir_hash FROM cairn.register_version($1, $2, $3::bytea, $4,"
-    " nullif($5::bigint, 0), $6::text[])";
+    " nullif($5::bigint, 0), $6::text[], $7::text[])";
 /* Names are per tenant. Row security keeps a tenant to its own rows, but the schema owner sees
  * every tenant's and registers in tenant default: hence the tenant_id filters. */
 static const char *const existing_sql =
@@ -295,33 +305,35 @@ dag_hex(const struct ir_dag *dag, struct cn_buf *hex)
     return ok;
 }
 
-/* What is stored besides the source: the graph as hex text in *hex and the entry's inputs as an
- * array literal in *inputs. A source with a NUL byte cannot be stored as text. */
+/* What is stored besides the source: the graph as hex text in *hex, the entry's inputs and the
+ * signal names its waits take as array literals in *inputs and *signals. A source with a NUL
+ * byte cannot be stored as text. */
 static int
 encode_version(const struct cn_opts *o, const char *file, const char *src, size_t src_len,
-               const struct ir_dag *dag, struct cn_buf *hex, struct cn_buf *inputs)
+               const struct ir_dag *dag, struct cn_buf *hex, struct cn_buf *inputs,
+               struct cn_buf *signals)
 {
     if (strlen(src) != src_len) {
         fprintf(stderr, "%s: %s contains a NUL byte\n", o->prog, file);
         return EXIT_REJECTED;
     }
-    if (!dag_hex(dag, hex) || !inputs_literal(dag, inputs)) {
+    if (!dag_hex(dag, hex) || !inputs_literal(dag, inputs) || !signals_literal(dag, signals)) {
         fprintf(stderr, "%s: out of memory\n", o->prog);
         return EXIT_USAGE;
     }
     return EXIT_OK;
 }
 
-/* Stores the version (params: name, version, graph, source, timeout, inputs), or finds the same
- * one stored already: *r holds its id, workflow_version and ir_hash, *created whether this call
- * made it. A version of that name holding other source is refused. */
+/* Stores the version (params: name, version, graph, source, timeout, inputs, signals), or finds the
+ * same one stored already: *r holds its id, workflow_version and ir_hash, *created whether this
+ * call made it. A version of that name holding other source is refused. */
 static int
 store_version(const struct cn_opts *o, PGconn *c, const char *const *params, PGresult **r,
               bool *created)
 {
     int status;
 
-    if ((status = ctl_query(o, c, insert_sql, 6, params, r)) != EXIT_OK) {
+    if ((status = ctl_query(o, c, insert_sql, 7, params, r)) != EXIT_OK) {
         return status;
     }
     if ((*created = PQntuples(*r) == 1)) {
@@ -377,13 +389,13 @@ ctl_cmd_register(const struct ctl_call *call, int argc, char **argv)
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
-    struct cn_buf hex = CN_BUF_INIT, inputs = CN_BUF_INIT;
+    struct cn_buf hex = CN_BUF_INIT, inputs = CN_BUF_INIT, signals = CN_BUF_INIT;
     struct ir_compile_limits lim;
     struct ir_dag *dag = NULL;
     PGconn *c = NULL;
     PGresult *r = NULL;
     char *src = NULL, *name = NULL;
-    const char *file, *params[6];
+    const char *file, *params[7];
     size_t src_len = 0;
     char timeout[24];
     bool created = false;
@@ -398,8 +410,8 @@ ctl_cmd_register(const struct ctl_call *call, int argc, char **argv)
         (status = ctl_compile_file(file, &lim, &dag, &src, &src_len)) != EXIT_OK) {
         goto out;
     }
-    if ((status = refuse_waits(file, src, src_len, dag)) != EXIT_OK ||
-        (status = encode_version(&o, file, src, src_len, dag, &hex, &inputs)) != EXIT_OK ||
+    if ((status = encode_version(&o, file, src, src_len, dag, &hex, &inputs, &signals)) !=
+            EXIT_OK ||
         (status = ctl_db_open(&o, &c)) != EXIT_OK ||
         (status = check_child_calls(&o, c, file, src, src_len, dag, name,
                                     cn_opts_bool(&o, "allow-missing-children"))) != EXIT_OK) {
@@ -412,6 +424,7 @@ ctl_cmd_register(const struct ctl_call *call, int argc, char **argv)
     (void) snprintf(timeout, sizeof(timeout), "%lld", (long long) dag->timeout_ms);
     params[4] = timeout; /* the workflow's [timeout: D] (its graph's hash covers it too) */
     params[5] = inputs.data;
+    params[6] = signals.data;
     if ((status = store_version(&o, c, params, &r, &created)) != EXIT_OK ||
         (status = register_limits(&o, c, name)) != EXIT_OK) {
         goto out;
@@ -430,6 +443,7 @@ out:
     PQfinish(c);
     cn_buf_fini(&hex);
     cn_buf_fini(&inputs);
+    cn_buf_fini(&signals);
     ir_dag_free(dag);
     free(src);
     free(name);

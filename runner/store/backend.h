@@ -131,6 +131,11 @@ struct rn_claimed {
 
 void rn_claimed_free(struct rn_claimed *c, size_t n);
 
+/* A recorded result's value as the PostgreSQL backend stores it (runner_actions_done.result):
+ * JSON text when json (status 'json': a send's answer to a wait), else msgpack
+ * (IR_MP_INTERNAL); false when it does not decode. */
+bool rn_stored_value(const char *data, size_t len, bool json, struct ir_val *out);
+
 /* An action result that came after its instance ended (cancelled, timed out, failed): the
  * instance no longer takes it, but it is recorded if the instance ended that way, so that it is
  * in the history and a redrive (cairn.retry) does not run a completed action again. */

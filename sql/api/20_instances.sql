@@ -54,18 +54,20 @@ CREATE OR REPLACE TRIGGER runner_instances_status_transition
     EXECUTE FUNCTION cairn.check_status_transition();
 
 -- What `cairnctl register` wrote itself: a version of a workflow of the caller's tenant (the
--- same statement; an existing version is left alone and nothing is returned).
+-- same statement; an existing version is left alone and nothing is returned). p_signals: the
+-- signal names its waits take (cairn.signal refuses others).
 CREATE OR REPLACE FUNCTION cairn.register_version(p_name text, p_version text, p_graph bytea,
-                                       p_source text, p_timeout_ms bigint, p_inputs text[])
+                                       p_source text, p_timeout_ms bigint, p_inputs text[],
+                                       p_signals text[] DEFAULT '{}')
 RETURNS TABLE (id uuid, workflow_version text, ir_hash text)
 LANGUAGE sql
 SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
 AS $$
     WITH h AS (SELECT encode(sha256(p_graph), 'hex') AS ir_hash)
     INSERT INTO cairn.workflow_versions AS v (workflow_name, workflow_version, ir_hash, source,
-                                              timeout_ms, inputs)
+                                              timeout_ms, inputs, signals)
     SELECT p_name, coalesce(p_version, left(h.ir_hash, 12)), h.ir_hash, p_source,
-           nullif(p_timeout_ms, 0), p_inputs
+           nullif(p_timeout_ms, 0), p_inputs, coalesce(p_signals, '{}')
       FROM h
     ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING
     RETURNING v.id, v.workflow_version, v.ir_hash
@@ -99,6 +101,66 @@ BEGIN
 END
 $$;
 
+-- Refuses, with a SQLSTATE and a hint, a JSON value the runner could not load (p_what of
+-- p_caller: 'input' of 'cairn.enqueue'): over input_bytes of JSON text (54000), nested deeper
+-- than value_depth (54000), or holding a number beyond int64 (once jsonb has stored it without a
+-- fraction) or float64 (22003). The bounds are cairn.limits()'s, read once by the caller.
+CREATE OR REPLACE FUNCTION cairn.check_value(p_caller text, p_what text, p_value jsonb,
+                                             p_max_bytes integer, p_max_depth integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_len integer;
+    v_num numeric;
+BEGIN
+    -- Measured as PostgreSQL prints it (what the runner reads back), before the walks below,
+    -- so that they only ever see a bounded document.
+    v_len := octet_length(p_value::text);
+    IF v_len > p_max_bytes THEN
+        RAISE EXCEPTION '%: % is % bytes of JSON, over the limit of % bytes', p_caller, p_what,
+            v_len, p_max_bytes
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Pass large data by reference (a URL, a row id) and let an action '
+                         'fetch it. SELECT * FROM cairn.limits() lists the limits.';
+    END IF;
+    -- The top object is at level 1 and jsonpath counts it as level 0, so anything at jsonpath
+    -- level value_depth is one level too deep. The walk stops at that level.
+    IF jsonb_path_exists(p_value,
+                         format('strict $.**{%s}', p_max_depth)::jsonpath) THEN
+        RAISE EXCEPTION '%: % is nested deeper than % levels', p_caller, p_what,
+            p_max_depth
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'The top object is level 1; each array or object adds one.';
+    END IF;
+    -- jsonb keeps numbers exactly, the runner does not: one printed without a fraction (jsonb
+    -- prints 1e19 as 10000000000000000000) must fit int64, any other a finite float64, i.e.
+    -- stay below 2^1024 - 2^970, from which strtod rounds to infinity. Only numbers of at least
+    -- 2^63 in magnitude can fail either test, and jsonpath finds those without leaving C (in
+    -- strict mode .abs() of anything but a number is an error, which a filter counts as false;
+    -- measured, twice as fast as testing .type() first).
+    SELECT q.n::numeric INTO v_num
+      FROM jsonb_path_query(p_value, 'strict $.** ? (@.abs() >= 9223372036854775808)')
+           AS q(n)
+     WHERE (scale(q.n::numeric) = 0 AND q.n::numeric <> -9223372036854775808)
+        OR abs(q.n::numeric) >= 2::numeric ^ 1024 - 2::numeric ^ 970
+     LIMIT 1;
+    IF v_num IS NOT NULL AND scale(v_num) = 0 THEN
+        RAISE EXCEPTION '%: % holds the integer %, outside the 64-bit range', p_caller, p_what,
+            CASE WHEN length(v_num::text) > 24 THEN left(v_num::text, 20) || '... ('
+                 || length(v_num::text) || ' digits)' ELSE v_num::text END
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  HINT = 'Integers must lie in -9223372036854775808..9223372036854775807. '
+                         'jsonb stores a number without a fraction, such as 1e19, as an '
+                         'integer: write a float with a fraction (10000000000000000000.0).';
+    ELSIF v_num IS NOT NULL THEN
+        RAISE EXCEPTION '%: % holds the number %, beyond the largest float', p_caller, p_what,
+            left(v_num::text, 20) || '... (' || length(v_num::text) || ' characters)'
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  HINT = 'Floats are 64-bit: their magnitude must stay below about 1.8e308.';
+    END IF;
+END
+$$;
+
 -- Enqueues an instance of the latest (or the given) version of a workflow of the caller's tenant
 -- and returns its id. With an idempotency key that was used before for the workflow, returns
 -- that instance and enqueues nothing. Every check runs before the idempotency lookup: a request
@@ -124,8 +186,6 @@ DECLARE
     v_due timestamptz;
     v_id uuid;
     v_lim record;
-    v_len integer;
-    v_num numeric;
     v_tenant text := cairn.current_tenant();
 BEGIN
     SELECT * INTO v_lim FROM cairn.limits();
@@ -134,50 +194,8 @@ BEGIN
             coalesce(jsonb_typeof(input), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Measured as PostgreSQL prints it (what the runner reads back), before the walks below,
-    -- so that they only ever see a bounded document.
-    v_len := octet_length(enqueue.input::text);
-    IF v_len > v_lim.input_bytes THEN
-        RAISE EXCEPTION 'cairn.enqueue: input is % bytes of JSON, over the limit of % bytes',
-            v_len, v_lim.input_bytes
-            USING ERRCODE = 'program_limit_exceeded',
-                  HINT = 'Pass large data by reference (a URL, a row id) and let an action '
-                         'fetch it. SELECT * FROM cairn.limits() lists the limits.';
-    END IF;
-    -- The top object is at level 1 and jsonpath counts it as level 0, so anything at jsonpath
-    -- level value_depth is one level too deep. The walk stops at that level.
-    IF jsonb_path_exists(enqueue.input,
-                         format('strict $.**{%s}', v_lim.value_depth)::jsonpath) THEN
-        RAISE EXCEPTION 'cairn.enqueue: input is nested deeper than % levels', v_lim.value_depth
-            USING ERRCODE = 'program_limit_exceeded',
-                  HINT = 'The top object is level 1; each array or object adds one.';
-    END IF;
-    -- jsonb keeps numbers exactly, the runner does not: one printed without a fraction (jsonb
-    -- prints 1e19 as 10000000000000000000) must fit int64, any other a finite float64, i.e.
-    -- stay below 2^1024 - 2^970, from which strtod rounds to infinity. Only numbers of at least
-    -- 2^63 in magnitude can fail either test, and jsonpath finds those without leaving C (in
-    -- strict mode .abs() of anything but a number is an error, which a filter counts as false;
-    -- measured, twice as fast as testing .type() first).
-    SELECT q.n::numeric INTO v_num
-      FROM jsonb_path_query(enqueue.input, 'strict $.** ? (@.abs() >= 9223372036854775808)')
-           AS q(n)
-     WHERE (scale(q.n::numeric) = 0 AND q.n::numeric <> -9223372036854775808)
-        OR abs(q.n::numeric) >= 2::numeric ^ 1024 - 2::numeric ^ 970
-     LIMIT 1;
-    IF v_num IS NOT NULL AND scale(v_num) = 0 THEN
-        RAISE EXCEPTION 'cairn.enqueue: input holds the integer %, outside the 64-bit range',
-            CASE WHEN length(v_num::text) > 24 THEN left(v_num::text, 20) || '... ('
-                 || length(v_num::text) || ' digits)' ELSE v_num::text END
-            USING ERRCODE = 'numeric_value_out_of_range',
-                  HINT = 'Integers must lie in -9223372036854775808..9223372036854775807. '
-                         'jsonb stores a number without a fraction, such as 1e19, as an '
-                         'integer: write a float with a fraction (10000000000000000000.0).';
-    ELSIF v_num IS NOT NULL THEN
-        RAISE EXCEPTION 'cairn.enqueue: input holds the number %, beyond the largest float',
-            left(v_num::text, 20) || '... (' || length(v_num::text) || ' characters)'
-            USING ERRCODE = 'numeric_value_out_of_range',
-                  HINT = 'Floats are 64-bit: their magnitude must stay below about 1.8e308.';
-    END IF;
+    PERFORM cairn.check_value('cairn.enqueue', 'input', enqueue.input, v_lim.input_bytes,
+                              v_lim.value_depth);
     IF enqueue.idempotency_key = '' THEN
         RAISE EXCEPTION 'cairn.enqueue: the idempotency key is empty'
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Use NULL for no key.';

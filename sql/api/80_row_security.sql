@@ -28,7 +28,7 @@ BEGIN
         EXECUTE format('DROP POLICY %I ON %s', p.polname, p.tbl);
     END LOOP;
     FOREACH t IN ARRAY ARRAY['workflow_versions', 'runner_instances', 'schedules', 'backfills',
-                             'workflow_limits', 'workflow_retention'] LOOP
+                             'workflow_limits', 'workflow_retention', 'events'] LOOP
         EXECUTE format('ALTER TABLE cairn.%I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('CREATE POLICY acting_tenant ON cairn.%I TO cairn_tenant'
                        ' USING (tenant_id = (SELECT cairn.acting_tenant()))'
@@ -42,7 +42,8 @@ BEGIN
                        ' USING ((SELECT cairn.api_scope()) IN (tenant_id, ''*''))'
                        ' WITH CHECK ((SELECT cairn.api_scope()) IN (tenant_id, ''*''))', t);
     END LOOP;
-    FOREACH t IN ARRAY ARRAY['queued_instances', 'runner_actions_done', 'instance_history'] LOOP
+    FOREACH t IN ARRAY ARRAY['queued_instances', 'runner_actions_done', 'instance_history',
+                             'signals', 'waits', 'event_reads'] LOOP
         EXECUTE format('ALTER TABLE cairn.%I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('CREATE POLICY instance_visible ON cairn.%I'
                        ' TO cairn_tenant, cairn_app, cairn_api'

@@ -236,9 +236,6 @@ start=$(date +%s)
 out=$("$ctl" exec "$root/tests/fixtures/wait_timeouts.cairn" --timeout 60 2>&1)
 [ $? -eq 0 ] && [ "$out" = '["nobody", null, 7, "no signal nudge came within 100ms"]' ] ||
     fail "exec of waits that time out (default, several names, WaitTimeout caught): $out"
-"$ctl" register "$root/tests/fixtures/wait_timeouts.cairn" >/dev/null 2>"$tmp/err"
-[ $? -ne 0 ] && grep -q "wait_timeouts.cairn:4:9: error: wait is not yet supported" "$tmp/err" ||
-    fail "register of a workflow with waits: want a refusal at line:col, got $(cat "$tmp/err")"
 "$ctl" exec "$root/tests/integration/workflows/spin.cairn" --timeout 60 >/dev/null 2>"$tmp/err"
 status=$?
 [ $status -eq 4 ] || fail "exec of an inline infinite loop: exit $status, want 4: $(cat "$tmp/err")"

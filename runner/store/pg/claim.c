@@ -112,11 +112,12 @@ static const char *claim_sql[2][2] = {
  * every result recorded as a step after the snapshot: those are replayed in order. */
 static const char *done_sql =
     "(SELECT DISTINCT ON (instance_id, execution_id) instance_id, execution_id, attempt,"
-    "        status = 'ok', result, NULL::integer AS step"
+    "        status <> 'error', result, NULL::integer AS step, status = 'json'"
     "   FROM cairn.runner_actions_done WHERE instance_id = ANY($1::uuid[]) AND step IS NULL"
     "  ORDER BY instance_id, execution_id, attempt DESC)"
     " UNION ALL"
-    " SELECT d.instance_id, d.execution_id, d.attempt, d.status = 'ok', d.result, d.step"
+    " SELECT d.instance_id, d.execution_id, d.attempt, d.status <> 'error', d.result, d.step,"
+    "        d.status = 'json'"
     "   FROM cairn.runner_actions_done d JOIN cairn.runner_instances ri"
     "     ON ri.instance_id = d.instance_id"
     "  WHERE d.instance_id = ANY($1::uuid[]) AND d.step > ri.state_step";
@@ -150,7 +151,6 @@ attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
         struct rn_iid iid;
         struct rn_done *d;
         struct rn_claimed *c = NULL;
-        struct cn_errmsg em;
 
         if (!pg_get_uuid(r, row, 0, iid.b)) {
             return cn_errmsg_set(err, CN_DB, "bad instance id in runner_actions_done");
@@ -172,8 +172,8 @@ attach_done(PGresult *r, struct rn_claimed *cl, size_t n, struct cn_errmsg *err)
         d->attempt = pg_be32(PQgetvalue(r, row, 2));
         d->ok = PQgetvalue(r, row, 3)[0] != 0;
         d->step = PQgetlength(r, row, 5) == 4 ? pg_be32(PQgetvalue(r, row, 5)) : 0;
-        if (ir_val_from_msgpack(PQgetvalue(r, row, 4), (size_t) PQgetlength(r, row, 4),
-                                IR_MP_INTERNAL, &d->value, &em) != CN_OK) {
+        if (!rn_stored_value(PQgetvalue(r, row, 4), (size_t) PQgetlength(r, row, 4),
+                             PQgetvalue(r, row, 6)[0] != 0, &d->value)) {
             /* A result that does not decode is skipped: hydration then runs that attempt
              * again (at least once), rather than failing the instance. */
             continue;

@@ -182,12 +182,13 @@ pg_child_results(struct rn_backend *base, const struct rn_child_link *calls, siz
     for (k = 0; k < 3; k++) {
         pg_pa_array(&g, &a[k]);
     }
-    rv = pg_exec_args(b,
-                      "SELECT d.instance_id, d.execution_id, d.attempt, d.status = 'ok',"
-                      " d.result FROM unnest($1::uuid[], $2::uuid[], $3::integer[]) AS"
-                      " t(i, e, a) JOIN cairn.runner_actions_done d ON d.instance_id = t.i"
-                      " AND d.execution_id = t.e AND d.attempt = t.a",
-                      &g, &r, err);
+    rv = pg_exec_args(
+        b,
+        "SELECT d.instance_id, d.execution_id, d.attempt, d.status <> 'error',"
+        " d.result, d.status = 'json' FROM unnest($1::uuid[], $2::uuid[], $3::integer[]) AS"
+        " t(i, e, a) JOIN cairn.runner_actions_done d ON d.instance_id = t.i"
+        " AND d.execution_id = t.e AND d.attempt = t.a",
+        &g, &r, err);
     for (k = 0; k < 3; k++) {
         pg_barr_fini(&a[k]);
     }
@@ -197,7 +198,6 @@ pg_child_results(struct rn_backend *base, const struct rn_child_link *calls, siz
     for (row = 0; row < PQntuples(r); row++) {
         struct rn_iid iid;
         struct rn_xid xid;
-        struct cn_errmsg em;
         uint32_t att;
 
         if (!pg_get_uuid(r, row, 0, iid.b) || !pg_get_uuid(r, row, 1, xid.b) ||
@@ -210,8 +210,8 @@ pg_child_results(struct rn_backend *base, const struct rn_child_link *calls, siz
                 calls[i].attempt != att || !rn_xid_is_nil(out[i].exec_id)) {
                 continue;
             }
-            if (ir_val_from_msgpack(PQgetvalue(r, row, 4), (size_t) PQgetlength(r, row, 4),
-                                    IR_MP_INTERNAL, &out[i].value, &em) != CN_OK) {
+            if (!rn_stored_value(PQgetvalue(r, row, 4), (size_t) PQgetlength(r, row, 4),
+                                 PQgetvalue(r, row, 5)[0] != 0, &out[i].value)) {
                 out[i].value = ir_null();
                 continue; /* not decodable: the parent's next hydration runs the call again */
             }

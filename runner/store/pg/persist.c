@@ -62,6 +62,16 @@ static const struct {
      * o bool; 1: a scalar int4 */
     const char *types;
 } persist_stmts[] = {
+    /* Before the fence, when the batch registers waits for keyed events: each event's advisory
+     * lock, shared, in key order (sql/api/35_signals.sql: a publish holds it exclusively while
+     * it inserts and looks for waits, so the two see each other). Locks nothing else: a
+     * publish waits on it with no queue row held, and this with none either. */
+    {"cairn_event_locks",
+     "SELECT count(pg_advisory_xact_lock_shared(cairn.event_lock_class(), x.k)) FROM (SELECT"
+     " DISTINCT cairn.event_lock_key(ri.tenant_id, t.n, t.k) AS k FROM unnest($1::uuid[],"
+     " $2::text[], $3::text[]) AS t(i, n, k) JOIN cairn.runner_instances ri ON ri.instance_id ="
+     " t.i ORDER BY 1) x",
+     3, "utt"},
     {"cairn_fence",
      "SELECT x.instance_id, x.lock_uuid FROM unnest($1::uuid[], $2::uuid[]) AS t(i, l)"
      " CROSS JOIN LATERAL (SELECT q.instance_id, q.lock_uuid FROM cairn.queued_instances q"
@@ -76,6 +86,13 @@ static const struct {
      * per row as before 0021; a probe per row cost more than a third of the insert, for a
      * duplicate that comes only after a lost commit acknowledgement or a re-claim. */
     {"cairn_done", DONE_INSERT, 8, "uuiuitbi"},
+    /* The waits the writes register, expire or withdraw (cairn.runner_waits checks each
+     * write's token): after the results, before the queue row is released or deleted. */
+    {"cairn_waits",
+     "SELECT instance_id, execution_id, attempt, status, ok, json, result FROM"
+     " cairn.runner_waits($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[], $5::text[],"
+     " $6::boolean[], $7::text[], $8::text[], $9::bigint[], $10::boolean[], $11::bytea[])",
+     11, "uuuitottIob"},
     {"cairn_state",
      "UPDATE cairn.runner_instances ri SET state = t.s, state_step = t.k, redrive = false FROM"
      " unnest($1::uuid[],"
@@ -143,8 +160,10 @@ static const struct {
 #define NPERSIST (sizeof(persist_stmts) / sizeof(persist_stmts[0]))
 /* Their indexes in persist_stmts, and the most parameters one takes. */
 enum {
+    PS_EVENT_LOCKS,
     PS_FENCE,
     PS_DONE,
+    PS_WAITS,
     PS_STATE,
     PS_RELEASE,
     PS_CHILDREN,
@@ -286,10 +305,104 @@ elem_oid(char type)
     }
 }
 
-/* Sends one persist batch, its parameters built in a, as one pipeline: BEGIN, the fence, the
- * writes in the fixed order, COMMIT, sync; then reads every result: w[i].lost is set for every
- * write but those the fence kept. probed: the results go by cairn_done_probed. *dup: the batch
- * failed on a result recorded already. */
+/* Whether statement s goes into a batch whose parameters are a: the fence always, the others
+ * when the batch has something of their kind (cairn_done_probed only in cairn_done's place). */
+static bool
+stmt_sent(size_t s, struct barr (*a)[PS_MAXP])
+{
+    return s < PS_DONE_PROBED && (s == PS_FENCE || a[s][0].n > 0);
+}
+
+/* Marks kept each write of w[0..n) whose row and token the fence returned (uuid, uuid). */
+static void
+fence_kept(PGresult *r, struct rn_write *w, size_t n)
+{
+    int row;
+    size_t i;
+
+    for (row = 0; row < PQntuples(r); row++) {
+        struct rn_iid iid;
+        struct rn_token lock;
+        if (!pg_get_uuid(r, row, 0, iid.b) || !pg_get_uuid(r, row, 1, lock.b)) {
+            continue;
+        }
+        for (i = 0; i < n; i++) {
+            if (rn_iid_eq(w[i].instance_id, iid) && rn_token_eq(w[i].lock, lock)) {
+                w[i].lost = false;
+            }
+        }
+    }
+}
+
+bool
+rn_stored_value(const char *data, size_t len, bool json, struct ir_val *out)
+{
+    struct cn_errmsg em;
+
+    return (json ? ir_val_from_json(data, len, out, &em)
+                 : ir_val_from_msgpack(data, len, IR_MP_INTERNAL, out, &em)) == CN_OK;
+}
+
+/* Sets what became of each wait of w[0..n) from cairn.runner_waits's rows (binary: instance,
+ * execution, attempt, status, ok, json, result). An answer that does not decode stays
+ * WAITING: it is recorded, and the instance's next claim reads it (and fails the same way, on
+ * the claim's path, with the instance's error). */
+static void
+waits_status(PGresult *r, struct rn_write *w, size_t n)
+{
+    int row;
+    size_t i, k;
+
+    for (row = 0; row < PQntuples(r); row++) {
+        struct rn_iid iid;
+        struct rn_xid xid;
+        const char *st = PQgetvalue(r, row, 3);
+        uint32_t att;
+
+        if (!pg_get_uuid(r, row, 0, iid.b) || !pg_get_uuid(r, row, 1, xid.b) ||
+            PQgetlength(r, row, 2) != 4) {
+            continue;
+        }
+        att = pg_be32(PQgetvalue(r, row, 2));
+        for (i = 0; i < n; i++) {
+            for (k = 0; k < w[i].nwaits && rn_iid_eq(w[i].instance_id, iid); k++) {
+                struct rn_wait *x = &w[i].waits[k];
+                if (!rn_xid_eq(x->exec_id, xid) || x->attempt != att) {
+                    continue;
+                }
+                if (strcmp(st, "dropped") == 0) {
+                    x->status = RN_WAIT_DROPPED;
+                } else if (strcmp(st, "answered") == 0 && !PQgetisnull(r, row, 6) &&
+                           rn_stored_value(PQgetvalue(r, row, 6), (size_t) PQgetlength(r, row, 6),
+                                           PQgetvalue(r, row, 5)[0] != 0, &x->value)) {
+                    x->status = RN_WAIT_ANSWERED;
+                    x->ok = PQgetvalue(r, row, 4)[0] != 0;
+                }
+            }
+        }
+    }
+}
+
+/* Clears what an earlier try of the batch set on its waits. */
+static void
+waits_reset(struct rn_write *w, size_t n)
+{
+    size_t i, k;
+
+    for (i = 0; i < n; i++) {
+        for (k = 0; k < w[i].nwaits; k++) {
+            ir_val_release(w[i].waits[k].value);
+            w[i].waits[k].value = ir_null();
+            w[i].waits[k].status = RN_WAIT_WAITING;
+            w[i].waits[k].ok = false;
+        }
+    }
+}
+
+/* Sends one persist batch, its parameters built in a, as one pipeline: BEGIN, the event locks
+ * (when it registers event waits), the fence, the writes in the fixed order, COMMIT, sync; then
+ * reads every result: w[i].lost is set for every write but those the fence kept. probed: the
+ * results go by cairn_done_probed. *dup: the batch failed on a result recorded already. */
 static cn_err
 persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr (*a)[PS_MAXP],
                  const char depth[4], bool probed, bool *dup, struct cn_errmsg *err)
@@ -298,21 +411,21 @@ persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr
     int lengths[PS_MAXP], formats[PS_MAXP];
     PGresult *r;
     size_t i, k, s;
-    int row;
     cn_err rv;
 
     *dup = false;
     for (i = 0; i < n; i++) {
         w[i].lost = true; /* until the fence says it kept the write */
     }
+    waits_reset(w, n);
     rv = PQenterPipelineMode(b->c) == 1 ? CN_OK
                                         : cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
     if (rv == CN_OK && PQsendQueryParams(b->c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) != 1) {
         rv = cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
     }
     for (s = 0; rv == CN_OK && s < NPERSIST; s++) {
-        if (s >= PS_DONE_PROBED || (s > 0 && a[s][0].n == 0)) {
-            continue; /* nothing of this kind in the batch: not sent (the fence always is) */
+        if (!stmt_sent(s, a)) {
+            continue;
         }
         for (k = 0; k < (size_t) persist_stmts[s].nparams; k++) {
             formats[k] = 1;
@@ -337,29 +450,17 @@ persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr
     if (rv == CN_OK) {
         /* BEGIN, the statements, COMMIT: every result in order, then the sync. */
         PQclear(pipe_result(b, err, &rv, dup));
-        r = pipe_result(b, err, &rv, dup);
-        if (r != NULL) {
-            for (row = 0; row < PQntuples(r); row++) {
-                struct rn_iid iid;
-                struct rn_token lock;
-                if (!pg_get_uuid(r, row, 0, iid.b) || !pg_get_uuid(r, row, 1, lock.b)) {
-                    continue;
-                }
-                for (i = 0; i < n; i++) {
-                    if (rn_iid_eq(w[i].instance_id, iid) && rn_token_eq(w[i].lock, lock)) {
-                        w[i].lost = false;
-                    }
-                }
-            }
-            PQclear(r);
-        }
-        for (s = 1; s < NPERSIST; s++) {
-            if (s >= PS_DONE_PROBED || a[s][0].n == 0) {
+        for (s = 0; s < NPERSIST; s++) {
+            if (!stmt_sent(s, a)) {
                 continue;
             }
             r = pipe_result(b, err, &rv, dup);
-            if (s == PS_CHILDREN && r != NULL) {
+            if (r != NULL && s == PS_FENCE) {
+                fence_kept(r, w, n);
+            } else if (r != NULL && s == PS_CHILDREN) {
                 children_status(r, w, n);
+            } else if (r != NULL && s == PS_WAITS) {
+                waits_status(r, w, n);
             }
             PQclear(r);
         }
@@ -417,6 +518,46 @@ put_results(struct barr *da, const struct rn_write *w, size_t n, struct cn_buf *
                 pg_barr_null(&da[7]);
             }
         }
+    }
+}
+
+/* Puts wait x of write w into cairn_waits's parameters (and a keyed event's registration into
+ * cairn_event_locks's). tmp: scratch. */
+static void
+put_wait(struct barr (*a)[PS_MAXP], const struct rn_write *w, const struct rn_wait *x,
+         struct cn_buf *tmp)
+{
+    struct barr *wa = a[PS_WAITS], *la = a[PS_EVENT_LOCKS];
+    const char *op = x->drop ? "drop" : x->expire ? "expire" : "register";
+    const char *key = x->event && x->key != NULL ? x->key : NULL;
+
+    pg_barr_uuid(&wa[0], w->instance_id.b);
+    pg_barr_uuid(&wa[1], w->lock.b);
+    pg_barr_uuid(&wa[2], x->exec_id.b);
+    pg_barr_int(&wa[3], x->attempt);
+    pg_barr_put(&wa[4], op, strlen(op));
+    pg_barr_bool(&wa[5], x->event);
+    pg_barr_put(&wa[6], x->names, strlen(x->names));
+    if (key != NULL) {
+        pg_barr_put(&wa[7], key, strlen(key));
+    } else {
+        pg_barr_null(&wa[7]);
+    }
+    pg_barr_int(&wa[8], x->timeout_at_ms);
+    pg_barr_bool(&wa[9], x->timeout_ok);
+    cn_buf_clear(tmp);
+    if (x->expire && ir_val_to_msgpack(x->timeout_value, IR_MP_INTERNAL, tmp) == CN_OK) {
+        pg_barr_put(&wa[10], tmp->data, tmp->len);
+    } else if (x->expire) {
+        wa[10].bad |= cn_buf_putc(tmp, (char) 0xc0) != CN_OK; /* not storable: nil */
+        pg_barr_put(&wa[10], tmp->data, tmp->len);
+    } else {
+        pg_barr_null(&wa[10]);
+    }
+    if (key != NULL && !x->drop) {
+        pg_barr_uuid(&la[0], w->instance_id.b);
+        pg_barr_put(&la[1], x->names, strlen(x->names));
+        pg_barr_put(&la[2], key, strlen(key));
     }
 }
 
@@ -479,6 +620,9 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
     free(order);
     put_results(a[PS_DONE], w, n, &tmp);
     for (i = 0; i < n; i++) {
+        for (k = 0; k < w[i].nwaits; k++) {
+            put_wait(a, &w[i], &w[i].waits[k], &tmp);
+        }
         for (k = 0; k < w[i].nchildren; k++) {
             struct rn_child_start *c = &w[i].children[k];
             struct barr *ca = a[PS_CHILDREN];
@@ -589,6 +733,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
         for (i = 0; i < n; i++) {
             w[i].lost = false; /* not written, not known lost: the caller retries or evicts */
         }
+        waits_reset(w, n); /* answers of a transaction that rolled back */
     }
     return rv;
 }

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cairnctl's sends to waiting workflows: `signal` (cairn.signal, to one instance) and `event`
+ * (cairn.publish_event, by name and key). Each is one statement of the SQL API, so a script, a
+ * webhook handler with a database login and cairnctl send alike, with the same checks; the
+ * words and exit statuses (ctl.h) say what became of the send. Single-threaded.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runner/ctl/ctl.h"
+#include "runner/store/db.h"
+
+/* The payload rows both commands take. */
+#define SEND_OPTS                                                                                 \
+    CTL_OPT_DB, CTL_OPT_STR_DEF("payload", "JSON", "null", "the payload, any JSON value"),      \
+        CTL_OPT_STR("dedup-key", "K", "a key that makes a retried send a no-op (duplicate)"),     \
+        CTL_OPT_JSON
+
+/* What each answer of cairn.signal is said as, and its exit status. */
+static const struct {
+    const char *answer;
+    const char *said;
+    int status;
+} signal_answers[] = {
+    {"delivered", "delivered: a wait took it", EXIT_OK},
+    {"buffered", "buffered: kept for the instance's next wait on it", EXIT_OK},
+    {"duplicate", "a duplicate (sent before with this dedup key): nothing changed", EXIT_NOOP},
+    {"not waiting", "not sent: nothing waits for it (--only-if-waiting), nothing stored",
+     EXIT_REJECTED},
+};
+
+static const char *const signal_sql =
+    "SELECT cairn.signal($1::uuid, $2, $3::jsonb, $4, $5::boolean) AS answer";
+
+static int
+signal_one(const struct cn_opts *o, PGconn *c, const char *id, const char *name)
+{
+    const char *params[5] = {id, name, cn_opts_str(o, "payload"),
+                             cn_opts_str(o, "dedup-key"),
+                             cn_opts_bool(o, "only-if-waiting") ? "true" : "false"};
+    char answer[32];
+    size_t k;
+    int status = ctl_query_text(o, c, signal_sql, 5, params, "answer", answer, sizeof(answer));
+
+    if (status != EXIT_OK) {
+        return status;
+    }
+    for (k = 0; k + 1 < sizeof(signal_answers) / sizeof(signal_answers[0]) &&
+                strcmp(signal_answers[k].answer, answer) != 0;
+         k++) {
+    }
+    if (ctl_json_out(o)) {
+        printf("{\"id\": \"%s\", \"signal\": \"%s\", \"answer\": \"%s\"}\n", id, params[1], answer);
+    } else {
+        printf("%s: signal %s %s\n", id, params[1], signal_answers[k].said);
+    }
+    return signal_answers[k].status;
+}
+
+int
+ctl_cmd_signal(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        SEND_OPTS,
+        CTL_OPT_BOOL("only-if-waiting",
+                     "send only if a wait takes it now; else store nothing (exit 1)"),
+    };
+    struct cn_opts o = CTL_OPTS(call, rows, 2);
+    PGconn *c = NULL;
+    int status;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    if (o.nargs != 2) {
+        return ctl_usage(&o);
+    }
+    if (!ctl_check_uuid(&o, argv[0])) {
+        return EXIT_USAGE;
+    }
+    if ((status = ctl_db_open(&o, &c)) == EXIT_OK) {
+        status = signal_one(&o, c, argv[0], argv[1]);
+    }
+    PQfinish(c);
+    return status;
+}
+
+static const char *const event_sql =
+    "SELECT event_id, woken, duplicate FROM cairn.publish_event($1, $2, $3::jsonb, $4)";
+
+static int
+publish_one(const struct cn_opts *o, PGconn *c, const char *name, const char *key)
+{
+    const char *params[4] = {name, key, cn_opts_str(o, "payload"),
+                             cn_opts_str(o, "dedup-key")};
+    PGresult *r = NULL;
+    bool dup;
+    int status = ctl_query(o, c, event_sql, 4, params, &r);
+
+    if (status != EXIT_OK) {
+        return status;
+    }
+    dup = ctl_col_true(r, 0, "duplicate");
+    if (ctl_json_out(o)) {
+        printf("{\"event\": \"%s\", \"id\": %s, \"woken\": %s, \"duplicate\": %s}\n", name,
+               ctl_col(r, 0, "event_id"), ctl_col(r, 0, "woken"), dup ? "true" : "false");
+    } else if (dup) {
+        printf("event %s key %s: a duplicate of event %s (same dedup key): nothing changed\n",
+               name, params[1], ctl_col(r, 0, "event_id"));
+    } else {
+        printf("event %s key %s published (id %s): %s wait(s) took it\n", name, params[1],
+               ctl_col(r, 0, "event_id"), ctl_col(r, 0, "woken"));
+    }
+    PQclear(r);
+    return dup ? EXIT_NOOP : EXIT_OK;
+}
+
+int
+ctl_cmd_event(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {SEND_OPTS};
+    struct cn_opts o = CTL_OPTS(call, rows, 2);
+    PGconn *c = NULL;
+    int status;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    if (o.nargs != 2) {
+        return ctl_usage(&o);
+    }
+    if ((status = ctl_db_open(&o, &c)) == EXIT_OK) {
+        status = publish_one(&o, c, argv[0], argv[1]);
+    }
+    PQfinish(c);
+    return status;
+}

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Meson test (suite db): signals and keyed events, with real runners, a real worker and the
+real PostgreSQL that scripts/test starts (a fresh database of its own, dropped at the end). The
+workflows are in tests/integration/signals/.
+
+- a signal sent before the instance's first claim is kept and taken by its wait; one sent to a
+  waiter handed back to the database wakes it; several names give [name, payload];
+- a mailbox: n signals taken first in, first out; a dedup key makes a resend a no-op;
+- refusals, each with its exit status and message: an unknown instance, a name the workflow
+  never waits for, an instance that has ended, --only-if-waiting with nothing waiting, a
+  payload that is not JSON;
+- a timeout: WaitTimeout caught, a default; a signal sent after the timeout stays buffered;
+- a keyed event taken by every instance waiting on its name and key, and by a later wait of an
+  instance created before it, but not by one created after it; dedup of events;
+- waits in a spread and a parallel block; cancel while waiting withdraws the wait;
+- kill -9 of the runner holding a waiter: another takes it over and the signal is taken once;
+- another tenant cannot signal the instance (no instance).
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_runner_e2e as e2e  # noqa: E402  (its helpers: processes, psql, TAP checks)
+
+check, ctl, q, wait_until = e2e.check, e2e.ctl, e2e.q, e2e.wait_until
+TENANT = f"sig{os.getpid()}"
+ROLE = f"cairn_tenant_{TENANT}"
+
+
+def status(url, iid):
+    return q(url, f"SELECT status FROM cairn.runner_instances WHERE instance_id = '{iid}'")
+
+
+def result(url, iid):
+    r = q(url, f"SELECT result::text FROM cairn.runner_instances WHERE instance_id = '{iid}'")
+    return json.loads(r) if r else None
+
+
+def run(env, name, inp):
+    return ctl(env, "run", name, "--input", json.dumps(inp)).stdout.strip()
+
+
+def waiting(url, iid, n=1):
+    """Whether the instance has n registered waits and no runner holds it (handed back)."""
+    return q(url, f"SELECT count(*) = {n} AND bool_and(q.lock_uuid IS NULL) FROM cairn.waits w "
+                  f"JOIN cairn.queued_instances q USING (instance_id) WHERE instance_id = "
+                  f"'{iid}'") == "t"
+
+
+def signal(env, iid, name, payload, *extra):
+    return ctl(env, "signal", iid, name, "--payload", json.dumps(payload), *extra)
+
+
+def done(url, iid, timeout=30):
+    return wait_until("completed", lambda: status(url, iid) == "completed", timeout)
+
+
+def run_all(url, env, tmp):
+    src = os.path.join(e2e.ROOT, "tests/integration/signals")
+    r = ctl(env, "migrate")
+    check("migrate", r.returncode == 0, r.stderr)
+    for name in ("approval", "mailbox", "timed", "keyed", "branches"):
+        r = ctl(env, "register", f"{src}/{name}.cairn")
+        check(f"register {name} (a workflow with waits)", r.returncode == 0, r.stderr)
+    check("the version records the signal names its waits take", q(
+        url, "SELECT signals::text FROM cairn.workflow_versions WHERE workflow_name = "
+             "'approval'") == "{approve,reject}")
+
+    # ---- before the first claim: kept ------------------------------------------------------
+    early = run(env, "approval", {"order": {"id": "o1"}})
+    r = signal(env, early, "approve", {"by": "ann"})
+    check("a signal before any runner runs the instance is buffered",
+          r.returncode == 0 and "buffered" in r.stdout, r.stdout + r.stderr)
+
+    sock = f"ipc://{tmp}/r1.sock"
+    knobs = ("--evict-child-wait-ms", "200")
+    r1 = e2e.runner(env, tmp, "runner1", sock, *knobs)
+    e2e.worker(env, tmp, "worker1", sock)
+    check("... and its wait takes it: the instance goes on to wait for the event",
+          wait_until("event wait", lambda: q(
+              url, f"SELECT names[1] FROM cairn.waits WHERE instance_id = '{early}'")
+              == "order_paid", 30), q(url, f"SELECT * FROM cairn.waits WHERE instance_id = "
+                                         f"'{early}'"))
+    r = ctl(env, "event", "order_paid", "o1", "--payload", '{"amount": 12}')
+    check("cairnctl event says how many waits took it", r.returncode == 0 and
+          "1 wait(s) took it" in r.stdout, r.stdout + r.stderr)
+    check("the instance completes with the signal's and the event's payloads",
+          done(url, early) and result(url, early) == {"approved_by": "ann", "paid": 12},
+          str(result(url, early)))
+
+    # ---- to a waiter handed back: woken ----------------------------------------------------
+    late = run(env, "approval", {"order": {"id": "o2"}})
+    check("a waiting instance is handed back to the database", wait_until(
+        "handed back", lambda: waiting(url, late), 30), status(url, late))
+    r = signal(env, late, "reject", "too dear")
+    check("a signal to it is delivered", r.returncode == 0 and "delivered" in r.stdout,
+          r.stdout + r.stderr)
+    check("... it wakes and takes [name, payload] of the first of several names",
+          done(url, late) and result(url, late) == {"rejected": "too dear"},
+          str(result(url, late)))
+
+    # ---- a mailbox, dedup ----------------------------------------------------------------------
+    box = run(env, "mailbox", {"n": 3})
+    for i, p in enumerate(["a", "b"]):
+        r = signal(env, box, "item", p, "--dedup-key", f"k{i}")
+    r = signal(env, box, "item", "b", "--dedup-key", "k1")
+    check("a resend with the same dedup key is a no-op (exit 6)",
+          r.returncode == 6 and "duplicate" in r.stdout, f"{r.returncode}: {r.stdout}")
+    signal(env, box, "item", "c")
+    check("a mailbox takes its signals first in, first out, each once",
+          done(url, box) and result(url, box) == ["a", "b", "c"], str(result(url, box)))
+    check("... each signal records the wait that took it", q(
+        url, f"SELECT count(DISTINCT consumed_exec) || ' ' || count(*) FROM cairn.signals "
+             f"WHERE instance_id = '{box}'") == "3 3")
+
+    # ---- refusals ------------------------------------------------------------------------------
+    r = signal(env, "00000000-0000-0000-0000-000000000001", "approve", 1)
+    check("a signal to an unknown instance: exit 1, no instance", r.returncode == 1 and
+          "no instance" in r.stderr, f"{r.returncode}: {r.stderr}")
+    other = run(env, "mailbox", {"n": 1})
+    r = signal(env, other, "approve", 1)
+    check("a name the workflow never waits for: exit 1, with the names it takes",
+          r.returncode == 1 and 'never waits for signal "approve"' in r.stderr, r.stderr)
+    wait_until("other waits", lambda: waiting(url, other), 30)
+    r = signal(env, other, "item", 1, "--only-if-waiting")
+    check("--only-if-waiting with a wait there: delivered", r.returncode == 0 and
+          "delivered" in r.stdout, f"{r.returncode}: {r.stdout} {r.stderr}")
+    check("... and the instance completes", done(url, other))
+    ap = run(env, "approval", {"order": {"id": "o9"}})
+    signal(env, ap, "approve", {"by": "bo"})
+    wait_until("ap waits for its event", lambda: q(
+        url, f"SELECT names[1] FROM cairn.waits WHERE instance_id = '{ap}'") == "order_paid", 30)
+    r = signal(env, ap, "approve", {"by": "cy"}, "--only-if-waiting")
+    check("--only-if-waiting with nothing waiting on the name: exit 1, nothing stored",
+          r.returncode == 1 and "not sent" in r.stdout and q(
+              url, f"SELECT count(*) FROM cairn.signals WHERE instance_id = '{ap}'") == "1",
+          f"{r.returncode}: {r.stdout} {r.stderr}")
+    ctl(env, "event", "order_paid", "o9", "--payload", '{"amount": 1}')
+    check("... the instance goes on with the event", done(url, ap))
+    r = signal(env, other, "item", 2)
+    check("a signal to an instance that has ended: exit 1, has ended",
+          r.returncode == 1 and "has ended (completed)" in r.stderr, r.stderr)
+    r = ctl(env, "signal", other, "item", "--payload", "{not json")
+    check("a payload that is not JSON: exit 1", r.returncode == 1 and "json" in r.stderr.lower(),
+          r.stderr)
+
+    # ---- timeouts ------------------------------------------------------------------------------
+    t = run(env, "timed", {"ms": 1})
+    check("a wait's timeout raises WaitTimeout (caught), a default stands in at the other",
+          done(url, t) and result(url, t) == ["timeout: no signal nudge came within 300ms",
+                                              "no poke"], str(result(url, t)))
+
+    # ---- keyed events ------------------------------------------------------------------------------
+    ks = [run(env, "keyed", {"key": "k1"}) for _ in range(3)]
+    odd = run(env, "keyed", {"key": "k2"})
+    check("three instances wait on one key", wait_until("keyed waits", lambda: q(
+        url, "SELECT count(*) FROM cairn.waits WHERE event AND key = 'k1'") == "3", 30))
+    r = ctl(env, "event", "ready", "k1", "--payload", '"go"', "--json")
+    doc = json.loads(r.stdout or "{}")
+    check("one publish wakes all three (woken 3)", doc.get("woken") == 3, r.stdout + r.stderr)
+    check("... each completes with the payload", all(done(url, k) for k in ks) and
+          all(result(url, k) == "go" for k in ks), str([result(url, k) for k in ks]))
+    r = ctl(env, "event", "ready", "k2", "--payload", '"two"', "--dedup-key", "d")
+    r2 = ctl(env, "event", "ready", "k2", "--payload", '"again"', "--dedup-key", "d")
+    check("an event with a dedup key seen before is a no-op (exit 6)", r.returncode == 0 and
+          r2.returncode == 6 and "duplicate" in r2.stdout, r2.stdout + r2.stderr)
+    check("the other key's instance takes only its own event", done(url, odd) and
+          result(url, odd) == "two", str(result(url, odd)))
+    newer = run(env, "keyed", {"key": "k2"})
+    check("an instance created after an event does not take it", wait_until(
+        "newer waits", lambda: waiting(url, newer), 30), status(url, newer))
+    ctl(env, "event", "ready", "k2", "--payload", '"three"')
+    check("... it takes the next one", done(url, newer) and result(url, newer) == "three",
+          str(result(url, newer)))
+
+    # ---- spread and parallel -----------------------------------------------------------------------
+    br = run(env, "branches", {"names": ["x", "y"]})
+    check("a spread registers a wait per item", wait_until(
+        "branch waits", lambda: q(url, f"SELECT count(*) FROM cairn.waits WHERE instance_id = "
+                                       f"'{br}'") == "2", 30))
+    for p in ("s1", "s2"):
+        signal(env, br, "slot", p)
+    signal(env, br, "right", "R")
+    signal(env, br, "left", "L")
+    check("... each branch takes its own signal", done(url, br) and result(url, br) ==
+          {"spread": ["s1", "s2"], "left": "L", "right": "R"}, str(result(url, br)))
+
+    # ---- cancel while waiting ----------------------------------------------------------------------
+    c = run(env, "mailbox", {"n": 1})
+    wait_until("cancel target waits", lambda: waiting(url, c), 30)
+    r = ctl(env, "cancel", c, "--wait")
+    check("cancel of a waiting instance cancels it and withdraws its wait",
+          status(url, c) == "cancelled" and q(
+              url, f"SELECT count(*) FROM cairn.waits WHERE instance_id = '{c}'") == "0",
+          r.stdout + r.stderr)
+
+    # ---- another tenant --------------------------------------------------------------------------
+    q(url, f"SELECT cairn.tenant_create('{TENANT}')")
+    victim = run(env, "mailbox", {"n": 1})
+    out = e2e.subprocess.run(
+        [e2e.PSQL, "-X", "-q", "-At", "-d", url, "-c",
+         f"SET ROLE {ROLE}; SELECT cairn.signal('{victim}', 'item', '1')"],
+        capture_output=True, text=True)
+    check("another tenant cannot signal the instance: no instance", out.returncode != 0 and
+          "no instance" in out.stderr and q(
+              url, f"SELECT count(*) FROM cairn.signals WHERE instance_id = '{victim}'") == "0",
+          out.stdout + out.stderr)
+
+    # ---- kill -9 of the runner holding a waiter ------------------------------------------------
+    held = run(env, "mailbox", {"n": 2})
+    wait_until("held waits", lambda: q(
+        url, f"SELECT count(*) FROM cairn.waits WHERE instance_id = '{held}'") == "1", 30)
+    signal(env, held, "item", "first")
+    r1.kill9()
+    signal(env, held, "item", "second")
+    e2e.runner(env, tmp, "runner2", f"ipc://{tmp}/r2.sock", *knobs)
+    e2e.worker(env, tmp, "worker2", f"ipc://{tmp}/r2.sock")
+    check("after kill -9 another runner finishes the waiter with both signals, each once",
+          done(url, held, 60) and result(url, held) == ["first", "second"],
+          f"{status(url, held)} {result(url, held)}")
+    check("no result recorded twice", e2e.duplicate_done(url) == "0", e2e.duplicate_done(url))
+
+
+def main():
+    return e2e.main_in_fresh_db("signals", run_all, roles=(ROLE,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
