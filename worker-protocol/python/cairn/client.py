@@ -5,7 +5,8 @@
     iid = client.enqueue("welcome", {"user_ids": [1, 2]}, idempotency_key="signup-42")
     print(client.wait(iid, timeout=60))        # the result; WorkflowFailed if it failed
 
-Each method is one statement of the SQL API (cairn.enqueue, cairn.cancel, cairn.retry) or a read
+Each method is one statement of the SQL API (cairn.enqueue, cairn.cancel, cairn.retry,
+cairn.signal, cairn.signal_with_start, cairn.publish_event) or a read
 of cairn.runner_instances, so the client, cairnctl and psql see the same thing. AsyncClient has
 the same methods as coroutines. A Client holds one connection (autocommit); it is not for
 concurrent use from several threads. Client(dsn, tenant="acme") acts as tenant acme (SET ROLE
@@ -115,6 +116,25 @@ def _cancel(instance_id, reason):
 def _retry(instance_id, reason):
     return _Statement("SELECT cairn.retry(%s, %s)", (uuid.UUID(str(instance_id)), reason),
                       False, _first)
+
+
+def _signal(instance_id, name, payload, dedup_key, only_if_waiting):
+    return _Statement("SELECT cairn.signal(%s, %s, %s, %s, %s)",
+                      (uuid.UUID(str(instance_id)), name, Jsonb(payload), dedup_key,
+                       only_if_waiting), False, _first)
+
+
+def _signal_with_start(workflow, idempotency_key, name, payload, input, dedup_key):
+    return _Statement("SELECT instance_id, signal FROM cairn.signal_with_start(%s, %s, %s, %s, "
+                      "%s, %s)", (workflow, idempotency_key, name, Jsonb(payload),
+                                  Jsonb({} if input is None else input), dedup_key),
+                      False, lambda r: (str(r[0]), r[1]))
+
+
+def _publish_event(name, key, payload, dedup_key):
+    return _Statement("SELECT event_id, woken, duplicate FROM cairn.publish_event(%s, %s, %s, %s)",
+                      (name, str(key), Jsonb(payload), dedup_key), False,
+                      lambda r: {"event_id": r[0], "woken": r[1], "duplicate": r[2]})
 
 
 def _outcome(s):
@@ -260,6 +280,25 @@ class Client:
         raises psycopg.errors.CheckViolation."""
         return self._run(_retry(instance_id, reason))
 
+    def signal(self, instance_id, name, payload=None, *, dedup_key=None, only_if_waiting=False):
+        """cairn.signal: 'delivered' (a wait took it), 'buffered' (kept for the next wait),
+        'duplicate' (dedup_key sent before), or 'not waiting' (only_if_waiting: nothing stored).
+        An unknown instance raises psycopg.errors.NoDataFound, one that has ended
+        ObjectNotInPrerequisiteState, a name it never waits for InvalidParameterValue."""
+        return self._run(_signal(instance_id, name, payload, dedup_key, only_if_waiting))
+
+    def signal_with_start(self, workflow, idempotency_key, name, payload=None, *, input=None,
+                          dedup_key=None):
+        """cairn.signal_with_start: the instance with that idempotency key (enqueued with input
+        if there is none) and the signal's answer, as (instance_id, answer), in one
+        transaction."""
+        return self._run(_signal_with_start(workflow, idempotency_key, name, payload, input,
+                                            dedup_key))
+
+    def publish_event(self, name, key, payload=None, *, dedup_key=None):
+        """cairn.publish_event: {"event_id", "woken" (how many waits took it), "duplicate"}."""
+        return self._run(_publish_event(name, key, payload, dedup_key))
+
 
 class AsyncClient:
     """Client's methods as coroutines, on psycopg's AsyncConnection."""
@@ -328,6 +367,18 @@ class AsyncClient:
 
     async def retry(self, instance_id, reason=None):
         return await self._run(_retry(instance_id, reason))
+
+    async def signal(self, instance_id, name, payload=None, *, dedup_key=None,
+                     only_if_waiting=False):
+        return await self._run(_signal(instance_id, name, payload, dedup_key, only_if_waiting))
+
+    async def signal_with_start(self, workflow, idempotency_key, name, payload=None, *,
+                                input=None, dedup_key=None):
+        return await self._run(_signal_with_start(workflow, idempotency_key, name, payload,
+                                                  input, dedup_key))
+
+    async def publish_event(self, name, key, payload=None, *, dedup_key=None):
+        return await self._run(_publish_event(name, key, payload, dedup_key))
 
 
 __all__ = ["Client", "AsyncClient", "WorkflowFailed", "NotFinished", "FINISHED"]

@@ -80,3 +80,26 @@ def test_the_async_client(cluster):
         finally:
             await c.close()
     assert asyncio.run(go()) == 5
+
+
+def test_the_client_sends_signals_and_events(cluster, client):
+    root = os.path.dirname(os.path.dirname(EXAMPLES))
+    cluster.ctl("register", os.path.join(root, "tests/integration/signals/approval.cairn"),
+                "--name", "approval_py")
+    # Signal with start: enqueued and signalled in one transaction, before any runner runs it.
+    iid, answer = client.signal_with_start("approval_py", "order-py-1", "approve", {"by": "ann"},
+                                           input={"order": {"id": "py1"}})
+    assert answer == "buffered"
+    assert client.signal_with_start("approval_py", "order-py-1", "approve", {"by": "bo"},
+                                    dedup_key="d1")[0] == iid  # the same instance
+    assert client.signal(iid, "approve", {"by": "bo"}, dedup_key="d1") == "duplicate"
+    # Published before the instance waits for it, after it was created: its wait takes it.
+    ev = client.publish_event("order_paid", "py1", {"amount": 3})
+    assert ev["woken"] == 0 and ev["duplicate"] is False and ev["event_id"] > 0
+    sock, _ = cluster.runner("runner-sig")
+    cluster.pyworker(sock, name="pyworker-sig")
+    assert client.wait(iid, timeout=30) == {"approved_by": "ann", "paid": 3}
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        client.signal(iid, "approve", {})
+    with pytest.raises(psycopg.errors.NoDataFound):
+        client.signal("00000000-0000-4000-8000-000000000000", "approve", {})
