@@ -13,9 +13,9 @@
 #include "runner/store/db.h"
 
 /* The payload rows both commands take. */
-#define SEND_OPTS                                                                                 \
-    CTL_OPT_DB, CTL_OPT_STR_DEF("payload", "JSON", "null", "the payload, any JSON value"),      \
-        CTL_OPT_STR("dedup-key", "K", "a key that makes a retried send a no-op (duplicate)"),     \
+#define SEND_OPTS                                                                             \
+    CTL_OPT_DB, CTL_OPT_STR_DEF("payload", "JSON", "null", "the payload, any JSON value"),    \
+        CTL_OPT_STR("dedup-key", "K", "a key that makes a retried send a no-op (duplicate)"), \
         CTL_OPT_JSON
 
 /* What each answer of cairn.signal is said as, and its exit status. */
@@ -37,8 +37,7 @@ static const char *const signal_sql =
 static int
 signal_one(const struct cn_opts *o, PGconn *c, const char *id, const char *name)
 {
-    const char *params[5] = {id, name, cn_opts_str(o, "payload"),
-                             cn_opts_str(o, "dedup-key"),
+    const char *params[5] = {id, name, cn_opts_str(o, "payload"), cn_opts_str(o, "dedup-key"),
                              cn_opts_bool(o, "only-if-waiting") ? "true" : "false"};
     char answer[32];
     size_t k;
@@ -93,8 +92,7 @@ static const char *const event_sql =
 static int
 publish_one(const struct cn_opts *o, PGconn *c, const char *name, const char *key)
 {
-    const char *params[4] = {name, key, cn_opts_str(o, "payload"),
-                             cn_opts_str(o, "dedup-key")};
+    const char *params[4] = {name, key, cn_opts_str(o, "payload"), cn_opts_str(o, "dedup-key")};
     PGresult *r = NULL;
     bool dup;
     int status = ctl_query(o, c, event_sql, 4, params, &r);
@@ -107,8 +105,8 @@ publish_one(const struct cn_opts *o, PGconn *c, const char *name, const char *ke
         printf("{\"event\": \"%s\", \"id\": %s, \"woken\": %s, \"duplicate\": %s}\n", name,
                ctl_col(r, 0, "event_id"), ctl_col(r, 0, "woken"), dup ? "true" : "false");
     } else if (dup) {
-        printf("event %s key %s: a duplicate of event %s (same dedup key): nothing changed\n",
-               name, params[1], ctl_col(r, 0, "event_id"));
+        printf("event %s key %s: a duplicate of event %s (same dedup key): nothing changed\n", name,
+               params[1], ctl_col(r, 0, "event_id"));
     } else {
         printf("event %s key %s published (id %s): %s wait(s) took it\n", name, params[1],
                ctl_col(r, 0, "event_id"), ctl_col(r, 0, "woken"));

@@ -152,6 +152,43 @@ queue_reason(const PGresult *q, const char *status, struct cn_buf *out)
     }
 }
 
+static const char *const waits_sql =
+    "SELECT kind, array_to_string(names, ',') AS names, key, since, timeout_at, buffered"
+    " FROM cairn.instance_waits WHERE instance_id = $1 ORDER BY since, execution_id";
+
+/* Each registered wait of instance id (cairn.instance_waits): what it waits for, since when,
+ * until when, and the command that sends it. */
+static cn_err
+waits_reasons(PGconn *c, const char *id, struct cn_buf *out, struct cn_errmsg *em)
+{
+    const char *params[1] = {id};
+    PGresult *r = NULL;
+    cn_err rv = rn_db_exec(c, waits_sql, 1, params, &r, em);
+    int row;
+
+    for (row = 0; rv == CN_OK && row < PQntuples(r); row++) {
+        const char *names = ctl_col(r, row, "names"), *until = ctl_col_opt(r, row, "timeout_at");
+        size_t first = strcspn(names, ",");
+
+        if (strcmp(ctl_col(r, row, "kind"), "event") == 0) {
+            add(out,
+                "event %s with key %s, since %s%s%s: publish it with `cairnctl event %s %s "
+                "--payload JSON`",
+                names, ctl_col(r, row, "key"), ctl_col(r, row, "since"),
+                until != NULL ? ", times out at " : "", until != NULL ? until : "", names,
+                ctl_col(r, row, "key"));
+        } else {
+            add(out,
+                "signal %s, since %s%s%s (%s buffered for other names): send it with "
+                "`cairnctl signal %s %.*s --payload JSON`",
+                names, ctl_col(r, row, "since"), until != NULL ? ", times out at " : "",
+                until != NULL ? until : "", ctl_col(r, row, "buffered"), id, (int) first, names);
+        }
+    }
+    PQclear(r);
+    return rv;
+}
+
 int
 ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val live,
                  struct cn_buf *out)
@@ -174,6 +211,10 @@ ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val li
         queue_reason(q, status, out);
     }
     PQclear(q);
+    if ((rv = waits_reasons(c, id, out, &em)) != CN_OK) {
+        fprintf(stderr, "cairnctl inspect: %s\n", em.text);
+        return EXIT_DB;
+    }
     if (live.type != IR_T_LIST || strcmp(status, "running") != 0) {
         return EXIT_OK;
     }
@@ -182,8 +223,8 @@ ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val li
         const char *st = str_of(n, "status"), *act = str_of(n, "action"), *call = str_of(n, "call");
         long long attempt = int_of(n, "attempt");
 
-        if (st == NULL) {
-            continue;
+        if (st == NULL || (call != NULL && strncmp(call, "wait", 4) == 0)) {
+            continue; /* a wait: waits_reasons said it, from its row */
         }
         if (strcmp(st, "running") == 0 && act != NULL && call != NULL) {
             const char *child = str_of(n, "child_id");

@@ -95,6 +95,9 @@ def run_all(url, env, tmp):
     late = run(env, "approval", {"order": {"id": "o2"}})
     check("a waiting instance is handed back to the database", wait_until(
         "handed back", lambda: waiting(url, late), 30), status(url, late))
+    text = ctl(env, "inspect", late).stdout
+    check("inspect says what it waits for and how to send it", "signal approve,reject, since" in
+          text and f"cairnctl signal {late} approve --payload JSON" in text, text)
     r = signal(env, late, "reject", "too dear")
     check("a signal to it is delivered", r.returncode == 0 and "delivered" in r.stdout,
           r.stdout + r.stderr)
