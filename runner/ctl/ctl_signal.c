@@ -18,6 +18,33 @@
         CTL_OPT_STR("dedup-key", "K", "a key that makes a retried send a no-op (duplicate)"), \
         CTL_OPT_JSON
 
+/* What a send does on one connection with its two arguments. */
+typedef int send_fn(const struct cn_opts *o, PGconn *c, const char *a, const char *b);
+
+/* The shape of both commands: options, exactly two arguments (the first an instance ID when
+ * by_id), the connection, fn, and the connection closed again. */
+static int
+run_send(struct cn_opts *o, int argc, char **argv, bool by_id, send_fn *fn)
+{
+    PGconn *c = NULL;
+    int status;
+
+    if (!ctl_opts(o, argc, argv, &status)) {
+        return status;
+    }
+    if (o->nargs != 2) {
+        return ctl_usage(o);
+    }
+    if (by_id && !ctl_check_uuid(o, argv[0])) {
+        return EXIT_USAGE;
+    }
+    if ((status = ctl_db_open(o, &c)) == EXIT_OK) {
+        status = fn(o, c, argv[0], argv[1]);
+    }
+    PQfinish(c);
+    return status;
+}
+
 /* What each answer of cairn.signal is said as, and its exit status. */
 static const struct {
     const char *answer;
@@ -67,23 +94,8 @@ ctl_cmd_signal(const struct ctl_call *call, int argc, char **argv)
                      "send only if a wait takes it now; else store nothing (exit 1)"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 2);
-    PGconn *c = NULL;
-    int status;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
-        return status;
-    }
-    if (o.nargs != 2) {
-        return ctl_usage(&o);
-    }
-    if (!ctl_check_uuid(&o, argv[0])) {
-        return EXIT_USAGE;
-    }
-    if ((status = ctl_db_open(&o, &c)) == EXIT_OK) {
-        status = signal_one(&o, c, argv[0], argv[1]);
-    }
-    PQfinish(c);
-    return status;
+    return run_send(&o, argc, argv, true, signal_one);
 }
 
 static const char *const event_sql =
@@ -120,18 +132,6 @@ ctl_cmd_event(const struct ctl_call *call, int argc, char **argv)
 {
     struct cn_opt rows[] = {SEND_OPTS};
     struct cn_opts o = CTL_OPTS(call, rows, 2);
-    PGconn *c = NULL;
-    int status;
 
-    if (!ctl_opts(&o, argc, argv, &status)) {
-        return status;
-    }
-    if (o.nargs != 2) {
-        return ctl_usage(&o);
-    }
-    if ((status = ctl_db_open(&o, &c)) == EXIT_OK) {
-        status = publish_one(&o, c, argv[0], argv[1]);
-    }
-    PQfinish(c);
-    return status;
+    return run_send(&o, argc, argv, false, publish_one);
 }
