@@ -50,7 +50,7 @@
 /* Connections past the cap (or the descriptor budget) that may be open while the ones shut
  * down to make room for them close, within a loop pass: libmicrohttpd's own limit is the cap
  * plus this, and past the budget a connection is refused instead once this many are closing. */
-#define RN_HTTP_CONN_SLACK 16
+#define RN_HTTP_CONN_SLACK RN_FD_CLOSING_MAX
 
 struct rn_http_cfg {
     const char *listen;         /* HOST:PORT or http://HOST:PORT; port 0: any (rn_http_port) */

@@ -14,8 +14,8 @@
  * connection from the moment it accepts it and gives it back when the connection closes; a
  * listener that finds the budget spent stops accepting (or closes the new connection at once,
  * or one of its own idle ones to make room: then it is over the budget by the few closing, at
- * most 16, which the reserve's slack covers) until one is given back, and says so once in the
- * log.
+ * most RN_FD_CLOSING_MAX per listener, which the reserve's slack covers) until one is given back,
+ * and says so once in the log.
  *
  * Threads: any; take and give are lock-free (one atomic counter) but for a give while a
  * listener waits for room, which calls its callback under the budget's leaf mutex.
@@ -34,6 +34,12 @@
  * for everything else it or its libraries open after start (nng's and libmicrohttpd's pipes, name
  * lookups, /proc reads). */
 #define RN_FD_RESERVE(persisters) (2u * (6u + (persisters)) + 2u + 64u)
+
+/* Connections a listener may hold past the budget while the ones it closed to make room for
+ * them are not freed yet: past this many it refuses the new one instead. Without the cap, a
+ * burst of connections that each displaced a closing one kept the count rising until the
+ * process ran out of descriptors (a worker listener, 256 of 256, under ASan's slower frees). */
+#define RN_FD_CLOSING_MAX 16u
 
 struct rn_fdbudget {
     uint64_t limit;             /* RLIMIT_NOFILE's soft limit at start */

@@ -61,6 +61,7 @@ struct conn {
     size_t cap; /* of body: grown as bytes arrive, so a length alone reserves no memory */
     /* Under s->mtx: */
     bool closing;
+    bool doomed; /* closing while it holds a unit: counted in s->ndoomed until freed */
     bool sending;
     struct out *q, *qtail;
 };
@@ -86,7 +87,10 @@ struct rn_sprep {
         uint32_t *items;
         size_t len, cap;
     } free_slots;
-    size_t open; /* connections not freed yet */
+    size_t open;    /* connections not freed yet */
+    size_t ndoomed; /* closed but not freed, holding a unit: over the budget by at most
+                     * RN_FD_CLOSING_MAX of these (the stream's descriptor goes only when
+                     * both loops have ended and it is freed) */
     uint32_t next_id;
     bool stopping;
     bool paused; /* the budget is spent: accepting resumes when a connection closes */
@@ -136,6 +140,9 @@ unref_locked(struct rn_sprep *s, struct conn *c)
     if (c->counted) {
         rn_fdbudget_give(s->cfg.budget);
     }
+    if (c->doomed) {
+        s->ndoomed--;
+    }
     free(c);
     s->open--;
     if (s->paused && !s->stopping) {
@@ -155,6 +162,10 @@ close_locked(struct rn_sprep *s, struct conn *c)
         return;
     }
     c->closing = true;
+    if (c->counted) {
+        c->doomed = true;
+        s->ndoomed++;
+    }
     nng_stream_close(c->st);
     id_key(c->id, key);
     rn_idmap_del(&s->byid, key);
@@ -537,7 +548,7 @@ accept_cb(void *arg)
     int rv = nng_aio_result(s->acc);
     char peer[RN_SPREP_PEER_LEN];
     struct conn *c;
-    bool room, ok;
+    bool room, displace, ok;
     uint8_t key[16];
     struct out *hello;
 
@@ -582,9 +593,12 @@ accept_cb(void *arg)
     }
     c->refs = 2; /* the table's, and this call's: the owner may close it in `accepted` */
     s->open++;
+    /* Past the budget, a connection may displace one only while few displaced are still
+     * closing; else it is refused and accepting waits for a descriptor to come back. */
+    displace = !room && s->ndoomed < RN_FD_CLOSING_MAX;
     cn_mutex_unlock(&s->mtx);
 
-    ok = s->ops.accepted(s->ops.arg, c->id, peer, !room);
+    ok = (room || displace) && s->ops.accepted(s->ops.arg, c->id, peer, !room);
     cn_mutex_lock(&s->mtx);
     if (ok && !room && s->cfg.budget != NULL) {
         rn_fdbudget_force(s->cfg.budget); /* the one closed for it gives its unit back */

@@ -12,9 +12,10 @@
  * its accept (`accepted`), before any byte of it is read, so that its owner bounds it from
  * there (the pool drops one that has not said hello within its deadline, and the oldest one
  * waiting past its cap), and each takes a unit of the descriptor budget (fdbudget.h): with the
- * budget spent, a connection is accepted only if its owner closes another to make room, else
- * accepting stops (connections wait in the kernel's backlog, holding no descriptor of ours)
- * until one closes.
+ * budget spent, a connection is accepted only if its owner closes another to make room (and
+ * fewer than RN_FD_CLOSING_MAX so closed are still holding their descriptors), else accepting
+ * stops (connections wait in the kernel's backlog, holding no descriptor of ours) until one
+ * is freed.
  *
  * The wire (as nng 1.5.2 speaks it): each side sends 8 bytes, 00 'S' 'P' 00, its protocol
  * (REQ0 0x0030, REP0 0x0031) big-endian, 00 00; then each message is its length (8 bytes,
