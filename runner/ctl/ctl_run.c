@@ -5,19 +5,78 @@
  */
 #include <ctype.h>
 #include <math.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <jansson.h>
 
 #include "ir/base/clock.h"
+#include "ir/base/xalloc.h"
 #include "ir/numtext.h"
 #include "runner/ctl/ctl.h"
 #include "runner/exec/exec.h"
 #include "runner/store/db.h"
 
-/* How often --wait looks at the instance's status. */
-#define WAIT_POLL_MS 50
+/* How long a wait trusts the notification of the end before it looks at the status anyway.
+ * A NOTIFY is lost only with the session, and then the next query fails; the look bounds
+ * what any surprise could cost to a second, at one indexed read a second per waiter. */
+#define WAIT_FALLBACK_MS 1000
 
-/* ---- run ---------------------------------------------------------------------------------- */
+/* Listens on the instance's cairn.done_channel (before the first look at its status, so that an
+ * end committed between the two is seen by the look). */
+static int
+listen_done(const struct cn_opts *o, PGconn *c, const char *id)
+{
+    const char *params[1] = {id};
+    PGresult *r = NULL;
+    char *chan, sql[160];
+    int status;
+
+    if ((status = ctl_query(o, c, "SELECT cairn.done_channel($1) AS chan", 1, params, &r)) !=
+        EXIT_OK) {
+        return status;
+    }
+    chan = PQescapeIdentifier(c, ctl_col(r, 0, "chan"), strlen(ctl_col(r, 0, "chan")));
+    PQclear(r);
+    if (chan == NULL) {
+        cn_oom("LISTEN");
+    }
+    (void) snprintf(sql, sizeof(sql), "LISTEN %s", chan); /* a channel is at most 63 bytes */
+    PQfreemem(chan);
+    status = ctl_query(o, c, sql, 0, NULL, &r);
+    PQclear(r);
+    return status;
+}
+
+/* Waits up to ms for a notification on c; true if one came (or the socket has news: the caller
+ * looks again either way). */
+static bool
+await_notice(PGconn *c, long long ms)
+{
+    struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+    bool got = false;
+    PGnotify *n;
+
+    if (PQconsumeInput(c) == 1) {
+        while ((n = PQnotifies(c)) != NULL) { /* read along with the last status */
+            got = true;
+            PQfreemem(n);
+        }
+    }
+    if (got) {
+        return true;
+    }
+    if (poll(&pfd, 1, (int) ms) <= 0) {
+        return false;
+    }
+    (void) PQconsumeInput(c); /* a broken session shows in the next status query */
+    while ((n = PQnotifies(c)) != NULL) {
+        got = true;
+        PQfreemem(n);
+    }
+    return got;
+}
 
 int
 ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms, char *st,
@@ -28,29 +87,39 @@ ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long ti
     PGresult *r = NULL;
     int status;
 
+    if ((status = listen_done(o, c, id)) != EXIT_OK) {
+        return status;
+    }
     for (;;) {
         bool done;
-        struct timespec ts = {0, WAIT_POLL_MS * 1000000L};
+        long long left = WAIT_FALLBACK_MS;
 
-        if ((status = ctl_query(o, c,
-                                "SELECT status, status IN ('completed', 'failed', 'cancelled',"
-                                " 'timed_out') AS done FROM cairn.runner_instances WHERE"
-                                " instance_id = $1",
-                                1, params, &r)) != EXIT_OK) {
+        if ((status = ctl_query_found(o, c,
+                                      "SELECT status, status IN ('completed', 'failed',"
+                                      " 'cancelled', 'timed_out') AS done FROM"
+                                      " cairn.runner_instances WHERE instance_id = $1",
+                                      1, params, "instance", &r)) != EXIT_OK) {
             return status;
         }
-        done = PQntuples(r) == 1 && ctl_col_true(r, 0, "done");
-        (void) snprintf(st, stlen, "%s", PQntuples(r) == 1 ? ctl_col(r, 0, "status") : "");
+        done = ctl_col_true(r, 0, "done");
+        (void) snprintf(st, stlen, "%s", ctl_col(r, 0, "status"));
         PQclear(r);
         if (done) {
             return EXIT_OK;
         }
-        if (timeout_ms > 0 && cn_mono_ms() >= deadline) {
-            fprintf(stderr, "%s: %s did not finish within %lld s\n", o->prog, id,
-                    timeout_ms / 1000);
-            return EXIT_PENDING;
+        if (timeout_ms > 0) {
+            long long now = cn_mono_ms();
+
+            if (now >= deadline) {
+                fprintf(stderr, "%s: %s did not finish within %lld s\n", o->prog, id,
+                        timeout_ms / 1000);
+                return EXIT_PENDING;
+            }
+            if (deadline - now < left) {
+                left = deadline - now;
+            }
         }
-        nanosleep(&ts, NULL);
+        (void) await_notice(c, left);
     }
 }
 
@@ -61,6 +130,30 @@ ctl_wait_result(const struct cn_opts *o, PGconn *c, const char *id, long long ti
     int status = ctl_wait_status(o, c, id, timeout_ms, st, sizeof(st));
 
     return status == EXIT_OK ? ctl_print_result(o, c, id) : status;
+}
+
+/* `cairnctl wait ID`: the instance's end, heard rather than polled for, then its result as
+ * `result` prints it. */
+int
+ctl_cmd_wait(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        CTL_OPT_INT("timeout", NULL, 1, 86400 * 365, "S", "give up after S seconds (exit 5)"),
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    PGconn *c = NULL;
+    int status;
+
+    if (!ctl_id_args(&o, argc, argv, &status)) {
+        return status;
+    }
+    if ((status = ctl_db_open(&o, &c)) == EXIT_OK) {
+        status = ctl_wait_result(&o, c, argv[0], cn_opts_int(&o, "timeout") * 1000);
+    }
+    PQfinish(c);
+    return status;
 }
 
 int

@@ -29,14 +29,28 @@ $$;
 CREATE OR REPLACE FUNCTION cairn.max_timeout_ms() RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 31622400000::bigint $$;
 
+-- The channel an instance's end is announced on (docs/operations.md "Waiting for an instance"):
+-- one per instance, so that a client hears only the instance it waits for, and a tenant learns
+-- no other tenant's ids by listening.
+CREATE OR REPLACE FUNCTION cairn.done_channel(p_instance_id uuid) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT 'cairn_done_' || replace(p_instance_id::text, '-', '')
+$$;
+
+-- Every status change passes here, so this is the one place that says which are allowed, and
+-- the one that announces an end: whatever finishes an instance (its runner's write, cancel, the
+-- deadline sweep), clients waiting on cairn.done_channel hear it when that write commits.
 CREATE OR REPLACE FUNCTION cairn.check_status_transition() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF (OLD.status = 'queued' AND NEW.status = 'running')
        OR (OLD.status = 'running' AND NEW.status = 'queued')
-       OR (OLD.status IN ('queued', 'running')
-           AND NEW.status IN ('completed', 'failed', 'cancelled', 'timed_out'))
        OR (OLD.status IN ('failed', 'cancelled', 'timed_out') AND NEW.status = 'queued') THEN
+        RETURN NEW;
+    END IF;
+    IF OLD.status IN ('queued', 'running')
+       AND NEW.status IN ('completed', 'failed', 'cancelled', 'timed_out') THEN
+        PERFORM pg_notify(cairn.done_channel(NEW.instance_id), NEW.status);
         RETURN NEW;
     END IF;
     RAISE EXCEPTION 'instance %: status % -> % is not allowed', OLD.instance_id, OLD.status,

@@ -15,12 +15,19 @@ workflows are in tests/integration/signals/.
   instance created before it, but not by one created after it; dedup of events;
 - waits in a spread and a parallel block; cancel while waiting withdraws the wait;
 - kill -9 of the runner holding a waiter: another takes it over and the signal is taken once;
+- the end is pushed: the write that ends an instance (completed, failed, cancelled, timed out
+  by the deadline sweep) notifies its cairn.done_channel; cairnctl wait prints the result,
+  exits 5 at its timeout, 4 for a failed instance, 1 for an unknown one;
 - another tenant cannot signal the instance (no instance).
 """
 
 import json
 import os
+import select
 import sys
+import time
+
+import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_runner_e2e as e2e  # noqa: E402  (its helpers: processes, psql, TAP checks)
@@ -52,6 +59,28 @@ def waiting(url, iid, n=1):
 
 def signal(env, iid, name, payload, *extra):
     return ctl(env, "signal", iid, name, "--payload", json.dumps(payload), *extra)
+
+
+class Listener:
+    """A session listening on an instance's cairn.done_channel, as a client would."""
+
+    def __init__(self, url, iid):
+        self.got = []
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.conn.add_notify_handler(lambda n: self.got.append(n.payload))
+        chan = self.conn.execute("SELECT cairn.done_channel(%s)", (iid,)).fetchone()[0]
+        self.conn.execute(f'LISTEN "{chan}"')
+
+    def heard(self, timeout):
+        """The payloads heard, once one has come or after timeout seconds."""
+        end = time.monotonic() + timeout
+        while not self.got and time.monotonic() < end:
+            select.select([self.conn.fileno()], [], [], max(0.0, end - time.monotonic()))
+            self.conn.execute("SELECT 1")  # takes in what came
+        return self.got
+
+    def close(self):
+        self.conn.close()
 
 
 def done(url, iid, timeout=30):
@@ -199,6 +228,41 @@ def run_all(url, env, tmp):
           status(url, c) == "cancelled" and q(
               url, f"SELECT count(*) FROM cairn.waits WHERE instance_id = '{c}'") == "0",
           r.stdout + r.stderr)
+
+    # ---- the end is pushed -------------------------------------------------------------------------
+    ends = {}
+    for how in ("completed", "failed", "cancelled", "timed_out"):
+        extra = ("--workflow-timeout", "3s") if how == "timed_out" else ()
+        iid = ctl(env, "run", "approval", "--input", f'{{"order": {{"id": "{how}"}}}}',
+                  *extra).stdout.strip()
+        ends[how] = (iid, Listener(url, iid))
+        if how != "timed_out":
+            wait_until(f"{how} target waits", lambda: waiting(url, iid), 30)
+    bg = e2e.subprocess.Popen([e2e.CTL, "wait", ends["completed"][0], "--timeout", "60"],
+                              env=env, stdout=e2e.subprocess.PIPE, stderr=e2e.subprocess.PIPE,
+                              text=True)
+    r = ctl(env, "wait", ends["failed"][0], "--timeout", "1")
+    check("cairnctl wait --timeout of an instance still waiting: exit 5", r.returncode == 5 and
+          "did not finish within 1 s" in r.stderr, f"{r.returncode}: {r.stderr}")
+    signal(env, ends["completed"][0], "reject", "no")
+    signal(env, ends["failed"][0], "approve", "not a map")  # decision["by"] of a string fails
+    ctl(env, "event", "order_paid", "failed", "--payload", '{"amount": 1}')  # ... once it is paid
+    ctl(env, "cancel", ends["cancelled"][0])
+    for how, (iid, li) in ends.items():
+        got = li.heard(30)
+        check(f"the write that ends an instance {how} notifies its cairn.done_channel",
+              got == [how], f"{got}, {status(url, iid)}")
+        li.close()
+    out, err = bg.communicate(timeout=60)
+    check("cairnctl wait ID, started before the end, prints the result when it comes",
+          bg.returncode == 0 and json.loads(out or "null") == {"rejected": "no"},
+          f"{bg.returncode}: {out} {err}")
+    r = ctl(env, "wait", ends["failed"][0])
+    check("cairnctl wait of a failed instance: exit 4 and its error", r.returncode == 4 and
+          "failed" in r.stderr, f"{r.returncode}: {r.stderr}")
+    r = ctl(env, "wait", "00000000-0000-0000-0000-000000000002")
+    check("cairnctl wait of an unknown instance: exit 1, no instance", r.returncode == 1 and
+          "no instance" in r.stderr, f"{r.returncode}: {r.stderr}")
 
     # ---- another tenant --------------------------------------------------------------------------
     q(url, f"SELECT cairn.tenant_create('{TENANT}')")

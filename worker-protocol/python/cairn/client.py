@@ -18,6 +18,7 @@ import asyncio
 import collections
 import datetime
 import re
+import select
 import time
 import uuid
 
@@ -146,22 +147,37 @@ def _outcome(s):
 
 
 class _Wait:
-    """wait()'s schedule, without its I/O: the caller reads the status, and sleeps pause(s)
-    seconds while it has not finished, so Client and AsyncClient poll alike."""
+    """wait()'s schedule, without its I/O. The caller listens on the instance's channel
+    (cairn.done_channel: the database notifies it when the write that ends the instance
+    commits), then reads the status, and while it has not finished waits up to pause(s)
+    seconds for a notification, so Client and AsyncClient wait alike. The status is read again
+    at least every `poll` seconds: a notification is lost only with the session (and then the
+    next read fails), and the look bounds what any surprise could cost."""
 
     def __init__(self, instance_id, timeout, poll):
         self.instance_id, self.timeout, self.poll = instance_id, timeout, poll
         self.end = None if timeout is None else time.monotonic() + timeout
+        self.channel = "cairn_done_" + uuid.UUID(str(instance_id)).hex
+        self.listen = pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self.channel))
+        self.unlisten = pgsql.SQL("UNLISTEN {}").format(pgsql.Identifier(self.channel))
+        self.heard = False
+
+    def notified(self, n):
+        """psycopg's notify handler: the end may have come (the status says)."""
+        if n.channel == self.channel:
+            self.heard = True
 
     def pause(self, s):
-        """Seconds to sleep after status s of an unfinished instance; NotFinished once past the
-        timeout. The polls back off, from 50 ms by default to 1 s."""
-        end, poll = self.end, self.poll
+        """Seconds to wait for a notification after status s of an unfinished instance (0: one
+        came meanwhile, look again now); NotFinished once past the timeout."""
+        end = self.end
         if end is not None and time.monotonic() >= end:
             raise NotFinished(f"{self.instance_id} did not finish within {self.timeout} s "
                               f"(status {s['status']})")
-        self.poll = min(poll * 1.5, 1.0)
-        return poll if end is None else max(0.0, min(poll, end - time.monotonic()))
+        if self.heard:
+            self.heard = False
+            return 0.0
+        return self.poll if end is None else max(0.0, min(self.poll, end - time.monotonic()))
 
 
 _TENANT_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
@@ -257,15 +273,25 @@ class Client:
         timed out; NotFinished if it has not finished."""
         return _outcome(self.status(instance_id))
 
-    def wait(self, instance_id, timeout=None, poll=0.05):
+    def wait(self, instance_id, timeout=None, poll=1.0):
         """Waits until the instance finishes and returns result(); NotFinished after timeout
-        seconds. Polls, starting at 50 ms and backing off to 1 s."""
+        seconds. Told by the database when the instance ends (LISTEN on its
+        cairn.done_channel), it reads the status again only then, or every poll seconds."""
         w = _Wait(instance_id, timeout, poll)
-        while True:
-            s = self.status(instance_id)
-            if s["status"] in FINISHED:
-                return _outcome(s)
-            time.sleep(w.pause(s))
+        self.conn.add_notify_handler(w.notified)
+        try:
+            self.conn.execute(w.listen)
+            while True:
+                s = self.status(instance_id)
+                if s["status"] in FINISHED:
+                    return _outcome(s)
+                pause = w.pause(s)
+                if pause > 0:
+                    select.select([self.conn.fileno()], [], [], pause)
+        finally:
+            self.conn.remove_notify_handler(w.notified)
+            if not self.conn.closed:
+                self.conn.execute(w.unlisten)
 
     def list(self, status=None, workflow=None, limit=20):
         """Instances, newest first."""
@@ -308,6 +334,62 @@ class AsyncClient:
         if not conn.autocommit:
             raise ValueError("AsyncClient needs an autocommit connection (each call commits)")
         self.conn = conn
+        # Waiting for a notification means watching the connection's socket, which psycopg
+        # also watches while a statement runs, and asyncio keeps one reader per socket: so
+        # the waits watch it (all of them through one reader, _parked) only while no
+        # statement is in flight (_busy), and every statement first takes it back (_unpark).
+        # A notification that arrives meanwhile is read by psycopg with the statement's
+        # answer; one that arrives while parked is read here (_readable); either way it
+        # reaches the waits' notify handlers, and a wait reads the status only then.
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._parked = None
+        self._listens = collections.Counter()  # channel -> waits on it, for the last UNLISTEN
+
+    def _unpark(self):
+        if self._parked is not None:
+            asyncio.get_running_loop().remove_reader(self.conn.fileno())
+            self._parked.set_result(None)
+            self._parked = None
+
+    def _readable(self):
+        pg = self.conn.pgconn
+        try:
+            pg.consume_input()
+            while (n := pg.notifies()) is not None:
+                if pg.notify_handler is not None:
+                    pg.notify_handler(n)
+        except psycopg.OperationalError:
+            pass  # the connection is gone: the waits' next status read says so
+        self._unpark()
+
+    async def _park(self, seconds):
+        """Until a notification may have come (it was read, here or with a statement's
+        answer) or seconds pass."""
+        if self._busy:
+            waiting = self._idle.wait()
+        else:
+            if self._parked is None:
+                loop = asyncio.get_running_loop()
+                self._parked = loop.create_future()
+                loop.add_reader(self.conn.fileno(), self._readable)
+            waiting = asyncio.shield(self._parked)
+        try:
+            await asyncio.wait_for(waiting, seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _execute(self, sql, params=None):
+        self._unpark()
+        self._busy += 1
+        self._idle.clear()
+        try:
+            return await self.conn.execute(sql, params)
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle.set()
 
     @classmethod
     async def connect(cls, dsn, *, tenant=None, **connect_args):
@@ -337,7 +419,7 @@ class AsyncClient:
         await self.close()
 
     async def _run(self, st):
-        cur = await self.conn.execute(st.sql, st.params)
+        cur = await self._execute(st.sql, st.params)
         return st.decode(await (cur.fetchall() if st.many else cur.fetchone()))
 
     async def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
@@ -351,13 +433,30 @@ class AsyncClient:
     async def result(self, instance_id):
         return _outcome(await self.status(instance_id))
 
-    async def wait(self, instance_id, timeout=None, poll=0.05):
+    async def wait(self, instance_id, timeout=None, poll=1.0):
+        """As Client.wait; any number of waits may share the client concurrently."""
         w = _Wait(instance_id, timeout, poll)
-        while True:
-            s = await self.status(instance_id)
-            if s["status"] in FINISHED:
-                return _outcome(s)
-            await asyncio.sleep(w.pause(s))
+        self.conn.add_notify_handler(w.notified)
+        listened = False
+        try:
+            self._listens[w.channel] += 1
+            listened = True
+            await self._execute(w.listen)  # by each wait: the first one's may be in flight
+            while True:
+                s = await self.status(instance_id)
+                if s["status"] in FINISHED:
+                    return _outcome(s)
+                look = time.monotonic() + w.pause(s)
+                while not w.heard and time.monotonic() < look:
+                    await self._park(look - time.monotonic())
+        finally:
+            self.conn.remove_notify_handler(w.notified)
+            if listened:
+                self._listens[w.channel] -= 1
+                if not self._listens[w.channel]:
+                    del self._listens[w.channel]
+                    if not self.conn.closed:
+                        await self._execute(w.unlisten)
 
     async def list(self, status=None, workflow=None, limit=20):
         return await self._run(_list(status, workflow, limit))

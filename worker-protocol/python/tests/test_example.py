@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 import cairn
-from conftest import EXAMPLES
+from conftest import EXAMPLES, wait_until
 
 
 def test_the_python_welcome_example(cluster, client):
@@ -103,3 +103,76 @@ def test_the_client_sends_signals_and_events(cluster, client):
         client.signal(iid, "approve", {})
     with pytest.raises(psycopg.errors.NoDataFound):
         client.signal("00000000-0000-4000-8000-000000000000", "approve", {})
+
+
+def _listening_then_idle(url, pid):
+    """The client's session has read the status after its LISTEN and now waits: what it
+    hears from here on can only be a notification."""
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute("SELECT state, query FROM pg_stat_activity WHERE pid = %s",
+                        (pid,)).fetchone()
+    return row is not None and row[0] == "idle" and "runner_instances" in row[1]
+
+
+def test_wait_is_told_when_the_instance_ends(cluster, client):
+    """poll=600 without a timeout: the wait reads the status again only when told, so it ends
+    within the test's 60 s only if the notification came."""
+    import threading
+
+    root = os.path.dirname(os.path.dirname(EXAMPLES))
+    cluster.ctl("register", os.path.join(root, "tests/integration/signals/approval.cairn"),
+                "--name", "approval_told")
+    sock, _ = cluster.runner("runner-told")
+    cluster.pyworker(sock, name="pyworker-told")
+    iid = client.enqueue("approval_told", {"order": {"id": "t1"}})
+    assert wait_until(lambda: client.status(iid)["status"] == "queued" and client.conn.execute(
+        "SELECT count(*) FROM cairn.waits WHERE instance_id = %s", (iid,)).fetchone()[0] == 1,
+        30)
+    pid = client.conn.info.backend_pid
+    got = []
+    t = threading.Thread(target=lambda: got.append(client.wait(iid, poll=600)), daemon=True)
+    t.start()
+    assert wait_until(lambda: _listening_then_idle(cluster.url, pid), 30)
+    with cairn.Client(cluster.url) as other:
+        assert other.signal(iid, "reject", "no") == "delivered"
+    t.join(60)
+    assert not t.is_alive(), "the wait was not told that the instance ended"
+    assert got == [{"rejected": "no"}]
+    assert client.conn.execute("SELECT count(*) FROM pg_listening_channels()").fetchone()[0] == 0
+
+
+def test_concurrent_async_waits_share_one_client(cluster):
+    """Eight waits and the signals that end them, on one AsyncClient at once: each wait is
+    told (poll=600, no timeout: they end within 60 s only if told), and the statements run
+    between them are answered."""
+    import asyncio
+
+    root = os.path.dirname(os.path.dirname(EXAMPLES))
+    cluster.ctl("register", os.path.join(root, "tests/integration/signals/approval.cairn"),
+                "--name", "approval_async")
+    sock, _ = cluster.runner("runner-aw")
+    cluster.pyworker(sock, name="pyworker-aw")
+
+    async def go():
+        c = await cairn.AsyncClient.connect(cluster.url)
+        try:
+            ids = [await c.enqueue("approval_async", {"order": {"id": f"a{i}"}})
+                   for i in range(8)]
+            waits = [asyncio.ensure_future(c.wait(i, poll=600)) for i in ids]
+            waits.append(asyncio.ensure_future(c.wait(ids[0], poll=600)))
+            end = time.monotonic() + 30
+            while (c._parked is None or len(c._listens) < 8) and time.monotonic() < end:
+                await asyncio.sleep(0.01)
+            assert c._parked is not None, "the waits never parked"
+            for n, i in enumerate(ids):
+                assert await c.signal(i, "reject", n) in ("delivered", "buffered")
+                assert (await c.status(i))["id"] == i
+            got = await asyncio.wait_for(asyncio.gather(*waits), 60)
+            left = await (await c.conn.execute(
+                "SELECT count(*) FROM pg_listening_channels()")).fetchone()
+            return got, left[0]
+        finally:
+            await c.close()
+    got, left = asyncio.run(go())
+    assert got == [{"rejected": n} for n in range(8)] + [{"rejected": 0}]
+    assert left == 0
