@@ -32,8 +32,8 @@ const char *
 ir_stmt_kind_name(enum ir_stmt_kind k)
 {
     static const char *const names[] = {
-        "assign", "action", "call",     "spread", "parallel", "if",     "for",
-        "while",  "break",  "continue", "pass",   "try",      "return", "sleep",
+        "assign", "action",   "call", "spread", "parallel", "if",    "for",     "while",
+        "break",  "continue", "pass", "try",    "return",   "sleep", "publish",
     };
     return (unsigned) k < (unsigned) IR_S_KIND_COUNT_ ? names[k] : "?";
 }

@@ -85,6 +85,7 @@ enum ir_stmt_kind {
     IR_S_TRY,
     IR_S_RETURN,
     IR_S_SLEEP,
+    IR_S_PUBLISH, /* publish item = expr */
     IR_S_KIND_COUNT_
 };
 
@@ -124,9 +125,9 @@ struct ir_stmt {
     struct ir_pos pos;
     struct ir_names targets; /* ASSIGN, ACTION, CALL, SPREAD, PARALLEL, FOR (loop variables) */
     uint32_t expr; /* ASSIGN value, CALL call, SPREAD collection, FOR iterable, WHILE condition,
-                      RETURN value (or IR_NO_EXPR), SLEEP duration */
+                      RETURN value (or IR_NO_EXPR), SLEEP duration, PUBLISH value */
     struct ir_action_call action; /* ACTION, SPREAD */
-    const char *item;             /* SPREAD item variable */
+    const char *item;             /* SPREAD item variable; PUBLISH the value's name */
     struct ir_pos item_pos;
     struct ir_pbranch *branches; /* PARALLEL */
     uint32_t nbranches;

@@ -647,6 +647,7 @@ walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
         st->dead = true;
         break;
     case IR_S_SLEEP:
+    case IR_S_PUBLISH:
         check_expr(c, s->expr, st);
         break;
     case IR_S_PASS:

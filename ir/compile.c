@@ -757,7 +757,7 @@ compile_fanout(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s
     free(br.items);
 }
 
-/* A node that evaluates one expression (ASSIGN, SLEEP, RETURN) and continues. */
+/* A node that evaluates one expression (ASSIGN, SLEEP, RETURN, PUBLISH) and continues. */
 static uint32_t
 simple_node(struct compiler *c, struct frame_ctx *fc, enum ir_node_kind kind,
             const struct ir_stmt *s, struct pend_vec *preds)
@@ -781,6 +781,13 @@ compile_stmt(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
     case IR_S_ASSIGN:
     case IR_S_SLEEP:
         id = simple_node(c, fc, s->kind == IR_S_ASSIGN ? IR_N_ASSIGN : IR_N_SLEEP, s, preds);
+        pend_push(c, preds, id, IR_E_NEXT, IR_NO_EXPR, 0);
+        break;
+    case IR_S_PUBLISH:
+        id = simple_node(c, fc, IR_N_PUBLISH, s, preds);
+        if (id != IR_NO_NODE) {
+            node_at(c, id)->name = s->item;
+        }
         pend_push(c, preds, id, IR_E_NEXT, IR_NO_EXPR, 0);
         break;
     case IR_S_ACTION:

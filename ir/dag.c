@@ -239,6 +239,11 @@ ir_dag_validate(const struct ir_dag *d, struct cn_errmsg *err)
                 return vfail(err, i, "missing expression");
             }
             break;
+        case IR_N_PUBLISH:
+            if (!expr_ok(d, n->expr) || !ir_wait_names_ok(n->name, true)) {
+                return vfail(err, i, "a publish needs a value and a name");
+            }
+            break;
         case IR_N_SPREAD:
             if (!expr_ok(d, n->expr) || n->name == NULL || !node_is(d, n->link, IR_N_AGGREGATE)) {
                 return vfail(err, i, "a spread needs a collection, an item name and an aggregate");

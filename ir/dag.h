@@ -51,6 +51,8 @@
  *   CALL_ENTER  evaluate argexprs in the caller's frame; open frame `callee_frame` with
  *               argnames bound; NEXT into the helper body. `link` is the CALL_EXIT.
  *   CALL_EXIT   close the callee frame; bind targets in the caller's frame to its return value.
+ *   PUBLISH     evaluate expr and publish it as the instance's value `name` (latest wins),
+ *               written with the step that ran it; continues at once.
  */
 #ifndef IR_DAG_H
 #define IR_DAG_H
@@ -100,7 +102,8 @@
     X(BREAK, "break")               \
     X(CONTINUE, "continue")         \
     X(CALL_ENTER, "call_enter")     \
-    X(CALL_EXIT, "call_exit")
+    X(CALL_EXIT, "call_exit")       \
+    X(PUBLISH, "publish")
 
 #define IR_NODE_ENUM(id, text) IR_N_##id,
 enum ir_node_kind { IR_NODE_KINDS(IR_NODE_ENUM) IR_N_COUNT_ };

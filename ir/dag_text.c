@@ -243,6 +243,9 @@ put_detail(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
     case IR_N_SLEEP:
         TRY(cn_buf_puts(o, "sleep "));
         return put_expr(d, o, n->expr);
+    case IR_N_PUBLISH:
+        TRY(cn_buf_printf(o, "publish %s = ", n->name));
+        return put_expr(d, o, n->expr);
     case IR_N_RETURN:
         TRY(cn_buf_puts(o, "return"));
         if (n->expr != IR_NO_EXPR) {

@@ -221,6 +221,39 @@ parse_spread(struct parser *ps, struct ir_stmt *s)
     return ir_parse_action(ps, &s->action, &s->fail_fast);
 }
 
+/* `publish NAME = expr`: `publish` is a word like `wait`, a statement only when a name and '='
+ * follow (no expression has two names in a row, so `publish = 3` stays an assignment). */
+static bool
+publish_at(const struct parser *ps)
+{
+    return is_name_tok(peek(ps), "publish") && peek_at(ps, 1)->kind == IR_TK_NAME &&
+           peek_at(ps, 2)->kind == IR_TK_ASSIGN;
+}
+
+static struct ir_stmt *
+parse_publish(struct parser *ps)
+{
+    struct ir_stmt *s = new_stmt(ps, IR_S_PUBLISH, advance(ps));
+    const struct ir_token *name = advance(ps);
+
+    if (s == NULL) {
+        return NULL;
+    }
+    if (strlen(name->str) > IR_MAX_WAIT_NAME) {
+        ir_ps_error_at(ps, name, "a published value's name is at most %d characters",
+                       IR_MAX_WAIT_NAME);
+        return s;
+    }
+    s->item = name->str;
+    s->item_pos = tok_pos(name);
+    advance(ps); /* '=' */
+    s->expr = ir_parse_expr(ps);
+    if (!ps->panic) {
+        end_simple(ps);
+    }
+    return s;
+}
+
 /* Assignment, augmented assignment, action/spread/parallel, or an expression statement. */
 static struct ir_stmt *
 parse_simple_assign(struct parser *ps)
@@ -564,6 +597,9 @@ parse_stmt(struct parser *ps)
                        "functions must be defined at top level, not inside another function");
         return NULL;
     default:
+        if (publish_at(ps)) {
+            return parse_publish(ps);
+        }
         if (child_call_at(ps) != IR_CALL_ACTION) {
             s = new_stmt(ps, IR_S_ACTION, t);
             if (s != NULL && ir_parse_action(ps, &s->action, NULL)) {

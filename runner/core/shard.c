@@ -301,8 +301,8 @@ child_answer(const struct inst *in, struct rn_wreq *q)
     }
 }
 
-/* Whether o holds requests that storage answers (child calls, waits) or waits to withdraw:
- * they ride in a write. */
+/* Whether o holds requests that storage answers (child calls, waits), waits to withdraw or
+ * values published: they ride in a write. */
 static bool
 rides_in_write(const struct rn_step_out *o)
 {
@@ -313,7 +313,7 @@ rides_in_write(const struct rn_step_out *o)
             return true;
         }
     }
-    return o->wait_drops.len > 0;
+    return o->wait_drops.len > 0 || o->published.len > 0;
 }
 
 /* A duration for people, in its largest exact unit (3d, 90m, 1500ms). */
@@ -363,6 +363,21 @@ wait_timeout_value(const struct rn_action_req *a, struct rn_wait *w)
         rn_error_new(RN_ERR_WAIT_TIMEOUT, "the wait timed out", &w->timeout_value) != CN_OK) {
         cn_oom("WaitTimeout");
     }
+}
+
+/* Moves the values o published into write q, which stores them with the step. */
+static void
+take_published(struct rn_step_out *o, struct rn_wreq *q)
+{
+    if (o->published.len == 0) {
+        return;
+    }
+    q->published = cn_xcalloc(o->published.len, sizeof(*q->published));
+    memcpy(q->published, o->published.items, o->published.len * sizeof(*q->published));
+    q->npublished = o->published.len;
+    o->published.len = 0; /* the values are q's now */
+    q->w.published = q->published;
+    q->w.npublished = q->npublished;
 }
 
 /* Moves the waits among o's requests, and the waits o withdraws, into write q: storage
@@ -523,6 +538,7 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
         take_children(sh, o, q);
     }
     take_waits(o, q); /* an instance that ends withdraws its waits */
+    take_published(o, q);
     /* Hold the rest until the write commits. */
     rn_step_out_fini(&in->held);
     in->held = *o;

@@ -42,6 +42,10 @@ rn_wreq_free(struct rn_wreq *q)
         ir_val_release(q->waits[k].value);
     }
     free(q->waits);
+    for (k = 0; k < q->npublished; k++) {
+        ir_val_release(q->published[k].value);
+    }
+    free(q->published);
     cn_buf_fini(&q->state);
     ir_val_release(q->w.result);
     ir_val_release(q->w.parent_value);

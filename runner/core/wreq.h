@@ -24,6 +24,8 @@ struct rn_wreq {
     size_t nchildren;
     struct rn_wait *waits; /* owned (keys, timeout values and answers owned) */
     size_t nwaits;
+    struct rn_publish *published; /* owned (values owned; names the template's) */
+    size_t npublished;
     struct rn_wreq *next; /* the persister's queue link */
 };
 

@@ -279,10 +279,22 @@ int ctl_print_result(const struct cn_opts *o, PGconn *c, const char *id);
 /* ctl_wait_status, then ctl_print_result: --wait of `run` and `retry`. */
 int ctl_wait_result(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms);
 
+/* How long a wait trusts a notification (of an end, of a published value) before it looks
+ * anyway. A NOTIFY is lost only with the session, and then the next query fails; the look
+ * bounds what any surprise could cost to a second, at one indexed read a second per waiter. */
+#define CTL_WAIT_FALLBACK_MS 1000
+/* LISTENs on the instance's channel cairn.CHANNEL_FN(id) (done_channel, value_channel): before
+ * the first look at what it waits for, so that a change committed between the two is seen by
+ * the look. */
+int ctl_listen(const struct cn_opts *o, PGconn *c, const char *channel_fn, const char *id);
+/* Waits up to ms for a notification on c; true if one came (or the socket has news: the caller
+ * looks again either way). */
+bool ctl_await_notice(PGconn *c, long long ms);
+
 /* The top-level commands, one row each in cairnctl.c. */
 ctl_run_fn ctl_cmd_migrate, ctl_cmd_register, ctl_cmd_run, ctl_cmd_wait, ctl_cmd_status,
     ctl_cmd_result, ctl_cmd_list, ctl_cmd_inspect, ctl_cmd_cancel, ctl_cmd_retry, ctl_cmd_exec,
-    ctl_cmd_tree, ctl_cmd_prune, ctl_cmd_signal, ctl_cmd_event;
+    ctl_cmd_tree, ctl_cmd_prune, ctl_cmd_signal, ctl_cmd_event, ctl_cmd_get;
 
 /* Appends to out, NUL-separated, why the instance ID (of STATUS, with the live graph LIVE as
  * rn_snapshot_describe gives it, or null) is not moving: a concurrency slot, its due time, a

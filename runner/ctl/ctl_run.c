@@ -18,23 +18,17 @@
 #include "runner/exec/exec.h"
 #include "runner/store/db.h"
 
-/* How long a wait trusts the notification of the end before it looks at the status anyway.
- * A NOTIFY is lost only with the session, and then the next query fails; the look bounds
- * what any surprise could cost to a second, at one indexed read a second per waiter. */
-#define WAIT_FALLBACK_MS 1000
 
-/* Listens on the instance's cairn.done_channel (before the first look at its status, so that an
- * end committed between the two is seen by the look). */
-static int
-listen_done(const struct cn_opts *o, PGconn *c, const char *id)
+int
+ctl_listen(const struct cn_opts *o, PGconn *c, const char *channel_fn, const char *id)
 {
     const char *params[1] = {id};
     PGresult *r = NULL;
     char *chan, sql[160];
     int status;
 
-    if ((status = ctl_query(o, c, "SELECT cairn.done_channel($1) AS chan", 1, params, &r)) !=
-        EXIT_OK) {
+    (void) snprintf(sql, sizeof(sql), "SELECT cairn.%s($1) AS chan", channel_fn);
+    if ((status = ctl_query(o, c, sql, 1, params, &r)) != EXIT_OK) {
         return status;
     }
     chan = PQescapeIdentifier(c, ctl_col(r, 0, "chan"), strlen(ctl_col(r, 0, "chan")));
@@ -49,10 +43,8 @@ listen_done(const struct cn_opts *o, PGconn *c, const char *id)
     return status;
 }
 
-/* Waits up to ms for a notification on c; true if one came (or the socket has news: the caller
- * looks again either way). */
-static bool
-await_notice(PGconn *c, long long ms)
+bool
+ctl_await_notice(PGconn *c, long long ms)
 {
     struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
     bool got = false;
@@ -87,12 +79,12 @@ ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long ti
     PGresult *r = NULL;
     int status;
 
-    if ((status = listen_done(o, c, id)) != EXIT_OK) {
+    if ((status = ctl_listen(o, c, "done_channel", id)) != EXIT_OK) {
         return status;
     }
     for (;;) {
         bool done;
-        long long left = WAIT_FALLBACK_MS;
+        long long left = CTL_WAIT_FALLBACK_MS;
 
         if ((status = ctl_query_found(o, c,
                                       "SELECT status, status IN ('completed', 'failed',"
@@ -119,7 +111,7 @@ ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long ti
                 left = deadline - now;
             }
         }
-        (void) await_notice(c, left);
+        (void) ctl_await_notice(c, left);
     }
 }
 

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cairnctl's sends to waiting workflows: `signal` (cairn.signal, to one instance) and `event`
- * (cairn.publish_event, by name and key). Each is one statement of the SQL API, so a script, a
- * webhook handler with a database login and cairnctl send alike, with the same checks; the
- * words and exit statuses (ctl.h) say what became of the send. Single-threaded.
+ * (cairn.publish_event, by name and key), and the read of what a workflow published: `get`
+ * (cairn.get_value, with --wait told by cairn.value_channel). Each is a statement of the SQL
+ * API, so a script, a webhook handler with a database login and cairnctl alike, with the same
+ * checks; the words and exit statuses (ctl.h) say what became of the send. Single-threaded.
  */
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "ir/base/clock.h"
 #include "runner/ctl/ctl.h"
 #include "runner/store/db.h"
 
@@ -21,8 +24,8 @@
 /* What a send does on one connection with its two arguments. */
 typedef int send_fn(const struct cn_opts *o, PGconn *c, const char *a, const char *b);
 
-/* The shape of both commands: options, exactly two arguments (the first an instance ID when
- * by_id), the connection, fn, and the connection closed again. */
+/* The shape of every command here: options, exactly two arguments (the first an instance ID
+ * when by_id), the connection, fn, and the connection closed again. */
 static int
 run_send(struct cn_opts *o, int argc, char **argv, bool by_id, send_fn *fn)
 {
@@ -134,4 +137,97 @@ ctl_cmd_event(const struct ctl_call *call, int argc, char **argv)
     struct cn_opts o = CTL_OPTS(call, rows, 2);
 
     return run_send(&o, argc, argv, false, publish_one);
+}
+
+/* ---- cairnctl get: a value an instance published ------------------------------------------- */
+
+static const char *const get_sql =
+    "SELECT value, version, published_at, status, status IN ('completed', 'failed', 'cancelled',"
+    " 'timed_out') AS done FROM cairn.get_value($1::uuid, $2)";
+
+/* Prints the value of row 0 of r, as the value alone or (--json) with what it is. */
+static void
+print_value(const struct cn_opts *o, PGresult *r, const char *id, const char *name)
+{
+    if (ctl_json_out(o)) {
+        printf("{\"id\": \"%s\", \"name\": \"%s\", \"value\": %s, \"version\": %s, "
+               "\"published_at\": \"%s\", \"status\": \"%s\"}\n",
+               id, name, ctl_col(r, 0, "value"), ctl_col(r, 0, "version"),
+               ctl_col(r, 0, "published_at"), ctl_col(r, 0, "status"));
+    } else {
+        printf("%s\n", ctl_col(r, 0, "value"));
+    }
+}
+
+/* The value NAME of instance ID newer than version `after`; with --wait, heard when the write
+ * that publishes it commits (cairn.value_channel), or the end (cairn.done_channel), with a look
+ * every CTL_WAIT_FALLBACK_MS meanwhile. */
+static int
+get_one(const struct cn_opts *o, PGconn *c, const char *id, const char *name)
+{
+    const char *params[2] = {id, name};
+    long long after = cn_opts_int(o, "after"), timeout_ms = cn_opts_int(o, "timeout") * 1000LL;
+    int64_t deadline = cn_mono_ms() + timeout_ms;
+    bool wait = cn_opts_bool(o, "wait");
+    PGresult *r = NULL;
+    int status;
+
+    if (wait && ((status = ctl_listen(o, c, "value_channel", id)) != EXIT_OK ||
+                 (status = ctl_listen(o, c, "done_channel", id)) != EXIT_OK)) {
+        return status;
+    }
+    for (;;) {
+        long long left = CTL_WAIT_FALLBACK_MS, now;
+
+        if ((status = ctl_query(o, c, get_sql, 2, params, &r)) != EXIT_OK) {
+            return status;
+        }
+        if (atoll(ctl_col(r, 0, "version")) > after) {
+            print_value(o, r, id, name);
+            PQclear(r);
+            return EXIT_OK;
+        }
+        if (!wait || ctl_col_true(r, 0, "done")) {
+            char newer[48] = "";
+            if (after > 0) {
+                (void) snprintf(newer, sizeof(newer), " newer than version %lld", after);
+            }
+            fprintf(stderr, "%s: %s has published no %s%s (status %s)%s\n", o->prog, id, name,
+                    newer, ctl_col(r, 0, "status"),
+                    ctl_col_true(r, 0, "done") ? ": it has ended, none will come" : "");
+            status = ctl_col_true(r, 0, "done") && wait ? EXIT_NOOP : EXIT_PENDING;
+            PQclear(r);
+            return status;
+        }
+        PQclear(r);
+        now = cn_mono_ms();
+        if (timeout_ms > 0) {
+            if (now >= deadline) {
+                fprintf(stderr, "%s: %s published no %s within %lld s\n", o->prog, id, name,
+                        timeout_ms / 1000);
+                return EXIT_PENDING;
+            }
+            if (deadline - now < left) {
+                left = deadline - now;
+            }
+        }
+        (void) ctl_await_notice(c, left);
+    }
+}
+
+int
+ctl_cmd_get(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        CTL_OPT_BOOL("wait", "wait until it publishes one (exit 6 if it ends without)"),
+        CTL_OPT_INT("timeout", "0", 0, 86400 * 365, "S",
+                    "with --wait, give up after S seconds (exit 5; 0: wait for ever)"),
+        CTL_OPT_INT("after", "0", 0, 2147483647, "V",
+                    "only a value newer than version V (the next one: --wait --after V)"),
+        CTL_OPT_JSON,
+    };
+    struct cn_opts o = CTL_OPTS(call, rows, 2);
+
+    return run_send(&o, argc, argv, true, get_one);
 }

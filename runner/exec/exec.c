@@ -143,10 +143,13 @@ rn_step_out_clear(struct rn_step_out *o)
     for (i = 0; i < o->done.len; i++) {
         ir_val_release(o->done.items[i].value);
     }
+    for (i = 0; i < o->published.len; i++) {
+        ir_val_release(o->published.items[i].value);
+    }
     ir_val_release(o->result);
     o->result = ir_null();
     o->actions.len = o->timers.len = o->done.len = o->cancels.len = o->child_cancels.len = 0;
-    o->wait_drops.len = 0;
+    o->wait_drops.len = o->published.len = 0;
     o->snapshot_needed = false;
     o->timed = false;
     o->outcome = RN_RUNNING;
@@ -162,6 +165,7 @@ rn_step_out_fini(struct rn_step_out *o)
     free(o->cancels.items);
     free(o->child_cancels.items);
     free(o->wait_drops.items);
+    free(o->published.items);
     memset(o, 0, sizeof(*o));
 }
 

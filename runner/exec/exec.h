@@ -120,6 +120,17 @@ struct rn_done {
     uint32_t step;
 };
 
+/* The largest value `publish` takes, as JSON text: an input's limit (cairn.limits()), since a
+ * client reads the value whole, as it sends an input. */
+#define RN_PUBLISH_MAX_BYTES 262144
+
+/* A value the step published (`publish name = v`): written with the step's snapshot, latest
+ * wins per name. */
+struct rn_publish {
+    const char *name;    /* borrowed from the template */
+    struct ir_val value; /* owned by the step output */
+};
+
 /* How an instance stands (running, or how it ended), with the name its status has in
  * cairn.runner_instances.status (sql/0002_workflows.sql checks the same words) and in
  * cairnctl's output. X(ENUM, name). Snapshots store the number: append only, RN_RUNNING
@@ -172,6 +183,10 @@ struct rn_step_out {
                                   to them and what was is given back */
         size_t len, cap;
     } wait_drops;
+    struct {
+        struct rn_publish *items; /* in the order the step published them */
+        size_t len, cap;
+    } published;
     bool snapshot_needed;
     /* What this step recorded depends on its clock (now_ms): a timer, an attempt's deadline, the
      * start a retry bound counts from. A step without one computes the same state whenever it

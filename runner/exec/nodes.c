@@ -7,7 +7,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "ir/base/vec.h"
 #include "ir/eval.h"
 #include "runner/exec/errors.h"
 #include "runner/exec/exec_int.h"
@@ -176,6 +178,52 @@ run_except(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct 
         return;
     }
     rn_ex_raise_error(in, xi, err); /* no handler matched: on to the enclosing one */
+}
+
+/* A published value is JSON in cairn.published, read by any client: refused here, as a
+ * catchable ValueError at the `publish`, when JSON cannot hold it or it is over the limit an
+ * input has (a client reads it whole). */
+static void
+run_publish(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
+{
+    struct rn_publish p = {.name = t->name};
+    struct cn_buf js = CN_BUF_INIT;
+    struct cn_errmsg em = {0};
+    char msg[256];
+    cn_err rv;
+
+    if (!rn_ex_value(in, xi, t->expr, &p.value)) {
+        return;
+    }
+    rv = ir_val_to_json(p.value, &js, &em);
+    if (rv == CN_OK && (cn_buf_puts(&js, "") != CN_OK)) {
+        rv = CN_NOMEM;
+    }
+    if (rv == CN_OK && strstr(js.data, "\\u0000") != NULL) {
+        rv = cn_errmsg_set(&em, CN_RANGE, "the character U+0000");
+    }
+    if (rv != CN_OK && rv != CN_NOMEM) {
+        (void) snprintf(msg, sizeof(msg), "publish %s: the value cannot be stored as JSON (%s)",
+                        t->name, em.text);
+    } else if (rv == CN_OK && js.len > RN_PUBLISH_MAX_BYTES) {
+        (void) snprintf(msg, sizeof(msg),
+                        "publish %s: the value is %zu bytes of JSON, over the limit of %d", t->name,
+                        js.len, RN_PUBLISH_MAX_BYTES);
+        rv = CN_RANGE;
+    } else if (rv == CN_OK && CN_VEC_PUSH(&in->out->published, p) != CN_OK) {
+        rv = CN_NOMEM;
+    }
+    if (rv == CN_NOMEM) {
+        rn_ex_oom(in);
+    } else if (rv != CN_OK) {
+        rn_ex_raise_new(in, xi, "ValueError", msg);
+    } else {
+        p.value = ir_null(); /* the output owns it */
+        in->out->snapshot_needed = true;
+        rn_ex_follow_first(in, xi, false, ir_null());
+    }
+    ir_val_release(p.value);
+    cn_buf_fini(&js);
 }
 
 static void
@@ -399,6 +447,9 @@ run_node(struct rn_instance *in, const struct rn_work *w)
         } else if (rv == CN_OK) {
             rn_ex_follow_first(in, xi, true, v);
         }
+        return;
+    case IR_N_PUBLISH:
+        run_publish(in, xi, t);
         return;
     case IR_N_CALL_ENTER:
         run_call_enter(in, xi, t);

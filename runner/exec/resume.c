@@ -258,7 +258,7 @@ by_results(const struct rn_step_out *o, const struct rn_event *evs, size_t n)
     size_t k;
 
     if (o->timed || o->outcome != RN_RUNNING || o->cancels.len > 0 || o->child_cancels.len > 0 ||
-        o->wait_drops.len > 0 || n == 0 || o->done.len != n) {
+        o->wait_drops.len > 0 || o->published.len > 0 || n == 0 || o->done.len != n) {
         return false;
     }
     for (k = 0; k < o->actions.len; k++) {

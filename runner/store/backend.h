@@ -169,6 +169,9 @@ struct rn_write {
     size_t nchildren;
     struct rn_wait *waits; /* waits to register, expire or withdraw (after the children) */
     size_t nwaits;
+    /* Values the step published (after the waits), in order: the last per name is kept. */
+    const struct rn_publish *published;
+    size_t npublished;
     uint32_t max_child_depth; /* a child deeper than this is not started (TOO_DEEP) */
     /* A finishing child (outcome not RUNNING, parent.has): its outcome goes to its parent as
      * the call's result, in the same transaction (rn_child_outcome made parent_value). */

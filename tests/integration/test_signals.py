@@ -18,7 +18,10 @@ workflows are in tests/integration/signals/.
 - the end is pushed: the write that ends an instance (completed, failed, cancelled, timed out
   by the deadline sweep) notifies its cairn.done_channel; cairnctl wait prints the result,
   exits 5 at its timeout, 4 for a failed instance, 1 for an unknown one;
-- another tenant cannot signal the instance (no instance).
+- published values: the latest of each name while the instance waits (cairnctl get), --wait
+  --after V for the next one, exit 5 for none yet, 6 for none to come, 1 for an unknown
+  instance;
+- another tenant can neither signal the instance nor read its values (no instance).
 """
 
 import json
@@ -91,7 +94,7 @@ def run_all(url, env, tmp):
     src = os.path.join(e2e.ROOT, "tests/integration/signals")
     r = ctl(env, "migrate")
     check("migrate", r.returncode == 0, r.stderr)
-    for name in ("approval", "mailbox", "timed", "keyed", "branches"):
+    for name in ("approval", "mailbox", "timed", "keyed", "branches", "progress"):
         r = ctl(env, "register", f"{src}/{name}.cairn")
         check(f"register {name} (a workflow with waits)", r.returncode == 0, r.stderr)
     check("the version records the signal names its waits take", q(
@@ -264,8 +267,51 @@ def run_all(url, env, tmp):
     check("cairnctl wait of an unknown instance: exit 1, no instance", r.returncode == 1 and
           "no instance" in r.stderr, f"{r.returncode}: {r.stderr}")
 
+    # ---- published values --------------------------------------------------------------------------
+    pr = run(env, "progress", {"n": 3})
+    bg = e2e.subprocess.Popen([e2e.CTL, "get", pr, "stage", "--wait", "--after", "2",
+                               "--timeout", "60"], env=env, stdout=e2e.subprocess.PIPE,
+                              stderr=e2e.subprocess.PIPE, text=True)
+    wait_until("progress waits", lambda: waiting(url, pr), 30)
+    r = ctl(env, "get", pr, "stage")
+    check("cairnctl get: the latest value while the instance waits", r.returncode == 0 and
+          json.loads(r.stdout) == "waiting", r.stdout + r.stderr)
+    r = ctl(env, "get", pr, "done", "--json")
+    got = json.loads(r.stdout or "{}")
+    check("... the last of a loop's values, with its version (one per write)",
+          r.returncode == 0 and got.get("value") == 3 and got.get("status") == "queued" and
+          got.get("version") >= 1, r.stdout + r.stderr)
+    check("... stored in cairn.published, one row per name", q(
+        url, f"SELECT string_agg(name || '=' || value::text, ',' ORDER BY name) FROM "
+             f"cairn.published WHERE instance_id = '{pr}'") == 'done=3,stage="waiting"')
+    r = ctl(env, "get", pr, "missing")
+    check("cairnctl get of a name not published: exit 5", r.returncode == 5 and
+          "has published no missing" in r.stderr, f"{r.returncode}: {r.stderr}")
+    r = ctl(env, "get", "00000000-0000-0000-0000-000000000003", "stage")
+    check("cairnctl get of an unknown instance: exit 1, no instance", r.returncode == 1 and
+          "no instance" in r.stderr, f"{r.returncode}: {r.stderr}")
+    signal(env, pr, "go", "now")
+    out, err = bg.communicate(timeout=60)
+    check("cairnctl get --wait --after V, started before, prints the next version when it comes",
+          bg.returncode == 0 and json.loads(out or "null") == {"went": "now"},
+          f"{bg.returncode}: {out} {err}")
+    check("... and the instance ends with its result", done(url, pr) and result(url, pr) == 3,
+          str(result(url, pr)))
+    r = ctl(env, "get", pr, "missing", "--wait", "--timeout", "30")
+    check("cairnctl get --wait of a name an ended instance never published: exit 6",
+          r.returncode == 6 and "none will come" in r.stderr, f"{r.returncode}: {r.stderr}")
+    r = ctl(env, "get", pr, "stage", "--wait", "--after", "9", "--timeout", "1")
+    check("... of a version that has not come: exit 6 once ended", r.returncode == 6,
+          f"{r.returncode}: {r.stderr}")
+
     # ---- another tenant --------------------------------------------------------------------------
     q(url, f"SELECT cairn.tenant_create('{TENANT}')")
+    out = e2e.subprocess.run(
+        [e2e.PSQL, "-X", "-q", "-At", "-d", url, "-c",
+         f"SET ROLE {ROLE}; SELECT value FROM cairn.get_value('{pr}', 'stage')"],
+        capture_output=True, text=True)
+    check("another tenant cannot read the instance's values: no instance",
+          out.returncode != 0 and "no instance" in out.stderr, out.stdout + out.stderr)
     victim = run(env, "mailbox", {"n": 1})
     out = e2e.subprocess.run(
         [e2e.PSQL, "-X", "-q", "-At", "-d", url, "-c",

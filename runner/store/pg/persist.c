@@ -93,6 +93,17 @@ static const struct {
      " cairn.runner_waits($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[], $5::text[],"
      " $6::boolean[], $7::text[], $8::text[], $9::bigint[], $10::boolean[], $11::bytea[])",
      11, "uuuitottIob"},
+    /* The values the writes publish (sql/0024), each write's token probed: the last of each
+     * name per instance in the batch (WITH ORDINALITY keeps their order), since one statement
+     * cannot update a row twice. Before the queue row is released or deleted. */
+    {"cairn_publish",
+     "INSERT INTO cairn.published AS p (instance_id, name, value) SELECT DISTINCT ON (t.i, t.n)"
+     " t.i, t.n, t.v::jsonb FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) WITH"
+     " ORDINALITY AS t(i, l, n, v, o) CROSS JOIN LATERAL (SELECT 1 FROM cairn.queued_instances"
+     " q WHERE q.instance_id = t.i AND q.lock_uuid = t.l OFFSET 0) ok ORDER BY t.i, t.n, t.o"
+     " DESC ON CONFLICT (instance_id, name) DO UPDATE SET value = EXCLUDED.value, version ="
+     " p.version + 1, published_at = clock_timestamp()",
+     4, "uutt"},
     {"cairn_state",
      "UPDATE cairn.runner_instances ri SET state = t.s, state_step = t.k, redrive = false FROM"
      " unnest($1::uuid[],"
@@ -164,6 +175,7 @@ enum {
     PS_FENCE,
     PS_DONE,
     PS_WAITS,
+    PS_PUBLISH,
     PS_STATE,
     PS_RELEASE,
     PS_CHILDREN,
@@ -622,6 +634,15 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
     for (i = 0; i < n; i++) {
         for (k = 0; k < w[i].nwaits; k++) {
             put_wait(a, &w[i], &w[i].waits[k], &tmp);
+        }
+        for (k = 0; k < w[i].npublished; k++) {
+            if (!pg_json_text(w[i].published[k].value, &js)) {
+                continue; /* the executor refused what JSON cannot hold: not reached */
+            }
+            pg_barr_uuid(&a[PS_PUBLISH][0], w[i].instance_id.b);
+            pg_barr_uuid(&a[PS_PUBLISH][1], w[i].lock.b);
+            pg_barr_put(&a[PS_PUBLISH][2], w[i].published[k].name, strlen(w[i].published[k].name));
+            pg_barr_put(&a[PS_PUBLISH][3], js.data, js.len);
         }
         for (k = 0; k < w[i].nchildren; k++) {
             struct rn_child_start *c = &w[i].children[k];

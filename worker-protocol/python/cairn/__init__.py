@@ -5,13 +5,14 @@ from .worker import (Context, NonRetryable, Refused, Registry, Worker, action, c
                      default_registry)
 
 __all__ = ["Worker", "Registry", "Context", "NonRetryable", "Refused", "action", "context",
-           "default_registry", "Client", "AsyncClient", "WorkflowFailed", "NotFinished",
+           "default_registry", "Client", "AsyncClient", "WorkflowFailed", "NotFinished", "NotPublished",
            "TenantError", "UnknownTenant", "TenantNotPermitted"]
 
 
 def __getattr__(name):
     # The client needs psycopg; a worker does not: import it only when asked for.
-    if name in ("Client", "AsyncClient", "WorkflowFailed", "NotFinished", "TenantError",
+    if name in ("Client", "AsyncClient", "WorkflowFailed", "NotFinished", "NotPublished",
+                "TenantError",
                 "UnknownTenant", "TenantNotPermitted"):
         from . import client
         return getattr(client, name)

@@ -147,37 +147,71 @@ def _outcome(s):
 
 
 class _Wait:
-    """wait()'s schedule, without its I/O. The caller listens on the instance's channel
+    """A wait's schedule, without its I/O. The caller listens on the instance's channels
     (cairn.done_channel: the database notifies it when the write that ends the instance
-    commits), then reads the status, and while it has not finished waits up to pause(s)
-    seconds for a notification, so Client and AsyncClient wait alike. The status is read again
-    at least every `poll` seconds: a notification is lost only with the session (and then the
-    next read fails), and the look bounds what any surprise could cost."""
+    commits; cairn.value_channel: when one that publishes a value does), then looks (reads the
+    status or the value), and until the look finds what it waits for waits up to pause(s)
+    seconds for a notification, so Client and AsyncClient wait alike. It looks again at least
+    every `poll` seconds: a notification is lost only with the session (and then the next read
+    fails), and the look bounds what any surprise could cost."""
 
-    def __init__(self, instance_id, timeout, poll):
+    def __init__(self, instance_id, timeout, poll, kinds=("done",), late=None):
         self.instance_id, self.timeout, self.poll = instance_id, timeout, poll
         self.end = None if timeout is None else time.monotonic() + timeout
-        self.channel = "cairn_done_" + uuid.UUID(str(instance_id)).hex
-        self.listen = pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self.channel))
-        self.unlisten = pgsql.SQL("UNLISTEN {}").format(pgsql.Identifier(self.channel))
+        hexid = uuid.UUID(str(instance_id)).hex
+        self.channels = [f"cairn_{k}_{hexid}" for k in kinds]
+        self.late = late or (lambda s: NotFinished(
+            f"{instance_id} did not finish within {timeout} s (status {s['status']})"))
         self.heard = False
 
+    @staticmethod
+    def sql(verb, channels):
+        """LISTEN or UNLISTEN of channels, one statement each, sent as one."""
+        return pgsql.SQL("; ").join(pgsql.SQL(verb + " {}").format(pgsql.Identifier(c))
+                                    for c in channels)
+
     def notified(self, n):
-        """psycopg's notify handler: the end may have come (the status says)."""
-        if n.channel == self.channel:
+        """psycopg's notify handler: what it waits for may have come (the look says)."""
+        if n.channel in self.channels:
             self.heard = True
 
     def pause(self, s):
-        """Seconds to wait for a notification after status s of an unfinished instance (0: one
-        came meanwhile, look again now); NotFinished once past the timeout."""
+        """Seconds to wait for a notification after look s found nothing yet (0: one came
+        meanwhile, look again now); late(s) is raised once past the timeout."""
         end = self.end
         if end is not None and time.monotonic() >= end:
-            raise NotFinished(f"{self.instance_id} did not finish within {self.timeout} s "
-                              f"(status {s['status']})")
+            raise self.late(s)
         if self.heard:
             self.heard = False
             return 0.0
         return self.poll if end is None else max(0.0, min(self.poll, end - time.monotonic()))
+
+
+class NotPublished(LookupError):
+    """get() of a value the instance has not published (newer than `after`): with wait=True,
+    once it ended without one, or past the timeout."""
+
+
+def _get_value(instance_id, name):
+    def decode(r):
+        return {"value": r[0], "version": r[1], "published_at": r[2], "status": r[3]}
+    return _Statement("SELECT value, version, published_at, status FROM cairn.get_value(%s, %s)",
+                      (uuid.UUID(str(instance_id)), name), False, decode)
+
+
+def _got(instance_id, name, after, waiting):
+    """get()'s look: (True, value) once a value newer than after is there, else (False, row);
+    NotPublished when none can come (the instance ended) or the caller does not wait."""
+    def look(v):
+        if v["version"] > after:
+            return True, v["value"]
+        if not waiting or v["status"] in FINISHED:
+            newer = f" newer than version {after}" if after else ""
+            ended = ": it has ended, none will come" if v["status"] in FINISHED else ""
+            raise NotPublished(f"{instance_id} has published no {name}{newer} "
+                               f"(status {v['status']}){ended}")
+        return False, v
+    return look
 
 
 _TENANT_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
@@ -277,21 +311,45 @@ class Client:
         """Waits until the instance finishes and returns result(); NotFinished after timeout
         seconds. Told by the database when the instance ends (LISTEN on its
         cairn.done_channel), it reads the status again only then, or every poll seconds."""
-        w = _Wait(instance_id, timeout, poll)
+        def look():
+            s = self.status(instance_id)
+            return s["status"] in FINISHED, s
+        return _outcome(self._wait_for(_Wait(instance_id, timeout, poll), look))
+
+    def get(self, instance_id, name, *, wait=False, after=0, timeout=None, poll=1.0):
+        """The value the instance published last as name (`publish name = v`), if newer than
+        version after; else NotPublished, or with wait=True the next one: told by the database
+        when it is written (cairn.value_channel) or the instance ends."""
+        got = _got(instance_id, name, after, wait)
+        w = _Wait(instance_id, timeout, poll, ("value", "done"), lambda v: NotPublished(
+            f"{instance_id} published no {name} within {timeout} s"))
+        if not wait:
+            return got(self._run(_get_value(instance_id, name)))[1]
+        return self._wait_for(w, lambda: got(self._run(_get_value(instance_id, name))))
+
+    def published(self, instance_id, name):
+        """cairn.get_value: {"value", "version", "published_at", "status"}; version 0 (value
+        None) while the instance has published none; LookupError-like psycopg NoDataFound for
+        an instance the client cannot see. get(..., wait=True, after=version) waits for the next
+        one."""
+        return self._run(_get_value(instance_id, name))
+
+    def _wait_for(self, w, look):
+        """LISTENs on w's channels, then look() -> (found, what) until found: what."""
         self.conn.add_notify_handler(w.notified)
         try:
-            self.conn.execute(w.listen)
+            self.conn.execute(w.sql("LISTEN", w.channels))
             while True:
-                s = self.status(instance_id)
-                if s["status"] in FINISHED:
-                    return _outcome(s)
-                pause = w.pause(s)
+                found, what = look()
+                if found:
+                    return what
+                pause = w.pause(what)
                 if pause > 0:
                     select.select([self.conn.fileno()], [], [], pause)
         finally:
             self.conn.remove_notify_handler(w.notified)
             if not self.conn.closed:
-                self.conn.execute(w.unlisten)
+                self.conn.execute(w.sql("UNLISTEN", w.channels))
 
     def list(self, status=None, workflow=None, limit=20):
         """Instances, newest first."""
@@ -435,28 +493,51 @@ class AsyncClient:
 
     async def wait(self, instance_id, timeout=None, poll=1.0):
         """As Client.wait; any number of waits may share the client concurrently."""
-        w = _Wait(instance_id, timeout, poll)
+        async def look():
+            s = await self.status(instance_id)
+            return s["status"] in FINISHED, s
+        return _outcome(await self._wait_for(_Wait(instance_id, timeout, poll), look))
+
+    async def get(self, instance_id, name, *, wait=False, after=0, timeout=None, poll=1.0):
+        """As Client.get."""
+        got = _got(instance_id, name, after, wait)
+        w = _Wait(instance_id, timeout, poll, ("value", "done"), lambda v: NotPublished(
+            f"{instance_id} published no {name} within {timeout} s"))
+
+        async def look():
+            return got(await self._run(_get_value(instance_id, name)))
+        if not wait:
+            return (await look())[1]
+        return await self._wait_for(w, look)
+
+    async def published(self, instance_id, name):
+        return await self._run(_get_value(instance_id, name))
+
+    async def _wait_for(self, w, look):
         self.conn.add_notify_handler(w.notified)
-        listened = False
+        listened = []
         try:
-            self._listens[w.channel] += 1
-            listened = True
-            await self._execute(w.listen)  # by each wait: the first one's may be in flight
+            for c in w.channels:
+                self._listens[c] += 1
+                listened.append(c)
+            await self._execute(w.sql("LISTEN", w.channels))  # by each: another's is in flight
             while True:
-                s = await self.status(instance_id)
-                if s["status"] in FINISHED:
-                    return _outcome(s)
-                look = time.monotonic() + w.pause(s)
-                while not w.heard and time.monotonic() < look:
-                    await self._park(look - time.monotonic())
+                found, what = await look()
+                if found:
+                    return what
+                until = time.monotonic() + w.pause(what)
+                while not w.heard and time.monotonic() < until:
+                    await self._park(until - time.monotonic())
         finally:
             self.conn.remove_notify_handler(w.notified)
-            if listened:
-                self._listens[w.channel] -= 1
-                if not self._listens[w.channel]:
-                    del self._listens[w.channel]
-                    if not self.conn.closed:
-                        await self._execute(w.unlisten)
+            last = []
+            for c in listened:
+                self._listens[c] -= 1
+                if not self._listens[c]:
+                    del self._listens[c]
+                    last.append(c)
+            if last and not self.conn.closed:
+                await self._execute(w.sql("UNLISTEN", last))
 
     async def list(self, status=None, workflow=None, limit=20):
         return await self._run(_list(status, workflow, limit))
@@ -480,4 +561,4 @@ class AsyncClient:
         return await self._run(_publish_event(name, key, payload, dedup_key))
 
 
-__all__ = ["Client", "AsyncClient", "WorkflowFailed", "NotFinished", "FINISHED"]
+__all__ = ["Client", "AsyncClient", "WorkflowFailed", "NotFinished", "NotPublished", "FINISHED"]

@@ -105,13 +105,13 @@ def test_the_client_sends_signals_and_events(cluster, client):
         client.signal("00000000-0000-4000-8000-000000000000", "approve", {})
 
 
-def _listening_then_idle(url, pid):
-    """The client's session has read the status after its LISTEN and now waits: what it
-    hears from here on can only be a notification."""
+def _listening_then_idle(url, pid, look="runner_instances"):
+    """The client's session has looked (its last statement has look in it) after its LISTEN
+    and now waits: what it hears from here on can only be a notification."""
     with psycopg.connect(url, autocommit=True) as c:
         row = c.execute("SELECT state, query FROM pg_stat_activity WHERE pid = %s",
                         (pid,)).fetchone()
-    return row is not None and row[0] == "idle" and "runner_instances" in row[1]
+    return row is not None and row[0] == "idle" and look in row[1]
 
 
 def test_wait_is_told_when_the_instance_ends(cluster, client):
@@ -176,3 +176,60 @@ def test_concurrent_async_waits_share_one_client(cluster):
     got, left = asyncio.run(go())
     assert got == [{"rejected": n} for n in range(8)] + [{"rejected": 0}]
     assert left == 0
+
+
+PROGRESS = """
+fn main(input: [n], output: [total]):
+    publish stage = "started"
+    total = 0
+    for i in range(n):
+        total = total + i
+        publish done = i + 1
+    publish stage = "waiting"
+    go = wait go [timeout: 1d]
+    publish stage = {"went": go}
+    return total
+"""
+
+
+def test_the_client_reads_published_values(cluster, client, tmp_path):
+    """get() while the instance waits, get(wait=True, after=V) told of the next one, and
+    NotPublished for a name never published or that can no longer come."""
+    import asyncio
+    import threading
+
+    src = tmp_path / "progress_py.cairn"
+    src.write_text(PROGRESS)
+    cluster.ctl("register", str(src))
+    sock, _ = cluster.runner("runner-pub")
+    cluster.pyworker(sock, name="pyworker-pub")
+    iid = client.enqueue("progress_py", {"n": 2})
+    assert wait_until(lambda: client.conn.execute(
+        "SELECT count(*) FROM cairn.waits WHERE instance_id = %s", (iid,)).fetchone()[0] == 1,
+        30)
+    assert client.get(iid, "stage") == "waiting"
+    assert client.get(iid, "done") == 2
+    with pytest.raises(cairn.NotPublished):
+        client.get(iid, "missing")
+    now = client.published(iid, "stage")
+    assert now["value"] == "waiting" and now["version"] == 1, "one write: the last of the step's"
+    assert client.published(iid, "missing")["version"] == 0
+    pid = client.conn.info.backend_pid
+    got = []
+    t = threading.Thread(target=lambda: got.append(client.get(
+        iid, "stage", wait=True, after=now["version"], poll=600)), daemon=True)
+    t.start()
+    assert wait_until(lambda: _listening_then_idle(cluster.url, pid, "get_value"), 30)
+    with cairn.Client(cluster.url) as other:
+        other.signal(iid, "go", "now")
+    t.join(60)
+    assert not t.is_alive(), "get(wait=True) was not told of the value"
+    assert got == [{"went": "now"}]
+    assert client.wait(iid, timeout=30) == 1
+
+    async def go():
+        async with await cairn.AsyncClient.connect(cluster.url) as c:
+            assert await c.get(iid, "stage") == {"went": "now"}
+            with pytest.raises(cairn.NotPublished, match="none will come"):
+                await c.get(iid, "missing", wait=True, timeout=30)
+    asyncio.run(go())

@@ -3183,3 +3183,44 @@ Test(exec, a_wait_events_key_must_be_a_str_or_an_int)
     rn_instance_free(in);
     t_compiled_free(&c);
 }
+
+Test(exec, publish_puts_its_values_in_the_steps_output_in_order_and_needs_a_snapshot)
+{
+    struct rn_instance *in = NULL;
+    struct rn_step_out o;
+    struct rn_iid id = {{0xa1, 4}};
+    struct cn_buf b = CN_BUF_INIT;
+    struct ir_val v;
+    struct t_compiled c = child_start("fn main():\n"
+                                      "    publish stage = \"started\"\n"
+                                      "    for i in range(2):\n"
+                                      "        publish n = i\n"
+                                      "    x = wait go\n"
+                                      "    publish stage = {\"went\": x}\n"
+                                      "    try:\n"
+                                      "        publish bad = float(\"nan\")\n"
+                                      "    except ValueError as e:\n"
+                                      "        publish err = e.message\n"
+                                      "    return 0\n",
+                                      id, &in, &o);
+
+    cr_assert_eq(o.published.len, 3);
+    cr_expect_str_eq(o.published.items[0].name, "stage");
+    cr_expect_str_eq(child_json(o.published.items[0].value, &b), "\"started\"");
+    cr_expect_str_eq(o.published.items[1].name, "n");
+    cr_expect_str_eq(child_json(o.published.items[2].value, &b), "1", "each one, in order");
+    cr_expect(o.snapshot_needed);
+    T_OK(ir_str_from_cstr("now", &v));
+    child_answer(in, o.actions.items[0].exec_id, 1, true, v, true, 5000, &o);
+    ir_val_release(v);
+    cr_assert_eq(o.outcome, RN_COMPLETED);
+    cr_assert_eq(o.published.len, 2, "what JSON cannot hold is refused, not published");
+    cr_expect_str_eq(child_json(o.published.items[0].value, &b), "{\"went\": \"now\"}");
+    cr_expect_str_eq(o.published.items[1].name, "err");
+    cr_expect(strstr(child_json(o.published.items[1].value, &b), "publish bad") != NULL, "%s",
+              b.data);
+    cn_buf_fini(&b);
+    rn_step_out_fini(&o);
+    rn_instance_free(in);
+    t_compiled_free(&c);
+}
