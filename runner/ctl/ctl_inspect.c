@@ -266,10 +266,28 @@ static const char *const history_sql =
     " reason)::text AS json"
     " FROM cairn.instance_history WHERE instance_id = $1 ORDER BY id";
 
+/* What the outside world sent it (the latest INSPECT_SIGNALS signals, with how many there are
+ * and how many wait to be taken) and what it published. Each row also as one JSON object. */
+#define INSPECT_SIGNALS 100
+#define INSPECT_STR_(x) #x
+#define INSPECT_STR(x)  INSPECT_STR_(x)
+static const char *const signals_sql =
+    "SELECT * FROM (SELECT id, name, payload::text AS payload, sent_at, consumed_exec,"
+    " consumed_at, count(*) OVER () AS total, count(*) FILTER (WHERE consumed_at IS NULL) OVER ()"
+    " AS buffered, json_build_object('name', name, 'payload', payload, 'dedup_key', dedup_key,"
+    " 'sent_at', sent_at, 'sent_by', sent_by, 'consumed_by', consumed_exec, 'consumed_attempt',"
+    " consumed_attempt, 'consumed_at', consumed_at)::text AS json FROM cairn.signals WHERE"
+    " instance_id = $1 ORDER BY id DESC LIMIT " INSPECT_STR(INSPECT_SIGNALS) ") s ORDER BY id";
+static const char *const published_sql =
+    "SELECT name, value::text AS value, version, published_at, json_build_object('name', name,"
+    " 'value', value, 'version', version, 'published_at', published_at)::text AS json FROM"
+    " cairn.published WHERE instance_id = $1 ORDER BY name";
+
 /* One instance as inspect shows it: the rows read, then the values made of them. */
 struct inspection {
     const char *id;
     PGresult *r, *d, *h; /* the instance (inst_sql), its action results, its history */
+    PGresult *sg, *pb;   /* its signals (signals_sql), its published values (published_sql) */
     struct ir_dag *dag;  /* its version, compiled */
     struct ir_val live;  /* its live graph (rn_snapshot_describe), or null */
     struct ir_val acts;  /* the action results, each a map */
@@ -288,6 +306,8 @@ inspection_fini(struct inspection *in)
     PQclear(in->r);
     PQclear(in->d);
     PQclear(in->h);
+    PQclear(in->sg);
+    PQclear(in->pb);
 }
 
 static bool
@@ -296,7 +316,7 @@ is_unfinished(const char *status)
     return strcmp(status, "running") == 0 || strcmp(status, "queued") == 0;
 }
 
-/* The instance's three statements. */
+/* The instance's statements, one table each. */
 static int
 fetch(const struct cn_opts *o, PGconn *c, struct inspection *in)
 {
@@ -305,7 +325,9 @@ fetch(const struct cn_opts *o, PGconn *c, struct inspection *in)
 
     if ((status = ctl_query(o, c, inst_sql, 1, params, &in->r)) != EXIT_OK ||
         (status = ctl_query(o, c, done_sql, 1, params, &in->d)) != EXIT_OK ||
-        (status = ctl_query(o, c, history_sql, 1, params, &in->h)) != EXIT_OK) {
+        (status = ctl_query(o, c, history_sql, 1, params, &in->h)) != EXIT_OK ||
+        (status = ctl_query(o, c, signals_sql, 1, params, &in->sg)) != EXIT_OK ||
+        (status = ctl_query(o, c, published_sql, 1, params, &in->pb)) != EXIT_OK) {
         return status;
     }
     if (PQntuples(in->r) == 0) {
@@ -392,9 +414,10 @@ actions_value(struct inspection *in)
     return ok;
 }
 
-/* The earlier runs (instance_history) as a list of their JSON objects. */
+/* Rows with a "json" column (the earlier runs, the signals, the values) as a list of those
+ * objects. */
 static bool
-history_value(const PGresult *h, struct ir_val *hist)
+json_rows_value(const PGresult *h, struct ir_val *hist)
 {
     int row;
 
@@ -440,9 +463,12 @@ static bool
 build_doc(struct inspection *in, struct ir_val hist)
 {
     const PGresult *r = in->r;
-    bool ok = true;
+    struct ir_val sig = ir_null(), pub = ir_null();
+    bool ok = json_rows_value(in->sg, &sig) && json_rows_value(in->pb, &pub);
 
-    if (ir_map_new(20, &in->doc) != CN_OK) {
+    if (!ok || ir_map_new(24, &in->doc) != CN_OK) {
+        ir_val_release(sig);
+        ir_val_release(pub);
         return false;
     }
     kv_str(&in->doc, "id", in->id, &ok);
@@ -463,6 +489,12 @@ build_doc(struct inspection *in, struct ir_val hist)
     kv_set(&in->doc, "history", ir_val_retain(hist), &ok);
     kv_set(&in->doc, "waiting_on", ir_val_retain(in->live), &ok);
     kv_set(&in->doc, "actions", ir_val_retain(in->acts), &ok);
+    kv_set(&in->doc, "signals_sent",
+           ir_int(PQntuples(in->sg) > 0 ? ctl_col_int(in->sg, 0, "total") : 0), &ok);
+    kv_set(&in->doc, "signals_buffered",
+           ir_int(PQntuples(in->sg) > 0 ? ctl_col_int(in->sg, 0, "buffered") : 0), &ok);
+    kv_set(&in->doc, "signals", sig, &ok); /* the latest INSPECT_SIGNALS */
+    kv_set(&in->doc, "published", pub, &ok);
     kv_json(&in->doc, "result", ctl_col_opt(r, 0, "result"), &ok);
     kv_json(&in->doc, "error", ctl_col_opt(r, 0, "error"), &ok);
     return ok;
@@ -513,8 +545,40 @@ print_record(const struct inspection *in)
     }
 }
 
+/* The signals sent (the latest INSPECT_SIGNALS: buffered, or which wait took them) and the
+ * values published, in the text form. */
+static void
+print_outside(const struct inspection *in)
+{
+    const PGresult *sg = in->sg, *pb = in->pb;
+    int row;
+
+    if (PQntuples(sg) > 0) {
+        printf("signals     %s sent, %s buffered%s\n", ctl_col(sg, 0, "total"),
+               ctl_col(sg, 0, "buffered"),
+               ctl_col_int(sg, 0, "total") > INSPECT_SIGNALS
+                   ? " (the latest " INSPECT_STR(INSPECT_SIGNALS) " below)"
+                   : "");
+    }
+    for (row = 0; row < PQntuples(sg); row++) {
+        if (ctl_col_opt(sg, row, "consumed_at") == NULL) {
+            printf("  %s %s buffered, sent %s\n", ctl_col(sg, row, "name"),
+                   ctl_col(sg, row, "payload"), ctl_col(sg, row, "sent_at"));
+        } else {
+            printf("  %s %s taken by wait %s at %s\n", ctl_col(sg, row, "name"),
+                   ctl_col(sg, row, "payload"), ctl_col(sg, row, "consumed_exec"),
+                   ctl_col(sg, row, "consumed_at"));
+        }
+    }
+    for (row = 0; row < PQntuples(pb); row++) {
+        printf("published   %s = %s (version %s, at %s)\n", ctl_col(pb, row, "name"),
+               ctl_col(pb, row, "value"), ctl_col(pb, row, "version"),
+               ctl_col(pb, row, "published_at"));
+    }
+}
+
 /* The text form: the record, the family, earlier runs, why it waits, the live graph, the
- * action results, the result or error. */
+ * action results, the outside world, the result or error. */
 static int
 print_text(PGconn *c, const struct inspection *in)
 {
@@ -551,6 +615,7 @@ print_text(PGconn *c, const struct inspection *in)
         printf("  %s attempt %s %-5s %s\n", ctl_col(in->d, row, "execution_id"),
                ctl_col(in->d, row, "attempt"), ctl_col(in->d, row, "status"), b.data);
     }
+    print_outside(in);
     if (ctl_col_opt(r, 0, "result") != NULL) {
         printf("result      %s\n", ctl_col(r, 0, "result"));
     }
@@ -575,7 +640,7 @@ inspect(const struct cn_opts *o, PGconn *c, const char *id)
         goto out;
     }
     decode_live(&in);
-    if (!actions_value(&in) || !history_value(in.h, &hist)) {
+    if (!actions_value(&in) || !json_rows_value(in.h, &hist)) {
         fprintf(stderr, "cairnctl inspect: out of memory\n");
         status = EXIT_USAGE;
         goto out;

@@ -141,6 +141,10 @@ def run_all(url, env, tmp):
     box = run(env, "mailbox", {"n": 3})
     for i, p in enumerate(["a", "b"]):
         r = signal(env, box, "item", p, "--dedup-key", f"k{i}")
+    doc = json.loads(ctl(env, "inspect", box, "--json").stdout or "{}")
+    check("inspect --json counts the signals sent and those buffered", doc.get(
+        "signals_sent") == 2 and [g["payload"] for g in doc.get("signals", [])] == ["a", "b"],
+        str(doc.get("signals")))
     r = signal(env, box, "item", "b", "--dedup-key", "k1")
     check("a resend with the same dedup key is a no-op (exit 6)",
           r.returncode == 6 and "duplicate" in r.stdout, f"{r.returncode}: {r.stdout}")
@@ -292,6 +296,14 @@ def run_all(url, env, tmp):
           "no instance" in r.stderr, f"{r.returncode}: {r.stderr}")
     signal(env, pr, "go", "now")
     out, err = bg.communicate(timeout=60)
+    text = ctl(env, "inspect", pr).stdout
+    doc = json.loads(ctl(env, "inspect", pr, "--json").stdout or "{}")
+    check("inspect lists the values published and the signals, each with the wait that took it",
+          'published   stage = {"went": "now"} (version 3' in text and
+          "published   done = 3 (version" in text and "signals     1 sent, 0 buffered" in text and
+          'go "now" taken by wait ' in text and doc.get("signals_sent") == 1 and
+          doc.get("signals")[0].get("consumed_by") and
+          [v["name"] for v in doc.get("published", [])] == ["done", "stage"], text)
     check("cairnctl get --wait --after V, started before, prints the next version when it comes",
           bg.returncode == 0 and json.loads(out or "null") == {"went": "now"},
           f"{bg.returncode}: {out} {err}")
