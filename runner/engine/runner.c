@@ -89,10 +89,12 @@ struct rn_runner {
     struct rn_ticker *ticker;       /* NULL with a backend without periodic jobs */
     struct rn_pruner *pruner;       /* NULL with a backend that cannot prune */
     struct {
-        pthread_mutex_t mtx; /* canceller thread writes, HTTP threads read */
+        pthread_mutex_t mtx; /* the ticker's thread writes, HTTP threads read */
         struct rn_backfill_stat *items;
         size_t n;
-    } backfills; /* the last tick's progress, for /metrics */
+        struct rn_signal_stat signals; /* the last read of the signals' figures */
+        bool have_signals;
+    } backfills; /* the ticker's figures, for /metrics: the last tick's progress, the signals */
     struct rn_backend *prune_b;
     struct rn_backend *tick_b;
     struct rn_late_queue late; /* shards -> ticker: results after an outcome, reaps */
@@ -324,6 +326,8 @@ http_metrics(void *arg, struct cn_buf *out)
     ok = rn_metrics_render(&st, &ps, out);
     cn_mutex_lock(&r->backfills.mtx);
     ok = ok && rn_metrics_render_backfills(r->backfills.items, r->backfills.n, out);
+    ok =
+        ok && (!r->backfills.have_signals || rn_metrics_render_signals(&r->backfills.signals, out));
     cn_mutex_unlock(&r->backfills.mtx);
     return ok;
 }
@@ -342,6 +346,18 @@ on_backfills(void *arg, const struct rn_backfill_stat *st, size_t n)
     free(r->backfills.items);
     r->backfills.items = copy;
     r->backfills.n = n;
+    cn_mutex_unlock(&r->backfills.mtx);
+}
+
+/* The ticker's read of the signals' figures (ticker thread): kept for /metrics. */
+static void
+on_signals(void *arg, const struct rn_signal_stat *st)
+{
+    struct rn_runner *r = arg;
+
+    cn_mutex_lock(&r->backfills.mtx);
+    r->backfills.signals = *st;
+    r->backfills.have_signals = true;
     cn_mutex_unlock(&r->backfills.mtx);
 }
 
@@ -524,7 +540,7 @@ start_control(struct rn_runner *r, struct cn_errmsg *err)
     {
         struct rn_ticker_cfg tcfg = {r->tick_b,
                                      r->tick_b->ops->record_late != NULL ? &r->late : NULL};
-        struct rn_ticker_hooks thooks = {on_cancel, on_backfills, r};
+        struct rn_ticker_hooks thooks = {on_cancel, on_backfills, on_signals, r};
         struct rn_canceller_cfg xcfg = {r->cancel_b, NULL};
         struct rn_canceller_hooks hooks = {on_cancel, holds, on_child_result, r};
         if ((rv = rn_ticker_start(&tcfg, &thooks, &r->ticker, err)) != CN_OK) {

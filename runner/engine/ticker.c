@@ -251,6 +251,20 @@ job_backfills(struct rn_ticker *t, int64_t *next_ms, struct cn_errmsg *err)
     return rv;
 }
 
+static cn_err
+job_signals(struct rn_ticker *t, int64_t *next_ms, struct cn_errmsg *err)
+{
+    struct rn_backend *b = t->cfg.backend;
+    struct rn_signal_stat st;
+    cn_err rv = b->ops->signal_stats(b, &st, err);
+
+    if (rv == CN_OK && t->hooks.signals != NULL) {
+        t->hooks.signals(t->hooks.arg, &st);
+    }
+    *next_ms = RN_SIGNAL_STATS_MS;
+    return rv;
+}
+
 /* The late results and the reaps keep their own failures to themselves (dropped or tried
  * again, with their warnings): as jobs they always succeed. */
 static cn_err
@@ -360,6 +374,7 @@ rn_ticker_start(const struct rn_ticker_cfg *cfg, const struct rn_ticker_hooks *h
     t->jobs[RN_JOB_BACKFILLS].run = ops->tick_backfills != NULL ? job_backfills : NULL;
     t->jobs[RN_JOB_LATE].run = cfg->late != NULL && ops->record_late != NULL ? job_late : NULL;
     t->jobs[RN_JOB_REAP].run = cfg->late != NULL && ops->cancel_children != NULL ? job_reap : NULL;
+    t->jobs[RN_JOB_SIGNALS].run = ops->signal_stats != NULL ? job_signals : NULL;
     for (j = 0; j < RN_JOB_COUNT; j++) {
         t->jobs[j].backoff = (struct rn_backoff) RN_BACKOFF_INIT;
         t->jobs[j].at_ms = now;

@@ -18,7 +18,9 @@
  *               progress handed to the backfills hook;
  *   late        the late results the shards queued recorded (results that came after their
  *               instance ended, with a statement of their own since no lease covers them);
- *   reap        the children the shards stopped waiting for cancelled.
+ *   reap        the children the shards stopped waiting for cancelled;
+ *   signals     the signals' figures read (struct rn_signal_stat) and handed to the signals
+ *               hook, for /metrics, every RN_SIGNAL_STATS_MS.
  * A job whose backend operation is missing (the in-memory backend) never runs.
  *
  * Threads and locks: its own thread; rn_ticker_start/stop from the runner's thread,
@@ -42,6 +44,8 @@
 /* How often a runner looks for due schedules (runner/ops/schedule.h): a slot starts at most about
  * this late (plus its jitter). */
 #define RN_SCHEDULE_TICK_MS 1000
+/* The signals' figures are gauges for a scrape every 15 s or so: read as often, never more. */
+#define RN_SIGNAL_STATS_MS 5000
 /* While a backfill runs, its partitions are topped up this often (else once a second). */
 #define RN_BACKFILL_ACTIVE_TICK_MS 250
 /* How often the late results and the children to cancel are taken from the shards. */
@@ -53,7 +57,8 @@
     X(SCHEDULES, "schedules", "firing due schedules")                                           \
     X(BACKFILLS, "backfills", "ticking backfills")                                              \
     X(LATE, "late", "recording late action results")                                            \
-    X(REAP, "reap", "cancelling children nobody waits for")
+    X(REAP, "reap", "cancelling children nobody waits for")                                     \
+    X(SIGNALS, "signals", "reading the signals' figures")
 
 enum rn_ticker_job {
 #define RN_TICKER_JOB_ENUM(id, name, what) RN_JOB_##id,
@@ -110,6 +115,8 @@ struct rn_ticker_hooks {
     rn_cancel_fn cancel; /* a cancel the sweep found, maybe of an instance held here */
     /* The backfills' progress after a tick (for /metrics; the array is borrowed). */
     void (*backfills)(void *arg, const struct rn_backfill_stat *st, size_t n);
+    /* The signals' figures after a read (for /metrics; borrowed). */
+    void (*signals)(void *arg, const struct rn_signal_stat *st);
     void *arg;
 };
 

@@ -61,6 +61,30 @@ rn_metrics_render_backfills(const struct rn_backfill_stat *bf, size_t n, struct 
     return ok;
 }
 
+bool
+rn_metrics_render_signals(const struct rn_signal_stat *s, struct cn_buf *b)
+{
+    return cn_buf_printf(
+               b,
+               "# HELP cairn_signals_sent_total Signals sent on this database (signal ids taken; "
+               "a send that rolled back counts too).\n"
+               "# TYPE cairn_signals_sent_total counter\ncairn_signals_sent_total %lld\n"
+               "# HELP cairn_events_published_total Keyed events published on this database "
+               "(event ids taken).\n"
+               "# TYPE cairn_events_published_total counter\ncairn_events_published_total %lld\n"
+               "# HELP cairn_signals_buffered Signals sent and not yet taken by a wait.\n"
+               "# TYPE cairn_signals_buffered gauge\ncairn_signals_buffered %lld\n"
+               "# HELP cairn_signal_oldest_buffered_seconds Age of the oldest signal not yet "
+               "taken (0: none).\n"
+               "# TYPE cairn_signal_oldest_buffered_seconds gauge\n"
+               "cairn_signal_oldest_buffered_seconds %.3f\n"
+               "# HELP cairn_waits Waits registered and not yet answered, by kind.\n"
+               "# TYPE cairn_waits gauge\ncairn_waits{kind=\"signal\"} %lld\n"
+               "cairn_waits{kind=\"event\"} %lld\n",
+               (long long) s->sent, (long long) s->events, (long long) s->buffered,
+               s->oldest_seconds, (long long) s->waits_signal, (long long) s->waits_event) == CN_OK;
+}
+
 /* The background jobs' runs and failed runs, one sample per job (ticker.h names them). */
 static bool
 render_jobs(const struct rn_runner_stats *st, struct cn_buf *b)

@@ -18,6 +18,10 @@
 /* Appends the backfills' partitions by state (cairn_backfill_partitions{backfill, workflow,
  * state}); nothing when n is 0. False when out of memory. */
 bool rn_metrics_render_backfills(const struct rn_backfill_stat *bf, size_t n, struct cn_buf *b);
+/* Appends the signals' figures (cairn_signals_sent_total, cairn_events_published_total,
+ * cairn_signals_buffered, cairn_signal_oldest_buffered_seconds, cairn_waits{kind}). False when
+ * out of memory. */
+bool rn_metrics_render_signals(const struct rn_signal_stat *s, struct cn_buf *b);
 bool rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *ps,
                        struct cn_buf *out);
 

@@ -215,6 +215,17 @@ struct rn_backfill_stat {
     int64_t done, failed, running, remaining;
 };
 
+/* The signals' figures, for /metrics (sql/0023, 0025): read by one statement, every runner
+ * the same (they are the database's, not a runner's). */
+struct rn_signal_stat {
+    int64_t sent;          /* signal ids taken: every send, one that rolled back too */
+    int64_t events;        /* event ids taken, likewise */
+    int64_t buffered;      /* signals sent and not yet taken by a wait */
+    double oldest_seconds; /* the age of the oldest of those; 0 when none */
+    int64_t waits_signal;  /* registered waits nothing has answered yet: for signals */
+    int64_t waits_event;   /* ... and for keyed events */
+};
+
 /* Room for a prune walk's position (a timestamp as PostgreSQL prints it). */
 #define RN_PRUNE_CURSOR_LEN 64
 
@@ -282,6 +293,8 @@ struct rn_backend_ops {
      * 100; *out malloc'd, NULL when none). NULL in a backend without backfills. */
     cn_err (*tick_backfills)(struct rn_backend *b, struct rn_backfill_stat **out, size_t *n,
                              struct cn_errmsg *err);
+    /* The signals' figures (struct rn_signal_stat). NULL in a backend without signals. */
+    cn_err (*signal_stats)(struct rn_backend *b, struct rn_signal_stat *out, struct cn_errmsg *err);
     /* Fires the schedules that are due (runner/ops/schedule.h); *n counts the instances enqueued.
      * NULL in a backend without schedules. */
     cn_err (*fire_schedules)(struct rn_backend *b, size_t *n, struct cn_errmsg *err);

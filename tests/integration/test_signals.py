@@ -109,7 +109,8 @@ def run_all(url, env, tmp):
 
     sock = f"ipc://{tmp}/r1.sock"
     knobs = ("--evict-child-wait-ms", "200")
-    r1 = e2e.runner(env, tmp, "runner1", sock, *knobs)
+    port = e2e.free_port()
+    r1 = e2e.runner(env, tmp, "runner1", sock, *knobs, "--http-listen", f"127.0.0.1:{port}")
     e2e.worker(env, tmp, "worker1", sock)
     check("... and its wait takes it: the instance goes on to wait for the event",
           wait_until("event wait", lambda: q(
@@ -333,6 +334,27 @@ def run_all(url, env, tmp):
           "no instance" in out.stderr and q(
               url, f"SELECT count(*) FROM cairn.signals WHERE instance_id = '{victim}'") == "0",
           out.stdout + out.stderr)
+
+    # ---- /metrics ----------------------------------------------------------------------------------
+    later = ctl(env, "run", "approval", "--input", '{"order": {"id": "later"}}', "--at",
+                "tomorrow").stdout.strip()
+    signal(env, later, "approve", {"by": "later"})  # kept until tomorrow: buffered
+    want = {  # nothing is sent meanwhile: what the database says now, /metrics says next read
+        "cairn_signals_sent_total": q(url, "SELECT last_value FROM cairn.signals_id_seq"),
+        "cairn_events_published_total": q(url, "SELECT last_value FROM cairn.events_id_seq"),
+        "cairn_signals_buffered": q(url, "SELECT count(*) FROM cairn.signals WHERE consumed_at "
+                                         "IS NULL"),
+        'cairn_waits{kind="signal"}': q(url, "SELECT count(*) FROM cairn.waits WHERE NOT event"),
+    }
+    seen = {}
+
+    def figures():
+        seen.update(e2e.metrics(port))
+        return all(seen.get(k) == float(v) for k, v in want.items())
+    check("/metrics has the signals' figures: sent, events, buffered, waits", wait_until(
+        "signal metrics", figures, 30) and float(want["cairn_signals_buffered"]) >= 1 and
+        seen.get("cairn_signal_oldest_buffered_seconds", 0) > 0,
+        f"{want} {[(k, seen.get(k)) for k in want]}")
 
     # ---- kill -9 of the runner holding a waiter ------------------------------------------------
     held = run(env, "mailbox", {"n": 2})

@@ -48,6 +48,7 @@ static const struct rn_backend_ops pg_ops = {
     .cancel_children = pg_cancel_children,
     .fire_schedules = pg_fire_schedules,
     .tick_backfills = pg_tick_backfills,
+    .signal_stats = pg_signal_stats,
     .prune_due = pg_prune_due,
     .sweep_cancels = pg_sweep_cancels,
     .record_late = pg_record_late,

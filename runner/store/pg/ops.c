@@ -7,6 +7,7 @@
  */
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "ir/base/xalloc.h"
 #include "runner/ops/schedule.h"
@@ -86,6 +87,40 @@ pg_tick_backfills(struct rn_backend *base, struct rn_backfill_stat **out, size_t
         }
         *n = (size_t) rows;
     }
+    PQclear(r);
+    return CN_OK;
+}
+
+/* Counted from the partial indexes of the unanswered (signals_buffered, waits' primary key):
+ * the work is the backlog's, never the history's; the totals are the id sequences'. */
+cn_err
+pg_signal_stats(struct rn_backend *base, struct rn_signal_stat *out, struct cn_errmsg *err)
+{
+    struct pg_backend *b = (struct pg_backend *) base;
+    PGresult *r = NULL;
+    cn_err rv;
+
+    memset(out, 0, sizeof(*out));
+    if ((rv = pg_conn(b, err)) != CN_OK ||
+        (rv = rn_db_exec(
+             b->c,
+             "SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM"
+             " cairn.signals_id_seq) AS sent, (SELECT CASE WHEN is_called THEN last_value ELSE 0"
+             " END FROM cairn.events_id_seq) AS events, b.n AS buffered,"
+             " coalesce(extract(epoch FROM now() - b.oldest), 0) AS oldest_seconds,"
+             " w.signal AS waits_signal, w.event AS waits_event FROM (SELECT count(*) AS n,"
+             " min(sent_at) AS oldest FROM cairn.signals WHERE consumed_at IS NULL) b,"
+             " (SELECT count(*) FILTER (WHERE NOT event) AS signal, count(*) FILTER (WHERE event)"
+             " AS event FROM cairn.waits) w",
+             0, NULL, &r, err)) != CN_OK) {
+        return rv;
+    }
+    out->sent = strtoll(rn_db_get(r, 0, "sent"), NULL, 10);
+    out->events = strtoll(rn_db_get(r, 0, "events"), NULL, 10);
+    out->buffered = strtoll(rn_db_get(r, 0, "buffered"), NULL, 10);
+    out->oldest_seconds = strtod(rn_db_get(r, 0, "oldest_seconds"), NULL);
+    out->waits_signal = strtoll(rn_db_get(r, 0, "waits_signal"), NULL, 10);
+    out->waits_event = strtoll(rn_db_get(r, 0, "waits_event"), NULL, 10);
     PQclear(r);
     return CN_OK;
 }
