@@ -59,9 +59,9 @@ def run_all(url, env, tmp):
     e2e.worker(env, tmp, "worker", sock, slots="4")
 
     check("the schedule fires", wait_until("fired", lambda: fired(url) >= 2, 30), str(fired(url)))
-    names = ("sweep", "schedules", "backfills", "late", "reap", "notices", "retention")
+    names = ("sweep", "schedules", "backfills", "late", "reap", "signals", "notices", "retention")
     check("every job's runs are counted by name, none failed", wait_until(
-        "runs", lambda: all(job(port, "cairn_job_runs_total", n) >= 1 for n in names[:6])
+        "runs", lambda: all(job(port, "cairn_job_runs_total", n) >= 1 for n in names[:7])
         and all(job(port, "cairn_job_failures_total", n) == 0 for n in names), 30),
         {n: (job(port, "cairn_job_runs_total", n), job(port, "cairn_job_failures_total", n))
          for n in names})
