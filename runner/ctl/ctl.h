@@ -287,9 +287,10 @@ int ctl_wait_result(const struct cn_opts *o, PGconn *c, const char *id, long lon
  * the first look at what it waits for, so that a change committed between the two is seen by
  * the look. */
 int ctl_listen(const struct cn_opts *o, PGconn *c, const char *channel_fn, const char *id);
-/* Waits up to ms for a notification on c; true if one came (or the socket has news: the caller
- * looks again either way). */
-bool ctl_await_notice(PGconn *c, long long ms);
+/* Waits for a notification on c until the next look: at most CTL_WAIT_FALLBACK_MS, and not
+ * past deadline (monotonic ms) when timed. False at once when the deadline has passed (the
+ * caller says so and gives up); else true, whatever came (the caller looks again). */
+bool ctl_await_until(PGconn *c, bool timed, int64_t deadline);
 
 /* The top-level commands, one row each in cairnctl.c. */
 ctl_run_fn ctl_cmd_migrate, ctl_cmd_register, ctl_cmd_run, ctl_cmd_wait, ctl_cmd_status,

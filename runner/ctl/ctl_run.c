@@ -43,8 +43,9 @@ ctl_listen(const struct cn_opts *o, PGconn *c, const char *channel_fn, const cha
     return status;
 }
 
-bool
-ctl_await_notice(PGconn *c, long long ms)
+/* Waits up to ms for a notification on c; true if one came (or the socket has news). */
+static bool
+await_notice(PGconn *c, long long ms)
 {
     struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
     bool got = false;
@@ -70,6 +71,25 @@ ctl_await_notice(PGconn *c, long long ms)
     return got;
 }
 
+bool
+ctl_await_until(PGconn *c, bool timed, int64_t deadline)
+{
+    long long left = CTL_WAIT_FALLBACK_MS;
+
+    if (timed) {
+        int64_t now = cn_mono_ms();
+
+        if (now >= deadline) {
+            return false;
+        }
+        if (deadline - now < left) {
+            left = deadline - now;
+        }
+    }
+    (void) await_notice(c, left);
+    return true;
+}
+
 int
 ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long timeout_ms, char *st,
                 size_t stlen)
@@ -84,7 +104,6 @@ ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long ti
     }
     for (;;) {
         bool done;
-        long long left = CTL_WAIT_FALLBACK_MS;
 
         if ((status = ctl_query_found(o, c,
                                       "SELECT status, status IN ('completed', 'failed',"
@@ -99,19 +118,11 @@ ctl_wait_status(const struct cn_opts *o, PGconn *c, const char *id, long long ti
         if (done) {
             return EXIT_OK;
         }
-        if (timeout_ms > 0) {
-            long long now = cn_mono_ms();
-
-            if (now >= deadline) {
-                fprintf(stderr, "%s: %s did not finish within %lld s\n", o->prog, id,
-                        timeout_ms / 1000);
-                return EXIT_PENDING;
-            }
-            if (deadline - now < left) {
-                left = deadline - now;
-            }
+        if (!ctl_await_until(c, timeout_ms > 0, deadline)) {
+            fprintf(stderr, "%s: %s did not finish within %lld s\n", o->prog, id,
+                    timeout_ms / 1000);
+            return EXIT_PENDING;
         }
-        (void) ctl_await_notice(c, left);
     }
 }
 

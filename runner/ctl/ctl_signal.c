@@ -177,8 +177,6 @@ get_one(const struct cn_opts *o, PGconn *c, const char *id, const char *name)
         return status;
     }
     for (;;) {
-        long long left = CTL_WAIT_FALLBACK_MS, now;
-
         if ((status = ctl_query(o, c, get_sql, 2, params, &r)) != EXIT_OK) {
             return status;
         }
@@ -200,18 +198,11 @@ get_one(const struct cn_opts *o, PGconn *c, const char *id, const char *name)
             return status;
         }
         PQclear(r);
-        now = cn_mono_ms();
-        if (timeout_ms > 0) {
-            if (now >= deadline) {
-                fprintf(stderr, "%s: %s published no %s within %lld s\n", o->prog, id, name,
-                        timeout_ms / 1000);
-                return EXIT_PENDING;
-            }
-            if (deadline - now < left) {
-                left = deadline - now;
-            }
+        if (!ctl_await_until(c, timeout_ms > 0, deadline)) {
+            fprintf(stderr, "%s: %s published no %s within %lld s\n", o->prog, id, name,
+                    timeout_ms / 1000);
+            return EXIT_PENDING;
         }
-        (void) ctl_await_notice(c, left);
     }
 }
 

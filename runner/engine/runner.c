@@ -89,12 +89,12 @@ struct rn_runner {
     struct rn_ticker *ticker;       /* NULL with a backend without periodic jobs */
     struct rn_pruner *pruner;       /* NULL with a backend that cannot prune */
     struct {
-        pthread_mutex_t mtx; /* the ticker's thread writes, HTTP threads read */
-        struct rn_backfill_stat *items;
+        pthread_mutex_t mtx;            /* the ticker's thread writes, HTTP threads read */
+        struct rn_backfill_stat *items; /* the backfills' */
         size_t n;
         struct rn_signal_stat signals; /* the last read of the signals' figures */
         bool have_signals;
-    } backfills; /* the ticker's figures, for /metrics: the last tick's progress, the signals */
+    } figures; /* the ticker's, for /metrics: the backfills' last progress, the signals' */
     struct rn_backend *prune_b;
     struct rn_backend *tick_b;
     struct rn_late_queue late; /* shards -> ticker: results after an outcome, reaps */
@@ -324,11 +324,10 @@ http_metrics(void *arg, struct cn_buf *out)
     rn_runner_stats(r, &st);
     rn_pool_stats(r->pool, &ps);
     ok = rn_metrics_render(&st, &ps, out);
-    cn_mutex_lock(&r->backfills.mtx);
-    ok = ok && rn_metrics_render_backfills(r->backfills.items, r->backfills.n, out);
-    ok =
-        ok && (!r->backfills.have_signals || rn_metrics_render_signals(&r->backfills.signals, out));
-    cn_mutex_unlock(&r->backfills.mtx);
+    cn_mutex_lock(&r->figures.mtx);
+    ok = ok && rn_metrics_render_backfills(r->figures.items, r->figures.n, out);
+    ok = ok && (!r->figures.have_signals || rn_metrics_render_signals(&r->figures.signals, out));
+    cn_mutex_unlock(&r->figures.mtx);
     return ok;
 }
 
@@ -342,11 +341,11 @@ on_backfills(void *arg, const struct rn_backfill_stat *st, size_t n)
     if (n > 0) {
         memcpy(copy, st, n * sizeof(*copy));
     }
-    cn_mutex_lock(&r->backfills.mtx);
-    free(r->backfills.items);
-    r->backfills.items = copy;
-    r->backfills.n = n;
-    cn_mutex_unlock(&r->backfills.mtx);
+    cn_mutex_lock(&r->figures.mtx);
+    free(r->figures.items);
+    r->figures.items = copy;
+    r->figures.n = n;
+    cn_mutex_unlock(&r->figures.mtx);
 }
 
 /* The ticker's read of the signals' figures (ticker thread): kept for /metrics. */
@@ -355,10 +354,10 @@ on_signals(void *arg, const struct rn_signal_stat *st)
 {
     struct rn_runner *r = arg;
 
-    cn_mutex_lock(&r->backfills.mtx);
-    r->backfills.signals = *st;
-    r->backfills.have_signals = true;
-    cn_mutex_unlock(&r->backfills.mtx);
+    cn_mutex_lock(&r->figures.mtx);
+    r->figures.signals = *st;
+    r->figures.have_signals = true;
+    cn_mutex_unlock(&r->figures.mtx);
 }
 
 static void
@@ -596,7 +595,7 @@ rn_runner_start(const struct rn_runner_cfg *cfg, struct rn_runner **out, struct 
     r->nloops = cfg->shards;
     r->loops = cn_xcalloc(r->nloops, sizeof(*r->loops));
     rn_busy_init(&r->busy);
-    cn_mutex_init(&r->backfills.mtx);
+    cn_mutex_init(&r->figures.mtx);
     rn_late_queue_init(&r->late);
     /* Staged: each stage needs the ones before it; a failure frees what started (runner_free). */
     /* Before anything opens a descriptor: the budget counts what is open now and keeps the
@@ -761,7 +760,7 @@ runner_free(struct rn_runner *r)
     rn_busy_fini(&r->busy);
     rn_fdbudget_fini(&r->fds);
     rn_late_queue_fini(&r->late); /* what came after the ticker stopped is not recorded */
-    free(r->backfills.items);
-    cn_mutex_destroy(&r->backfills.mtx);
+    free(r->figures.items);
+    cn_mutex_destroy(&r->figures.mtx);
     free(r);
 }

@@ -199,6 +199,12 @@ def _get_value(instance_id, name):
                       (uuid.UUID(str(instance_id)), name), False, decode)
 
 
+def _value_wait(instance_id, name, timeout, poll):
+    """get(wait=True)'s schedule: told of a value written or of the end."""
+    return _Wait(instance_id, timeout, poll, ("value", "done"), lambda v: NotPublished(
+        f"{instance_id} published no {name} within {timeout} s"))
+
+
 def _got(instance_id, name, after, waiting):
     """get()'s look: (True, value) once a value newer than after is there, else (False, row);
     NotPublished when none can come (the instance ended) or the caller does not wait."""
@@ -321,11 +327,10 @@ class Client:
         version after; else NotPublished, or with wait=True the next one: told by the database
         when it is written (cairn.value_channel) or the instance ends."""
         got = _got(instance_id, name, after, wait)
-        w = _Wait(instance_id, timeout, poll, ("value", "done"), lambda v: NotPublished(
-            f"{instance_id} published no {name} within {timeout} s"))
         if not wait:
             return got(self._run(_get_value(instance_id, name)))[1]
-        return self._wait_for(w, lambda: got(self._run(_get_value(instance_id, name))))
+        return self._wait_for(_value_wait(instance_id, name, timeout, poll),
+                              lambda: got(self._run(_get_value(instance_id, name))))
 
     def published(self, instance_id, name):
         """cairn.get_value: {"value", "version", "published_at", "status"}; version 0 (value
@@ -501,14 +506,12 @@ class AsyncClient:
     async def get(self, instance_id, name, *, wait=False, after=0, timeout=None, poll=1.0):
         """As Client.get."""
         got = _got(instance_id, name, after, wait)
-        w = _Wait(instance_id, timeout, poll, ("value", "done"), lambda v: NotPublished(
-            f"{instance_id} published no {name} within {timeout} s"))
 
         async def look():
             return got(await self._run(_get_value(instance_id, name)))
         if not wait:
             return (await look())[1]
-        return await self._wait_for(w, look)
+        return await self._wait_for(_value_wait(instance_id, name, timeout, poll), look)
 
     async def published(self, instance_id, name):
         return await self._run(_get_value(instance_id, name))
