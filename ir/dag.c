@@ -109,6 +109,31 @@ validate_wait(const struct ir_node *n, uint32_t i, struct cn_errmsg *err)
     return CN_OK;
 }
 
+/* A signal names one signal (as a wait would), takes `to` and optionally `payload`, and no
+ * policy: storage sends it in the write that records the call. */
+static cn_err
+validate_send(const struct ir_node *n, uint32_t i, struct cn_errmsg *err)
+{
+    bool to = false;
+    uint32_t k;
+
+    if (!ir_wait_names_ok(n->name, true)) {
+        return vfail(err, i, "a signal needs one valid signal name");
+    }
+    for (k = 0; k < n->nargs; k++) {
+        if (strcmp(n->argnames[k], "to") == 0) {
+            to = true;
+        } else if (strcmp(n->argnames[k], "payload") != 0) {
+            return vfail(err, i, "a signal takes only to and payload");
+        }
+    }
+    if (!to || n->nretries != 0 || n->deadline_ms != 0 || n->timeout_ms != 0 ||
+        n->version != NULL) {
+        return vfail(err, i, "a signal carries a policy it cannot have, or no to");
+    }
+    return CN_OK;
+}
+
 /* What an ACTION's `call` promises the runner: a child workflow call names a workflow it could
  * look up, pins at most a valid version, and a `start` carries no policy (nothing waits for it,
  * so nothing could retry or time it out). */
@@ -129,6 +154,9 @@ validate_call(const struct ir_dag *d, uint32_t i, struct cn_errmsg *err)
     }
     if (ir_call_is_wait(n->call)) {
         return validate_wait(n, i, err);
+    }
+    if (ir_call_is_send(n->call)) {
+        return validate_send(n, i, err);
     }
     if (!ir_workflow_name_ok(n->name)) {
         return vfail(err, i, "a child workflow call needs a valid workflow name");

@@ -125,19 +125,22 @@ enum ir_edge_kind { IR_EDGE_KINDS(IR_EDGE_ENUM) IR_E_COUNT_ };
 
 /* What an ACTION node calls: an action on a worker, a registered workflow as a child instance
  * (`run wf(...)` waits for its result; `start wf(...)` continues at once with the child's id),
- * or the outside world (`wait a, b` takes the next signal of one of those names sent to the
- * instance; `wait event e [key: k]` the next event e published under key k). X(ENUM, text);
- * the numbers are stored in the DAG format: append only.
+ * the outside world (`wait a, b` takes the next signal of one of those names sent to the
+ * instance; `wait event e [key: k]` the next event e published under key k), or another
+ * instance (`signal s(to=id, payload=v)` sends it signal s, in the write that records the call).
+ * X(ENUM, text); the numbers are stored in the DAG format: append only.
  *
  * A wait node's `name` is its signal names joined by ',' (names cannot hold one), or the event's
  * name; its kwargs are `key` (EVENT) and `default` (the value on timeout, when given); its
- * `timeout_ms` the durable timeout ([timeout: D]; 0: none). */
-#define IR_CALL_KINDS(X) \
-    X(ACTION, "action")  \
-    X(RUN, "run")        \
-    X(START, "start")    \
-    X(WAIT, "wait")      \
-    X(EVENT, "wait event")
+ * `timeout_ms` the durable timeout ([timeout: D]; 0: none). A signal node's `name` is the
+ * signal's; its kwargs `to` and, when given, `payload`; it has no policy. */
+#define IR_CALL_KINDS(X)   \
+    X(ACTION, "action")    \
+    X(RUN, "run")          \
+    X(START, "start")      \
+    X(WAIT, "wait")        \
+    X(EVENT, "wait event") \
+    X(SIGNAL, "signal")
 
 #define IR_CALL_ENUM(id, text) IR_CALL_##id,
 enum ir_call_kind { IR_CALL_KINDS(IR_CALL_ENUM) IR_CALL_COUNT_ };
@@ -150,6 +153,13 @@ enum ir_call_kind { IR_CALL_KINDS(IR_CALL_ENUM) IR_CALL_COUNT_ };
 /* True when names is a wait node's name: signal names joined by ',' (at most IR_MAX_WAIT_NAMES),
  * or with event one name. */
 bool ir_wait_names_ok(const char *names, bool event);
+
+/* A signal sent to another instance (`signal s(to=id)`): done by storage, never a worker. */
+static inline bool
+ir_call_is_send(int call)
+{
+    return call == IR_CALL_SIGNAL;
+}
 
 /* A child workflow call (`run`, `start`). */
 static inline bool

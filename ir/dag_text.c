@@ -352,8 +352,11 @@ dot_shape(const struct ir_node *n)
     case IR_N_OUTPUT:
         return "oval";
     case IR_N_ACTION:
-        /* an action, a child workflow, a wait for the outside world */
-        return n->call == IR_CALL_ACTION ? "box3d" : ir_call_is_wait(n->call) ? "cds" : "component";
+        /* an action, a wait for the outside world, a signal sent out, a child workflow */
+        return n->call == IR_CALL_ACTION  ? "box3d"
+               : ir_call_is_wait(n->call) ? "cds"
+               : ir_call_is_send(n->call) ? "rarrow"
+                                          : "component";
     case IR_N_BRANCH:
     case IR_N_LOOP_COND:
     case IR_N_EXCEPT:
@@ -484,6 +487,14 @@ ir_dag_summary(const struct ir_dag *d, struct cn_buf *o)
         if (n->kind == IR_N_ACTION && ir_call_is_wait(n->call)) {
             TRY(cn_buf_printf(o, "%s %s %s", first ? "\n  waits:" : ",", call_words[n->call],
                               n->name));
+            first = false;
+        }
+    }
+    first = true;
+    for (i = 0; i < d->nnodes; i++) {
+        const struct ir_node *n = &d->nodes[i];
+        if (n->kind == IR_N_ACTION && ir_call_is_send(n->call)) {
+            TRY(cn_buf_printf(o, "%s signal %s", first ? "\n  sends:" : ",", n->name));
             first = false;
         }
     }

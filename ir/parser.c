@@ -9,17 +9,18 @@
  *              | NAME augop expr | rhs
  *   rhs       := action | 'spread' expr ':' NAME '->' action | 'parallel' ':' calls | exprs
  *   action    := ('@' NAME ('.' NAME)+ | ('run' | 'start') NAME ('.' NAME)*)
- *                '(' [NAME '=' expr, ...] ')' ('[' policy ']')* | wait
+ *                '(' [NAME '=' expr, ...] ')' ('[' policy ']')* | wait | signal
+ *   signal    := 'signal' NAME '(' 'to' '=' expr [',' 'payload' '=' expr] ')'  (either order)
  *   wait      := 'wait' (NAME (',' NAME)* | 'event' NAME) ('[' option (',' option)* ']')*
  *   option    := 'timeout' ':' duration | 'default' ':' expr | 'key' ':' expr
  *   expr      := or ['if' or 'else' expr];  or := and ('or' and)*;  and := not ('and' not)*
  *   not       := 'not' not | cmp;  cmp := merge (cmpop merge)*;  merge := sum ('|' sum)*
  *   sum       := term (('+'|'-') term)*;  term := unary (('*'|'/'|'//'|'%') unary)*
  *   unary     := '-' unary | postfix;  postfix := atom ('[' sub ']' | '.' NAME | '(' args ')')*
- * `run`, `start` and `wait` are contextual: keywords only where an action call can stand and a name
- * follows them (see child_call_at), ordinary names everywhere else.
- * Error handling is panic mode: the first error of a statement is recorded, the rest of the
- * statement (and the block it would have opened) is skipped.
+ * `run`, `start`, `wait` and `signal` are contextual: keywords only where an action call can stand
+ * and a name follows them (see child_call_at), ordinary names everywhere else. Error handling is
+ * panic mode: the first error of a statement is recorded, the rest of the statement (and the block
+ * it would have opened) is skipped.
  *
  * This file owns the top level: the `fn` declarations (signature, [timeout: D], body) and
  * ir_parse itself; statements, expressions, calls and policies have files of their own

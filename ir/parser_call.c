@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Calls that a statement waits on: an action, `@module.action(name=value, ...)`, a child
- * workflow, `run wf(...)` or `start wf(...)`, and a wait for the outside world, `wait a, b
- * [timeout: D, default: v]` or `wait event e [key: k]`; their names, keyword arguments and policy
- * brackets, and which policies each kind of call accepts. The brackets themselves are parsed in
+ * workflow, `run wf(...)` or `start wf(...)`, a wait for the outside world, `wait a, b
+ * [timeout: D, default: v]` or `wait event e [key: k]`, and a signal to another instance,
+ * `signal s(to=id, payload=v)`; their names, keyword arguments and policy brackets, and which
+ * policies each kind of call accepts. The brackets themselves are parsed in
  * parser_policy.c. Pure; no global state, no threads or locks.
  */
 #include <stdlib.h>
@@ -32,7 +33,7 @@ policy_fits(struct parser *ps, const struct ir_action_call *ac, const struct ir_
                        : p->kind == IR_POLICY_TIMEOUT ? "timeout: D"
                                                       : "deadline: D";
 
-    if (p->kind == IR_POLICY_VERSION) {
+    if (p->kind == IR_POLICY_VERSION && ac->call != IR_CALL_SIGNAL) {
         if (ac->call == IR_CALL_ACTION) {
             ir_ps_error_pos(
                 ps, p->pos,
@@ -45,6 +46,13 @@ policy_fits(struct parser *ps, const struct ir_action_call *ac, const struct ir_
             return false;
         }
         return true;
+    }
+    if (ac->call == IR_CALL_SIGNAL) {
+        ir_ps_error_pos(ps, p->pos,
+                        "[%s] does not apply to signal: a signal is sent in the write that "
+                        "records the step, at once and once, and nothing retries it",
+                        p->kind == IR_POLICY_VERSION ? "version: ..." : what);
+        return false;
     }
     if (ac->call == IR_CALL_START) {
         ir_ps_error_pos(
@@ -162,6 +170,7 @@ static bool
 parse_call_kwargs(struct parser *ps, const struct ir_action_call *ac, struct kwarg_vec *kw)
 {
     struct cn_strmap kwseen = CN_STRMAP_INIT;
+    uint32_t seen;
     bool ok = false;
 
     while (!at(ps, IR_TK_RPAREN)) {
@@ -170,8 +179,18 @@ parse_call_kwargs(struct parser *ps, const struct ir_action_call *ac, struct kwa
             ir_ps_error_at(ps, k,
                            ac->call == IR_CALL_ACTION
                                ? "actions take keyword arguments only (write name=value)"
+                           : ac->call == IR_CALL_SIGNAL
+                               ? "a signal takes keyword arguments only: to=instance_id and "
+                                 "optionally payload=value"
                                : "child workflows take keyword arguments only (write name=value, "
                                  "one per input of the child's main)");
+            goto out;
+        }
+        if (ac->call == IR_CALL_SIGNAL && strcmp(k->str, "to") != 0 &&
+            strcmp(k->str, "payload") != 0) {
+            ir_ps_error_at(ps, k,
+                           "a signal takes to=instance_id and optionally payload=value, not '%s'",
+                           k->str);
             goto out;
         }
         if (ir_ps_seen(ps, &kwseen, k->str)) {
@@ -186,8 +205,15 @@ parse_call_kwargs(struct parser *ps, const struct ir_action_call *ac, struct kwa
         }
     }
     ok = ir_ps_expect(ps, IR_TK_RPAREN,
-                      ac->call == IR_CALL_ACTION ? "to close the action's arguments"
-                                                 : "to close the child workflow's arguments");
+                      ac->call == IR_CALL_ACTION   ? "to close the action's arguments"
+                      : ac->call == IR_CALL_SIGNAL ? "to close the signal's arguments"
+                                                   : "to close the child workflow's arguments");
+    if (ok && ac->call == IR_CALL_SIGNAL && !cn_strmap_get(&kwseen, "to", &seen)) {
+        ir_ps_error_pos(ps, ac->pos,
+                        "a signal needs to=instance_id: the instance to send it to (the id "
+                        "`start` gives, or one passed in the input)");
+        ok = false;
+    }
 out:
     cn_strmap_fini(&kwseen);
     return ok;
@@ -375,6 +401,35 @@ parse_wait(struct parser *ps, struct ir_action_call *ac, struct cn_buf *name, st
     return true;
 }
 
+/* The signal's name after `signal` (consumed, kw): one NAME, as a wait names it. */
+static bool
+parse_signal_name(struct parser *ps, struct cn_buf *name)
+{
+    const struct ir_token *t = peek(ps);
+
+    if (t->kind == IR_TK_STRING) {
+        ir_ps_error_at(ps, t, "a signal name is written without quotes (signal approve(to=id))");
+        return false;
+    }
+    if (ir_ps_expect_name(ps, "expected the name of the signal to send") == NULL) {
+        return false;
+    }
+    if (strlen(t->str) > IR_MAX_WAIT_NAME) {
+        ir_ps_error_at(ps, t, "a signal or event name has at most %d characters", IR_MAX_WAIT_NAME);
+        return false;
+    }
+    if (at(ps, IR_TK_DOT)) {
+        ir_ps_error_at(ps, peek(ps),
+                       "a signal name is one name (letters, digits, _), as its wait writes it");
+        return false;
+    }
+    if (cn_buf_puts(name, t->str) != CN_OK) {
+        nomem(ps);
+        return false;
+    }
+    return true;
+}
+
 bool
 ir_parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
 {
@@ -396,14 +451,18 @@ ir_parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
             goto out;
         }
         goto done;
+    } else if (is_name_tok(t, "signal")) {
+        ac->call = IR_CALL_SIGNAL;
+        named = parse_signal_name(ps, &name);
     } else {
         ac->call = (uint8_t) (is_name_tok(t, "run") ? IR_CALL_RUN : IR_CALL_START);
         named = parse_workflow_name(ps, t, &name);
     }
     if (!named ||
         !ir_ps_expect(ps, IR_TK_LPAREN,
-                      ac->call == IR_CALL_ACTION ? "after action name"
-                                                 : "after the workflow name") ||
+                      ac->call == IR_CALL_ACTION   ? "after action name"
+                      : ac->call == IR_CALL_SIGNAL ? "after the signal name (signal name(to=id))"
+                                                   : "after the workflow name") ||
         !parse_call_kwargs(ps, ac, &kw) || !parse_call_policies(ps, ac, fail_fast, &pols)) {
         goto out;
     }

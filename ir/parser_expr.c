@@ -216,6 +216,12 @@ parse_atom(struct parser *ps)
                            "of an expression");
             return IR_NO_EXPR;
         }
+        if (child_call_at(ps) == IR_CALL_SIGNAL) {
+            ir_ps_error_at(ps, t,
+                           "a signal must be a statement of its own (`sent = signal name(to=id)`), "
+                           "not part of an expression");
+            return IR_NO_EXPR;
+        }
         if (child_call_at(ps) != IR_CALL_ACTION) {
             /* The result of a child arrives later, like an action's: only a statement can wait
              * for it. */

@@ -117,19 +117,20 @@ tok_pos(const struct ir_token *t)
     return p;
 }
 
-/* True at the word `run`, `start` or `wait` (a NAME token: they are not reserved). */
+/* True at the word `run`, `start`, `wait` or `signal` (a NAME token: they are not reserved). */
 static inline bool
 is_child_word(const struct ir_token *t)
 {
-    return is_name_tok(t, "run") || is_name_tok(t, "start") || is_name_tok(t, "wait");
+    return is_name_tok(t, "run") || is_name_tok(t, "start") || is_name_tok(t, "wait") ||
+           is_name_tok(t, "signal");
 }
 
-/* `run` and `start` begin a child workflow call, and `wait` a wait, only when a name follows
- * (`run billing.refund(`, `wait approve`):
+/* `run` and `start` begin a child workflow call, `wait` a wait, and `signal` a send, only when
+ * a name follows (`run billing.refund(`, `wait approve`, `signal approve(`):
  * no expression has two names in a row, so `run = 3`, `f(run)`, `start + 1` and a helper called
  * `run(...)` keep them ordinary names. A string after them counts too, so that a quoted workflow
- * name gets an explanation instead of "expected end of line". Returns IR_CALL_RUN or
- * IR_CALL_START there, IR_CALL_ACTION anywhere else. */
+ * name gets an explanation instead of "expected end of line". Returns the call kind there,
+ * IR_CALL_ACTION anywhere else. */
 static inline enum ir_call_kind
 child_call_at(const struct parser *ps)
 {
@@ -143,6 +144,9 @@ child_call_at(const struct parser *ps)
         return is_name_tok(peek_at(ps, 1), "event") && peek_at(ps, 2)->kind == IR_TK_NAME
                    ? IR_CALL_EVENT
                    : IR_CALL_WAIT;
+    }
+    if (is_name_tok(peek(ps), "signal")) {
+        return IR_CALL_SIGNAL;
     }
     return is_name_tok(peek(ps), "run") ? IR_CALL_RUN : IR_CALL_START;
 }

@@ -134,12 +134,14 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
         const struct ir_token *t = peek(ps);
         memset(&b, 0, sizeof(b));
         b.pos = tok_pos(t);
-        if (child_call_at(ps) == IR_CALL_START) {
-            /* A branch is something to wait for; a start has nothing to wait for. */
-            ir_ps_error_at(
-                ps, t,
-                "start returns at once, so it does not belong in a parallel block: write "
-                "`id = start wf(...)` statements one after another");
+        if (child_call_at(ps) == IR_CALL_START || child_call_at(ps) == IR_CALL_SIGNAL) {
+            /* A branch is something to wait for; a start or a signal has nothing to wait for. */
+            ir_ps_error_at(ps, t,
+                           child_call_at(ps) == IR_CALL_START
+                               ? "start returns at once, so it does not belong in a parallel "
+                                 "block: write `id = start wf(...)` statements one after another"
+                               : "signal returns at once, so it does not belong in a parallel "
+                                 "block: write the signal statements one after another");
             break;
         }
         if (t->kind == IR_TK_AT || child_call_at(ps) == IR_CALL_RUN ||
@@ -214,8 +216,9 @@ parse_spread(struct parser *ps, struct ir_stmt *s)
     /* After '->' only a call can follow, so `run`/`start` are keywords whatever comes next. */
     if (!at(ps, IR_TK_AT) && !is_child_word(peek(ps))) {
         ir_ps_error_at(ps, peek(ps),
-                       "spread runs one action, child workflow or wait per item: expected "
-                       "'@module.action(...)', 'run workflow(...)' or 'wait name'");
+                       "spread runs one action, child workflow, wait or signal per item: "
+                       "expected '@module.action(...)', 'run workflow(...)', 'wait name' or "
+                       "'signal name(to=id)'");
         return false;
     }
     return ir_parse_action(ps, &s->action, &s->fail_fast);
@@ -310,6 +313,10 @@ parse_simple_assign(struct parser *ps)
                 ir_ps_error_pos(ps, s->pos,
                                 "start gives one value, the child's id (a string): it cannot be "
                                 "unpacked; write `child_id = start ...`");
+            } else if (s->action.call == IR_CALL_SIGNAL && s->targets.unpack) {
+                ir_ps_error_pos(ps, s->pos,
+                                "signal gives one value, what became of the signal (a string): "
+                                "it cannot be unpacked; write `sent = signal ...`");
             } else {
                 end_simple(ps);
             }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ir/base/log.h"
+#include "ir/base/uuid.h"
 #include "ir/base/xalloc.h"
 #include "ir/error.h"
 #include "runner/core/timerheap.h"
@@ -473,6 +474,46 @@ take_children(struct rn_shard *sh, struct rn_step_out *o, struct rn_wreq *q)
     q->w.max_child_depth = sh->cfg.max_child_depth;
 }
 
+/* Moves the signals among o's requests into write q: storage sends them in the write that
+ * records them (the executor checked that `to` is an instance id and the payload JSON). */
+static void
+take_sends(struct rn_step_out *o, struct rn_wreq *q)
+{
+    size_t k, kept = 0, n = 0;
+
+    for (k = 0; k < o->actions.len; k++) {
+        n += ir_call_is_send(o->actions.items[k].call);
+    }
+    if (n == 0) {
+        return;
+    }
+    q->sends = cn_xcalloc(n, sizeof(*q->sends));
+    for (k = 0; k < o->actions.len; k++) {
+        struct rn_action_req *a = &o->actions.items[k];
+        const struct ir_val *to = ir_map_get(a->kwargs, "to", 2);
+        const struct ir_val *payload = ir_map_get(a->kwargs, "payload", 7);
+        struct rn_send *s;
+
+        if (!ir_call_is_send(a->call)) {
+            o->actions.items[kept++] = *a;
+            continue;
+        }
+        s = &q->sends[q->nsends++];
+        s->exec_id = a->exec_id;
+        s->attempt = a->attempt;
+        s->name = a->action; /* the template outlives the write */
+        if (to == NULL || to->type != IR_T_STR || !cn_uuid_parse(ir_str_data(*to), s->to.b)) {
+            memset(s->to.b, 0, sizeof(s->to.b)); /* not reached: the executor raised */
+        }
+        s->payload = payload != NULL ? ir_val_retain(*payload) : ir_null();
+        ir_val_release(a->kwargs);
+        ir_val_release(a->prev_error);
+    }
+    o->actions.len = kept;
+    q->w.sends = q->sends;
+    q->w.nsends = q->nsends;
+}
+
 /* Acts on the output of a step (in sh->step): writes what must be durable, holding actions and
  * timers until it commits; releases at once what needs no write. */
 static void
@@ -536,6 +577,7 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
         child_answer(in, q);
     } else {
         take_children(sh, o, q);
+        take_sends(o, q);
     }
     take_waits(o, q); /* an instance that ends withdraws its waits */
     take_published(o, q);
@@ -993,6 +1035,57 @@ error:
     }
 }
 
+/* Sets key to the string text in map m; false without memory. */
+static bool
+put_text(struct ir_val *m, const char *key, const char *text)
+{
+    struct ir_val v;
+
+    return ir_str_from_cstr(text, &v) == CN_OK && ir_map_set_cstr(m, key, v) == CN_OK;
+}
+
+/* What a committed write's signals came to, as events for the instance (queued in in->waiting,
+ * applied next): a signal sent gives cairn.signal's answer, recorded by that write; a refused
+ * one raises SignalError (recorded by the next write, like any error: sending it again would
+ * be refused again, so a replay before then raises the same). */
+static void
+sends_done(struct inst *in, const struct rn_sev *e)
+{
+    size_t k;
+
+    for (k = 0; k < e->nsends; k++) {
+        const struct rn_send *s = &e->sends[k];
+        struct rn_event ev;
+        struct ir_val details;
+        char id[37], msg[sizeof(s->message) + IR_MAX_WAIT_NAME + 16];
+
+        memset(&ev, 0, sizeof(ev));
+        ev.exec_id = s->exec_id;
+        ev.attempt = s->attempt;
+        if (s->status == RN_SEND_SENT) {
+            ev.kind = RN_EV_RESULT;
+            ev.recorded = true;
+            if (ir_str_from_cstr(s->answer, &ev.value) != CN_OK) {
+                cn_oom("signal answer");
+            }
+            CN_VEC_XPUSH(&in->waiting, ev);
+            continue;
+        }
+        cn_uuid_format(s->to.b, id);
+        (void) snprintf(msg, sizeof(msg), "signal %s: %s", s->name, s->message);
+        if (ir_map_new(3, &details) != CN_OK ||
+            !put_text(&details, "reason", rn_send_status_name(s->status)) ||
+            !put_text(&details, "to", id) || !put_text(&details, "signal", s->name)) {
+            cn_oom("signal error");
+        }
+        ev.kind = RN_EV_ERROR;
+        if (rn_error_detailed(RN_ERR_SIGNAL, msg, details, &ev.value) != CN_OK) {
+            cn_oom("signal error");
+        }
+        CN_VEC_XPUSH(&in->waiting, ev);
+    }
+}
+
 /* What a committed write's waits were answered with (a signal or event taken at once, or the
  * timeout), as events for the instance (queued in in->waiting, applied next): recorded by that
  * write, so no done record is made for them. */
@@ -1124,6 +1217,7 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     release_output(sh, in, &in->held, in->held_us, now, out);
     children_started(in, e);
     waits_answered(in, e);
+    sends_done(in, e);
     if (maybe_evict_sleeper(sh, in, now, out)) {
         return;
     }

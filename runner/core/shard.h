@@ -97,6 +97,9 @@ struct rn_sev {
     struct rn_wait *waits; /* the write's waits that it answered (owned: values; keys and
                               timeout values None) */
     size_t nwaits;
+    struct rn_send *sends; /* the write's signals, with what became of them (owned; payloads
+                              None) */
+    size_t nsends;
 };
 
 struct rn_sev *rn_sev_new(enum rn_sev_kind kind, struct rn_iid iid);

@@ -46,6 +46,7 @@ rn_sev_free(struct rn_sev *e)
         ir_val_release(e->waits[k].value);
     }
     free(e->waits);
+    free(e->sends);
     free(e);
 }
 

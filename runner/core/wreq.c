@@ -46,6 +46,10 @@ rn_wreq_free(struct rn_wreq *q)
         ir_val_release(q->published[k].value);
     }
     free(q->published);
+    for (k = 0; k < q->nsends; k++) {
+        ir_val_release(q->sends[k].payload);
+    }
+    free(q->sends);
     cn_buf_fini(&q->state);
     ir_val_release(q->w.result);
     ir_val_release(q->w.parent_value);

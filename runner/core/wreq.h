@@ -26,6 +26,8 @@ struct rn_wreq {
     size_t nwaits;
     struct rn_publish *published; /* owned (values owned; names the template's) */
     size_t npublished;
+    struct rn_send *sends; /* owned (payloads owned; names the template's) */
+    size_t nsends;
     struct rn_wreq *next; /* the persister's queue link */
 };
 

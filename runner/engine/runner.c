@@ -158,6 +158,15 @@ on_persist_ack(void *arg, const struct rn_wreq *q, bool lost, bool failed)
         }
         e->nchildren = q->nchildren;
     }
+    if (q->nsends > 0 && !lost && !failed) {
+        size_t k;
+        e->sends = cn_xcalloc(q->nsends, sizeof(*e->sends));
+        for (k = 0; k < q->nsends; k++) {
+            e->sends[k] = q->w.sends[k];
+            e->sends[k].payload = ir_null(); /* the write keeps it */
+        }
+        e->nsends = q->nsends;
+    }
     if (q->nwaits > 0 && !lost && !failed) {
         size_t k;
         e->waits = cn_xcalloc(q->nwaits, sizeof(*e->waits));

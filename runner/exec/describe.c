@@ -65,6 +65,8 @@ describe_node(const struct rn_instance *in, const struct rn_xnode *x, struct ir_
     if (n->kind == IR_N_ACTION && ir_call_is_wait(n->call)) {
         /* the signal names, or the event's; what the wait's key evaluated to is storage's */
         put_str(&m, "call", n->call == IR_CALL_EVENT ? "wait event" : "wait", &rv);
+    } else if (n->kind == IR_N_ACTION && ir_call_is_send(n->call)) {
+        put_str(&m, "call", "signal", &rv);
     } else if (n->kind == IR_N_ACTION && n->call != IR_CALL_ACTION) {
         put_str(&m, "call", n->call == IR_CALL_RUN ? "run" : "start", &rv);
         if (x->status == RN_X_RUNNING && x->has_id) {

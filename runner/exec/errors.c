@@ -30,12 +30,19 @@ rn_error_name(enum rn_error e)
 cn_err
 rn_error_new(enum rn_error e, const char *message, struct ir_val *out)
 {
+    return rn_error_detailed(e, message, ir_null(), out);
+}
+
+cn_err
+rn_error_detailed(enum rn_error e, const char *message, struct ir_val details, struct ir_val *out)
+{
     const char *names[3];
     struct ir_val bases;
     size_t n = 0, i;
     cn_err rv;
 
     if ((size_t) e >= RN_ERROR_COUNT_) {
+        ir_val_release(details);
         return CN_INVAL;
     }
     if (rn_error_types[e].base != NULL) {
@@ -46,16 +53,18 @@ rn_error_new(enum rn_error e, const char *message, struct ir_val *out)
     }
     names[n++] = "Exception";
     if ((rv = ir_list_new(n, &bases)) != CN_OK) {
+        ir_val_release(details);
         return rv;
     }
     for (i = 0; i < n; i++) {
         if ((rv = ir_str_from_cstr(names[i], &ir_list_items(bases)[i])) != CN_OK) {
             ir_val_release(bases);
+            ir_val_release(details);
             return rv;
         }
     }
-    /* ir_error_new takes the bases whatever it returns. */
-    return ir_error_new(rn_error_types[e].type, message, bases, ir_null(), out);
+    /* ir_error_new takes the bases and details whatever it returns. */
+    return ir_error_new(rn_error_types[e].type, message, bases, details, out);
 }
 
 cn_err

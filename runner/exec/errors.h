@@ -41,7 +41,9 @@
  *   ChildWorkflowNotFound   no such workflow (or version) is registered when the call runs
  *   ChildInputError         the call's inputs do not fit the child's `main` parameters
  *   ChildDepthExceeded      the child would nest deeper than the runner's CAIRN_MAX_CHILD_DEPTH
- *   WaitTimeout    a `wait` got nothing within its [timeout: D] (and has no [default: v]) */
+ *   WaitTimeout    a `wait` got nothing within its [timeout: D] (and has no [default: v])
+ *   SignalError    a `signal` was refused: no such instance, one that has ended, a signal its
+ *                  workflow never waits for, a limit (details {"reason", "to", "signal"}) */
 #define RN_ERRORS(X)                                                                      \
     X(RN_ERR_CANCELLED, "Cancelled", NULL, NULL)                                          \
     X(RN_ERR_ACTION_TIMEOUT, "ActionTimeout", "TimeoutError", NULL)                       \
@@ -56,7 +58,8 @@
     X(RN_ERR_CHILD_NOT_FOUND, "ChildWorkflowNotFound", "LookupError", NULL)               \
     X(RN_ERR_CHILD_INPUT, "ChildInputError", "TypeError", NULL)                           \
     X(RN_ERR_CHILD_DEPTH, "ChildDepthExceeded", NULL, NULL)                               \
-    X(RN_ERR_WAIT_TIMEOUT, "WaitTimeout", "TimeoutError", NULL)
+    X(RN_ERR_WAIT_TIMEOUT, "WaitTimeout", "TimeoutError", NULL)                           \
+    X(RN_ERR_SIGNAL, "SignalError", NULL, NULL)
 
 #define RN_ERROR_ENUM(e, type, base, base2) e,
 enum rn_error { RN_ERRORS(RN_ERROR_ENUM) RN_ERROR_COUNT_ };
@@ -70,6 +73,9 @@ const char *rn_error_name(enum rn_error e);
  * *out a new error value, CN_NOMEM, or CN_UTF8 (message not valid UTF-8); *out is untouched
  * on failure. */
 CN_MUST_CHECK cn_err rn_error_new(enum rn_error e, const char *message, struct ir_val *out);
+/* The same with details (None for none), which it takes whatever it returns. */
+CN_MUST_CHECK cn_err rn_error_detailed(enum rn_error e, const char *message, struct ir_val details,
+                                       struct ir_val *out);
 
 /* What a finished child instance hands its parent (the value of the parent's `run` call):
  * COMPLETED: *ok and the child's result (retained); FAILED: a ChildWorkflowError whose bases

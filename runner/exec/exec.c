@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ir/base/uuid.h"
 #include "ir/base/vec.h"
 #include "ir/eval.h"
 #include "runner/exec/errors.h"
@@ -114,6 +115,9 @@ out_cancel(struct rn_instance *in, const struct rn_xnode *x)
     struct rn_done w;
     cn_err rv;
 
+    if (ir_call_is_send(call)) {
+        return true; /* sent with the write that records it, or not at all: nothing to stop */
+    }
     if (ir_call_is_wait(call)) {
         memset(&w, 0, sizeof(w));
         w.exec_id = x->id;
@@ -618,6 +622,40 @@ event_key(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct i
     return false;
 }
 
+/* The arguments of a `signal` (in *kw, consumed on failure): `to` an instance id (a UUID
+ * string, what `start` gives), else a TypeError or ValueError at the signal; the payload None
+ * when not given, else what JSON holds (rn_ex_json_ok). False when it raised. */
+static bool
+signal_args(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct ir_val *kw)
+{
+    const struct ir_val *to = ir_map_get(*kw, "to", 2);
+    const struct ir_val *payload = ir_map_get(*kw, "payload", 7);
+    char what[IR_MAX_WAIT_NAME + 16], msg[IR_MAX_WAIT_NAME + 160];
+    uint8_t id[16];
+
+    (void) snprintf(what, sizeof(what), "signal %s", t->name);
+    if (to == NULL || to->type != IR_T_STR) {
+        (void) snprintf(msg, sizeof(msg),
+                        "signal %s: to= must be an instance id (a str, as start gives), not %s",
+                        t->name, to != NULL ? ir_type_name(to->type) : "nothing");
+        ir_val_release(*kw);
+        rn_ex_raise_new(in, xi, "TypeError", msg);
+        return false;
+    }
+    if (!cn_uuid_parse(ir_str_data(*to), id)) {
+        (void) snprintf(msg, sizeof(msg), "signal %s: to= is not an instance id: '%.40s'", t->name,
+                        ir_str_data(*to));
+        ir_val_release(*kw);
+        rn_ex_raise_new(in, xi, "ValueError", msg);
+        return false;
+    }
+    if (payload != NULL && !rn_ex_json_ok(in, xi, *payload, what)) {
+        ir_val_release(*kw);
+        return false;
+    }
+    return true;
+}
+
 /* Evaluates the kwargs and requests attempt x->attempt. The timeout (start to close) goes with
  * the request: the pool counts it from when a worker starts the attempt, so waiting for a slot
  * is not counted (pool.h). With [deadline: D] (schedule to close) a new attempt also gets the
@@ -657,6 +695,9 @@ rn_ex_dispatch(struct rn_instance *in, uint32_t xi, bool resend)
         }
     }
     if (t->call == IR_CALL_EVENT && !event_key(in, xi, t, &kw)) {
+        return;
+    }
+    if (t->call == IR_CALL_SIGNAL && !signal_args(in, xi, t, &kw)) {
         return;
     }
     if (rn_ex_x_ensure_id(in, xi) != CN_OK) {
@@ -972,6 +1013,8 @@ rn_instance_waits(const struct rn_instance *in, struct rn_instance_waits *w)
         case RN_X_RUNNING:
             if (ir_call_is_wait(tnode(in, x->node)->call)) {
                 w->waits++;
+            } else if (ir_call_is_send(tnode(in, x->node)->call)) {
+                w->actions++; /* answered by the write in flight: never handed back for it */
             } else if (tnode(in, x->node)->call != IR_CALL_ACTION) {
                 w->children++;
             } else {

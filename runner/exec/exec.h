@@ -335,7 +335,7 @@ struct rn_iid rn_child_id(struct rn_xid exec_id, uint32_t attempt);
 
 /* What a live instance waits for (the shard hands back one that only waits for children). */
 struct rn_instance_waits {
-    size_t actions;  /* action attempts running (dispatched to workers) */
+    size_t actions;  /* action attempts running (dispatched to workers), and signals being sent */
     size_t children; /* child calls running (RUN waits for the child; START for its creation) */
     size_t waits;    /* waits for signals or events */
     int64_t next_ms; /* the earliest timer (sleep, backoff, deadline); INT64_MAX: none */

@@ -214,6 +214,11 @@ void rn_ex_bind_follow(struct rn_instance *in, uint32_t xi, const struct ir_node
                        struct ir_val val);
 void rn_ex_raise_error(struct rn_instance *in, uint32_t xi, struct ir_val err);
 void rn_ex_raise_new(struct rn_instance *in, uint32_t xi, const char *type, const char *msg);
+/* Whether v can travel as JSON to a client or another instance (a published value, a signal's
+ * payload): what JSON holds (no NaN or infinity, no U+0000) and at most RN_PUBLISH_MAX_BYTES
+ * of it, as an input. Else raises a ValueError at node xi that says so, prefixed by `what`
+ * ("publish stage"), and returns false (also without memory, the instance failed). */
+bool rn_ex_json_ok(struct rn_instance *in, uint32_t xi, struct ir_val v, const char *what);
 void rn_ex_forget_attempts(struct rn_xnode *x);
 void rn_ex_dispatch(struct rn_instance *in, uint32_t xi, bool resend);
 void rn_ex_apply_event(struct rn_instance *in, const struct rn_event *ev);

@@ -180,22 +180,14 @@ run_except(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct 
     rn_ex_raise_error(in, xi, err); /* no handler matched: on to the enclosing one */
 }
 
-/* A published value is JSON in cairn.published, read by any client: refused here, as a
- * catchable ValueError at the `publish`, when JSON cannot hold it or it is over the limit an
- * input has (a client reads it whole). */
-static void
-run_publish(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
+bool
+rn_ex_json_ok(struct rn_instance *in, uint32_t xi, struct ir_val v, const char *what)
 {
-    struct rn_publish p = {.name = t->name};
     struct cn_buf js = CN_BUF_INIT;
     struct cn_errmsg em = {0};
-    char msg[256];
-    cn_err rv;
+    char msg[IR_MAX_WAIT_NAME + 192];
+    cn_err rv = ir_val_to_json(v, &js, &em);
 
-    if (!rn_ex_value(in, xi, t->expr, &p.value)) {
-        return;
-    }
-    rv = ir_val_to_json(p.value, &js, &em);
     if (rv == CN_OK && (cn_buf_puts(&js, "") != CN_OK)) {
         rv = CN_NOMEM;
     }
@@ -203,27 +195,46 @@ run_publish(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
         rv = cn_errmsg_set(&em, CN_RANGE, "the character U+0000");
     }
     if (rv != CN_OK && rv != CN_NOMEM) {
-        (void) snprintf(msg, sizeof(msg), "publish %s: the value cannot be stored as JSON (%s)",
-                        t->name, em.text);
+        (void) snprintf(msg, sizeof(msg), "%s: the value cannot be stored as JSON (%s)", what,
+                        em.text);
     } else if (rv == CN_OK && js.len > RN_PUBLISH_MAX_BYTES) {
         (void) snprintf(msg, sizeof(msg),
-                        "publish %s: the value is %zu bytes of JSON, over the limit of %d", t->name,
-                        js.len, RN_PUBLISH_MAX_BYTES);
+                        "%s: the value is %zu bytes of JSON, over the limit of %d", what, js.len,
+                        RN_PUBLISH_MAX_BYTES);
         rv = CN_RANGE;
-    } else if (rv == CN_OK && CN_VEC_PUSH(&in->out->published, p) != CN_OK) {
-        rv = CN_NOMEM;
     }
+    cn_buf_fini(&js);
     if (rv == CN_NOMEM) {
         rn_ex_oom(in);
     } else if (rv != CN_OK) {
         rn_ex_raise_new(in, xi, "ValueError", msg);
-    } else {
-        p.value = ir_null(); /* the output owns it */
-        in->out->snapshot_needed = true;
-        rn_ex_follow_first(in, xi, false, ir_null());
     }
-    ir_val_release(p.value);
-    cn_buf_fini(&js);
+    return rv == CN_OK;
+}
+
+/* A published value is JSON in cairn.published, read by any client: refused at the `publish`
+ * when JSON cannot hold it (rn_ex_json_ok). */
+static void
+run_publish(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
+{
+    struct rn_publish p = {.name = t->name};
+    char what[IR_MAX_WAIT_NAME + 16];
+
+    if (!rn_ex_value(in, xi, t->expr, &p.value)) {
+        return;
+    }
+    (void) snprintf(what, sizeof(what), "publish %s", t->name);
+    if (!rn_ex_json_ok(in, xi, p.value, what)) {
+        ir_val_release(p.value);
+        return;
+    }
+    if (CN_VEC_PUSH(&in->out->published, p) != CN_OK) {
+        ir_val_release(p.value);
+        rn_ex_oom(in);
+        return;
+    }
+    in->out->snapshot_needed = true;
+    rn_ex_follow_first(in, xi, false, ir_null());
 }
 
 static void

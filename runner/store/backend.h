@@ -105,6 +105,47 @@ struct rn_wait {
     struct ir_val value; /* ANSWERED: the recorded answer (owned by the write) */
 };
 
+/* What became of a signal a write sends (set by persist): sent, or why it was refused, each
+ * refusal named as the SignalError's details give it (docs/language.md "Signalling another
+ * instance"). X(ENUM, name). */
+#define RN_SEND_STATUSES(X)                                                                    \
+    X(RN_SEND_SENT, "sent")                 /* sent: `answer` says how; recorded as the call's \
+                                               result by the write */                          \
+    X(RN_SEND_NOT_FOUND, "not_found")       /* no such instance (or one of another tenant) */  \
+    X(RN_SEND_ENDED, "ended")               /* the instance has ended */                       \
+    X(RN_SEND_UNKNOWN_NAME, "unknown_name") /* its workflow never waits for that signal */     \
+    X(RN_SEND_LIMIT, "limit") /* too many unconsumed signals there, or too large a payload */
+#define RN_SEND_STATUS_ENUM(e, name) e,
+enum rn_send_status { RN_SEND_STATUSES(RN_SEND_STATUS_ENUM) RN_SEND_STATUS_COUNT_ };
+#undef RN_SEND_STATUS_ENUM
+
+/* The status's name ("not_found"); "" outside the enum. */
+static inline const char *
+rn_send_status_name(enum rn_send_status s)
+{
+#define RN_SEND_STATUS_NAME(e, name) name,
+    static const char *const names[] = {RN_SEND_STATUSES(RN_SEND_STATUS_NAME)};
+#undef RN_SEND_STATUS_NAME
+    return (unsigned) s < RN_SEND_STATUS_COUNT_ ? names[s] : "";
+}
+
+/* A signal the write's instance sends another (`signal s(to=id, payload=v)`), sent in the same
+ * transaction as the snapshot that records the call, under a dedup key made of the call's
+ * execution id and attempt, and its answer recorded there as the call's result: sent exactly
+ * once, and a replay of the write changes nothing (sql/api/35_signals.sql, runner_signals).
+ * Borrowed from the caller, but for what persist sets. */
+struct rn_send {
+    struct rn_xid exec_id; /* the signal node's execution */
+    uint32_t attempt;
+    struct rn_iid to;      /* the instance it goes to */
+    const char *name;      /* the signal's */
+    struct ir_val payload; /* what JSON holds (the executor checked) */
+    /* set by persist: */
+    enum rn_send_status status;
+    char answer[16];   /* SENT: "delivered", "buffered" (cairn.signal's words) */
+    char message[200]; /* refused: why, in the words of cairn.signal */
+};
+
 /* A claimed instance, ready to hydrate. Owned by the array it is in (rn_claimed_free). */
 struct rn_claimed {
     struct rn_iid instance_id;
@@ -172,6 +213,8 @@ struct rn_write {
     /* Values the step published (after the waits), in order: the last per name is kept. */
     const struct rn_publish *published;
     size_t npublished;
+    struct rn_send *sends; /* signals to other instances (after the published values) */
+    size_t nsends;
     uint32_t max_child_depth; /* a child deeper than this is not started (TOO_DEEP) */
     /* A finishing child (outcome not RUNNING, parent.has): its outcome goes to its parent as
      * the call's result, in the same transaction (rn_child_outcome made parent_value). */

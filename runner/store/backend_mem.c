@@ -309,6 +309,13 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
                             "workflow in memory): cannot start %s",
                             w[i].children[k].workflow);
         }
+        for (k = 0; k < w[i].nsends; k++) {
+            /* Likewise signals: the only instance in memory is the one sending. */
+            w[i].sends[k].status = RN_SEND_NOT_FOUND;
+            (void) snprintf(w[i].sends[k].message, sizeof(w[i].sends[k].message),
+                            "signals to other instances need the PostgreSQL backend (cairnctl "
+                            "exec runs one workflow in memory)");
+        }
         for (k = 0; k < w[i].ndone; k++) {
             if (mem_record(in, &w[i].done[k]) != CN_OK) {
                 cn_mutex_unlock(&b->mtx);

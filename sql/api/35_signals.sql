@@ -88,7 +88,7 @@ BEGIN
 END
 $$;
 
--- Sends signal p_name with p_payload to instance p_instance_id. Returns
+-- cairn.signal sends signal p_name with p_payload to instance p_instance_id. Returns
 --   'delivered'    a wait of the instance took it (recorded as the wait's result; the instance
 --                  is woken);
 --   'buffered'     no wait of that name is registered: kept for the instance's next one;
@@ -100,13 +100,14 @@ $$;
 -- invalid_parameter_value (22023); a payload over the limits, or more than max_pending
 -- unconsumed signals, program_limit_exceeded (54000). Sends to one instance are consumed in the
 -- order they commit: each locks the instance's queue row first.
-CREATE OR REPLACE FUNCTION cairn.signal(p_instance_id uuid, p_name text,
-                                        p_payload jsonb DEFAULT 'null',
-                                        p_dedup_key text DEFAULT NULL,
-                                        p_only_if_waiting boolean DEFAULT false)
+-- cairn.signal's body, sending as p_sent_by (what cairn.signals.sent_by records: the API's
+-- caller, or the instance whose `signal` it is). Not SECURITY DEFINER: called by cairn.signal
+-- (as cairn_api, row security as its caller's) and by cairn.runner_signals (as the runner).
+CREATE OR REPLACE FUNCTION cairn.send_signal(p_instance_id uuid, p_name text, p_payload jsonb,
+                                             p_dedup_key text, p_only_if_waiting boolean,
+                                             p_sent_by text)
 RETURNS text
 LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
 AS $$
 DECLARE
     v_queued boolean;
@@ -158,7 +159,7 @@ BEGIN
     IF FOUND THEN
         INSERT INTO cairn.signals (instance_id, name, payload, dedup_key, sent_by, consumed_exec,
                                    consumed_attempt, consumed_at)
-        VALUES (p_instance_id, p_name, p_payload, p_dedup_key, cairn.api_caller(),
+        VALUES (p_instance_id, p_name, p_payload, p_dedup_key, p_sent_by,
                 w.execution_id, w.attempt, clock_timestamp());
         PERFORM cairn.answer_wait(p_instance_id, w.execution_id, w.attempt,
                                   CASE WHEN w.several THEN jsonb_build_array(p_name, p_payload)
@@ -178,9 +179,22 @@ BEGIN
                          'cairn.signal_limits() lists the limits.';
     END IF;
     INSERT INTO cairn.signals (instance_id, name, payload, dedup_key, sent_by)
-    VALUES (p_instance_id, p_name, p_payload, p_dedup_key, cairn.api_caller());
+    VALUES (p_instance_id, p_name, p_payload, p_dedup_key, p_sent_by);
     RETURN 'buffered';
 END
+$$;
+
+-- cairn.signal itself (its contract above cairn.send_signal): the caller is the sender.
+CREATE OR REPLACE FUNCTION cairn.signal(p_instance_id uuid, p_name text,
+                                        p_payload jsonb DEFAULT 'null',
+                                        p_dedup_key text DEFAULT NULL,
+                                        p_only_if_waiting boolean DEFAULT false)
+RETURNS text
+LANGUAGE sql
+SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
+AS $$
+    SELECT cairn.send_signal(p_instance_id, p_name, p_payload, p_dedup_key, p_only_if_waiting,
+                             cairn.api_caller())
 $$;
 
 -- Signal with start: the instance of p_workflow with idempotency key p_idempotency_key (enqueued
@@ -429,3 +443,81 @@ SELECT wt.instance_id, ri.workflow_name, wt.tenant_id,
        (SELECT count(*) FROM cairn.signals sg
          WHERE sg.instance_id = wt.instance_id AND sg.consumed_at IS NULL) AS buffered
   FROM cairn.waits wt JOIN cairn.runner_instances ri ON ri.instance_id = wt.instance_id;
+
+-- The runner's side of `signal s(to=id, payload=v)` (persist statement cairn_signals, after the
+-- published values): for each signal of the batch's writes, under the write's claim token (a
+-- write whose token is gone sends nothing and gets no row), the send that cairn.signal makes,
+-- as the sending instance (sent_by 'instance ID'), under the dedup key of the call's execution
+-- and attempt, and its answer recorded as the call's result (runner_actions_done, 'json'): the
+-- signal is sent once, and a write made again finds the answer. A receiver of another tenant
+-- is refused as one that does not exist; a refusal (no such instance, one that has ended, a
+-- name its workflow never waits for, a limit) stores nothing and comes back as the status
+-- 'not_found', 'ended', 'unknown_name' or 'limit', with cairn.signal's message. The fence of
+-- the write holds the receivers' queue rows already, in its order.
+CREATE OR REPLACE FUNCTION cairn.runner_signals(p_instance uuid[], p_lock uuid[], p_exec uuid[],
+                                                p_attempt integer[], p_to uuid[],
+                                                p_name text[], p_payload text[])
+RETURNS TABLE (instance_id uuid, execution_id uuid, attempt integer, status text,
+               message text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+    v_answer bytea;
+BEGIN
+    FOR r IN
+        SELECT * FROM unnest(p_instance, p_lock, p_exec, p_attempt, p_to, p_name, p_payload)
+                   AS t(i, l, e, a, dst, nm, pl)
+    LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM cairn.queued_instances q
+                                   WHERE q.instance_id = r.i AND q.lock_uuid = r.l);
+        instance_id := r.i;
+        execution_id := r.e;
+        attempt := r.a;
+        message := NULL;
+        SELECT dn.result INTO v_answer FROM cairn.runner_actions_done dn
+         WHERE dn.instance_id = r.i AND dn.execution_id = r.e AND dn.attempt = r.a
+           AND dn.status = 'json'
+         ORDER BY dn.id DESC LIMIT 1;
+        IF FOUND THEN
+            status := convert_from(v_answer, 'UTF8')::jsonb #>> '{}';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM cairn.runner_instances s, cairn.runner_instances d
+                        WHERE s.instance_id = r.i AND d.instance_id = r.dst
+                          AND d.tenant_id = s.tenant_id) THEN
+            status := 'not_found';
+            message := format('no instance %s', r.dst);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        BEGIN
+            status := cairn.send_signal(r.dst, r.nm, r.pl::jsonb,
+                                        'cairn:' || r.i || '/' || r.e || '/' || r.a, false,
+                                        'instance ' || r.i);
+        EXCEPTION
+            WHEN no_data_found THEN
+                status := 'not_found';
+                message := SQLERRM;
+            WHEN object_not_in_prerequisite_state THEN
+                status := 'ended';
+                message := SQLERRM;
+            WHEN invalid_parameter_value THEN
+                status := 'unknown_name';
+                message := SQLERRM;
+            WHEN program_limit_exceeded THEN
+                status := 'limit';
+                message := SQLERRM;
+        END;
+        IF message IS NULL THEN
+            INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status,
+                                                   result)
+            VALUES (r.i, r.e, r.a, 'json', convert_to(to_jsonb(status)::text, 'UTF8'));
+        ELSE
+            message := regexp_replace(message, '^cairn\.signal: ', '');
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;

@@ -21,7 +21,12 @@ workflows are in tests/integration/signals/.
 - published values: the latest of each name while the instance waits (cairnctl get), --wait
   --after V for the next one, exit 5 for none yet, 6 for none to come, 1 for an unknown
   instance;
-- another tenant can neither signal the instance nor read its values (no instance).
+- another tenant can neither signal the instance nor read its values (no instance);
+- a workflow signals other instances (sender.cairn): a child it started takes two signals in
+  order, a handed-back waiter is woken ("delivered"), refusals are caught as SignalError with
+  their reason; each send is stored once, as the sending instance, its answer recorded as the
+  call's result; cairn.runner_signals made again (a write retried) sends nothing more, and one
+  from another tenant's instance is refused as no instance.
 """
 
 import json
@@ -94,7 +99,7 @@ def run_all(url, env, tmp):
     src = os.path.join(e2e.ROOT, "tests/integration/signals")
     r = ctl(env, "migrate")
     check("migrate", r.returncode == 0, r.stderr)
-    for name in ("approval", "mailbox", "timed", "keyed", "branches", "progress"):
+    for name in ("approval", "mailbox", "timed", "keyed", "branches", "progress", "sender"):
         r = ctl(env, "register", f"{src}/{name}.cairn")
         check(f"register {name} (a workflow with waits)", r.returncode == 0, r.stderr)
     check("the version records the signal names its waits take", q(
@@ -334,6 +339,71 @@ def run_all(url, env, tmp):
           "no instance" in out.stderr and q(
               url, f"SELECT count(*) FROM cairn.signals WHERE instance_id = '{victim}'") == "0",
           out.stdout + out.stderr)
+
+    # ---- a workflow signals other instances ---------------------------------------------------
+    waiter = run(env, "approval", {"order": {"id": "o-sender"}})
+    ended = run(env, "mailbox", {"n": 0})
+    wait_until("waiter handed back", lambda: waiting(url, waiter), 30)
+    done(url, ended)
+    sender = run(env, "sender", {"waiter": waiter, "ended": ended})
+    done(url, sender)
+    got = result(url, sender) or {}
+    sent = got.get("sent", [])
+    check("a workflow's signals: sent and answered (to the child buffered or delivered, as it "
+          "waits yet or not; to the handed-back waiter delivered)", status(url, sender) ==
+          "completed" and len(sent) == 3 and {"buffered", "delivered"} >= set(sent[:2]) and
+          sent[2] == "delivered", f"{status(url, sender)} {got}")
+    refused = got.get("refused", {})
+    check("... each refusal with its reason: ended, unknown_name, not_found; a bad id a "
+          "ValueError", refused.get("ended") == "ended" and refused.get("unknown") ==
+          "unknown_name" and refused.get("missing", [None])[0] == "not_found" and
+          "no instance 00000000-0000-4000-8000-000000000000" in refused.get("missing")[1] and
+          "is not an instance id" in refused.get("bad_id", ""), json.dumps(refused))
+    child = got.get("child")
+    check("the child it started takes its two signals in the order sent", done(url, child) and
+          result(url, child) == ["one", "two"], f"{status(url, child)} {result(url, child)}")
+    check("the waiter it woke goes on with the payload (then waits for its event)", wait_until(
+        "waiter's event wait", lambda: q(url, f"SELECT names[1] FROM cairn.waits WHERE "
+                                              f"instance_id = '{waiter}'") == "order_paid", 30))
+    stored = q(url, f"SELECT count(*) || ' ' || count(DISTINCT dedup_key) || ' ' || "
+                    f"bool_and(sent_by = 'instance {sender}') FROM cairn.signals WHERE dedup_key "
+                    f"LIKE 'cairn:{sender}/%'")
+    check("each send stored once, as the sending instance, under its call's dedup key",
+          stored == "3 3 true", stored)
+    check("... and its answer recorded once as the call's result", e2e.duplicate_done(url) == "0")
+
+    # cairn.runner_signals made again, as a retried write would: the recorded answer, no send.
+    held = ctl(env, "run", "mailbox", "--input", '{"n": 1}', "--at", "tomorrow").stdout.strip()
+    rcv = ctl(env, "run", "mailbox", "--input", '{"n": 1}', "--at", "tomorrow").stdout.strip()
+    lock = "11111111-1111-4111-8111-111111111111"
+    q(url, f"UPDATE cairn.queued_instances SET lock_uuid = '{lock}' WHERE instance_id = '{held}'")
+    call = (f"SELECT status || '/' || coalesce(message, '') FROM cairn.runner_signals("
+            f"ARRAY['{held}']::uuid[], ARRAY['{lock}']::uuid[], ARRAY["
+            f"'22222222-2222-4222-8222-222222222222']::uuid[], ARRAY[1], ARRAY['{rcv}']::uuid[],"
+            f" ARRAY['item'], ARRAY['\"x\"'])")
+    first, again = q(url, call), q(url, call)
+    check("cairn.runner_signals made again gives the recorded answer and sends nothing more",
+          first == "buffered/" and again == "buffered/" and q(
+              url, f"SELECT count(*) FROM cairn.signals WHERE instance_id = '{rcv}'") == "1",
+          f"{first} {again}")
+    src = os.path.join(e2e.ROOT, "tests/integration/signals/mailbox.cairn")
+    r = ctl(env, "register", "--tenant", TENANT, src)
+    theirs = ctl(env, "run", "--tenant", TENANT, "mailbox", "--input", '{"n": 1}', "--at",
+                 "tomorrow").stdout.strip()
+    check("another tenant's instance to send from", r.returncode == 0 and len(theirs) == 36,
+          r.stderr + theirs)
+    q(url, f"UPDATE cairn.queued_instances SET lock_uuid = '{lock}' WHERE instance_id = "
+           f"'{theirs}'")
+    other = q(url, call.replace(held, theirs).replace("22222222-2222-4222-8222-222222222222",
+                                                      "33333333-3333-4333-8333-333333333333"))
+    check("... and from another tenant's instance it is refused as no instance",
+          other == f"not_found/no instance {rcv}" and q(
+              url, f"SELECT count(*) FROM cairn.signals WHERE instance_id = '{rcv}'") == "1", other)
+    q(url, f"UPDATE cairn.queued_instances SET lock_uuid = NULL WHERE instance_id IN ('{held}', "
+           f"'{theirs}')")
+    ctl(env, "cancel", "--tenant", TENANT, theirs)
+    ctl(env, "cancel", held)
+    ctl(env, "cancel", rcv)
 
     # ---- /metrics ----------------------------------------------------------------------------------
     later = ctl(env, "run", "approval", "--input", '{"order": {"id": "later"}}', "--at",

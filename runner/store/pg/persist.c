@@ -104,6 +104,15 @@ static const struct {
      " DESC ON CONFLICT (instance_id, name) DO UPDATE SET value = EXCLUDED.value, version ="
      " p.version + 1, published_at = clock_timestamp()",
      4, "uutt"},
+    /* The signals the writes send other instances (cairn.runner_signals checks each write's
+     * token, and records what a send answered as the call's result): after the published
+     * values, before the queue rows are released or deleted. The fence holds the receivers'
+     * queue rows already (pg_persist). */
+    {"cairn_signals",
+     "SELECT instance_id, execution_id, attempt, status, message FROM"
+     " cairn.runner_signals($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[], $5::uuid[],"
+     " $6::text[], $7::text[])",
+     7, "uuuiutt"},
     {"cairn_state",
      "UPDATE cairn.runner_instances ri SET state = t.s, state_step = t.k, redrive = false FROM"
      " unnest($1::uuid[],"
@@ -176,6 +185,7 @@ enum {
     PS_DONE,
     PS_WAITS,
     PS_PUBLISH,
+    PS_SIGNALS,
     PS_STATE,
     PS_RELEASE,
     PS_CHILDREN,
@@ -395,6 +405,64 @@ waits_status(PGresult *r, struct rn_write *w, size_t n)
     }
 }
 
+/* Sets what became of each signal of w[0..n) from cairn.runner_signals's rows (binary:
+ * instance, execution, attempt, status, message): a status cairn.signal answers is SENT; a
+ * refusal is named as RN_SEND_STATUSES names it. A signal without a row (a lost write) keeps
+ * what sends_reset set. */
+static void
+sends_status(PGresult *r, struct rn_write *w, size_t n)
+{
+    int row, st;
+    size_t i, k;
+
+    for (row = 0; row < PQntuples(r); row++) {
+        struct rn_iid iid;
+        struct rn_xid xid;
+        const char *status = PQgetvalue(r, row, 3);
+        uint32_t att;
+
+        if (!pg_get_uuid(r, row, 0, iid.b) || !pg_get_uuid(r, row, 1, xid.b) ||
+            PQgetlength(r, row, 2) != 4) {
+            continue;
+        }
+        att = pg_be32(PQgetvalue(r, row, 2));
+        for (i = 0; i < n; i++) {
+            for (k = 0; k < w[i].nsends && rn_iid_eq(w[i].instance_id, iid); k++) {
+                struct rn_send *s = &w[i].sends[k];
+                if (!rn_xid_eq(s->exec_id, xid) || s->attempt != att) {
+                    continue;
+                }
+                for (st = 1; st < RN_SEND_STATUS_COUNT_; st++) {
+                    if (strcmp(status, rn_send_status_name((enum rn_send_status) st)) == 0) {
+                        break;
+                    }
+                }
+                s->status = st < RN_SEND_STATUS_COUNT_ ? (enum rn_send_status) st : RN_SEND_SENT;
+                (void) snprintf(s->answer, sizeof(s->answer), "%s",
+                                s->status == RN_SEND_SENT ? status : "");
+                (void) snprintf(s->message, sizeof(s->message), "%s",
+                                PQgetisnull(r, row, 4) ? "" : PQgetvalue(r, row, 4));
+            }
+        }
+    }
+}
+
+/* Clears what an earlier try of the batch set on its signals: refused until a row says. */
+static void
+sends_reset(struct rn_write *w, size_t n)
+{
+    size_t i, k;
+
+    for (i = 0; i < n; i++) {
+        for (k = 0; k < w[i].nsends; k++) {
+            w[i].sends[k].status = RN_SEND_NOT_FOUND;
+            w[i].sends[k].answer[0] = '\0';
+            (void) snprintf(w[i].sends[k].message, sizeof(w[i].sends[k].message),
+                            "the write that sends it was not made");
+        }
+    }
+}
+
 /* Clears what an earlier try of the batch set on its waits. */
 static void
 waits_reset(struct rn_write *w, size_t n)
@@ -430,6 +498,7 @@ persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr
         w[i].lost = true; /* until the fence says it kept the write */
     }
     waits_reset(w, n);
+    sends_reset(w, n);
     rv = PQenterPipelineMode(b->c) == 1 ? CN_OK
                                         : cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
     if (rv == CN_OK && PQsendQueryParams(b->c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) != 1) {
@@ -473,6 +542,8 @@ persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr
                 children_status(r, w, n);
             } else if (r != NULL && s == PS_WAITS) {
                 waits_status(r, w, n);
+            } else if (r != NULL && s == PS_SIGNALS) {
+                sends_status(r, w, n);
             }
             PQclear(r);
         }
@@ -593,15 +664,19 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
         return rv;
     }
     /* The fence locks its rows one by one in the order of its arrays: every row the batch will
-     * touch — its own, and the parents' of the children it finishes (cairn_child_done wakes
-     * them) — at once, by instance id. Two batches then never wait on each other in a cycle
-     * (they did when the parents were locked after the fence: a batch finishing a child of P
-     * while writing Q against one finishing a child of Q while writing P), nor a batch and
-     * cairn.wake_parents, which waits in the same order. The heartbeat, the claim and the
-     * reclaimer skip locked rows and wait for none. */
-    if ((order = malloc(2 * n * sizeof(*order))) == NULL) {
+     * touch — its own, the parents' of the children it finishes (cairn_child_done wakes
+     * them), and the receivers' of the signals it sends — at once, by instance id. Two batches then
+     * never wait on each other in a cycle (they did when the parents were locked after the fence: a
+     * batch finishing a child of P while writing Q against one finishing a child of Q while writing
+     * P), nor a batch and cairn.wake_parents, which waits in the same order. The heartbeat, the
+     * claim and the reclaimer skip locked rows and wait for none. */
+    for (i = 0; i < n; i++) {
+        nrows += 2 + w[i].nsends;
+    }
+    if ((order = malloc(nrows * sizeof(*order))) == NULL) {
         return CN_NOMEM;
     }
+    nrows = 0;
     for (s = 0; s < NPERSIST; s++) {
         for (k = 0; k < PS_MAXP; k++) {
             pg_barr_begin(&a[s][k], k < (size_t) persist_stmts[s].nparams
@@ -616,11 +691,15 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             order[nrows].iid = w[i].parent.parent;
             order[nrows++].lock = NULL;
         }
+        for (k = 0; k < w[i].nsends; k++) {
+            order[nrows].iid = w[i].sends[k].to;
+            order[nrows++].lock = NULL;
+        }
     }
     qsort(order, nrows, sizeof(*order), cmp_fence_row);
     for (i = 0; i < nrows; i++) {
         if (order[i].lock == NULL && i > 0 && rn_iid_eq(order[i - 1].iid, order[i].iid)) {
-            continue; /* locked already: an own row, or another child's parent */
+            continue; /* locked already: an own row, another child's parent, a receiver */
         }
         pg_barr_uuid(&a[PS_FENCE][0], order[i].iid.b);
         if (order[i].lock != NULL) {
@@ -643,6 +722,20 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             pg_barr_uuid(&a[PS_PUBLISH][1], w[i].lock.b);
             pg_barr_put(&a[PS_PUBLISH][2], w[i].published[k].name, strlen(w[i].published[k].name));
             pg_barr_put(&a[PS_PUBLISH][3], js.data, js.len);
+        }
+        for (k = 0; k < w[i].nsends; k++) {
+            const struct rn_send *x = &w[i].sends[k];
+            struct barr *sa = a[PS_SIGNALS];
+            if (!pg_json_text(x->payload, &js)) {
+                continue; /* the executor refused what JSON cannot hold: not reached */
+            }
+            pg_barr_uuid(&sa[0], w[i].instance_id.b);
+            pg_barr_uuid(&sa[1], w[i].lock.b);
+            pg_barr_uuid(&sa[2], x->exec_id.b);
+            pg_barr_int(&sa[3], x->attempt);
+            pg_barr_uuid(&sa[4], x->to.b);
+            pg_barr_put(&sa[5], x->name, strlen(x->name));
+            pg_barr_put(&sa[6], js.data, js.len);
         }
         for (k = 0; k < w[i].nchildren; k++) {
             struct rn_child_start *c = &w[i].children[k];
@@ -755,6 +848,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             w[i].lost = false; /* not written, not known lost: the caller retries or evicts */
         }
         waits_reset(w, n); /* answers of a transaction that rolled back */
+        sends_reset(w, n);
     }
     return rv;
 }

@@ -814,6 +814,30 @@ h_ack_children(struct h *h, uint8_t tag, uint8_t lock_tag, enum rn_child_status 
     h_apply(h, e);
 }
 
+/* ACKs the write of the last output (instance tag, token lock_tag) as the persister would after
+ * sending its signals: each with status st (answer "delivered" when sent, else message msg). */
+static void
+h_ack_sends(struct h *h, uint8_t tag, uint8_t lock_tag, enum rn_send_status st, const char *msg)
+{
+    const struct rn_write *w = h_write(h);
+    struct rn_sev *e = rn_sev_new(RN_SEV_ACK, iid_of(tag));
+    size_t k;
+
+    e->lock = token_of(lock_tag);
+    e->nsends = w->nsends;
+    e->sends = calloc(w->nsends ? w->nsends : 1, sizeof(*e->sends));
+    cr_assert_not_null(e->sends);
+    for (k = 0; k < w->nsends; k++) {
+        e->sends[k] = w->sends[k];
+        e->sends[k].payload = ir_null();
+        e->sends[k].status = st;
+        (void) snprintf(e->sends[k].answer, sizeof(e->sends[k].answer), "%s",
+                        st == RN_SEND_SENT ? "delivered" : "");
+        (void) snprintf(e->sends[k].message, sizeof(e->sends[k].message), "%s", msg ? msg : "");
+    }
+    h_apply(h, e);
+}
+
 /* A child's outcome for call (exec_id, attempt) of instance tag, as the canceller hands it over:
  * already recorded. Takes v. */
 static void
@@ -1003,6 +1027,60 @@ Test(shard, a_start_call_gets_the_child_id_when_its_write_commits)
         cr_expect_eq(h.out.reaps.len, 0, "a start's child outlives a parent that completes");
         h_fini(&h);
     }
+}
+
+/* `signal`: the write that records the call carries the send (receiver, name, payload) and
+ * dispatches nothing; its ACK gives the call its answer, recorded by that write (no done record
+ * after it), or raises the refusal as a SignalError whose details name the reason, receiver
+ * and signal, recorded by the next write. */
+Test(shard, a_signal_rides_in_its_write_and_its_ack_answers_or_raises)
+{
+    static const char src[] = "fn main(input: [to]):\n"
+                              "    try:\n"
+                              "        r = signal approve(to=to, payload={\"by\": \"ann\"})\n"
+                              "    except SignalError as e:\n"
+                              "        r = [e.type, e[\"details\"][\"reason\"], e[\"message\"]]\n"
+                              "    return r\n";
+    static const char to[] = "0b0e0c0a-0000-4000-8000-000000000001";
+    const struct rn_write *w;
+    const struct ir_val *by;
+    struct rn_iid want;
+    char input[96];
+    struct h h;
+
+    (void) snprintf(input, sizeof(input), "{\"to\": \"%s\"}", to);
+    cr_assert(cn_uuid_parse(to, want.b));
+    h_init_children(&h, src, 60000, 0);
+    h_claim(&h, 1, 11, input);
+    w = h_write(&h);
+    cr_expect_eq(h.out.dispatches.len, 0, "a signal goes to no worker");
+    cr_assert_eq(w->nsends, 1);
+    cr_expect_str_eq(w->sends[0].name, "approve");
+    cr_expect(rn_iid_eq(w->sends[0].to, want));
+    by = ir_map_get(w->sends[0].payload, "by", 2);
+    cr_assert_not_null(by);
+    cr_expect_str_eq(ir_str_data(*by), "ann");
+    cr_expect_not_null(w->state, "the call is durable in the write that sends it");
+    h_ack_sends(&h, 1, 11, RN_SEND_SENT, NULL);
+    w = h_write(&h);
+    cr_expect_eq(w->outcome, RN_COMPLETED);
+    cr_expect_str_eq(ir_str_data(w->result), "delivered");
+    cr_expect_eq(w->ndone, 0, "the answer was recorded by the write that sent it");
+    cr_expect_eq(w->nsends, 0, "sent once");
+    h_fini(&h);
+
+    h_init_children(&h, src, 60000, 0);
+    h_claim(&h, 2, 12, input);
+    h_ack_sends(&h, 2, 12, RN_SEND_ENDED, "instance x has ended (completed)");
+    w = h_write(&h);
+    cr_assert_eq(w->outcome, RN_COMPLETED);
+    cr_assert_eq(ir_list_len(w->result), 3);
+    cr_expect_str_eq(ir_str_data(ir_list_items(w->result)[0]), "SignalError");
+    cr_expect_str_eq(ir_str_data(ir_list_items(w->result)[1]), "ended");
+    cr_expect_str_eq(ir_str_data(ir_list_items(w->result)[2]),
+                     "signal approve: instance x has ended (completed)");
+    cr_expect_eq(w->ndone, 1, "a refusal is recorded like any error, by the next write");
+    h_fini(&h);
 }
 
 /* A child's outcome (RESULT with child set) is applied to the parent held here, without touching
