@@ -451,8 +451,9 @@ SELECT wt.instance_id, ri.workflow_name, wt.tenant_id,
 -- and attempt, and its answer recorded as the call's result (runner_actions_done, 'json'): the
 -- signal is sent once, and a write made again finds the answer. A receiver of another tenant
 -- is refused as one that does not exist; a refusal (no such instance, one that has ended, a
--- name its workflow never waits for, a limit) stores nothing and comes back as the status
--- 'not_found', 'ended', 'unknown_name' or 'limit', with cairn.signal's message. The fence of
+-- name its workflow never waits for, a limit or a payload number out of range) stores nothing
+-- and comes back as the status 'not_found', 'ended', 'unknown_name' or 'limit', with
+-- cairn.signal's message. The fence of
 -- the write holds the receivers' queue rows already, in its order.
 CREATE OR REPLACE FUNCTION cairn.runner_signals(p_instance uuid[], p_lock uuid[], p_exec uuid[],
                                                 p_attempt integer[], p_to uuid[],
@@ -506,7 +507,9 @@ BEGIN
             WHEN invalid_parameter_value THEN
                 status := 'unknown_name';
                 message := SQLERRM;
-            WHEN program_limit_exceeded THEN
+            WHEN program_limit_exceeded OR data_exception THEN
+                -- over a limit (size, depth, unconsumed signals) or a number out of range: a
+                -- refusal of this send, never an error that fails the whole write again and again
                 status := 'limit';
                 message := SQLERRM;
         END;
