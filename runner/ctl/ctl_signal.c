@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cairnctl's sends to waiting workflows: `signal` (cairn.signal, to one instance) and `event`
- * (cairn.publish_event, by name and key), and the read of what a workflow published: `get`
+ * cairnctl's sends to waiting workflows: `signal` (cairn.signal, to one instance; with --token,
+ * cairn.signal_by_token) and `event` (cairn.publish_event, by name and key), the tokens that
+ * send one signal to one instance (`signal-token`, cairn.signal_token), and the read of what a
+ * workflow published: `get`
  * (cairn.get_value, with --wait told by cairn.value_channel). Each is a statement of the SQL
  * API, so a script, a webhook handler with a database login and cairnctl alike, with the same
  * checks; the words and exit statuses (ctl.h) say what became of the send. Single-threaded.
@@ -63,18 +65,31 @@ static const struct {
 
 static const char *const signal_sql =
     "SELECT cairn.signal($1::uuid, $2, $3::jsonb, $4, $5::boolean) AS answer";
+/* The token names the instance and the signal. */
+static const char *const token_sql = "SELECT cairn.signal_by_token($3, $1::jsonb, $2) AS answer";
 
+/* Sends signal `name` to instance `id`, or with --token (id and name both "") the one its token
+ * stands for. */
 static int
 signal_one(const struct cn_opts *o, PGconn *c, const char *id, const char *name)
 {
+    const char *token = cn_opts_str(o, "token");
     const char *params[5] = {id, name, cn_opts_str(o, "payload"), cn_opts_str(o, "dedup-key"),
                              cn_opts_bool(o, "only-if-waiting") ? "true" : "false"};
+    const char *by_token[3] = {params[2], params[3], token};
     char answer[32];
     size_t k;
-    int status = ctl_query_text(o, c, signal_sql, 5, params, "answer", answer, sizeof(answer));
+    int status =
+        token != NULL
+            ? ctl_query_text(o, c, token_sql, 3, by_token, "answer", answer, sizeof(answer))
+            : ctl_query_text(o, c, signal_sql, 5, params, "answer", answer, sizeof(answer));
 
     if (status != EXIT_OK) {
         return status;
+    }
+    if (token != NULL) {
+        id = "(token)";
+        params[1] = "(its signal)";
     }
     for (k = 0; k + 1 < sizeof(signal_answers) / sizeof(signal_answers[0]) &&
                 strcmp(signal_answers[k].answer, answer) != 0;
@@ -95,10 +110,69 @@ ctl_cmd_signal(const struct ctl_call *call, int argc, char **argv)
         SEND_OPTS,
         CTL_OPT_BOOL("only-if-waiting",
                      "send only if a wait takes it now; else store nothing (exit 1)"),
+        CTL_OPT_STR("token", "T",
+                    "send the signal token T stands for (cairnctl signal-token), without ID "
+                    "and NAME"),
+    };
+    struct cn_opts o = CTL_OPTS(call, rows, 2);
+    bool by_token;
+    PGconn *c = NULL;
+    int status;
+
+    if (!ctl_opts(&o, argc, argv, &status)) {
+        return status;
+    }
+    by_token = cn_opts_str(&o, "token") != NULL;
+    if (by_token && (o.nargs != 0 || cn_opts_bool(&o, "only-if-waiting"))) {
+        fprintf(stderr, "%s: --token T names the instance and the signal: give no ID NAME%s\n",
+                o.prog, cn_opts_bool(&o, "only-if-waiting") ? ", and no --only-if-waiting" : "");
+        return EXIT_USAGE;
+    }
+    if (!by_token && o.nargs != 2) {
+        return ctl_usage(&o);
+    }
+    if (!by_token && !ctl_check_uuid(&o, argv[0])) {
+        return EXIT_USAGE;
+    }
+    if ((status = ctl_db_open(&o, &c)) == EXIT_OK) {
+        status = by_token ? signal_one(&o, c, "", "") : signal_one(&o, c, argv[0], argv[1]);
+    }
+    PQfinish(c);
+    return status;
+}
+
+static const char *const token_mint_sql =
+    "SELECT cairn.signal_token($1::uuid, $2, $3::interval) AS token";
+
+static int
+token_one(const struct cn_opts *o, PGconn *c, const char *id, const char *name)
+{
+    const char *params[3] = {id, name, cn_opts_str(o, "ttl")};
+    char token[80];
+    int status = ctl_query_text(o, c, token_mint_sql, 3, params, "token", token, sizeof(token));
+
+    if (status != EXIT_OK) {
+        return status;
+    }
+    if (ctl_json_out(o)) {
+        printf("{\"id\": \"%s\", \"signal\": \"%s\", \"token\": \"%s\"}\n", id, name, token);
+    } else {
+        printf("%s\n", token);
+    }
+    return EXIT_OK;
+}
+
+int
+ctl_cmd_signal_token(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        CTL_OPT_STR("ttl", "D", "the token expires D from now (30m, 7d); default: never"),
+        CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 2);
 
-    return run_send(&o, argc, argv, true, signal_one);
+    return run_send(&o, argc, argv, true, token_one);
 }
 
 static const char *const event_sql =

@@ -43,7 +43,8 @@ BEGIN
                        ' WITH CHECK ((SELECT cairn.api_scope()) IN (tenant_id, ''*''))', t);
     END LOOP;
     FOREACH t IN ARRAY ARRAY['queued_instances', 'runner_actions_done', 'instance_history',
-                             'signals', 'waits', 'event_reads', 'published'] LOOP
+                             'signals', 'waits', 'event_reads', 'published',
+                             'signal_tokens'] LOOP
         EXECUTE format('ALTER TABLE cairn.%I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('CREATE POLICY instance_visible ON cairn.%I'
                        ' TO cairn_tenant, cairn_app, cairn_api'

@@ -399,6 +399,22 @@ def run_all(url, env, tmp):
     check("... and from another tenant's instance it is refused as no instance",
           other == f"not_found/no instance {rcv}" and q(
               url, f"SELECT count(*) FROM cairn.signals WHERE instance_id = '{rcv}'") == "1", other)
+    r = ctl(env, "signal-token", held, "item", "--ttl", "1h")
+    token = r.stdout.strip()
+    check("cairnctl signal-token prints a token", r.returncode == 0 and token.startswith("cst_"),
+          r.stdout + r.stderr)
+    r = ctl(env, "signal", "--token", token, "--payload", '"by token"')
+    check("cairnctl signal --token sends the signal its token stands for", r.returncode == 0 and
+          "buffered" in r.stdout and q(url, f"SELECT payload::text FROM cairn.signals WHERE "
+                                             f"instance_id = '{held}'") == '"by token"',
+          r.stdout + r.stderr)
+    r = ctl(env, "signal", "--tenant", TENANT, "--token", token, "--payload", "1")
+    check("... and from another tenant the token is no token (row security hides it)",
+          r.returncode == 1 and "no such token" in r.stderr, f"{r.returncode} {r.stdout} "
+                                                               f"{r.stderr}")
+    r = ctl(env, "signal", "--token", token, held, "item")
+    check("... --token with ID NAME is a usage error", r.returncode == 2 and "--token" in
+          r.stderr, f"{r.returncode} {r.stderr}")
     q(url, f"UPDATE cairn.queued_instances SET lock_uuid = NULL WHERE instance_id IN ('{held}', "
            f"'{theirs}')")
     ctl(env, "cancel", "--tenant", TENANT, theirs)

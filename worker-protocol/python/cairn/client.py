@@ -125,6 +125,16 @@ def _signal(instance_id, name, payload, dedup_key, only_if_waiting):
                        only_if_waiting), False, _first)
 
 
+def _signal_token(instance_id, name, ttl):
+    return _Statement("SELECT cairn.signal_token(%s, %s, %s)",
+                      (uuid.UUID(str(instance_id)), name, ttl), False, _first)
+
+
+def _signal_by_token(token, payload, dedup_key):
+    return _Statement("SELECT cairn.signal_by_token(%s, %s, %s)",
+                      (token, Jsonb(payload), dedup_key), False, _first)
+
+
 def _signal_with_start(workflow, idempotency_key, name, payload, input, dedup_key):
     return _Statement("SELECT instance_id, signal FROM cairn.signal_with_start(%s, %s, %s, %s, "
                       "%s, %s)", (workflow, idempotency_key, name, Jsonb(payload),
@@ -376,6 +386,17 @@ class Client:
         ObjectNotInPrerequisiteState, a name it never waits for InvalidParameterValue."""
         return self._run(_signal(instance_id, name, payload, dedup_key, only_if_waiting))
 
+    def signal_token(self, instance_id, name, *, ttl=None):
+        """cairn.signal_token: a token ('cst_...') that sends signal name to the instance and
+        nothing else, for a webhook's URL; ttl a datetime.timedelta (None: while the instance
+        lives). Refuses as signal would."""
+        return self._run(_signal_token(instance_id, name, ttl))
+
+    def signal_by_token(self, token, payload=None, *, dedup_key=None):
+        """cairn.signal_by_token: sends the signal token stands for; answers as signal. An
+        unknown or expired token raises psycopg.errors.NoDataFound."""
+        return self._run(_signal_by_token(token, payload, dedup_key))
+
     def signal_with_start(self, workflow, idempotency_key, name, payload=None, *, input=None,
                           dedup_key=None):
         """cairn.signal_with_start: the instance with that idempotency key (enqueued with input
@@ -554,6 +575,12 @@ class AsyncClient:
     async def signal(self, instance_id, name, payload=None, *, dedup_key=None,
                      only_if_waiting=False):
         return await self._run(_signal(instance_id, name, payload, dedup_key, only_if_waiting))
+
+    async def signal_token(self, instance_id, name, *, ttl=None):
+        return await self._run(_signal_token(instance_id, name, ttl))
+
+    async def signal_by_token(self, token, payload=None, *, dedup_key=None):
+        return await self._run(_signal_by_token(token, payload, dedup_key))
 
     async def signal_with_start(self, workflow, idempotency_key, name, payload=None, *,
                                 input=None, dedup_key=None):

@@ -105,6 +105,36 @@ def test_the_client_sends_signals_and_events(cluster, client):
         client.signal("00000000-0000-4000-8000-000000000000", "approve", {})
 
 
+def test_a_signal_token_sends_one_signal_to_one_instance(cluster, client):
+    import datetime
+
+    root = os.path.dirname(os.path.dirname(EXAMPLES))
+    cluster.ctl("register", os.path.join(root, "tests/integration/signals/approval.cairn"),
+                "--name", "approval_tok")
+    iid = client.enqueue("approval_tok", {"order": {"id": "tok1"}})
+    token = client.signal_token(iid, "approve", ttl=datetime.timedelta(hours=1))
+    assert token.startswith("cst_") and len(token) == 68
+    assert client.signal_by_token(token, {"by": "hook"}, dedup_key="h1") == "buffered"
+    assert client.signal_by_token(token, {"by": "hook"}, dedup_key="h1") == "duplicate"
+    sent = client.conn.execute("SELECT name, payload, sent_by FROM cairn.signals WHERE "
+                               "instance_id = %s", (iid,)).fetchall()
+    assert [(n, p) for n, p, _ in sent] == [("approve", {"by": "hook"})]
+    assert sent[0][2].startswith("token ")
+    assert client.conn.execute("SELECT count(*) FROM cairn.signal_tokens WHERE digest = "
+                               "convert_to(%s, 'UTF8')", (token,)).fetchone()[0] == 0, \
+        "only a digest of the token is kept"
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        client.signal_token(iid, "nope")  # a name its workflow never waits for
+    with pytest.raises(psycopg.errors.NoDataFound):
+        client.signal_by_token("cst_" + "0" * 64, {})
+    brief = client.signal_token(iid, "reject", ttl=datetime.timedelta(microseconds=1))
+    with pytest.raises(psycopg.errors.NoDataFound):
+        client.signal_by_token(brief, "too late")  # expired
+    client.cancel(iid)
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        client.signal_by_token(token, {})  # its instance has ended
+
+
 def _listening_then_idle(url, pid, look="runner_instances"):
     """The client's session has looked (its last statement has look in it) after its LISTEN
     and now waits: what it hears from here on can only be a notification."""
