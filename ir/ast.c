@@ -33,7 +33,7 @@ ir_stmt_kind_name(enum ir_stmt_kind k)
 {
     static const char *const names[] = {
         "assign", "action",   "call", "spread", "parallel", "if",    "for",     "while",
-        "break",  "continue", "pass", "try",    "return",   "sleep", "publish",
+        "break",  "continue", "pass", "try",    "return",   "sleep", "publish", "raise",
     };
     return (unsigned) k < (unsigned) IR_S_KIND_COUNT_ ? names[k] : "?";
 }

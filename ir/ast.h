@@ -86,6 +86,7 @@ enum ir_stmt_kind {
     IR_S_RETURN,
     IR_S_SLEEP,
     IR_S_PUBLISH, /* publish item = expr */
+    IR_S_RAISE,   /* raise T(message[, details]) (item T, args), raise expr (expr), bare raise */
     IR_S_KIND_COUNT_
 };
 
@@ -138,6 +139,16 @@ struct ir_stmt {
     uint32_t nhandlers;
     bool helper_call; /* RETURN: expr is a helper call (set by the checker) */
     bool fail_fast;   /* SPREAD, PARALLEL: `[fail_fast]`, the first failure cancels the rest */
+    /* RAISE of an error type (set by the checker when expr calls one): the message and the
+     * details (IR_NO_EXPR when not given); item is the type, expr IR_NO_EXPR */
+    uint32_t raise_args[2];
+};
+
+/* `class Name(Base, ...): pass`: an error type the workflow raises, with its bases. */
+struct ir_errclass {
+    const char *name;
+    struct ir_pos pos;
+    struct ir_names bases;
 };
 
 struct ir_func {
@@ -156,6 +167,8 @@ struct ir_program {
     struct ir_xpool exprs;
     struct ir_func *funcs;
     uint32_t nfuncs;
+    struct ir_errclass *classes; /* in source order */
+    uint32_t nclasses;
 };
 
 /* Frees the program and everything it owns. NULL is a no-op. */

@@ -5,6 +5,9 @@
  * function), unknown functions, builtin and helper arity, helper calls in positions that cannot be
  * inlined, break/continue outside loops, and recursion among helpers. Also resolves builtin
  * calls (ir_expr.op) and turns `x = helper(...)` into IR_S_CALL statements for the compiler.
+ * Error types: each `class` declares a new name whose bases are declared or built in, without a
+ * cycle; `raise T(...)` of an error type becomes its type form (ir_stmt.item, raise_args); a
+ * bare `raise` stands inside an `except` handler of its own function.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 #include "ir/base/strmap.h"
 #include "ir/base/vec.h"
 #include "ir/compile.h"
+#include "ir/error.h"
 
 /* A definite-assignment state: bit i set = variable i is assigned on every path to here.
  * `dead` marks unreachable code (after return/break/continue), which counts as "everything
@@ -52,6 +56,8 @@ struct checker {
     uint8_t *reported;          /* per variable: "maybe unassigned" already reported */
     struct cn_strmap undefined; /* names already reported as undefined */
     int loop_depth;
+    int handler_depth;        /* except handlers around the statement, in its function */
+    struct cn_strmap classes; /* declared error type -> index in p->classes */
     struct loop_ctx *loop;
     const char *item; /* the spread item variable while checking that spread's arguments */
 };
@@ -235,7 +241,11 @@ check_builtin_call(struct checker *c, struct ir_expr *e)
     unsigned lo, hi, npos = e->nargs - e->nkw;
 
     if (b == IR_B_UNRESOLVED) {
-        if (strcmp(e->name, "run") == 0 || strcmp(e->name, "start") == 0) {
+        if (ir_error_builtin_bases(e->name) != NULL || cn_strmap_get(&c->classes, e->name, &lo)) {
+            ir_diags_add(c->d, e->line, e->col,
+                         "%s(...) makes an error only in a raise statement (raise %s(\"...\"))",
+                         e->name, e->name);
+        } else if (strcmp(e->name, "run") == 0 || strcmp(e->name, "start") == 0) {
             /* `run(k=v)` reads as a call of a function named run: the workflow name is
              * missing. */
             ir_diags_add(c->d, e->line, e->col,
@@ -566,6 +576,127 @@ walk_break(struct checker *c, const struct ir_stmt *s, struct dstate *st)
     st->dead = true;
 }
 
+/* Whether name is an error type `raise` can make: declared by a class, or built in. */
+static bool
+is_error_type(const struct checker *c, const char *name)
+{
+    uint32_t k;
+
+    return ir_error_builtin_bases(name) != NULL || cn_strmap_get(&c->classes, name, &k);
+}
+
+/* `raise T(message[, details])` of an error type becomes its type form; any other `raise e`
+ * raises the error value e gives (checked when it runs); a bare `raise` re-raises the error
+ * its handler caught. Nothing after it runs. */
+static void
+walk_raise(struct checker *c, struct ir_stmt *s, struct dstate *st)
+{
+    struct ir_expr *e = s->expr != IR_NO_EXPR ? &c->p->exprs.items[s->expr] : NULL;
+    uint32_t k;
+
+    if (e == NULL) {
+        if (c->handler_depth == 0) {
+            ir_diags_add(c->d, s->pos.line, s->pos.col,
+                         "a bare raise re-raises the error an except handler caught: it goes "
+                         "inside one (in the same function), or name the error: raise "
+                         "ValueError(\"...\")");
+        }
+    } else if (e->kind == IR_X_CALL && is_error_type(c, e->name)) {
+        if (e->nkw > 0 || e->nargs > 2) {
+            ir_diags_add(c->d, e->line, e->col,
+                         "%s(...) takes a message and, optionally, details: raise %s(\"what "
+                         "went wrong\", {\"order\": id})",
+                         e->name, e->name);
+        }
+        s->item = e->name;
+        for (k = 0; k < e->nargs && k < 2; k++) {
+            s->raise_args[k] = ir_xchild(&c->p->exprs, e, k);
+            check_expr(c, s->raise_args[k], st);
+        }
+        s->expr = IR_NO_EXPR;
+    } else if (e->kind == IR_X_CALL && !cn_strmap_get(&c->funcs, e->name, &k) &&
+               ir_builtin_lookup(e->name) == IR_B_UNRESOLVED) {
+        ir_diags_add(c->d, e->line, e->col,
+                     "unknown error type '%s': declare it before raising it (class %s(Exception): "
+                     "pass), or raise a built-in one (ValueError, RuntimeError, ...)",
+                     e->name, e->name);
+    } else {
+        check_expr(c, s->expr, st);
+    }
+    st->dead = true;
+}
+
+/* The declared error types: each a new name (not a built-in type, a function or another
+ * class), its bases declared (earlier or later) or built in, and no cycle among them. */
+static void
+check_classes(struct checker *c)
+{
+    uint32_t i, k, n = c->p->nclasses;
+
+    for (i = 0; i < n; i++) {
+        const struct ir_errclass *kl = &c->p->classes[i];
+        uint32_t prev;
+        if (ir_error_builtin_bases(kl->name) != NULL) {
+            ir_diags_add(c->d, kl->pos.line, kl->pos.col,
+                         "%s is a built-in error type: name yours otherwise", kl->name);
+        } else if (cn_strmap_get(&c->classes, kl->name, &prev)) {
+            ir_diags_add(c->d, kl->pos.line, kl->pos.col,
+                         "error type '%s' is already declared at line %u", kl->name,
+                         c->p->classes[prev].pos.line);
+        } else if (cn_strmap_get(&c->funcs, kl->name, &prev)) {
+            ir_diags_add(c->d, kl->pos.line, kl->pos.col,
+                         "'%s' is both a function and an error type", kl->name);
+        } else if (cn_strmap_put(&c->classes, kl->name, i) != CN_OK) {
+            nomem(c);
+        }
+    }
+    for (i = 0; i < n; i++) {
+        const struct ir_errclass *kl = &c->p->classes[i];
+        for (k = 0; k < kl->bases.len; k++) {
+            if (!is_error_type(c, kl->bases.items[k])) {
+                ir_diags_add(c->d, kl->bases.pos[k].line, kl->bases.pos[k].col,
+                             "unknown base '%s': an error type's bases are built-in error types "
+                             "(Exception, ValueError, ...) or declared ones",
+                             kl->bases.items[k]);
+            }
+        }
+    }
+    /* A cycle: a class reachable from itself through declared bases (each walk visits a class
+     * at most once). */
+    {
+        uint32_t *stack = calloc(n + 1, sizeof(*stack));
+        uint8_t *seen = calloc(n + 1, 1);
+        if (stack == NULL || seen == NULL) {
+            nomem(c);
+            n = 0;
+        }
+        for (i = 0; i < n; i++) {
+            uint32_t top = 0;
+            bool cycle = false;
+            memset(seen, 0, n);
+            stack[top++] = i;
+            while (top > 0 && !cycle) {
+                const struct ir_errclass *kl = &c->p->classes[stack[--top]];
+                for (k = 0; k < kl->bases.len && !cycle; k++) {
+                    uint32_t b;
+                    if (!cn_strmap_get(&c->classes, kl->bases.items[k], &b) || seen[b]) {
+                        continue;
+                    }
+                    cycle = b == i;
+                    seen[b] = 1;
+                    stack[top++] = b;
+                }
+            }
+            if (cycle) {
+                ir_diags_add(c->d, c->p->classes[i].pos.line, c->p->classes[i].pos.col,
+                             "error type '%s' is among its own bases", c->p->classes[i].name);
+            }
+        }
+        free(stack);
+        free(seen);
+    }
+}
+
 static void
 walk_try(struct checker *c, const struct ir_stmt *s, struct dstate *st)
 {
@@ -579,7 +710,9 @@ walk_try(struct checker *c, const struct ir_stmt *s, struct dstate *st)
         if (s->handlers[i].bind != NULL) {
             ds_set(c, &h, s->handlers[i].bind);
         }
+        c->handler_depth++;
         walk_block(c, &s->handlers[i].body, &h);
+        c->handler_depth--;
         if (s->handlers[i].bind != NULL && !h.dead && h.bits != NULL) {
             uint32_t v;
             /* Python deletes the `as` name when the handler ends. */
@@ -650,6 +783,9 @@ walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
     case IR_S_PUBLISH:
         check_expr(c, s->expr, st);
         break;
+    case IR_S_RAISE:
+        walk_raise(c, s, st);
+        break;
     case IR_S_PASS:
     default:
         break;
@@ -688,6 +824,7 @@ check_func(struct checker *c, uint32_t fi)
     st = ds_new(c, false);
     ds_set_names(c, &st, &f->inputs);
     c->loop_depth = 0;
+    c->handler_depth = 0;
     c->loop = NULL;
     walk_block(c, &f->body, &st);
     ds_free(&st);
@@ -794,6 +931,7 @@ ir_check(struct ir_program *p, struct ir_diags *diags)
                          f->name);
         }
     }
+    check_classes(&c);
     for (i = 0; i < p->nfuncs && c.rv == CN_OK; i++) {
         check_func(&c, i);
     }
@@ -806,6 +944,7 @@ ir_check(struct ir_program *p, struct ir_diags *diags)
     free(c.calls);
     free(c.reported);
     cn_strmap_fini(&c.funcs);
+    cn_strmap_fini(&c.classes);
     cn_strmap_fini(&c.vars);
     cn_strmap_fini(&c.undefined);
     if (c.rv != CN_OK) {

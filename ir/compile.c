@@ -16,6 +16,7 @@
 
 #include "ir/base/strmap.h"
 #include "ir/base/vec.h"
+#include "ir/error.h"
 #include "ir/parser.h"
 
 /* An upper bound that keeps a hostile or runaway source from exhausting memory at
@@ -50,6 +51,8 @@ struct frame_ctx {
     struct loop_ctx *loop;
     struct pend_vec *returns;
     int inline_depth;
+    const char *handled; /* in an except handler with a bare raise: the hidden name of the
+                            error it caught; else NULL */
 };
 
 struct edge_rec {
@@ -81,6 +84,7 @@ struct compiler {
     } tokens;
     uint32_t nloops;
     uint32_t nrets;
+    uint32_t nexcs;
     uint32_t next_seq;
     struct cn_strmap funcs; /* helper name -> index */
 };
@@ -426,6 +430,7 @@ inline_call(struct compiler *c, struct frame_ctx *fc, uint32_t call, const struc
     inner.loop = NULL;
     inner.returns = &returns;
     inner.inline_depth = fc->inline_depth + 1;
+    inner.handled = NULL;
     pend_push(c, preds, enter, IR_E_NEXT, IR_NO_EXPR, 0);
     compile_block(c, &inner, &g->body, preds);
     pend_move(c, preds, &returns);
@@ -649,6 +654,146 @@ compile_loop(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
     free(lc.continues.items);
 }
 
+/* Whether block b holds a bare `raise` that refers to the handler around b: anywhere in it,
+ * but in the handlers of a try inside it, which catch errors of their own. */
+static bool
+has_bare_raise(const struct ir_block *b)
+{
+    uint32_t i, k;
+
+    for (i = 0; i < b->len; i++) {
+        const struct ir_stmt *s = b->items[i];
+        if (s->kind == IR_S_RAISE && s->item == NULL && s->expr == IR_NO_EXPR) {
+            return true;
+        }
+        for (k = 0; k < s->narms; k++) {
+            if (has_bare_raise(&s->arms[k].body)) {
+                return true;
+            }
+        }
+        if (has_bare_raise(&s->body)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+#define ERROR_BASES_MAX 64
+
+/* Appends the bases of error type t to names[0..*n) once each, in depth-first order: a
+ * built-in type's as Python lists them, a declared type's bases each followed by its own. The
+ * checker made sure every chain ends at built-in types, without a cycle. */
+static void
+bases_add(const struct ir_program *p, const char *t, const char **names, size_t *n, int depth)
+{
+    const char *const *builtin = ir_error_builtin_bases(t);
+    const char *add[ERROR_BASES_MAX];
+    size_t na = 0, i, k;
+
+    if (builtin != NULL) {
+        for (k = 0; builtin[k] != NULL && na < ERROR_BASES_MAX; k++) {
+            add[na++] = builtin[k];
+        }
+    } else {
+        for (i = 0; i < p->nclasses; i++) {
+            if (strcmp(p->classes[i].name, t) == 0) {
+                for (k = 0; k < p->classes[i].bases.len && na < ERROR_BASES_MAX; k++) {
+                    add[na++] = p->classes[i].bases.items[k];
+                }
+                break;
+            }
+        }
+    }
+    for (i = 0; i < na; i++) {
+        for (k = 0; k < *n && strcmp(names[k], add[i]) != 0; k++) {
+        }
+        if (k == *n && *n < ERROR_BASES_MAX) {
+            names[(*n)++] = add[i];
+        }
+        if (builtin == NULL && depth < ERROR_BASES_MAX) {
+            bases_add(p, add[i], names, n, depth + 1);
+        }
+    }
+}
+
+/* The bases of error type `type` as a constant list of strings (bases_add), "Exception" last,
+ * as every error's. */
+static uint32_t
+error_bases(struct compiler *c, const char *type, struct ir_pos pos)
+{
+    const char *names[ERROR_BASES_MAX + 1];
+    uint32_t kids[ERROR_BASES_MAX + 1];
+    size_t n = 0, i, k = 0;
+
+    bases_add(c->p, type, names, &n, 0);
+    for (i = 0; i < n; i++) {
+        if (strcmp(names[i], "Exception") != 0) {
+            names[k++] = names[i];
+        }
+    }
+    names[k++] = "Exception";
+    /* a list of string constants, as a literal would be: what the DAG's codec carries */
+    for (i = 0; i < k && c->rv == CN_OK; i++) {
+        struct ir_val v;
+        if (ir_str_from_cstr(names[i], &v) != CN_OK) {
+            fail(c, CN_NOMEM);
+            return IR_NO_EXPR;
+        }
+        kids[i] = synth(c, IR_X_CONST, 0, NULL, v, pos, NULL, 0);
+    }
+    return synth(c, IR_X_LIST, 0, NULL, ir_null(), pos, kids, (uint32_t) k);
+}
+
+/* `raise T(message[, details])`: a RAISE node naming T, with the message as str(message) (""
+ * without one), the details (None without) and T's bases; `raise e` and a bare `raise` (the
+ * error the handler caught): a RAISE node of that value. No edge leaves it but its error's. */
+static void
+compile_raise(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+              struct pend_vec *preds)
+{
+    static const char *const argnames[] = {"message", "details", "bases"};
+    uint32_t id = new_node(c, fc, IR_N_RAISE, s->pos, preds), k;
+    struct ir_node *n;
+    uint32_t args[3];
+
+    preds->len = 0; /* nothing follows a raise */
+    if (id == IR_NO_NODE) {
+        return;
+    }
+    if (s->item == NULL) {
+        node_at(c, id)->expr = s->expr != IR_NO_EXPR ? s->expr : synth_name(c, fc->handled, s->pos);
+        return;
+    }
+    args[0] = s->raise_args[0] != IR_NO_EXPR
+                  ? synth(c, IR_X_CALL, IR_B_STR, "str", ir_null(), s->pos, &s->raise_args[0], 1)
+                  : synth(c, IR_X_CONST, 0, NULL, ir_null(), s->pos, NULL, 0);
+    if (s->raise_args[0] == IR_NO_EXPR && c->rv == CN_OK) {
+        struct ir_val empty;
+        if (ir_str_from_cstr("", &empty) != CN_OK) {
+            fail(c, CN_NOMEM);
+            return;
+        }
+        c->p->exprs.items[args[0]].val = empty;
+    }
+    args[1] = s->raise_args[1] != IR_NO_EXPR
+                  ? s->raise_args[1]
+                  : synth(c, IR_X_CONST, 0, NULL, ir_null(), s->pos, NULL, 0);
+    args[2] = error_bases(c, s->item, s->pos);
+    n = node_at(c, id);
+    n->name = s->item;
+    n->nargs = 3;
+    n->argnames = cn_arena_calloc(c->arena, 3, sizeof(*n->argnames));
+    n->argexprs = cn_arena_calloc(c->arena, 3, sizeof(*n->argexprs));
+    if (n->argnames == NULL || n->argexprs == NULL) {
+        fail(c, CN_NOMEM);
+        return;
+    }
+    for (k = 0; k < 3; k++) {
+        n->argnames[k] = argnames[k];
+        n->argexprs[k] = args[k];
+    }
+}
+
 static void
 compile_try(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
             struct pend_vec *preds)
@@ -685,12 +830,31 @@ compile_try(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
     }
     for (i = 0; i < s->nhandlers && c->rv == CN_OK; i++) {
         const struct ir_handler *hd = &s->handlers[i];
+        const char *saved = fc->handled;
         n = node_at(c, exc_id); /* the node array may move while compiling handlers */
         n->handlers[i].types = copy_names(c, hd->types.items, hd->types.len);
         n->handlers[i].ntypes = hd->types.len;
         n->handlers[i].bind = hd->bind;
         pend_push(c, &h, exc_id, IR_E_HANDLER, IR_NO_EXPR, i);
+        if (has_bare_raise(&hd->body)) {
+            /* A bare raise re-raises the caught error even if the handler rebinds its `as`
+             * name: the handler binds a hidden name, and the `as` name from it. Only such
+             * handlers change, so every graph without one keeps its node numbers. */
+            fc->handled = loop_name(c, "exc", ++c->nexcs);
+            node_at(c, exc_id)->handlers[i].bind = fc->handled;
+            if (hd->bind != NULL && fc->handled != NULL) {
+                uint32_t as = new_node(c, fc, IR_N_ASSIGN, hd->bind_pos, &h);
+                if (as != IR_NO_NODE) {
+                    struct ir_node *an = node_at(c, as);
+                    an->expr = synth_name(c, fc->handled, hd->bind_pos);
+                    an->targets = copy_names(c, &hd->bind, 1);
+                    an->ntargets = 1;
+                }
+                pend_push(c, &h, as, IR_E_NEXT, IR_NO_EXPR, 0);
+            }
+        }
         compile_block(c, fc, &hd->body, &h);
+        fc->handled = saved;
         pend_move(c, &ends, &h);
     }
     if (ends.len > 0) {
@@ -815,6 +979,9 @@ compile_stmt(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
         break;
     case IR_S_TRY:
         compile_try(c, fc, s, preds);
+        break;
+    case IR_S_RAISE:
+        compile_raise(c, fc, s, preds);
         break;
     case IR_S_BREAK:
     case IR_S_CONTINUE:

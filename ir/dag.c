@@ -219,9 +219,13 @@ validate_edges(const struct ir_dag *d, uint32_t i, struct cn_errmsg *err)
     if (n->kind == IR_N_PARALLEL && forks == 0) {
         return vfail(err, i, "a parallel block has branches");
     }
-    if (n->kind == IR_N_OUTPUT ? n->nedges != 0 : (n->nedges == 0 && n->kind != IR_N_EXCEPT)) {
+    if (n->kind == IR_N_OUTPUT || n->kind == IR_N_RAISE
+            ? n->nedges != 0
+            : (n->nedges == 0 && n->kind != IR_N_EXCEPT)) {
         return vfail(err, i,
-                     n->kind == IR_N_OUTPUT ? "output has successors" : "node without a successor");
+                     n->kind == IR_N_OUTPUT  ? "output has successors"
+                     : n->kind == IR_N_RAISE ? "a raise has successors"
+                                             : "node without a successor");
     }
     return CN_OK;
 }
@@ -306,6 +310,13 @@ ir_dag_validate(const struct ir_dag *d, struct cn_errmsg *err)
         case IR_N_TRY:
             if (!node_is(d, n->link, IR_N_EXCEPT)) {
                 return vfail(err, i, "a try needs its except node");
+            }
+            break;
+        case IR_N_RAISE:
+            if (n->name == NULL ? !expr_ok(d, n->expr)
+                                : n->nargs != 3 || !expr_ok(d, n->argexprs[0]) ||
+                                      !expr_ok(d, n->argexprs[1]) || !expr_ok(d, n->argexprs[2])) {
+                return vfail(err, i, "a raise needs an error, or a type with its three parts");
             }
             break;
         default:

@@ -53,6 +53,10 @@
  *   CALL_EXIT   close the callee frame; bind targets in the caller's frame to its return value.
  *   PUBLISH     evaluate expr and publish it as the instance's value `name` (latest wins),
  *               written with the step that ran it; continues at once.
+ *   RAISE       raise an error along `exc`, never continue: with `name`, a new error of that
+ *               type whose message, details and bases are argexprs "message" (a str),
+ *               "details" and "bases" (a constant list of str); without, the error value expr
+ *               gives (`raise e`, and a bare `raise`: the handler's hidden name).
  */
 #ifndef IR_DAG_H
 #define IR_DAG_H
@@ -103,7 +107,8 @@
     X(CONTINUE, "continue")         \
     X(CALL_ENTER, "call_enter")     \
     X(CALL_EXIT, "call_exit")       \
-    X(PUBLISH, "publish")
+    X(PUBLISH, "publish")           \
+    X(RAISE, "raise")
 
 #define IR_NODE_ENUM(id, text) IR_N_##id,
 enum ir_node_kind { IR_NODE_KINDS(IR_NODE_ENUM) IR_N_COUNT_ };

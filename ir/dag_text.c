@@ -246,6 +246,18 @@ put_detail(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
     case IR_N_PUBLISH:
         TRY(cn_buf_printf(o, "publish %s = ", n->name));
         return put_expr(d, o, n->expr);
+    case IR_N_RAISE:
+        /* `raise T(str(m), details) bases [...]`, or `raise e` */
+        TRY(cn_buf_puts(o, "raise "));
+        if (n->name == NULL) {
+            return put_expr(d, o, n->expr);
+        }
+        TRY(cn_buf_printf(o, "%s(", n->name));
+        TRY(put_expr(d, o, n->argexprs[0]));
+        TRY(cn_buf_puts(o, ", "));
+        TRY(put_expr(d, o, n->argexprs[1]));
+        TRY(cn_buf_puts(o, ") bases "));
+        return put_expr(d, o, n->argexprs[2]);
     case IR_N_RETURN:
         TRY(cn_buf_puts(o, "return"));
         if (n->expr != IR_NO_EXPR) {

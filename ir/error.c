@@ -21,31 +21,62 @@
 
 struct error_bases {
     const char *type;
-    const char *bases[3];
+    const char *bases[5];
 };
 
-/* Python's bases of the errors expressions raise (error.h lists them). Types raised elsewhere
- * (the runner's, in runner/exec/errors.h; workers') bring their bases with them (ir_error_new). */
+/* Python's built-in error types a workflow may raise (`raise ValueError("...")`), with their
+ * bases as Python's MRO lists them (BaseException and object left out); among them the errors
+ * expressions raise (error.h). Types raised elsewhere (the runner's, in runner/exec/errors.h;
+ * workers') bring their bases with them (ir_error_new). */
 static const struct error_bases error_known_bases[] = {
+    {"Exception", {NULL}},
+    {"ArithmeticError", {"Exception", NULL}},
+    {"AssertionError", {"Exception", NULL}},
+    {"AttributeError", {"Exception", NULL}},
+    {"LookupError", {"Exception", NULL}},
+    {"NameError", {"Exception", NULL}},
+    {"OSError", {"Exception", NULL}},
+    {"RuntimeError", {"Exception", NULL}},
+    {"TypeError", {"Exception", NULL}},
+    {"ValueError", {"Exception", NULL}},
     {"KeyError", {"LookupError", "Exception", NULL}},
     {"IndexError", {"LookupError", "Exception", NULL}},
     {"ZeroDivisionError", {"ArithmeticError", "Exception", NULL}},
     {"OverflowError", {"ArithmeticError", "Exception", NULL}},
     {"RecursionError", {"RuntimeError", "Exception", NULL}},
+    {"NotImplementedError", {"RuntimeError", "Exception", NULL}},
+    {"UnicodeError", {"ValueError", "Exception", NULL}},
+    {"TimeoutError", {"OSError", "Exception", NULL}},
+    {"PermissionError", {"OSError", "Exception", NULL}},
+    {"FileNotFoundError", {"OSError", "Exception", NULL}},
+    {"ConnectionError", {"OSError", "Exception", NULL}},
+    {"ConnectionRefusedError", {"ConnectionError", "OSError", "Exception", NULL}},
+    {"ConnectionResetError", {"ConnectionError", "OSError", "Exception", NULL}},
+    {"ConnectionAbortedError", {"ConnectionError", "OSError", "Exception", NULL}},
 };
+
+const char *const *
+ir_error_builtin_bases(const char *type)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(error_known_bases) / sizeof(error_known_bases[0]); i++) {
+        if (strcmp(error_known_bases[i].type, type) == 0) {
+            return error_known_bases[i].bases;
+        }
+    }
+    return NULL;
+}
 
 static cn_err
 bases_for(const char *type, struct ir_val *out)
 {
     static const char *const exception_only[] = {"Exception", NULL};
-    const char *const *names = exception_only;
-    size_t i, n = 0;
+    const char *const *names = ir_error_builtin_bases(type);
+    size_t n = 0;
 
-    for (i = 0; i < sizeof(error_known_bases) / sizeof(error_known_bases[0]); i++) {
-        if (strcmp(error_known_bases[i].type, type) == 0) {
-            names = error_known_bases[i].bases;
-            break;
-        }
+    if (names == NULL || names[0] == NULL) {
+        names = exception_only; /* any other type, and Exception itself, as before */
     }
     while (names[n] != NULL) {
         n++;

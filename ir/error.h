@@ -36,6 +36,11 @@ cn_err ir_raise(struct ir_val *out, const char *type, const char *fmt, ...) CN_P
 CN_MUST_CHECK cn_err ir_error_new(const char *type, const char *message, struct ir_val bases,
                                   struct ir_val details, struct ir_val *out);
 
+/* The bases of Python's built-in error type `type` that a workflow may raise, as Python's MRO
+ * lists them (ending with "Exception"; empty for Exception itself), NULL-terminated; NULL when
+ * `type` is not one of them. Static. */
+const char *const *ir_error_builtin_bases(const char *type);
+
 /* True when v is an error value (a map with the error flag; what isexception() tests). */
 bool ir_is_error(struct ir_val v);
 

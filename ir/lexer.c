@@ -58,6 +58,8 @@ static const struct {
     {"spread", IR_TK_SPREAD},
     {"parallel", IR_TK_PARALLEL},
     {"sleep", IR_TK_SLEEP},
+    {"raise", IR_TK_RAISE},
+    {"class", IR_TK_CLASS},
     {"and", IR_TK_AND},
     {"or", IR_TK_OR},
     {"not", IR_TK_NOT},

@@ -43,6 +43,8 @@
     X(SPREAD, "'spread'")     \
     X(PARALLEL, "'parallel'") \
     X(SLEEP, "'sleep'")       \
+    X(RAISE, "'raise'")       \
+    X(CLASS, "'class'")       \
     X(AND, "'and'")           \
     X(OR, "'or'")             \
     X(NOT, "'not'")           \

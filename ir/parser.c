@@ -134,6 +134,64 @@ close:
     return !ps->panic;
 }
 
+/* `class Name(Base, ...):` and a body of `pass` or a docstring: an error type the workflow
+ * raises. Nothing else goes in it: error types carry no methods or fields, only bases. */
+static bool
+parse_class(struct parser *ps, struct ir_errclass *k)
+{
+    struct name_list nl = {{0}, {0}, CN_STRMAP_INIT};
+    const struct ir_token *n;
+
+    advance(ps); /* class */
+    memset(k, 0, sizeof(*k));
+    if ((n = ir_ps_expect_name(ps, "expected the error type's name after 'class'")) == NULL) {
+        return false;
+    }
+    k->name = n->str;
+    k->pos = tok_pos(n);
+    if (!at(ps, IR_TK_LPAREN)) {
+        ir_ps_error_at(ps, peek(ps),
+                       "a class declares an error type and names its bases: class %s(Exception): "
+                       "pass",
+                       n->str);
+        return false;
+    }
+    advance(ps);
+    do {
+        const struct ir_token *b = ir_ps_expect_name(ps, "expected the name of a base error type");
+        if (b == NULL ||
+            !ir_ps_names_add(ps, &nl, b->str, tok_pos(b), "base '%s' named twice", b->str)) {
+            ir_ps_names_drop(&nl);
+            return false;
+        }
+    } while (accept(ps, IR_TK_COMMA) && !at(ps, IR_TK_RPAREN));
+    if (!ir_ps_expect(ps, IR_TK_RPAREN, "to close the bases") ||
+        !ir_ps_expect(ps, IR_TK_COLON, "after the bases")) {
+        ir_ps_names_drop(&nl);
+        return false;
+    }
+    k->bases = ir_ps_names_finish(ps, &nl);
+    if (accept(ps, IR_TK_PASS)) {
+        return ir_ps_expect(ps, IR_TK_NEWLINE, "after 'pass'");
+    }
+    if (!ir_ps_expect(ps, IR_TK_NEWLINE, "after the class header") ||
+        !ir_ps_expect(ps, IR_TK_INDENT, "for the class body (pass, or a docstring)")) {
+        return false;
+    }
+    while (!accept(ps, IR_TK_DEDENT) && !at(ps, IR_TK_EOF)) {
+        if (!accept(ps, IR_TK_PASS) && !accept(ps, IR_TK_STRING)) {
+            ir_ps_error_at(ps, peek(ps),
+                           "an error type's body is `pass` or a docstring: it has no methods or "
+                           "fields (give details when you raise it)");
+            return false;
+        }
+        if (!ir_ps_expect(ps, IR_TK_NEWLINE, "after the class body's line")) {
+            return false;
+        }
+    }
+    return true;
+}
+
 void
 ir_program_free(struct ir_program *p)
 {
@@ -150,8 +208,9 @@ ir_parse(const char *src, size_t len, struct ir_diags *diags, struct ir_program 
 {
     struct parser ps;
     struct ir_func *funcs = NULL;
+    struct ir_errclass *classes = NULL;
     struct cn_strmap fnames = CN_STRMAP_INIT;
-    size_t nf = 0, cap = 0, errs0 = diags->len;
+    size_t nf = 0, cap = 0, nc = 0, ccap = 0, errs0 = diags->len;
     cn_err rv;
 
     memset(&ps, 0, sizeof(ps));
@@ -175,11 +234,22 @@ ir_parse(const char *src, size_t len, struct ir_diags *diags, struct ir_program 
         if (accept(&ps, IR_TK_NEWLINE)) {
             continue;
         }
+        if (at(&ps, IR_TK_CLASS)) {
+            struct ir_errclass k;
+            if (!parse_class(&ps, &k)) {
+                ir_ps_sync_stmt(&ps);
+                continue;
+            }
+            if (!ir_ps_append(&ps, (void **) &classes, &ccap, &nc, &k, sizeof(k))) {
+                break;
+            }
+            continue;
+        }
         if (!at(&ps, IR_TK_FN)) {
             ir_ps_error_at(&ps, peek(&ps),
                            at(&ps, IR_TK_INDENT) ? "unexpected indent"
-                                                 : "expected 'fn' at top level (statements belong "
-                                                   "inside a function)");
+                                                 : "expected 'fn' or 'class' at top level "
+                                                   "(statements belong inside a function)");
             ir_ps_sync_stmt(&ps);
             if (ps.i == before) {
                 advance(&ps);
@@ -210,6 +280,9 @@ ir_parse(const char *src, size_t len, struct ir_diags *diags, struct ir_program 
     ps.prog->funcs = ir_ps_arena_copy(&ps, funcs, nf, sizeof(*funcs));
     ps.prog->nfuncs = (uint32_t) nf;
     free(funcs);
+    ps.prog->classes = ir_ps_arena_copy(&ps, classes, nc, sizeof(*classes));
+    ps.prog->nclasses = (uint32_t) nc;
+    free(classes);
     cn_strmap_fini(&fnames);
     ir_tokens_fini(&ps.toks);
     if (ps.rv != CN_OK) {

@@ -29,6 +29,7 @@ new_stmt(struct parser *ps, enum ir_stmt_kind kind, const struct ir_token *t)
     s->kind = kind;
     s->pos = tok_pos(t);
     s->expr = IR_NO_EXPR;
+    s->raise_args[0] = s->raise_args[1] = IR_NO_EXPR;
     return s;
 }
 
@@ -564,6 +565,25 @@ parse_stmt(struct parser *ps)
         }
         return s;
     }
+    case IR_TK_RAISE:
+        /* `raise T(msg)`, `raise e`, bare `raise`: the checker tells a call of an error type
+         * from an expression that gives an error value. */
+        advance(ps);
+        s = new_stmt(ps, IR_S_RAISE, t);
+        if (s != NULL) {
+            if (!at(ps, IR_TK_NEWLINE) && !at(ps, IR_TK_EOF) && !at(ps, IR_TK_DEDENT)) {
+                s->expr = ir_parse_expr(ps);
+            }
+        }
+        if (!ps->panic && is_name_tok(peek(ps), "from")) {
+            ir_ps_error_at(ps, peek(ps),
+                           "raise ... from ... is not supported: an error's bases are declared "
+                           "with its type (class PaymentDeclined(ValueError): pass), and its "
+                           "cause goes in its details");
+        } else if (!ps->panic) {
+            end_simple(ps);
+        }
+        return s;
     case IR_TK_SLEEP:
         advance(ps);
         s = new_stmt(ps, IR_S_SLEEP, t);

@@ -237,6 +237,50 @@ run_publish(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
     rn_ex_follow_first(in, xi, false, ir_null());
 }
 
+/* `raise`: a new error of the node's type (message, details and bases compiled in), or the
+ * error value of its expression (`raise e`, a bare `raise`); anything else raised is a
+ * TypeError, as in Python. Goes where any error raised here goes. */
+static void
+run_raise(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
+{
+    struct ir_val v[3], err;
+    uint32_t k;
+    cn_err rv;
+
+    if (t->name == NULL) {
+        if (!rn_ex_value(in, xi, t->expr, &v[0])) {
+            return;
+        }
+        if (!ir_is_error(v[0])) {
+            ir_val_release(v[0]);
+            rn_ex_raise_new(in, xi, "TypeError", "exceptions must derive from BaseException");
+            return;
+        }
+        rn_ex_raise_error(in, xi, v[0]);
+        return;
+    }
+    for (k = 0; k < 3; k++) { /* message, details, bases (dag.h) */
+        if (!rn_ex_value(in, xi, t->argexprs[k], &v[k])) {
+            while (k-- > 0) {
+                ir_val_release(v[k]);
+            }
+            return;
+        }
+    }
+    rv = ir_error_new(t->name, v[0].type == IR_T_STR ? ir_str_data(v[0]) : "", v[2], v[1], &err);
+    ir_val_release(v[0]);
+    if (rv == CN_OK && (rv = rn_ex_check_storable(in, err, &v[0])) == CN_RAISED) {
+        ir_val_release(err);
+        err = v[0]; /* details that cannot be stored: that error instead */
+        rv = CN_OK;
+    }
+    if (rv != CN_OK) {
+        rn_ex_oom(in);
+        return;
+    }
+    rn_ex_raise_error(in, xi, err);
+}
+
 static void
 run_sleep(struct rn_instance *in, uint32_t xi, const struct ir_node *t)
 {
@@ -461,6 +505,9 @@ run_node(struct rn_instance *in, const struct rn_work *w)
         return;
     case IR_N_PUBLISH:
         run_publish(in, xi, t);
+        return;
+    case IR_N_RAISE:
+        run_raise(in, xi, t);
         return;
     case IR_N_CALL_ENTER:
         run_call_enter(in, xi, t);

@@ -7,7 +7,9 @@ after seed: int, float, bool, string, list and dict expressions with every opera
 Python-compatible builtins, float literals in all their forms (`1.e3`, `2.E-1`, `.5`, `3.`),
 assignment with one or several targets (`a, = x`, `a, b = x`), trailing-comma lists
 (`y = a,`), if/elif/else, for loops (including `for a, in pairs`), while, try/except with the
-error types the expressions can raise. Each program runs twice: in Cairn (a real `cairnctl
+error types the expressions can raise, and `raise` of built-in and declared error types (`class
+Odd(ValueError): pass`, `class Worse(Odd, LookupError): pass`) caught by a type or a base, or
+re-raised by a bare `raise`. Each program runs twice: in Cairn (a real `cairnctl
 exec` process) and as Python 3 after a mechanical translation (`fn main(input: [...]):` becomes
 `def main(...):`). Both must agree exactly: the same value with the same types (1, 1.0 and True
 differ; floats bit for bit), or the same error type.
@@ -165,7 +167,7 @@ class Gen:
 
     def stmt(self, ind, depth):
         r = self.r
-        k = r.randrange(12 if depth > 0 else 6)
+        k = r.randrange(13 if depth > 0 else 6)
         typ = r.choice(["int", "int", "float", "bool", "str", "ilist", "dict"])
         if k <= 2:
             v = self.new()
@@ -227,6 +229,19 @@ class Gen:
             self.emit(ind + 2, r.choice(["continue", "break", "pass"]))
             self.emit(ind + 1, f"{acc} = {acc} + str({i})")
             self.vars[i], self.vars[acc] = "int", "str"
+        elif k == 12:
+            v = self.new()
+            self.emit(ind, f"{v} = -1")
+            self.emit(ind, "try:")
+            self.emit(ind + 1, f"if {self.bool_e(1)}:")
+            self.emit(ind + 2, f"raise {r.choice(RAISED)}({self.str_e(0)})")
+            self.emit(ind + 1, f"{v} = {self.int_e(1)}")
+            self.emit(ind, f"except {r.choice(CAUGHT)}:")
+            self.emit(ind + 1, f"{v} = {self.int_e(0)}")
+            if r.random() < 0.3:
+                self.emit(ind + 1, f"if {self.bool_e(0)}:")
+                self.emit(ind + 2, "raise")
+            self.vars[v] = "int"
         else:
             i, v = self.new(), self.new()
             self.emit(ind, f"{v} = []")
@@ -249,7 +264,14 @@ class Gen:
             self.emit(1, f"return {out[-1]},")  # a trailing comma on return: a list of one
         else:
             self.emit(1, "return [" + ", ".join(out) + "]")
-        return "fn main(input: [x, n, s, d]):\n" + "\n".join(self.lines) + "\n"
+        return CLASSES + "fn main(input: [x, n, s, d]):\n" + "\n".join(self.lines) + "\n"
+
+
+# The error types the programs declare, raise and catch.
+CLASSES = "class Odd(ValueError):\n    pass\n\n\nclass Worse(Odd, LookupError):\n    'worse'\n\n\n"
+RAISED = ["ValueError", "KeyError", "RuntimeError", "Odd", "Worse", "ZeroDivisionError"]
+CAUGHT = ["ValueError", "LookupError", "Odd", "Worse", "KeyError", "Exception",
+          "(Odd, RuntimeError)", "ArithmeticError"]
 
 
 def to_python(src):

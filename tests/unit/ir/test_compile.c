@@ -17,10 +17,10 @@ TestSuite(ir_compile, .fini = t_leak_check, .timeout = 60);
 
 /* The examples, then sources kept next to their golden text (tests/golden/NAME.cairn) for what
  * the examples do not show. */
-static const char *const examples[] = {"cleanup", "hello",   "orders",   "poll",
-                                       "report",  "welcome", "children", "waits"};
+static const char *const examples[] = {"cleanup", "hello",    "orders", "poll",  "report",
+                                       "welcome", "children", "waits",  "raises"};
 #define NEXAMPLES    (sizeof(examples) / sizeof(examples[0]))
-#define NGOLDEN_ONLY 2 /* the last ones live in tests/golden/ */
+#define NGOLDEN_ONLY 3 /* the last ones live in tests/golden/ */
 
 /* Compiles src, which must compile. */
 static struct t_compiled
@@ -749,6 +749,29 @@ static const struct check_case check_errors[] = {
     /* one target with a trailing comma unpacks too, so it must match the calls */
     {"fn main():\n    p, = parallel:\n        @m.x()\n        @m.y()\n", 2, 5,
      "parallel block has 2 calls but 1 target to unpack into"},
+    /* raise and error types */
+    {"fn main():\n    raise\n", 2, 5, "a bare raise re-raises the error an except handler caught"},
+    {"fn h():\n    raise\nfn main():\n    try:\n        pass\n    except:\n        h()\n", 2, 5,
+     "a bare raise re-raises"},
+    {"fn main():\n    raise Oops(\"x\")\n", 2, 11, "unknown error type 'Oops'"},
+    {"fn main():\n    raise ValueError(\"a\", 1, 2)\n", 2, 11,
+     "ValueError(...) takes a message and, optionally, details"},
+    {"fn main():\n    raise ValueError(msg=\"a\")\n", 2, 11, "takes a message and"},
+    {"fn main():\n    e = ValueError(\"x\")\n", 2, 9,
+     "ValueError(...) makes an error only in a raise statement"},
+    {"class ValueError(Exception): pass\nfn main():\n    pass\n", 1, 7,
+     "ValueError is a built-in error type"},
+    {"class E(Exception): pass\nclass E(Exception): pass\nfn main():\n    pass\n", 2, 7,
+     "error type 'E' is already declared at line 1"},
+    {"class E(Nope): pass\nfn main():\n    pass\n", 1, 9, "unknown base 'Nope'"},
+    {"class A(B): pass\nclass B(A): pass\nfn main():\n    pass\n", 1, 7,
+     "error type 'A' is among its own bases"},
+    {"class main(Exception): pass\nfn main():\n    pass\n", 1, 7,
+     "'main' is both a function and an error type"},
+    /* nothing after a raise runs: a name assigned only there is not assigned after */
+    {"fn main(input: [n]):\n    if n:\n        raise ValueError(\"n\")\n        y = 1\n    else:\n"
+     "        pass\n    return y\n",
+     7, 12, "variable 'y' may be used before it is assigned"},
 };
 
 Test(ir_compile, compile_time_checks_with_positions)

@@ -321,6 +321,70 @@ Test(exec, for_over_dict_string_and_unpacking)
                   "[[\"x\", \"y\"], [\"0h\", \"1\u00e9\"], 3]");
 }
 
+/* raise: a declared error type with its bases (declared and built in, Python's order),
+ * message as str(), details; caught by a base; a bare raise re-raises the caught error even
+ * after its `as` name is rebound, also from inside a nested try's body; raise e of a caught
+ * value; raise of something else is a TypeError; an uncaught one fails the instance; raised in
+ * a helper, it reaches the caller's handler. */
+Test(exec, raise_makes_and_re_raises_errors_as_python_does)
+{
+    const char *decl = "class Declined(ValueError):\n"
+                       "    pass\n"
+                       "class Expired(Declined, LookupError):\n"
+                       "    'the card expired'\n";
+    char src[1024];
+
+    (void) snprintf(src, sizeof(src),
+                    "%sfn main(input: [n]):\n"
+                    "    try:\n"
+                    "        raise Expired(n, {\"n\": n})\n"
+                    "    except LookupError as e:\n"
+                    "        return [e.type, e[\"message\"], e[\"bases\"], e[\"details\"]]\n",
+                    decl);
+    expect_result(src, "{\"n\": 7}",
+                  "[\"Expired\", \"7\", [\"Declined\", \"ValueError\", \"LookupError\", "
+                  "\"Exception\"], {\"n\": 7}]");
+    (void) snprintf(src, sizeof(src),
+                    "%sfn main():\n"
+                    "    try:\n"
+                    "        try:\n"
+                    "            raise Declined()\n"
+                    "        except ValueError as e:\n"
+                    "            e = 5\n"
+                    "            try:\n"
+                    "                x = 1\n"
+                    "                raise\n"
+                    "            except KeyError:\n"
+                    "                pass\n"
+                    "    except Declined as f:\n"
+                    "        return [f.type, f[\"message\"]]\n",
+                    decl);
+    expect_result(src, "{}", "[\"Declined\", \"\"]");
+    expect_result("fn main():\n"
+                  "    try:\n"
+                  "        x = {}[\"k\"]\n"
+                  "    except KeyError as e:\n"
+                  "        try:\n"
+                  "            raise e\n"
+                  "        except LookupError as g:\n"
+                  "            return g[\"message\"]\n",
+                  "{}", "\"'k'\"");
+    expect_failure("fn main():\n    raise 5\n", "{}", "TypeError");
+    expect_failure("class Stop(RuntimeError): pass\nfn main():\n    raise Stop(\"no\")\n", "{}",
+                   "Stop");
+    expect_result("fn check(input: [v]):\n"
+                  "    if v < 0:\n"
+                  "        raise ValueError(\"negative\")\n"
+                  "    return v\n"
+                  "fn main(input: [v]):\n"
+                  "    try:\n"
+                  "        r = check(v)\n"
+                  "    except ValueError as e:\n"
+                  "        r = e[\"message\"]\n"
+                  "    return r\n",
+                  "{\"v\": -1}", "\"negative\"");
+}
+
 /* `a, = x` unpacks, as in Python: exactly one item, not the whole list (issue found by
  * differential testing against Python). Each binding form: assignment, for, action, spread,
  * parallel, helper call. */
