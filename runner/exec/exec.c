@@ -1013,11 +1013,11 @@ rn_instance_waits(const struct rn_instance *in, struct rn_instance_waits *w)
         case RN_X_RUNNING:
             if (ir_call_is_wait(tnode(in, x->node)->call)) {
                 w->waits++;
-            } else if (ir_call_is_send(tnode(in, x->node)->call)) {
-                w->actions++; /* answered by the write in flight: never handed back for it */
-            } else if (tnode(in, x->node)->call != IR_CALL_ACTION) {
+            } else if (tnode(in, x->node)->call != IR_CALL_ACTION &&
+                       !ir_call_is_send(tnode(in, x->node)->call)) {
                 w->children++;
             } else {
+                /* A send counts as an action: the write in flight answers it, never a child. */
                 w->actions++;
             }
             at = x->deadline;
