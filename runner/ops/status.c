@@ -101,6 +101,26 @@ rn_status_data_fini(struct rn_status_data *d)
     for (i = 0; i < d->limits.len; i++) {
         free(d->limits.items[i].workflow);
     }
+    for (i = 0; i < d->wait_groups.len; i++) {
+        struct rn_status_wait_group *g = &d->wait_groups.items[i];
+        free(g->workflow);
+        free(g->kind);
+        free(g->names);
+        free(g->oldest);
+        free(g->next_timeout);
+    }
+    for (i = 0; i < d->waits.len; i++) {
+        struct rn_status_wait *w = &d->waits.items[i];
+        free(w->instance_id);
+        free(w->workflow);
+        free(w->kind);
+        free(w->names);
+        free(w->key);
+        free(w->since);
+        free(w->timeout_at);
+    }
+    free(d->wait_groups.items);
+    free(d->waits.items);
     free(d->unfinished.items);
     free(d->finished.items);
     free(d->failures.items);
@@ -302,6 +322,25 @@ static const char q_limits[] =
     " WHERE max_running IS NOT NULL AND running >= max_running AND waiting > 0"
     " ORDER BY workflow_name LIMIT 200";
 
+/* What unfinished instances wait for outside themselves (sql/api/35_signals.sql): one row per
+ * waiting instance at most, so both are bounded by the claim queue, like q_unfinished; events
+ * are grouped by name, not key (a key per order would make a row per instance). */
+#define UTC_OF(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS\"Z\"')"
+static const char q_wait_groups[] =
+    "SELECT workflow_name, kind, array_to_string(names, ', ') AS names, count(*) AS n,"
+    " " UTC_OF("min(since)") " AS oldest,"
+                             " coalesce(" UTC_OF(
+                                 "min(timeout_at)") ", '') AS next_timeout"
+                                                    " FROM cairn.instance_waits GROUP BY 1, 2, 3 "
+                                                    "ORDER BY n DESC, 1, 2, 3 LIMIT 200";
+static const char q_waits[] =
+    "SELECT instance_id, workflow_name, kind, array_to_string(names, ', ') AS names,"
+    " coalesce(key, '') AS key, " UTC_OF(
+        "since") " AS since,"
+                 " coalesce(" UTC_OF("timeout_at") ", '') AS timeout_at, buffered"
+                                                   " FROM cairn.instance_waits ORDER BY since, "
+                                                   "instance_id LIMIT 20";
+
 static void
 read_counts(const PGresult *res, struct rn_status_counts *v)
 {
@@ -425,6 +464,27 @@ read_data(struct rn_status *s, struct rn_status_data *d, struct cn_errmsg *err)
         struct rn_status_limit l = {col(res, i, "workflow_name"), col_int(res, i, "max_running"),
                                     col_int(res, i, "running"), col_int(res, i, "waiting")};
         CN_VEC_XPUSH(&d->limits, l);
+    }
+    PQclear(res);
+    if ((rv = rn_db_exec(s->conn, q_wait_groups, 0, NULL, &res, err)) != CN_OK) {
+        goto fail;
+    }
+    for (i = 0; i < PQntuples(res); i++) {
+        struct rn_status_wait_group g = {col(res, i, "workflow_name"), col(res, i, "kind"),
+                                         col(res, i, "names"),         col(res, i, "oldest"),
+                                         col(res, i, "next_timeout"),  col_int(res, i, "n")};
+        CN_VEC_XPUSH(&d->wait_groups, g);
+    }
+    PQclear(res);
+    if ((rv = rn_db_exec(s->conn, q_waits, 0, NULL, &res, err)) != CN_OK) {
+        goto fail;
+    }
+    for (i = 0; i < PQntuples(res); i++) {
+        struct rn_status_wait w = {col(res, i, "instance_id"), col(res, i, "workflow_name"),
+                                   col(res, i, "kind"),        col(res, i, "names"),
+                                   col(res, i, "key"),         col(res, i, "since"),
+                                   col(res, i, "timeout_at"),  col_int(res, i, "buffered")};
+        CN_VEC_XPUSH(&d->waits, w);
     }
     PQclear(res);
     if ((rv = rn_db_exec(s->conn, "COMMIT", 0, NULL, NULL, err)) != CN_OK) {

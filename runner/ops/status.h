@@ -78,6 +78,17 @@ struct rn_status_limit { /* a workflow at its concurrency limit (cairn.limit_sta
     int64_t max_running, running, waiting;
 };
 
+struct rn_status_wait_group {      /* the waits of one workflow for one set of names */
+    char *workflow, *kind, *names; /* kind "signal" or "event"; names comma-separated */
+    char *oldest, *next_timeout;   /* UTC text; next_timeout "": none of them times out */
+    int64_t n;
+};
+
+struct rn_status_wait { /* one registered wait (cairn.instance_waits) */
+    char *instance_id, *workflow, *kind, *names, *key, *since, *timeout_at; /* "": no key/none */
+    int64_t buffered; /* the instance's unconsumed signals */
+};
+
 struct rn_status_data {
     int64_t taken_ms;                   /* wall clock of the refresh that read it */
     struct rn_status_counts unfinished; /* queued and running */
@@ -98,6 +109,14 @@ struct rn_status_data {
         struct rn_status_limit *items;
         size_t len, cap;
     } limits;
+    struct {
+        struct rn_status_wait_group *items;
+        size_t len, cap;
+    } wait_groups; /* largest first, at most 200 */
+    struct {
+        struct rn_status_wait *items;
+        size_t len, cap;
+    } waits; /* oldest first, at most 20 */
 };
 
 void rn_status_data_fini(struct rn_status_data *d);

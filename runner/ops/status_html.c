@@ -373,6 +373,86 @@ failures(struct page *p, const struct rn_status_data *d)
     put(p, "</table>");
 }
 
+/* The first of a comma-separated list of names: the one a send names. */
+static void
+first_name(struct page *p, const char *names)
+{
+    char *one = cn_xstrndup(names, strcspn(names, ","));
+
+    text(p, one);
+    free(one);
+}
+
+/* What instances wait for outside themselves, grouped, then the oldest waits one by one with the
+ * command that answers each (the wording of `cairnctl inspect`). */
+static void
+waits(struct page *p, const struct rn_status_data *d)
+{
+    size_t i;
+
+    if (!section(p, "Waiting for signals and events", d->wait_groups.len,
+                 "no instance waits for a signal or an event",
+                 "<th>workflow</th><th>waits for</th><th>instances</th><th>oldest since</th>"
+                 "<th>next timeout</th>")) {
+        return;
+    }
+    for (i = 0; i < d->wait_groups.len; i++) {
+        const struct rn_status_wait_group *g = &d->wait_groups.items[i];
+        put(p, "<tr>");
+        cell(p, g->workflow);
+        put(p, "<td>");
+        text(p, g->kind);
+        put(p, " <code>");
+        text(p, g->names);
+        putf(p, "</code></td><td class=\"n\">%lld</td>", (long long) g->n);
+        cell(p, g->oldest);
+        cell(p, g->next_timeout[0] != '\0' ? g->next_timeout : "none");
+        put(p, "</tr>");
+    }
+    put(p, "</table>");
+    if (!section(p, "Oldest waits", d->waits.len, "no wait",
+                 "<th>since</th><th>workflow</th><th>instance</th><th>waits for</th>"
+                 "<th>times out at</th><th>buffered signals</th><th>answer with</th>")) {
+        return;
+    }
+    for (i = 0; i < d->waits.len; i++) {
+        const struct rn_status_wait *w = &d->waits.items[i];
+        bool event = strcmp(w->kind, "event") == 0;
+
+        put(p, "<tr>");
+        cell(p, w->since);
+        cell(p, w->workflow);
+        put(p, "<td><code>");
+        text(p, w->instance_id);
+        put(p, "</code></td><td>");
+        text(p, w->kind);
+        put(p, " <code>");
+        text(p, w->names);
+        put(p, "</code>");
+        if (event) {
+            put(p, " with key <code>");
+            text(p, w->key);
+            put(p, "</code>");
+        }
+        put(p, "</td>");
+        cell(p, w->timeout_at[0] != '\0' ? w->timeout_at : "never");
+        putf(p, "<td class=\"n\">%lld</td><td><code>", (long long) w->buffered);
+        if (event) {
+            put(p, "cairnctl event ");
+            text(p, w->names);
+            put(p, " ");
+            text(p, w->key);
+        } else {
+            put(p, "cairnctl signal ");
+            text(p, w->instance_id);
+            put(p, " ");
+            first_name(p, w->names);
+        }
+        put(p, " --payload JSON</code></td></tr>");
+    }
+    put(p, "</table>");
+}
+
 static void
 schedules(struct page *p, const struct rn_status_data *d)
 {
@@ -514,6 +594,7 @@ rn_status_render(const struct rn_status_view *v, struct cn_buf *out)
     if (v->data != NULL) {
         instances(&p, v->data);
         failures(&p, v->data);
+        waits(&p, v->data);
         schedules(&p, v->data);
         fleet(&p, v);
     }

@@ -11,6 +11,8 @@ of its own, dropped at the end).
   `hold`, the banner "no connected worker serves billing.charge; 3 attempts waiting", the
   worker with the actions it serves, and the failed instance's error, which holds markup,
   escaped: it is text on the page, and the page has no script element;
+- the page lists what instances wait for: the approval instance's signals approve and reject,
+  grouped by workflow, then as the oldest wait with the `cairnctl signal` command that answers;
 - / and /status answer the same page (text/html), /metrics still answers;
 - after a graceful stop (SIGTERM, exit 0) the runner's row is gone.
 
@@ -90,7 +92,8 @@ def run_all(url, env, tmp):
     for args in (["migrate"],
                  ["register", os.path.join(e2e.ROOT, "tests/integration/workflows/hold.cairn")],
                  ["register", os.path.join(e2e.ROOT, "tests/integration/status/charge.cairn")],
-                 ["register", os.path.join(e2e.ROOT, "tests/integration/status/boom.cairn")]):
+                 ["register", os.path.join(e2e.ROOT, "tests/integration/status/boom.cairn")],
+                 ["register", os.path.join(e2e.ROOT, "tests/integration/signals/approval.cairn")]):
         r = ctl(env, *args)
         check(f"cairnctl {' '.join(os.path.basename(a) for a in args)}", r.returncode == 0,
               r.stderr)
@@ -105,6 +108,10 @@ def run_all(url, env, tmp):
     for i in range(3):
         ctl(env, "run", "charge", "--input", json.dumps({"amount": i + 1}))
     boom = ctl(env, "run", "boom", "--input", json.dumps({"msg": EVIL})).stdout.strip()
+    approval = ctl(env, "run", "approval", "--input", '{"order": {"id": "o-1"}}').stdout.strip()
+    check("the approval instance waits for its signal", wait_until(
+        "waiting", lambda: q(url, "SELECT count(*) FROM cairn.instance_waits WHERE instance_id "
+                                  f"= '{approval}'") == "1", 30))
     check("the hold instance runs", wait_until(
         "running", lambda: q(url, "SELECT status FROM cairn.runner_instances WHERE instance_id "
                                   f"= '{hold}'") == "running", 30))
@@ -207,6 +214,12 @@ def run_all(url, env, tmp):
                                                       r"std\.sleep", t)),
         ("the failure's error is shown as text, escaped",
          lambda d, t: f"ValueError: {EVIL}" in t and boom in t),
+        ("the waits: approval waits for signal approve, reject (1 instance)",
+         lambda d, t: re.search(r"<td>approval</td><td>signal <code>approve, reject</code></td>"
+                                r"<td class=\"n\">1</td>", d)),
+        ("... and the oldest waits, with the command that answers",
+         lambda d, t: f"{approval} signal approve, reject" in t
+         and f"cairnctl signal {approval} approve --payload JSON" in t),
         ("the page has no script element",
          lambda d, t: "<script" not in d.lower()),
         ("the banner: workflow hold at its concurrency limit",

@@ -89,6 +89,14 @@ Test(status_html, everything_escaped_and_shown)
                                     {"33333333-3333-4333-8333-333333333333", "other<b>", "",
                                      "2025-12-31 21:00:00Z", 7, 3, 1, 8, 3, other_actions, 2}};
     struct rn_status_limit lim[] = {{"wf<script>", 2, 2, 5}};
+    struct rn_status_wait_group wg[] = {
+        {"wf<script>", "signal", "approve, reject<b>", "2025-12-31 22:00:00Z", "", 3},
+        {"other", "event", "order_paid", "2025-12-31 23:00:00Z", "2026-01-02 00:00:00Z", 1}};
+    struct rn_status_wait wt[] = {{"44444444-4444-4444-8444-444444444444", "wf<script>", "signal",
+                                   "approve, reject<b>", "", "2025-12-31 22:00:00Z", "", 2},
+                                  {"55555555-5555-4555-8555-555555555555", "other", "event",
+                                   "order_paid", "k<script>", "2025-12-31 23:00:00Z",
+                                   "2026-01-02 00:00:00Z", 0}};
     char *act_w[] = {"std.sleep", "std.<script>"};
     struct rn_pool_worker_info w[] = {
         {"worker<script>", "ipc, pid 9", act_w, 2, 4, 1, 3, false, 120}};
@@ -99,7 +107,9 @@ Test(status_html, everything_escaped_and_shown)
                                .failures = {.items = fl, .len = 1},
                                .schedules = {.items = sc, .len = 2},
                                .runners = {.items = rn, .len = 2},
-                               .limits = {.items = lim, .len = 1}};
+                               .limits = {.items = lim, .len = 1},
+                               .wait_groups = {.items = wg, .len = 2},
+                               .waits = {.items = wt, .len = 2}};
     struct rn_pool_snapshot ps = {
         .workers = w, .nworkers = 1, .actions = pa, .nactions = 2, .queued = 12};
     char *html;
@@ -133,6 +143,20 @@ Test(status_html, everything_escaped_and_shown)
     cr_assert(strstr(html, "worker&lt;script&gt;") != NULL);
     cr_assert(strstr(html, "<code>std.&lt;script&gt;</code>") != NULL);
     cr_assert(strstr(html, "4 (+1 prefetch)") != NULL);
+    /* waits: grouped by workflow and names, then the oldest with the command that answers */
+    cr_assert(strstr(html, "<td>wf&lt;script&gt;</td><td>signal <code>approve, reject&lt;b&gt;"
+                           "</code></td><td class=\"n\">3</td><td>2025-12-31 22:00:00Z</td>"
+                           "<td>none</td>") != NULL,
+              "%s", html);
+    cr_assert(strstr(html, "<td>event <code>order_paid</code></td><td class=\"n\">1</td>") != NULL);
+    cr_assert(strstr(html,
+                     "<td>never</td><td class=\"n\">2</td><td><code>cairnctl signal "
+                     "44444444-4444-4444-8444-444444444444 approve --payload JSON</code>") != NULL,
+              "%s", html);
+    cr_assert(strstr(html, "event <code>order_paid</code> with key <code>k&lt;script&gt;</code>"
+                           "</td><td>2026-01-02 00:00:00Z</td>") != NULL,
+              "%s", html);
+    cr_assert(strstr(html, "cairnctl event order_paid k&lt;script&gt; --payload JSON") != NULL);
     cr_assert_null(strstr(html, "database unreachable"));
     free(html);
 }
@@ -150,6 +174,8 @@ Test(status_html, empty_states)
     cr_assert(strstr(html, "no unfinished instances, none finished in the last 24 h") != NULL);
     cr_assert(strstr(html, "no failed or timed-out instances") != NULL);
     cr_assert(strstr(html, "no schedules") != NULL);
+    cr_assert(strstr(html, "no instance waits for a signal or an event") != NULL);
+    cr_assert_null(strstr(html, "Oldest waits"));
     cr_assert(strstr(html, "no live runner in cairn.runners") != NULL);
     cr_assert(strstr(html, "no worker connected") != NULL);
     cr_assert(strstr(html, "no action served or waiting") != NULL);
