@@ -4,7 +4,9 @@
  * unless named with --workflow) and `cairnctl retention ...` (workflows' own retention),
  * each through the SQL API of sql/0013_retention.sql. Pruning goes one batch per transaction
  * (cairn.prune_batch), so a large prune never holds locks or a snapshot for long and can be
- * stopped at any point: what was deleted stays deleted, the rest stays whole.
+ * stopped at any point: what was deleted stays deleted, the rest stays whole. Without
+ * --workflow it then deletes the keyed events past the same cutoff that no unfinished instance
+ * can take (cairn.prune_events), one batch per transaction too.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,8 @@
 #include "runner/ctl/ctl.h"
 #include "runner/store/db.h"
 
-/* The instances a prune would delete, and their action results. */
+/* The instances a prune would delete, their action results and (without a workflow) the keyed
+ * events: those no unfinished instance of their tenant was created before (cairn.prune_events). */
 static const char *const dry_sql =
     "WITH v AS (SELECT ri.instance_id FROM cairn.runner_instances ri"
     "  WHERE ri.status IN ('completed', 'failed', 'cancelled', 'timed_out')"
@@ -24,11 +27,15 @@ static const char *const dry_sql =
     "         WHERE wr.tenant_id = ri.tenant_id AND wr.workflow_name = ri.workflow_name))"
     "    AND NOT cairn.prune_keeps(ri.instance_id))"
     " SELECT (SELECT count(*) FROM v) AS instances, (SELECT count(*) FROM"
-    "  cairn.runner_actions_done d WHERE d.instance_id IN (SELECT instance_id FROM v)) AS actions";
+    "  cairn.runner_actions_done d WHERE d.instance_id IN (SELECT instance_id FROM v)) AS actions,"
+    " CASE WHEN $2::text IS NULL THEN (SELECT count(*) FROM cairn.events e"
+    "  WHERE e.published_at < now() - $1::interval AND NOT EXISTS (SELECT 1"
+    "   FROM cairn.runner_instances ri WHERE ri.status IN ('queued', 'running')"
+    "    AND ri.tenant_id = e.tenant_id AND ri.created_at <= e.published_at)) ELSE 0 END AS events";
 
 /* What a prune deleted, or would delete. */
 struct prune_count {
-    long long instances, actions;
+    long long instances, actions, events;
 };
 
 /* The cutoff, fixed once so that a long prune ends (what finishes meanwhile waits for the next
@@ -71,12 +78,39 @@ prune_dry(const struct cn_opts *o, PGconn *c, struct prune_count *n)
     }
     n->instances = ctl_col_int(r, 0, "instances");
     n->actions = ctl_col_int(r, 0, "actions");
+    n->events = ctl_col_int(r, 0, "events");
     PQclear(r);
     return EXIT_OK;
 }
 
+/* The keyed events before cutoff that nobody can take, one batch per transaction, until a batch
+ * comes back short. */
+static int
+prune_events(const struct cn_opts *o, PGconn *c, const char *cutoff, const char *batch,
+             struct prune_count *n)
+{
+    const char *params[2] = {cutoff, batch};
+    long long got, want = strtoll(batch, NULL, 10);
+    struct cn_errmsg em;
+    PGresult *r = NULL;
+    cn_err rv;
+
+    do {
+        if ((rv = rn_db_exec(c, "SELECT cairn.prune_events($1::timestamptz, $2::integer) AS events",
+                             2, params, &r, &em)) != CN_OK) {
+            fprintf(stderr, "%s: stopped after %lld events: ", o->prog, n->events);
+            return ctl_db_error(o, rv, &em);
+        }
+        got = ctl_col_int(r, 0, "events");
+        n->events += got;
+        PQclear(r);
+        r = NULL;
+    } while (got >= want);
+    return EXIT_OK;
+}
+
 /* One batch per transaction (cairn.prune_batch), each from where the last one stopped, until
- * the walk reaches its end. */
+ * the walk reaches its end; then the events (prune_events). */
 static int
 prune_batches(const struct cn_opts *o, PGconn *c, const char *cutoff, struct prune_count *n)
 {
@@ -108,12 +142,13 @@ prune_batches(const struct cn_opts *o, PGconn *c, const char *cutoff, struct pru
         PQclear(r);
         r = NULL;
         if (before[0] == '\0') {
-            return EXIT_OK;
+            break;
         }
         if (!ctl_json_out(o) && batches % 100 == 0) {
             fprintf(stderr, "%s: %lld instances so far\n", o->prog, n->instances);
         }
     }
+    return cn_opts_str(o, "workflow") == NULL ? prune_events(o, c, cutoff, batch, n) : EXIT_OK;
 }
 
 int
@@ -123,7 +158,7 @@ ctl_cmd_prune(const struct ctl_call *call, int argc, char **argv)
         CTL_OPT_DB,
         CTL_OPT_STR("older-than", "D",
                     "delete finished instances that finished more than D ago (30d, 12h, "
-                    "'2 weeks'; required)"),
+                    "'2 weeks'; required), and keyed events older than D nobody can take"),
         CTL_OPT_STR("workflow", "W",
                     "only instances of W (also when W has a retention of its own; without it, "
                     "such workflows are left out)"),
@@ -132,7 +167,7 @@ ctl_cmd_prune(const struct ctl_call *call, int argc, char **argv)
         CTL_OPT_JSON,
     };
     struct cn_opts o = CTL_OPTS(call, rows, 0);
-    struct prune_count n = {0, 0};
+    struct prune_count n = {0, 0, 0};
     bool dry = false;
     char cutoff[64];
     PGconn *c = NULL;
@@ -156,18 +191,19 @@ ctl_cmd_prune(const struct ctl_call *call, int argc, char **argv)
         return status;
     }
     if (ctl_json_out(&o)) {
-        printf("{\"dry_run\": %s, \"cutoff\": \"%s\", \"instances\": %lld, \"actions\": %lld}\n",
-               dry ? "true" : "false", cutoff, n.instances, n.actions);
+        printf("{\"dry_run\": %s, \"cutoff\": \"%s\", \"instances\": %lld, \"actions\": %lld, "
+               "\"events\": %lld}\n",
+               dry ? "true" : "false", cutoff, n.instances, n.actions, n.events);
     } else if (dry) {
         printf("would delete %lld finished instance%s and %lld action result%s (finished before "
-               "%s)\n",
+               "%s), %lld keyed event%s\n",
                n.instances, n.instances == 1 ? "" : "s", n.actions, n.actions == 1 ? "" : "s",
-               cutoff);
+               cutoff, n.events, n.events == 1 ? "" : "s");
     } else {
-        printf("deleted %lld finished instance%s and %lld action result%s (finished before %s) "
-               "in %lld ms\n",
+        printf("deleted %lld finished instance%s and %lld action result%s (finished before %s), "
+               "%lld keyed event%s in %lld ms\n",
                n.instances, n.instances == 1 ? "" : "s", n.actions, n.actions == 1 ? "" : "s",
-               cutoff, (long long) (cn_mono_ms() - t0));
+               cutoff, n.events, n.events == 1 ? "" : "s", (long long) (cn_mono_ms() - t0));
     }
     return EXIT_OK;
 }

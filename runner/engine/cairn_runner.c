@@ -121,10 +121,11 @@ static struct cn_opt settings[] = {
      .kind = CN_OPT_STR,
      .def = RN_DEFAULT_RETENTION,
      .arg = "D",
-     .help = "delete finished instances (and their action results) D after they finished: "
-             "30d, 36h, 90m; off keeps them (a workflow's own: cairnctl retention set)"},
+     .help = "delete finished instances (and their action results) D after they finished, "
+             "and keyed events older than D nobody can take: 30d, 36h, 90m; off keeps them (a "
+             "workflow's own: cairnctl retention set)"},
     SETTING_INT("CAIRN_PRUNE_INTERVAL_MS", "prune-interval-ms", RN_DEFAULT_PRUNE_INTERVAL_MS, 100,
-                86400000, "how often retention looks for finished instances to delete"),
+                86400000, "how often retention looks for finished instances and events to delete"),
     CN_OPTS_LOG_ROWS,
 };
 

@@ -19,7 +19,7 @@
 struct rn_pruner {
     struct rn_pruner_cfg cfg;
     struct rn_stop stop;
-    _Atomic uint64_t instances, actions, errors, runs;
+    _Atomic uint64_t instances, actions, events, errors, runs;
 };
 
 static void *
@@ -27,14 +27,14 @@ pruner_main(void *arg)
 {
     struct rn_pruner *p = arg;
     struct rn_backend *b = p->cfg.backend;
-    uint64_t round_i = 0, round_a = 0;
+    uint64_t round_i = 0, round_a = 0, round_e = 0;
     char cursor[RN_PRUNE_CURSOR_LEN] = "";
     bool failing = false;
 
     while (!rn_stop_is_set(&p->stop)) {
         struct cn_errmsg em;
-        size_t ni = 0, na = 0;
-        cn_err rv = b->ops->prune_due(b, p->cfg.retention_s, RN_PRUNE_BATCH, cursor, &ni, &na, &em);
+        struct rn_prune_counts n;
+        cn_err rv = b->ops->prune_due(b, p->cfg.retention_s, RN_PRUNE_BATCH, cursor, &n, &em);
 
         atomic_fetch_add(&p->runs, 1);
         if (rv != CN_OK) {
@@ -48,20 +48,25 @@ pruner_main(void *arg)
             continue;
         }
         failing = false;
-        atomic_fetch_add(&p->instances, ni);
-        atomic_fetch_add(&p->actions, na);
-        round_i += ni;
-        round_a += na;
-        if (ni >= RN_PRUNE_BATCH || cursor[0] != '\0') { /* more to look at */
+        atomic_fetch_add(&p->instances, n.instances);
+        atomic_fetch_add(&p->actions, n.actions);
+        atomic_fetch_add(&p->events, n.events);
+        round_i += n.instances;
+        round_a += n.actions;
+        round_e += n.events;
+        /* More to look at; a full batch of events: a round's first batch takes the next. */
+        if (n.instances >= RN_PRUNE_BATCH || n.events >= RN_PRUNE_BATCH || cursor[0] != '\0') {
             (void) rn_stop_pause(&p->stop, RN_PRUNE_PAUSE_MS);
             continue;
         }
-        if (round_i > 0) {
+        if (round_i > 0 || round_e > 0) {
             cn_log(CN_LOG_INFO,
-                   "retention: deleted %llu finished instance(s), %llu action result(s)",
-                   (unsigned long long) round_i, (unsigned long long) round_a);
+                   "retention: deleted %llu finished instance(s), %llu action result(s), %llu "
+                   "keyed event(s)",
+                   (unsigned long long) round_i, (unsigned long long) round_a,
+                   (unsigned long long) round_e);
         }
-        round_i = round_a = 0;
+        round_i = round_a = round_e = 0;
         (void) rn_stop_pause(&p->stop, p->cfg.interval_ms);
     }
     return NULL;
@@ -94,6 +99,7 @@ rn_pruner_stats(struct rn_pruner *p, struct rn_pruner_stats *st)
     if (p != NULL) {
         st->instances = atomic_load(&p->instances);
         st->actions = atomic_load(&p->actions);
+        st->events = atomic_load(&p->events);
         st->errors = atomic_load(&p->errors);
         st->runs = atomic_load(&p->runs);
     }

@@ -2,7 +2,8 @@
 /*
  * The pruner: retention. It deletes finished instances, with their action results and history,
  * once they finished longer ago than their workflow's retention (the runner's CAIRN_RETENTION,
- * or the workflow's own: `cairnctl retention set`), through the backend's prune_due: one small
+ * or the workflow's own: `cairnctl retention set`), and keyed events older than CAIRN_RETENTION
+ * that no unfinished instance can take any more, through the backend's prune_due: one small
  * batch per transaction (sql/0013_retention.sql), again at once while batches come back full
  * (with a short pause between, so that the database's other work goes first), then after the
  * interval. Several runners may prune at once: a batch is taken under an advisory lock, so
@@ -34,6 +35,7 @@ struct rn_pruner_cfg {
 struct rn_pruner_stats {
     uint64_t instances; /* deleted so far */
     uint64_t actions;   /* action results deleted so far */
+    uint64_t events;    /* keyed events deleted so far */
     uint64_t errors;    /* rounds that failed */
     uint64_t runs;      /* rounds (one batch each) */
 };

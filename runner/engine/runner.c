@@ -315,6 +315,7 @@ rn_runner_stats(struct rn_runner *r, struct rn_runner_stats *st)
         rn_pruner_stats(r->pruner, &ps);
         st->pruned = ps.instances;
         st->pruned_actions = ps.actions;
+        st->pruned_events = ps.events;
         job_stats(r, &ps, st);
     }
 }

@@ -76,6 +76,7 @@ struct rn_runner_stats {
     uint64_t active;           /* instances held now */
     uint64_t pruned;           /* finished instances deleted by retention */
     uint64_t pruned_actions;   /* their action results */
+    uint64_t pruned_events;    /* keyed events deleted by retention */
     struct rn_lathist persist; /* duration of each committed persist transaction */
     struct rn_http_stats http; /* the HTTP listener's (zero without one) */
     uint64_t fd_budget;        /* connections the listeners may hold (fdbudget.h) */

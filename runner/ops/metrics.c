@@ -138,6 +138,8 @@ rn_metrics_render(const struct rn_runner_stats *st, const struct rn_pool_stats *
       st->pruned)                                                                                  \
     X("cairn_pruned_actions_total", "counter", "Action results deleted by retention.",             \
       st->pruned_actions)                                                                          \
+    X("cairn_pruned_events_total", "counter",                                                      \
+      "Keyed events deleted by retention (none could be taken any more).", st->pruned_events)      \
     X("cairn_workers", "gauge", "Workers connected.", ps->workers)                                 \
     X("cairn_pool_queued", "gauge", "Attempts waiting for a worker.", ps->queued)                  \
     X("cairn_pool_backlog_cap", "gauge",                                                           \

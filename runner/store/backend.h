@@ -272,6 +272,12 @@ struct rn_signal_stat {
 /* Room for a prune walk's position (a timestamp as PostgreSQL prints it). */
 #define RN_PRUNE_CURSOR_LEN 64
 
+/* What one batch of retention deleted. */
+struct rn_prune_counts {
+    size_t instances, actions; /* finished instances, their action results */
+    size_t events;             /* keyed events nobody can take any more */
+};
+
 struct rn_backend_ops {
     /* Claims up to max due instances, leasing each for lease_ms, marks them running and loads
      * their input, snapshot and recorded results. Stops adding instances once their inputs and
@@ -355,11 +361,12 @@ struct rn_backend_ops {
                             struct cn_errmsg *err);
     /* One batch of retention (runner/engine/pruner.h): deletes at most batch finished instances
      * past their workflow's retention (retention_s for workflows without their own; 0: keep those),
-     * with their action results; says how many of each. cursor (in and out) is where the walk
-     * goes on: "" starts a round; back to "" when the walk reached its end. NULL in a backend
-     * that keeps nothing for long. */
+     * with their action results, and, starting a round with retention_s > 0, at most batch keyed
+     * events past retention_s that nobody can take; says how many of each. cursor (in and out)
+     * is where the walk goes on: "" starts a round; back to "" when the walk reached its end.
+     * NULL in a backend that keeps nothing for long. */
     cn_err (*prune_due)(struct rn_backend *b, int64_t retention_s, size_t batch,
-                        char cursor[RN_PRUNE_CURSOR_LEN], size_t *instances, size_t *actions,
+                        char cursor[RN_PRUNE_CURSOR_LEN], struct rn_prune_counts *n,
                         struct cn_errmsg *err);
     void (*close)(struct rn_backend *b);
 };

@@ -102,13 +102,58 @@ BEGIN
 END;
 $$;
 
+-- Deletes at most p_batch keyed events published before p_cutoff that no instance can take any
+-- more, oldest first, tenant by tenant (p_tenant NULL: every tenant); returns how many. An
+-- instance takes only the events published after it was created (cairn.runner_waits), so an
+-- event older than every unfinished instance of its tenant is nobody's: such an instance pins
+-- its tenant's later events, however old. Their reads (cairn.event_reads) go with them. Kept
+-- until p_cutoff even when nobody can take them: a publisher's dedup key holds that long.
+CREATE OR REPLACE FUNCTION cairn.prune_events(p_cutoff timestamptz, p_batch integer DEFAULT 500,
+                                              p_tenant text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
+AS $$
+DECLARE
+    t record;
+    v_upto timestamptz;
+    v_n integer;
+    v_done integer := 0;
+BEGIN
+    IF p_batch < 1 OR p_batch > 100000 THEN
+        RAISE EXCEPTION 'cairn.prune_events: the batch must be in 1..100000, got %', p_batch
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR t IN SELECT tn.name FROM cairn.tenants tn
+              WHERE p_tenant IS NULL OR tn.name = p_tenant ORDER BY tn.name LOOP
+        EXIT WHEN v_done >= p_batch;
+        -- The oldest unfinished instance of the tenant: one walk of runner_instances_status per
+        -- unfinished status, stopping at the tenant's first (least() skips the NULL of none).
+        v_upto := least(p_cutoff,
+                        (SELECT ri.created_at FROM cairn.runner_instances ri
+                          WHERE ri.status = 'queued' AND ri.tenant_id = t.name
+                          ORDER BY ri.created_at LIMIT 1),
+                        (SELECT ri.created_at FROM cairn.runner_instances ri
+                          WHERE ri.status = 'running' AND ri.tenant_id = t.name
+                          ORDER BY ri.created_at LIMIT 1));
+        DELETE FROM cairn.events e WHERE e.id IN (
+            SELECT ev.id FROM cairn.events ev
+             WHERE ev.tenant_id = t.name AND ev.published_at < v_upto
+             ORDER BY ev.published_at LIMIT p_batch - v_done FOR UPDATE SKIP LOCKED);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_done := v_done + v_n;
+    END LOOP;
+    RETURN v_done;
+END;
+$$;
+
 -- One batch of what retention is due: each (tenant, workflow) with its own retention first, then
 -- the rest under p_default (NULL: keep them), from p_before on (see prune_batch). What the
 -- runners call, about once a minute and again at once, with next_before, while there is more.
 CREATE OR REPLACE FUNCTION cairn.prune_due(p_default interval, p_batch integer DEFAULT 500,
                                            p_before timestamptz DEFAULT NULL,
                                            OUT instances integer, OUT actions integer,
-                                           OUT next_before timestamptz)
+                                           OUT next_before timestamptz, OUT events integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     w record;
@@ -117,9 +162,15 @@ DECLARE
 BEGIN
     instances := 0;
     actions := 0;
+    events := 0;
     -- one runner prunes at a time; the others find nothing to do ("cair", 13)
     IF NOT pg_try_advisory_xact_lock(1667330681, 13) THEN
         RETURN;
+    END IF;
+    -- A round's first batch: the keyed events past the default retention that nobody can take
+    -- (a workflow's own retention is not theirs: an event is its tenant's, not a workflow's).
+    IF p_before IS NULL AND p_default IS NOT NULL THEN
+        events := cairn.prune_events(now() - p_default, p_batch);
     END IF;
     IF p_before IS NULL THEN -- a round's first batch: the workflows' own retention
         FOR w IN SELECT wr.tenant_id, wr.workflow_name, wr.keep FROM cairn.workflow_retention wr

@@ -8,6 +8,9 @@ that scripts/test starts (a fresh database of its own, dropped at the end).
   (--batch 7 over 30), and keeps newer ones, unfinished ones and children whose outcome has not
   reached their parent yet;
 - a pruned instance's idempotency key makes a new instance;
+- keyed events go with the same cutoff once no unfinished instance can take them: an instance
+  created before an event pins it (an instance takes only events published after it was
+  created), younger events stay, and --dry-run counts them;
 - two runners with CAIRN_RETENTION delete what is past it on their own, each instance once,
   honouring a workflow's own retention (`cairnctl retention set W D | forever`), and count it
   on /metrics;
@@ -89,6 +92,15 @@ def run_all(url, env, tmp):
                      "'long' AND (input->>'i')::int = 1")
     q(url, f"UPDATE cairn.runner_instances SET parent_pending = true WHERE instance_id = "
            f"'{pending}'")
+    # keyed events: two from before the unfinished instance was created (nobody can take them),
+    # three after it (it may still wait for them), one younger than the cutoff
+    q(url, f"UPDATE cairn.runner_instances SET created_at = now() - interval '45 days' "
+           f"WHERE instance_id = '{future}'")
+    for k, ago in (("a", "50 days"), ("b", "50 days"), ("c", "40 days"), ("d", "40 days"),
+                   ("e", "40 days"), ("f", "0 days")):
+        q(url, f"SELECT event_id FROM cairn.publish_event('paid', '{k}', '1')")
+        q(url, f"UPDATE cairn.events SET published_at = published_at - interval '{ago}' "
+               f"WHERE key = '{k}'")
     old = "ri.completed_at < now() - interval '30 days' AND NOT ri.parent_pending"
     want_i, want_a = n_instances(url, old), n_actions(url, old)
     check("the setting: 30 old instances (one of them pending), each with an action result",
@@ -96,11 +108,15 @@ def run_all(url, env, tmp):
     r = ctl(env, "prune", "--older-than", "30d", "--dry-run", "--json")
     d = json.loads(r.stdout or "{}")
     check("prune --dry-run counts them", d.get("instances") == 30 and d.get("actions") == 30
-          and d.get("dry_run") is True, r.stdout + r.stderr)
+          and d.get("events") == 2 and d.get("dry_run") is True, r.stdout + r.stderr)
     check("... and deletes nothing", n_instances(url) == 42, str(n_instances(url)))
     r = ctl(env, "prune", "--older-than", "30d", "--batch", "7")
     check("prune deletes them, in batches", r.returncode == 0 and r.stdout.startswith(
-        "deleted 30 finished instances and 30 action results"), r.stdout + r.stderr)
+        "deleted 30 finished instances and 30 action results") and ", 2 keyed events in "
+        in r.stdout, r.stdout + r.stderr)
+    keys = q(url, "SELECT string_agg(key, ',' ORDER BY key) FROM cairn.events")
+    check("... the events nobody could take, not those the unfinished instance may still wait "
+          "for nor the young one", keys == "c,d,e,f", keys)
     check("... exactly them: the newer ones, the unfinished one and the pending child remain",
           n_instances(url) == 12 and n_instances(url, f"instance_id = '{future}'") == 1
           and n_instances(url, f"instance_id = '{pending}'") == 1
@@ -110,7 +126,13 @@ def run_all(url, env, tmp):
              "cairn.runner_instances ri WHERE ri.instance_id = d.instance_id)") == "0")
     r = ctl(env, "prune", "--older-than", "30d")
     check("a second prune finds nothing", r.returncode == 0 and r.stdout.startswith(
-        "deleted 0 finished instances"), r.stdout)
+        "deleted 0 finished instances") and ", 0 keyed events in " in r.stdout, r.stdout)
+    q(url, f"UPDATE cairn.runner_instances SET created_at = now() WHERE instance_id = '{future}'")
+    r = ctl(env, "prune", "--older-than", "30d", "--batch", "2")
+    keys = q(url, "SELECT string_agg(key, ',' ORDER BY key) FROM cairn.events")
+    check("once the instance that pinned them is younger than they are, they go too (in batches)",
+          r.returncode == 0 and ", 3 keyed events in " in r.stdout and keys == "f",
+          r.stdout + r.stderr + keys)
     r = ctl(env, "run", "short", "--input", '{"i": 0}', "--idempotency-key", "order-1")
     check("a pruned instance's idempotency key makes a new instance",
           r.returncode == 0 and r.stdout.strip() not in ("", first_key_id), r.stdout + r.stderr)
@@ -138,6 +160,7 @@ def run_all(url, env, tmp):
     age(url, "workflow_name = 'mine' AND (input->>'i')::int <= 5", "2 hours")
     age(url, "workflow_name = 'mine' AND (input->>'i')::int > 8", "4 hours")
     age(url, "workflow_name IN ('short', 'long') AND completed_at IS NOT NULL", "2 hours")
+    q(url, "UPDATE cairn.events SET published_at = published_at - interval '2 hours'")
     check("the runner deletes what is past each workflow's retention", wait_until(
         "pruned", lambda: n_instances(url, "workflow_name = 'short' AND status = 'completed'")
         == 0 and n_instances(url, "workflow_name = 'mine'") == 8, 30),
@@ -168,6 +191,11 @@ def run_all(url, env, tmp):
     # short: the one made again with the key; mine: the two past 3 h
     check("/metrics of the two runners count what retention deleted, once",
           pruned[0] + pruned[1] == 3 and pruned[2] + pruned[3] == 3, str(pruned))
+    check("the runners delete the event past CAIRN_RETENTION that nobody can take", wait_until(
+        "events pruned", lambda: q(url, "SELECT count(*) FROM cairn.events") == "0", 30))
+    m, m3 = e2e.metrics(port), e2e.metrics(port3)
+    check("... and count it on /metrics, once", m.get("cairn_pruned_events_total", 0)
+          + m3.get("cairn_pruned_events_total", 0) == 1, f"{m} {m3}")
     check("the runners log it", wait_until("logged", lambda: "retention: deleted" in
                                            runner.text() + runner3.text(), 10),
           runner.text()[-500:])

@@ -16,34 +16,37 @@
 
 cn_err
 pg_prune_due(struct rn_backend *base, int64_t retention_s, size_t batch,
-             char cursor[RN_PRUNE_CURSOR_LEN], size_t *instances, size_t *actions,
-             struct cn_errmsg *err)
+             char cursor[RN_PRUNE_CURSOR_LEN], struct rn_prune_counts *n, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    char keep[24], n[24];
-    const char *params[3] = {keep, n, cursor[0] != '\0' ? cursor : NULL};
+    char keep[24], nbatch[24];
+    const char *params[3] = {keep, nbatch, cursor[0] != '\0' ? cursor : NULL};
     PGresult *r = NULL;
     cn_err rv;
 
-    *instances = *actions = 0;
+    memset(n, 0, sizeof(*n));
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
     (void) snprintf(keep, sizeof(keep), "%lld", (long long) retention_s);
-    (void) snprintf(n, sizeof(n), "%zu", batch);
-    if ((rv = rn_db_exec(b->c,
-                         "SELECT instances, actions, next_before FROM cairn.prune_due(CASE WHEN"
-                         " $1::bigint > 0 THEN $1::bigint * interval '1 second' END, $2::integer,"
-                         " $3::timestamptz)",
-                         3, params, &r, err)) != CN_OK) {
+    (void) snprintf(nbatch, sizeof(nbatch), "%zu", batch);
+    if ((rv = rn_db_exec(
+             b->c,
+             "SELECT instances, actions, next_before, events FROM cairn.prune_due(CASE WHEN"
+             " $1::bigint > 0 THEN $1::bigint * interval '1 second' END, $2::integer,"
+             " $3::timestamptz)",
+             3, params, &r, err)) != CN_OK) {
         return rv;
     }
     cursor[0] = '\0';
     if (PQntuples(r) == 1) {
-        *instances = (size_t) strtoull(PQgetvalue(r, 0, 0), NULL, 10);
-        *actions = (size_t) strtoull(PQgetvalue(r, 0, 1), NULL, 10);
-        if (!PQgetisnull(r, 0, 2)) {
-            (void) snprintf(cursor, RN_PRUNE_CURSOR_LEN, "%s", PQgetvalue(r, 0, 2));
+        const char *next = rn_db_get(r, 0, "next_before");
+
+        n->instances = (size_t) strtoull(rn_db_get(r, 0, "instances"), NULL, 10);
+        n->actions = (size_t) strtoull(rn_db_get(r, 0, "actions"), NULL, 10);
+        n->events = (size_t) strtoull(rn_db_get(r, 0, "events"), NULL, 10);
+        if (next != NULL) {
+            (void) snprintf(cursor, RN_PRUNE_CURSOR_LEN, "%s", next);
         }
     }
     PQclear(r);

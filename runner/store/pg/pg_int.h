@@ -159,7 +159,7 @@ cn_err pg_record_late(struct rn_backend *base, const struct rn_late_result *l, s
 /* ---- ops.c: retention, backfills, schedules ------------------------------------------------- */
 
 cn_err pg_prune_due(struct rn_backend *base, int64_t retention_s, size_t batch,
-                    char cursor[RN_PRUNE_CURSOR_LEN], size_t *instances, size_t *actions,
+                    char cursor[RN_PRUNE_CURSOR_LEN], struct rn_prune_counts *n,
                     struct cn_errmsg *err);
 cn_err pg_signal_stats(struct rn_backend *base, struct rn_signal_stat *out, struct cn_errmsg *err);
 cn_err pg_tick_backfills(struct rn_backend *base, struct rn_backfill_stat **out, size_t *n,
