@@ -137,8 +137,11 @@ struct ir_stmt {
     struct ir_block body;        /* FOR, WHILE, TRY */
     struct ir_handler *handlers; /* TRY */
     uint32_t nhandlers;
-    bool helper_call; /* RETURN: expr is a helper call (set by the checker) */
-    bool fail_fast;   /* SPREAD, PARALLEL: `[fail_fast]`, the first failure cancels the rest */
+    bool has_final;          /* TRY: a `finally:` block (final, at final_pos) */
+    struct ir_block final;   /* TRY */
+    struct ir_pos final_pos; /* TRY: the `finally` keyword */
+    bool helper_call;        /* RETURN: expr is a helper call (set by the checker) */
+    bool fail_fast; /* SPREAD, PARALLEL: `[fail_fast]`, the first failure cancels the rest */
     /* RAISE of an error type (set by the checker when expr calls one): the message and the
      * details (IR_NO_EXPR when not given); item is the type, expr IR_NO_EXPR */
     uint32_t raise_args[2];

@@ -57,6 +57,8 @@ struct checker {
     struct cn_strmap undefined; /* names already reported as undefined */
     int loop_depth;
     int handler_depth;        /* except handlers around the statement, in its function */
+    int final_depth;          /* finally blocks around the statement, in its function */
+    int final_loop_depth;     /* loop_depth where the innermost of them began */
     struct cn_strmap classes; /* declared error type -> index in p->classes */
     struct loop_ctx *loop;
     const char *item; /* the spread item variable while checking that spread's arguments */
@@ -193,6 +195,7 @@ collect_block(struct checker *c, const struct ir_block *b)
             }
             collect_block(c, &s->handlers[j].body);
         }
+        collect_block(c, &s->final);
     }
 }
 
@@ -569,6 +572,14 @@ walk_break(struct checker *c, const struct ir_stmt *s, struct dstate *st)
                      s->kind == IR_S_BREAK ? "break" : "continue");
         return; /* reported; the code after it is still checked as reachable */
     }
+    if (c->final_depth > 0 && c->loop_depth == c->final_loop_depth) {
+        /* Python 3.14 warns of it (PEP 765): leaving a finally drops the error it runs for. */
+        ir_diags_add(c->d, s->pos.line, s->pos.col,
+                     "'%s' would leave the 'finally' block, dropping the error it may be "
+                     "running for; leave the loop after the try statement",
+                     s->kind == IR_S_BREAK ? "break" : "continue");
+        return;
+    }
     if (s->kind == IR_S_BREAK) {
         ds_meet(c, &c->loop->brk, st);
         c->loop->has_break = true;
@@ -697,6 +708,32 @@ check_classes(struct checker *c)
     }
 }
 
+/* The finally block of try s, from the state before the try (an error may leave the body or a
+ * handler anywhere): what it assigns is assigned after the try, and a finally that never ends
+ * makes the try never end. */
+static void
+walk_finally(struct checker *c, const struct ir_stmt *s, const struct dstate *entry,
+             struct dstate *out)
+{
+    struct dstate f = ds_copy(c, entry);
+    int saved = c->final_loop_depth;
+    size_t w;
+
+    c->final_depth++;
+    c->final_loop_depth = c->loop_depth;
+    walk_block(c, &s->final, &f);
+    c->final_depth--;
+    c->final_loop_depth = saved;
+    if (f.dead) {
+        out->dead = true;
+    } else if (out->bits != NULL && f.bits != NULL && entry->bits != NULL) {
+        for (w = 0; w < c->words; w++) {
+            out->bits[w] |= f.bits[w] & ~entry->bits[w];
+        }
+    }
+    ds_free(&f);
+}
+
 static void
 walk_try(struct checker *c, const struct ir_stmt *s, struct dstate *st)
 {
@@ -722,6 +759,9 @@ walk_try(struct checker *c, const struct ir_stmt *s, struct dstate *st)
         }
         ds_meet(c, &out, &h);
         ds_free(&h);
+    }
+    if (s->has_final) {
+        walk_finally(c, s, st, &out);
     }
     ds_free(st);
     *st = out;
@@ -774,6 +814,11 @@ walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
         walk_try(c, s, st);
         break;
     case IR_S_RETURN:
+        if (c->final_depth > 0) {
+            ir_diags_add(c->d, s->pos.line, s->pos.col,
+                         "'return' inside a 'finally' block would drop the error it may be "
+                         "running for; return after the try statement");
+        }
         if (check_value(c, s->expr, st)) {
             s->helper_call = true;
         }
@@ -825,6 +870,8 @@ check_func(struct checker *c, uint32_t fi)
     ds_set_names(c, &st, &f->inputs);
     c->loop_depth = 0;
     c->handler_depth = 0;
+    c->final_depth = 0;
+    c->final_loop_depth = 0;
     c->loop = NULL;
     walk_block(c, &f->body, &st);
     ds_free(&st);

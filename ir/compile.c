@@ -43,6 +43,17 @@ struct loop_ctx {
     struct pend_vec continues;
 };
 
+/* A try statement with a finally block, around the statement being compiled in its frame: what
+ * a copy of the block needs to compile as if it stood where the try does (compile_finals). */
+struct fin_ctx {
+    const struct ir_block *body; /* the finally block */
+    uint32_t exc;                /* the frame's context at the try */
+    uint16_t try_depth, loop_depth;
+    struct loop_ctx *loop;
+    const char *handled;
+    const struct fin_ctx *next; /* the next one out, in the same frame */
+};
+
 struct frame_ctx {
     uint32_t frame;
     uint32_t exc; /* node id, EXC_TOKEN|i, or IR_NO_NODE */
@@ -51,8 +62,9 @@ struct frame_ctx {
     struct loop_ctx *loop;
     struct pend_vec *returns;
     int inline_depth;
-    const char *handled; /* in an except handler with a bare raise: the hidden name of the
-                            error it caught; else NULL */
+    const char *handled;       /* in an except handler with a bare raise: the hidden name of the
+                                  error it caught; else NULL */
+    const struct fin_ctx *fin; /* the innermost try with a finally around, in this frame */
 };
 
 struct edge_rec {
@@ -85,6 +97,7 @@ struct compiler {
     uint32_t nloops;
     uint32_t nrets;
     uint32_t nexcs;
+    uint32_t nfins;
     uint32_t next_seq;
     struct cn_strmap funcs; /* helper name -> index */
 };
@@ -431,6 +444,7 @@ inline_call(struct compiler *c, struct frame_ctx *fc, uint32_t call, const struc
     inner.returns = &returns;
     inner.inline_depth = fc->inline_depth + 1;
     inner.handled = NULL;
+    inner.fin = NULL; /* a helper's return leaves the helper, not the caller's try */
     pend_push(c, preds, enter, IR_E_NEXT, IR_NO_EXPR, 0);
     compile_block(c, &inner, &g->body, preds);
     pend_move(c, preds, &returns);
@@ -671,7 +685,7 @@ has_bare_raise(const struct ir_block *b)
                 return true;
             }
         }
-        if (has_bare_raise(&s->body)) {
+        if (has_bare_raise(&s->body) || has_bare_raise(&s->final)) {
             return true;
         }
     }
@@ -795,8 +809,8 @@ compile_raise(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
 }
 
 static void
-compile_try(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
-            struct pend_vec *preds)
+compile_try_except(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+                   struct pend_vec *preds)
 {
     struct pend_vec ends = {0}, h = {0};
     uint32_t outer_exc = fc->exc, tok, try_id, exc_id, i;
@@ -860,6 +874,152 @@ compile_try(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
     if (ends.len > 0) {
         uint32_t j = new_node(c, fc, IR_N_JOIN, s->pos, &ends);
         pend_push(c, preds, j, IR_E_NEXT, IR_NO_EXPR, 0);
+    }
+out:
+    free(ends.items);
+    free(h.items);
+}
+
+/* Compiles after preds a copy of each finally block a jump leaves, innermost first: every one of
+ * the frame for a return (all), those of the tries begun inside the innermost loop for a break
+ * or a continue. Each copy compiles as if it stood where its try does: an error in it goes to
+ * the handlers around that try. fc is as it was afterwards. */
+static void
+compile_finals(struct compiler *c, struct frame_ctx *fc, bool all, struct pend_vec *preds)
+{
+    const struct frame_ctx saved = *fc;
+    const struct fin_ctx *f;
+
+    for (f = saved.fin; f != NULL && preds->len > 0 && c->rv == CN_OK; f = f->next) {
+        if (!all && f->loop_depth < saved.loop_depth) {
+            break; /* this try holds the loop: the jump stays inside it */
+        }
+        fc->exc = f->exc;
+        fc->try_depth = f->try_depth;
+        fc->loop_depth = f->loop_depth;
+        fc->loop = f->loop;
+        fc->handled = f->handled;
+        fc->fin = f->next;
+        compile_block(c, fc, f->body, preds);
+    }
+    *fc = saved;
+}
+
+/* `return v` inside a try with a finally: v is evaluated first, into a hidden $retK, then the
+ * finally blocks run, then $retK is returned: Python's order, and what a finally block assigns
+ * does not change what is returned. The RETURN stands outside them all: an error it raises
+ * (a value that cannot be stored) must not run them again. */
+static void
+compile_return_through(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+                       struct pend_vec *preds)
+{
+    const char *tmp = NULL;
+    const struct fin_ctx *f;
+    struct frame_ctx out = *fc;
+    uint32_t id;
+
+    if (s->expr != IR_NO_EXPR) {
+        struct ir_names t = {NULL, NULL, 1, false};
+        tmp = loop_name(c, "ret", ++c->nrets);
+        t.items = &tmp;
+        if (s->helper_call) {
+            inline_call(c, fc, s->expr, &t, preds);
+        } else {
+            id = new_node(c, fc, IR_N_ASSIGN, s->pos, preds);
+            if (id != IR_NO_NODE) {
+                node_at(c, id)->expr = s->expr;
+                set_targets(c, id, &t);
+            }
+            pend_push(c, preds, id, IR_E_NEXT, IR_NO_EXPR, 0);
+        }
+    }
+    compile_finals(c, fc, true, preds);
+    if (preds->len == 0) {
+        return; /* a finally block that always raises */
+    }
+    for (f = fc->fin; f->next != NULL; f = f->next) {
+    }
+    out.exc = f->exc;
+    out.try_depth = f->try_depth;
+    id = new_node(c, &out, IR_N_RETURN, s->pos, preds);
+    if (id != IR_NO_NODE && tmp != NULL) {
+        node_at(c, id)->expr = synth_name(c, tmp, s->pos);
+    }
+    pend_push(c, fc->returns, id, IR_E_NEXT, IR_NO_EXPR, 0);
+}
+
+/* `try ... finally` (with or without except clauses): the try and its handlers inside a hidden
+ * catch-all try, whose handler binds the error to a hidden $finN, runs a copy of the finally
+ * block and raises $finN again; a copy after the normal end; and a copy before each return,
+ * break or continue that leaves the try (compile_finals). Which way the try was left is which
+ * copy runs, so nothing about it is kept at run time, and replay needs nothing new. */
+static void
+compile_try(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
+            struct pend_vec *preds)
+{
+    struct pend_vec ends = {0}, h = {0};
+    struct fin_ctx fin;
+    uint32_t tok, try_id, exc_id, raise_id;
+    const char *name;
+    struct ir_node *n;
+
+    if (!s->has_final) {
+        compile_try_except(c, fc, s, preds);
+        return;
+    }
+    try_id = new_node(c, fc, IR_N_TRY, s->pos, preds);
+    tok = new_token(c);
+    if (try_id == IR_NO_NODE || c->rv != CN_OK) {
+        return;
+    }
+    pend_push(c, preds, try_id, IR_E_NEXT, IR_NO_EXPR, 0);
+    fin.body = &s->final;
+    fin.exc = fc->exc;
+    fin.try_depth = fc->try_depth;
+    fin.loop_depth = fc->loop_depth;
+    fin.loop = fc->loop;
+    fin.handled = fc->handled;
+    fin.next = fc->fin;
+    fc->exc = tok;
+    fc->try_depth++;
+    fc->fin = &fin;
+    if (s->nhandlers > 0) {
+        compile_try_except(c, fc, s, preds);
+    } else {
+        compile_block(c, fc, &s->body, preds);
+    }
+    fc->fin = fin.next;
+    fc->try_depth--;
+    fc->exc = fin.exc;
+    pend_move(c, &ends, preds);
+    exc_id = new_node(c, fc, IR_N_EXCEPT, s->final_pos, NULL);
+    name = loop_name(c, "fin", ++c->nfins);
+    if (exc_id == IR_NO_NODE || name == NULL) {
+        goto out;
+    }
+    resolve_token(c, tok, exc_id);
+    node_at(c, try_id)->link = exc_id;
+    n = node_at(c, exc_id);
+    n->link = try_id;
+    n->nhandlers = 1;
+    n->handlers = cn_arena_calloc(c->arena, 1, sizeof(*n->handlers));
+    if (n->handlers == NULL) {
+        fail(c, CN_NOMEM);
+        goto out;
+    }
+    n->handlers[0].bind = name; /* no types: every error */
+    if (ends.len > 0) {
+        uint32_t j = new_node(c, fc, IR_N_JOIN, s->pos, &ends);
+        pend_push(c, preds, j, IR_E_NEXT, IR_NO_EXPR, 0);
+        compile_block(c, fc, &s->final, preds);
+    }
+    pend_push(c, &h, exc_id, IR_E_HANDLER, IR_NO_EXPR, 0);
+    compile_block(c, fc, &s->final, &h);
+    if (h.len > 0) {
+        raise_id = new_node(c, fc, IR_N_RAISE, s->final_pos, &h);
+        if (raise_id != IR_NO_NODE) {
+            node_at(c, raise_id)->expr = synth_name(c, name, s->final_pos);
+        }
     }
 out:
     free(ends.items);
@@ -985,6 +1145,12 @@ compile_stmt(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
         break;
     case IR_S_BREAK:
     case IR_S_CONTINUE:
+        if (fc->fin != NULL && fc->loop != NULL) {
+            compile_finals(c, fc, false, preds);
+            if (preds->len == 0) {
+                break; /* a finally block that always raises */
+            }
+        }
         id = new_node(c, fc, s->kind == IR_S_BREAK ? IR_N_BREAK : IR_N_CONTINUE, s->pos, preds);
         if (fc->loop != NULL) {
             pend_push(c, s->kind == IR_S_BREAK ? &fc->loop->breaks : &fc->loop->continues, id,
@@ -992,6 +1158,10 @@ compile_stmt(struct compiler *c, struct frame_ctx *fc, const struct ir_stmt *s,
         }
         break;
     case IR_S_RETURN:
+        if (fc->fin != NULL) {
+            compile_return_through(c, fc, s, preds);
+            break;
+        }
         if (s->helper_call) {
             /* return helper(...) == $retK = helper(...); return $retK */
             const char *tmp = loop_name(c, "ret", ++c->nrets);
@@ -1124,6 +1294,28 @@ est_call(struct est *e, uint32_t call)
     return n;
 }
 
+/* The return, break and continue statements in b, at any depth: each may leave a try through
+ * its finally (an upper bound: a break of a loop inside b leaves no try). */
+static uint64_t
+jumps_in(const struct ir_block *b)
+{
+    uint64_t n = 0;
+    uint32_t i, k;
+
+    for (i = 0; i < b->len; i++) {
+        const struct ir_stmt *s = b->items[i];
+        n += s->kind == IR_S_RETURN || s->kind == IR_S_BREAK || s->kind == IR_S_CONTINUE;
+        for (k = 0; k < s->narms; k++) {
+            n += jumps_in(&s->arms[k].body);
+        }
+        for (k = 0; k < s->nhandlers; k++) {
+            n += jumps_in(&s->handlers[k].body);
+        }
+        n += jumps_in(&s->body) + jumps_in(&s->final);
+    }
+    return n;
+}
+
 static uint64_t
 est_block(struct est *e, const struct ir_block *b)
 {
@@ -1147,6 +1339,13 @@ est_block(struct est *e, const struct ir_block *b)
         n = est_add(n, est_block(e, &s->body));
         for (k = 0; k < s->nhandlers; k++) {
             n = est_add(n, est_block(e, &s->handlers[k].body));
+        }
+        if (s->has_final) { /* a copy per way out (compile_try_finally) */
+            uint64_t f = est_block(e, &s->final), ways = 2 + jumps_in(&s->body);
+            for (k = 0; k < s->nhandlers; k++) {
+                ways += jumps_in(&s->handlers[k].body);
+            }
+            n = est_add(n, ways != 0 && f > EST_INF / ways ? EST_INF : f * ways);
         }
     }
     return n;

@@ -60,6 +60,7 @@ static const struct {
     {"sleep", IR_TK_SLEEP},
     {"raise", IR_TK_RAISE},
     {"class", IR_TK_CLASS},
+    {"finally", IR_TK_FINALLY},
     {"and", IR_TK_AND},
     {"or", IR_TK_OR},
     {"not", IR_TK_NOT},

@@ -45,6 +45,7 @@
     X(SLEEP, "'sleep'")       \
     X(RAISE, "'raise'")       \
     X(CLASS, "'class'")       \
+    X(FINALLY, "'finally'")   \
     X(AND, "'and'")           \
     X(OR, "'or'")             \
     X(NOT, "'not'")           \

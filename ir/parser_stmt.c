@@ -464,8 +464,8 @@ parse_try(struct parser *ps, struct ir_stmt *s, const struct ir_token *t)
     if (ps->panic) {
         return;
     }
-    if (!at(ps, IR_TK_EXCEPT)) {
-        ir_ps_error_at(ps, peek(ps), "expected 'except' after the try block");
+    if (!at(ps, IR_TK_EXCEPT) && !at(ps, IR_TK_FINALLY)) {
+        ir_ps_error_at(ps, peek(ps), "expected 'except' or 'finally' after the try block");
         return;
     }
     while (at(ps, IR_TK_EXCEPT)) {
@@ -509,6 +509,14 @@ parse_try(struct parser *ps, struct ir_stmt *s, const struct ir_token *t)
     s->handlers = ir_ps_arena_copy(ps, hs, n, sizeof(*hs));
     s->nhandlers = (uint32_t) n;
     free(hs);
+    if (!ps->panic && at(ps, IR_TK_FINALLY)) {
+        const struct ir_token *f = advance(ps);
+        s->final_pos = tok_pos(f);
+        if (ir_ps_expect(ps, IR_TK_COLON, "after 'finally'")) {
+            s->final = ir_parse_block(ps, "'finally'");
+            s->has_final = !ps->panic;
+        }
+    }
 }
 
 /* The compound statements: each parser gets the statement made from its keyword kw (consumed)

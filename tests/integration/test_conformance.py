@@ -7,7 +7,9 @@ after seed: int, float, bool, string, list and dict expressions with every opera
 Python-compatible builtins, float literals in all their forms (`1.e3`, `2.E-1`, `.5`, `3.`),
 assignment with one or several targets (`a, = x`, `a, b = x`), trailing-comma lists
 (`y = a,`), if/elif/else, for loops (including `for a, in pairs`), while, try/except with the
-error types the expressions can raise, and `raise` of built-in and declared error types (`class
+error types the expressions can raise, try/finally (with and without handlers, an error
+raised in the finally, break and continue through one), and `raise` of built-in and declared
+error types (`class
 Odd(ValueError): pass`, `class Worse(Odd, LookupError): pass`) caught by a type or a base, or
 re-raised by a bare `raise`. Each program runs twice: in Cairn (a real `cairnctl
 exec` process) and as Python 3 after a mechanical translation (`fn main(input: [...]):` becomes
@@ -167,7 +169,7 @@ class Gen:
 
     def stmt(self, ind, depth):
         r = self.r
-        k = r.randrange(13 if depth > 0 else 6)
+        k = r.randrange(15 if depth > 0 else 6)
         typ = r.choice(["int", "int", "float", "bool", "str", "ilist", "dict"])
         if k <= 2:
             v = self.new()
@@ -242,6 +244,35 @@ class Gen:
                 self.emit(ind + 1, f"if {self.bool_e(0)}:")
                 self.emit(ind + 2, "raise")
             self.vars[v] = "int"
+        elif k == 13:
+            v = self.new()  # try/finally, with or without handlers, maybe raising in the finally
+            self.emit(ind, f"{v} = {self.str_e(0)}")
+            self.emit(ind, "try:")
+            self.emit(ind + 1, f"if {self.bool_e(1)}:")
+            self.emit(ind + 2, f"raise {r.choice(RAISED)}({self.str_e(0)})")
+            self.emit(ind + 1, f"{v} = {v} + str({self.int_e(1)})")
+            if r.random() < 0.5:
+                self.emit(ind, f"except {r.choice(CAUGHT)}:")
+                self.emit(ind + 1, f"{v} = {v} + 'e'")
+            self.emit(ind, "finally:")
+            self.emit(ind + 1, f"{v} = {v} + 'f'")
+            if r.random() < 0.2:
+                self.emit(ind + 1, f"if {self.bool_e(0)}:")
+                self.emit(ind + 2, f"raise {r.choice(RAISED)}('in finally')")
+            self.vars[v] = "str"
+        elif k == 14:
+            i, acc = self.new(), self.new()  # break and continue through a finally
+            self.emit(ind, f"{i} = 0")
+            self.emit(ind, f"{acc} = {self.str_e(0)}")
+            self.emit(ind, f"while {i} < {r.randint(0, 4)}:")
+            self.emit(ind + 1, f"{i} += 1")
+            self.emit(ind + 1, "try:")
+            self.emit(ind + 2, f"if {i} == {r.randint(1, 3)}:")
+            self.emit(ind + 3, r.choice(["continue", "break", "pass"]))
+            self.emit(ind + 2, f"{acc} = {acc} + str({i})")
+            self.emit(ind + 1, "finally:")
+            self.emit(ind + 2, f"{acc} = {acc} + 'f'")
+            self.vars[i], self.vars[acc] = "int", "str"
         else:
             i, v = self.new(), self.new()
             self.emit(ind, f"{v} = []")
@@ -337,6 +368,8 @@ REJECTED = [
     "    a, += 1\n",
     "    return 012\n",
     "    for , in x:\n        pass\n",
+    "    try:\n        pass\n    y = 1\n",
+    "    try:\n        pass\n    finally:\n        pass\n    except:\n        pass\n",
 ]
 ACCEPTED = [
     "    return 1.e3\n",
@@ -346,6 +379,9 @@ ACCEPTED = [
     "    a, = x\n    return a\n",
     "    for a, in x:\n        pass\n",
     "    try:\n        pass\n    except (KeyError, IndexError) as e:\n        pass\n",
+    "    try:\n        pass\n    finally:\n        pass\n",
+    "    try:\n        y = 1\n    except KeyError:\n        y = 2\n    finally:\n        pass\n"
+    "    return y\n",
     "\ufeff",  # a byte-order mark, then the rest of the file
 ]
 

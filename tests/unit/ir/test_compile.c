@@ -17,10 +17,10 @@ TestSuite(ir_compile, .fini = t_leak_check, .timeout = 60);
 
 /* The examples, then sources kept next to their golden text (tests/golden/NAME.cairn) for what
  * the examples do not show. */
-static const char *const examples[] = {"cleanup", "hello",    "orders", "poll",  "report",
-                                       "welcome", "children", "waits",  "raises"};
+static const char *const examples[] = {"cleanup", "hello",    "orders", "poll",   "report",
+                                       "welcome", "children", "waits",  "raises", "finally"};
 #define NEXAMPLES    (sizeof(examples) / sizeof(examples[0]))
-#define NGOLDEN_ONLY 3 /* the last ones live in tests/golden/ */
+#define NGOLDEN_ONLY 4 /* the last ones live in tests/golden/ */
 
 /* Compiles src, which must compile. */
 static struct t_compiled
@@ -749,6 +749,16 @@ static const struct check_case check_errors[] = {
     /* one target with a trailing comma unpacks too, so it must match the calls */
     {"fn main():\n    p, = parallel:\n        @m.x()\n        @m.y()\n", 2, 5,
      "parallel block has 2 calls but 1 target to unpack into"},
+    /* finally */
+    {"fn main():\n    try:\n        pass\n    finally:\n        return 1\n", 5, 9,
+     "'return' inside a 'finally' block would drop the error it may be running for"},
+    {"fn main(input: [xs]):\n    for x in xs:\n        try:\n            pass\n        finally:\n"
+     "            continue\n",
+     6, 13, "'continue' would leave the 'finally' block"},
+    {"fn main():\n    try:\n        y = 1\n    finally:\n        z = y\n", 5, 13,
+     "variable 'y' may be used before it is assigned"},
+    {"fn main():\n    try:\n        pass\n    return 1\n", 4, 5,
+     "expected 'except' or 'finally' after the try block"},
     /* raise and error types */
     {"fn main():\n    raise\n", 2, 5, "a bare raise re-raises the error an except handler caught"},
     {"fn h():\n    raise\nfn main():\n    try:\n        pass\n    except:\n        h()\n", 2, 5,

@@ -209,12 +209,22 @@ Test(ir_parser, every_statement_form)
                       "        pass\n"
                       "    sleep 1.5\n"    /* 10 */
                       "    if a: return\n" /* 11 */
-                      "    return a\n"     /* 12 */
+                      "    try:\n"         /* 12 */
+                      "        pass\n"
+                      "    except ValueError:\n"
+                      "        pass\n"
+                      "    finally:\n"
+                      "        a = 2\n"
+                      "        a = 3\n"
+                      "    try:\n" /* 13 */
+                      "        pass\n"
+                      "    finally: pass\n"
+                      "    return a\n" /* 14 */
                       "fn h(input: [z]):\n"
                       "    return z\n";
 
     parse_ok(&p, src);
-    cr_assert_eq(p.prog->funcs[0].body.len, 13);
+    cr_assert_eq(p.prog->funcs[0].body.len, 15);
     cr_assert_eq(stmt(&p, 0)->kind, IR_S_ASSIGN);
     s = stmt(&p, 1);
     cr_assert_eq(s->targets.len, 2);
@@ -263,12 +273,25 @@ Test(ir_parser, every_statement_form)
     cr_assert_str_eq(s->handlers[1].types.items[1], "b.C");
     cr_assert_str_eq(s->handlers[1].bind, "e");
     cr_assert_eq(s->handlers[2].types.len, 0);
+    cr_assert(!s->has_final);
     cr_assert_eq(stmt(&p, 10)->kind, IR_S_SLEEP);
     s = stmt(&p, 11);
     cr_assert_eq(s->kind, IR_S_IF);
     cr_assert_eq(s->arms[0].body.items[0]->kind, IR_S_RETURN);
     cr_assert_eq(s->arms[0].body.items[0]->expr, IR_NO_EXPR);
-    cr_assert_eq(stmt(&p, 12)->kind, IR_S_RETURN);
+    s = stmt(&p, 12);
+    cr_assert_eq(s->kind, IR_S_TRY);
+    cr_assert_eq(s->nhandlers, 1);
+    cr_assert(s->has_final);
+    cr_assert_eq(s->final.len, 2);
+    cr_assert_eq(s->final_pos.line, 35);
+    cr_assert_eq(s->final_pos.col, 5);
+    s = stmt(&p, 13);
+    cr_assert_eq(s->kind, IR_S_TRY);
+    cr_assert_eq(s->nhandlers, 0);
+    cr_assert(s->has_final);
+    cr_assert_eq(s->final.items[0]->kind, IR_S_PASS);
+    cr_assert_eq(stmt(&p, 14)->kind, IR_S_RETURN);
     parsed_free(&p);
 }
 
@@ -474,7 +497,7 @@ static const struct err_case syntax_errors[] = {
     {"fn main():\n    while x\n        y = 2\n", 2, 12, "expected ':' after while condition"},
     {"fn main():\n    try\n        y = 2\n", 2, 8, "expected ':' after 'try'"},
     {"fn main():\n    try:\n        y = 2\n    z = 1\n", 4, 5,
-     "expected 'except' after the try block"},
+     "expected 'except' or 'finally' after the try block"},
     {"fn main():\n    try:\n        y = 2\n    except E\n        z = 1\n", 4, 13,
      "expected ':' after except clause"},
     {"fn main():\n    try:\n        y = 2\n    except as e:\n        z = 1\n", 4, 12,

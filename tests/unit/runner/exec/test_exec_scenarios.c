@@ -542,3 +542,63 @@ Test(exec_scenarios, uncaught_error_out_of_a_helper_in_a_loop_fails_the_same_in_
                           "        t = t + v\n",
                           "{}", "BadValue");
 }
+
+/* ---- finally ------------------------------------------------------------------------------ */
+
+/* Every way out of a try runs its finally block once, actions and sleeps in it included, and
+ * the same after a crash at any step: the normal end, an error (raised again after it), a
+ * return (its value taken first) and a break or continue through it. */
+static const char finally_src[] = "fn guarded(input: [k]):\n"
+                                  "    log = \"\"\n"
+                                  "    try:\n"
+                                  "        x = @std.fail_if(value=k, bad=[2])\n"
+                                  "        if k == 3:\n"
+                                  "            return \"early\" + log\n"
+                                  "        log = \"ok\"\n"
+                                  "    finally:\n"
+                                  "        log = @std.echo(value=\"fin\" + str(k))\n"
+                                  "        sleep 0\n"
+                                  "    return log\n"
+                                  "fn main():\n"
+                                  "    out = []\n"
+                                  "    for k in range(1, 6):\n"
+                                  "        try:\n"
+                                  "            r = guarded(k)\n"
+                                  "        except BadValue as e:\n"
+                                  "            r = \"caught \" + e.message\n"
+                                  "        out = out + [r]\n"
+                                  "        try:\n"
+                                  "            if k == 4:\n"
+                                  "                break\n"
+                                  "            continue\n"
+                                  "        finally:\n"
+                                  "            f = @std.echo(value=\"loop\" + str(k))\n"
+                                  "            out = out + [f]\n"
+                                  "    return out\n";
+
+Test(exec_scenarios, finally_runs_once_on_every_way_out_across_crashes)
+{
+    expect_all_modes(finally_src, "{}",
+                     "[\"fin1\", \"loop1\", \"caught 2\", \"loop2\", \"early\", \"loop3\", "
+                     "\"fin4\", \"loop4\"]");
+}
+
+/* An error the finally block raises replaces the one it runs for; one it does not stays. */
+Test(exec_scenarios, finally_keeps_the_error_or_replaces_it)
+{
+    expect_fail_all_modes("fn main():\n"
+                          "    try:\n"
+                          "        x = @std.fail(type=\"Declined\")\n"
+                          "    finally:\n"
+                          "        y = @std.echo(value=1)\n"
+                          "    return x\n",
+                          "{}", "Declined");
+    expect_fail_all_modes("fn main():\n"
+                          "    try:\n"
+                          "        x = @std.fail(type=\"Declined\")\n"
+                          "    finally:\n"
+                          "        y = @std.echo(value=[])\n"
+                          "        z = y[3]\n"
+                          "    return x\n",
+                          "{}", "IndexError");
+}
