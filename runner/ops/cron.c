@@ -328,9 +328,9 @@ read_value(const struct pstate *ps, size_t *p, int *v)
     return expected_value(ps, *p, f->names != NULL ? "a number or a name" : "a number");
 }
 
-/* Parses the field at [start, ps->end) into the bit set *bits (bit v: value v) and *any. */
+/* Parses the field at [start, ps->end) into the bit set *bits (bit v: value v) and *starred. */
 static cn_err
-parse_field(const struct pstate *ps, size_t start, uint64_t *bits, bool *any)
+parse_field(const struct pstate *ps, size_t start, uint64_t *bits, bool *starred)
 {
     const struct field *f = ps->f;
     const char *s = ps->s;
@@ -338,8 +338,7 @@ parse_field(const struct pstate *ps, size_t start, uint64_t *bits, bool *any)
     cn_err e;
 
     *bits = 0;
-    *any = (ps->end - start == 1 && s[start] == '*') ||
-           (ps->end - start == 3 && memcmp(s + start, "*/1", 3) == 0);
+    *starred = s[start] == '*'; /* Vixie's DOM_STAR and DOW_STAR: the first character alone */
     for (;;) {
         size_t item = p, step_at;
         int lo, hi, step = 1, v;
@@ -452,7 +451,7 @@ rn_cron_parse(const char *expr, struct rn_cron *out, struct cn_errmsg *err)
     size_t len = strnlen(expr, RN_CRON_MAX_LEN + 1);
     size_t starts[5], ends[5], nfields = 0, p = 0;
     uint64_t bits[5];
-    bool any[5];
+    bool star[5];
     struct rn_cron c;
     cn_err e;
     int i;
@@ -489,7 +488,7 @@ rn_cron_parse(const char *expr, struct rn_cron *out, struct cn_errmsg *err)
     }
     for (i = 0; i < 5; i++) {
         struct pstate ps = {expr, ends[i], &fields[i], err};
-        if ((e = parse_field(&ps, starts[i], &bits[i], &any[i])) != CN_OK) {
+        if ((e = parse_field(&ps, starts[i], &bits[i], &star[i])) != CN_OK) {
             return e;
         }
     }
@@ -502,8 +501,8 @@ rn_cron_parse(const char *expr, struct rn_cron *out, struct cn_errmsg *err)
     c.days = (uint32_t) bits[2];
     c.months = (uint16_t) bits[3];
     c.weekdays = (uint8_t) bits[4];
-    c.dom_any = any[2];
-    c.dow_any = any[4];
+    c.dom_star = star[2];
+    c.dow_star = star[4];
     *out = c;
     return CN_OK;
 }
@@ -536,18 +535,9 @@ next_bit(uint64_t set, int from)
 static bool
 day_matches(const struct rn_cron *c, int year, int month, int day)
 {
-    bool dom = bit(c->days, day);
+    bool dom = bit(c->days, day), dow = bit(c->weekdays, rn_civil_weekday(year, month, day));
 
-    if (c->dom_any && c->dow_any) {
-        return true;
-    }
-    if (c->dow_any) {
-        return dom;
-    }
-    if (!c->dom_any && dom) {
-        return true;
-    }
-    return bit(c->weekdays, rn_civil_weekday(year, month, day));
+    return c->dom_star || c->dow_star ? dom && dow : dom || dow;
 }
 
 bool
@@ -584,7 +574,7 @@ rn_cron_next(const struct rn_cron *c, const struct rn_civil *after, struct rn_ci
     struct rn_civil t;
 
     if (!rn_civil_valid(after) || minutes == 0 || hours == 0 || months == 0 ||
-        (!c->dom_any && days == 0) || (!c->dow_any && weekdays == 0)) {
+        (c->dom_star || c->dow_star ? days == 0 || weekdays == 0 : days == 0 && weekdays == 0)) {
         return false;
     }
     last_year = after->year + RN_CRON_HORIZON_YEARS;
@@ -619,9 +609,9 @@ rn_cron_next(const struct rn_cron *c, const struct rn_civil *after, struct rn_ci
             continue;
         }
         if (!day_matches(c, t.year, t.month, t.day)) {
-            /* Only the day of month counts: jump to the next day in the set (past the end of
-             * the month moves to the next month). Otherwise a weekday may match tomorrow. */
-            v = c->dow_any && !c->dom_any ? next_bit(days, t.day + 1) : t.day + 1;
+            /* Both must match: jump to the next day of month in the set (past the end of the
+             * month moves to the next month). Otherwise a weekday may match tomorrow. */
+            v = c->dom_star || c->dow_star ? next_bit(days, t.day + 1) : t.day + 1;
             to_day(&t, v < 0 ? 32 : v);
             continue;
         }

@@ -7,11 +7,11 @@
  * evaluated on the wall clock of its own zone, and the caller converts to and from that zone.
  * Pure: no I/O, no clock, no allocation, no threads, nothing locks.
  *
- * Day matching follows Vixie cron: when both day of month and day of week are restricted, a
- * day matches if either does ("0 0 13 * 5" runs on Fridays and on the 13th); when one of them
- * is `*`, only the other counts ("0 0 * * 1" runs on Mondays only). Unlike Vixie, which treats
- * any field that starts with `*` as unrestricted, a stepped star (`*\/2`) here is a
- * restriction like any other list: only `*` and its equivalent `*\/1` are "any".
+ * Day matching follows Vixie cron, whose rule every crontab written for it assumes: when
+ * neither day field starts with `*`, a day matches if either does ("0 0 13 * 5" runs on
+ * Fridays and on the 13th); when one of them starts with `*`, a day must match both ("0 0 * *
+ * 1" runs on Mondays only, and "0 16 *\/2 * 0-6" on odd days only, since the stepped star
+ * counts as a star for this rule while its step still restricts).
  */
 #ifndef RUNNER_CRON_H
 #define RUNNER_CRON_H
@@ -40,12 +40,12 @@ struct rn_civil {
 
 /* A parsed 5-field cron expression (minute hour day-of-month month day-of-week). */
 struct rn_cron {
-    uint64_t minutes;      /* bit m: minute m matches (0..59) */
-    uint32_t hours;        /* bit h (0..23) */
-    uint32_t days;         /* bit d (1..31) */
-    uint16_t months;       /* bit m (1..12) */
-    uint8_t weekdays;      /* bit w: 0 = Sunday .. 6 = Saturday */
-    bool dom_any, dow_any; /* the field was `*` (or `*\/1`): see the day matching above */
+    uint64_t minutes;        /* bit m: minute m matches (0..59) */
+    uint32_t hours;          /* bit h (0..23) */
+    uint32_t days;           /* bit d (1..31) */
+    uint16_t months;         /* bit m (1..12) */
+    uint8_t weekdays;        /* bit w: 0 = Sunday .. 6 = Saturday */
+    bool dom_star, dow_star; /* the field starts with `*`: see the day matching above */
 };
 
 /*

@@ -40,6 +40,19 @@ $$;
 -- Every status change passes here, so this is the one place that says which are allowed, and
 -- the one that announces an end: whatever finishes an instance (its runner's write, cancel, the
 -- deadline sweep), clients waiting on cairn.done_channel hear it when that write commits.
+--
+--   queued  -> running                      a runner claimed it
+--   running -> queued                       handed back (shutdown, a long sleep), lease reclaimed
+--   running -> completed | failed | cancelled | timed_out
+--                                           it ran and ended
+--   queued  -> cancelled | timed_out        it ended unclaimed: cairn.cancel of an instance
+--                                           nobody holds, cairn.expire_overdue past its deadline
+--   failed | cancelled | timed_out -> queued
+--                                           run again (redrive)
+--
+-- Only a run completes or fails an instance, so queued -> completed | failed is refused: a
+-- runner writes an end only under the lease its claim took, and the claim marks it running in
+-- the same statement.
 CREATE OR REPLACE FUNCTION cairn.check_status_transition() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -48,16 +61,18 @@ BEGIN
        OR (OLD.status IN ('failed', 'cancelled', 'timed_out') AND NEW.status = 'queued') THEN
         RETURN NEW;
     END IF;
-    IF OLD.status IN ('queued', 'running')
-       AND NEW.status IN ('completed', 'failed', 'cancelled', 'timed_out') THEN
+    IF (OLD.status = 'running'
+        AND NEW.status IN ('completed', 'failed', 'cancelled', 'timed_out'))
+       OR (OLD.status = 'queued' AND NEW.status IN ('cancelled', 'timed_out')) THEN
         PERFORM pg_notify(cairn.done_channel(NEW.instance_id), NEW.status);
         RETURN NEW;
     END IF;
     RAISE EXCEPTION 'instance %: status % -> % is not allowed', OLD.instance_id, OLD.status,
         NEW.status
         USING ERRCODE = 'check_violation',
-              HINT = 'allowed: queued -> running -> queued; queued or running -> completed, '
-                     'failed, cancelled or timed_out; failed, cancelled or timed_out -> queued';
+              HINT = 'allowed: queued -> running -> queued; running -> completed, failed, '
+                     'cancelled or timed_out; queued -> cancelled or timed_out; failed, '
+                     'cancelled or timed_out -> queued';
 END
 $$;
 

@@ -167,11 +167,11 @@ st=$("$ctl" status "$id" --json | python3 -c 'import json,sys; d=json.load(sys.s
 check "status --json" "$st" "queued Ada hello"
 out=$("$ctl" result "$id" 2>&1); rc=$?
 check "result of an unfinished instance: exit 5" "$rc" 5
-q "$url" "UPDATE cairn.runner_instances SET status = 'completed', result = '{\"greeting\": \"hi Ada\"}' WHERE instance_id = '$id'" >/dev/null
+q "$url" "UPDATE cairn.runner_instances SET status = 'running' WHERE instance_id = '$id'; UPDATE cairn.runner_instances SET status = 'completed', result = '{\"greeting\": \"hi Ada\"}' WHERE instance_id = '$id'" >/dev/null
 out=$("$ctl" result "$id" 2>&1); rc=$?
 check "result of a completed instance: exit 0" "$rc" 0
 check "result prints the value" "$out" '{"greeting": "hi Ada"}'
-q "$url" "UPDATE cairn.runner_instances SET status = 'failed', error = '{\"type\": \"KeyError\", \"message\": \"x\"}' WHERE instance_id = '$k1'" >/dev/null
+q "$url" "UPDATE cairn.runner_instances SET status = 'running' WHERE instance_id = '$k1'; UPDATE cairn.runner_instances SET status = 'failed', error = '{\"type\": \"KeyError\", \"message\": \"x\"}' WHERE instance_id = '$k1'" >/dev/null
 ctl_says "result of a failed instance" 4 "the error" "KeyError" result "$k1"
 out=$("$ctl" run hello --wait --timeout 1 2>/dev/null); rc=$?
 check "run --wait times out: exit 5" "$rc" 5
@@ -184,7 +184,7 @@ for _ in $(seq 1 200); do
     [[ -n "$wid" ]] && break
     sleep 0.05
 done
-q "$url" "UPDATE cairn.runner_instances SET status = 'completed', result = '[1, 2]' WHERE instance_id = '$wid'" >/dev/null
+q "$url" "UPDATE cairn.runner_instances SET status = 'running' WHERE instance_id = '$wid'; UPDATE cairn.runner_instances SET status = 'completed', result = '[1, 2]' WHERE instance_id = '$wid'" >/dev/null
 wait "$wpid"; rc=$?
 check "run --wait: exit 0 once finished" "$rc" 0
 check "run --wait prints the result" "$(cat "$tmp/wout")" "[1, 2]"

@@ -35,7 +35,7 @@ matches(const struct rn_cron *c, const struct rn_civil *t)
 {
     bool dom = (c->days >> t->day) & 1;
     bool dow = (c->weekdays >> rn_civil_weekday(t->year, t->month, t->day)) & 1;
-    bool day = c->dom_any ? (c->dow_any || dow) : c->dow_any ? dom : (dom || dow);
+    bool day = c->dom_star || c->dow_star ? dom && dow : dom || dow;
 
     return day && ((c->minutes >> t->minute) & 1) && ((c->hours >> t->hour) & 1) &&
            ((c->months >> t->month) & 1);

@@ -132,8 +132,8 @@ Test(cron, a_star_matches_every_value_of_its_field)
     cr_assert_eq(c.days, range_set(1, 31, 1));
     cr_assert_eq(c.months, range_set(1, 12, 1));
     cr_assert_eq(c.weekdays, range_set(0, 6, 1));
-    cr_assert(c.dom_any);
-    cr_assert(c.dow_any);
+    cr_assert(c.dom_star);
+    cr_assert(c.dow_star);
 }
 
 Test(cron, single_values_ranges_and_lists_set_their_bits)
@@ -145,8 +145,8 @@ Test(cron, single_values_ranges_and_lists_set_their_bits)
     cr_assert_eq(c.days, SET(1, 15, 31));
     cr_assert_eq(c.months, SET(2, 3, 4, 12));
     cr_assert_eq(c.weekdays, SET(1, 2, 3, 4, 5));
-    cr_assert_not(c.dom_any);
-    cr_assert_not(c.dow_any);
+    cr_assert_not(c.dom_star);
+    cr_assert_not(c.dow_star);
 }
 
 Test(cron, steps_apply_to_stars_ranges_and_single_values)
@@ -213,17 +213,21 @@ Test(cron, leading_zeros_are_allowed)
     cr_assert_eq(parse_ok("05 007 01 02 00").minutes, SET(5));
 }
 
-Test(cron, only_a_plain_star_or_star_slash_1_counts_as_any_day)
+/* Vixie's rule: a day field that starts with `*` counts as a star, whatever follows. */
+Test(cron, a_day_field_starting_with_a_star_counts_as_a_star)
 {
     struct rn_cron c = parse_ok("0 0 */1 * */1");
 
-    cr_assert(c.dom_any);
-    cr_assert(c.dow_any);
+    cr_assert(c.dom_star);
+    cr_assert(c.dow_star);
     c = parse_ok("0 0 */2 * 1-7");
-    cr_assert_not(c.dom_any); /* a stepped star restricts (unlike Vixie's quirk) */
-    cr_assert_not(c.dow_any); /* every day, but written as a range */
+    cr_assert(c.dom_star);     /* a stepped star: a star for the day rule, its step restricts */
+    cr_assert_not(c.dow_star); /* every day, but written as a range */
+    cr_assert_eq(c.days, range_set(1, 31, 2));
     c = parse_ok("0 0 *,1 * *");
-    cr_assert_not(c.dom_any);
+    cr_assert(c.dom_star);
+    c = parse_ok("0 0 1-31 * 1");
+    cr_assert_not(c.dom_star);
 }
 
 Test(cron, macros_expand_to_their_five_fields)
@@ -412,6 +416,14 @@ Test(cron, next_gives_the_known_runs_of_minutes)
         {"0 0 * * fri-7", "2026-04-01 00:00", 5,
          "2026-04-03 00:00, 2026-04-04 00:00, 2026-04-05 00:00, 2026-04-10 00:00, "
          "2026-04-11 00:00"},
+        /* A stepped star counts as a star (Vixie): both fields must match, so odd days only,
+         * where the OR of two restricted fields would give every day. */
+        {"0 16 */2 * 0-6", "2026-04-29 17:00", 4,
+         "2026-05-01 16:00, 2026-05-03 16:00, 2026-05-05 16:00, 2026-05-07 16:00"},
+        {"0 0 * * */2", "2026-04-01 00:00", 4, /* Sundays, Tuesdays, Thursdays, Saturdays */
+         "2026-04-02 00:00, 2026-04-04 00:00, 2026-04-05 00:00, 2026-04-07 00:00"},
+        {"0 0 1-31 * 1-5", "2026-04-03 00:00", 2, /* both restricted, one is every day */
+         "2026-04-04 00:00, 2026-04-05 00:00"},
         /* Steps give every nth minute across the hour: */
         {"*/15 * * * *", "2026-03-10 12:00", 5,
          "2026-03-10 12:15, 2026-03-10 12:30, 2026-03-10 12:45, 2026-03-10 13:00, "
@@ -569,15 +581,8 @@ append_field(char *buf, size_t size, int lo, int hi, const char *const *names, i
 static bool
 naive_matches(const struct rn_cron *c, const struct rn_civil *t, int wd)
 {
-    bool dom = (c->days >> t->day) & 1, dow = (c->weekdays >> wd) & 1, day;
-
-    if (c->dom_any) {
-        day = c->dow_any || dow;
-    } else if (c->dow_any) {
-        day = dom;
-    } else {
-        day = dom || dow;
-    }
+    bool dom = (c->days >> t->day) & 1, dow = (c->weekdays >> wd) & 1;
+    bool day = c->dom_star || c->dow_star ? dom && dow : dom || dow;
     return day && ((c->minutes >> t->minute) & 1) && ((c->hours >> t->hour) & 1) &&
            ((c->months >> t->month) & 1);
 }
