@@ -30,7 +30,8 @@ static const struct ctl_cmd commands[] = {
      "[--allow-missing-children] [--max-source-bytes N] [--max-graph-nodes N] [--json]",
      "compile a workflow and store it as a version", ctl_cmd_register, NULL, NULL},
     {"run",
-     "NAME [--input JSON | --input-file FILE] [--idempotency-key K] [--concurrency-key K] "
+     "NAME [--input JSON | --input-file FILE] [--idempotency-key K [--any-input]] "
+     "[--concurrency-key K] "
      "[--priority P] [--at TIME] [--version V] [--workflow-timeout D] [--wait [--timeout S]] "
      "[--json]",
      "enqueue an instance (--wait: until it finishes)", ctl_cmd_run, NULL, NULL},

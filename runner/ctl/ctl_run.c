@@ -394,7 +394,7 @@ static int
 enqueue(const struct cn_opts *o, PGconn *c, const char *name, const char *input, char *id,
         size_t idlen)
 {
-    const char *params[8];
+    const char *params[9];
     char prio[24];
 
     (void) snprintf(prio, sizeof(prio), "%lld", cn_opts_int(o, "priority"));
@@ -406,10 +406,11 @@ enqueue(const struct cn_opts *o, PGconn *c, const char *name, const char *input,
     params[5] = cn_opts_str(o, "version");
     params[6] = cn_opts_str(o, "workflow-timeout"); /* PostgreSQL reads the interval */
     params[7] = cn_opts_str(o, "concurrency-key");
+    params[8] = cn_opts_bool(o, "any-input") ? "true" : "false";
     return ctl_query_text(o, c,
                           "SELECT cairn.enqueue($1, $2::jsonb, $3, $4::integer,"
-                          " $5::timestamptz, $6, $7::interval, $8) AS id",
-                          8, params, "id", id, idlen);
+                          " $5::timestamptz, $6, $7::interval, $8, $9::boolean) AS id",
+                          9, params, "id", id, idlen);
 }
 
 int
@@ -419,7 +420,11 @@ ctl_cmd_run(const struct ctl_call *call, int argc, char **argv)
         CTL_OPT_DB,
         CTL_OPT_INPUT,
         CTL_OPT_STR("idempotency-key", "K",
-                    "the same key returns the workflow's first instance instead of making another"),
+                    "the same key (and input) returns the workflow's first instance instead of "
+                    "making another; another input with it is refused"),
+        CTL_OPT_BOOL("any-input",
+                     "with --idempotency-key: return the first instance even if it was enqueued "
+                     "with another input"),
         CTL_OPT_STR("concurrency-key", "K",
                     "instances with the same key run at most the workflow's per-key limit at once "
                     "(1 unless set: cairnctl limit set)"),

@@ -191,10 +191,15 @@ END
 $$;
 
 -- Enqueues an instance of the latest (or the given) version of a workflow of the caller's tenant
--- and returns its id. With an idempotency key that was used before for the workflow, returns
--- that instance and enqueues nothing. Every check runs before the idempotency lookup: a request
--- is refused for what it is, whichever key it carries. Wakes runners with NOTIFY cairn_enqueue
--- (a hint; they also poll).
+-- and returns its id. With an idempotency key that was used before for the workflow and the
+-- same input (jsonb equality: key order and spacing do not count), returns that instance and
+-- enqueues nothing; with another input it refuses (invalid_parameter_value, 22023), as Stripe's
+-- API does: a client that reuses a key for a different request has a bug that silently getting
+-- the first instance would hide. first_if_input_differs returns the first instance anyway (what
+-- signal-with-start wants: its input only starts the instance). Other arguments (priority,
+-- scheduled_at, version, timeout) are not compared. Every check runs before the idempotency
+-- lookup: a request is refused for what it is, whichever key it carries. Wakes runners with
+-- NOTIFY cairn_enqueue (a hint; they also poll).
 CREATE OR REPLACE FUNCTION cairn.enqueue(
     workflow_name text,
     input jsonb DEFAULT '{}',
@@ -203,7 +208,8 @@ CREATE OR REPLACE FUNCTION cairn.enqueue(
     scheduled_at timestamptz DEFAULT NULL,
     workflow_version text DEFAULT NULL,
     timeout interval DEFAULT NULL,
-    concurrency_key text DEFAULT NULL
+    concurrency_key text DEFAULT NULL,
+    first_if_input_differs boolean DEFAULT false
 ) RETURNS uuid
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
@@ -214,6 +220,7 @@ DECLARE
     v_timeout_ms bigint;
     v_due timestamptz;
     v_id uuid;
+    v_first jsonb;
     v_lim record;
     v_tenant text := cairn.current_tenant();
 BEGIN
@@ -284,10 +291,20 @@ BEGIN
         WHERE ri.idempotency_key IS NOT NULL DO NOTHING
     RETURNING ri.instance_id INTO v_id;
     IF v_id IS NULL THEN
-        SELECT ri.instance_id INTO v_id
+        SELECT ri.instance_id, ri.input INTO v_id, v_first
           FROM cairn.runner_instances ri
          WHERE ri.tenant_id = v_tenant AND ri.workflow_name = enqueue.workflow_name
            AND ri.idempotency_key = enqueue.idempotency_key;
+        IF v_first IS DISTINCT FROM enqueue.input AND NOT coalesce(first_if_input_differs, false)
+        THEN
+            RAISE EXCEPTION 'cairn.enqueue: idempotency key "%" of workflow "%" was used with '
+                            'another input (instance %)',
+                enqueue.idempotency_key, enqueue.workflow_name, v_id
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The same input returns that instance; a new request needs a new '
+                             'key; first_if_input_differs => true returns the first instance '
+                             'anyway.';
+        END IF;
         RETURN v_id;
     END IF;
     INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)

@@ -215,7 +215,10 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'It names the instance to signal, or to start and signal.';
     END IF;
-    instance_id := cairn.enqueue(p_workflow, p_input, p_idempotency_key);
+    -- p_input only starts the instance: one found by its key is signalled whatever it started
+    -- with.
+    instance_id := cairn.enqueue(p_workflow, p_input, p_idempotency_key,
+                                 first_if_input_differs => true);
     signal := cairn.signal(instance_id, p_name, p_payload, p_dedup_key);
 END
 $$;

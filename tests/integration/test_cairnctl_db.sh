@@ -93,8 +93,13 @@ check "the newest version runs" "$(q "$url" "SELECT v.workflow_version FROM cair
 check "instance queued with its input" "$(q "$url" "SELECT status || ' ' || (input->>'name') FROM cairn.runner_instances WHERE instance_id = '$id'")" "queued Ada"
 check "and in the claim queue" "$(q "$url" "SELECT count(*) FROM cairn.queued_instances WHERE instance_id = '$id'")" 1
 k1=$("$ctl" run hello --idempotency-key order-7 2>&1)
-k2=$("$ctl" run hello --idempotency-key order-7 --input '{"other": 1}' 2>&1)
-check "the same idempotency key gives the same instance" "$k2" "$k1"
+k2=$("$ctl" run hello --idempotency-key order-7 --input '{}' 2>&1)
+check "the same idempotency key and input give the same instance" "$k2" "$k1"
+ctl_says "the same key with another input" 1 "is refused, naming the first instance" \
+    "idempotency key \"order-7\" of workflow \"hello\" was used with another input (instance $k1)" \
+    run hello --idempotency-key order-7 --input '{"other": 1}'
+k3=$("$ctl" run hello --idempotency-key order-7 --input '{"other": 1}' --any-input 2>&1)
+check "--any-input: the first instance anyway" "$k3" "$k1"
 check "and one instance only" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE idempotency_key = 'order-7'")" 1
 ctl_says "invalid input JSON" 1 "says where" "line 1, column" run hello --input '{"name": }'
 ctl_says "input that is not an object" 1 "says so" "must be a JSON object" run hello --input '[1, 2]'

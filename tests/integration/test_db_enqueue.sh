@@ -4,7 +4,8 @@
 # with its SQLSTATE and message (input not an object, over the size limit, nested too deep,
 # numbers outside int64 or float64, an empty or too long idempotency key, an infinite time),
 # and still takes an input exactly at the size limit and one exactly at the depth limit;
-# idempotency keys: a key's instance again, per workflow, under eight concurrent enqueues, and
+# idempotency keys: a key's instance again (the same input only, unless first_if_input_differs;
+# another input refused with 22023), per workflow, under eight concurrent enqueues, and
 # instances without a key left out of the key's index (TAP output). Works in a fresh database
 # of its own on the server of CAIRN_TEST_DATABASE_URL, dropped at the end. Argument:
 # SOURCE_ROOT. Without CAIRN_TEST_DATABASE_URL it reports a skip.
@@ -95,8 +96,18 @@ check "a finite time" "$(try "SELECT cairn.enqueue('w', '{}', NULL, 0, '2999-01-
 
 # ---- idempotency keys (0020: the unique index holds the keyed instances only) ---------------
 used=$(q "$url" "SELECT instance_id FROM cairn.runner_instances WHERE idempotency_key = 'used'")
-check "a key used before: its instance again" "$(q "$url" "SELECT cairn.enqueue('w', '{\"other\": 1}', 'used')")" "$used"
+check "a key used before with the same input: its instance again" "$(q "$url" "SELECT cairn.enqueue('w', '{}', 'used')")" "$used"
+q "$url" "SELECT cairn.enqueue('w', '{\"a\": 1, \"b\": [2]}', 'json-eq')" >/dev/null
+check "the same input is JSON equality: key order and spacing do not count" \
+    "$(q "$url" "SELECT cairn.enqueue('w', '{ \"b\" : [2],\"a\":1}', 'json-eq') = instance_id FROM cairn.runner_instances WHERE idempotency_key = 'json-eq'")" t
+refused "the key with another input" "'{\"other\": 1}', 'used'" \
+    "22023 cairn.enqueue: idempotency key \"used\" of workflow \"w\" was used with another input (instance $used)"
+hint=$("$psql_bin" -X -q -d "$url" -c "SELECT cairn.enqueue('w', '{\"other\": 1}', 'used')" 2>&1 </dev/null)
+contains "its hint says how to get the first instance anyway" "$hint" "first_if_input_differs => true returns the first instance anyway"
+check "first_if_input_differs: the first instance anyway" \
+    "$(q "$url" "SELECT cairn.enqueue('w', '{\"other\": 1}', 'used', first_if_input_differs => true)")" "$used"
 check "and no second instance" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE idempotency_key = 'used'")" 1
+check "its input is the first one's" "$(q "$url" "SELECT input FROM cairn.runner_instances WHERE instance_id = '$used'")" "{}"
 check "no key: a new instance each time" \
     "$(q "$url" "SELECT cairn.enqueue('w', '{}') <> cairn.enqueue('w', '{}')")" t
 q "$url" "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source) VALUES ('w2', 'v1', 'h2', 'workflow w2')" >/dev/null

@@ -74,16 +74,16 @@ def _first(r):
 
 
 def _enqueue(workflow, input, idempotency_key, priority, at, version, timeout,
-             concurrency_key):
+             concurrency_key, any_input):
     if input is None:
         input = {}
     if not isinstance(input, dict):
         raise TypeError("input must be a dict (the workflow's inputs by name)")
     if timeout is not None and not isinstance(timeout, (str, datetime.timedelta)):
         timeout = f"{float(timeout)} seconds"  # seconds, a timedelta or an interval text
-    return _Statement("SELECT cairn.enqueue(%s, %s, %s, %s, %s, %s, %s::interval, %s)",
+    return _Statement("SELECT cairn.enqueue(%s, %s, %s, %s, %s, %s, %s::interval, %s, %s)",
                       (workflow, Jsonb(input), idempotency_key, priority, at, version, timeout,
-                       concurrency_key),
+                       concurrency_key, bool(any_input)),
                       False, lambda r: str(r[0]))
 
 
@@ -304,14 +304,16 @@ class Client:
         return st.decode(cur.fetchall() if st.many else cur.fetchone())
 
     def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
-                version=None, timeout=None, concurrency_key=None):
+                version=None, timeout=None, concurrency_key=None, any_input=False):
         """Enqueues an instance of the workflow's newest (or the given) version and returns its
-        id. The same idempotency key returns the workflow's first instance with it. at: not
-        before this datetime; timeout: seconds (or an interval text) after which it ends
-        timed_out; concurrency_key: instances with the same key run at most the workflow's
-        per-key limit at once (1 unless `cairnctl limit set --per-key`)."""
+        id. The same idempotency key with the same input returns the workflow's first instance
+        with it; with another input it raises psycopg.errors.InvalidParameterValue, unless
+        any_input=True asks for the first instance anyway. at: not before this datetime;
+        timeout: seconds (or an interval text) after which it ends timed_out; concurrency_key:
+        instances with the same key run at most the workflow's per-key limit at once (1 unless
+        `cairnctl limit set --per-key`)."""
         return self._run(_enqueue(workflow, input, idempotency_key, priority, at, version,
-                                  timeout, concurrency_key))
+                                  timeout, concurrency_key, any_input))
 
     def status(self, instance_id):
         """The instance as a dict (id, workflow, version, status, input, result, error, times);
@@ -507,9 +509,9 @@ class AsyncClient:
         return st.decode(await (cur.fetchall() if st.many else cur.fetchone()))
 
     async def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
-                      version=None, timeout=None, concurrency_key=None):
+                      version=None, timeout=None, concurrency_key=None, any_input=False):
         return await self._run(_enqueue(workflow, input, idempotency_key, priority, at, version,
-                                        timeout, concurrency_key))
+                                        timeout, concurrency_key, any_input))
 
     async def status(self, instance_id):
         return await self._run(_status(instance_id))

@@ -23,9 +23,14 @@ def test_the_python_welcome_example(cluster, client):
         {"to": "user4@example.com", "sent": True, "attempts": 2},
         {"to": "user5@example.com", "sent": True, "attempts": 1},
     ]
-    # The same idempotency key gives the same instance back.
-    assert client.enqueue("welcome_py", {"user_ids": [9]}, idempotency_key="signup-batch-1") \
-        == iid
+    # The same idempotency key and input give the same instance back; another input is refused
+    # (the key's first instance named), unless any_input asks for it anyway.
+    assert client.enqueue("welcome_py", {"user_ids": [1, 2, 3, 4, 5, 6]},
+                          idempotency_key="signup-batch-1") == iid
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=f"another input.*{iid}"):
+        client.enqueue("welcome_py", {"user_ids": [9]}, idempotency_key="signup-batch-1")
+    assert client.enqueue("welcome_py", {"user_ids": [9]}, idempotency_key="signup-batch-1",
+                          any_input=True) == iid
     s = client.status(iid)
     assert s["status"] == "completed" and s["workflow"] == "welcome_py"
     assert iid in [i["id"] for i in client.list(workflow="welcome_py")]
