@@ -146,7 +146,7 @@ w_outcome(struct wenc *e, const struct wp_outcome *o)
 static void
 w_dispatch(struct wenc *e, const struct wp_dispatch *d)
 {
-    e->bad |= msgpack_pack_map(&e->pk, d->last_error.type == IR_T_MAP ? 8 : 7);
+    e->bad |= msgpack_pack_map(&e->pk, 7 + (d->last_error.type == IR_T_MAP) + (d->timeout_ms > 0));
     w_kv_bin(e, "instance", d->instance_id, 16);
     w_kv_bin(e, "exec_id", d->exec_id, 16);
     w_kv_u(e, "attempt", d->attempt);
@@ -155,6 +155,9 @@ w_dispatch(struct wenc *e, const struct wp_dispatch *d)
     w_kv_val(e, "kwargs", d->kwargs);
     w_str(e, "deadline_ms");
     e->bad |= msgpack_pack_int64(&e->pk, d->deadline_ms);
+    if (d->timeout_ms > 0) {
+        w_kv_u(e, "timeout_ms", d->timeout_ms);
+    }
     if (d->last_error.type == IR_T_MAP) {
         w_kv_val(e, "last_error", d->last_error);
     }
@@ -586,6 +589,10 @@ r_dispatch(struct wdec *d, const msgpack_object *map, struct wp_dispatch *out)
                          "items.last_error");
         }
         ir_map_set_error(&out->last_error, true);
+    }
+    if (wfield(map, "timeout_ms") != NULL &&
+        !r_u(d, map, "timeout_ms", INT64_MAX, &out->timeout_ms)) {
+        return false;
     }
     o = wfield(map, "deadline_ms");
     if (o != NULL && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX) {

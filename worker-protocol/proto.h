@@ -78,7 +78,9 @@ struct wp_dispatch {
     uint64_t token; /* runner-chosen; the outcome must echo it */
     const char *action;
     struct ir_val kwargs;     /* a map */
-    int64_t deadline_ms;      /* absolute, wall clock */
+    int64_t deadline_ms;      /* absolute, wall clock; 0: none */
+    uint64_t timeout_ms;      /* counted from when the worker starts it; 0: none (optional on
+                                 the wire, "timeout_ms") */
     struct ir_val last_error; /* the previous attempt's error map (attempt > 1), else None:
                                  optional on the wire ("last_error") */
 };

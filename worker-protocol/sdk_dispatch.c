@@ -36,6 +36,7 @@
 
 #include <nng/nng.h>
 
+#include "ir/base/clock.h"
 #include "ir/base/sync.h"
 #include "ir/base/xalloc.h"
 #include "ir/error.h"
@@ -89,7 +90,15 @@ sdk_run(struct sdk_slot *s, const struct sdk_item *it, struct wp_outcome *o)
     memcpy(ctx.instance_id, d->instance_id, 16);
     memcpy(ctx.exec_id, d->exec_id, 16);
     ctx.attempt = d->attempt;
+    /* The timeout counts from now, when a slot takes the attempt: time in the run queue
+     * (prefetched) does not count, as the runner does not count it either. */
     ctx.deadline_ms = d->deadline_ms;
+    if (d->timeout_ms > 0 && d->timeout_ms <= (uint64_t) INT64_MAX / 2) {
+        int64_t by = cn_wall_ms() + (int64_t) d->timeout_ms;
+        if (ctx.deadline_ms <= 0 || by < ctx.deadline_ms) {
+            ctx.deadline_ms = by;
+        }
+    }
     ctx.last_error = d->last_error;
     ctx.internal = s;
     rv = a->fn(&ctx, d->kwargs, a->arg, &v);

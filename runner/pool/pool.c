@@ -223,6 +223,7 @@ rn_pl_worker_free(struct worker *w)
         free(w->actions[i]);
     }
     free(w->actions);
+    free(w->waitq.items);
     free(w->name);
     free(w);
 }

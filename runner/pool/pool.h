@@ -5,9 +5,10 @@
  * handshake and hello in time, few waiting at once), accepts workers (hello/welcome), keeps
  * their idle `ready` requests parked,
  * answers one with a `dispatch` when work for an action that worker serves is submitted,
- * routes outcomes back through a callback, enforces per-attempt timeouts (counted from the
- * dispatch to a worker, so that waiting for a slot does not count, and bounded by the attempt's
- * schedule-to-close deadline: a synthetic ActionTimeout, and `cancel` to the worker), and turns the
+ * routes outcomes back through a callback, enforces per-attempt timeouts (counted from when a
+ * worker starts the attempt on a slot, so that waiting for a worker or in a worker's prefetch
+ * queue does not count, and bounded by the attempt's schedule-to-close deadline: a synthetic
+ * ActionTimeout, and `cancel` to the worker), and turns the
  * in-flight attempts of a dropped connection into WorkerLost errors at once.
  *
  * Threads: nng's callback threads run the protocol (through sprep.h); one pool thread runs timers
@@ -93,7 +94,7 @@ struct rn_pool_dispatch {
     const char *action;       /* copied */
     struct ir_val kwargs;     /* retained */
     struct ir_val prev_error; /* the previous attempt's error, or None; retained */
-    int64_t timeout_ms;       /* from the moment a worker gets it (start to close); 0 = none */
+    int64_t timeout_ms;       /* from the moment a worker starts it (on a slot); 0 = none */
     int64_t deadline_ms;      /* absolute wall clock, whether started or not; 0 = none */
     int64_t ready_us; /* CLOCK_MONOTONIC µs when the action became ready; 0 = not measured */
 };

@@ -50,8 +50,13 @@ struct worker {
     char **actions;
     uint32_t nactions;
     uint32_t slots, prefetch;
-    uint32_t cap;        /* slots + prefetch: most attempts it holds at once */
-    uint32_t inflight;   /* attempts dispatched to it and not reported back */
+    uint32_t cap;      /* slots + prefetch: most attempts it holds at once */
+    uint32_t inflight; /* attempts dispatched to it and not reported back */
+    uint32_t nwaiting; /* of those, the ones in its own queue (prefetched): not started */
+    struct {
+        struct wait_ref *items; /* the waiting ones in dispatch order, which it starts in */
+        size_t len, cap, head;
+    } waitq;
     uint32_t said_room;  /* the room its latest `ready` gave (WP_ROOM_ANY: none given) */
     struct pctx *parked; /* its parked `ready`, if any (at most one) */
     struct pctx *ctl;    /* its parked `control`, if any */
@@ -60,8 +65,16 @@ struct worker {
     struct worker *next;
 };
 
+/* A flight waiting in a worker's queue; token tells a reused slot of p->fl from it. */
+struct wait_ref {
+    uint32_t fl;
+    uint64_t token;
+};
+
 struct flight {
     bool used;
+    bool waiting;       /* in its worker's own queue: its timeout has not started yet */
+    int64_t timeout_ms; /* its timeout, counted from when it starts on the worker; 0 = none */
     bool done; /* its ActionTimeout was delivered, or it was withdrawn: nothing more is delivered
                 * for it; kept until the worker reports back, so that a worker stuck on hung
                 * attempts is not sent more work in their place */
@@ -184,6 +197,7 @@ void rn_pl_queued_inc_locked(struct rn_pool *p, const struct queued *q);
 void rn_pl_results_add(struct results *rs, struct rn_iid iid, struct rn_xid id, uint32_t attempt,
                        bool ok, struct ir_val v);
 void rn_pl_worker_free(struct worker *w);
+void rn_pl_start_next_waiting_locked(struct rn_pool *p, struct worker *w);
 void rn_pl_flight_release_locked(struct rn_pool *p, size_t i);
 struct pctx *rn_pl_park_locked(struct rn_pool *p, struct pctx *handled, bool control);
 void rn_pl_pctx_done_locked(struct rn_pool *p, struct pctx *c);

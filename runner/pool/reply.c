@@ -193,6 +193,48 @@ flight_alloc_locked(struct rn_pool *p)
     return p->nfl++;
 }
 
+/* Attempt f starts now on its worker: its timeout counts from here, bounded by the
+ * schedule-to-close deadline if any, and the timer is woken when that comes before its planned
+ * wake. An attempt already given up on (done) gets no deadline. */
+static void
+flight_start_locked(struct rn_pool *p, struct flight *f)
+{
+    f->waiting = false;
+    if (f->done) {
+        return;
+    }
+    if (f->timeout_ms > 0) {
+        int64_t by = cn_wall_ms() + f->timeout_ms;
+        if (f->deadline == 0 || by < f->deadline) {
+            f->deadline = by;
+        }
+    }
+    if (f->deadline != 0 && cn_mono_ms() + (f->deadline - cn_wall_ms()) < p->timer_wake) {
+        cn_cond_signal(&p->cond);
+    }
+}
+
+/* A slot of worker w freed (it reported an attempt it ran): the oldest attempt waiting in its
+ * queue starts, as the SDKs start them, in the order they came. Entries for attempts reported
+ * or released meanwhile are skipped. Call with the lock held. */
+void
+rn_pl_start_next_waiting_locked(struct rn_pool *p, struct worker *w)
+{
+    while (w->waitq.head < w->waitq.len) {
+        struct wait_ref r = w->waitq.items[w->waitq.head++];
+        struct flight *f = r.fl < p->nfl ? &p->fl[r.fl] : NULL;
+
+        if (f != NULL && f->used && f->waiting && f->token == r.token && f->pipe == w->pipe) {
+            w->nwaiting--;
+            flight_start_locked(p, f);
+            break;
+        }
+    }
+    if (w->waitq.head == w->waitq.len) {
+        w->waitq.head = w->waitq.len = 0;
+    }
+}
+
 /* Adds q to batch b as an attempt in flight on worker w. Returns CN_OK (q consumed), or the
  * batch's error with nothing recorded (q untouched). Call with the lock held. */
 static cn_err
@@ -216,14 +258,17 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     f->exec_id = q->d.exec_id;
     f->attempt = q->d.attempt;
     f->pipe = w->pipe;
-    /* The attempt starts now, on this worker: its timeout counts from here (waiting in the
-     * queue for a slot did not count), bounded by the schedule-to-close deadline if any. */
     f->deadline = q->d.deadline_ms;
-    if (q->d.timeout_ms > 0) {
-        int64_t by = cn_wall_ms() + q->d.timeout_ms;
-        if (f->deadline == 0 || by < f->deadline) {
-            f->deadline = by;
-        }
+    f->timeout_ms = q->d.timeout_ms;
+    /* Waiting in the runner's queue for a slot did not count; neither does waiting in the
+     * worker's own (prefetch): a worker that serves this runner alone (it gives no room of its
+     * own) starts attempts in the order they come, one per free slot, so one dispatched past
+     * its slots starts when a slot frees for it (rn_pl_start_next_waiting_locked). A worker
+     * that gives room shares its slots with other runners, which this count cannot see: its
+     * attempts start here. */
+    f->waiting = w->said_room == WP_ROOM_ANY && w->inflight - w->nwaiting >= w->slots;
+    if (!f->waiting) {
+        flight_start_locked(p, f);
     }
     rn_pl_token_key(f->token, key);
     memcpy(d.instance_id, q->d.instance_id.b, sizeof(d.instance_id)); /* onto the wire */
@@ -232,7 +277,10 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
     d.token = f->token;
     d.action = q->d.action;
     d.kwargs = q->d.kwargs;
-    d.deadline_ms = f->deadline; /* the worker stops the work there too */
+    /* The worker stops the work at the sooner of the two, its timeout counted from when it
+     * starts it (the deadline, for one waiting here, is the schedule-to-close one alone). */
+    d.deadline_ms = f->deadline;
+    d.timeout_ms = f->timeout_ms > 0 ? (uint64_t) f->timeout_ms : 0;
     d.last_error = q->d.prev_error;
     if ((rv = rn_idmap_put(&p->tokens, key, (uint32_t) i)) != CN_OK ||
         (rv = wp_batch_add_dispatch(b, &d)) != CN_OK) {
@@ -240,12 +288,14 @@ dispatch_one_locked(struct rn_pool *p, struct worker *w, struct wp_batch *b, str
         return rv;
     }
     p->next_token++;
-    if (f->deadline != 0) {
-        /* Wake the timer only when this deadline comes before its planned wake. */
-        int64_t due = cn_mono_ms() + (f->deadline - cn_wall_ms());
-        if (due < p->timer_wake) {
-            cn_cond_signal(&p->cond);
+    if (f->waiting) {
+        struct wait_ref r = {(uint32_t) i, f->token};
+        if (w->waitq.len == w->waitq.cap) {
+            w->waitq.cap = w->waitq.cap ? w->waitq.cap * 2 : 16;
+            w->waitq.items = cn_xreallocarray(w->waitq.items, w->waitq.cap, sizeof(r));
         }
+        w->waitq.items[w->waitq.len++] = r;
+        w->nwaiting++;
     }
     f->sent_us = cn_mono_us();
     if (q->d.ready_us != 0) {

@@ -135,6 +135,7 @@ on_outcome_locked(struct rn_pool *p, struct worker *w, const struct wp_outcome *
     uint8_t key[16];
     uint32_t i;
     struct flight *f;
+    bool ran;
 
     rn_pl_token_key(o->token, key);
     if (!rn_idmap_get(&p->tokens, key, &i)) {
@@ -156,8 +157,18 @@ on_outcome_locked(struct rn_pool *p, struct worker *w, const struct wp_outcome *
         p->st.results++;
         rn_lathist_add(&p->st.action_time, cn_mono_us() - f->sent_us);
     }
+    /* One reported while waiting in the worker's queue (cancelled before it started, or
+     * reported out of order) freed no slot. */
+    ran = !f->waiting;
+    if (f->waiting) {
+        f->waiting = false;
+        w->nwaiting--;
+    }
     rn_pl_flight_release_locked(p, i);
     w->inflight--;
+    if (ran) {
+        rn_pl_start_next_waiting_locked(p, w);
+    }
 }
 
 static void

@@ -500,3 +500,57 @@ Test(pool_worker, an_exec_action_dies_with_its_worker)
     (void) unlink(pidfile);
     rn_pool_stop(p);
 }
+
+/* Submits std.sleep(ms) as exec id `id` with the given timeout and deadline (0: none). */
+static void
+submit_sleep(struct rn_pool *p, uint32_t id, int64_t ms, int64_t timeout_ms, int64_t deadline_ms)
+{
+    struct rn_pool_dispatch d;
+
+    memset(&d, 0, sizeof(d));
+    memcpy(d.exec_id.b, &id, sizeof(id));
+    d.attempt = 1;
+    d.action = "std.sleep";
+    cr_assert_eq(ir_map_new(1, &d.kwargs), CN_OK);
+    cr_assert_eq(ir_map_set_cstr(&d.kwargs, "ms", ir_int(ms)), CN_OK);
+    d.timeout_ms = timeout_ms;
+    d.deadline_ms = deadline_ms;
+    cr_assert_eq(rn_pool_submit(p, &d), CN_OK);
+    ir_val_release(d.kwargs);
+}
+
+/* A [timeout: D] counts from when a worker starts the attempt, not while it waits in the
+ * worker's own queue (prefetch): one slot, room for two more, three sleeps of 400 ms with a
+ * 700 ms timeout each. The third starts 800 ms after it was dispatched and finishes in time,
+ * on the runner and on the worker (which stops a sleep at its deadline). A [deadline] counts
+ * the queue: the same three with one 700 ms deadline, only the first finishes before it. */
+Test(pool_worker, a_timeout_does_not_count_the_workers_prefetch_queue)
+{
+    struct tally t;
+    char url[128];
+    struct rn_pool *p = pool_up(&t, url, sizeof(url));
+    pid_t w = spawn_worker_pf(url, "prefetching", "1", "2");
+    struct rn_pool_stats st;
+    int64_t at;
+    uint32_t i;
+
+    wait_workers(p, 1, 10000);
+    for (i = 0; i < 3; i++) {
+        submit_sleep(p, i, 400, 700, 0);
+    }
+    cr_assert(tally_wait(&t, 3, 10000), "%d of 3 results", t.n);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(t.ok, 3, "%d of 3 ok, %llu timeouts", t.ok, (unsigned long long) st.timeouts);
+    cr_assert_eq(st.timeouts, 0);
+    cr_assert_eq(st.dispatched, 3);
+    at = t_clock_ms(CLOCK_REALTIME) + 700;
+    for (i = 10; i < 13; i++) {
+        submit_sleep(p, i, 400, 0, at);
+    }
+    cr_assert(tally_wait(&t, 6, 10000), "%d of 6 results", t.n);
+    rn_pool_stats(p, &st);
+    cr_assert_eq(t.ok, 4, "%d of 6 ok", t.ok);
+    cr_assert_eq(st.timeouts, 2);
+    stop_workers(&w, 1, false);
+    rn_pool_stop(p);
+}

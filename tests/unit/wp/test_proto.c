@@ -137,7 +137,8 @@ Test(wp_proto, every_kind_round_trips)
         d[1].action = "std.noop";
         d[1].kwargs = json("{}");
         d[1].deadline_ms = 0;
-        d[1].attempt = 2; /* a retry: it carries the previous attempt's error */
+        d[1].timeout_ms = 30000; /* counted by the worker from its start: optional on the wire */
+        d[1].attempt = 2;        /* a retry: it carries the previous attempt's error */
         cr_assert_eq(
             ir_error_new("Timeout", "took too long", ir_null(), ir_null(), &d[1].last_error),
             CN_OK);
@@ -154,6 +155,8 @@ Test(wp_proto, every_kind_round_trips)
         cr_assert_str_eq(r.items[1].action, "std.noop");
         cr_assert_eq(r.items[1].token, 8);
         cr_assert_eq(r.items[1].deadline_ms, 0);
+        cr_assert_eq(r.items[0].timeout_ms, 0, "absent: none");
+        cr_assert_eq(r.items[1].timeout_ms, 30000);
         cr_assert_eq(r.items[0].last_error.type, IR_T_NULL, "a first attempt carries none");
         cr_assert(ir_is_error(r.items[1].last_error), "decoded as an error value");
         cr_assert_str_eq(ir_error_type(r.items[1].last_error), "Timeout");

@@ -60,7 +60,9 @@ struct cairn_worker_ctx {
     uint8_t instance_id[16];  /* workflow instance (UUID bytes) */
     uint8_t exec_id[16];      /* execution id: with attempt, the idempotency key */
     uint32_t attempt;         /* 1 for the first attempt */
-    int64_t deadline_ms;      /* absolute wall-clock ms after which the runner stops waiting */
+    int64_t deadline_ms;      /* absolute wall-clock ms by which the attempt must be done: its
+                                 timeout from when a slot started it, or the runner's deadline
+                                 if sooner; 0: none */
     struct ir_val last_error; /* the previous attempt's error (a map: type, message, bases,
                                  details) when this is a retry; None on the first attempt */
     void *internal;           /* SDK use only */

@@ -41,7 +41,7 @@ def goodbye():
 class Attempt:
     """One entry of a dispatch."""
     __slots__ = ("instance", "exec_id", "attempt", "token", "action", "kwargs", "deadline_ms",
-                 "last_error")
+                 "timeout_ms", "last_error")
 
     def __init__(self, m):
         try:
@@ -52,6 +52,7 @@ class Attempt:
             self.action = m["action"]
             self.kwargs = _values.unpack(m["kwargs"])
             self.deadline_ms = int(m.get("deadline_ms", 0))
+            self.timeout_ms = int(m.get("timeout_ms", 0))  # counted from the start, on a slot
             le = m.get("last_error")
             self.last_error = _values.unpack(le) if le is not None else None
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as e:

@@ -2,6 +2,7 @@
 """The action context: what an action knows about the attempt it runs (cairn.context()), and
 the context variable that carries it into the action's task or pool thread."""
 import contextvars
+import time
 import uuid
 
 _current = contextvars.ContextVar("cairn_action_context")
@@ -15,7 +16,13 @@ class Context:
         self.attempt = a.attempt
         self.instance_id = uuid.UUID(bytes=a.instance)
         self.exec_id = uuid.UUID(bytes=a.exec_id)
-        self.deadline_ms = a.deadline_ms  # absolute wall clock ms; 0: none
+        # Absolute wall clock ms (0: none): the runner's deadline, or the attempt's timeout
+        # counted from now, when a slot starts it (time queued here does not count), if sooner.
+        self.deadline_ms = a.deadline_ms
+        if a.timeout_ms > 0:
+            by = int(time.time() * 1000) + a.timeout_ms
+            if self.deadline_ms <= 0 or by < self.deadline_ms:
+                self.deadline_ms = by
         self.last_error = a.last_error    # the previous attempt's error map, None on attempt 1
         self._cancel = cancel_event
 
