@@ -47,9 +47,14 @@
  * NULL when the name is unbound (evaluation then raises NameError). */
 typedef const struct ir_val *(*ir_lookup_fn)(void *ctx, const char *name);
 
+/* The builtins whose value is the running instance's, not a function of their arguments
+ * (now(), uuid(), instance_id()): the host computes them. Returns what ir_eval does. */
+typedef cn_err (*ir_host_fn)(void *ctx, enum ir_builtin b, struct ir_val *out);
+
 struct ir_eval_env {
     ir_lookup_fn lookup;
     void *ctx;
+    ir_host_fn host; /* NULL: those builtins raise RuntimeError (no instance runs them) */
 };
 
 /* Evaluates expression `e` of pool `p`.

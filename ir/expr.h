@@ -65,26 +65,29 @@ enum ir_cmpop {
     IR_CMP_COUNT_
 };
 
-#define IR_BUILTINS(X)              \
-    X(LEN, "len", 1, 1)             \
-    X(RANGE, "range", 1, 3)         \
-    X(ENUMERATE, "enumerate", 1, 2) \
-    X(ZIP, "zip", 0, 255)           \
-    X(MIN, "min", 1, 255)           \
-    X(MAX, "max", 1, 255)           \
-    X(SUM, "sum", 1, 2)             \
-    X(ABS, "abs", 1, 1)             \
-    X(ROUND, "round", 1, 2)         \
-    X(STR, "str", 0, 1)             \
-    X(INT, "int", 0, 2)             \
-    X(FLOAT, "float", 0, 1)         \
-    X(BOOL, "bool", 0, 1)           \
-    X(SORTED, "sorted", 1, 1)       \
-    X(LIST, "list", 0, 1)           \
-    X(KEYS, "keys", 1, 1)           \
-    X(VALUES, "values", 1, 1)       \
-    X(ITEMS, "items", 1, 1)         \
-    X(ISEXCEPTION, "isexception", 1, 1)
+#define IR_BUILTINS(X)                  \
+    X(LEN, "len", 1, 1)                 \
+    X(RANGE, "range", 1, 3)             \
+    X(ENUMERATE, "enumerate", 1, 2)     \
+    X(ZIP, "zip", 0, 255)               \
+    X(MIN, "min", 1, 255)               \
+    X(MAX, "max", 1, 255)               \
+    X(SUM, "sum", 1, 2)                 \
+    X(ABS, "abs", 1, 1)                 \
+    X(ROUND, "round", 1, 2)             \
+    X(STR, "str", 0, 1)                 \
+    X(INT, "int", 0, 2)                 \
+    X(FLOAT, "float", 0, 1)             \
+    X(BOOL, "bool", 0, 1)               \
+    X(SORTED, "sorted", 1, 1)           \
+    X(LIST, "list", 0, 1)               \
+    X(KEYS, "keys", 1, 1)               \
+    X(VALUES, "values", 1, 1)           \
+    X(ITEMS, "items", 1, 1)             \
+    X(ISEXCEPTION, "isexception", 1, 1) \
+    X(NOW, "now", 0, 0)                 \
+    X(UUID, "uuid", 0, 0)               \
+    X(INSTANCE_ID, "instance_id", 0, 0)
 
 #define IR_BUILTIN_ENUM(id, name, lo, hi) IR_B_##id,
 enum ir_builtin { IR_BUILTINS(IR_BUILTIN_ENUM) IR_B_COUNT_, IR_B_UNRESOLVED = 255 };

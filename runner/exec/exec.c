@@ -176,7 +176,7 @@ rn_step_out_fini(struct rn_step_out *o)
 /* ---- evaluation --------------------------------------------------------------------------- */
 
 struct env_ctx {
-    const struct rn_instance *in;
+    struct rn_instance *in; /* not const: uuid() draws from its generator */
     const struct rn_xnode *x;
 };
 
@@ -196,13 +196,39 @@ env_lookup(void *ctx, const char *name)
     return ir_map_get(s->vars, name, strlen(name));
 }
 
+/* now(), uuid() and instance_id() of the instance running them. now() is the step's time
+ * (now_ms): a step that reads it is timed and writes a snapshot, so the value it computed is
+ * what a replay finds, never recomputed at another time. uuid() draws from the instance's
+ * generator, which the snapshot carries: a replay draws the same ones. */
+static cn_err
+env_host(void *ctx, enum ir_builtin b, struct ir_val *out)
+{
+    const struct env_ctx *e = ctx;
+    char text[CN_UUID_TEXT_LEN + 1];
+
+    if (b == IR_B_NOW) {
+        e->in->out->timed = true;
+        e->in->out->snapshot_needed = true;
+        *out = ir_float((double) e->in->now / 1000.0);
+        return CN_OK;
+    }
+    if (b == IR_B_UUID) {
+        struct rn_xid id;
+        rn_ex_new_uuid(e->in, &id);
+        cn_uuid_format(id.b, text);
+    } else {
+        cn_uuid_format(e->in->id.b, text);
+    }
+    return ir_str_new(text, strlen(text), out);
+}
+
 /* Evaluates expression `e` for node xi: CN_OK (out = value), CN_RAISED (out = error), or
  * CN_NOMEM (recorded in in->rv). */
 cn_err
 rn_ex_eval(struct rn_instance *in, uint32_t xi, uint32_t e, struct ir_val *out)
 {
     struct env_ctx ctx = {in, &in->x.items[xi]};
-    struct ir_eval_env env = {env_lookup, &ctx};
+    struct ir_eval_env env = {env_lookup, &ctx, env_host};
     cn_err rv = ir_eval(&in->dag->exprs, e, &env, out);
 
     if (rv != CN_OK && rv != CN_RAISED) {

@@ -57,6 +57,7 @@ struct world {
     bool skip_first_snap; /* the next absorb writes no snapshot: the claim records that step */
     bool by_results;      /* opts->steps_by_results */
     uint32_t replay_max;
+    int64_t crash_takes_ms;     /* opts->crash_takes_ms */
     const struct rn_event *evs; /* the events of the step absorb takes (NULL: none) */
     size_t nevs;
     struct rn_steplog steps; /* as the shard keeps it */
@@ -361,10 +362,21 @@ crash(struct world *w, struct rn_step_out *o)
     drop_pending(w); /* in-flight dispatches and timers die with the runner */
     cr_assert(w->snap.len > 0 || w->r->first_unwritten,
               "a crash with no snapshot and a written first step");
+    w->now += w->crash_takes_ms;
     rv = resume(w, false, o, &em);
     cr_assert_eq(rv, CN_OK, "hydrate failed: %s (%s)", cn_errname(rv), em.text);
     w->r->crashes++;
     absorb(w, o);
+}
+
+static void
+crash_or_pause(struct world *w, struct rn_step_out *o, bool pause)
+{
+    if (pause) {
+        w->now += w->crash_takes_ms;
+    } else {
+        crash(w, o);
+    }
 }
 
 /* Appends an event of kind for exec_id (all else zero) to evs; returns it for the rest. */
@@ -449,6 +461,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
                  em.text);
     w.dag = c.dag;
     w.by_results = opts->steps_by_results;
+    w.crash_takes_ms = opts->crash_takes_ms;
     w.replay_max = opts->replay_max ? opts->replay_max : RN_STEPLOG_REPLAY_MAX;
     w.cfg.default_timeout_ms = opts->default_timeout_ms ? opts->default_timeout_ms : 60000;
     w.cfg.max_inline_steps = opts->max_inline_steps;
@@ -469,7 +482,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
     }
     absorb(&w, &o);
     if (opts->crash_after_start && r.outcome == RN_RUNNING) {
-        crash(&w, &o);
+        crash_or_pause(&w, &o, opts->crash_is_pause);
     }
     while (r.outcome == RN_RUNNING) {
         struct events evs = {NULL, 0, 0};
@@ -521,7 +534,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
         free(evs.items);
         if (r.outcome == RN_RUNNING &&
             (opts->crash_every_step || opts->crash_after_step == r.steps)) {
-            crash(&w, &o);
+            crash_or_pause(&w, &o, opts->crash_is_pause);
         }
         if ((r.outcome == RN_FAILED || r.outcome == RN_CANCELLED || r.outcome == RN_TIMED_OUT) &&
             r.redrives < opts->redrives) {

@@ -43,6 +43,11 @@ struct t_opts {
     bool steps_by_results;
     uint32_t replay_max;
     bool crash_after_start; /* crash and rehydrate once right after the first step */
+    int64_t crash_takes_ms; /* the clock moves on this much at each crash (the next runner
+                               claims the instance later): what a step computed from the clock
+                               must come back as it was, not be computed again */
+    bool crash_is_pause;    /* at each crash point the clock moves on crash_takes_ms and
+                               nothing crashes: the run the crashing one must match */
 };
 
 struct t_result {

@@ -749,6 +749,10 @@ static const struct check_case check_errors[] = {
     /* one target with a trailing comma unpacks too, so it must match the calls */
     {"fn main():\n    p, = parallel:\n        @m.x()\n        @m.y()\n", 2, 5,
      "parallel block has 2 calls but 1 target to unpack into"},
+    /* the instance's builtins take no argument, and their names are taken */
+    {"fn main():\n    t = now(1)\n", 2, 9, "now"},
+    {"fn uuid():\n    pass\nfn main():\n    pass\n", 1, 4,
+     "function 'uuid' has the name of a builtin"},
     /* finally */
     {"fn main():\n    try:\n        pass\n    finally:\n        return 1\n", 5, 9,
      "'return' inside a 'finally' block would drop the error it may be running for"},

@@ -168,7 +168,7 @@ static cn_err
 t_eval(const char *expr, struct t_env *env, struct ir_val *out)
 {
     static const char head[] = "fn main(input: [a, b, c, d, e, f]):\n    x = ";
-    struct ir_eval_env ee = {t_lookup, env};
+    struct ir_eval_env ee = {t_lookup, env, NULL};
     struct ir_program *prog = NULL;
     struct cn_buf src = CN_BUF_INIT, msg = CN_BUF_INIT;
     struct ir_diags d;
@@ -371,6 +371,19 @@ Test(ir_eval, unbound_name_raises_name_error)
     t_env_fini(&env);
 }
 
+/* now(), uuid() and instance_id() are the running instance's: without one they raise. */
+Test(ir_eval, instance_builtins_need_an_instance)
+{
+    struct t_env env;
+
+    t_env_init(&env);
+    t_expect_raise(&env, "now()", "RuntimeError", "now() has no instance to run in here");
+    t_expect_raise(&env, "[1, uuid()]", "RuntimeError", "uuid() has no instance to run in here");
+    t_expect_raise(&env, "instance_id()", "RuntimeError",
+                   "instance_id() has no instance to run in here");
+    t_env_fini(&env);
+}
+
 Test(ir_eval, results_share_bindings_without_stealing)
 {
     struct t_env env;
@@ -395,7 +408,7 @@ Test(ir_eval, malformed_pool_is_inval)
     struct ir_xpool p;
     struct ir_expr e;
     struct t_env env;
-    struct ir_eval_env ee = {t_lookup, &env};
+    struct ir_eval_env ee = {t_lookup, &env, NULL};
     struct ir_val out = ir_int(42);
     uint32_t one, call, kids[3];
 
@@ -933,7 +946,7 @@ Test(ir_eval, allocation_failures_return_nomem_and_leak_nothing)
         "str(d)",
     };
     struct t_env env;
-    struct ir_eval_env ee = {t_lookup, &env};
+    struct ir_eval_env ee = {t_lookup, &env, NULL};
     size_t i;
 
     t_env_init(&env);

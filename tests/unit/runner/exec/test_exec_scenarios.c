@@ -602,3 +602,57 @@ Test(exec_scenarios, finally_keeps_the_error_or_replaces_it)
                           "    return x\n",
                           "{}", "IndexError");
 }
+
+/* ---- now(), uuid(), instance_id() --------------------------------------------------------- */
+
+/* The values a run computed are the values a replay finds, whatever the crashes: now() is the
+ * step's time (a step that reads it writes a snapshot), uuid() comes from the instance's
+ * generator, which the snapshot carries. Crashing after each single step in turn, each crash
+ * taking 5 s, with the first step recorded by its claim and later ones by their results where
+ * they may be (as the shard runs them), the result is that of the run without the crash whose
+ * clock jumps 5 s at the same point, uuids and times included: what ran before the crash keeps
+ * its times, what runs after it has the later ones. */
+static const char clock_src[] = "fn main():\n"
+                                "    t0 = now()\n"
+                                "    a = uuid()\n"
+                                "    x = @std.echo(value=a)\n"
+                                "    t1 = now()\n"
+                                "    b = uuid()\n"
+                                "    y = @std.echo(value=b)\n"
+                                "    sleep 2\n"
+                                "    t2 = now()\n"
+                                "    ys = spread [1, 2]:v -> @std.echo(value=v)\n"
+                                "    c = uuid()\n"
+                                "    return [t0, t1, t2 - t1 >= 2, a, x == a, b, y == b, c,\n"
+                                "            a != b, b != c, instance_id()]\n";
+
+Test(exec_scenarios, now_and_uuid_replay_to_the_same_values)
+{
+    struct t_opts o = {0};
+    struct t_result base = t_run(clock_src, "{}", &o);
+    int k;
+
+    cr_assert_eq(base.outcome, RN_COMPLETED, "%s", base.json ? base.json : "-");
+    cr_assert(strstr(base.json, "true, ") != NULL, "%s", base.json);
+    expect_all_modes(clock_src, "{}", base.json);
+    o.one_at_a_time = true;
+    o.first_step_by_claim = true;
+    o.steps_by_results = true;
+    o.crash_takes_ms = 5000;
+    for (k = 0; k <= base.steps + 1; k++) { /* 0: the crash right after the first step alone */
+        struct t_result r, want;
+        o.crash_after_start = k == 0;
+        o.crash_after_step = k;
+        o.crash_is_pause = true;
+        want = t_run(clock_src, "{}", &o);
+        o.crash_is_pause = false;
+        r = t_run(clock_src, "{}", &o);
+        cr_expect_eq(r.outcome, RN_COMPLETED, "crash after %d", k);
+        cr_expect(r.json && want.json && strcmp(r.json, want.json) == 0, "crash after %d: %s vs %s",
+                  k, r.json, want.json);
+        cr_expect_eq(r.crashes, k <= base.steps ? 1 : 0, "crash after %d", k);
+        t_result_free(&r);
+        t_result_free(&want);
+    }
+    t_result_free(&base);
+}
