@@ -1000,15 +1000,15 @@ ev_call(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
     if (e->nargs < lo || e->nargs > hi) {
         return CN_INVAL;
     }
-    if (e->nargs > 4 && (vals = calloc(e->nargs, sizeof(*vals))) == NULL) {
-        return CN_NOMEM;
-    }
     if (e->op == IR_B_NOW || e->op == IR_B_UUID || e->op == IR_B_INSTANCE_ID) {
         if (x->env->host != NULL) {
             return x->env->host(x->env->ctx, (enum ir_builtin) e->op, out);
         }
         return ir_raise(out, "RuntimeError", "%s() has no instance to run in here",
                         ir_builtin_name((enum ir_builtin) e->op));
+    }
+    if (e->nargs > 4 && (vals = calloc(e->nargs, sizeof(*vals))) == NULL) {
+        return CN_NOMEM;
     }
     if ((rv = ev_children(x, e, e->nargs, vals, out)) == CN_OK) {
         rv = ir_builtin_call((enum ir_builtin) e->op, vals, e->nargs, out);
