@@ -253,10 +253,12 @@ struct ir_dag {
     uint32_t nedges;
     struct ir_frame *frames;
     uint32_t nframes;
-    uint32_t entry;     /* the ENTRY node */
-    uint32_t output;    /* the OUTPUT node */
-    int64_t timeout_ms; /* the entry function's [timeout: D]: an instance's default deadline,
-                           counted from when it is due; 0 = none */
+    uint32_t entry;       /* the ENTRY node */
+    uint32_t output;      /* the OUTPUT node */
+    int64_t timeout_ms;   /* the entry function's [timeout: D]: an instance's default deadline,
+                             counted from when it is due; 0 = none */
+    const char *workflow; /* the registered workflow this compiles, set (in the arena) by
+                             whoever loads a version, for workflow_name(); NULL: none */
 };
 
 /* Frees the template. NULL is a no-op. */

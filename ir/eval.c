@@ -1000,7 +1000,8 @@ ev_call(const struct ev *x, const struct ir_expr *e, struct ir_val *out)
     if (e->nargs < lo || e->nargs > hi) {
         return CN_INVAL;
     }
-    if (e->op == IR_B_NOW || e->op == IR_B_UUID || e->op == IR_B_INSTANCE_ID) {
+    if (e->op == IR_B_NOW || e->op == IR_B_UUID || e->op == IR_B_INSTANCE_ID ||
+        e->op == IR_B_WORKFLOW_NAME) {
         if (x->env->host != NULL) {
             return x->env->host(x->env->ctx, (enum ir_builtin) e->op, out);
         }

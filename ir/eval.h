@@ -48,7 +48,8 @@
 typedef const struct ir_val *(*ir_lookup_fn)(void *ctx, const char *name);
 
 /* The builtins whose value is the running instance's, not a function of their arguments
- * (now(), uuid(), instance_id()): the host computes them. Returns what ir_eval does. */
+ * (now(), uuid(), instance_id(), workflow_name()): the host computes them. Returns what
+ * ir_eval does. */
 typedef cn_err (*ir_host_fn)(void *ctx, enum ir_builtin b, struct ir_val *out);
 
 struct ir_eval_env {

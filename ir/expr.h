@@ -87,7 +87,8 @@ enum ir_cmpop {
     X(ISEXCEPTION, "isexception", 1, 1) \
     X(NOW, "now", 0, 0)                 \
     X(UUID, "uuid", 0, 0)               \
-    X(INSTANCE_ID, "instance_id", 0, 0)
+    X(INSTANCE_ID, "instance_id", 0, 0) \
+    X(WORKFLOW_NAME, "workflow_name", 0, 0)
 
 #define IR_BUILTIN_ENUM(id, name, lo, hi) IR_B_##id,
 enum ir_builtin { IR_BUILTINS(IR_BUILTIN_ENUM) IR_B_COUNT_, IR_B_UNRESOLVED = 255 };

@@ -47,6 +47,11 @@ rn_dagcache_get(struct rn_dagcache *c, struct rn_backend *b, struct rn_vid versi
     }
     ir_diags_fini(&diags);
     free(src);
+    /* workflow_name() answers with the registered name, which the source does not hold. */
+    if (name != NULL &&
+        (e.dag->workflow = cn_arena_strndup(e.dag->arena, name, strlen(name))) == NULL) {
+        cn_oom("compiling a workflow version");
+    }
     e.version_id = version_id;
     CN_VEC_XPUSH(c, e);
     return e.dag;

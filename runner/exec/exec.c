@@ -196,10 +196,10 @@ env_lookup(void *ctx, const char *name)
     return ir_map_get(s->vars, name, strlen(name));
 }
 
-/* now(), uuid() and instance_id() of the instance running them. now() is the step's time
- * (now_ms): a step that reads it is timed and writes a snapshot, so the value it computed is
- * what a replay finds, never recomputed at another time. uuid() draws from the instance's
- * generator, which the snapshot carries: a replay draws the same ones. */
+/* now(), uuid(), instance_id() and workflow_name() of the instance running them. now() is the
+ * step's time (now_ms): a step that reads it is timed and writes a snapshot, so the value it
+ * computed is what a replay finds, never recomputed at another time. uuid() draws from the
+ * instance's generator, which the snapshot carries: a replay draws the same ones. */
 static cn_err
 env_host(void *ctx, enum ir_builtin b, struct ir_val *out)
 {
@@ -211,6 +211,14 @@ env_host(void *ctx, enum ir_builtin b, struct ir_val *out)
         e->in->out->snapshot_needed = true;
         *out = ir_float((double) e->in->now / 1000.0);
         return CN_OK;
+    }
+    if (b == IR_B_WORKFLOW_NAME) {
+        const char *w = e->in->dag->workflow;
+        if (w == NULL) {
+            return ir_raise(out, "RuntimeError",
+                            "workflow_name(): no registered workflow runs here");
+        }
+        return ir_str_new(w, strlen(w), out);
     }
     if (b == IR_B_UUID) {
         struct rn_xid id;

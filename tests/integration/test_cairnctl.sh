@@ -232,6 +232,11 @@ PY
 "$ctl" exec "$root/examples/hello.cairn" --input '{}' >/dev/null 2>"$tmp/err"
 [ $? -eq 4 ] || fail "exec of a failing instance: want exit 4"
 grep -q "TypeError" "$tmp/err" || fail "exec of a failing instance: no TypeError in $(cat "$tmp/err")"
+printf 'fn main():\n    return [workflow_name(), len(instance_id()), len(uuid()), now() > 1700000000]\n' \
+    >"$tmp/own.cairn"
+out=$("$ctl" exec "$tmp/own.cairn" 2>&1)
+[ $? -eq 0 ] && [ "$out" = '["main", 36, 36, true]' ] ||
+    fail "exec of the instance's own builtins (workflow_name, instance_id, uuid, now): $out"
 start=$(date +%s)
 out=$("$ctl" exec "$root/tests/fixtures/wait_timeouts.cairn" --timeout 60 2>&1)
 [ $? -eq 0 ] && [ "$out" = '["nobody", null, 7, "no signal nudge came within 100ms"]' ] ||
