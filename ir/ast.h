@@ -154,10 +154,40 @@ struct ir_errclass {
     struct ir_names bases;
 };
 
+/* An input's declared type (`order: dict`, `qty: int`, `note: str | None`,
+ * `items: list[dict[str, int]]`): what a value must be to be accepted for it. */
+enum ir_tykind {
+    IR_TY_ANY,   /* `any`, or no type written */
+    IR_TY_NONE,  /* `None` */
+    IR_TY_STR,   /* `str` */
+    IR_TY_INT,   /* `int`: an integer (JSON without a fraction or an exponent) */
+    IR_TY_FLOAT, /* `float`: any number, as Python accepts an int for a float */
+    IR_TY_BOOL,  /* `bool` */
+    IR_TY_LIST,  /* `list`, `list[T]` (elem) */
+    IR_TY_DICT,  /* `dict`, `dict[str, T]` (elem: the values') */
+    IR_TY_UNION  /* `A | B | ...` (alts) */
+};
+
+struct ir_ty {
+    enum ir_tykind kind;
+    struct ir_pos pos;
+    const struct ir_ty *elem;        /* LIST, DICT: NULL when the items are not typed */
+    const struct ir_ty *const *alts; /* UNION */
+    uint32_t nalts;
+};
+
+/* What a function says of one input beyond its name: its type and its default. */
+struct ir_param {
+    const struct ir_ty *type; /* NULL: none written (any) */
+    uint32_t dflt;            /* a constant expression, or IR_NO_EXPR: required */
+    struct ir_pos dflt_pos;
+};
+
 struct ir_func {
     const char *name;
     struct ir_pos pos;
     struct ir_names inputs;
+    struct ir_param *params; /* one per input; NULL when no input has a type or a default */
     struct ir_names outputs;
     struct ir_block body;
     int64_t timeout_ms; /* `[timeout: D]` after the signature (entry function only); 0 = none */

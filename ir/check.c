@@ -18,6 +18,8 @@
 #include "ir/base/vec.h"
 #include "ir/compile.h"
 #include "ir/error.h"
+#include "ir/eval.h"
+#include "ir/types.h"
 
 /* A definite-assignment state: bit i set = variable i is assigned on every path to here.
  * `dead` marks unreachable code (after return/break/continue), which counts as "everything
@@ -782,6 +784,83 @@ walk_binding(struct checker *c, struct ir_stmt *s, struct dstate *st)
     ds_set_names(c, st, &s->targets);
 }
 
+static const struct ir_val *
+no_names(void *ctx, const char *name)
+{
+    (void) ctx;
+    (void) name;
+    return NULL;
+}
+
+/* Types and defaults: the workflow's inputs only (a helper's arguments come from its caller,
+ * checked by the compiler). A default is a constant (a literal: evaluated here, without names,
+ * and kept as the constant it gives) of the input's type. */
+static void
+check_params(struct checker *c, struct ir_func *f)
+{
+    uint32_t i;
+
+    if (f->params == NULL) {
+        return;
+    }
+    for (i = 0; i < f->inputs.len && c->rv == CN_OK; i++) {
+        struct ir_param *p = &f->params[i];
+        struct ir_eval_env env = {no_names, NULL, NULL};
+        struct ir_expr k;
+        struct ir_val v;
+        cn_err rv;
+
+        if (f != ir_program_entry(c->p)) {
+            if (p->type != NULL || p->dflt != IR_NO_EXPR) {
+                struct ir_pos at = p->type != NULL ? p->type->pos : p->dflt_pos;
+                ir_diags_add(c->d, at.line, at.col,
+                             "types and defaults are for the workflow's inputs (%s is a helper: "
+                             "its arguments come from its caller)",
+                             f->name);
+                return;
+            }
+            continue;
+        }
+        if (p->dflt == IR_NO_EXPR) {
+            continue;
+        }
+        rv = ir_eval(&c->p->exprs, p->dflt, &env, &v);
+        if (rv == CN_NOMEM) {
+            nomem(c);
+            return;
+        }
+        if (rv != CN_OK) {
+            if (rv == CN_RAISED) {
+                ir_val_release(v);
+            }
+            ir_diags_add(c->d, p->dflt_pos.line, p->dflt_pos.col,
+                         "the default of '%s' must be a constant (1, \"a\", [], {}, None, ...)",
+                         f->inputs.items[i]);
+            continue;
+        }
+        {
+            struct cn_buf why = CN_BUF_INIT, name = CN_BUF_INIT;
+            bool ok = true;
+            if (cn_buf_printf(&name, "the default of '%s'", f->inputs.items[i]) != CN_OK ||
+                ir_ty_check(p->type, v, name.data, &ok, &why) != CN_OK) {
+                nomem(c);
+            } else if (!ok) {
+                ir_diags_add(c->d, p->dflt_pos.line, p->dflt_pos.col, "%s", why.data);
+            }
+            cn_buf_fini(&why);
+            cn_buf_fini(&name);
+        }
+        memset(&k, 0, sizeof(k));
+        k.kind = IR_X_CONST;
+        k.line = p->dflt_pos.line;
+        k.col = p->dflt_pos.col;
+        k.val = v; /* the pool takes it */
+        if (ir_xpool_add(&c->p->exprs, &k, NULL, 0, &p->dflt) != CN_OK) {
+            nomem(c);
+        }
+    }
+}
+
 static void
 walk_stmt(struct checker *c, struct ir_stmt *s, struct dstate *st)
 {
@@ -980,6 +1059,7 @@ ir_check(struct ir_program *p, struct ir_diags *diags)
     }
     check_classes(&c);
     for (i = 0; i < p->nfuncs && c.rv == CN_OK; i++) {
+        check_params(&c, &p->funcs[i]);
         check_func(&c, i);
     }
     if (c.rv == CN_OK) {

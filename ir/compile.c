@@ -18,6 +18,7 @@
 #include "ir/base/vec.h"
 #include "ir/error.h"
 #include "ir/parser.h"
+#include "ir/types.h"
 
 /* An upper bound that keeps a hostile or runaway source from exhausting memory at
  * registration (the graph's is the caller's: ir_compile_limits). */
@@ -361,6 +362,38 @@ compile_action(struct compiler *c, uint32_t id, const struct ir_action_call *a)
         r->multiplier_milli = p->multiplier_milli;
         r->max_elapsed_ms = p->max_elapsed_ms;
     }
+}
+
+/* Typed inputs and defaults (ir/types.h) on the ENTRY node: the default of each input as its
+ * argument (IR_NO_EXPR: required), and the inputs' JSON Schema as its name, so that both are in
+ * the encoded graph and its hash (two sources that differ only in a type are two versions).
+ * An entry without either keeps the node as it always was. */
+static void
+compile_entry_params(struct compiler *c, uint32_t id, const struct ir_func *entry)
+{
+    struct cn_buf schema = CN_BUF_INIT;
+    struct ir_node *n = node_at(c, id);
+    uint32_t i;
+
+    if (n == NULL || entry->params == NULL) {
+        return;
+    }
+    n->nargs = entry->inputs.len;
+    n->argnames = copy_names(c, entry->inputs.items, entry->inputs.len);
+    n->argexprs =
+        cn_arena_calloc(c->arena, entry->inputs.len ? entry->inputs.len : 1, sizeof(*n->argexprs));
+    if (n->argexprs == NULL) {
+        fail(c, CN_NOMEM);
+        return;
+    }
+    for (i = 0; i < entry->inputs.len; i++) {
+        n->argexprs[i] = entry->params[i].dflt;
+    }
+    if (ir_inputs_schema(entry, &c->p->exprs, "input", &schema) != CN_OK ||
+        (n->name = cn_arena_strndup(c->arena, schema.data, schema.len)) == NULL) {
+        fail(c, CN_NOMEM);
+    }
+    cn_buf_fini(&schema);
 }
 
 /* Inlines helper call `call` (an IR_X_CALL of a helper) binding its result to targets. */
@@ -1460,6 +1493,7 @@ ir_compile_program_limited(struct ir_program *p, uint32_t max_nodes, struct ir_d
     }
     id = new_node(&c, &fc, IR_N_ENTRY, entry->pos, &preds);
     set_targets(&c, id, &entry->inputs);
+    compile_entry_params(&c, id, entry);
     pend_push(&c, &preds, id, IR_E_NEXT, IR_NO_EXPR, 0);
     compile_block(&c, &fc, &entry->body, &preds);
     pend_move(&c, &preds, &returns);
@@ -1488,6 +1522,7 @@ ir_compile_program_limited(struct ir_program *p, uint32_t max_nodes, struct ir_d
     memset(&p->exprs, 0, sizeof(p->exprs));
     d->entry_func = entry->name;
     d->timeout_ms = entry->timeout_ms;
+    d->entry_params = entry->params;
     *out = d;
     return CN_OK;
 }

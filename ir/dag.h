@@ -259,6 +259,10 @@ struct ir_dag {
                              counted from when it is due; 0 = none */
     const char *workflow; /* the registered workflow this compiles, set (in the arena) by
                              whoever loads a version, for workflow_name(); NULL: none */
+    /* The entry's typed inputs (ast.h; in the arena, one per ENTRY target) when compiled from
+     * source; NULL when none is typed or the graph was decoded (the ENTRY node's name holds
+     * their JSON Schema either way). */
+    const struct ir_param *entry_params;
 };
 
 /* Frees the template. NULL is a no-op. */

@@ -189,8 +189,19 @@ put_detail(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
     switch ((enum ir_node_kind) n->kind) {
     case IR_N_ENTRY:
         TRY(cn_buf_puts(o, "input: ["));
-        TRY(put_names(o, n->targets, n->ntargets, ", "));
+        for (i = 0; i < n->ntargets; i++) {
+            TRY(cn_buf_puts(o, i > 0 ? ", " : ""));
+            TRY(cn_buf_puts(o, n->targets[i]));
+            if (i < n->nargs && n->argexprs[i] != IR_NO_EXPR) {
+                TRY(cn_buf_puts(o, " = "));
+                TRY(put_expr(d, o, n->argexprs[i]));
+            }
+        }
         TRY(cn_buf_putc(o, ']'));
+        if (n->name != NULL) {
+            TRY(cn_buf_puts(o, " schema "));
+            TRY(cn_buf_puts(o, n->name));
+        }
         if (n->frame == 0 && d->timeout_ms > 0) {
             TRY(cn_buf_puts(o, " [timeout: "));
             TRY(put_duration(o, d->timeout_ms));

@@ -2,7 +2,9 @@
 /*
  * Parser for the workflow language. Grammar (docs/language.md), loosest expression level first:
  *   program   := funcdef* EOF
- *   funcdef   := 'fn' NAME '(' ['input' ':' names] [',' 'output' ':' names] ')' ':' block
+ *   funcdef   := 'fn' NAME '(' ['input' ':' params] [',' 'output' ':' names] ')' ':' block
+ *   params    := '[' [NAME [':' type] ['=' expr] {',' ...}] ']'
+ *   type      := ('None' | NAME ['[' [NAME ','] type ']']) {'|' ...}
  *   block     := NEWLINE INDENT stmt+ DEDENT | simple_stmt
  *   stmt      := if | for | while | try | simple_stmt
  *   simple    := pass | break | continue | return [exprs] | sleep expr | targets '=' rhs
@@ -36,11 +38,110 @@
 #include "ir/lexer.h"
 #include "ir/parser_int.h"
 
-/* '[' NAME, ... ']' after input: / output: */
+static const struct ir_ty *parse_type(struct parser *ps);
+
+static struct ir_ty *
+new_type(struct parser *ps, enum ir_tykind kind, const struct ir_token *t)
+{
+    struct ir_ty ty;
+
+    memset(&ty, 0, sizeof(ty));
+    ty.kind = kind;
+    ty.pos = tok_pos(t);
+    return ir_ps_arena_copy(ps, &ty, 1, sizeof(ty));
+}
+
+/* One alternative of a type: None, a name, or list[T] / dict[str, T]. */
+static const struct ir_ty *
+parse_type_atom(struct parser *ps)
+{
+    static const struct {
+        const char *name;
+        enum ir_tykind kind;
+    } names[] = {{"any", IR_TY_ANY},     {"str", IR_TY_STR},   {"int", IR_TY_INT},
+                 {"float", IR_TY_FLOAT}, {"bool", IR_TY_BOOL}, {"list", IR_TY_LIST},
+                 {"dict", IR_TY_DICT}};
+    const struct ir_token *t = peek(ps);
+    struct ir_ty *ty = NULL;
+    size_t i;
+
+    if (accept(ps, IR_TK_NONE)) {
+        return new_type(ps, IR_TY_NONE, t);
+    }
+    if (t->kind == IR_TK_NAME) {
+        for (i = 0; i < sizeof(names) / sizeof(names[0]) && ty == NULL; i++) {
+            if (strcmp(t->str, names[i].name) == 0) {
+                advance(ps);
+                ty = new_type(ps, names[i].kind, t);
+            }
+        }
+    }
+    if (ty == NULL) {
+        ir_ps_error_at(ps, t,
+                       "expected a type: str, int, float, bool, list, dict, list[T], dict[str, "
+                       "T], any or None (several joined with |)");
+        return NULL;
+    }
+    if ((ty->kind == IR_TY_LIST || ty->kind == IR_TY_DICT) && accept(ps, IR_TK_LBRACK)) {
+        if (ty->kind == IR_TY_DICT) {
+            const struct ir_token *k = peek(ps);
+            if (k->kind != IR_TK_NAME || strcmp(k->str, "str") != 0) {
+                ir_ps_error_at(ps, k, "a dict's keys are str: write dict[str, T]");
+                return NULL;
+            }
+            advance(ps);
+            if (!ir_ps_expect(ps, IR_TK_COMMA, "after dict[str")) {
+                return NULL;
+            }
+        }
+        if ((ty->elem = parse_type(ps)) == NULL ||
+            !ir_ps_expect(ps, IR_TK_RBRACK, "to close the type's brackets")) {
+            return NULL;
+        }
+    }
+    return ty;
+}
+
+/* type := atom ('|' atom)* */
+static const struct ir_ty *
+parse_type(struct parser *ps)
+{
+    const struct ir_token *t = peek(ps);
+    const struct ir_ty *first = parse_type_atom(ps), *alts[16];
+    struct ir_ty *u;
+    uint32_t n = 1;
+
+    if (first == NULL || !at(ps, IR_TK_PIPE)) {
+        return first;
+    }
+    alts[0] = first;
+    while (accept(ps, IR_TK_PIPE)) {
+        if (n == sizeof(alts) / sizeof(alts[0])) {
+            ir_ps_error_at(ps, peek(ps), "a type joins at most 16 alternatives");
+            return NULL;
+        }
+        if ((alts[n++] = parse_type_atom(ps)) == NULL) {
+            return NULL;
+        }
+    }
+    if ((u = new_type(ps, IR_TY_UNION, t)) == NULL) {
+        return NULL;
+    }
+    u->nalts = n;
+    u->alts = ir_ps_arena_copy(ps, alts, n, sizeof(alts[0]));
+    return u->alts != NULL ? u : NULL;
+}
+
+/* '[' NAME, ... ']' after input: / output:; with params (the inputs), each name may have a
+ * type (`name: T`) and a default (`= constant`), collected into *params (NULL when none has
+ * either). */
 static bool
-parse_name_list(struct parser *ps, struct ir_names *out, const char *what)
+parse_name_list(struct parser *ps, struct ir_names *out, struct ir_param **params, const char *what)
 {
     struct name_list nl = {{0}, {0}, CN_STRMAP_INIT};
+    struct ir_param *ps_items = NULL;
+    size_t n = 0, cap = 0;
+    bool any = false;
 
     if (!ir_ps_expect(ps, IR_TK_LBRACK, what)) {
         return false;
@@ -48,10 +149,27 @@ parse_name_list(struct parser *ps, struct ir_names *out, const char *what)
     while (!at(ps, IR_TK_RBRACK)) {
         const struct ir_token *t =
             ir_ps_expect_name(ps, "expected a name in the %s list", what + 6 /* skip "after " */);
+        struct ir_param p = {NULL, IR_NO_EXPR, {0, 0}};
         if (t == NULL) {
             goto fail;
         }
         if (!ir_ps_names_add(ps, &nl, t->str, tok_pos(t), "duplicate name '%s'", t->str)) {
+            goto fail;
+        }
+        if (params != NULL && accept(ps, IR_TK_COLON)) {
+            if ((p.type = parse_type(ps)) == NULL) {
+                goto fail;
+            }
+            any = true;
+        }
+        if (params != NULL && at(ps, IR_TK_ASSIGN)) {
+            p.dflt_pos = tok_pos(advance(ps));
+            if ((p.dflt = ir_parse_expr(ps)) == IR_NO_EXPR || ps->panic) {
+                goto fail;
+            }
+            any = true;
+        }
+        if (params != NULL && !ir_ps_append(ps, (void **) &ps_items, &cap, &n, &p, sizeof(p))) {
             goto fail;
         }
         if (!accept(ps, IR_TK_COMMA)) {
@@ -62,8 +180,13 @@ parse_name_list(struct parser *ps, struct ir_names *out, const char *what)
         goto fail;
     }
     *out = ir_ps_names_finish(ps, &nl);
+    if (params != NULL) {
+        *params = any ? ir_ps_arena_copy(ps, ps_items, n, sizeof(*ps_items)) : NULL;
+    }
+    free(ps_items);
     return true;
 fail:
+    free(ps_items);
     ir_ps_names_drop(&nl);
     return false;
 }
@@ -86,7 +209,7 @@ parse_func(struct parser *ps, struct ir_func *f)
     }
     if (accept(ps, IR_TK_INPUT)) {
         if (!ir_ps_expect(ps, IR_TK_COLON, "after 'input'") ||
-            !parse_name_list(ps, &f->inputs, "after input:")) {
+            !parse_name_list(ps, &f->inputs, &f->params, "after input:")) {
             return false;
         }
         if (!accept(ps, IR_TK_COMMA)) {
@@ -95,7 +218,7 @@ parse_func(struct parser *ps, struct ir_func *f)
     }
     if (accept(ps, IR_TK_OUTPUT)) {
         if (!ir_ps_expect(ps, IR_TK_COLON, "after 'output'") ||
-            !parse_name_list(ps, &f->outputs, "after output:")) {
+            !parse_name_list(ps, &f->outputs, NULL, "after output:")) {
             return false;
         }
         accept(ps, IR_TK_COMMA);

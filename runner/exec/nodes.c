@@ -11,10 +11,53 @@
 
 #include "ir/base/vec.h"
 #include "ir/eval.h"
+#include "ir/types.h"
 #include "runner/exec/errors.h"
 #include "runner/exec/exec_int.h"
 
 /* ---- running inline nodes ----------------------------------------------------------------- */
+
+/* A workflow with typed inputs (the ENTRY node carries their schema) takes only its inputs, each
+ * of its type: what cairn.enqueue checked already, checked again for an input that came another
+ * way (a child's arguments, an instance enqueued before its version was typed). False, with
+ * the TypeError raised, when the input is refused. */
+static bool
+entry_input_typed(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct ir_val input)
+{
+    const struct ir_param *params = in->dag->entry_params;
+    struct cn_buf why = CN_BUF_INIT, path = CN_BUF_INIT;
+    bool ok = true;
+    size_t i;
+    uint32_t k;
+
+    for (i = 0; i < ir_map_len(input) && ok; i++) {
+        const char *key = ir_str_data(ir_map_key_at(input, i));
+        for (k = 0; k < t->ntargets && strcmp(t->targets[k], key) != 0; k++) {
+        }
+        if (k == t->ntargets) {
+            ok = false;
+            if (cn_buf_printf(&why, "input.%s: %s() has no such input", key, in->dag->entry_func) !=
+                CN_OK) {
+                rn_ex_oom(in);
+            }
+        } else if (params != NULL) {
+            cn_buf_clear(&path);
+            if (cn_buf_printf(&path, "input.%s", key) != CN_OK ||
+                ir_ty_check(params[k].type, ir_map_val_at(input, i), path.data, &ok, &why) !=
+                    CN_OK) {
+                rn_ex_oom(in);
+                ok = true;
+                break;
+            }
+        }
+    }
+    if (!ok) {
+        rn_ex_raise_new(in, xi, "TypeError", why.data != NULL ? why.data : "bad input");
+    }
+    cn_buf_fini(&why);
+    cn_buf_fini(&path);
+    return ok && in->rv == CN_OK;
+}
 
 static void
 run_entry(struct rn_instance *in, uint32_t xi)
@@ -28,9 +71,15 @@ run_entry(struct rn_instance *in, uint32_t xi)
         rn_ex_raise_new(in, xi, "TypeError", "workflow input must be a JSON object");
         return;
     }
+    if (t->name != NULL && !entry_input_typed(in, xi, t, *input)) {
+        return;
+    }
     for (k = 0; k < t->ntargets; k++) {
         const struct ir_val *v = ir_map_get(*input, t->targets[k], strlen(t->targets[k]));
         char msg[256];
+        if (v == NULL && k < t->nargs && t->argexprs[k] != IR_NO_EXPR) {
+            v = &in->dag->exprs.items[t->argexprs[k]].val; /* its default, a constant */
+        }
         if (v == NULL) {
             (void) snprintf(msg, sizeof(msg), "%s() missing input '%s'", in->dag->entry_func,
                             t->targets[k]);
