@@ -7,18 +7,19 @@
 
 #include <jansson.h>
 
-#define TRY(x)                 \
-    do {                       \
-        cn_err rv_ = (x);      \
-        if (rv_ != CN_OK) {    \
-            return rv_;        \
-        }                      \
+#define TRY(x)              \
+    do {                    \
+        cn_err rv_ = (x);   \
+        if (rv_ != CN_OK) { \
+            return rv_;     \
+        }                   \
     } while (0)
 
 static const char *
 kind_text(enum ir_tykind k)
 {
-    static const char *const text[] = {"any", "None", "str", "int", "float", "bool", "list", "dict"};
+    static const char *const text[] = {"any",   "None", "str",  "int",
+                                       "float", "bool", "list", "dict"};
 
     return (unsigned) k < sizeof(text) / sizeof(text[0]) ? text[k] : "?";
 }
@@ -88,8 +89,7 @@ shallow(const struct ir_ty *t, struct ir_val v)
 }
 
 cn_err
-ir_ty_check(const struct ir_ty *t, struct ir_val v, const char *path, bool *ok,
-            struct cn_buf *why)
+ir_ty_check(const struct ir_ty *t, struct ir_val v, const char *path, bool *ok, struct cn_buf *why)
 {
     struct cn_buf sub = CN_BUF_INIT;
     cn_err rv = CN_OK;
@@ -157,8 +157,8 @@ ir_ty_check(const struct ir_ty *t, struct ir_val v, const char *path, bool *ok,
 static json_t *
 schema_of(const struct ir_ty *t)
 {
-    static const char *const json_type[] = {NULL,      "null",  "string", "integer",
-                                            "number",  "boolean", "array", "object"};
+    static const char *const json_type[] = {NULL,     "null",    "string", "integer",
+                                            "number", "boolean", "array",  "object"};
     json_t *o = json_object();
     uint32_t i;
 
@@ -185,9 +185,8 @@ schema_of(const struct ir_ty *t)
     }
     if (t->elem != NULL) {
         json_t *e = schema_of(t->elem);
-        if (e == NULL ||
-            json_object_set_new(o, t->kind == IR_TY_LIST ? "items" : "additionalProperties", e) !=
-                0) {
+        if (e == NULL || json_object_set_new(
+                             o, t->kind == IR_TY_LIST ? "items" : "additionalProperties", e) != 0) {
             json_decref(o);
             return NULL;
         }
@@ -199,9 +198,9 @@ cn_err
 ir_inputs_schema(const struct ir_func *f, const struct ir_xpool *exprs, const char *title,
                  struct cn_buf *out)
 {
-    json_t *root = json_pack("{s:s,s:s,s:s,s:b}", "$schema",
-                             "https://json-schema.org/draft/2020-12/schema", "title", title, "type",
-                             "object", "additionalProperties", 0);
+    json_t *root =
+        json_pack("{s:s,s:s,s:s,s:b}", "$schema", "https://json-schema.org/draft/2020-12/schema",
+                  "title", title, "type", "object", "additionalProperties", 0);
     json_t *props = json_object(), *req = json_array();
     cn_err rv = CN_OK;
     char *text;

@@ -21,8 +21,8 @@ CN_MUST_CHECK cn_err ir_ty_text(const struct ir_ty *t, struct cn_buf *out);
 
 /* Whether v is of type t (NULL: anything). When not, appends to why where and what:
  * "PATH.items[2]: expected int, got str", PATH the caller's (e.g. "input.order"). */
-CN_MUST_CHECK cn_err ir_ty_check(const struct ir_ty *t, struct ir_val v, const char *path,
-                                 bool *ok, struct cn_buf *why);
+CN_MUST_CHECK cn_err ir_ty_check(const struct ir_ty *t, struct ir_val v, const char *path, bool *ok,
+                                 struct cn_buf *why);
 
 /* Appends the JSON Schema of f's inputs (exprs: the pool of its defaults), titled title:
  * {"$schema": ..., "title": ..., "type": "object", "properties": {NAME: TYPE + "default"},

@@ -29,6 +29,9 @@ static const struct ctl_cmd commands[] = {
      "FILE [--name N] [--version V] [--max-running N] [--max-per-key M] "
      "[--allow-missing-children] [--max-source-bytes N] [--max-graph-nodes N] [--json]",
      "compile a workflow and store it as a version", ctl_cmd_register, NULL, NULL},
+    {"schema", "WORKFLOW [--version V]",
+     "print the JSON Schema of the inputs a workflow takes (as cairn.enqueue checks them)",
+     ctl_cmd_schema, NULL, NULL},
     {"run",
      "NAME [--input JSON | --input-file FILE] [--idempotency-key K [--any-input]] "
      "[--concurrency-key K] "

@@ -295,7 +295,8 @@ bool ctl_await_until(PGconn *c, bool timed, int64_t deadline);
 /* The top-level commands, one row each in cairnctl.c. */
 ctl_run_fn ctl_cmd_migrate, ctl_cmd_register, ctl_cmd_run, ctl_cmd_wait, ctl_cmd_status,
     ctl_cmd_result, ctl_cmd_list, ctl_cmd_inspect, ctl_cmd_cancel, ctl_cmd_retry, ctl_cmd_exec,
-    ctl_cmd_tree, ctl_cmd_prune, ctl_cmd_signal, ctl_cmd_signal_token, ctl_cmd_event, ctl_cmd_get;
+    ctl_cmd_tree, ctl_cmd_prune, ctl_cmd_signal, ctl_cmd_signal_token, ctl_cmd_event, ctl_cmd_get,
+    ctl_cmd_schema;
 
 /* Appends to out, NUL-separated, why the instance ID (of STATUS, with the live graph LIVE as
  * rn_snapshot_describe gives it, or null) is not moving: a concurrency slot, its due time, a

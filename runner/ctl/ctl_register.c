@@ -254,7 +254,7 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
  * the same row (a no-op), changed source to a new version. */
 static const char *const insert_sql =
     "SELECT id, workflow_version, ir_hash FROM cairn.register_version($1, $2, $3::bytea, $4,"
-    " nullif($5::bigint, 0), $6::text[], $7::text[])";
+    " nullif($5::bigint, 0), $6::text[], $7::text[], $8::jsonb)";
 /* Names are per tenant. Row security keeps a tenant to its own rows, but the schema owner sees
  * every tenant's and registers in tenant default: hence the tenant_id filters. */
 static const char *const existing_sql =
@@ -324,7 +324,8 @@ encode_version(const struct cn_opts *o, const char *file, const char *src, size_
     return EXIT_OK;
 }
 
-/* Stores the version (params: name, version, graph, source, timeout, inputs, signals), or finds the
+/* Stores the version (params: name, version, graph, source, timeout, inputs, signals, the inputs'
+ * schema or NULL), or finds the
  * same one stored already: *r holds its id, workflow_version and ir_hash, *created whether this
  * call made it. A version of that name holding other source is refused. */
 static int
@@ -333,7 +334,7 @@ store_version(const struct cn_opts *o, PGconn *c, const char *const *params, PGr
 {
     int status;
 
-    if ((status = ctl_query(o, c, insert_sql, 7, params, r)) != EXIT_OK) {
+    if ((status = ctl_query(o, c, insert_sql, 8, params, r)) != EXIT_OK) {
         return status;
     }
     if ((*created = PQntuples(*r) == 1)) {
@@ -395,7 +396,7 @@ ctl_cmd_register(const struct ctl_call *call, int argc, char **argv)
     PGconn *c = NULL;
     PGresult *r = NULL;
     char *src = NULL, *name = NULL;
-    const char *file, *params[7];
+    const char *file, *params[8];
     size_t src_len = 0;
     char timeout[24];
     bool created = false;
@@ -425,6 +426,7 @@ ctl_cmd_register(const struct ctl_call *call, int argc, char **argv)
     params[4] = timeout; /* the workflow's [timeout: D] (its graph's hash covers it too) */
     params[5] = inputs.data;
     params[6] = signals.data;
+    params[7] = dag->nodes[dag->entry].name; /* its typed inputs' schema (NULL: none typed) */
     if ((status = store_version(&o, c, params, &r, &created)) != EXIT_OK ||
         (status = register_limits(&o, c, name)) != EXIT_OK) {
         goto out;
@@ -448,4 +450,66 @@ out:
     free(src);
     free(name);
     return status;
+}
+
+/* `cairnctl schema WORKFLOW [--version V]`: the JSON Schema (2020-12) of the inputs the newest
+ * (or the given) version takes, as cairn.enqueue checks them. A version without typed inputs
+ * takes any value for each of its inputs, all of them required, and other keys besides (as
+ * every version did before inputs had types). */
+static const char *const schema_sql = "SELECT v.workflow_version, v.input_schema::text AS schema,"
+                                      " coalesce(array_to_json(v.inputs), '[]')::text AS inputs"
+                                      " FROM cairn.find_version('cairnctl schema', $1, $2) v";
+
+int
+ctl_cmd_schema(const struct ctl_call *call, int argc, char **argv)
+{
+    struct cn_opt rows[] = {
+        CTL_OPT_DB,
+        CTL_OPT_STR("version", "V", "this version of the workflow (default: the newest)"),
+    };
+    struct cn_opts o = CTL_OPTS(call, rows, 1);
+    const char *params[2];
+    json_error_t jerr;
+    json_t *doc = NULL;
+    PGresult *r = NULL;
+    char *text;
+    int status;
+
+    if (!ctl_args(&o, argc, argv, 1, &status)) {
+        return status;
+    }
+    params[0] = argv[0];
+    params[1] = cn_opts_str(&o, "version");
+    if ((status = ctl_query_once(&o, schema_sql, 2, params, &r)) != EXIT_OK) {
+        return status;
+    }
+    if (ctl_col_opt(r, 0, "schema") != NULL) {
+        doc = json_loads(ctl_col(r, 0, "schema"), 0, &jerr);
+    } else {
+        json_t *inputs = json_loads(ctl_col(r, 0, "inputs"), 0, &jerr), *props = json_object();
+        size_t i;
+        json_t *name;
+        json_array_foreach(inputs, i, name)
+        {
+            (void) json_object_set_new(props, json_string_value(name), json_object());
+        }
+        /* o and O: the document takes props, and a reference to inputs */
+        doc = json_pack("{s:s,s:s,s:o,s:O,s:b}", "$schema",
+                        "https://json-schema.org/draft/2020-12/schema", "type", "object",
+                        "properties", props, "required", inputs, "additionalProperties", 1);
+        json_decref(inputs);
+    }
+    if (doc != NULL) {
+        (void) json_object_set_new(doc, "title", json_string(argv[0]));
+    }
+    text = doc != NULL ? json_dumps(doc, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    json_decref(doc);
+    PQclear(r);
+    if (text == NULL) {
+        fprintf(stderr, "%s: out of memory\n", o.prog);
+        return EXIT_USAGE;
+    }
+    printf("%s\n", text);
+    free(text);
+    return EXIT_OK;
 }

@@ -84,19 +84,21 @@ CREATE OR REPLACE TRIGGER runner_instances_status_transition
 
 -- What `cairnctl register` wrote itself: a version of a workflow of the caller's tenant (the
 -- same statement; an existing version is left alone and nothing is returned). p_signals: the
--- signal names its waits take (cairn.signal refuses others).
+-- signal names its waits take (cairn.signal refuses others); p_input_schema: the JSON Schema of
+-- its typed inputs (cairn.enqueue checks inputs against it), NULL when none is typed.
 CREATE OR REPLACE FUNCTION cairn.register_version(p_name text, p_version text, p_graph bytea,
                                        p_source text, p_timeout_ms bigint, p_inputs text[],
-                                       p_signals text[] DEFAULT '{}')
+                                       p_signals text[] DEFAULT '{}',
+                                       p_input_schema jsonb DEFAULT NULL)
 RETURNS TABLE (id uuid, workflow_version text, ir_hash text)
 LANGUAGE sql
 SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
 AS $$
     WITH h AS (SELECT encode(sha256(p_graph), 'hex') AS ir_hash)
     INSERT INTO cairn.workflow_versions AS v (workflow_name, workflow_version, ir_hash, source,
-                                              timeout_ms, inputs, signals)
+                                              timeout_ms, inputs, signals, input_schema)
     SELECT p_name, coalesce(p_version, left(h.ir_hash, 12)), h.ir_hash, p_source,
-           nullif(p_timeout_ms, 0), p_inputs, coalesce(p_signals, '{}')
+           nullif(p_timeout_ms, 0), p_inputs, coalesce(p_signals, '{}'), p_input_schema
       FROM h
     ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING
     RETURNING v.id, v.workflow_version, v.ir_hash
@@ -190,6 +192,138 @@ BEGIN
 END
 $$;
 
+-- ---- typed inputs (docs/language.md "Typed inputs") -----------------------------------------
+-- The schemas are those the compiler writes (ir/types.c): "type" (null, string, integer, number,
+-- boolean, array with "items", object with "additionalProperties"), "anyOf", or {} for any.
+-- Messages name types as the language does (int, str | None, list[int]), and their paths as
+-- the workflow reads them (input.order.items[2]). An integer is a number written without a
+-- fraction or an exponent, as the runner reads it.
+
+-- The type schema s stands for, as the language writes it.
+CREATE OR REPLACE FUNCTION cairn.schema_text(s jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN s ? 'anyOf' THEN (SELECT string_agg(cairn.schema_text(a), ' | ' ORDER BY n)
+                                 FROM jsonb_array_elements(s->'anyOf') WITH ORDINALITY AS t(a, n))
+        WHEN s->>'type' = 'array' AND s ? 'items' THEN 'list[' || cairn.schema_text(s->'items') || ']'
+        WHEN s->>'type' = 'object' AND jsonb_typeof(s->'additionalProperties') = 'object'
+            THEN 'dict[str, ' || cairn.schema_text(s->'additionalProperties') || ']'
+        ELSE CASE s->>'type' WHEN 'null' THEN 'None' WHEN 'string' THEN 'str'
+                 WHEN 'integer' THEN 'int' WHEN 'number' THEN 'float' WHEN 'boolean' THEN 'bool'
+                 WHEN 'array' THEN 'list' WHEN 'object' THEN 'dict' ELSE 'any' END
+    END
+$$;
+
+-- The type of value v, as the language names it.
+CREATE OR REPLACE FUNCTION cairn.value_type_text(v jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE jsonb_typeof(v)
+        WHEN 'object' THEN 'dict' WHEN 'array' THEN 'list' WHEN 'string' THEN 'str'
+        WHEN 'boolean' THEN 'bool' WHEN 'null' THEN 'None'
+        ELSE CASE WHEN v::text ~ '^-?[0-9]+$' THEN 'int' ELSE 'float' END
+    END
+$$;
+
+-- Whether v is of the kind s names, its items aside.
+CREATE OR REPLACE FUNCTION cairn.schema_kind_ok(s jsonb, v jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE s->>'type'
+        WHEN 'null' THEN jsonb_typeof(v) = 'null'
+        WHEN 'string' THEN jsonb_typeof(v) = 'string'
+        WHEN 'integer' THEN jsonb_typeof(v) = 'number' AND v::text ~ '^-?[0-9]+$'
+        WHEN 'number' THEN jsonb_typeof(v) = 'number'
+        WHEN 'boolean' THEN jsonb_typeof(v) = 'boolean'
+        WHEN 'array' THEN jsonb_typeof(v) = 'array'
+        WHEN 'object' THEN jsonb_typeof(v) = 'object'
+        ELSE NOT s ? 'anyOf'
+    END
+$$;
+
+-- Why value v at p_path is not of type schema s ("input.tags[1]: expected str, got int"), or
+-- NULL when it is. Of a union, the first alternative of v's kind explains the refusal, so that
+-- `list[int] | None` says what inside the list was wrong.
+CREATE OR REPLACE FUNCTION cairn.schema_mismatch(s jsonb, v jsonb, p_path text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    a jsonb;
+    near jsonb;
+    e jsonb;
+    k text;
+    i bigint;
+    msg text;
+BEGIN
+    IF s ? 'anyOf' THEN
+        FOR a IN SELECT x FROM jsonb_array_elements(s->'anyOf') AS t(x) LOOP
+            IF cairn.schema_mismatch(a, v, p_path) IS NULL THEN
+                RETURN NULL;
+            END IF;
+            IF near IS NULL AND cairn.schema_kind_ok(a, v) THEN
+                near := a;
+            END IF;
+        END LOOP;
+        IF near IS NOT NULL THEN
+            RETURN cairn.schema_mismatch(near, v, p_path);
+        END IF;
+        RETURN format('%s: expected %s, got %s', p_path, cairn.schema_text(s),
+                      cairn.value_type_text(v));
+    END IF;
+    IF NOT cairn.schema_kind_ok(s, v) THEN
+        RETURN format('%s: expected %s, got %s', p_path, cairn.schema_text(s),
+                      cairn.value_type_text(v));
+    END IF;
+    IF s->>'type' = 'array' AND s ? 'items' THEN
+        FOR e, i IN SELECT x, n - 1 FROM jsonb_array_elements(v) WITH ORDINALITY AS t(x, n) LOOP
+            msg := cairn.schema_mismatch(s->'items', e, format('%s[%s]', p_path, i));
+            IF msg IS NOT NULL THEN
+                RETURN msg;
+            END IF;
+        END LOOP;
+    ELSIF s->>'type' = 'object' AND jsonb_typeof(s->'additionalProperties') = 'object' THEN
+        FOR k, e IN SELECT * FROM jsonb_each(v) LOOP
+            msg := cairn.schema_mismatch(s->'additionalProperties', e, p_path || '.' || k);
+            IF msg IS NOT NULL THEN
+                RETURN msg;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Why input p_input does not fit the inputs of workflow p_workflow (schema p_schema, as the
+-- compiler wrote it): an input it does not take, a required one missing, or one of another
+-- type; NULL when it fits.
+CREATE OR REPLACE FUNCTION cairn.input_refusal(p_schema jsonb, p_input jsonb, p_workflow text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    k text;
+    e jsonb;
+    msg text;
+BEGIN
+    FOR k IN SELECT jsonb_object_keys(p_input) LOOP
+        IF NOT (p_schema->'properties') ? k THEN
+            RETURN format('input.%s: workflow "%s" has no such input (its inputs: %s)', k,
+                          p_workflow, (SELECT string_agg(x, ', ')
+                                         FROM jsonb_object_keys(p_schema->'properties') x));
+        END IF;
+    END LOOP;
+    FOR k IN SELECT jsonb_array_elements_text(p_schema->'required') LOOP
+        IF NOT p_input ? k THEN
+            RETURN format('input.%s: missing (workflow "%s" requires it: %s)', k, p_workflow,
+                          cairn.schema_text(p_schema->'properties'->k));
+        END IF;
+    END LOOP;
+    FOR k, e IN SELECT * FROM jsonb_each(p_input) LOOP
+        msg := cairn.schema_mismatch(p_schema->'properties'->k, e, 'input.' || k);
+        IF msg IS NOT NULL THEN
+            RETURN msg;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
 -- Enqueues an instance of the latest (or the given) version of a workflow of the caller's tenant
 -- and returns its id. With an idempotency key that was used before for the workflow and the
 -- same input (jsonb equality: key order and spacing do not count), returns that instance and
@@ -217,6 +351,8 @@ AS $$
 DECLARE
     v_version_id uuid;
     v_version_timeout bigint;
+    v_schema jsonb;
+    v_refusal text;
     v_timeout_ms bigint;
     v_due timestamptz;
     v_id uuid;
@@ -265,7 +401,7 @@ BEGIN
                       HINT = 'NULL means the workflow''s own [timeout: D], if it has one.';
         END IF;
     END IF;
-    SELECT v.id, v.timeout_ms INTO v_version_id, v_version_timeout
+    SELECT v.id, v.timeout_ms, v.input_schema INTO v_version_id, v_version_timeout, v_schema
       FROM cairn.workflow_versions v
      WHERE v.tenant_id = v_tenant AND v.workflow_name = enqueue.workflow_name
        AND (enqueue.workflow_version IS NULL OR v.workflow_version = enqueue.workflow_version)
@@ -278,6 +414,15 @@ BEGIN
         END IF;
         RAISE EXCEPTION 'cairn.enqueue: workflow "%" has no version "%"',
             enqueue.workflow_name, enqueue.workflow_version USING ERRCODE = 'undefined_object';
+    END IF;
+    IF v_schema IS NOT NULL THEN
+        v_refusal := cairn.input_refusal(v_schema, enqueue.input, enqueue.workflow_name);
+        IF v_refusal IS NOT NULL THEN
+            RAISE EXCEPTION 'cairn.enqueue: %', v_refusal
+                USING ERRCODE = '22Z01',
+                      HINT = format('cairnctl schema %s prints the inputs it takes.',
+                                    enqueue.workflow_name);
+        END IF;
     END IF;
     v_timeout_ms := coalesce(v_timeout_ms, v_version_timeout);
     v_due := coalesce(enqueue.scheduled_at, clock_timestamp());
