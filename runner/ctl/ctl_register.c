@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "ir/eval.h"
 #include "runner/ctl/ctl.h"
 #include "runner/exec/exec.h"
 #include "runner/store/db.h"
@@ -119,7 +120,8 @@ missing_child(struct ir_diags *d, const char *file, const struct ir_node *t, boo
 /* Checks call t's arguments against names[0..n), the child's inputs: each argument is one of
  * them, and each of them is given. Returns false when out of memory. */
 static bool
-check_call_args(struct ir_diags *d, const struct ir_node *t, const char *const *names, size_t n)
+check_call_args(struct ir_diags *d, const struct ir_node *t, const char *const *names, size_t n,
+                const bool *optional)
 {
     struct cn_buf shown = CN_BUF_INIT;
     bool ok = true;
@@ -138,8 +140,8 @@ check_call_args(struct ir_diags *d, const struct ir_node *t, const char *const *
                          t->argnames[k], shown.data);
         }
     }
-    for (j = 0; ok && j < n; j++) { /* every input of the child's main, in the call */
-        if (!has_name(t->argnames, t->nargs, names[j])) {
+    for (j = 0; ok && j < n; j++) { /* every input of the child's main without a default */
+        if ((optional == NULL || !optional[j]) && !has_name(t->argnames, t->nargs, names[j])) {
             ir_diags_add(d, t->line, t->col, "%s needs input '%s' (its inputs: %s)", t->name,
                          names[j], shown.data);
         }
@@ -167,10 +169,100 @@ check_call_json(struct ir_diags *d, const struct ir_node *t, const char *inputs)
         }
         ok = names != NULL;
     }
-    ok = ok && check_call_args(d, t, names, n);
+    ok = ok && check_call_args(d, t, names, n, NULL);
     free(names);
     ir_val_release(list);
     return ok;
+}
+
+static const struct ir_val *
+no_names(void *ctx, const char *name)
+{
+    (void) ctx;
+    (void) name;
+    return NULL;
+}
+
+/* check_call_args against a registered child's typed inputs (its JSON Schema, cairn.enqueue's:
+ * those with a default may be left out), then each argument that is a constant checked against
+ * its type by the database's own check, so that register says what the child's start would. */
+static int
+check_call_schema(const struct cn_opts *o, PGconn *c, struct ir_diags *d, const struct ir_dag *dag,
+                  const struct ir_node *t, const char *schema)
+{
+    struct ir_val doc = ir_null();
+    const struct ir_val *props, *req;
+    struct cn_errmsg em;
+    const char **names = NULL;
+    bool *optional = NULL, ok = true;
+    size_t n = 0, j, k;
+    int status = EXIT_OK;
+
+    if (ir_val_from_json(schema, strlen(schema), &doc, &em) != CN_OK || doc.type != IR_T_MAP ||
+        (props = ir_map_get(doc, "properties", 10)) == NULL || props->type != IR_T_MAP ||
+        (req = ir_map_get(doc, "required", 8)) == NULL || req->type != IR_T_LIST) {
+        ir_val_release(doc);
+        return EXIT_OK; /* not one the compiler wrote: the child's start checks it */
+    }
+    n = ir_map_len(*props);
+    names = calloc(n ? n : 1, sizeof(*names));
+    optional = calloc(n ? n : 1, sizeof(*optional));
+    for (j = 0; names != NULL && optional != NULL && j < n; j++) {
+        names[j] = ir_str_data(ir_map_key_at(*props, j));
+        optional[j] = true;
+        for (k = 0; k < ir_list_len(*req); k++) {
+            struct ir_val r = ir_list_items(*req)[k];
+            if (r.type == IR_T_STR && strcmp(ir_str_data(r), names[j]) == 0) {
+                optional[j] = false;
+            }
+        }
+    }
+    ok = names != NULL && optional != NULL && check_call_args(d, t, names, n, optional);
+    for (k = 0; ok && status == EXIT_OK && k < t->nargs; k++) {
+        struct ir_eval_env env = {no_names, NULL, NULL};
+        struct cn_buf js = CN_BUF_INIT;
+        const char *params[3];
+        PGresult *r = NULL;
+        struct ir_val v;
+        cn_err rv;
+        if (!has_name(names, n, t->argnames[k])) {
+            continue;
+        }
+        /* A constant (names raise, and so do the instance's builtins): computed arguments are
+         * the child's start's to check. */
+        if ((rv = ir_eval(&dag->exprs, t->argexprs[k], &env, &v)) != CN_OK) {
+            if (rv == CN_RAISED) {
+                ir_val_release(v);
+            }
+            continue;
+        }
+        rv = ir_val_to_json(v, &js, &em);
+        ir_val_release(v);
+        if (rv != CN_OK) {
+            cn_buf_fini(&js);
+            continue; /* not JSON (a float NaN, say): the start refuses it */
+        }
+        params[0] = schema;
+        params[1] = t->argnames[k];
+        params[2] = js.data;
+        status = ctl_query(o, c,
+                           "SELECT cairn.schema_mismatch($1::jsonb->'properties'->$2, $3::jsonb,"
+                           " 'input.' || $2) AS why",
+                           3, params, &r);
+        if (status == EXIT_OK && ctl_col_opt(r, 0, "why") != NULL) {
+            ir_diags_add(d, t->line, t->col, "%s: %s", t->name, ctl_col(r, 0, "why"));
+        }
+        PQclear(r);
+        cn_buf_fini(&js);
+    }
+    free(names);
+    free(optional);
+    ir_val_release(doc);
+    if (!ok) {
+        fprintf(stderr, "%s: out of memory\n", o->prog);
+        return EXIT_USAGE;
+    }
+    return status;
 }
 
 /* One child call t: its inputs looked up among the registered versions (a recursive call to
@@ -187,9 +279,15 @@ check_child_call(const struct cn_opts *o, PGconn *c, const char *file, struct ir
     bool ok = true;
 
     if (strcmp(t->name, self) == 0 && t->version == NULL) {
-        ok = check_call_args(d, t, e->targets, e->ntargets);
+        bool optional[256] = {false};
+        uint32_t k;
+        for (k = 0; k < e->nargs && k < 256; k++) {
+            optional[k] = e->argexprs[k] != IR_NO_EXPR; /* an input with a default */
+        }
+        ok = check_call_args(d, t, e->targets, e->ntargets < 256 ? e->ntargets : 256, optional);
     } else if ((status = ctl_query(o, c,
-                                   "SELECT array_to_json(inputs)::text AS inputs FROM"
+                                   "SELECT array_to_json(inputs)::text AS inputs,"
+                                   " input_schema::text AS schema FROM"
                                    " cairn.workflow_versions WHERE workflow_name = $1 AND"
                                    " ($2::text IS NULL OR workflow_version = $2) AND tenant_id ="
                                    " cairn.current_tenant() ORDER BY created_at DESC LIMIT 1",
@@ -197,6 +295,8 @@ check_child_call(const struct cn_opts *o, PGconn *c, const char *file, struct ir
         return status;
     } else if (PQntuples(r) == 0) {
         missing_child(d, file, t, allow_missing);
+    } else if (ctl_col_opt(r, 0, "schema") != NULL) {
+        status = check_call_schema(o, c, d, dag, t, ctl_col(r, 0, "schema"));
     } else if ((inputs = ctl_col_opt(r, 0, "inputs")) != NULL) {
         /* NULL: registered before inputs were recorded */
         ok = check_call_json(d, t, inputs);

@@ -67,7 +67,7 @@ BEGIN
         IF v_wf_key IS DISTINCT FROM par.tenant_id || '/' || p_workflow[i] || '/'
                                      || coalesce(p_version[i], '') THEN
             v_wf_key := par.tenant_id || '/' || p_workflow[i] || '/' || coalesce(p_version[i], '');
-            SELECT wv.id, wv.timeout_ms, wv.inputs INTO v
+            SELECT wv.id, wv.timeout_ms, wv.inputs, wv.input_schema INTO v
               FROM cairn.workflow_versions wv
              WHERE wv.tenant_id = par.tenant_id AND wv.workflow_name = p_workflow[i]
                AND (p_version[i] IS NULL OR wv.workflow_version = p_version[i])
@@ -89,7 +89,16 @@ BEGIN
             CONTINUE;
         END IF;
         v_input := p_input[i]::jsonb;
-        IF v.inputs IS NOT NULL THEN
+        -- A child with typed inputs takes what cairn.enqueue would (defaults may be left out);
+        -- one without, exactly its inputs' names.
+        IF v.input_schema IS NOT NULL THEN
+            message := cairn.input_refusal(v.input_schema, v_input, p_workflow[i]);
+            IF message IS NOT NULL THEN
+                status := 'bad_input';
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+        ELSIF v.inputs IS NOT NULL THEN
             SELECT coalesce(array_agg(k ORDER BY k), '{}') INTO v_keys
               FROM jsonb_object_keys(v_input) AS k;
             IF v_keys IS DISTINCT FROM v_sorted THEN

@@ -232,6 +232,12 @@ PY
 "$ctl" exec "$root/examples/hello.cairn" --input '{}' >/dev/null 2>"$tmp/err"
 [ $? -eq 4 ] || fail "exec of a failing instance: want exit 4"
 grep -q "TypeError" "$tmp/err" || fail "exec of a failing instance: no TypeError in $(cat "$tmp/err")"
+out=$("$ctl" exec "$root/tests/fixtures/typed.cairn" --input '{"order": {"id": 7}, "qty": 2}' 2>&1)
+[ $? -eq 0 ] && [ "$out" = '{"id": 7, "qty": 2, "note": null, "tags": [], "prices": {}}' ] ||
+    fail "exec of typed inputs: the defaults of those not given: $out"
+out=$("$ctl" exec "$root/tests/fixtures/typed.cairn" --input '{"order": {"id": 7}, "tags": [1]}' 2>&1)
+[ $? -eq 4 ] && [[ "$out" == *'"message": "input.tags[0]: expected str, got int"'* ]] ||
+    fail "exec of a mistyped input: the instance fails with the path: $out"
 printf 'fn main():\n    return [workflow_name(), len(instance_id()), len(uuid()), now() > 1700000000]\n' \
     >"$tmp/own.cairn"
 out=$("$ctl" exec "$tmp/own.cairn" 2>&1)

@@ -101,6 +101,49 @@ ctl_says "the same key with another input" 1 "is refused, naming the first insta
 k3=$("$ctl" run hello --idempotency-key order-7 --input '{"other": 1}' --any-input 2>&1)
 check "--any-input: the first instance anyway" "$k3" "$k1"
 check "and one instance only" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE idempotency_key = 'order-7'")" 1
+# ---- typed inputs: checked by cairn.enqueue, whoever enqueues -------------------------------
+out=$("$ctl" register "$root/tests/fixtures/typed.cairn" 2>&1); rc=$?
+check "register a workflow with typed inputs" "$rc" 0
+schema=$("$ctl" schema typed 2>&1)
+check "schema prints its inputs as JSON Schema 2020-12" "$(printf '%s' "$schema" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+p = d["properties"]
+print(d["$schema"], d["title"], d["required"], d["additionalProperties"], p["qty"], p["note"]["anyOf"],
+      p["tags"]["items"], p["prices"]["additionalProperties"])')" \
+    "https://json-schema.org/draft/2020-12/schema typed ['order'] False {'default': 1, 'type': 'integer'} [{'type': 'string'}, {'type': 'null'}] {'type': 'string'} {'type': 'number'}"
+check "schema of an untyped workflow: any value for each input, other keys allowed" \
+    "$("$ctl" schema hello | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["properties"], d["required"], d["additionalProperties"])')" \
+    "{'name': {}} ['name'] True"
+ctl_says "schema of an unknown workflow" 1 "names it" 'unknown workflow "nope_flow"' schema nope_flow
+ctl_says "a mistyped input" 1 "is refused with its path" \
+    "cairn.enqueue: input.tags[1]: expected str, got int" \
+    run typed --input '{"order": {"id": 1}, "tags": ["a", 2]}'
+ctl_says "a missing input" 1 "is refused" \
+    'input.order: missing (workflow "typed" requires it: dict)' run typed --input '{"qty": 2}'
+ctl_says "an unknown input" 1 "is refused" 'input.qtty: workflow "typed" has no such input' \
+    run typed --input '{"order": {}, "qtty": 2}'
+ctl_says "a float for an int" 1 "is refused" "input.qty: expected int, got float" \
+    run typed --input '{"order": {}, "qty": 2.5}'
+ctl_says "a nested mismatch" 1 "is refused with its path" \
+    "input.prices.apple: expected float, got str" \
+    run typed --input '{"order": {}, "prices": {"pear": 1, "apple": "x"}}'
+check "nothing refused was stored" "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE workflow_name = 'typed'")" 0
+check "the refusal's SQLSTATE is 22Z01" \
+    "$(q "$url" "DO \$\$ BEGIN PERFORM cairn.enqueue('typed', '{\"order\": 1}'); EXCEPTION WHEN OTHERS THEN RAISE NOTICE '%', SQLSTATE; END \$\$" 2>&1 | grep -o '22Z01')" 22Z01
+out=$("$ctl" run typed --input '{"order": {"id": 1}, "qty": 3, "note": null, "tags": ["a"], "prices": {"pear": 1, "fig": 2.5}}' 2>&1); rc=$?
+check "an input that fits is enqueued" "$rc" 0
+# a child call to it, checked at register: inputs with a default may be left out, constants
+# are checked against their types
+printf 'fn main(input: [o]):\n    r = run typed(order=o)\n    return r\n' >"$tmp/typed_parent.cairn"
+out=$("$ctl" register "$tmp/typed_parent.cairn" 2>&1); rc=$?
+check "a child call that leaves out the inputs with defaults registers" "$rc $out" "0 typed_parent version $(printf '%s' "$out" | awk '{print $3}') registered (4 nodes)"
+printf 'fn main(input: [o]):\n    r = run typed(order=o, tags=[1])\n    return r\n' >"$tmp/typed_bad.cairn"
+ctl_says "a child call with a constant of the wrong type" 1 "is refused at its line" \
+    "typed_bad.cairn:2:9: error: typed: input.tags[0]: expected str, got int" register "$tmp/typed_bad.cairn"
+printf 'fn main(input: [o]):\n    r = run typed(qty=2)\n    return r\n' >"$tmp/typed_missing.cairn"
+ctl_says "a child call without a required input" 1 "is refused" "typed needs input 'order'" \
+    register "$tmp/typed_missing.cairn"
 ctl_says "invalid input JSON" 1 "says where" "line 1, column" run hello --input '{"name": }'
 ctl_says "input that is not an object" 1 "says so" "must be a JSON object" run hello --input '[1, 2]'
 ctl_says "unknown workflow" 1 "names it" 'unknown workflow "no_such_flow"' run no_such_flow
