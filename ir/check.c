@@ -793,8 +793,8 @@ no_names(void *ctx, const char *name)
 }
 
 /* Types and defaults: the workflow's inputs only (a helper's arguments come from its caller,
- * checked by the compiler). A default is a constant (a literal: evaluated here, without names,
- * and kept as the constant it gives) of the input's type. */
+ * checked by the compiler). A default is a constant (a literal, evaluated here without names)
+ * of the input's type. */
 static void
 check_params(struct checker *c, struct ir_func *f)
 {
@@ -806,7 +806,6 @@ check_params(struct checker *c, struct ir_func *f)
     for (i = 0; i < f->inputs.len && c->rv == CN_OK; i++) {
         struct ir_param *p = &f->params[i];
         struct ir_eval_env env = {no_names, NULL, NULL};
-        struct ir_expr k;
         struct ir_val v;
         cn_err rv;
 
@@ -850,14 +849,7 @@ check_params(struct checker *c, struct ir_func *f)
             cn_buf_fini(&why);
             cn_buf_fini(&name);
         }
-        memset(&k, 0, sizeof(k));
-        k.kind = IR_X_CONST;
-        k.line = p->dflt_pos.line;
-        k.col = p->dflt_pos.col;
-        k.val = v; /* the pool takes it */
-        if (ir_xpool_add(&c->p->exprs, &k, NULL, 0, &p->dflt) != CN_OK) {
-            nomem(c);
-        }
+        ir_val_release(v); /* the expression stays: the graph's codec carries literals */
     }
 }
 

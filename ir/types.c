@@ -7,6 +7,8 @@
 
 #include <jansson.h>
 
+#include "ir/eval.h"
+
 #define TRY(x)              \
     do {                    \
         cn_err rv_ = (x);   \
@@ -154,6 +156,15 @@ ir_ty_check(const struct ir_ty *t, struct ir_val v, const char *path, bool *ok, 
 
 /* ---- JSON Schema -------------------------------------------------------------------------- */
 
+/* A default is a literal: it names nothing (the checker made sure). */
+static const struct ir_val *
+no_names(void *ctx, const char *name)
+{
+    (void) ctx;
+    (void) name;
+    return NULL;
+}
+
 static json_t *
 schema_of(const struct ir_ty *t)
 {
@@ -220,17 +231,20 @@ ir_inputs_schema(const struct ir_func *f, const struct ir_xpool *exprs, const ch
             break;
         }
         if (p != NULL && p->dflt != IR_NO_EXPR) {
-            const struct ir_expr *e = &exprs->items[p->dflt];
+            struct ir_eval_env env = {no_names, NULL, NULL};
             struct cn_buf js = CN_BUF_INIT;
+            struct ir_val dv = ir_null();
             struct cn_errmsg em;
             json_error_t jerr;
             json_t *d = NULL;
-            if (e->kind != IR_X_CONST) {
-                rv = CN_INVAL;
-            } else if ((rv = ir_val_to_json(e->val, &js, &em)) == CN_OK &&
+            cn_err ev = ir_eval(exprs, p->dflt, &env, &dv);
+            if (ev != CN_OK) {
+                rv = ev == CN_NOMEM ? CN_NOMEM : CN_INVAL;
+            } else if ((rv = ir_val_to_json(dv, &js, &em)) == CN_OK &&
                        (d = json_loadb(js.data, js.len, JSON_DECODE_ANY, &jerr)) == NULL) {
                 rv = CN_NOMEM;
             }
+            ir_val_release(dv);
             cn_buf_fini(&js);
             if (rv == CN_OK && json_object_set_new(s, "default", d) != 0) {
                 rv = CN_NOMEM;

@@ -76,9 +76,21 @@ run_entry(struct rn_instance *in, uint32_t xi)
     }
     for (k = 0; k < t->ntargets; k++) {
         const struct ir_val *v = ir_map_get(*input, t->targets[k], strlen(t->targets[k]));
+        struct ir_val dflt;
         char msg[256];
         if (v == NULL && k < t->nargs && t->argexprs[k] != IR_NO_EXPR) {
-            v = &in->dag->exprs.items[t->argexprs[k]].val; /* its default, a constant */
+            /* its default, a literal (it reads no name) */
+            if (rn_ex_eval(in, xi, t->argexprs[k], &dflt) != CN_OK) {
+                if (in->rv == CN_OK) {
+                    rn_ex_raise_error(in, xi, dflt);
+                }
+                return;
+            }
+            if (ir_map_set_cstr(&s->vars, t->targets[k], dflt) != CN_OK) {
+                rn_ex_oom(in);
+                return;
+            }
+            continue;
         }
         if (v == NULL) {
             (void) snprintf(msg, sizeof(msg), "%s() missing input '%s'", in->dag->entry_func,

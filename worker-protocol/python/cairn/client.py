@@ -209,6 +209,18 @@ def _get_value(instance_id, name):
                       (uuid.UUID(str(instance_id)), name), False, decode)
 
 
+def _schema(workflow, version):
+    def decode(r):
+        schema, inputs = r
+        if schema is None:  # no input typed: any value for each, other keys allowed
+            schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+                      "type": "object", "properties": {n: {} for n in inputs or []},
+                      "required": list(inputs or []), "additionalProperties": True}
+        return dict(schema, title=workflow)
+    return _Statement("SELECT v.input_schema, v.inputs FROM cairn.find_version('schema', %s, %s) v",
+                      (workflow, version), False, decode)
+
+
 def _value_wait(instance_id, name, timeout, poll):
     """get(wait=True)'s schedule: told of a value written or of the end."""
     return _Wait(instance_id, timeout, poll, ("value", "done"), lambda v: NotPublished(
@@ -319,6 +331,12 @@ class Client:
         """The instance as a dict (id, workflow, version, status, input, result, error, times);
         LookupError if there is none."""
         return self._run(_status(instance_id))
+
+    def schema(self, workflow, version=None):
+        """The JSON Schema (2020-12, a dict) of the inputs the newest (or the given) version of
+        the workflow takes, as cairn.enqueue checks them (`cairnctl schema`); an input that does
+        not fit makes enqueue raise psycopg.errors.DataError (SQLSTATE 22Z01)."""
+        return self._run(_schema(workflow, version))
 
     def result(self, instance_id):
         """The result of a completed instance; WorkflowFailed if it failed, was cancelled or
@@ -515,6 +533,9 @@ class AsyncClient:
 
     async def status(self, instance_id):
         return await self._run(_status(instance_id))
+
+    async def schema(self, workflow, version=None):
+        return await self._run(_schema(workflow, version))
 
     async def result(self, instance_id):
         return _outcome(await self.status(instance_id))

@@ -268,3 +268,19 @@ def test_the_client_reads_published_values(cluster, client, tmp_path):
             with pytest.raises(cairn.NotPublished, match="none will come"):
                 await c.get(iid, "missing", wait=True, timeout=30)
     asyncio.run(go())
+
+
+def test_typed_inputs_checked_at_enqueue(cluster, client):
+    """A workflow with typed inputs: its schema from the client, and an input that does not fit
+    refused by enqueue with the path, before anything is stored."""
+    root = os.path.dirname(os.path.dirname(EXAMPLES))
+    cluster.ctl("register", os.path.join(root, "tests", "fixtures", "typed.cairn"),
+                "--name", "typed_py")
+    s = client.schema("typed_py")
+    assert s["title"] == "typed_py" and s["required"] == ["order"]
+    assert s["properties"]["qty"] == {"type": "integer", "default": 1}
+    with pytest.raises(psycopg.errors.DataError, match=r"input\.tags\[1\]: expected str, got int"):
+        client.enqueue("typed_py", {"order": {"id": 1}, "tags": ["a", 2]})
+    assert client.list(workflow="typed_py") == []
+    assert client.enqueue("typed_py", {"order": {"id": 1}}) != ""
+    assert s["additionalProperties"] is False
