@@ -69,6 +69,8 @@ SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
 AS $$
 DECLARE
     v_inputs text[];
+    v_schema jsonb;
+    v_refusal text;
     v_missing text[];
     v_from_d date;
     v_to_d date;
@@ -81,7 +83,8 @@ DECLARE
     v_kind text;
     v_id uuid;
 BEGIN
-    v_inputs := (cairn.find_version('cairn.backfill_create', p_workflow, p_version)).inputs;
+    SELECT v.inputs, v.input_schema INTO v_inputs, v_schema
+      FROM cairn.find_version('cairn.backfill_create', p_workflow, p_version) v;
     IF p_param IS NULL OR p_param !~ '^[A-Za-z_][A-Za-z0-9_]{0,63}$' THEN
         RAISE EXCEPTION 'cairn.backfill_create: the parameter "%" is not a name', p_param
             USING ERRCODE = 'invalid_parameter_value';
@@ -94,7 +97,7 @@ BEGIN
         RAISE EXCEPTION 'cairn.backfill_create: concurrency must be in 1..10000, got %',
             p_concurrency USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF v_inputs IS NOT NULL THEN
+    IF v_inputs IS NOT NULL AND v_schema IS NULL THEN -- typed inputs: checked below
         IF NOT p_param = ANY (v_inputs) THEN
             RAISE EXCEPTION 'cairn.backfill_create: workflow "%" has no input "%" (its inputs: %)',
                 p_workflow, p_param, coalesce(array_to_string(v_inputs, ', '), 'none')
@@ -155,6 +158,18 @@ BEGIN
     IF v_total > 1000000 THEN
         RAISE EXCEPTION 'cairn.backfill_create: % partitions, over the limit of 1000000', v_total
             USING ERRCODE = 'program_limit_exceeded', HINT = 'Use a larger step.';
+    END IF;
+    -- Typed inputs: every partition's input is p_input with p_param a value of the same kind,
+    -- so the first one's check stands for all (cairn.enqueue's check, the same SQLSTATE).
+    IF v_schema IS NOT NULL THEN
+        v_refusal := cairn.input_refusal(v_schema, p_input || jsonb_build_object(p_param,
+                         CASE v_kind WHEN 'int' THEN to_jsonb(v_from_i) ELSE to_jsonb(p_from) END),
+                         p_workflow);
+        IF v_refusal IS NOT NULL THEN
+            RAISE EXCEPTION 'cairn.backfill_create: %', v_refusal
+                USING ERRCODE = '22Z01',
+                      HINT = format('cairnctl schema %s prints the inputs it takes.', p_workflow);
+        END IF;
     END IF;
     INSERT INTO cairn.backfills (tenant_id, workflow_name, workflow_version, param, kind,
                                  range_from, range_to, step, from_date, step_days, from_int,

@@ -92,7 +92,23 @@ def run_all(url, env, tmp):
           "--input lacks ms" in r.stderr, r.stderr)
     r = ctl(env, "backfill", "create", "daily", "--param", "day", "--from", "1")
     check("a create without --to and --step is a usage error", r.returncode == 2, r.stderr)
+    # typed inputs: the partitions' input checked as cairn.enqueue checks it
+    r = ctl(env, "register", os.path.join(e2e.ROOT, "tests/fixtures/typed.cairn"))
+    check("register a workflow with typed inputs", r.returncode == 0, r.stderr)
+    r = ctl(env, "backfill", "create", "typed", "--param", "qty", "--from", "2026-01-01",
+            "--to", "2026-01-03", "--step", "1d", "--input", '{"order": {}}')
+    check("a date partition for an int input is refused with its path", r.returncode == 1 and
+          "input.qty: expected int, got str" in r.stderr, r.stderr)
+    r = ctl(env, "backfill", "create", "typed", "--param", "qty", "--from", "1", "--to", "3",
+            "--step", "1", "--input", '{"order": 5}')
+    check("a mistyped --input is refused with its path", r.returncode == 1 and
+          "input.order: expected dict, got int" in r.stderr, r.stderr)
     check("nothing was created", q(url, "SELECT count(*) FROM cairn.backfills") == "0")
+    r = ctl(env, "backfill", "create", "typed", "--param", "qty", "--from", "1", "--to", "3",
+            "--step", "1", "--input", '{"order": {"id": 1}}')
+    check("a backfill whose partitions fit the typed inputs (the others have defaults)",
+          r.returncode == 0, r.stderr)
+    q(url, "DELETE FROM cairn.backfills")
 
     # ---- 100 daily partitions, 5 at a time, two runners ---------------------------------------
     socks = [f"ipc://{tmp}/r{i}.sock" for i in (1, 2)]
