@@ -95,6 +95,8 @@ on_hello_locked(struct rn_pool *p, struct pctx *c, const struct wp_msg *m, struc
          * (it says hello again only after losing track of it), so that is lost too. */
         fail_pipe_flights_locked(p, c->pipe, rs);
         w->inflight = 0;
+        w->nwaiting = 0;
+        w->waitq.head = w->waitq.len = 0;
         w->leaving = false;
         if (w->parked != NULL) {
             rn_pl_reply_kind_locked(p, w->parked, WP_NOOP);

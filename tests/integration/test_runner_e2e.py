@@ -324,7 +324,8 @@ def run_all(url, env, tmp):
     check("/metrics counts the completed examples",
           st == 200 and int(samples.get("cairn_instances_completed_total", "0")) >= len(cases),
           text[:300])
-    check("/metrics counts the two workers", samples.get("cairn_workers") == "2", text[:300])
+    check("/metrics counts the two workers", samples.get("cairn_workers") == "2",
+          " ".join(f"{k}={v}" for k, v in samples.items() if "worker" in k or "pool" in k))
     check("/metrics is Prometheus text", "# TYPE cairn_actions_dispatched_total counter" in text)
     check("/metrics has the claim backlog's cap, at least its floor of 256 attempts",
           "# TYPE cairn_pool_backlog_cap gauge" in text and
