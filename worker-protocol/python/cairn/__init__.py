@@ -6,13 +6,13 @@ from .worker import (Context, NonRetryable, Refused, Registry, Worker, action, c
 
 __all__ = ["Worker", "Registry", "Context", "NonRetryable", "Refused", "action", "context",
            "default_registry", "Client", "AsyncClient", "WorkflowFailed", "NotFinished", "NotPublished",
-           "TenantError", "UnknownTenant", "TenantNotPermitted"]
+           "InputRefused", "TenantError", "UnknownTenant", "TenantNotPermitted"]
 
 
 def __getattr__(name):
     # The client needs psycopg; a worker does not: import it only when asked for.
     if name in ("Client", "AsyncClient", "WorkflowFailed", "NotFinished", "NotPublished",
-                "TenantError",
+                "InputRefused", "TenantError",
                 "UnknownTenant", "TenantNotPermitted"):
         from . import client
         return getattr(client, name)

@@ -197,6 +197,20 @@ class _Wait:
         return self.poll if end is None else max(0.0, min(self.poll, end - time.monotonic()))
 
 
+class InputRefused(ValueError):
+    """enqueue() (or signal_with_start()) of an input the workflow's typed inputs refuse
+    (SQLSTATE 22Z01): the message names the path and what was expected, e.g.
+    "input.items[2]: expected int, got str". Nothing was stored."""
+
+
+def _refused(e):
+    """The InputRefused for psycopg error e when it is a typed input's refusal, else None."""
+    if getattr(e, "sqlstate", None) == "22Z01":
+        msg = e.diag.message_primary or str(e)
+        return InputRefused(msg.split(": ", 1)[1] if msg.startswith("cairn.") else msg)
+    return None
+
+
 class NotPublished(LookupError):
     """get() of a value the instance has not published (newer than `after`): with wait=True,
     once it ended without one, or past the timeout."""
@@ -312,7 +326,10 @@ class Client:
         self.close()
 
     def _run(self, st):
-        cur = self.conn.execute(st.sql, st.params)
+        try:
+            cur = self.conn.execute(st.sql, st.params)
+        except psycopg.errors.DataError as e:
+            raise (_refused(e) or e) from e
         return st.decode(cur.fetchall() if st.many else cur.fetchone())
 
     def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,
@@ -320,7 +337,8 @@ class Client:
         """Enqueues an instance of the workflow's newest (or the given) version and returns its
         id. The same idempotency key with the same input returns the workflow's first instance
         with it; with another input it raises psycopg.errors.InvalidParameterValue, unless
-        any_input=True asks for the first instance anyway. at: not before this datetime;
+        any_input=True asks for the first instance anyway. An input the workflow's typed inputs
+        refuse raises InputRefused. at: not before this datetime;
         timeout: seconds (or an interval text) after which it ends timed_out; concurrency_key:
         instances with the same key run at most the workflow's per-key limit at once (1 unless
         `cairnctl limit set --per-key`)."""
@@ -335,7 +353,7 @@ class Client:
     def schema(self, workflow, version=None):
         """The JSON Schema (2020-12, a dict) of the inputs the newest (or the given) version of
         the workflow takes, as cairn.enqueue checks them (`cairnctl schema`); an input that does
-        not fit makes enqueue raise psycopg.errors.DataError (SQLSTATE 22Z01)."""
+        not fit makes enqueue raise InputRefused (SQLSTATE 22Z01)."""
         return self._run(_schema(workflow, version))
 
     def result(self, instance_id):
@@ -523,7 +541,10 @@ class AsyncClient:
         await self.close()
 
     async def _run(self, st):
-        cur = await self._execute(st.sql, st.params)
+        try:
+            cur = await self._execute(st.sql, st.params)
+        except psycopg.errors.DataError as e:
+            raise (_refused(e) or e) from e
         return st.decode(await (cur.fetchall() if st.many else cur.fetchone()))
 
     async def enqueue(self, workflow, input=None, *, idempotency_key=None, priority=0, at=None,

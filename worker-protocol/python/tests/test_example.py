@@ -279,8 +279,10 @@ def test_typed_inputs_checked_at_enqueue(cluster, client):
     s = client.schema("typed_py")
     assert s["title"] == "typed_py" and s["required"] == ["order"]
     assert s["properties"]["qty"] == {"type": "integer", "default": 1}
-    with pytest.raises(psycopg.errors.DataError, match=r"input\.tags\[1\]: expected str, got int"):
+    with pytest.raises(cairn.InputRefused) as e:
         client.enqueue("typed_py", {"order": {"id": 1}, "tags": ["a", 2]})
+    assert str(e.value) == "input.tags[1]: expected str, got int"
+    assert isinstance(e.value, ValueError)
     assert client.list(workflow="typed_py") == []
     assert client.enqueue("typed_py", {"order": {"id": 1}}) != ""
     assert s["additionalProperties"] is False
