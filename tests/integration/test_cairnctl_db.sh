@@ -105,6 +105,7 @@ check "and one instance only" "$(q "$url" "SELECT count(*) FROM cairn.runner_ins
 out=$("$ctl" register "$root/tests/fixtures/typed.cairn" 2>&1); rc=$?
 check "register a workflow with typed inputs" "$rc" 0
 schema=$("$ctl" schema typed 2>&1)
+# shellcheck disable=SC2016  # "$schema" is the document's key, read by Python
 check "schema prints its inputs as JSON Schema 2020-12" "$(printf '%s' "$schema" | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
