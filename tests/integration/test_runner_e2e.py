@@ -10,7 +10,8 @@ that scripts/test starts. In a fresh database of its own (dropped at the end):
   workflow's retry policy;
 - two runners share the database: 1000 instances, each completes exactly once, none lost;
 - kill -9 of a runner mid-run: the other runner finishes all its instances once the leases
-  expire, and no action with a recorded result runs again;
+  expire, and no action with a recorded result runs again; what now() and uuid() gave before
+  the crash (published) is what the instances return after it;
 - kill -9 of a worker mid-action: its attempts go to the other worker, everything completes;
 - SIGTERM: a runner stops gracefully (exit 0) and hands its instances back;
 - a long sleep is handed back (evicted) and the instance is claimed again when due;
@@ -376,8 +377,13 @@ def run_all(url, env, tmp):
     rc = r2.term()
     check("SIGTERM: runner2 exits 0", rc == 0, exit_detail(rc, r2))
     enqueue_many(url, "steps", "'{\"n\": 30}'::jsonb", 40)
+    enqueue_many(url, "stamped", "'{\"ms\": 4000}'::jsonb", 5)
     progressed = wait_until("progress", lambda: int(actions_done(url, "steps")) >= 150, 60)
     check("kill -9: runner1 made progress first", progressed)
+    stamped = wait_until("stamped", lambda: q(
+        url, "SELECT count(*) FROM cairn.published WHERE name = 'stamp'") == "5", 60)
+    stamps = q(url, "SELECT string_agg(instance_id || ' ' || value::text, E'\\n' ORDER BY "
+                    "instance_id) FROM cairn.published WHERE name = 'stamp'")
     r1.kill9()
     before = int(q(url, "SELECT count(*) FROM cairn.runner_actions_done"))
     r2 = runner(env, tmp, "runner2b", sock2)
@@ -390,6 +396,15 @@ def run_all(url, env, tmp):
           duplicate_done(url))
     check("kill -9: 40 x 30 results recorded, each once", actions_done(url, "steps") == "1200",
           f"before the crash {before}")
+    ok = wait_until("stamped done", lambda: all_completed(url, "stamped", 5), 60)
+    ends = q(url, "SELECT string_agg(instance_id || ' ' || jsonb_build_array(result->0, "
+                  "result->1, result->2)::text || ' ' || (result->>3 = instance_id::text "
+                  "AND result->>4 = 'stamped'), E'\\n' ORDER BY instance_id) FROM "
+                  "cairn.runner_instances WHERE workflow_name = 'stamped'")
+    want = "\n".join(line + " true" for line in (stamps or "").splitlines())
+    check("kill -9: now() and uuid() come back after the resume as the instance computed and "
+          "published them before the crash (and instance_id(), workflow_name())",
+          stamped and ok and ends == want, f"published:\n{stamps}\nreturned:\n{ends}")
 
     # ---- kill -9 of a worker mid-action --------------------------------------------
     w4 = worker(env, tmp, "worker2b", sock2)
