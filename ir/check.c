@@ -784,14 +784,6 @@ walk_binding(struct checker *c, struct ir_stmt *s, struct dstate *st)
     ds_set_names(c, st, &s->targets);
 }
 
-static const struct ir_val *
-no_names(void *ctx, const char *name)
-{
-    (void) ctx;
-    (void) name;
-    return NULL;
-}
-
 /* Types and defaults: the workflow's inputs only (a helper's arguments come from its caller,
  * checked by the compiler). A default is a constant (a literal, evaluated here without names)
  * of the input's type. */
@@ -805,7 +797,6 @@ check_params(struct checker *c, struct ir_func *f)
     }
     for (i = 0; i < f->inputs.len && c->rv == CN_OK; i++) {
         struct ir_param *p = &f->params[i];
-        struct ir_eval_env env = {no_names, NULL, NULL};
         struct ir_val v;
         cn_err rv;
 
@@ -823,7 +814,7 @@ check_params(struct checker *c, struct ir_func *f)
         if (p->dflt == IR_NO_EXPR) {
             continue;
         }
-        rv = ir_eval(&c->p->exprs, p->dflt, &env, &v);
+        rv = ir_eval_const(&c->p->exprs, p->dflt, &v);
         if (rv == CN_NOMEM) {
             nomem(c);
             return;

@@ -8,14 +8,6 @@
 
 #include "ir/dag.h"
 
-#define TRY(x)              \
-    do {                    \
-        cn_err rv_ = (x);   \
-        if (rv_ != CN_OK) { \
-            return rv_;     \
-        }                   \
-    } while (0)
-
 /* Durations in the largest unit that is exact, as a user would write them. */
 static cn_err
 put_duration(struct cn_buf *o, int64_t ms)
@@ -41,7 +33,7 @@ put_names(struct cn_buf *o, const char *const *names, uint32_t n, const char *se
     uint32_t i;
 
     for (i = 0; i < n; i++) {
-        TRY(cn_buf_printf(o, "%s%s", i ? sep : "", names[i]));
+        CN_TRY(cn_buf_printf(o, "%s%s", i ? sep : "", names[i]));
     }
     return CN_OK;
 }
@@ -52,8 +44,8 @@ put_types(struct cn_buf *o, const char *const *types, uint32_t n)
     if (n == 1) {
         return cn_buf_puts(o, types[0]);
     }
-    TRY(cn_buf_putc(o, '('));
-    TRY(put_names(o, types, n, ", "));
+    CN_TRY(cn_buf_putc(o, '('));
+    CN_TRY(put_names(o, types, n, ", "));
     return cn_buf_putc(o, ')');
 }
 
@@ -75,7 +67,7 @@ put_targets(struct cn_buf *o, const struct ir_node *n)
     if (n->ntargets == 0) {
         return CN_OK;
     }
-    TRY(put_names(o, n->targets, n->ntargets, ", "));
+    CN_TRY(put_names(o, n->targets, n->ntargets, ", "));
     return cn_buf_puts(o, n->unpack && n->ntargets == 1 ? ", = " : " = ");
 }
 
@@ -87,26 +79,26 @@ put_wait(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
     uint32_t i;
     bool open = false;
 
-    TRY(cn_buf_puts(o, n->call == IR_CALL_EVENT ? "wait event " : "wait "));
+    CN_TRY(cn_buf_puts(o, n->call == IR_CALL_EVENT ? "wait event " : "wait "));
     for (p = n->name; *p != '\0'; p++) {
-        TRY(*p == ',' ? cn_buf_puts(o, ", ") : cn_buf_putc(o, *p));
+        CN_TRY(*p == ',' ? cn_buf_puts(o, ", ") : cn_buf_putc(o, *p));
     }
     for (i = 0; i < n->nargs; i++) { /* key first, as the runner reads it */
         if (strcmp(n->argnames[i], "key") == 0) {
-            TRY(cn_buf_puts(o, " [key: "));
-            TRY(put_expr(d, o, n->argexprs[i]));
+            CN_TRY(cn_buf_puts(o, " [key: "));
+            CN_TRY(put_expr(d, o, n->argexprs[i]));
             open = true;
         }
     }
     if (n->timeout_ms > 0) {
-        TRY(cn_buf_puts(o, open ? ", timeout: " : " [timeout: "));
-        TRY(put_duration(o, n->timeout_ms));
+        CN_TRY(cn_buf_puts(o, open ? ", timeout: " : " [timeout: "));
+        CN_TRY(put_duration(o, n->timeout_ms));
         open = true;
     }
     for (i = 0; i < n->nargs; i++) {
         if (strcmp(n->argnames[i], "default") == 0) {
-            TRY(cn_buf_puts(o, open ? ", default: " : " [default: "));
-            TRY(put_expr(d, o, n->argexprs[i]));
+            CN_TRY(cn_buf_puts(o, open ? ", default: " : " [default: "));
+            CN_TRY(put_expr(d, o, n->argexprs[i]));
             open = true;
         }
     }
@@ -124,27 +116,27 @@ put_action(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
 
     /* As written in the source: `@mod.action(...)`, `run wf(...)`, `start wf(...)`. */
     if (n->call == IR_CALL_ACTION) {
-        TRY(cn_buf_printf(o, "@%s(", n->name));
+        CN_TRY(cn_buf_printf(o, "@%s(", n->name));
     } else {
-        TRY(cn_buf_printf(o, "%s %s(", call_words[n->call], n->name));
+        CN_TRY(cn_buf_printf(o, "%s %s(", call_words[n->call], n->name));
     }
     for (i = 0; i < n->nargs; i++) {
-        TRY(cn_buf_printf(o, "%s%s=", i ? ", " : "", n->argnames[i]));
-        TRY(put_expr(d, o, n->argexprs[i]));
+        CN_TRY(cn_buf_printf(o, "%s%s=", i ? ", " : "", n->argnames[i]));
+        CN_TRY(put_expr(d, o, n->argexprs[i]));
     }
-    TRY(cn_buf_putc(o, ')'));
+    CN_TRY(cn_buf_putc(o, ')'));
     for (i = 0; i < n->nretries; i++) {
         const struct ir_retry *r = &n->retries[i];
-        TRY(cn_buf_puts(o, " ["));
+        CN_TRY(cn_buf_puts(o, " ["));
         if (r->ntypes > 0) {
-            TRY(put_types(o, r->types, r->ntypes));
-            TRY(cn_buf_puts(o, " -> "));
+            CN_TRY(put_types(o, r->types, r->ntypes));
+            CN_TRY(cn_buf_puts(o, " -> "));
         }
-        TRY(cn_buf_printf(o, "retry: %lld, backoff: ", (long long) r->retries));
-        TRY(put_duration(o, r->backoff_ms));
+        CN_TRY(cn_buf_printf(o, "retry: %lld, backoff: ", (long long) r->retries));
+        CN_TRY(put_duration(o, r->backoff_ms));
         if (r->max_backoff_ms != IR_MAX_BACKOFF_MS) {
-            TRY(cn_buf_puts(o, ", max_backoff: "));
-            TRY(put_duration(o, r->max_backoff_ms));
+            CN_TRY(cn_buf_puts(o, ", max_backoff: "));
+            CN_TRY(put_duration(o, r->max_backoff_ms));
         }
         if (r->multiplier_milli != IR_DEFAULT_BACKOFF_MULTIPLIER_MILLI) {
             /* thousandths, written as the shortest decimal: 1500 is 1.5 */
@@ -154,28 +146,29 @@ put_action(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
             while (len > 0 && frac[len - 1] == '0') {
                 frac[--len] = '\0';
             }
-            TRY(cn_buf_printf(o, ", multiplier: %lld%s%s", (long long) (r->multiplier_milli / 1000),
-                              len > 0 ? "." : "", frac));
+            CN_TRY(cn_buf_printf(o, ", multiplier: %lld%s%s",
+                                 (long long) (r->multiplier_milli / 1000), len > 0 ? "." : "",
+                                 frac));
         }
         if (r->max_elapsed_ms > 0) {
-            TRY(cn_buf_puts(o, ", max_elapsed: "));
-            TRY(put_duration(o, r->max_elapsed_ms));
+            CN_TRY(cn_buf_puts(o, ", max_elapsed: "));
+            CN_TRY(put_duration(o, r->max_elapsed_ms));
         }
-        TRY(cn_buf_putc(o, ']'));
+        CN_TRY(cn_buf_putc(o, ']'));
     }
     if (n->timeout_ms > 0) {
-        TRY(cn_buf_puts(o, " [timeout: "));
-        TRY(put_duration(o, n->timeout_ms));
-        TRY(cn_buf_putc(o, ']'));
+        CN_TRY(cn_buf_puts(o, " [timeout: "));
+        CN_TRY(put_duration(o, n->timeout_ms));
+        CN_TRY(cn_buf_putc(o, ']'));
     }
     if (n->deadline_ms > 0) {
-        TRY(cn_buf_puts(o, " [deadline: "));
-        TRY(put_duration(o, n->deadline_ms));
-        TRY(cn_buf_putc(o, ']'));
+        CN_TRY(cn_buf_puts(o, " [deadline: "));
+        CN_TRY(put_duration(o, n->deadline_ms));
+        CN_TRY(cn_buf_putc(o, ']'));
     }
     if (n->version != NULL) {
         /* validated: letters, digits and _ . - only, nothing to escape */
-        TRY(cn_buf_printf(o, " [version: \"%s\"]", n->version));
+        CN_TRY(cn_buf_printf(o, " [version: \"%s\"]", n->version));
     }
     return CN_OK;
 }
@@ -188,103 +181,103 @@ put_detail(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
 
     switch ((enum ir_node_kind) n->kind) {
     case IR_N_ENTRY:
-        TRY(cn_buf_puts(o, "input: ["));
+        CN_TRY(cn_buf_puts(o, "input: ["));
         for (i = 0; i < n->ntargets; i++) {
-            TRY(cn_buf_puts(o, i > 0 ? ", " : ""));
-            TRY(cn_buf_puts(o, n->targets[i]));
+            CN_TRY(cn_buf_puts(o, i > 0 ? ", " : ""));
+            CN_TRY(cn_buf_puts(o, n->targets[i]));
             if (i < n->nargs && n->argexprs[i] != IR_NO_EXPR) {
-                TRY(cn_buf_puts(o, " = "));
-                TRY(put_expr(d, o, n->argexprs[i]));
+                CN_TRY(cn_buf_puts(o, " = "));
+                CN_TRY(put_expr(d, o, n->argexprs[i]));
             }
         }
-        TRY(cn_buf_putc(o, ']'));
+        CN_TRY(cn_buf_putc(o, ']'));
         if (n->name != NULL) {
-            TRY(cn_buf_puts(o, " schema "));
-            TRY(cn_buf_puts(o, n->name));
+            CN_TRY(cn_buf_puts(o, " schema "));
+            CN_TRY(cn_buf_puts(o, n->name));
         }
         if (n->frame == 0 && d->timeout_ms > 0) {
-            TRY(cn_buf_puts(o, " [timeout: "));
-            TRY(put_duration(o, d->timeout_ms));
-            TRY(cn_buf_putc(o, ']'));
+            CN_TRY(cn_buf_puts(o, " [timeout: "));
+            CN_TRY(put_duration(o, d->timeout_ms));
+            CN_TRY(cn_buf_putc(o, ']'));
         }
         return CN_OK;
     case IR_N_OUTPUT:
-        TRY(cn_buf_puts(o, "output: ["));
-        TRY(put_names(o, n->targets, n->ntargets, ", "));
+        CN_TRY(cn_buf_puts(o, "output: ["));
+        CN_TRY(put_names(o, n->targets, n->ntargets, ", "));
         return cn_buf_putc(o, ']');
     case IR_N_ASSIGN:
     case IR_N_LOOP_INIT:
     case IR_N_LOOP_EXTRACT:
     case IR_N_LOOP_INCR:
-        TRY(put_targets(o, n));
+        CN_TRY(put_targets(o, n));
         return put_expr(d, o, n->expr);
     case IR_N_LOOP_COND:
         return put_expr(d, o, n->expr);
     case IR_N_ACTION:
-        TRY(put_targets(o, n));
+        CN_TRY(put_targets(o, n));
         return put_action(d, o, n);
     case IR_N_SPREAD:
-        TRY(cn_buf_puts(o, "spread "));
-        TRY(put_expr(d, o, n->expr));
+        CN_TRY(cn_buf_puts(o, "spread "));
+        CN_TRY(put_expr(d, o, n->expr));
         return cn_buf_printf(o, ":%s%s", n->name, n->fail_fast ? " [fail_fast]" : "");
     case IR_N_PARALLEL:
         return n->fail_fast ? cn_buf_puts(o, "[fail_fast]") : CN_OK;
     case IR_N_AGGREGATE:
         if (n->ntargets == 0) {
-            TRY(cn_buf_puts(o, "(results discarded)"));
+            CN_TRY(cn_buf_puts(o, "(results discarded)"));
         } else {
-            TRY(put_names(o, n->targets, n->ntargets, ", "));
-            TRY(cn_buf_puts(o, n->unpack ? " = unpack(results)" : " = results"));
+            CN_TRY(put_names(o, n->targets, n->ntargets, ", "));
+            CN_TRY(cn_buf_puts(o, n->unpack ? " = unpack(results)" : " = results"));
         }
         return n->fail_fast ? cn_buf_puts(o, " [fail_fast]") : CN_OK;
     case IR_N_EXCEPT:
         for (i = 0; i < n->nhandlers; i++) {
             const struct ir_handler_info *h = &n->handlers[i];
-            TRY(cn_buf_puts(o, i ? ", " : ""));
+            CN_TRY(cn_buf_puts(o, i ? ", " : ""));
             if (h->ntypes == 0) {
-                TRY(cn_buf_puts(o, "*"));
+                CN_TRY(cn_buf_puts(o, "*"));
             } else {
-                TRY(put_types(o, h->types, h->ntypes));
+                CN_TRY(put_types(o, h->types, h->ntypes));
             }
             if (h->bind != NULL) {
-                TRY(cn_buf_printf(o, " as %s", h->bind));
+                CN_TRY(cn_buf_printf(o, " as %s", h->bind));
             }
         }
         return CN_OK;
     case IR_N_SLEEP:
-        TRY(cn_buf_puts(o, "sleep "));
+        CN_TRY(cn_buf_puts(o, "sleep "));
         return put_expr(d, o, n->expr);
     case IR_N_PUBLISH:
-        TRY(cn_buf_printf(o, "publish %s = ", n->name));
+        CN_TRY(cn_buf_printf(o, "publish %s = ", n->name));
         return put_expr(d, o, n->expr);
     case IR_N_RAISE:
         /* `raise T(str(m), details) bases [...]`, or `raise e` */
-        TRY(cn_buf_puts(o, "raise "));
+        CN_TRY(cn_buf_puts(o, "raise "));
         if (n->name == NULL) {
             return put_expr(d, o, n->expr);
         }
-        TRY(cn_buf_printf(o, "%s(", n->name));
-        TRY(put_expr(d, o, n->argexprs[0]));
-        TRY(cn_buf_puts(o, ", "));
-        TRY(put_expr(d, o, n->argexprs[1]));
-        TRY(cn_buf_puts(o, ") bases "));
+        CN_TRY(cn_buf_printf(o, "%s(", n->name));
+        CN_TRY(put_expr(d, o, n->argexprs[0]));
+        CN_TRY(cn_buf_puts(o, ", "));
+        CN_TRY(put_expr(d, o, n->argexprs[1]));
+        CN_TRY(cn_buf_puts(o, ") bases "));
         return put_expr(d, o, n->argexprs[2]);
     case IR_N_RETURN:
-        TRY(cn_buf_puts(o, "return"));
+        CN_TRY(cn_buf_puts(o, "return"));
         if (n->expr != IR_NO_EXPR) {
-            TRY(cn_buf_putc(o, ' '));
-            TRY(put_expr(d, o, n->expr));
+            CN_TRY(cn_buf_putc(o, ' '));
+            CN_TRY(put_expr(d, o, n->expr));
         }
         return CN_OK;
     case IR_N_CALL_ENTER:
-        TRY(cn_buf_printf(o, "%s(", n->name));
+        CN_TRY(cn_buf_printf(o, "%s(", n->name));
         for (i = 0; i < n->nargs; i++) {
-            TRY(cn_buf_printf(o, "%s%s=", i ? ", " : "", n->argnames[i]));
-            TRY(put_expr(d, o, n->argexprs[i]));
+            CN_TRY(cn_buf_printf(o, "%s%s=", i ? ", " : "", n->argnames[i]));
+            CN_TRY(put_expr(d, o, n->argexprs[i]));
         }
         return cn_buf_printf(o, ") in f%u", n->callee_frame);
     case IR_N_CALL_EXIT:
-        TRY(put_targets(o, n));
+        CN_TRY(put_targets(o, n));
         return cn_buf_printf(o, "%s() from f%u", n->name, n->callee_frame);
     default:
         return CN_OK;
@@ -296,52 +289,52 @@ ir_dag_text(const struct ir_dag *d, struct cn_buf *o)
 {
     uint32_t i, k;
 
-    TRY(cn_buf_printf(o, "dag %s format=%d nodes=%u edges=%u frames=%u\n", d->entry_func,
-                      IR_DAG_FORMAT_VERSION, d->nnodes, d->nedges, d->nframes));
+    CN_TRY(cn_buf_printf(o, "dag %s format=%d nodes=%u edges=%u frames=%u\n", d->entry_func,
+                         IR_DAG_FORMAT_VERSION, d->nnodes, d->nedges, d->nframes));
     for (i = 0; i < d->nframes; i++) {
         const struct ir_frame *f = &d->frames[i];
-        TRY(cn_buf_printf(o, "frame f%u %s", i, f->func));
+        CN_TRY(cn_buf_printf(o, "frame f%u %s", i, f->func));
         if (f->parent != IR_NO_NODE) {
-            TRY(cn_buf_printf(o, " parent=f%u call=n%u", f->parent, f->call_node));
+            CN_TRY(cn_buf_printf(o, " parent=f%u call=n%u", f->parent, f->call_node));
         }
-        TRY(cn_buf_putc(o, '\n'));
+        CN_TRY(cn_buf_putc(o, '\n'));
     }
     for (i = 0; i < d->nnodes; i++) {
         const struct ir_node *n = &d->nodes[i];
-        TRY(cn_buf_printf(o, "n%u %s f%u %u:%u", i, ir_node_kind_name(n->kind), n->frame, n->line,
-                          n->col));
+        CN_TRY(cn_buf_printf(o, "n%u %s f%u %u:%u", i, ir_node_kind_name(n->kind), n->frame,
+                             n->line, n->col));
         if (n->try_depth > 0) {
-            TRY(cn_buf_printf(o, " try=%u", n->try_depth));
+            CN_TRY(cn_buf_printf(o, " try=%u", n->try_depth));
         }
         if (n->loop_depth > 0) {
-            TRY(cn_buf_printf(o, " loop=%u", n->loop_depth));
+            CN_TRY(cn_buf_printf(o, " loop=%u", n->loop_depth));
         }
         if (n->exc != IR_NO_NODE) {
-            TRY(cn_buf_printf(o, " exc=n%u", n->exc));
+            CN_TRY(cn_buf_printf(o, " exc=n%u", n->exc));
         }
         if (n->link != IR_NO_NODE) {
-            TRY(cn_buf_printf(o, " link=n%u", n->link));
+            CN_TRY(cn_buf_printf(o, " link=n%u", n->link));
         }
         {
             size_t mark = o->len;
-            TRY(cn_buf_puts(o, " | "));
-            TRY(put_detail(d, o, n));
+            CN_TRY(cn_buf_puts(o, " | "));
+            CN_TRY(put_detail(d, o, n));
             if (o->len == mark + 3) {
                 o->len = mark; /* no detail: no separator */
                 o->data[mark] = '\0';
             }
         }
-        TRY(cn_buf_putc(o, '\n'));
+        CN_TRY(cn_buf_putc(o, '\n'));
         for (k = 0; k < n->nedges; k++) {
             const struct ir_edge *e = &d->edges[n->first_edge + k];
-            TRY(cn_buf_printf(o, "    -> n%u %s", e->to, ir_edge_kind_name(e->kind)));
+            CN_TRY(cn_buf_printf(o, "    -> n%u %s", e->to, ir_edge_kind_name(e->kind)));
             if (e->kind == IR_E_GUARD) {
-                TRY(cn_buf_putc(o, ' '));
-                TRY(put_expr(d, o, e->expr));
+                CN_TRY(cn_buf_putc(o, ' '));
+                CN_TRY(put_expr(d, o, e->expr));
             } else if (e->kind == IR_E_HANDLER || e->kind == IR_E_FORK) {
-                TRY(cn_buf_printf(o, " #%u", e->index));
+                CN_TRY(cn_buf_printf(o, " #%u", e->index));
             }
-            TRY(cn_buf_putc(o, '\n'));
+            CN_TRY(cn_buf_putc(o, '\n'));
         }
     }
     return CN_OK;
@@ -356,12 +349,12 @@ put_dot_str(struct cn_buf *o, const char *s, size_t n)
     for (i = 0; i < n; i++) {
         char c = s[i];
         if (c == '"' || c == '\\') {
-            TRY(cn_buf_putc(o, '\\'));
-            TRY(cn_buf_putc(o, c));
+            CN_TRY(cn_buf_putc(o, '\\'));
+            CN_TRY(cn_buf_putc(o, c));
         } else if (c == '\n') {
-            TRY(cn_buf_puts(o, "\\n"));
+            CN_TRY(cn_buf_puts(o, "\\n"));
         } else {
-            TRY(cn_buf_putc(o, c));
+            CN_TRY(cn_buf_putc(o, c));
         }
     }
     return CN_OK;
@@ -403,10 +396,10 @@ ir_dag_dot(const struct ir_dag *d, struct cn_buf *o)
     uint32_t i, k;
     cn_err rv = CN_OK;
 
-    TRY(cn_buf_puts(o, "digraph \""));
-    TRY(put_dot_str(o, d->entry_func, strlen(d->entry_func)));
-    TRY(cn_buf_puts(o, "\" {\n  node [fontname=\"monospace\", fontsize=10];\n"
-                       "  edge [fontname=\"monospace\", fontsize=9];\n"));
+    CN_TRY(cn_buf_puts(o, "digraph \""));
+    CN_TRY(put_dot_str(o, d->entry_func, strlen(d->entry_func)));
+    CN_TRY(cn_buf_puts(o, "\" {\n  node [fontname=\"monospace\", fontsize=10];\n"
+                          "  edge [fontname=\"monospace\", fontsize=9];\n"));
     for (i = 0; i < d->nnodes && rv == CN_OK; i++) {
         const struct ir_node *n = &d->nodes[i];
         cn_buf_clear(&label);
@@ -425,14 +418,15 @@ ir_dag_dot(const struct ir_dag *d, struct cn_buf *o)
         }
     }
     cn_buf_fini(&label);
-    TRY(rv);
+    CN_TRY(rv);
     for (i = 0; i < d->nnodes; i++) {
         const struct ir_node *n = &d->nodes[i];
         for (k = 0; k < n->nedges; k++) {
             const struct ir_edge *e = &d->edges[n->first_edge + k];
-            TRY(cn_buf_printf(o, "  n%u -> n%u", e->from, e->to));
+            CN_TRY(cn_buf_printf(o, "  n%u -> n%u", e->from, e->to));
             if (e->kind == IR_E_BACK) {
-                TRY(cn_buf_puts(o, " [style=bold, color=blue, label=\"back\", constraint=false]"));
+                CN_TRY(
+                    cn_buf_puts(o, " [style=bold, color=blue, label=\"back\", constraint=false]"));
             } else if (e->kind == IR_E_GUARD) {
                 struct cn_buf g = CN_BUF_INIT;
                 rv = put_expr(d, &g, e->expr);
@@ -443,20 +437,20 @@ ir_dag_dot(const struct ir_dag *d, struct cn_buf *o)
                     rv = put_dot_str(o, g.data ? g.data : "", g.len);
                 }
                 cn_buf_fini(&g);
-                TRY(rv);
-                TRY(cn_buf_puts(o, "\"]"));
+                CN_TRY(rv);
+                CN_TRY(cn_buf_puts(o, "\"]"));
             } else if (e->kind != IR_E_NEXT) {
-                TRY(cn_buf_printf(o, " [label=\"%s", ir_edge_kind_name(e->kind)));
+                CN_TRY(cn_buf_printf(o, " [label=\"%s", ir_edge_kind_name(e->kind)));
                 if (e->kind == IR_E_HANDLER || e->kind == IR_E_FORK) {
-                    TRY(cn_buf_printf(o, " #%u", e->index));
+                    CN_TRY(cn_buf_printf(o, " #%u", e->index));
                 }
-                TRY(cn_buf_puts(o, "\"]"));
+                CN_TRY(cn_buf_puts(o, "\"]"));
             }
-            TRY(cn_buf_puts(o, ";\n"));
+            CN_TRY(cn_buf_puts(o, ";\n"));
         }
         if (n->exc != IR_NO_NODE) {
-            TRY(cn_buf_printf(o, "  n%u -> n%u [style=dashed, color=red, label=\"exc\"];\n", i,
-                              n->exc));
+            CN_TRY(cn_buf_printf(o, "  n%u -> n%u [style=dashed, color=red, label=\"exc\"];\n", i,
+                                 n->exc));
         }
     }
     return cn_buf_puts(o, "}\n");
@@ -472,26 +466,26 @@ ir_dag_summary(const struct ir_dag *d, struct cn_buf *o)
         counts[d->nodes[i].kind]++;
         nexc += d->nodes[i].exc != IR_NO_NODE;
     }
-    TRY(cn_buf_printf(o, "%s: %u nodes, %u edges (+%u exception edges), %u frame%s\n",
-                      d->entry_func, d->nnodes, d->nedges, nexc, d->nframes,
-                      d->nframes == 1 ? "" : "s"));
-    TRY(cn_buf_puts(o, "  kinds:"));
+    CN_TRY(cn_buf_printf(o, "%s: %u nodes, %u edges (+%u exception edges), %u frame%s\n",
+                         d->entry_func, d->nnodes, d->nedges, nexc, d->nframes,
+                         d->nframes == 1 ? "" : "s"));
+    CN_TRY(cn_buf_puts(o, "  kinds:"));
     for (i = 0; i < IR_N_COUNT_; i++) {
         if (counts[i] > 0) {
-            TRY(cn_buf_printf(o, "%s %s=%u", first ? "" : ",", ir_node_kind_name(i), counts[i]));
+            CN_TRY(cn_buf_printf(o, "%s %s=%u", first ? "" : ",", ir_node_kind_name(i), counts[i]));
             first = false;
         }
     }
-    TRY(cn_buf_puts(o, "\n  actions:"));
+    CN_TRY(cn_buf_puts(o, "\n  actions:"));
     first = true;
     for (i = 0; i < d->nnodes; i++) {
         if (d->nodes[i].kind == IR_N_ACTION && d->nodes[i].call == IR_CALL_ACTION) {
-            TRY(cn_buf_printf(o, "%s @%s", first ? "" : ",", d->nodes[i].name));
+            CN_TRY(cn_buf_printf(o, "%s @%s", first ? "" : ",", d->nodes[i].name));
             first = false;
         }
     }
     if (first) {
-        TRY(cn_buf_puts(o, " (none)"));
+        CN_TRY(cn_buf_puts(o, " (none)"));
     }
     /* A line of its own, and only when there are children: summaries of workflows without
      * them read as before. */
@@ -499,8 +493,8 @@ ir_dag_summary(const struct ir_dag *d, struct cn_buf *o)
     for (i = 0; i < d->nnodes; i++) {
         const struct ir_node *n = &d->nodes[i];
         if (n->kind == IR_N_ACTION && ir_call_is_child(n->call)) {
-            TRY(cn_buf_printf(o, "%s %s %s", first ? "\n  child workflows:" : ",",
-                              call_words[n->call], n->name));
+            CN_TRY(cn_buf_printf(o, "%s %s %s", first ? "\n  child workflows:" : ",",
+                                 call_words[n->call], n->name));
             first = false;
         }
     }
@@ -508,8 +502,8 @@ ir_dag_summary(const struct ir_dag *d, struct cn_buf *o)
     for (i = 0; i < d->nnodes; i++) {
         const struct ir_node *n = &d->nodes[i];
         if (n->kind == IR_N_ACTION && ir_call_is_wait(n->call)) {
-            TRY(cn_buf_printf(o, "%s %s %s", first ? "\n  waits:" : ",", call_words[n->call],
-                              n->name));
+            CN_TRY(cn_buf_printf(o, "%s %s %s", first ? "\n  waits:" : ",", call_words[n->call],
+                                 n->name));
             first = false;
         }
     }
@@ -517,7 +511,7 @@ ir_dag_summary(const struct ir_dag *d, struct cn_buf *o)
     for (i = 0; i < d->nnodes; i++) {
         const struct ir_node *n = &d->nodes[i];
         if (n->kind == IR_N_ACTION && ir_call_is_send(n->call)) {
-            TRY(cn_buf_printf(o, "%s signal %s", first ? "\n  sends:" : ",", n->name));
+            CN_TRY(cn_buf_printf(o, "%s signal %s", first ? "\n  sends:" : ",", n->name));
             first = false;
         }
     }

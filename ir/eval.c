@@ -1144,6 +1144,22 @@ ev_expr(const struct ev *x, uint32_t ei, struct ir_val *out)
     }
 }
 
+static const struct ir_val *
+no_names(void *ctx, const char *name)
+{
+    (void) ctx;
+    (void) name;
+    return NULL;
+}
+
+cn_err
+ir_eval_const(const struct ir_xpool *p, uint32_t e, struct ir_val *out)
+{
+    const struct ir_eval_env env = {no_names, NULL, NULL};
+
+    return ir_eval(p, e, &env, out);
+}
+
 cn_err
 ir_eval(const struct ir_xpool *p, uint32_t e, const struct ir_eval_env *env, struct ir_val *out)
 {

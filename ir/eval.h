@@ -75,6 +75,11 @@ struct ir_eval_env {
 CN_MUST_CHECK cn_err ir_eval(const struct ir_xpool *p, uint32_t e, const struct ir_eval_env *env,
                              struct ir_val *out);
 
+/* ir_eval of e as a constant: no name is bound (a name raises NameError) and no instance runs
+ * it (now(), uuid() ... raise RuntimeError). What an input's default and a child call's
+ * argument checked at register are. */
+CN_MUST_CHECK cn_err ir_eval_const(const struct ir_xpool *p, uint32_t e, struct ir_val *out);
+
 /* Python truthiness: None, False, 0, 0.0, "", [], {} are false; everything else is true. */
 bool ir_truthy(struct ir_val v);
 

@@ -9,14 +9,6 @@
 
 #include "ir/eval.h"
 
-#define TRY(x)              \
-    do {                    \
-        cn_err rv_ = (x);   \
-        if (rv_ != CN_OK) { \
-            return rv_;     \
-        }                   \
-    } while (0)
-
 static const char *
 kind_text(enum ir_tykind k)
 {
@@ -36,16 +28,16 @@ ir_ty_text(const struct ir_ty *t, struct cn_buf *out)
     }
     if (t->kind == IR_TY_UNION) {
         for (i = 0; i < t->nalts; i++) {
-            TRY(cn_buf_puts(out, i > 0 ? " | " : ""));
-            TRY(ir_ty_text(t->alts[i], out));
+            CN_TRY(cn_buf_puts(out, i > 0 ? " | " : ""));
+            CN_TRY(ir_ty_text(t->alts[i], out));
         }
         return CN_OK;
     }
-    TRY(cn_buf_puts(out, kind_text(t->kind)));
+    CN_TRY(cn_buf_puts(out, kind_text(t->kind)));
     if (t->elem != NULL) {
-        TRY(cn_buf_puts(out, t->kind == IR_TY_DICT ? "[str, " : "["));
-        TRY(ir_ty_text(t->elem, out));
-        TRY(cn_buf_puts(out, "]"));
+        CN_TRY(cn_buf_puts(out, t->kind == IR_TY_DICT ? "[str, " : "["));
+        CN_TRY(ir_ty_text(t->elem, out));
+        CN_TRY(cn_buf_puts(out, "]"));
     }
     return CN_OK;
 }
@@ -108,7 +100,7 @@ ir_ty_check(const struct ir_ty *t, struct ir_val v, const char *path, bool *ok, 
         for (i = 0; i < t->nalts; i++) {
             bool one;
             struct cn_buf ignored = CN_BUF_INIT;
-            TRY(ir_ty_check(t->alts[i], v, path, &one, &ignored));
+            CN_TRY(ir_ty_check(t->alts[i], v, path, &one, &ignored));
             cn_buf_fini(&ignored);
             if (one) {
                 return CN_OK;
@@ -121,14 +113,14 @@ ir_ty_check(const struct ir_ty *t, struct ir_val v, const char *path, bool *ok, 
             return ir_ty_check(near, v, path, ok, why);
         }
         *ok = false;
-        TRY(cn_buf_printf(why, "%s: expected ", path));
-        TRY(ir_ty_text(t, why));
+        CN_TRY(cn_buf_printf(why, "%s: expected ", path));
+        CN_TRY(ir_ty_text(t, why));
         return cn_buf_printf(why, ", got %s", val_text(v));
     }
     if (!shallow(t, v)) {
         *ok = false;
-        TRY(cn_buf_printf(why, "%s: expected ", path));
-        TRY(ir_ty_text(t, why));
+        CN_TRY(cn_buf_printf(why, "%s: expected ", path));
+        CN_TRY(ir_ty_text(t, why));
         return cn_buf_printf(why, ", got %s", val_text(v));
     }
     if (t->elem == NULL) {
@@ -155,15 +147,6 @@ ir_ty_check(const struct ir_ty *t, struct ir_val v, const char *path, bool *ok, 
 }
 
 /* ---- JSON Schema -------------------------------------------------------------------------- */
-
-/* A default is a literal: it names nothing (the checker made sure). */
-static const struct ir_val *
-no_names(void *ctx, const char *name)
-{
-    (void) ctx;
-    (void) name;
-    return NULL;
-}
 
 static json_t *
 schema_of(const struct ir_ty *t)
@@ -231,13 +214,12 @@ ir_inputs_schema(const struct ir_func *f, const struct ir_xpool *exprs, const ch
             break;
         }
         if (p != NULL && p->dflt != IR_NO_EXPR) {
-            struct ir_eval_env env = {no_names, NULL, NULL};
             struct cn_buf js = CN_BUF_INIT;
             struct ir_val dv = ir_null();
             struct cn_errmsg em;
             json_error_t jerr;
             json_t *d = NULL;
-            cn_err ev = ir_eval(exprs, p->dflt, &env, &dv);
+            cn_err ev = ir_eval_const(exprs, p->dflt, &dv); /* a literal (the checker's word) */
             if (ev != CN_OK) {
                 rv = ev == CN_NOMEM ? CN_NOMEM : CN_INVAL;
             } else if ((rv = ir_val_to_json(dv, &js, &em)) == CN_OK &&

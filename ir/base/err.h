@@ -35,6 +35,16 @@
 typedef enum cn_err { CN_ERRORS(CN_ERR_ENUM) CN_ERR_COUNT_ } cn_err;
 #undef CN_ERR_ENUM
 
+/* Returns from the calling function with x's error when x fails: for a run of appends whose
+ * first failure ends the work (the text forms of values and graphs). */
+#define CN_TRY(x)               \
+    do {                        \
+        cn_err cn_try_ = (x);   \
+        if (cn_try_ != CN_OK) { \
+            return cn_try_;     \
+        }                       \
+    } while (0)
+
 /* Returns a static, human-readable description of e. Thread-safe. */
 const char *cn_strerror(cn_err e);
 

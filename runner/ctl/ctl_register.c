@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "ir/base/xalloc.h"
 #include "ir/eval.h"
 #include "runner/ctl/ctl.h"
 #include "runner/exec/exec.h"
@@ -175,14 +176,6 @@ check_call_json(struct ir_diags *d, const struct ir_node *t, const char *inputs)
     return ok;
 }
 
-static const struct ir_val *
-no_names(void *ctx, const char *name)
-{
-    (void) ctx;
-    (void) name;
-    return NULL;
-}
-
 /* check_call_args against a registered child's typed inputs (its JSON Schema, cairn.enqueue's:
  * those with a default may be left out), then each argument that is a constant checked against
  * its type by the database's own check, so that register says what the child's start would. */
@@ -219,7 +212,6 @@ check_call_schema(const struct cn_opts *o, PGconn *c, struct ir_diags *d, const 
     }
     ok = names != NULL && optional != NULL && check_call_args(d, t, names, n, optional);
     for (k = 0; ok && status == EXIT_OK && k < t->nargs; k++) {
-        struct ir_eval_env env = {no_names, NULL, NULL};
         struct cn_buf js = CN_BUF_INIT;
         const char *params[3];
         PGresult *r = NULL;
@@ -230,7 +222,7 @@ check_call_schema(const struct cn_opts *o, PGconn *c, struct ir_diags *d, const 
         }
         /* A constant (names raise, and so do the instance's builtins): computed arguments are
          * the child's start's to check. */
-        if ((rv = ir_eval(&dag->exprs, t->argexprs[k], &env, &v)) != CN_OK) {
+        if ((rv = ir_eval_const(&dag->exprs, t->argexprs[k], &v)) != CN_OK) {
             if (rv == CN_RAISED) {
                 ir_val_release(v);
             }
@@ -279,12 +271,13 @@ check_child_call(const struct cn_opts *o, PGconn *c, const char *file, struct ir
     bool ok = true;
 
     if (strcmp(t->name, self) == 0 && t->version == NULL) {
-        bool optional[256] = {false};
+        bool *optional = cn_xcalloc(e->ntargets ? e->ntargets : 1, sizeof(*optional));
         uint32_t k;
-        for (k = 0; k < e->nargs && k < 256; k++) {
+        for (k = 0; k < e->nargs; k++) {
             optional[k] = e->argexprs[k] != IR_NO_EXPR; /* an input with a default */
         }
-        ok = check_call_args(d, t, e->targets, e->ntargets < 256 ? e->ntargets : 256, optional);
+        ok = check_call_args(d, t, e->targets, e->ntargets, optional);
+        free(optional);
     } else if ((status = ctl_query(o, c,
                                    "SELECT array_to_json(inputs)::text AS inputs,"
                                    " input_schema::text AS schema FROM"

@@ -383,6 +383,16 @@ first_name(struct page *p, const char *names)
     free(one);
 }
 
+/* "signal <code>approve, reject</code>" or "event <code>paid</code>", escaped. */
+static void
+waited_for(struct page *p, const char *kind, const char *names)
+{
+    text(p, kind);
+    put(p, " <code>");
+    text(p, names);
+    put(p, "</code>");
+}
+
 /* What instances wait for outside themselves, grouped, then the oldest waits one by one with the
  * command that answers each (the wording of `cairnctl inspect`). */
 static void
@@ -401,10 +411,8 @@ waits(struct page *p, const struct rn_status_data *d)
         put(p, "<tr>");
         cell(p, g->workflow);
         put(p, "<td>");
-        text(p, g->kind);
-        put(p, " <code>");
-        text(p, g->names);
-        putf(p, "</code></td><td class=\"n\">%lld</td>", (long long) g->n);
+        waited_for(p, g->kind, g->names);
+        putf(p, "</td><td class=\"n\">%lld</td>", (long long) g->n);
         cell(p, g->oldest);
         cell(p, g->next_timeout[0] != '\0' ? g->next_timeout : "none");
         put(p, "</tr>");
@@ -425,10 +433,7 @@ waits(struct page *p, const struct rn_status_data *d)
         put(p, "<td><code>");
         text(p, w->instance_id);
         put(p, "</code></td><td>");
-        text(p, w->kind);
-        put(p, " <code>");
-        text(p, w->names);
-        put(p, "</code>");
+        waited_for(p, w->kind, w->names);
         if (event) {
             put(p, " with key <code>");
             text(p, w->key);
