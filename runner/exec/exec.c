@@ -156,6 +156,7 @@ rn_step_out_clear(struct rn_step_out *o)
     o->wait_drops.len = o->published.len = 0;
     o->snapshot_needed = false;
     o->timed = false;
+    o->cleanup_until_ms = 0;
     o->outcome = RN_RUNNING;
 }
 
@@ -339,6 +340,10 @@ rn_ex_finish(struct rn_instance *in, enum rn_outcome outcome, struct ir_val v)
 {
     size_t i;
 
+    if (in->cleanup.outcome != RN_RUNNING) {
+        v = rn_ex_cleanup_result(in, outcome, v); /* the interruption decides how it ends */
+        outcome = (enum rn_outcome) in->cleanup.outcome;
+    }
     in->outcome = outcome;
     ir_val_release(in->result);
     in->result = v;
@@ -375,16 +380,56 @@ under_aggregate(const struct rn_instance *in, uint32_t j, uint32_t ai)
     return false;
 }
 
+/* Execution node i stops where it is: a request or timer this step made for it never goes out
+ * (a cancel would reach the pool before the request and miss it), its running attempt is
+ * stopped (out_cancel), and work queued for it later in this step is dropped. The node itself
+ * stays; the caller frees or moves it. False without memory (the instance failed). */
+bool
+rn_ex_x_stop(struct rn_instance *in, uint32_t i)
+{
+    struct rn_step_out *o = in->out;
+    struct rn_xnode *x = &in->x.items[i];
+    size_t k, kept;
+
+    if (x->has_id) {
+        for (k = 0, kept = 0; k < o->actions.len; k++) {
+            if (rn_xid_eq(o->actions.items[k].exec_id, x->id)) {
+                ir_val_release(o->actions.items[k].kwargs);
+                ir_val_release(o->actions.items[k].prev_error);
+            } else {
+                o->actions.items[kept++] = o->actions.items[k];
+            }
+        }
+        o->actions.len = kept;
+        for (k = 0, kept = 0; k < o->timers.len; k++) {
+            if (!rn_xid_eq(o->timers.items[k].exec_id, x->id)) {
+                o->timers.items[kept++] = o->timers.items[k];
+            }
+        }
+        o->timers.len = kept;
+    }
+    if (x->status == RN_X_RUNNING && !out_cancel(in, x)) {
+        return false;
+    }
+    for (k = in->q.head; k < in->q.len; k++) {
+        if (in->q.items[k].x == i) { /* queued to run later in this step */
+            ir_val_release(in->q.items[k].val);
+            in->q.items[k].val = ir_null();
+            in->q.items[k].x = RN_NONE;
+        }
+    }
+    return true;
+}
+
 /* `[fail_fast]`: a branch of aggregate ai failed with err (consumed). Every other branch still
  * live is dropped now (running attempts cancelled on their workers, sleeps and backoffs
  * forgotten, nested fan-outs with them), and err is raised from the aggregate at once. */
 static void
 fail_fast(struct rn_instance *in, uint32_t ai, struct ir_val err)
 {
-    struct rn_step_out *o = in->out;
     struct rn_xnode *a;
     uint8_t *victim;
-    size_t i, k, kept;
+    size_t i, k;
 
     /* Which nodes go, decided before any is freed: freeing zeroes a node, and the walk up a
      * nested branch's fork_agg chain must not pass through one already gone. */
@@ -397,40 +442,13 @@ fail_fast(struct rn_instance *in, uint32_t ai, struct ir_val err)
         victim[i] = in->x.items[i].status != RN_X_FREE && under_aggregate(in, (uint32_t) i, ai);
     }
     for (i = 0; i < in->x.len; i++) {
-        struct rn_xnode *x = &in->x.items[i];
         if (!victim[i]) {
             continue;
         }
-        if (x->has_id) {
-            /* A request or timer this step made for it never goes out: drop it here (a
-             * cancel would reach the pool before the request and miss it). */
-            for (k = 0, kept = 0; k < o->actions.len; k++) {
-                if (rn_xid_eq(o->actions.items[k].exec_id, x->id)) {
-                    ir_val_release(o->actions.items[k].kwargs);
-                    ir_val_release(o->actions.items[k].prev_error);
-                } else {
-                    o->actions.items[kept++] = o->actions.items[k];
-                }
-            }
-            o->actions.len = kept;
-            for (k = 0, kept = 0; k < o->timers.len; k++) {
-                if (!rn_xid_eq(o->timers.items[k].exec_id, x->id)) {
-                    o->timers.items[kept++] = o->timers.items[k];
-                }
-            }
-            o->timers.len = kept;
-        }
-        if (x->status == RN_X_RUNNING && !out_cancel(in, x)) {
+        if (!rn_ex_x_stop(in, (uint32_t) i)) {
             free(victim);
             ir_val_release(err);
             return;
-        }
-        for (k = in->q.head; k < in->q.len; k++) {
-            if (in->q.items[k].x == (uint32_t) i) { /* queued to run later in this step */
-                ir_val_release(in->q.items[k].val);
-                in->q.items[k].val = ir_null();
-                in->q.items[k].x = RN_NONE;
-            }
         }
         rn_ex_x_free(in, (uint32_t) i);
     }
@@ -443,7 +461,7 @@ fail_fast(struct rn_instance *in, uint32_t ai, struct ir_val err)
     a->slots = NULL;
     a->nslots = a->pending = 0;
     rn_x_move(a, RN_X_ACTIVE);
-    o->snapshot_needed = true;
+    in->out->snapshot_needed = true;
     rn_ex_raise_error(in, ai, err);
 }
 
@@ -458,7 +476,8 @@ rn_ex_deliver(struct rn_instance *in, uint32_t ai, uint32_t idx, bool ok, struct
         ir_val_release(v); /* cannot happen: each branch reports once */
         return;
     }
-    if (!ok && tnode(in, a->node)->fail_fast) {
+    if (!ok && tnode(in, a->node)->fail_fast && in->cleanup.outcome == RN_RUNNING) {
+        /* Cleaning up, every branch runs its own finally blocks to their end. */
         fail_fast(in, ai, v);
         return;
     }
@@ -943,7 +962,7 @@ rn_ex_apply_event(struct rn_instance *in, const struct rn_event *ev)
             rn_ex_oom(in);
             return;
         }
-        rn_ex_finish(in, RN_CANCELLED, err);
+        rn_ex_interrupt(in, RN_CANCELLED, err, ev->force);
         return;
     }
     if (ev->kind == RN_EV_TIMEOUT) {
@@ -953,7 +972,10 @@ rn_ex_apply_event(struct rn_instance *in, const struct rn_event *ev)
             rn_ex_oom(in);
             return;
         }
-        rn_ex_finish(in, RN_TIMED_OUT, err);
+        rn_ex_interrupt(in, RN_TIMED_OUT, err, false);
+        return;
+    }
+    if (ev->kind == RN_EV_TIMER && rn_ex_cleanup_timer(in, ev)) {
         return;
     }
     if (!rn_xidmap_get(&in->ids, ev->exec_id, &xi)) {
@@ -1067,6 +1089,9 @@ rn_instance_waits(const struct rn_instance *in, struct rn_instance_waits *w)
             w->next_ms = at;
         }
     }
+    if (in->cleanup.outcome != RN_RUNNING && in->cleanup.until < w->next_ms) {
+        w->next_ms = in->cleanup.until;
+    }
 }
 
 struct rn_instance *
@@ -1085,6 +1110,10 @@ rn_instance_alloc(const struct ir_dag *dag, const struct rn_exec_cfg *cfg)
     if (in->cfg.max_inline_steps == 0) {
         in->cfg.max_inline_steps = RN_EXEC_DEFAULT_MAX_INLINE_STEPS;
     }
+    if (in->cfg.cleanup_timeout_ms <= 0) {
+        in->cfg.cleanup_timeout_ms = RN_EXEC_DEFAULT_CLEANUP_TIMEOUT_MS;
+    }
+    in->cleanup.err = ir_null();
     in->x_free = RN_NONE;
     in->s_free = RN_NONE;
     in->result = ir_null();
@@ -1199,6 +1228,8 @@ rn_instance_free(struct rn_instance *in)
     free(in->q.items);
     rn_xidmap_fini(&in->ids);
     ir_val_release(in->result);
+    ir_val_release(in->cleanup.err);
+    cn_buf_fini(&in->cleanup.before);
     free(in);
 }
 

@@ -41,8 +41,10 @@
 #include "ir/value.h"
 #include "runner/exec/ids.h"
 
-/* 2 added first_at and last_error to each node; format 1 snapshots still decode. */
-#define RN_SNAPSHOT_FORMAT_VERSION 2
+/* 2 added first_at and last_error to each node; 3 the cleanup under way (written only while
+ * there is one, so a runner of the release before resumes every other snapshot); formats 1 and
+ * 2 still decode. */
+#define RN_SNAPSHOT_FORMAT_VERSION 3
 
 struct rn_instance;
 
@@ -57,11 +59,19 @@ struct rn_instance;
  * and the examples (a few hundred) stay 60 times or more below it. */
 #define RN_EXEC_DEFAULT_MAX_INLINE_STEPS 5000000
 
+/* The cleanup bound when rn_exec_cfg.cleanup_timeout_ms is 0: ten minutes, twice an attempt's
+ * default timeout, so a refund that needs one retry of a slow attempt still fits. */
+#define RN_EXEC_DEFAULT_CLEANUP_TIMEOUT_MS 600000
+
 struct rn_exec_cfg {
     int64_t default_timeout_ms; /* per attempt, for actions without [timeout: D] */
     /* Inline nodes one call (start, step or hydrate) may run; past it the instance fails with
      * StepLimitExceeded. 0: RN_EXEC_DEFAULT_MAX_INLINE_STEPS. */
     uint64_t max_inline_steps;
+    /* How long the finally blocks a cancel or a timeout runs may take before the cleanup is
+     * abandoned (the instance then ends as the interruption said). 0:
+     * RN_EXEC_DEFAULT_CLEANUP_TIMEOUT_MS. */
+    int64_t cleanup_timeout_ms;
 };
 
 enum rn_event_kind {
@@ -80,6 +90,8 @@ struct rn_event {
     struct ir_val value; /* borrowed; the executor retains what it keeps */
     bool recorded;       /* RESULT/ERROR: already in storage (a child's outcome, which the child's
                             final write recorded): no done record is made for it */
+    bool force;          /* CANCEL: end now, without running finally blocks (cairnctl cancel
+                            --force), abandoning a cleanup under way */
 };
 
 struct rn_action_req {
@@ -193,6 +205,9 @@ struct rn_step_out {
      * runs, so a replay of it recomputes what it recorded (the shard relies on this for the
      * first step of a new instance). */
     bool timed;
+    /* The step began a cleanup (a cancel or a timeout with finally blocks to run, cleanup.c):
+     * the wall-clock time it is abandoned at, which the step's write records; 0: it did not. */
+    int64_t cleanup_until_ms;
     enum rn_outcome outcome;
     struct ir_val result; /* COMPLETED: the workflow's value; FAILED: the error; CANCELLED:
                              a Cancelled error whose message is the reason; TIMED_OUT: a
@@ -303,6 +318,7 @@ struct rn_resume {
      * is rebuilt and before the results recorded since: the instance ends cancelled, whatever
      * those results would have done (a child's outcome the cancel caused). NULL: none. */
     const struct ir_val *cancel;
+    bool cancel_force; /* with cancel: without running finally blocks (cairnctl cancel --force) */
 };
 
 /* Resumes an instance from what is committed: its snapshot, or for an instance without one its

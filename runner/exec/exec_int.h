@@ -145,6 +145,17 @@ struct rn_instance {
         struct rn_work *items;
         size_t head, len, cap;
     } q;
+    /* A cancel or timeout whose finally blocks run (cleanup.c): the outcome the instance ends
+     * with (RN_RUNNING: not cleaning up), its error, the wall-clock bound after which the
+     * cleanup is abandoned, and the id of that bound's timer. In the snapshot (format 3). */
+    struct {
+        uint8_t outcome;
+        struct ir_val err;
+        int64_t until;
+        struct rn_xid timer;
+        struct cn_buf before; /* the snapshot from just before the interruption: a redrive
+                                 (cairn.retry) starts from it, not from the cleanup */
+    } cleanup;
     /* per step */
     struct rn_step_out *out;
     int64_t now;
@@ -220,10 +231,28 @@ void rn_ex_raise_new(struct rn_instance *in, uint32_t xi, const char *type, cons
  * ("publish stage"), and returns false (also without memory, the instance failed). */
 bool rn_ex_json_ok(struct rn_instance *in, uint32_t xi, struct ir_val v, const char *what);
 void rn_ex_forget_attempts(struct rn_xnode *x);
+bool rn_ex_x_stop(struct rn_instance *in, uint32_t i);
 void rn_ex_dispatch(struct rn_instance *in, uint32_t xi, bool resend);
 void rn_ex_apply_event(struct rn_instance *in, const struct rn_event *ev);
 void rn_ex_begin_step(struct rn_instance *in, struct rn_step_out *o, int64_t now);
 cn_err rn_ex_end_step(struct rn_instance *in);
+
+/* cleanup.c: a cancel or a timeout that runs finally blocks first. */
+/* Whether template node t is the hidden handler of a finally block (compile_try). */
+bool rn_ex_is_finally(const struct ir_node *t);
+/* Applies a cancel or a timeout (outcome, and its error err, consumed): ends the instance at
+ * once when force or when no live node has a finally block around it; else begins the cleanup.
+ * While one is under way, force abandons it and anything else is stale. */
+void rn_ex_interrupt(struct rn_instance *in, enum rn_outcome outcome, struct ir_val err,
+                     bool force);
+/* The error an instance that cleans up ends with when it reaches outcome with v (consumed):
+ * the interruption's, with an error the cleanup raised of its own in its details. */
+struct ir_val rn_ex_cleanup_result(struct rn_instance *in, enum rn_outcome outcome,
+                                   struct ir_val v);
+/* Asks for the cleanup bound's timer again (a hydration). */
+void rn_ex_cleanup_timer_out(struct rn_instance *in);
+/* True when ev is the cleanup bound's timer (handled: the cleanup is abandoned when due). */
+bool rn_ex_cleanup_timer(struct rn_instance *in, const struct rn_event *ev);
 
 /* nodes.c: the step loop. */
 void rn_ex_run_queue(struct rn_instance *in);

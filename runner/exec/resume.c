@@ -100,7 +100,7 @@ resend_running(struct rn_instance *in, const struct rn_xid *ids, size_t n)
  * the instance had not applied it yet): it ends the instance now, and the results (a child's
  * outcome, which the cancel itself caused) find it finished. */
 static void
-apply_cancel(struct rn_instance *in, struct ir_val reason)
+apply_cancel(struct rn_instance *in, struct ir_val reason, bool force)
 {
     struct rn_event ev;
 
@@ -110,19 +110,29 @@ apply_cancel(struct rn_instance *in, struct ir_val reason)
     memset(&ev, 0, sizeof(ev));
     ev.kind = RN_EV_CANCEL;
     ev.value = reason;
+    ev.force = force;
     rn_ex_apply_event(in, &ev);
     rn_ex_run_queue(in);
 }
 
-/* Sleeps and backoffs of the snapshot get their timers again, but those the replay set. */
+/* Sleeps and backoffs of the snapshot, and a cleanup's bound, get their timers again, but those
+ * the replay set. */
 static void
 rearm_timers(struct rn_instance *in, const struct rn_step_out *o)
 {
     size_t i;
 
+    bool fresh = false;
+
+    for (i = 0; i < o->timers.len && !fresh; i++) {
+        fresh = rn_xid_eq(o->timers.items[i].exec_id, in->cleanup.timer);
+    }
+    if (in->cleanup.outcome != RN_RUNNING && in->outcome == RN_RUNNING && !fresh) {
+        rn_ex_cleanup_timer_out(in); /* the cleanup's bound */
+    }
     for (i = 0; i < in->x.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
         struct rn_xnode *x = &in->x.items[i];
-        bool fresh = false;
+        fresh = false;
         size_t k;
         if ((x->status != RN_X_SLEEPING && x->status != RN_X_BACKOFF) || !x->has_id) {
             continue;
@@ -141,7 +151,7 @@ rearm_timers(struct rn_instance *in, const struct rn_step_out *o)
 static cn_err
 hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_done *results,
         size_t nresults, const struct rn_exec_cfg *cfg, int64_t now_ms, bool redrive,
-        const struct ir_val *cancel, struct rn_instance **out, struct rn_step_out *o,
+        const struct ir_val *cancel, bool force, struct rn_instance **out, struct rn_step_out *o,
         struct cn_errmsg *err)
 {
     struct rn_instance *in;
@@ -154,6 +164,20 @@ hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_
 
     if ((rv = rn_snapshot_load(dag, cfg, snap, len, &in, err)) != CN_OK) {
         return rv;
+    }
+    if (redrive && in->cleanup.outcome != RN_RUNNING) {
+        /* Retried after a cleanup: the run starts over from where the interruption found it,
+         * drawing its new ids past those the cleanup drew (their results are recorded). */
+        struct rn_instance *before = NULL;
+        uint64_t rng = in->rng;
+        rv = rn_snapshot_load(dag, cfg, in->cleanup.before.data, in->cleanup.before.len, &before,
+                              err);
+        rn_instance_free(in);
+        if (rv != CN_OK) {
+            return rv;
+        }
+        in = before;
+        in->rng = rng;
     }
     rn_ex_begin_step(in, o, now_ms);
     /* Remember what the snapshot had running: only those may be dispatched again below;
@@ -169,7 +193,7 @@ hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_
         }
     }
     if (cancel != NULL) {
-        apply_cancel(in, *cancel);
+        apply_cancel(in, *cancel, force);
     }
     if (redrive && in->outcome == RN_RUNNING) {
         /* 0. Branches that had already failed into their aggregate run again, before any
@@ -239,7 +263,7 @@ rn_instance_hydrate(const struct ir_dag *dag, const void *snap, size_t len,
                     int64_t now_ms, struct rn_instance **out, struct rn_step_out *o,
                     struct cn_errmsg *err)
 {
-    return hydrate(dag, snap, len, results, nresults, cfg, now_ms, false, NULL, out, o, err);
+    return hydrate(dag, snap, len, results, nresults, cfg, now_ms, false, NULL, false, out, o, err);
 }
 
 cn_err
@@ -248,7 +272,7 @@ rn_instance_redrive(const struct ir_dag *dag, const void *snap, size_t len,
                     int64_t now_ms, struct rn_instance **out, struct rn_step_out *o,
                     struct cn_errmsg *err)
 {
-    return hydrate(dag, snap, len, results, nresults, cfg, now_ms, true, NULL, out, o, err);
+    return hydrate(dag, snap, len, results, nresults, cfg, now_ms, true, NULL, false, out, o, err);
 }
 
 /* Whether o, made from evs[0..n), is a step that its results alone record (rn_steplog). */
@@ -347,7 +371,8 @@ replay(const struct ir_dag *dag, const struct rn_resume *r, const struct rn_done
     /* What either call asks for (dispatches, timers) is what the hydration at the end asks
      * for again: dropped here. */
     rv = r->snap != NULL
-             ? hydrate(dag, r->snap, r->len, NULL, 0, cfg, now_ms, false, NULL, &in, &scratch, err)
+             ? hydrate(dag, r->snap, r->len, NULL, 0, cfg, now_ms, false, NULL, false, &in,
+                       &scratch, err)
              : rn_instance_start(dag, r->instance_id, r->input, cfg, now_ms, &in, &scratch);
     for (i = 0; rv == CN_OK && i < nsteps; i++) {
         struct rn_event ev;
@@ -398,14 +423,14 @@ rn_instance_resume(const struct ir_dag *dag, const struct rn_resume *r,
         } /* else held by the snapshot already */
     }
     if (nsteps == 0 && r->snap != NULL) {
-        rv = hydrate(dag, r->snap, r->len, rest, nrest, cfg, now_ms, r->redrive, r->cancel, out, o,
-                     err);
+        rv = hydrate(dag, r->snap, r->len, rest, nrest, cfg, now_ms, r->redrive, r->cancel,
+                     r->cancel_force, out, o, err);
     } else {
         qsort(steps, nsteps, sizeof(*steps), cmp_step);
         rv = replay(dag, r, steps, nsteps, cfg, now_ms, rest, &nrest, &snap, err);
         if (rv == CN_OK) {
             rv = hydrate(dag, snap.data, snap.len, rest, nrest, cfg, now_ms, r->redrive, r->cancel,
-                         out, o, err);
+                         r->cancel_force, out, o, err);
         }
     }
     cn_buf_fini(&snap);

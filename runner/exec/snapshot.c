@@ -6,12 +6,15 @@
  * Values are embedded as `bin` holding their own value document, which keeps this envelope
  * shallow and lets each value use the full nesting depth.
  *
- *   {"format": 2, "instance": bin(16), "rng": uint, "outcome": uint, "result": bin|nil,
+ *   {"format": 2|3, "instance": bin(16), "rng": uint, "outcome": uint, "result": bin|nil,
  *    "scopes": [[frame, parent|nil, vars: bin], ...],
  *    "nodes":  [[id: bin(16), node, status, scope, fork_agg|nil, fork_idx, attempt,
  *                scheduled_at, deadline, item: bin|nil, slots: [[ok, bin]|nil, ...],
- *                first_at, last_error: bin|nil], ...]}
+ *                first_at, last_error: bin|nil], ...],
+ *    "cleanup": [outcome, until, timer: bin(16), error: bin, before: bin]}   (format 3 only)
  *
+ * Format 3 is format 2 with the cleanup under way (cleanup.c); it is written only while there is
+ * one, so that a runner of the release before resumes every other snapshot during an upgrade.
  * Format 1 (nodes of 11 fields, without first_at and last_error) still decodes, so instances a
  * runner of the previous release left behind resume: their first_at reads as unknown (0: no
  * max_elapsed bound applies to that action) and their last error as none.
@@ -94,6 +97,7 @@ rn_instance_snapshot(const struct rn_instance *in, struct cn_buf *out)
     struct senc e;
     uint32_t *smap = NULL, *xmap = NULL, ns = 0, nx = 0;
     size_t i, k;
+    bool cleaning = in->cleanup.outcome != RN_RUNNING && in->outcome == RN_RUNNING;
 
     memset(&e, 0, sizeof(e));
     smap = malloc((in->s.len + 1) * sizeof(*smap));
@@ -110,9 +114,18 @@ rn_instance_snapshot(const struct rn_instance *in, struct cn_buf *out)
         xmap[i] = in->x.items[i].status != RN_X_FREE ? nx++ : RN_NONE;
     }
     msgpack_packer_init(&e.pk, out, senc_write);
-    e.bad |= msgpack_pack_map(&e.pk, 7);
+    e.bad |= msgpack_pack_map(&e.pk, cleaning ? 8 : 7);
     s_key(&e, "format");
-    s_u(&e, RN_SNAPSHOT_FORMAT_VERSION);
+    s_u(&e, cleaning ? RN_SNAPSHOT_FORMAT_VERSION : 2);
+    if (cleaning) {
+        s_key(&e, "cleanup");
+        e.bad |= msgpack_pack_array(&e.pk, 5);
+        s_u(&e, in->cleanup.outcome);
+        s_i(&e, in->cleanup.until);
+        s_bin(&e, in->cleanup.timer.b, 16);
+        s_val(&e, in->cleanup.err);
+        s_bin(&e, in->cleanup.before.data, in->cleanup.before.len);
+    }
     s_key(&e, "instance");
     s_bin(&e, in->id.b, 16);
     s_key(&e, "rng");
@@ -485,6 +498,44 @@ sdec_node(struct sdec *d, const msgpack_object *o, uint32_t nscopes, uint32_t nn
     return rn_xidmap_put(&in->ids, x->id, xi) == CN_OK || sfail(d, CN_NOMEM, "out of memory");
 }
 
+/* The cleanup under way: [outcome (cancelled or timed_out), until, timer id, error, the format 2
+ * snapshot from before the interruption]. */
+static bool
+sdec_cleanup(struct sdec *d, const msgpack_object *f)
+{
+    struct rn_instance *in = d->in;
+    const msgpack_object *a = sarr(d, f, 5, "cleanup must be an array of 5");
+    uint64_t u;
+
+    if (a == NULL) {
+        return false;
+    }
+    if (!su(d, &a[0], RN_OUTCOME_COUNT_ - 1, &u, "bad cleanup outcome")) {
+        return false;
+    }
+    if (u != RN_CANCELLED && u != RN_TIMED_OUT) {
+        return sfail(d, CN_RANGE, "a cleanup follows a cancel or a timeout");
+    }
+    in->cleanup.outcome = (uint8_t) u;
+    if (!stime(d, &a[1], &in->cleanup.until, "bad cleanup bound")) {
+        return false;
+    }
+    f = &a[2];
+    if (f->type != MSGPACK_OBJECT_BIN || f->via.bin.size != 16) {
+        return sfail(d, CN_PARSE, "cleanup timer id must be 16 bytes");
+    }
+    memcpy(in->cleanup.timer.b, f->via.bin.ptr, 16);
+    if (!sval(d, &a[3], &in->cleanup.err, "bad cleanup error")) {
+        return false;
+    }
+    f = &a[4];
+    if (f->type != MSGPACK_OBJECT_BIN || f->via.bin.size == 0) {
+        return sfail(d, CN_PARSE, "cleanup's earlier snapshot must be bytes");
+    }
+    return cn_buf_append(&in->cleanup.before, f->via.bin.ptr, f->via.bin.size) == CN_OK ||
+           sfail(d, CN_NOMEM, "out of memory");
+}
+
 static bool
 sdec_all(struct sdec *d, const msgpack_object *root)
 {
@@ -499,10 +550,13 @@ sdec_all(struct sdec *d, const msgpack_object *root)
     if (!su(d, sfield(root, "format"), UINT32_MAX, &u, "missing format")) {
         return false;
     }
-    if (u != 1 && u != RN_SNAPSHOT_FORMAT_VERSION) {
+    if (u < 1 || u > RN_SNAPSHOT_FORMAT_VERSION) {
         return sfail(d, CN_VERSION, "unsupported format version");
     }
     format = u;
+    if (format >= 3 && !sdec_cleanup(d, sfield(root, "cleanup"))) {
+        return false;
+    }
     f = sfield(root, "instance");
     if (f == NULL || f->type != MSGPACK_OBJECT_BIN || f->via.bin.size != 16) {
         return sfail(d, CN_PARSE, "instance id must be 16 bytes");

@@ -302,11 +302,9 @@ absorb(struct world *w, struct rn_step_out *o)
     if (o->outcome != RN_RUNNING) {
         struct cn_buf b = CN_BUF_INIT;
         w->r->outcome = o->outcome;
-        if (o->outcome == RN_COMPLETED || o->outcome == RN_FAILED) {
-            cr_assert_eq(ir_val_to_json(o->result, &b, NULL), CN_OK, "result is not JSON");
-            w->r->json = strdup(b.data ? b.data : "null");
-        }
-        if (o->outcome == RN_FAILED) {
+        cr_assert_eq(ir_val_to_json(o->result, &b, NULL), CN_OK, "result is not JSON");
+        w->r->json = strdup(b.data ? b.data : "null");
+        if (o->outcome != RN_COMPLETED) {
             w->r->error_type = strdup(ir_error_type(o->result));
         }
         cn_buf_fini(&b);
@@ -450,6 +448,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
     struct cn_errmsg em = {{0}};
     struct rn_iid iid;
     int max_steps = opts->max_steps ? opts->max_steps : 100000;
+    struct cn_buf echoed = CN_BUF_INIT;
     size_t i;
 
     memset(&r, 0, sizeof(r));
@@ -465,6 +464,7 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
     w.replay_max = opts->replay_max ? opts->replay_max : RN_STEPLOG_REPLAY_MAX;
     w.cfg.default_timeout_ms = opts->default_timeout_ms ? opts->default_timeout_ms : 60000;
     w.cfg.max_inline_steps = opts->max_inline_steps;
+    w.cfg.cleanup_timeout_ms = opts->cleanup_timeout_ms;
     w.now = T_START_MS;
     w.r = &r;
     for (i = 0; i < 16; i++) {
@@ -490,12 +490,30 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
         size_t take, k;
 
         cr_assert_lt(r.steps, max_steps, "workflow did not finish in %d steps", max_steps);
-        /* Answer pending actions (all, or one), else fire the earliest timers. */
+        /* Answer pending actions (all, or one), else fire the earliest timers; or interrupt. */
         take = opts->one_at_a_time && w.pend.len > 0 ? 1 : w.pend.len;
+        if (r.steps > 0 &&
+            (r.steps == opts->interrupt_after_step || r.steps == opts->force_after_step ||
+             r.steps == opts->again_after_step)) {
+            struct rn_event *ev = push_event(
+                &evs,
+                opts->interrupt != 0 && r.steps != opts->force_after_step ? opts->interrupt
+                                                                          : RN_EV_CANCEL,
+                (struct rn_xid){{0}});
+            ev->force = r.steps == opts->force_after_step;
+            cr_assert_eq(ir_str_from_cstr("stop", &ev->value), CN_OK);
+            take = 0;
+        }
         for (k = 0; k < take; k++) {
             struct rn_event ev;
             memset(&ev, 0, sizeof(ev));
             if (run_action(&w.pend.items[k].req, &ev)) {
+                if (strcmp(w.pend.items[k].req.action, "std.echo") == 0) {
+                    if (echoed.len > 0) {
+                        cr_assert_eq(cn_buf_putc(&echoed, ','), CN_OK);
+                    }
+                    cr_assert_eq(ir_val_to_json(ev.value, &echoed, NULL), CN_OK);
+                }
                 cr_assert_eq(CN_VEC_PUSH(&evs, ev), CN_OK);
             } else if (w.pend.items[k].req.timeout_ms > 0 || w.pend.items[k].req.deadline_ms > 0) {
                 const struct pending *pk = &w.pend.items[k];
@@ -563,6 +581,8 @@ t_run(const char *src, const char *input_json, const struct t_opts *opts)
         r.stale += (int) st.stale_events;
     }
     r.elapsed_ms = w.now - T_START_MS;
+    r.echoed = strdup(echoed.data != NULL ? echoed.data : "");
+    cn_buf_fini(&echoed);
     drop_pending(&w);
     free(w.pend.items);
     free(w.timers.items);
@@ -584,5 +604,6 @@ t_result_free(struct t_result *r)
 {
     free(r->json);
     free(r->error_type);
+    free(r->echoed);
     memset(r, 0, sizeof(*r));
 }

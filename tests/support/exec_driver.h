@@ -48,6 +48,14 @@ struct t_opts {
                                must come back as it was, not be computed again */
     bool crash_is_pause;    /* at each crash point the clock moves on crash_takes_ms and
                                nothing crashes: the run the crashing one must match */
+    /* After step k (0: never), the next step's only event is `interrupt` (RN_EV_CANCEL or
+     * RN_EV_TIMEOUT; 0 means RN_EV_CANCEL), nothing pending answered in it; force_after_step
+     * sends a forced cancel the same way. */
+    int interrupt_after_step;
+    enum rn_event_kind interrupt;
+    int force_after_step;
+    int again_after_step;       /* the same interruption again, not forced */
+    int64_t cleanup_timeout_ms; /* the executor's cleanup bound; 0: its default */
 };
 
 struct t_result {
@@ -68,6 +76,8 @@ struct t_result {
     int replayed;         /* resumes (crash or redrive) that replayed such steps */
     size_t first_snapshot_bytes, last_snapshot_bytes, max_snapshot_bytes;
     int64_t elapsed_ms;     /* simulated time from start to outcome */
+    char *echoed;           /* the values std.echo answered with, as JSON, comma-separated, in
+                               order; malloc'd ("" when none) */
     int64_t backoff_ms[64]; /* delays of the retry timers, in the order they were set */
     int nbackoff;
 };

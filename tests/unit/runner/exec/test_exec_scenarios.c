@@ -603,6 +603,197 @@ Test(exec_scenarios, finally_keeps_the_error_or_replaces_it)
                           "{}", "IndexError");
 }
 
+/* ---- cleanup on cancel and timeout (docs/semantics.md, "Cancel, timeout and finally") ------ */
+
+/* Runs src with an interruption after step `at` in the four modes, crashes after every step
+ * included; each must end with `outcome` and have echoed exactly `echoed`. Returns nothing;
+ * `detail`, when set, must appear in the ending error's JSON. */
+static void
+expect_interrupted(const char *src, struct t_opts base, enum rn_outcome outcome, const char *echoed,
+                   const char *detail)
+{
+    int m;
+
+    for (m = 0; m < 4; m++) {
+        struct t_opts o = base;
+        struct t_result r;
+        o.one_at_a_time = (m & 1) != 0;
+        o.crash_every_step = (m & 2) != 0;
+        r = t_run(src, "{}", &o);
+        cr_expect_eq(r.outcome, outcome, "[mode %d] outcome %d (%s)", m, r.outcome,
+                     r.json ? r.json : "-");
+        cr_expect_str_eq(r.echoed, echoed, "[mode %d] echoed %s, want %s", m, r.echoed, echoed);
+        if (detail != NULL) {
+            cr_expect(r.json != NULL && strstr(r.json, detail) != NULL, "[mode %d] %s lacks %s", m,
+                      r.json, detail);
+        } else {
+            cr_expect(r.json != NULL && strstr(r.json, "\"details\": null") != NULL,
+                      "[mode %d] %s has details", m, r.json);
+        }
+        cr_expect_eq(r.duplicate_done, 0, "[mode %d]", m);
+        t_result_free(&r);
+    }
+}
+
+/* A cancel stops the running action and runs the finally blocks around it, innermost first,
+ * actions included; nothing after them runs, and the instance ends cancelled. */
+static const char refund_src[] = "fn main():\n"
+                                 "    c = @std.echo(value=\"charge\")\n"
+                                 "    try:\n"
+                                 "        try:\n"
+                                 "            x = @std.hang()\n"
+                                 "        finally:\n"
+                                 "            r = @std.echo(value=\"refund\")\n"
+                                 "        y = @std.echo(value=\"not reached\")\n"
+                                 "    finally:\n"
+                                 "        sleep 1\n"
+                                 "        z = @std.echo(value=\"release\")\n"
+                                 "    w = @std.echo(value=\"after\")\n"
+                                 "    return w\n";
+
+Test(exec_scenarios, cancel_runs_the_finally_blocks_then_ends_cancelled)
+{
+    struct t_opts o = {.interrupt_after_step = 1};
+    expect_interrupted(refund_src, o, RN_CANCELLED, "\"charge\",\"refund\",\"release\"", NULL);
+}
+
+Test(exec_scenarios, timeout_runs_the_finally_blocks_then_ends_timed_out)
+{
+    struct t_opts o = {.interrupt_after_step = 1, .interrupt = RN_EV_TIMEOUT};
+    expect_interrupted(refund_src, o, RN_TIMED_OUT, "\"charge\",\"refund\",\"release\"", NULL);
+}
+
+/* A cancel with nothing to clean up (before the try, or without a finally) ends at once. */
+Test(exec_scenarios, cancel_outside_any_finally_ends_at_once)
+{
+    struct t_opts o = {.interrupt_after_step = 1};
+    expect_interrupted("fn main():\n"
+                       "    x = @std.echo(value=\"first\")\n"
+                       "    y = @std.hang()\n"
+                       "    try:\n"
+                       "        z = @std.echo(value=\"in try\")\n"
+                       "    finally:\n"
+                       "        r = @std.echo(value=\"refund\")\n",
+                       o, RN_CANCELLED, "\"first\"", NULL);
+}
+
+/* No except clause catches the cancel itself, bare or typed; an error the cleanup raises is an
+ * ordinary one that its own handlers see, and one that escapes rides in the details. */
+Test(exec_scenarios, except_clauses_do_not_catch_a_cancel)
+{
+    struct t_opts o = {.interrupt_after_step = 1};
+    expect_interrupted("fn main():\n"
+                       "    x = @std.echo(value=\"start\")\n"
+                       "    try:\n"
+                       "        try:\n"
+                       "            y = @std.hang()\n"
+                       "        except Exception:\n"
+                       "            c = @std.echo(value=\"caught\")\n"
+                       "            return c\n"
+                       "        except:\n"
+                       "            c = @std.echo(value=\"bare\")\n"
+                       "            return c\n"
+                       "        finally:\n"
+                       "            try:\n"
+                       "                f = @std.fail(type=\"RefundDeclined\")\n"
+                       "            except RefundDeclined:\n"
+                       "                g = @std.echo(value=\"declined, handled\")\n"
+                       "    except:\n"
+                       "        c = @std.echo(value=\"outer\")\n"
+                       "        return c\n",
+                       o, RN_CANCELLED, "\"start\",\"declined, handled\"", NULL);
+    expect_interrupted("fn main():\n"
+                       "    x = @std.echo(value=\"start\")\n"
+                       "    try:\n"
+                       "        y = @std.hang()\n"
+                       "    finally:\n"
+                       "        f = @std.fail(type=\"RefundDeclined\")\n",
+                       o, RN_CANCELLED, "\"start\"",
+                       "\"cleanup_error\": {\"type\": \"RefundDeclined\"");
+}
+
+/* Every branch of a fan-out cleans up, [fail_fast] or not: each branch's finally runs. */
+Test(exec_scenarios, every_branch_of_a_fanout_cleans_up)
+{
+    struct t_opts o = {.interrupt_after_step = 1};
+    expect_interrupted("fn branch(input: [k]):\n"
+                       "    try:\n"
+                       "        x = @std.hang()\n"
+                       "    finally:\n"
+                       "        y = @std.echo(value=k)\n"
+                       "fn main():\n"
+                       "    a = @std.echo(value=0)\n"
+                       "    xs = parallel [fail_fast]:\n"
+                       "        branch(k=1)\n"
+                       "        branch(k=2)\n"
+                       "        branch(k=3)\n"
+                       "    return xs\n",
+                       o, RN_CANCELLED, "0,1,2,3", NULL);
+}
+
+/* A second, forced cancel abandons the cleanup; so does the cleanup bound. Either way the
+ * instance ends cancelled, and the details say why its cleanup did not finish. */
+static const char slow_cleanup_src[] = "fn main():\n"
+                                       "    a = @std.echo(value=\"start\")\n"
+                                       "    try:\n"
+                                       "        x = @std.hang()\n"
+                                       "    finally:\n"
+                                       "        y = @std.hang() [timeout: 1h]\n"
+                                       "        z = @std.echo(value=\"done\")\n";
+
+Test(exec_scenarios, a_forced_cancel_abandons_the_cleanup)
+{
+    struct t_opts o = {.interrupt_after_step = 1, .force_after_step = 2};
+    expect_interrupted(slow_cleanup_src, o, RN_CANCELLED, "\"start\"",
+                       "\"cleanup_abandoned\": \"cancelled with --force\"");
+    o.interrupt_after_step = 0;
+    o.force_after_step = 1;
+    expect_interrupted(slow_cleanup_src, o, RN_CANCELLED, "\"start\"", NULL);
+}
+
+Test(exec_scenarios, the_cleanup_bound_abandons_a_slow_cleanup)
+{
+    struct t_opts o = {.interrupt_after_step = 1, .cleanup_timeout_ms = 5000};
+    struct t_result r;
+
+    expect_interrupted(slow_cleanup_src, o, RN_CANCELLED, "\"start\"",
+                       "\"cleanup_abandoned\": \"the cleanup did not finish within 5000 ms\"");
+    r = t_run(slow_cleanup_src, "{}", &o);
+    cr_expect_lt(r.elapsed_ms, 6000, "abandoned at its bound, not at the action's hour");
+    t_result_free(&r);
+}
+
+/* A cancel or timeout arriving while the cleanup runs changes nothing (a new claim reads the
+ * cancel again, the deadline passes meanwhile). */
+Test(exec_scenarios, a_second_interruption_during_the_cleanup_is_ignored)
+{
+    struct t_opts o = {.interrupt_after_step = 1, .again_after_step = 2};
+    expect_interrupted(refund_src, o, RN_CANCELLED, "\"charge\",\"refund\",\"release\"", NULL);
+    o.interrupt = RN_EV_TIMEOUT;
+    expect_interrupted(refund_src, o, RN_TIMED_OUT, "\"charge\",\"refund\",\"release\"", NULL);
+}
+
+/* A retry (redrive) of an instance cancelled during its work starts over from where the cancel
+ * found it, not from its cleanup: the try body runs again (here the hanging action times out),
+ * and its finally blocks run again on the way out. */
+Test(exec_scenarios, a_redrive_after_a_cleanup_starts_from_before_the_interruption)
+{
+    struct t_opts o = {.interrupt_after_step = 1, .redrives = 1, .default_timeout_ms = 1000};
+    int m;
+
+    for (m = 0; m < 4; m++) {
+        struct t_result r;
+        o.one_at_a_time = (m & 1) != 0;
+        o.crash_every_step = (m & 2) != 0;
+        r = t_run(refund_src, "{}", &o);
+        cr_expect_eq(r.outcome, RN_FAILED, "[mode %d] %s", m, r.json);
+        cr_expect_str_eq(r.error_type, "ActionTimeout", "[mode %d]", m);
+        cr_expect_str_eq(r.echoed, "\"charge\",\"refund\",\"release\",\"refund\",\"release\"",
+                         "[mode %d] %s", m, r.echoed);
+        t_result_free(&r);
+    }
+}
+
 /* ---- now(), uuid(), instance_id() --------------------------------------------------------- */
 
 /* The values a run computed are the values a replay finds, whatever the crashes: now() is the
