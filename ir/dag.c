@@ -9,6 +9,26 @@
 #include "ir/wfname.h"
 
 CN_ENUM_NAMES(ir_node_kind_name, enum ir_node_kind, IR_NODE_KINDS, IR_N_COUNT_)
+
+bool
+ir_node_is_finally(const struct ir_node *n)
+{
+    return n->kind == IR_N_EXCEPT && n->nhandlers == 1 && n->handlers[0].ntypes == 0 &&
+           n->handlers[0].bind != NULL && strncmp(n->handlers[0].bind, "$fin", 4) == 0;
+}
+
+bool
+ir_dag_has_finally(const struct ir_dag *d)
+{
+    uint32_t i;
+
+    for (i = 0; i < d->nnodes; i++) {
+        if (ir_node_is_finally(&d->nodes[i])) {
+            return true;
+        }
+    }
+    return false;
+}
 CN_ENUM_NAMES(ir_edge_kind_name, enum ir_edge_kind, IR_EDGE_KINDS, IR_E_COUNT_)
 
 void

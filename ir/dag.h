@@ -269,6 +269,11 @@ struct ir_dag {
 void ir_dag_free(struct ir_dag *d);
 
 const char *ir_node_kind_name(enum ir_node_kind k);
+/* Whether n is the hidden handler of a finally block (the compiler's: one catch-all clause
+ * binding $finN, a name no source can write), and whether d has any: a cancel or a timeout of
+ * one of its instances runs those blocks first (docs/semantics.md). */
+bool ir_node_is_finally(const struct ir_node *n);
+bool ir_dag_has_finally(const struct ir_dag *d);
 const char *ir_edge_kind_name(enum ir_edge_kind k);
 
 /* Serializes d to msgpack (format IR_DAG_FORMAT_VERSION). Returns CN_OK or CN_NOMEM. */

@@ -569,6 +569,7 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
         q->w.state = q->state.data;
         q->w.state_len = q->state.len;
         q->w.state_step = in->steps.seq;
+        q->w.cleanup_until_ms = o->cleanup_until_ms;
         rn_steplog_snapshot(&in->steps);
     }
     q->w.outcome = o->outcome;
@@ -725,6 +726,7 @@ resume_claimed(struct rn_shard *sh, struct inst *in, const struct rn_claimed *c,
             cancel = ir_null();
         }
         r.cancel = &cancel;
+        r.cancel_force = c->cancel_force;
     }
     rn_steplog_resumed(&in->steps, c->state_step, c->done, c->ndone);
     if (c->redrive) {
@@ -801,6 +803,7 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         struct rn_event ev;
         memset(&ev, 0, sizeof(ev));
         ev.kind = RN_EV_CANCEL;
+        ev.force = c->cancel_force;
         if (ir_str_from_cstr(c->cancel_reason, &ev.value) != CN_OK) {
             ev.value = ir_null();
         }
@@ -868,6 +871,7 @@ on_cancel(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_sh
     memset(&ev, 0, sizeof(ev));
     ev.kind = RN_EV_CANCEL;
     ev.value = e->value;
+    ev.force = e->force;
     step_events(sh, in, &ev, 1, now, out);
 }
 

@@ -86,6 +86,8 @@ struct rn_sev {
     struct ir_val value; /* owned */
     bool child;          /* RESULT: a child's outcome, already recorded (canceller), not an
                             attempt of the pool's */
+    bool force;          /* CANCEL: asked with --force (no cleanup, or abandon the one under
+                            way) */
     /* ACK and LOST: the claim token the write was made, or the lease was held, under */
     struct rn_token lock;
     /* ACK */

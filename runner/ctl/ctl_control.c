@@ -17,9 +17,9 @@
 
 /* What `cancel --workflow` and `retry --workflow` share: the instances of --workflow in
  * --status (else in any of `statuses`, an SQL array), counted without --yes ("would VERB N
- * WHICH instance(s)", exit 1, or 6 for none), else `fn` (an SQL function of the id and --reason)
- * run on each, one statement each so that each instance's rows are locked only for its own change.
- * counts[k] counts the answers equal to answers[k]; counts[nanswers] the others. */
+ * WHICH instance(s)", exit 1, or 6 for none), else `fn` (an SQL call of the id $1 and --reason
+ * $2) run on each, one statement each so that each instance's rows are locked only for its own
+ * change. counts[k] counts the answers equal to answers[k]; counts[nanswers] the others. */
 static int
 per_instance(const struct cn_opts *o, const char *verb, const char *which, const char *statuses,
              const char *fn, const char *const *answers, size_t nanswers, int *counts)
@@ -54,7 +54,7 @@ per_instance(const struct cn_opts *o, const char *verb, const char *which, const
         PQfinish(c);
         return n > 0 ? EXIT_REJECTED : EXIT_NOOP;
     }
-    (void) snprintf(sql, sizeof(sql), "SELECT %s($1, $2) AS answer", fn);
+    (void) snprintf(sql, sizeof(sql), "SELECT %s AS answer", fn);
     for (row = 0; row < n && status == EXIT_OK; row++) {
         const char *p[2] = {ctl_col(r, row, "instance_id"), cn_opts_str(o, "reason")};
         PGresult *one = NULL;
@@ -93,10 +93,10 @@ wait_cancelled(const struct cn_opts *o, PGconn *c, const char *id, long long tim
 
 /* ---- one instance ------------------------------------------------------------------------- */
 
-/* What `cancel ID` and `retry ID` share: `SELECT fn(ID, --reason)` (cairn.cancel, cairn.retry)
- * and its answer in said. Returns EXIT_OK, else the exit status after saying why: an unknown ID
- * is rejected, and so is a failure whose message holds `refused` (NULL: none), said as
- * "PROG: ID why". */
+/* What `cancel ID` and `retry ID` share: `SELECT fn` (a call of cairn.cancel or cairn.retry with
+ * the id $1 and --reason $2) and its answer in said. Returns EXIT_OK, else the exit status after
+ * saying why: an unknown ID is rejected, and so is a failure whose message holds `refused` (NULL:
+ * none), said as "PROG: ID why". */
 static int
 answer_of(const struct cn_opts *o, PGconn *c, const char *fn, const char *id, const char *refused,
           const char *why, char *said, size_t len)
@@ -107,7 +107,7 @@ answer_of(const struct cn_opts *o, PGconn *c, const char *fn, const char *id, co
     char sql[64];
     cn_err rv;
 
-    (void) snprintf(sql, sizeof(sql), "SELECT %s($1, $2) AS answer", fn);
+    (void) snprintf(sql, sizeof(sql), "SELECT %s AS answer", fn);
     if ((rv = rn_db_exec(c, sql, 2, params, &r, &em)) != CN_OK) {
         if (rv == CN_NOTFOUND) {
             fprintf(stderr, "%s: no instance %s\n", o->prog, id);
@@ -124,6 +124,13 @@ answer_of(const struct cn_opts *o, PGconn *c, const char *fn, const char *id, co
     return EXIT_OK;
 }
 
+/* The cancel, forced or not (its finally blocks skipped). */
+static const char *
+cancel_call(const struct cn_opts *o)
+{
+    return cn_opts_bool(o, "force") ? "cairn.cancel($1, $2, true)" : "cairn.cancel($1, $2)";
+}
+
 /* One instance: cairn.cancel's answer, said in words and an exit status. */
 static int
 cancel_one(const struct cn_opts *o, PGconn *c, const char *id)
@@ -131,7 +138,7 @@ cancel_one(const struct cn_opts *o, PGconn *c, const char *id)
     char said[32];
     int status;
 
-    if ((status = answer_of(o, c, "cairn.cancel", id, NULL, NULL, said, sizeof(said))) != EXIT_OK) {
+    if ((status = answer_of(o, c, cancel_call(o), id, NULL, NULL, said, sizeof(said))) != EXIT_OK) {
         return status;
     }
     if (strcmp(said, "cancelled") == 0) {
@@ -142,7 +149,8 @@ cancel_one(const struct cn_opts *o, PGconn *c, const char *id)
         if (cn_opts_bool(o, "wait")) {
             return wait_cancelled(o, c, id, cn_opts_int(o, "timeout") * 1000);
         }
-        printf("%s: cancel requested; the runner that holds it stops it\n", id);
+        printf("%s: cancel requested; the runner that holds it stops it%s\n", id,
+               cn_opts_bool(o, "force") ? "" : " (after the finally blocks, if any)");
         return EXIT_OK;
     }
     /* "already completed" and the like: the result stays as it was. */
@@ -164,6 +172,8 @@ ctl_cmd_cancel(const struct ctl_call *call, int argc, char **argv)
                     "cancel every unfinished instance of workflow W instead of one"),
         CTL_OPT_STR("status", "S", "with --workflow, only those queued or only those running"),
         CTL_OPT_BOOL("yes", "with --workflow, do it (without it: say how many it would cancel)"),
+        CTL_OPT_BOOL("force", "end it without running its finally blocks, or abandon a cleanup "
+                              "under way"),
     };
     struct cn_opts o = CTL_OPTS(call, rows, 1);
     static const char *const answers[] = {"cancelled", "requested"};
@@ -193,8 +203,8 @@ ctl_cmd_cancel(const struct ctl_call *call, int argc, char **argv)
         fprintf(stderr, "cairnctl cancel: --status is queued or running, not '%s'\n", st);
         return EXIT_USAGE;
     }
-    status = per_instance(&o, "cancel", "unfinished ", "ARRAY['queued', 'running']", "cairn.cancel",
-                          answers, 2, counts);
+    status = per_instance(&o, "cancel", "unfinished ", "ARRAY['queued', 'running']",
+                          cancel_call(&o), answers, 2, counts);
     if (cn_opts_bool(&o, "yes")) {
         printf("%d cancelled, %d requested (their runners stop them), %d had already finished\n",
                counts[0], counts[1], counts[2]);
@@ -224,7 +234,7 @@ retry_many(const struct cn_opts *o, size_t nargs)
         return EXIT_USAGE;
     }
     status = per_instance(o, "retry", "", "ARRAY['failed', 'cancelled', 'timed_out']",
-                          "cairn.retry", answers, 1, counts);
+                          "cairn.retry($1, $2)", answers, 1, counts);
     if (cn_opts_bool(o, "yes")) {
         printf("%d queued again, %d changed meanwhile (nothing to retry)\n", counts[0], counts[1]);
     }
@@ -240,7 +250,7 @@ retry_one(const struct cn_opts *o, PGconn *c, const char *id)
     int status;
 
     /* check_violation: a completed instance keeps its result */
-    if ((status = answer_of(o, c, "cairn.retry", id, "completed",
+    if ((status = answer_of(o, c, "cairn.retry($1, $2)", id, "completed",
                             "completed: only a failed, cancelled or timed_out instance can be "
                             "retried",
                             said, sizeof(said))) != EXIT_OK) {

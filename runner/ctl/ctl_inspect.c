@@ -252,7 +252,9 @@ static const char *const inst_sql =
     " encode(ri.state, 'hex') AS state, ri.result::text AS result, ri.error::text AS error,"
     " ri.created_at, ri.started_at, ri.completed_at, q.scheduled_at,"
     " coalesce(q.lock_expires_at > now(), false) AS leased, ri.input::text AS input,"
-    " ri.deadline_at, ri.redrive, ri.schedule_name, ri.schedule_slot, ri.state_step"
+    " ri.deadline_at, ri.redrive, ri.schedule_name, ri.schedule_slot, ri.state_step,"
+    " ri.cleanup_until, CASE WHEN ri.cleanup_until IS NULL THEN NULL"
+    " WHEN ri.cancel_requested_at IS NOT NULL THEN 'cancel' ELSE 'timeout' END AS cleanup_after"
     " FROM cairn.runner_instances ri JOIN cairn.workflow_versions wv"
     " ON wv.id = ri.workflow_version_id LEFT JOIN cairn.queued_instances q ON q.instance_id"
     " = ri.instance_id WHERE ri.instance_id = $1";
@@ -482,6 +484,13 @@ build_doc(struct inspection *in, struct ir_val hist)
     kv_str(&in->doc, "due_at", ctl_col_opt(r, 0, "scheduled_at"), &ok);
     kv_set(&in->doc, "leased", ir_bool(ctl_col_true(r, 0, "leased")), &ok);
     kv_str(&in->doc, "deadline_at", ctl_col_opt(r, 0, "deadline_at"), &ok);
+    /* A cancel or a timeout ran (or runs) the finally blocks: after which, and until when. */
+    kv_set(&in->doc, "cleaning_up",
+           ir_bool(ctl_col_opt(r, 0, "cleanup_until") != NULL &&
+                   is_unfinished(ctl_col(r, 0, "status"))),
+           &ok);
+    kv_str(&in->doc, "cleanup_after", ctl_col_opt(r, 0, "cleanup_after"), &ok);
+    kv_str(&in->doc, "cleanup_until", ctl_col_opt(r, 0, "cleanup_until"), &ok);
     kv_set(&in->doc, "redrive_pending", ir_bool(ctl_col_true(r, 0, "redrive")), &ok);
     kv_str(&in->doc, "schedule", ctl_col_opt(r, 0, "schedule_name"), &ok);
     kv_str(&in->doc, "schedule_slot", ctl_col_opt(r, 0, "schedule_slot"), &ok);
@@ -538,6 +547,16 @@ print_record(const struct inspection *in)
     }
     if (ctl_col_opt(r, 0, "deadline_at") != NULL) {
         printf("deadline    %s\n", ctl_col(r, 0, "deadline_at"));
+    }
+    if (ctl_col_opt(r, 0, "cleanup_until") != NULL) {
+        if (is_unfinished(ctl_col(r, 0, "status"))) {
+            printf("cleanup     cleaning up: running its finally blocks after a %s, abandoned at "
+                   "%s\n",
+                   ctl_col(r, 0, "cleanup_after"), ctl_col(r, 0, "cleanup_until"));
+        } else {
+            printf("cleanup     ran its finally blocks after a %s\n",
+                   ctl_col(r, 0, "cleanup_after"));
+        }
     }
     if (ctl_col_opt(r, 0, "schedule_name") != NULL) {
         printf("schedule    %s (%s%s)\n", ctl_col(r, 0, "schedule_name"),

@@ -347,7 +347,7 @@ check_child_calls(const struct cn_opts *o, PGconn *c, const char *file, const ch
  * the same row (a no-op), changed source to a new version. */
 static const char *const insert_sql =
     "SELECT id, workflow_version, ir_hash FROM cairn.register_version($1, $2, $3::bytea, $4,"
-    " nullif($5::bigint, 0), $6::text[], $7::text[], $8::jsonb)";
+    " nullif($5::bigint, 0), $6::text[], $7::text[], $8::jsonb, $9::boolean)";
 /* Names are per tenant. Row security keeps a tenant to its own rows, but the schema owner sees
  * every tenant's and registers in tenant default: hence the tenant_id filters. */
 static const char *const existing_sql =
@@ -418,7 +418,7 @@ encode_version(const struct cn_opts *o, const char *file, const char *src, size_
 }
 
 /* Stores the version (params: name, version, graph, source, timeout, inputs, signals, the inputs'
- * schema or NULL), or finds the
+ * schema or NULL, whether it has finally blocks), or finds the
  * same one stored already: *r holds its id, workflow_version and ir_hash, *created whether this
  * call made it. A version of that name holding other source is refused. */
 static int
@@ -427,7 +427,7 @@ store_version(const struct cn_opts *o, PGconn *c, const char *const *params, PGr
 {
     int status;
 
-    if ((status = ctl_query(o, c, insert_sql, 8, params, r)) != EXIT_OK) {
+    if ((status = ctl_query(o, c, insert_sql, 9, params, r)) != EXIT_OK) {
         return status;
     }
     if ((*created = PQntuples(*r) == 1)) {
@@ -489,7 +489,7 @@ ctl_cmd_register(const struct ctl_call *call, int argc, char **argv)
     PGconn *c = NULL;
     PGresult *r = NULL;
     char *src = NULL, *name = NULL;
-    const char *file, *params[8];
+    const char *file, *params[9];
     size_t src_len = 0;
     char timeout[24];
     bool created = false;
@@ -520,6 +520,7 @@ ctl_cmd_register(const struct ctl_call *call, int argc, char **argv)
     params[5] = inputs.data;
     params[6] = signals.data;
     params[7] = dag->nodes[dag->entry].name; /* its typed inputs' schema (NULL: none typed) */
+    params[8] = ir_dag_has_finally(dag) ? "true" : "false";
     if ((status = store_version(&o, c, params, &r, &created)) != EXIT_OK ||
         (status = register_limits(&o, c, name)) != EXIT_OK) {
         goto out;

@@ -102,6 +102,10 @@ static struct cn_opt settings[] = {
         "CAIRN_DEFAULT_ACTION_TIMEOUT_MS", "default-action-timeout-ms",
         RN_DEFAULT_ACTION_TIMEOUT_MS, 1, UINT32_MAX,
         "per-attempt timeout of actions without [timeout: D], from their start on a worker"),
+    SETTING_INT("CAIRN_CLEANUP_TIMEOUT_MS", "cleanup-timeout-ms", RN_DEFAULT_CLEANUP_TIMEOUT_MS, 1,
+                UINT32_MAX,
+                "how long the finally blocks a cancel or a workflow timeout runs may take before "
+                "the cleanup is abandoned"),
     SETTING_INT("CAIRN_SHUTDOWN_GRACE_MS", "shutdown-grace-ms", RN_DEFAULT_SHUTDOWN_GRACE_MS, 0,
                 UINT32_MAX,
                 "on SIGTERM/SIGINT: how long running actions get to report before instances are "
@@ -314,6 +318,7 @@ main(int argc, char **argv)
     cfg.retention_s = retention_s;
     cfg.prune_interval_ms = u32("prune-interval-ms");
     cfg.default_action_timeout_ms = u32("default-action-timeout-ms");
+    cfg.cleanup_timeout_ms = u32("cleanup-timeout-ms");
     cfg.worker_idle_ms = u32("worker-idle-ms");
     cfg.max_inline_steps = u32("max-inline-steps");
     if ((rv = rn_runner_start(&cfg, &r, &em)) != CN_OK) {

@@ -30,11 +30,11 @@ struct rn_canceller {
 };
 
 static void
-heard_cancel(void *arg, struct rn_iid iid, const char *reason)
+heard_cancel(void *arg, struct rn_iid iid, const char *reason, bool force)
 {
     struct rn_canceller *c = arg;
 
-    c->hooks.cancel(c->hooks.arg, iid, reason);
+    c->hooks.cancel(c->hooks.arg, iid, reason, force);
 }
 
 static void

@@ -27,7 +27,8 @@
 #define RN_DEFAULT_MAX_CHILD_DEPTH          64
 #define RN_DEFAULT_SHUTDOWN_GRACE_MS        30000
 #define RN_DEFAULT_WORKER_IDLE_MS           20000
-#define RN_DEFAULT_MAX_INLINE_STEPS         RN_EXEC_DEFAULT_MAX_INLINE_STEPS /* why: exec.h */
+#define RN_DEFAULT_MAX_INLINE_STEPS         RN_EXEC_DEFAULT_MAX_INLINE_STEPS   /* why: exec.h */
+#define RN_DEFAULT_CLEANUP_TIMEOUT_MS       RN_EXEC_DEFAULT_CLEANUP_TIMEOUT_MS /* why: exec.h */
 /* The HTTP listener's bounds (runner/ops/http.h): a real client sends its request head in one
  * packet, within milliseconds; 5 s covers a loaded host and a person typing into telnet no
  * more. 128 connections is far above what operators and a Prometheus server open at once. */

@@ -231,11 +231,12 @@ on_claimed(void *arg, struct rn_sev *e)
 /* The canceller's callback (canceller thread; must not block): to the shard that would hold
  * the instance, which drops it when it does not. */
 static void
-on_cancel(void *arg, struct rn_iid iid, const char *reason)
+on_cancel(void *arg, struct rn_iid iid, const char *reason, bool force)
 {
     struct rn_runner *r = arg;
     struct rn_sev *e = rn_sev_new(RN_SEV_CANCEL, iid);
 
+    e->force = force;
     if (reason == NULL || ir_str_from_cstr(reason, &e->value) != CN_OK) {
         e->value = ir_null(); /* not text: the executor says "cancelled" */
     }
@@ -528,7 +529,8 @@ start_shards(struct rn_runner *r, struct cn_errmsg *err)
     for (i = 0; i < r->nloops; i++) {
         struct rn_shard_cfg scfg = {.index = i,
                                     .exec = {.default_timeout_ms = cfg->default_action_timeout_ms,
-                                             .max_inline_steps = cfg->max_inline_steps},
+                                             .max_inline_steps = cfg->max_inline_steps,
+                                             .cleanup_timeout_ms = cfg->cleanup_timeout_ms},
                                     .evict_sleep_threshold_ms = cfg->evict_sleep_threshold_ms,
                                     .evict_child_wait_ms = cfg->evict_child_wait_ms,
                                     .max_child_depth = cfg->max_child_depth};

@@ -55,10 +55,12 @@ struct rn_runner_cfg {
     uint32_t evict_child_wait_ms; /* a parent waiting only for children this long is handed back */
     uint32_t max_child_depth;     /* children nest at most this deep */
     uint32_t default_action_timeout_ms;
-    uint32_t worker_idle_ms;    /* the pool's idle cycle (0: its default) */
-    uint32_t max_inline_steps;  /* inline nodes one executor step may run (0: its default) */
-    int64_t retention_s;        /* finished instances are deleted this long after (0: kept) */
-    uint32_t prune_interval_ms; /* between retention rounds (0: its default) */
+    uint32_t worker_idle_ms;     /* the pool's idle cycle (0: its default) */
+    uint32_t max_inline_steps;   /* inline nodes one executor step may run (0: its default) */
+    uint32_t cleanup_timeout_ms; /* how long a cancel's or a timeout's finally blocks may run
+                                    (0: the executor's default) */
+    int64_t retention_s;         /* finished instances are deleted this long after (0: kept) */
+    uint32_t prune_interval_ms;  /* between retention rounds (0: its default) */
 };
 
 /* The ticker's jobs, the canceller's "notices" and retention's "retention". */

@@ -24,15 +24,6 @@
 #include "runner/exec/errors.h"
 #include "runner/exec/exec_int.h"
 
-bool
-rn_ex_is_finally(const struct ir_node *t)
-{
-    /* compile_try's hidden handler: one catch-all clause binding $finN, a name no source can
-     * write. */
-    return t->kind == IR_N_EXCEPT && t->nhandlers == 1 && t->handlers[0].ntypes == 0 &&
-           t->handlers[0].bind != NULL && strncmp(t->handlers[0].bind, "$fin", 4) == 0;
-}
-
 /* Whether an error raised at template node n meets a finally block on its way out. */
 static bool
 finally_above(const struct rn_instance *in, uint32_t n)
@@ -44,7 +35,7 @@ finally_above(const struct rn_instance *in, uint32_t n)
         if (target == IR_NO_NODE) {
             return false;
         }
-        if (rn_ex_is_finally(tnode(in, target))) {
+        if (ir_node_is_finally(tnode(in, target))) {
             return true;
         }
         n = target; /* an except or an aggregate raises on to its own handler */

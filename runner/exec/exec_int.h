@@ -238,8 +238,6 @@ void rn_ex_begin_step(struct rn_instance *in, struct rn_step_out *o, int64_t now
 cn_err rn_ex_end_step(struct rn_instance *in);
 
 /* cleanup.c: a cancel or a timeout that runs finally blocks first. */
-/* Whether template node t is the hidden handler of a finally block (compile_try). */
-bool rn_ex_is_finally(const struct ir_node *t);
 /* Applies a cancel or a timeout (outcome, and its error err, consumed): ends the instance at
  * once when force or when no live node has a finally block around it; else begins the cleanup.
  * While one is under way, force abandons it and anything else is stale. */

@@ -119,6 +119,14 @@ rn_status_data_fini(struct rn_status_data *d)
         free(w->since);
         free(w->timeout_at);
     }
+    for (i = 0; i < d->cleanups.len; i++) {
+        struct rn_status_cleanup *c = &d->cleanups.items[i];
+        free(c->instance_id);
+        free(c->workflow);
+        free(c->after);
+        free(c->until);
+    }
+    free(d->cleanups.items);
     free(d->wait_groups.items);
     free(d->waits.items);
     free(d->unfinished.items);
@@ -347,6 +355,15 @@ static const char q_waits[] =
                                                    " FROM cairn.instance_waits ORDER BY since, "
                                                    "instance_id LIMIT 20";
 
+/* The instances cleaning up (sql/0032: a partial index holds exactly these). */
+static const char q_cleanups[] =
+    "SELECT instance_id, workflow_name, CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancel'"
+    " ELSE 'timeout' END AS after, " UTC_OF(
+        "cleanup_until") " AS until"
+                         " FROM cairn.runner_instances WHERE cleanup_until IS NOT NULL"
+                         " AND status IN ('queued', 'running') ORDER BY cleanup_until, instance_id "
+                         "LIMIT 20";
+
 static void
 read_counts(const PGresult *res, struct rn_status_counts *v)
 {
@@ -491,6 +508,15 @@ read_data(struct rn_status *s, struct rn_status_data *d, struct cn_errmsg *err)
                                    col(res, i, "key"),         col(res, i, "since"),
                                    col(res, i, "timeout_at"),  col_int(res, i, "buffered")};
         CN_VEC_XPUSH(&d->waits, w);
+    }
+    PQclear(res);
+    if ((rv = rn_db_exec(s->conn, q_cleanups, 0, NULL, &res, err)) != CN_OK) {
+        goto fail;
+    }
+    for (i = 0; i < PQntuples(res); i++) {
+        struct rn_status_cleanup c = {col(res, i, "instance_id"), col(res, i, "workflow_name"),
+                                      col(res, i, "after"), col(res, i, "until")};
+        CN_VEC_XPUSH(&d->cleanups, c);
     }
     PQclear(res);
     if ((rv = rn_db_exec(s->conn, "COMMIT", 0, NULL, NULL, err)) != CN_OK) {

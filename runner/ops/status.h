@@ -89,6 +89,10 @@ struct rn_status_wait { /* one registered wait (cairn.instance_waits) */
     int64_t buffered; /* the instance's unconsumed signals */
 };
 
+struct rn_status_cleanup { /* an instance running its finally blocks after a cancel or timeout */
+    char *instance_id, *workflow, *after, *until; /* after: "cancel" or "timeout"; until: UTC */
+};
+
 struct rn_status_data {
     int64_t taken_ms;                   /* wall clock of the refresh that read it */
     struct rn_status_counts unfinished; /* queued and running */
@@ -117,6 +121,10 @@ struct rn_status_data {
         struct rn_status_wait *items;
         size_t len, cap;
     } waits; /* oldest first, at most 20 */
+    struct {
+        struct rn_status_cleanup *items;
+        size_t len, cap;
+    } cleanups; /* soonest abandoned first, at most 20 */
 };
 
 void rn_status_data_fini(struct rn_status_data *d);

@@ -373,6 +373,34 @@ failures(struct page *p, const struct rn_status_data *d)
     put(p, "</table>");
 }
 
+/* Instances running their finally blocks after a cancel or a timeout, and how to stop that. */
+static void
+cleanups(struct page *p, const struct rn_status_data *d)
+{
+    size_t i;
+
+    if (!section(p, "Cleaning up", d->cleanups.len,
+                 "no instance is running its finally blocks after a cancel or a timeout",
+                 "<th>workflow</th><th>instance</th><th>after a</th><th>abandoned at</th>"
+                 "<th>abandon now with</th>")) {
+        return;
+    }
+    for (i = 0; i < d->cleanups.len; i++) {
+        const struct rn_status_cleanup *c = &d->cleanups.items[i];
+        put(p, "<tr>");
+        cell(p, c->workflow);
+        put(p, "<td><code>");
+        text(p, c->instance_id);
+        put(p, "</code></td>");
+        cell(p, c->after);
+        cell(p, c->until);
+        put(p, "<td><code>cairnctl cancel ");
+        text(p, c->instance_id);
+        put(p, " --force</code></td></tr>");
+    }
+    put(p, "</table>");
+}
+
 /* The first of a comma-separated list of names: the one a send names. */
 static void
 first_name(struct page *p, const char *names)
@@ -599,6 +627,7 @@ rn_status_render(const struct rn_status_view *v, struct cn_buf *out)
     if (v->data != NULL) {
         instances(&p, v->data);
         failures(&p, v->data);
+        cleanups(&p, v->data);
         waits(&p, v->data);
         schedules(&p, v->data);
         fleet(&p, v);

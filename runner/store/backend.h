@@ -161,6 +161,7 @@ struct rn_claimed {
     size_t ndone;
     char *cancel_reason; /* a cancel was asked for (cairn.cancel) while another runner held it:
                             its reason (malloc'd); NULL: none */
+    bool cancel_force;   /* with cancel_reason: asked with --force (no cleanup) */
     int64_t deadline_ms; /* the instance's deadline (wall clock ms; its workflow timeout); 0:
                             none */
     int64_t timeout_ms;  /* the timeout the deadline comes from, for the error message */
@@ -201,11 +202,13 @@ struct rn_write {
     size_t ndone;
     const void *state; /* the new snapshot, or NULL to keep the stored one */
     size_t state_len;
-    uint32_t state_step;     /* with state: the last step it holds (rn_done.step) */
-    enum rn_outcome outcome; /* RN_RUNNING: not finished */
-    struct ir_val result;    /* COMPLETED: the value; FAILED: the error map */
-    int64_t wake_at_ms;      /* with release: when to claim it again (wall ms); else unused */
-    bool release;            /* hand the instance back (eviction): clear the lease */
+    uint32_t state_step;      /* with state: the last step it holds (rn_done.step) */
+    int64_t cleanup_until_ms; /* with state: the step began a cleanup, which may run until
+                                 then (wall ms); 0: it did not */
+    enum rn_outcome outcome;  /* RN_RUNNING: not finished */
+    struct ir_val result;     /* COMPLETED: the value; FAILED: the error map */
+    int64_t wake_at_ms;       /* with release: when to claim it again (wall ms); else unused */
+    bool release;             /* hand the instance back (eviction): clear the lease */
     struct rn_child_start *children; /* child instances to start (before the snapshot) */
     size_t nchildren;
     struct rn_wait *waits; /* waits to register, expire or withdraw (after the children) */
@@ -232,8 +235,9 @@ struct rn_backend;
 typedef void (*rn_child_done_fn)(void *arg, const struct rn_child_link *done, size_t n);
 
 /* Told of a cancel asked for an instance a runner holds (by whichever runner: the callee
- * ignores instances it does not hold). reason is borrowed (NULL: none given). */
-typedef void (*rn_cancel_fn)(void *arg, struct rn_iid instance_id, const char *reason);
+ * ignores instances it does not hold). reason is borrowed (NULL: none given); force: asked with
+ * --force (no cleanup). */
+typedef void (*rn_cancel_fn)(void *arg, struct rn_iid instance_id, const char *reason, bool force);
 
 /* Leases renewed per heartbeat call. One statement renewing every lease at once held its row
  * locks until all were taken: each write of the runner's own that touched a renewed row waited

@@ -85,20 +85,25 @@ CREATE OR REPLACE TRIGGER runner_instances_status_transition
 -- What `cairnctl register` wrote itself: a version of a workflow of the caller's tenant (the
 -- same statement; an existing version is left alone and nothing is returned). p_signals: the
 -- signal names its waits take (cairn.signal refuses others); p_input_schema: the JSON Schema of
--- its typed inputs (cairn.enqueue checks inputs against it), NULL when none is typed.
+-- its typed inputs (cairn.enqueue checks inputs against it), NULL when none is typed;
+-- p_cleanup: whether it has finally blocks (a cancel then leaves an unheld instance to a claim,
+-- which runs them).
 CREATE OR REPLACE FUNCTION cairn.register_version(p_name text, p_version text, p_graph bytea,
                                        p_source text, p_timeout_ms bigint, p_inputs text[],
                                        p_signals text[] DEFAULT '{}',
-                                       p_input_schema jsonb DEFAULT NULL)
+                                       p_input_schema jsonb DEFAULT NULL,
+                                       p_cleanup boolean DEFAULT false)
 RETURNS TABLE (id uuid, workflow_version text, ir_hash text)
 LANGUAGE sql
 SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
 AS $$
     WITH h AS (SELECT encode(sha256(p_graph), 'hex') AS ir_hash)
     INSERT INTO cairn.workflow_versions AS v (workflow_name, workflow_version, ir_hash, source,
-                                              timeout_ms, inputs, signals, input_schema)
+                                              timeout_ms, inputs, signals, input_schema,
+                                              cleanup)
     SELECT p_name, coalesce(p_version, left(h.ir_hash, 12)), h.ir_hash, p_source,
-           nullif(p_timeout_ms, 0), p_inputs, coalesce(p_signals, '{}'), p_input_schema
+           nullif(p_timeout_ms, 0), p_inputs, coalesce(p_signals, '{}'), p_input_schema,
+           coalesce(p_cleanup, false)
       FROM h
     ON CONFLICT ON CONSTRAINT workflow_versions_name DO NOTHING
     RETURNING v.id, v.workflow_version, v.ir_hash
@@ -460,10 +465,16 @@ END;
 $$;
 
 -- Cancels one instance. Returns what happened:
---   'cancelled'  nobody held it: it is cancelled now;
---   'requested'  a runner holds it: that runner cancels it (normally within a second);
+--   'cancelled'  it is cancelled now: nobody held it, and it has no cleanup to run (it never
+--                started, its version has no finally blocks, or p_force);
+--   'requested'  a runner holds it, or will (a claim, due now): that runner cancels it, running
+--                the finally blocks around what it interrupts first unless p_force (normally
+--                within a second; the cleanup may take longer, see CAIRN_CLEANUP_TIMEOUT);
 --   'completed', 'failed', 'cancelled', 'timed_out' with a prefix 'already ': it had finished;
 --                nothing changed (its result or error is kept).
+-- p_force (cairnctl cancel --force) skips the cleanup, or abandons one under way: a held
+-- instance is told so; one nobody holds is cancelled here. A cancel asked again without it
+-- changes nothing about a cleanup under way.
 -- Raises no_data_found (P0002) when there is no such instance. The instance's unfinished
 -- descendants are cancelled first, and a child it cancels itself (nobody held it) is marked
 -- parent_pending, so that a runner hands the outcome to its parent. Descendants first: a
@@ -475,32 +486,33 @@ $$;
 -- The NOTIFY carries the instance id alone: anyone may LISTEN on a channel, and a reason is the
 -- canceller's text (the runner reads it from the row, which it checks anyway: anyone may NOTIFY
 -- too).
-CREATE OR REPLACE FUNCTION cairn.cancel(p_instance_id uuid, p_reason text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION cairn.cancel(p_instance_id uuid, p_reason text DEFAULT NULL,
+                                        p_force boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
 AS $$
 DECLARE
     q cairn.queued_instances%ROWTYPE;
-    st text;
+    ri cairn.runner_instances%ROWTYPE;
     c record;
     reason text := left(coalesce(p_reason, 'cancelled'), 1000);
+    force boolean := coalesce(p_force, false);
 BEGIN
     FOR c IN
-        SELECT ri.instance_id FROM cairn.runner_instances ri
-         WHERE ri.parent_id = p_instance_id AND ri.status IN ('queued', 'running')
-         ORDER BY ri.instance_id
+        SELECT r.instance_id FROM cairn.runner_instances r
+         WHERE r.parent_id = p_instance_id AND r.status IN ('queued', 'running')
+         ORDER BY r.instance_id
     LOOP
-        PERFORM cairn.cancel(c.instance_id, reason);
+        PERFORM cairn.cancel(c.instance_id, reason, force);
     END LOOP;
     SELECT * INTO q FROM cairn.queued_instances WHERE instance_id = p_instance_id FOR UPDATE;
-    SELECT status INTO st FROM cairn.runner_instances WHERE instance_id = p_instance_id
-        FOR UPDATE;
+    SELECT * INTO ri FROM cairn.runner_instances WHERE instance_id = p_instance_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no instance %', p_instance_id USING ERRCODE = 'no_data_found';
     END IF;
-    IF st IN ('completed', 'failed', 'cancelled', 'timed_out') THEN
-        RETURN 'already ' || st;
+    IF ri.status IN ('completed', 'failed', 'cancelled', 'timed_out') THEN
+        RETURN 'already ' || ri.status;
     END IF;
     IF q.instance_id IS NULL THEN
         -- Retried while this cancel waited for the instance row: its new queue row, without
@@ -512,18 +524,37 @@ BEGIN
        AND q.lock_expires_at > clock_timestamp() THEN
         UPDATE cairn.runner_instances
            SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
-               cancel_reason = reason
+               cancel_reason = reason, cancel_force = cancel_force OR force
          WHERE instance_id = p_instance_id;
         PERFORM pg_notify('cairn_cancel', p_instance_id::text);
+        RETURN 'requested';
+    END IF;
+    IF NOT force AND q.instance_id IS NOT NULL AND ri.started_at IS NOT NULL
+       AND (ri.cleanup_until IS NULL OR ri.cleanup_until > clock_timestamp())
+       AND EXISTS (SELECT 1 FROM cairn.workflow_versions v
+                    WHERE v.id = ri.workflow_version_id AND v.cleanup) THEN
+        -- Started, with finally blocks to run (or running them when its runner died): the next
+        -- claim, due now, resumes it with the cancel.
+        UPDATE cairn.runner_instances
+           SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
+               cancel_reason = reason
+         WHERE instance_id = p_instance_id;
+        UPDATE cairn.queued_instances SET scheduled_at = least(scheduled_at, clock_timestamp())
+         WHERE instance_id = p_instance_id;
+        PERFORM pg_notify('cairn_enqueue', '');
         RETURN 'requested';
     END IF;
     UPDATE cairn.runner_instances
        SET status = 'cancelled',
            error = jsonb_build_object('type', 'Cancelled', 'message', reason,
                                       'bases', jsonb_build_array('Exception'),
-                                      'details', NULL),
+                                      'details', CASE WHEN ri.cleanup_until IS NOT NULL THEN
+                                          jsonb_build_object('cleanup_abandoned',
+                                              CASE WHEN force THEN 'cancelled with --force'
+                                                   ELSE 'the cleanup did not finish in time'
+                                              END) END),
            cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
-           cancel_reason = reason,
+           cancel_reason = reason, cancel_force = cancel_force OR force,
            completed_at = clock_timestamp(),
            parent_pending = parent_id IS NOT NULL AND NOT detached
      WHERE instance_id = p_instance_id;
@@ -563,8 +594,8 @@ BEGIN
             left(p_reason, 1000));
     UPDATE cairn.runner_instances
        SET status = 'queued', error = NULL, result = NULL, completed_at = NULL,
-           cancel_requested_at = NULL, cancel_reason = NULL, redrive = true,
-           parent_pending = false,
+           cancel_requested_at = NULL, cancel_reason = NULL, cancel_force = false,
+           cleanup_until = NULL, redrive = true, parent_pending = false,
            deadline_at = clock_timestamp() + timeout_ms * interval '1 millisecond'
      WHERE instance_id = p_instance_id;
     INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
@@ -576,7 +607,8 @@ $$;
 
 -- Times out the unfinished instances past their deadline that no live runner holds (a runner
 -- that holds one times it out itself, with its running attempts), marking the children among
--- them parent_pending. Returns how many. The walk is bounded by now(), the calling statement's
+-- them parent_pending. Returns how many. One cleaning up after its timeout or a cancel is left
+-- to the runner that resumes it until its cleanup_until (a cancel's is ended by cairn.cancel). The walk is bounded by now(), the calling statement's
 -- start: a stable bound is an index condition on runner_instances_deadline, a volatile one a
 -- filter over every unfinished instance that has a deadline (23 ms a call with 200 000 of them,
 -- and every runner calls it every 2 s).
@@ -587,12 +619,18 @@ DECLARE
     r record;
 BEGIN
     FOR r IN
-        SELECT ri.instance_id, ri.timeout_ms
+        SELECT ri.instance_id, ri.timeout_ms, ri.cleanup_until, ri.cancel_requested_at,
+               ri.started_at IS NOT NULL AND v.cleanup AS cleans
           FROM cairn.runner_instances ri
+          JOIN cairn.workflow_versions v ON v.id = ri.workflow_version_id
          WHERE ri.deadline_at < now() AND ri.status IN ('queued', 'running')
          ORDER BY ri.deadline_at
          LIMIT 1000
     LOOP
+        -- A cancel asked is the cancel sweep's to end (cairn.cancel); a started instance with
+        -- finally blocks is left to a claim, which runs them, until its cleanup's bound.
+        CONTINUE WHEN r.cancel_requested_at IS NOT NULL
+                   OR (r.cleans AND coalesce(r.cleanup_until > clock_timestamp(), true));
         PERFORM 1 FROM cairn.queued_instances q
           WHERE q.instance_id = r.instance_id
             AND (q.lock_uuid IS NULL OR q.lock_expires_at <= clock_timestamp())
@@ -604,7 +642,10 @@ BEGIN
                    'type', 'WorkflowTimeout',
                    'message', format('the instance did not finish within its timeout of %s ms',
                                      r.timeout_ms),
-                   'bases', jsonb_build_array('TimeoutError', 'Exception'), 'details', NULL),
+                   'bases', jsonb_build_array('TimeoutError', 'Exception'),
+                   'details', CASE WHEN r.cleanup_until IS NOT NULL THEN
+                       jsonb_build_object('cleanup_abandoned',
+                                          'the cleanup did not finish in time') END),
                completed_at = clock_timestamp(),
                parent_pending = parent_id IS NOT NULL AND NOT detached
          WHERE instance_id = r.instance_id AND status IN ('queued', 'running');

@@ -6,13 +6,15 @@ of its own, dropped at the end).
 
 - the runner publishes its row in cairn.runners: host, pid, HTTP address, its worker's slots,
   and per action {"workers", "slots", "busy", "waiting"}: std.sleep served and busy with the
-  instance that holds it, billing.charge (no worker serves it) with its 3 attempts waiting;
+  instance that holds it and the cancelled one's cleanup, billing.charge (no worker serves it) with its 3 attempts waiting;
 - the page, loaded in headless Chromium (the DOM after parsing), shows the running instance of
   `hold`, the banner "no connected worker serves billing.charge; 3 attempts waiting", the
   worker with the actions it serves, and the failed instance's error, which holds markup,
   escaped: it is text on the page, and the page has no script element;
 - the page lists what instances wait for: the approval instance's signals approve and reject,
   grouped by workflow, then as the oldest wait with the `cairnctl signal` command that answers;
+- the page lists the instances cleaning up: tidy, cancelled, running its finally block, with the
+  `cairnctl cancel ID --force` that abandons it;
 - / and /status answer the same page (text/html), /metrics still answers;
 - after a graceful stop (SIGTERM, exit 0) the runner's row is gone.
 
@@ -93,6 +95,7 @@ def run_all(url, env, tmp):
                  ["register", os.path.join(e2e.ROOT, "tests/integration/workflows/hold.cairn")],
                  ["register", os.path.join(e2e.ROOT, "tests/integration/status/charge.cairn")],
                  ["register", os.path.join(e2e.ROOT, "tests/integration/status/boom.cairn")],
+                 ["register", os.path.join(e2e.ROOT, "tests/integration/status/tidy.cairn")],
                  ["register", os.path.join(e2e.ROOT, "tests/integration/signals/approval.cairn")]):
         r = ctl(env, *args)
         check(f"cairnctl {' '.join(os.path.basename(a) for a in args)}", r.returncode == 0,
@@ -115,6 +118,15 @@ def run_all(url, env, tmp):
     check("the hold instance runs", wait_until(
         "running", lambda: q(url, "SELECT status FROM cairn.runner_instances WHERE instance_id "
                                   f"= '{hold}'") == "running", 30))
+    tidy = ctl(env, "run", "tidy", "--input", '{"ms": 120000}').stdout.strip()
+    check("the tidy instance runs", wait_until(
+        "running", lambda: q(url, "SELECT status FROM cairn.runner_instances WHERE instance_id "
+                                  f"= '{tidy}'") == "running", 30))
+    r = ctl(env, "cancel", tidy)
+    check("cancelled, the tidy instance cleans up", r.returncode == 0 and wait_until(
+        "cleaning", lambda: q(url, "SELECT status = 'running' AND cleanup_until IS NOT NULL FROM "
+                                   f"cairn.runner_instances WHERE instance_id = '{tidy}'") == "t",
+        30), r.stdout + r.stderr)
     check("the boom instance failed", wait_until(
         "failed", lambda: q(url, "SELECT status FROM cairn.runner_instances WHERE instance_id "
                                  f"= '{boom}'") == "failed", 30))
@@ -126,7 +138,7 @@ def run_all(url, env, tmp):
             return False
         a = rows[0]["actions"]
         return (a.get("billing.charge", {}).get("waiting") == 3
-                and a.get("std.sleep", {}).get("busy") == 1)
+                and a.get("std.sleep", {}).get("busy") == 2)
 
     check("the runner publishes its row, with the attempts waiting and busy",
           wait_until("published", published, 30), json.dumps(row(url)))
@@ -135,14 +147,15 @@ def run_all(url, env, tmp):
     check("the row names the runner's host, pid and HTTP address",
           me.get("pid") == runner.p.pid and me.get("http") == f"127.0.0.1:{port}"
           and me.get("host") == os.uname().nodename, json.dumps(me))
+    # Two attempts run: hold's, and tidy's cleanup.
     check("the row counts the worker and its slots, and what runs on it",
-          (me.get("workers"), me.get("slots"), me.get("busy")) == (1, 4, 1), json.dumps(me))
+          (me.get("workers"), me.get("slots"), me.get("busy")) == (1, 4, 2), json.dumps(me))
     acts = me.get("actions", {})
     check("billing.charge: no worker, 3 attempts waiting",
           acts.get("billing.charge") == {"workers": 0, "slots": 0, "busy": 0, "waiting": 3},
           json.dumps(acts))
-    check("std.sleep: one worker, its slots, one attempt running, none waiting",
-          acts.get("std.sleep") == {"workers": 1, "slots": 4, "busy": 1, "waiting": 0},
+    check("std.sleep: one worker, its slots, two attempts running, none waiting",
+          acts.get("std.sleep") == {"workers": 1, "slots": 4, "busy": 2, "waiting": 0},
           json.dumps(acts))
     check("every std action the worker serves is listed",
           all(acts.get(a, {}).get("workers") == 1 for a in ("std.echo", "std.fail", "std.noop")),
@@ -220,6 +233,9 @@ def run_all(url, env, tmp):
         ("... and the oldest waits, with the command that answers",
          lambda d, t: f"{approval} signal approve, reject" in t
          and f"cairnctl signal {approval} approve --payload JSON" in t),
+        ("the instance cleaning up after its cancel, with the command that abandons it",
+         lambda d, t: re.search(rf"<td>tidy</td><td><code>{tidy}</code></td><td>cancel</td>", d)
+         and f"cairnctl cancel {tidy} --force" in t),
         ("the page has no script element",
          lambda d, t: "<script" not in d.lower()),
         ("the banner: workflow hold at its concurrency limit",

@@ -84,7 +84,8 @@
     "                THEN coalesce(ri.cancel_reason, 'cancelled') END AS cancel,"              \
     "           floor(extract(epoch FROM ri.deadline_at) * 1000)::bigint AS deadline,"         \
     "           ri.timeout_ms, ri.redrive, CASE WHEN NOT ri.detached THEN ri.parent_id END AS" \
-    "           parent_id, ri.parent_exec_id, ri.parent_attempt, q.again, ri.state_step"
+    "           parent_id, ri.parent_exec_id, ri.parent_attempt, q.again, ri.state_step,"      \
+    "           ri.cancel_force"
 
 /* While some workflow has a concurrency limit (0012), the claim first takes instances waiting
  * for a slot through cairn.claim_limited (at most $6), then fills the rest of $1 from the walks.
@@ -337,6 +338,7 @@ pg_claim(struct rn_backend *base, size_t max, size_t max_bytes, size_t max_orpha
          * it was read before (binary bool). */
         c->started_before = PQgetlength(r, row, 13) == 1 && PQgetvalue(r, row, 13)[0] == 1;
         c->state_step = PQgetlength(r, row, 14) == 4 ? pg_be32(PQgetvalue(r, row, 14)) : 0;
+        c->cancel_force = PQgetlength(r, row, 15) == 1 && PQgetvalue(r, row, 15)[0] == 1;
         pg_barr_uuid(&ids, c->instance_id.b);
         resumed = resumed || c->state != NULL || c->started_before;
         n++;

@@ -101,7 +101,7 @@ verify_cancels(struct pg_backend *b, const struct rn_iid *ids, size_t n, rn_canc
 
     PG_BARR_IDS(&a, ids, n);
     rv = pg_exec_array(b,
-                       "SELECT instance_id, coalesce(cancel_reason, 'cancelled')"
+                       "SELECT instance_id, coalesce(cancel_reason, 'cancelled'), cancel_force"
                        " FROM cairn.runner_instances WHERE instance_id = ANY($1::uuid[])"
                        " AND cancel_requested_at IS NOT NULL",
                        &a, &r, err);
@@ -111,7 +111,8 @@ verify_cancels(struct pg_backend *b, const struct rn_iid *ids, size_t n, rn_canc
     for (row = 0; row < PQntuples(r); row++) {
         struct rn_iid iid;
         if (pg_get_uuid(r, row, 0, iid.b)) {
-            fn(arg, iid, PQgetvalue(r, row, 1)); /* text's binary form: its bytes, and a NUL */
+            /* text's binary form: its bytes, and a NUL; a bool's: one byte */
+            fn(arg, iid, PQgetvalue(r, row, 1), PQgetvalue(r, row, 2)[0] != 0);
         }
     }
     PQclear(r);
@@ -405,7 +406,7 @@ static const char *sweep_cancels_sql =
     "       CASE WHEN q.lock_uuid IS NOT NULL AND q.lock_expires_at > clock_timestamp()"
     "            THEN ri.cancel_reason"
     "            ELSE cairn.cancel(ri.instance_id, ri.cancel_reason) END,"
-    "       q.lock_uuid IS NOT NULL AND q.lock_expires_at > clock_timestamp()"
+    "       q.lock_uuid IS NOT NULL AND q.lock_expires_at > clock_timestamp(), ri.cancel_force"
     "  FROM cairn.runner_instances ri"
     "  LEFT JOIN cairn.queued_instances q ON q.instance_id = ri.instance_id"
     " WHERE ri.cancel_requested_at IS NOT NULL AND ri.status IN ('queued', 'running')";
@@ -426,7 +427,8 @@ pg_sweep_cancels(struct rn_backend *base, rn_cancel_fn fn, void *arg, struct cn_
         struct rn_iid iid;
         if (strcmp(PQgetvalue(r, row, 2), "t") == 0 &&
             cn_uuid_parse(PQgetvalue(r, row, 0), iid.b)) {
-            fn(arg, iid, PQgetisnull(r, row, 1) ? NULL : PQgetvalue(r, row, 1));
+            fn(arg, iid, PQgetisnull(r, row, 1) ? NULL : PQgetvalue(r, row, 1),
+               strcmp(PQgetvalue(r, row, 3), "t") == 0);
         }
     }
     PQclear(r);

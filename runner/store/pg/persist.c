@@ -113,13 +113,15 @@ static const struct {
      " cairn.runner_signals($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[], $5::uuid[],"
      " $6::text[], $7::text[])",
      7, "uuuiutt"},
+    /* A snapshot that begins a cleanup (sql/0032) records until when it may run: t.c, 0 for
+     * any other. */
     {"cairn_state",
-     "UPDATE cairn.runner_instances ri SET state = t.s, state_step = t.k, redrive = false FROM"
-     " unnest($1::uuid[],"
-     " $2::uuid[], $3::bytea[], $4::integer[]) AS t(i, l, s, k) CROSS JOIN LATERAL (SELECT 1"
-     " FROM cairn.queued_instances q WHERE q.instance_id = t.i AND q.lock_uuid = t.l OFFSET 0)"
-     " ok WHERE ri.instance_id = t.i",
-     4, "uubi"},
+     "UPDATE cairn.runner_instances ri SET state = t.s, state_step = t.k, redrive = false,"
+     " cleanup_until = CASE WHEN t.c > 0 THEN to_timestamp(t.c / 1000.0) ELSE ri.cleanup_until"
+     " END FROM unnest($1::uuid[], $2::uuid[], $3::bytea[], $4::integer[], $5::bigint[]) AS"
+     " t(i, l, s, k, c) CROSS JOIN LATERAL (SELECT 1 FROM cairn.queued_instances q WHERE"
+     " q.instance_id = t.i AND q.lock_uuid = t.l OFFSET 0) ok WHERE ri.instance_id = t.i",
+     5, "uubiI"},
     {"cairn_release",
      "WITH t AS (SELECT t.w, ok.tid FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS"
      " t(i, l, w) CROSS JOIN LATERAL (SELECT q.ctid AS tid FROM cairn.queued_instances q"
@@ -790,6 +792,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             pg_barr_uuid(&a[PS_STATE][1], w[i].lock.b);
             pg_barr_put(&a[PS_STATE][2], w[i].state, w[i].state_len);
             pg_barr_int(&a[PS_STATE][3], w[i].state_step);
+            pg_barr_int(&a[PS_STATE][4], w[i].cleanup_until_ms);
         }
         if (w[i].outcome != RN_RUNNING) {
             const char *status = rn_outcome_name(w[i].outcome);

@@ -109,9 +109,9 @@ def _list(status, workflow, limit):
                       (*args, limit), True, lambda rows: [_row(r) for r in rows])
 
 
-def _cancel(instance_id, reason):
-    return _Statement("SELECT cairn.cancel(%s, %s)", (uuid.UUID(str(instance_id)), reason),
-                      False, _first)
+def _cancel(instance_id, reason, force):
+    return _Statement("SELECT cairn.cancel(%s, %s, %s)",
+                      (uuid.UUID(str(instance_id)), reason, bool(force)), False, _first)
 
 
 def _retry(instance_id, reason):
@@ -408,9 +408,11 @@ class Client:
         """Instances, newest first."""
         return self._run(_list(status, workflow, limit))
 
-    def cancel(self, instance_id, reason=None):
-        """cairn.cancel: 'cancelled', 'requested' (its runner stops it), or 'already <status>'."""
-        return self._run(_cancel(instance_id, reason))
+    def cancel(self, instance_id, reason=None, *, force=False):
+        """cairn.cancel: 'cancelled', 'requested' (its runner stops it, after the finally blocks
+        around what it interrupts), or 'already <status>'. force=True skips those blocks, or
+        abandons a cleanup under way."""
+        return self._run(_cancel(instance_id, reason, force))
 
     def retry(self, instance_id, reason=None):
         """cairn.retry: 'queued', or 'already queued' / 'already running'; a completed instance
@@ -610,8 +612,8 @@ class AsyncClient:
     async def list(self, status=None, workflow=None, limit=20):
         return await self._run(_list(status, workflow, limit))
 
-    async def cancel(self, instance_id, reason=None):
-        return await self._run(_cancel(instance_id, reason))
+    async def cancel(self, instance_id, reason=None, *, force=False):
+        return await self._run(_cancel(instance_id, reason, force))
 
     async def retry(self, instance_id, reason=None):
         return await self._run(_retry(instance_id, reason))

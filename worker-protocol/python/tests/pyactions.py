@@ -104,3 +104,29 @@ def stuck(s):
     """A plain def that ignores cancellation."""
     time.sleep(s)
     return s
+
+
+# The saga of pyrefund.cairn (test_cleanup.py): each action appends one line, "ACTION EXEC_ID
+# ATTEMPT PID", to path when it starts, then holds its slot for ms (cancelled with its task).
+async def _step(name, path, ms):
+    import os
+    c = cairn.context()
+    with open(path, "a") as f:
+        f.write(f"{name} {c.exec_id} {c.attempt} {os.getpid()}\n")
+    await asyncio.sleep(ms / 1000)
+    return name
+
+
+@cairn.action("shop.charge")
+async def charge(order, path):
+    return await _step("charge", path, 0)
+
+
+@cairn.action("shop.ship")
+async def ship(order, path, ms):
+    return await _step("ship", path, ms)
+
+
+@cairn.action("shop.refund")
+async def refund(order, path, ms):
+    return await _step("refund", path, ms)
