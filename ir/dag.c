@@ -178,6 +178,13 @@ validate_call(const struct ir_dag *d, uint32_t i, struct cn_errmsg *err)
     if (ir_call_is_send(n->call)) {
         return validate_send(n, i, err);
     }
+    if (n->call == IR_CALL_JOIN) {
+        if (n->nargs != 1 || strcmp(n->argnames[0], "child") != 0 || n->nretries != 0 ||
+            n->deadline_ms != 0 || n->timeout_ms != 0 || n->version != NULL) {
+            return vfail(err, i, "a wait for a child takes its id (child) and no policy");
+        }
+        return CN_OK;
+    }
     if (!ir_workflow_name_ok(n->name)) {
         return vfail(err, i, "a child workflow call needs a valid workflow name");
     }

@@ -132,7 +132,9 @@ enum ir_edge_kind { IR_EDGE_KINDS(IR_EDGE_ENUM) IR_E_COUNT_ };
  * (`run wf(...)` waits for its result; `start wf(...)` continues at once with the child's id),
  * the outside world (`wait a, b` takes the next signal of one of those names sent to the
  * instance; `wait event e [key: k]` the next event e published under key k), or another
- * instance (`signal s(to=id, payload=v)` sends it signal s, in the write that records the call).
+ * instance (`signal s(to=id, payload=v)` sends it signal s, in the write that records the call),
+ * or a child it started (`wait for id` gives that child's result, raising its error as `run`
+ * does; its one kwarg, `child`, is the id; its name is empty, and it has no policy).
  * X(ENUM, text); the numbers are stored in the DAG format: append only.
  *
  * A wait node's `name` is its signal names joined by ',' (names cannot hold one), or the event's
@@ -145,7 +147,8 @@ enum ir_edge_kind { IR_EDGE_KINDS(IR_EDGE_ENUM) IR_E_COUNT_ };
     X(START, "start")      \
     X(WAIT, "wait")        \
     X(EVENT, "wait event") \
-    X(SIGNAL, "signal")
+    X(SIGNAL, "signal")    \
+    X(JOIN, "wait for")
 
 #define IR_CALL_ENUM(id, text) IR_CALL_##id,
 enum ir_call_kind { IR_CALL_KINDS(IR_CALL_ENUM) IR_CALL_COUNT_ };

@@ -113,6 +113,10 @@ put_action(const struct ir_dag *d, struct cn_buf *o, const struct ir_node *n)
     if (ir_call_is_wait(n->call)) {
         return put_wait(d, o, n);
     }
+    if (n->call == IR_CALL_JOIN) { /* `wait for id` */
+        CN_TRY(cn_buf_puts(o, "wait for "));
+        return put_expr(d, o, n->argexprs[0]);
+    }
 
     /* As written in the source: `@mod.action(...)`, `run wf(...)`, `start wf(...)`. */
     if (n->call == IR_CALL_ACTION) {

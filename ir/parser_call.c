@@ -443,6 +443,32 @@ ir_parse_action(struct parser *ps, struct ir_action_call *ac, bool *fail_fast)
     ac->pos = tok_pos(t);
     if (t->kind == IR_TK_AT) {
         named = parse_action_name(ps, t, &name);
+    } else if (is_name_tok(t, "wait") && at(ps, IR_TK_FOR)) {
+        /* `wait for EXPR`: a child this instance started; EXPR is its id. */
+        struct ir_kwarg a;
+        advance(ps); /* for */
+        ac->call = IR_CALL_JOIN;
+        a.name = "child";
+        a.pos = tok_pos(peek(ps));
+        if (peek(ps)->kind == IR_TK_NAME && peek_at(ps, 1)->kind == IR_TK_LBRACK &&
+            peek_at(ps, 2)->kind == IR_TK_NAME && peek_at(ps, 3)->kind == IR_TK_COLON) {
+            /* `wait for h [timeout: D]` would read as a subscript of h */
+            ir_ps_error_at(ps, peek_at(ps, 1),
+                           "a wait for a child takes no brackets: its retries and timeout are "
+                           "the child's own");
+            goto out;
+        }
+        a.expr = ir_parse_or(ps);
+        if (ps->panic || !ps_alloc_ok(ps, CN_VEC_PUSH(&kw, a))) {
+            goto out;
+        }
+        if (at(ps, IR_TK_LBRACK)) {
+            ir_ps_error_at(ps, peek(ps),
+                           "a wait for a child takes no brackets: its retries and timeout are "
+                           "the child's own");
+            goto out;
+        }
+        goto done;
     } else if (is_name_tok(t, "wait")) {
         ac->call = (uint8_t) (is_name_tok(peek(ps), "event") && peek_at(ps, 1)->kind == IR_TK_NAME
                                   ? IR_CALL_EVENT

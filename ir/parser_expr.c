@@ -210,7 +210,7 @@ parse_atom(struct parser *ps)
 
     switch (t->kind) {
     case IR_TK_NAME:
-        if (ir_call_is_wait(child_call_at(ps))) {
+        if (ir_call_is_wait(child_call_at(ps)) || child_call_at(ps) == IR_CALL_JOIN) {
             ir_ps_error_at(ps, t,
                            "a wait must be a statement of its own (`x = wait name`), not part "
                            "of an expression");

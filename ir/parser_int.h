@@ -126,7 +126,8 @@ is_child_word(const struct ir_token *t)
 }
 
 /* `run` and `start` begin a child workflow call, `wait` a wait, and `signal` a send, only when
- * a name follows (`run billing.refund(`, `wait approve`, `signal approve(`):
+ * a name follows (`run billing.refund(`, `wait approve`, `signal approve(`), or for `wait` the
+ * keyword `for` (`wait for child_id`, a wait for a started child):
  * no expression has two names in a row, so `run = 3`, `f(run)`, `start + 1` and a helper called
  * `run(...)` keep them ordinary names. A string after them counts too, so that a quoted workflow
  * name gets an explanation instead of "expected end of line". Returns the call kind there,
@@ -136,6 +137,9 @@ child_call_at(const struct parser *ps)
 {
     enum ir_tok next = peek_at(ps, 1)->kind;
 
+    if (is_name_tok(peek(ps), "wait") && next == IR_TK_FOR) {
+        return IR_CALL_JOIN;
+    }
     if (!is_child_word(peek(ps)) || (next != IR_TK_NAME && next != IR_TK_STRING)) {
         return IR_CALL_ACTION;
     }

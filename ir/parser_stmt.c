@@ -146,7 +146,7 @@ parse_parallel(struct parser *ps, struct ir_stmt *s)
             break;
         }
         if (t->kind == IR_TK_AT || child_call_at(ps) == IR_CALL_RUN ||
-            ir_call_is_wait(child_call_at(ps))) {
+            ir_call_is_wait(child_call_at(ps)) || child_call_at(ps) == IR_CALL_JOIN) {
             b.is_action = true;
             if (!ir_parse_action(ps, &b.action, NULL)) {
                 break;

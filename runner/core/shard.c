@@ -514,6 +514,45 @@ take_sends(struct rn_step_out *o, struct rn_wreq *q)
     q->w.nsends = q->nsends;
 }
 
+/* Moves the waits for started children among o's requests into write q: storage attaches or
+ * answers them in the write that records them (the executor checked that `child` is an id). */
+static void
+take_joins(struct rn_step_out *o, struct rn_wreq *q)
+{
+    size_t k, kept = 0, n = 0;
+
+    for (k = 0; k < o->actions.len; k++) {
+        n += o->actions.items[k].call == IR_CALL_JOIN;
+    }
+    if (n == 0) {
+        return;
+    }
+    q->joins = cn_xcalloc(n, sizeof(*q->joins));
+    for (k = 0; k < o->actions.len; k++) {
+        struct rn_action_req *a = &o->actions.items[k];
+        const struct ir_val *child = ir_map_get(a->kwargs, "child", 5);
+        struct rn_join *j;
+
+        if (a->call != IR_CALL_JOIN) {
+            o->actions.items[kept++] = *a;
+            continue;
+        }
+        j = &q->joins[q->njoins++];
+        j->exec_id = a->exec_id;
+        j->attempt = a->attempt;
+        j->value = ir_null();
+        if (child == NULL || child->type != IR_T_STR ||
+            !cn_uuid_parse(ir_str_data(*child), j->child.b)) {
+            memset(j->child.b, 0, sizeof(j->child.b)); /* not reached: the executor raised */
+        }
+        ir_val_release(a->kwargs);
+        ir_val_release(a->prev_error);
+    }
+    o->actions.len = kept;
+    q->w.joins = q->joins;
+    q->w.njoins = q->njoins;
+}
+
 /* Acts on the output of a step (in sh->step): writes what must be durable, holding actions and
  * timers until it commits; releases at once what needs no write. */
 static void
@@ -579,6 +618,7 @@ handle_output(struct rn_shard *sh, struct inst *in, const struct rn_event *evs, 
     } else {
         take_children(sh, o, q);
         take_sends(o, q);
+        take_joins(o, q);
     }
     take_waits(o, q); /* an instance that ends withdraws its waits */
     take_published(o, q);
@@ -1039,6 +1079,40 @@ error:
     }
 }
 
+/* What a committed write's waits for started children came to, as events for the instance
+ * (queued in in->waiting, applied next): a child that had ended gives its outcome as the call's
+ * result (recorded by the next write, like an action's); one that has not gives nothing yet
+ * (its end records the outcome, which comes back as a child's does); a wait for an id that is
+ * no child of this instance, or one another wait takes, raises ChildWorkflowNotFound. */
+static void
+joins_done(struct inst *in, const struct rn_sev *e)
+{
+    size_t k;
+
+    for (k = 0; k < e->njoins; k++) {
+        const struct rn_join *j = &e->joins[k];
+        struct rn_event ev;
+
+        if (j->status == RN_JOIN_WAITING) {
+            continue;
+        }
+        memset(&ev, 0, sizeof(ev));
+        ev.exec_id = j->exec_id;
+        ev.attempt = j->attempt;
+        if (j->status == RN_JOIN_ENDED) {
+            ev.kind = j->ok ? RN_EV_RESULT : RN_EV_ERROR;
+            ev.value = ir_val_retain(j->value);
+        } else {
+            ev.kind = RN_EV_ERROR;
+            if (rn_error_new(RN_ERR_CHILD_NOT_FOUND, j->message, &ev.value) != CN_OK &&
+                rn_error_new(RN_ERR_CHILD_NOT_FOUND, "no such child", &ev.value) != CN_OK) {
+                cn_oom("child error");
+            }
+        }
+        CN_VEC_XPUSH(&in->waiting, ev); /* the value moves into the queue */
+    }
+}
+
 /* Sets key to the string text in map m; false without memory. */
 static bool
 put_text(struct ir_val *m, const char *key, const char *text)
@@ -1220,6 +1294,7 @@ on_ack(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
     }
     release_output(sh, in, &in->held, in->held_us, now, out);
     children_started(in, e);
+    joins_done(in, e);
     waits_answered(in, e);
     sends_done(in, e);
     if (maybe_evict_sleeper(sh, in, now, out)) {

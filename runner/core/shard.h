@@ -99,6 +99,9 @@ struct rn_sev {
     struct rn_wait *waits; /* the write's waits that it answered (owned: values; keys and
                               timeout values None) */
     size_t nwaits;
+    struct rn_join *joins; /* the write's waits for started children, with what became of them
+                              (owned, values owned) */
+    size_t njoins;
     struct rn_send *sends; /* the write's signals, with what became of them (owned; payloads
                               None) */
     size_t nsends;

@@ -47,6 +47,10 @@ rn_sev_free(struct rn_sev *e)
     }
     free(e->waits);
     free(e->sends);
+    for (k = 0; k < e->njoins; k++) {
+        ir_val_release(e->joins[k].value);
+    }
+    free(e->joins);
     free(e);
 }
 

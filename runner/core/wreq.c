@@ -50,6 +50,10 @@ rn_wreq_free(struct rn_wreq *q)
         ir_val_release(q->sends[k].payload);
     }
     free(q->sends);
+    for (k = 0; k < q->njoins; k++) {
+        ir_val_release(q->joins[k].value);
+    }
+    free(q->joins);
     cn_buf_fini(&q->state);
     ir_val_release(q->w.result);
     ir_val_release(q->w.parent_value);

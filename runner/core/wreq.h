@@ -28,6 +28,8 @@ struct rn_wreq {
     size_t npublished;
     struct rn_send *sends; /* owned (payloads owned; names the template's) */
     size_t nsends;
+    struct rn_join *joins; /* owned (values owned) */
+    size_t njoins;
     struct rn_wreq *next; /* the persister's queue link */
 };
 

@@ -223,6 +223,10 @@ ctl_wait_reasons(PGconn *c, const char *id, const char *status, struct ir_val li
         const char *st = str_of(n, "status"), *act = str_of(n, "action"), *call = str_of(n, "call");
         long long attempt = int_of(n, "attempt");
 
+        if (st != NULL && call != NULL && strcmp(call, "wait for") == 0) {
+            add(out, "a child it started to finish (`wait for`, line %lld)", int_of(n, "line"));
+            continue;
+        }
         if (st == NULL || (call != NULL && strncmp(call, "wait", 4) == 0)) {
             continue; /* a wait: waits_reasons said it, from its row */
         }

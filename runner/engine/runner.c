@@ -167,6 +167,15 @@ on_persist_ack(void *arg, const struct rn_wreq *q, bool lost, bool failed)
         }
         e->nsends = q->nsends;
     }
+    if (q->njoins > 0 && !lost && !failed) {
+        size_t k;
+        e->joins = cn_xcalloc(q->njoins, sizeof(*e->joins));
+        for (k = 0; k < q->njoins; k++) {
+            e->joins[k] = q->w.joins[k];
+            e->joins[k].value = ir_val_retain(q->w.joins[k].value);
+        }
+        e->njoins = q->njoins;
+    }
     if (q->nwaits > 0 && !lost && !failed) {
         size_t k;
         e->waits = cn_xcalloc(q->nwaits, sizeof(*e->waits));

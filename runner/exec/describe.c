@@ -67,6 +67,8 @@ describe_node(const struct rn_instance *in, const struct rn_xnode *x, struct ir_
         put_str(&m, "call", n->call == IR_CALL_EVENT ? "wait event" : "wait", &rv);
     } else if (n->kind == IR_N_ACTION && ir_call_is_send(n->call)) {
         put_str(&m, "call", "signal", &rv);
+    } else if (n->kind == IR_N_ACTION && n->call == IR_CALL_JOIN) {
+        put_str(&m, "call", "wait for", &rv); /* which child is storage's (its parent link) */
     } else if (n->kind == IR_N_ACTION && n->call != IR_CALL_ACTION) {
         put_str(&m, "call", n->call == IR_CALL_RUN ? "run" : "start", &rv);
         if (x->status == RN_X_RUNNING && x->has_id) {

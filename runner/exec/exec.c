@@ -115,8 +115,10 @@ out_cancel(struct rn_instance *in, const struct rn_xnode *x)
     struct rn_done w;
     cn_err rv;
 
-    if (ir_call_is_send(call)) {
-        return true; /* sent with the write that records it, or not at all: nothing to stop */
+    if (ir_call_is_send(call) || call == IR_CALL_JOIN) {
+        /* A send goes with the write that records it, or not at all; a wait for a started
+         * child stops waiting, and the child goes on, as `start` asked. Nothing to stop. */
+        return true;
     }
     if (ir_call_is_wait(call)) {
         memset(&w, 0, sizeof(w));
@@ -709,6 +711,34 @@ signal_args(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct
     return true;
 }
 
+/* The argument of a `wait for` (in *kw, consumed on failure): a child's id, a UUID string (what
+ * `start` gives), else a TypeError or ValueError at the wait. False when it raised. */
+static bool
+join_arg(struct rn_instance *in, uint32_t xi, struct ir_val *kw)
+{
+    const struct ir_val *c = ir_map_get(*kw, "child", 5);
+    char msg[160];
+    uint8_t id[16];
+
+    if (c == NULL || c->type != IR_T_STR) {
+        (void) snprintf(
+            msg, sizeof(msg), "wait for takes a child's id (a str, as start gives), not %s%s",
+            c != NULL ? ir_type_name(c->type) : "nothing",
+            c != NULL && c->type == IR_T_LIST ? ": for several, `spread ids:id -> wait for id`"
+                                              : "");
+        ir_val_release(*kw);
+        rn_ex_raise_new(in, xi, "TypeError", msg);
+        return false;
+    }
+    if (!cn_uuid_parse(ir_str_data(*c), id)) {
+        (void) snprintf(msg, sizeof(msg), "wait for: not a child's id: '%.40s'", ir_str_data(*c));
+        ir_val_release(*kw);
+        rn_ex_raise_new(in, xi, "ValueError", msg);
+        return false;
+    }
+    return true;
+}
+
 /* Evaluates the kwargs and requests attempt x->attempt. The timeout (start to close) goes with
  * the request: the pool counts it from when a worker starts the attempt, so waiting for a slot
  * is not counted (pool.h). With [deadline: D] (schedule to close) a new attempt also gets the
@@ -751,6 +781,9 @@ rn_ex_dispatch(struct rn_instance *in, uint32_t xi, bool resend)
         return;
     }
     if (t->call == IR_CALL_SIGNAL && !signal_args(in, xi, t, &kw)) {
+        return;
+    }
+    if (t->call == IR_CALL_JOIN && !join_arg(in, xi, &kw)) {
         return;
     }
     if (rn_ex_x_ensure_id(in, xi) != CN_OK) {

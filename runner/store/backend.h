@@ -70,6 +70,42 @@ struct rn_child_start {
     char message[200]; /* what did not fit (NOT_FOUND, BAD_INPUT, TOO_DEEP) */
 };
 
+/* What became of a `wait for` a started child (set by persist). */
+#define RN_JOIN_STATUSES(X)                                                                   \
+    X(RN_JOIN_WAITING, "waiting")     /* attached to the call: its end records its outcome */ \
+    X(RN_JOIN_ENDED, "ended")         /* it had ended: value is the call's result or error */ \
+    X(RN_JOIN_NOT_CHILD, "not_child") /* no child of this instance has that id */             \
+    X(RN_JOIN_TAKEN, "taken")         /* another call waits for it already */
+#define RN_JOIN_STATUS_ENUM(e, name) e,
+enum rn_join_status { RN_JOIN_STATUSES(RN_JOIN_STATUS_ENUM) RN_JOIN_STATUS_COUNT_ };
+#undef RN_JOIN_STATUS_ENUM
+
+/* The status's name ("waiting"), as cairn.join_children returns it; "" outside the enum. */
+static inline const char *
+rn_join_status_name(enum rn_join_status s)
+{
+#define RN_JOIN_STATUS_NAME(e, name) name,
+    static const char *const names[] = {RN_JOIN_STATUSES(RN_JOIN_STATUS_NAME)};
+#undef RN_JOIN_STATUS_NAME
+    return (unsigned) s < RN_JOIN_STATUS_COUNT_ ? names[s] : "";
+}
+
+/* A wait for a child the instance started (`wait for id`), made in the write that records the
+ * call: storage attaches the child to the call, so that the child's end records its outcome
+ * as the call's result (as for `run`), or, when the child has ended already, answers at once.
+ * Attaching again (a replay) changes nothing. Borrowed from the caller, but for what persist
+ * sets. */
+struct rn_join {
+    struct rn_xid exec_id; /* the parent's call */
+    uint32_t attempt;
+    struct rn_iid child;
+    /* set by persist: */
+    enum rn_join_status status;
+    bool ok;             /* ENDED: the child completed */
+    struct ir_val value; /* ENDED: the call's result (rn_child_outcome; owned) */
+    char message[200];   /* NOT_CHILD, TAKEN: why */
+};
+
 /* What became of a wait of a write (set by persist). */
 #define RN_WAIT_STATUSES(X)                                                                     \
     X(RN_WAIT_WAITING, "waiting")   /* registered, nothing for it yet: a send will answer it */ \
@@ -218,6 +254,8 @@ struct rn_write {
     size_t npublished;
     struct rn_send *sends; /* signals to other instances (after the published values) */
     size_t nsends;
+    struct rn_join *joins; /* waits for started children (after the children) */
+    size_t njoins;
     uint32_t max_child_depth; /* a child deeper than this is not started (TOO_DEEP) */
     /* A finishing child (outcome not RUNNING, parent.has): its outcome goes to its parent as
      * the call's result, in the same transaction (rn_child_outcome made parent_value). */

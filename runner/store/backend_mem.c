@@ -309,6 +309,13 @@ mem_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_err
                             "workflow in memory): cannot start %s",
                             w[i].children[k].workflow);
         }
+        for (k = 0; k < w[i].njoins; k++) {
+            /* No child ever starts here, so none is waited for. */
+            w[i].joins[k].status = RN_JOIN_NOT_CHILD;
+            (void) snprintf(w[i].joins[k].message, sizeof(w[i].joins[k].message),
+                            "child workflows need the PostgreSQL backend (cairnctl exec runs one "
+                            "workflow in memory)");
+        }
         for (k = 0; k < w[i].nsends; k++) {
             /* Likewise signals: the only instance in memory is the one sending. */
             w[i].sends[k].status = RN_SEND_NOT_FOUND;

@@ -143,6 +143,69 @@ BEGIN
 END
 $$;
 
+-- Waits of parents for children they started (`wait for id`), in the parents' fenced writes
+-- (arrays of one entry per wait; each only while its parent's lease p_lock holds). Returns one
+-- row per wait whose parent holds: 'ended' (the child had ended: its status as outcome, its
+-- result or error, its workflow: the runner makes the call's result of them), 'waiting' (the
+-- child is attached to the call now, as a `run` child is: its end records its outcome as the
+-- call's result; a replay of the same call changes nothing), 'not_child' (no child of this
+-- parent has that id), or 'taken' (another call waits for it already, or it is a `run` call's).
+-- The child's row is locked: a child ending meanwhile either commits first (then this reads it
+-- ended) or sees itself attached when its final write updates the row (cairn_finish marks it
+-- parent_pending, and the runners' sweep hands its outcome over).
+CREATE OR REPLACE FUNCTION cairn.join_children(
+    p_parent uuid[], p_lock uuid[], p_exec uuid[], p_attempt integer[], p_child uuid[])
+RETURNS TABLE (exec_id uuid, attempt integer, status text, outcome text, result text,
+               error text, workflow text, message text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+    c record;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_child, 1), 0) LOOP
+        PERFORM 1 FROM cairn.queued_instances q
+          WHERE q.instance_id = p_parent[i] AND q.lock_uuid = p_lock[i];
+        CONTINUE WHEN NOT FOUND; -- the parent's lease is gone: its write is lost
+        exec_id := p_exec[i];
+        attempt := p_attempt[i];
+        outcome := NULL;
+        result := NULL;
+        error := NULL;
+        workflow := NULL;
+        message := NULL;
+        SELECT ri.status, ri.result::text AS result, ri.error::text AS error, ri.workflow_name,
+               ri.detached, ri.parent_exec_id, ri.parent_attempt
+          INTO c
+          FROM cairn.runner_instances ri
+         WHERE ri.instance_id = p_child[i] AND ri.parent_id = p_parent[i]
+           FOR UPDATE;
+        IF NOT FOUND THEN
+            status := 'not_child';
+            message := format('no child of this instance has the id %s (wait for takes the id '
+                              'a start of this instance gave)', p_child[i]);
+        ELSIF c.status IN ('completed', 'failed', 'cancelled', 'timed_out') THEN
+            status := 'ended';
+            outcome := c.status;
+            result := c.result;
+            error := c.error;
+            workflow := c.workflow_name;
+        ELSIF c.detached THEN
+            UPDATE cairn.runner_instances
+               SET detached = false, parent_exec_id = p_exec[i], parent_attempt = p_attempt[i]
+             WHERE instance_id = p_child[i];
+            status := 'waiting';
+        ELSIF c.parent_exec_id = p_exec[i] AND c.parent_attempt = p_attempt[i] THEN
+            status := 'waiting';
+        ELSE
+            status := 'taken';
+            message := format('child %s is waited for already (by another wait for, or by the '
+                              'run that started it)', p_child[i]);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
 -- Wakes the parents of finished children marked parent_pending whose result the parent holds
 -- (p_children: those children; NULL: any, for the sweep), and clears the mark. A child row
 -- another call holds is skipped (that call does it); parents' queue rows are waited for, in

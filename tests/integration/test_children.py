@@ -16,6 +16,11 @@ end). The workflows are in tests/integration/children/.
 - the depth limit (CAIRN_MAX_CHILD_DEPTH) fails the call that would pass it with
   ChildDepthExceeded;
 - a parent waiting only for a slow child is handed back to the database and woken by it;
+- `wait for` a started child: one that has ended already answers at once, one still running
+  (the parent handed back meanwhile) wakes the parent with its result, a spread waits for
+  several, a failed child's error is caught by its own type, waiting again for an ended child
+  gives its result again; an id that is no child raises ChildWorkflowNotFound, a non-id
+  TypeError;
 - kill -9 of the runner holding a parent mid-fan-out: another runner finishes it, no child is
   created twice, none is lost, no result recorded twice.
 
@@ -35,7 +40,7 @@ check, q, ctl, wait_until = e2e.check, e2e.q, e2e.ctl, e2e.wait_until
 # Registered in this order: each child before the workflows that call it.
 ORDER = ["kid_double", "kid_echo", "kid_fail", "kid_hold", "parent_one", "fan_children",
          "fan_hold", "level2", "level1", "msort", "catcher", "uncaught", "holdmid", "holdtree",
-         "deep", "starter", "waiter", "timed_child", "timed_parent", "kid_pick", "ff_children", "bad_input"]
+         "deep", "starter", "waiter", "timed_child", "timed_parent", "kid_pick", "ff_children", "bad_input", "joiner", "joiner_bad"]
 
 
 def status(url, iid):
@@ -264,6 +269,25 @@ def run_all(url, env, tmp):
         "woken", lambda: status(url, wid) == "completed", 30), status(url, wid))
     check("... with the result", q(url, f"SELECT result::text FROM cairn.runner_instances WHERE "
                                         f"instance_id = '{wid}'") == '"woken"')
+
+    # ---- waiting for started children (`wait for`) ---------------------------------------------
+    t0 = time.monotonic()
+    rc, jid, doc, r = run_json(env, "joiner", {"ms": 3000})
+    took = time.monotonic() - t0
+    check("wait for: the children's results, a failed one caught by its type",
+          rc == 0 and doc.get("result") == {"quick": 7, "slow": None, "many": [1, 2, 3],
+                                             "bad": "PaymentDeclined", "again": 7},
+          f"exit {rc}: {r.stdout} {r.stderr}")
+    check("... the slow child's end woke the parent within seconds", took < 15, f"{took:.1f} s")
+    check("... the started children are its children, each ran once", q(
+        url, f"SELECT count(*) || ' ' || count(*) FILTER (WHERE status = 'completed') FROM "
+             f"cairn.runner_instances WHERE parent_id = '{jid}'") == "6 5",
+          q(url, f"SELECT string_agg(status, ',') FROM cairn.runner_instances WHERE parent_id = "
+                 f"'{jid}'"))
+    rc, _, doc, r = run_json(env, "joiner_bad", {"x": 5})
+    check("wait for an id that is no child, or a value that is no id, raises",
+          rc == 0 and doc.get("result") == "not a child, not an id",
+          f"exit {rc}: {r.stdout} {r.stderr}")
 
     # ---- kill -9 of the runner holding a parent mid-fan-out -----------------------------------
     fan = ctl(env, "run", "fan_hold", "--input", '{"n": 200, "ms": 300}').stdout.strip()

@@ -225,15 +225,56 @@ pg_child_results(struct rn_backend *base, const struct rn_child_link *calls, siz
     return CN_OK;
 }
 
-/* Children finished by SQL (cairn.cancel, cairn.expire_overdue, a version that does not
- * compile): their parents' calls have no result yet, and get a ChildWorkflow* error made here
- * from the stored error. Only finished children: a mark left on one queued again (cairn.retry
- * clears it, but not on a version before it) is no outcome. */
+/* The call's result a finished child hands its parent (rn_child_outcome), from its stored
+ * status, result and error (JSON text; NULL: none): the result of a completed child, else a
+ * ChildWorkflow* error carrying the child's error (type, message, bases, details). */
+cn_err
+pg_child_value(const char *status, const char *result, const char *error, struct rn_iid child,
+               const char *workflow, bool *ok, struct ir_val *out)
+{
+    struct ir_val raw = ir_null(), e = ir_null();
+    struct cn_errmsg em;
+    enum rn_outcome o = RN_FAILED;
+    cn_err rv;
+
+    (void) rn_outcome_parse(status, &o);
+    if (o == RN_COMPLETED) {
+        if (result != NULL && ir_val_from_json(result, strlen(result), &raw, &em) != CN_OK) {
+            raw = ir_null(); /* stored by a runner, so JSON it reads: not reached */
+        }
+        rv = rn_child_outcome(o, raw, child, workflow, ok, out);
+        ir_val_release(raw);
+        return rv;
+    }
+    if (error != NULL && ir_val_from_json(error, strlen(error), &raw, &em) == CN_OK &&
+        raw.type == IR_T_MAP) {
+        const struct ir_val *t = ir_map_get(raw, "type", 4);
+        const struct ir_val *m = ir_map_get(raw, "message", 7);
+        const struct ir_val *bs = ir_map_get(raw, "bases", 5);
+        const struct ir_val *d = ir_map_get(raw, "details", 7);
+        if (t != NULL && t->type == IR_T_STR &&
+            ir_error_new(ir_str_data(*t), m != NULL && m->type == IR_T_STR ? ir_str_data(*m) : "",
+                         bs != NULL && bs->type == IR_T_LIST ? ir_val_retain(*bs) : ir_null(),
+                         d != NULL ? ir_val_retain(*d) : ir_null(), &e) != CN_OK) {
+            e = ir_null();
+        }
+    }
+    ir_val_release(raw);
+    rv = rn_child_outcome(o, e, child, workflow, ok, out);
+    ir_val_release(e);
+    return rv;
+}
+
+/* Children whose parents' calls have no result yet although the children ended: finished by
+ * SQL (cairn.cancel, cairn.expire_overdue, a version that does not compile), or attached by a
+ * parent's `wait for` after their runner claimed them (cairn_finish marks them). Their outcome
+ * is made here from what is stored (pg_child_value). Only finished children: a mark left on
+ * one queued again (cairn.retry clears it, but not on a version before it) is no outcome. */
 static const char *pending_sql =
     "SELECT c.instance_id, c.workflow_name, c.status, c.error::text, c.parent_id,"
-    "       c.parent_exec_id, c.parent_attempt"
+    "       c.parent_exec_id, c.parent_attempt, c.result::text"
     "  FROM cairn.runner_instances c"
-    " WHERE c.parent_pending AND c.status IN ('failed', 'cancelled', 'timed_out')"
+    " WHERE c.parent_pending AND c.status IN ('completed', 'failed', 'cancelled', 'timed_out')"
     "   AND NOT EXISTS (SELECT 1 FROM cairn.runner_actions_done d WHERE d.instance_id ="
     "       c.parent_id AND d.execution_id = c.parent_exec_id AND d.attempt = c.parent_attempt)"
     " ORDER BY c.completed_at LIMIT 500";
@@ -244,11 +285,11 @@ static const char *pending_sql =
  * runner records meanwhile. */
 static const char *deliver_sql =
     "WITH t AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[],"
-    " $5::bytea[]) AS t(c, p, e, a, x) WHERE NOT EXISTS (SELECT 1 FROM"
+    " $5::bytea[], $6::text[]) AS t(c, p, e, a, x, s) WHERE NOT EXISTS (SELECT 1 FROM"
     " cairn.runner_actions_done d WHERE d.instance_id = t.p AND d.execution_id = t.e AND"
     " d.attempt = t.a)),"
     " d AS (INSERT INTO cairn.runner_actions_done (instance_id, execution_id, attempt, status,"
-    " result) SELECT t.p, t.e, t.a, 'error', t.x FROM t ON CONFLICT DO NOTHING)"
+    " result) SELECT t.p, t.e, t.a, t.s, t.x FROM t ON CONFLICT DO NOTHING)"
     " SELECT pg_notify('cairn_child', t.p::text || ' ' || t.e::text || ' ' || t.a) FROM t";
 
 /* The advisory lock key of the sweep's deliveries ("cairn" and 16 in ASCII, arbitrary). */
@@ -258,11 +299,11 @@ cn_err
 pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
-    static const uint32_t types[5] = {PG_OID_UUID, PG_OID_UUID, PG_OID_UUID, PG_OID_INT4,
-                                      PG_OID_BYTEA};
+    static const uint32_t types[6] = {PG_OID_UUID, PG_OID_UUID,  PG_OID_UUID,
+                                      PG_OID_INT4, PG_OID_BYTEA, PG_OID_TEXT};
     struct cn_buf mp = CN_BUF_INIT;
     struct pargs g = {0};
-    struct barr a[5];
+    struct barr a[6];
     PGresult *r = NULL, *r2 = NULL;
     size_t k, n = 0;
     bool locked = false;
@@ -282,15 +323,13 @@ pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
     if (rv == CN_OK && locked) {
         rv = rn_db_exec(b->c, pending_sql, 0, NULL, &r, err);
     }
-    for (k = 0; k < 5; k++) {
+    for (k = 0; k < 6; k++) {
         pg_barr_begin(&a[k], types[k]);
     }
     for (row = 0; rv == CN_OK && r != NULL && row < PQntuples(r); row++) {
         struct rn_iid cid, pid;
         struct rn_xid xid;
-        struct ir_val e = ir_null(), v = ir_null();
-        struct cn_errmsg em;
-        enum rn_outcome o = RN_FAILED;
+        struct ir_val v = ir_null();
         bool ok;
 
         if (!cn_uuid_parse(PQgetvalue(r, row, 0), cid.b) || PQgetisnull(r, row, 4) ||
@@ -298,32 +337,13 @@ pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
             !cn_uuid_parse(PQgetvalue(r, row, 5), xid.b)) {
             continue;
         }
-        (void) rn_outcome_parse(PQgetvalue(r, row, 2), &o);
-        if (!PQgetisnull(r, row, 3)) {
-            struct ir_val raw = ir_null();
-            if (ir_val_from_json(PQgetvalue(r, row, 3), (size_t) PQgetlength(r, row, 3), &raw,
-                                 &em) == CN_OK &&
-                raw.type == IR_T_MAP) {
-                const struct ir_val *t = ir_map_get(raw, "type", 4);
-                const struct ir_val *m = ir_map_get(raw, "message", 7);
-                const struct ir_val *bs = ir_map_get(raw, "bases", 5);
-                if (t != NULL && t->type == IR_T_STR &&
-                    ir_error_new(
-                        ir_str_data(*t), m != NULL && m->type == IR_T_STR ? ir_str_data(*m) : "",
-                        bs != NULL && bs->type == IR_T_LIST ? ir_val_retain(*bs) : ir_null(),
-                        ir_null(), &e) != CN_OK) {
-                    e = ir_null();
-                }
-            }
-            ir_val_release(raw);
-        }
-        if (rn_child_outcome(o == RN_COMPLETED ? RN_FAILED : o, e, cid, PQgetvalue(r, row, 1), &ok,
-                             &v) != CN_OK) {
-            ir_val_release(e);
+        if (pg_child_value(PQgetvalue(r, row, 2),
+                           PQgetisnull(r, row, 7) ? NULL : PQgetvalue(r, row, 7),
+                           PQgetisnull(r, row, 3) ? NULL : PQgetvalue(r, row, 3), cid,
+                           PQgetvalue(r, row, 1), &ok, &v) != CN_OK) {
             rv = CN_NOMEM;
             break;
         }
-        ir_val_release(e);
         cn_buf_clear(&mp);
         if (ir_val_to_msgpack(v, IR_MP_INTERNAL, &mp) != CN_OK) {
             ir_val_release(v);
@@ -335,17 +355,18 @@ pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg *err)
         pg_barr_uuid(&a[2], xid.b);
         pg_barr_int(&a[3], strtol(PQgetvalue(r, row, 6), NULL, 10));
         pg_barr_put(&a[4], mp.data, mp.len);
+        pg_barr_put(&a[5], ok ? "ok" : "error", ok ? 2 : 5);
         n++;
     }
     PQclear(r);
-    for (k = 0; k < 5; k++) {
+    for (k = 0; k < 6; k++) {
         pg_pa_array(&g, &a[k]);
     }
     if (rv == CN_OK && n > 0 && (rv = pg_exec_args(b, deliver_sql, &g, &r2, err)) == CN_OK) {
         PQclear(r2);
         *nout = n;
     }
-    for (k = 0; k < 5; k++) {
+    for (k = 0; k < 6; k++) {
         pg_barr_fini(&a[k]);
     }
     cn_buf_fini(&mp);

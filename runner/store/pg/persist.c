@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 
+#include "ir/base/xalloc.h"
 #include "runner/store/pg/pg_int.h"
 
 /* ---- persist ------------------------------------------------------------------------------ */
@@ -140,6 +141,13 @@ static const struct {
      " $3::uuid[], $4::uuid[], $5::integer[], $6::text[], $7::text[], $8::text[], $9::bigint[],"
      " $10::boolean[], $11::integer)",
      11, "uuuuitttIo1"},
+    /* The waits for started children (`wait for`): after the children this batch starts, before
+     * the finishing children hand their outcomes over (cairn.join_children checks each write's
+     * token and locks each child's row). */
+    {"cairn_joins",
+     "SELECT exec_id, attempt, status, outcome, result, error, workflow, message FROM"
+     " cairn.join_children($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[], $5::uuid[])",
+     5, "uuuiu"},
     /* Finishing children hand their outcome to their parents: the result of the parent's call,
      * the parent woken (due now; `woken` for a hand-back racing this), and NOTIFY cairn_child
      * for the runner that holds it. Before cairn_finish, whose fence it shares; the parents'
@@ -160,17 +168,21 @@ static const struct {
      " q.woken)"
      " SELECT pg_notify('cairn_child', t.p::text || ' ' || t.e::text || ' ' || t.a) FROM t",
      7, "uuuuitb"},
+    /* t.h: the write hands the outcome to a parent (cairn_child_done). A child a parent's
+     * `wait for` attached after this runner claimed it (detached then) is handed by no write:
+     * it is marked parent_pending, and the runners' sweep hands it over (the row's lock orders
+     * the two: see cairn.join_children). */
     {"cairn_finish",
      "WITH t AS MATERIALIZED (SELECT t.*, ok.tid FROM unnest($1::uuid[], $2::uuid[],"
-     " $3::text[], $4::text[], $5::text[], $6::bytea[]) AS t(i, l, st, res, er, sx) CROSS JOIN"
-     " LATERAL (SELECT q.ctid AS tid FROM cairn.queued_instances q WHERE q.instance_id = t.i"
-     " AND q.lock_uuid = t.l OFFSET 0) ok), u AS (UPDATE cairn.runner_instances ri SET"
-     " status = t.st, result = t.res::jsonb, error = t.er::jsonb, state ="
-     " coalesce(t.sx, ri.state), redrive = false, completed_at ="
-     " clock_timestamp() FROM t WHERE"
-     " ri.instance_id = t.i RETURNING ri.instance_id)"
+     " $3::text[], $4::text[], $5::text[], $6::bytea[], $7::boolean[]) AS t(i, l, st, res, er,"
+     " sx, h) CROSS JOIN LATERAL (SELECT q.ctid AS tid FROM cairn.queued_instances q WHERE"
+     " q.instance_id = t.i AND q.lock_uuid = t.l OFFSET 0) ok), u AS (UPDATE"
+     " cairn.runner_instances ri SET status = t.st, result = t.res::jsonb, error = t.er::jsonb,"
+     " state = coalesce(t.sx, ri.state), redrive = false, completed_at = clock_timestamp(),"
+     " parent_pending = ri.parent_pending OR (NOT t.h AND ri.parent_id IS NOT NULL AND NOT"
+     " ri.detached) FROM t WHERE ri.instance_id = t.i RETURNING ri.instance_id)"
      " DELETE FROM cairn.queued_instances q USING t WHERE q.ctid = t.tid",
-     6, "uutttb"},
+     7, "uutttbo"},
     /* cairn_done with the probe: sent in its place, with its parameters, when a batch's plain
      * insert met a result recorded already. Never sent on its own. */
     {"cairn_done_probed",
@@ -191,6 +203,7 @@ enum {
     PS_STATE,
     PS_RELEASE,
     PS_CHILDREN,
+    PS_JOINS,
     PS_CHILD_DONE,
     PS_FINISH,
     PS_DONE_PROBED /* in PS_DONE's place only */
@@ -288,6 +301,68 @@ children_status(PGresult *r, struct rn_write *w, size_t n)
                                     PQgetisnull(r, row, 2) ? "" : PQgetvalue(r, row, 2));
                 }
             }
+        }
+    }
+}
+
+/* Sets what became of each wait for a child of w[0..n) from cairn.join_children's rows (binary:
+ * exec_id, attempt, then text: status, outcome, result, error, workflow, message); the call's
+ * result of an ended child is made here (pg_child_value). */
+static void
+joins_status(PGresult *r, struct rn_write *w, size_t n)
+{
+    int row;
+    size_t i, k;
+
+    for (row = 0; row < PQntuples(r); row++) {
+        struct rn_xid xid;
+        const char *status = PQgetvalue(r, row, 2); /* text's binary form: its bytes */
+        uint32_t att;
+        int st;
+        if (!pg_get_uuid(r, row, 0, xid.b) || PQgetlength(r, row, 1) != 4) {
+            continue;
+        }
+        att = pg_be32(PQgetvalue(r, row, 1));
+        for (st = 0; st < RN_JOIN_STATUS_COUNT_; st++) {
+            if (strcmp(status, rn_join_status_name((enum rn_join_status) st)) == 0) {
+                break;
+            }
+        }
+        for (i = 0; i < n; i++) {
+            for (k = 0; k < w[i].njoins; k++) {
+                struct rn_join *j = &w[i].joins[k];
+                if (!rn_xid_eq(j->exec_id, xid) || j->attempt != att) {
+                    continue;
+                }
+                j->status =
+                    st < RN_JOIN_STATUS_COUNT_ ? (enum rn_join_status) st : RN_JOIN_NOT_CHILD;
+                (void) snprintf(j->message, sizeof(j->message), "%s",
+                                PQgetisnull(r, row, 7) ? "" : PQgetvalue(r, row, 7));
+                if (j->status == RN_JOIN_ENDED &&
+                    pg_child_value(PQgetvalue(r, row, 3),
+                                   PQgetisnull(r, row, 4) ? NULL : PQgetvalue(r, row, 4),
+                                   PQgetisnull(r, row, 5) ? NULL : PQgetvalue(r, row, 5), j->child,
+                                   PQgetvalue(r, row, 6), &j->ok, &j->value) != CN_OK) {
+                    cn_oom("a child's outcome");
+                }
+            }
+        }
+    }
+}
+
+/* Clears what an earlier try of the batch set on its waits for children. */
+static void
+joins_reset(struct rn_write *w, size_t n)
+{
+    size_t i, k;
+
+    for (i = 0; i < n; i++) {
+        for (k = 0; k < w[i].njoins; k++) {
+            ir_val_release(w[i].joins[k].value);
+            w[i].joins[k].value = ir_null();
+            w[i].joins[k].status = RN_JOIN_WAITING;
+            w[i].joins[k].ok = false;
+            w[i].joins[k].message[0] = '\0';
         }
     }
 }
@@ -501,6 +576,7 @@ persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr
     }
     waits_reset(w, n);
     sends_reset(w, n);
+    joins_reset(w, n);
     rv = PQenterPipelineMode(b->c) == 1 ? CN_OK
                                         : cn_errmsg_set(err, CN_IO, "%s", PQerrorMessage(b->c));
     if (rv == CN_OK && PQsendQueryParams(b->c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) != 1) {
@@ -542,6 +618,8 @@ persist_pipeline(struct pg_backend *b, struct rn_write *w, size_t n, struct barr
                 fence_kept(r, w, n);
             } else if (r != NULL && s == PS_CHILDREN) {
                 children_status(r, w, n);
+            } else if (r != NULL && s == PS_JOINS) {
+                joins_status(r, w, n);
             } else if (r != NULL && s == PS_WAITS) {
                 waits_status(r, w, n);
             } else if (r != NULL && s == PS_SIGNALS) {
@@ -772,6 +850,15 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             depth[2] = (char) (w[i].max_child_depth >> 8);
             depth[3] = (char) w[i].max_child_depth;
         }
+        for (k = 0; k < w[i].njoins; k++) {
+            const struct rn_join *j = &w[i].joins[k];
+            struct barr *ja = a[PS_JOINS];
+            pg_barr_uuid(&ja[0], w[i].instance_id.b);
+            pg_barr_uuid(&ja[1], w[i].lock.b);
+            pg_barr_uuid(&ja[2], j->exec_id.b);
+            pg_barr_int(&ja[3], j->attempt);
+            pg_barr_uuid(&ja[4], j->child.b);
+        }
         if (w[i].outcome != RN_RUNNING && w[i].parent.has) {
             struct barr *pa = a[PS_CHILD_DONE];
             cn_buf_clear(&tmp);
@@ -816,6 +903,7 @@ pg_persist(struct rn_backend *base, struct rn_write *w, size_t n, struct cn_errm
             } else {
                 pg_barr_null(&a[PS_FINISH][5]);
             }
+            pg_barr_bool(&a[PS_FINISH][6], w[i].parent.has);
         } else if (w[i].release) {
             pg_barr_uuid(&a[PS_RELEASE][0], w[i].instance_id.b);
             pg_barr_uuid(&a[PS_RELEASE][1], w[i].lock.b);

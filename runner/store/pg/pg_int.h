@@ -75,7 +75,7 @@ struct barr {
 
 /* A statement's parameters for pg_exec_args: scalars in text form, arrays in binary. One past
  * PA_MAX marks them bad (the statement is then not run). */
-#define PA_MAX 5
+#define PA_MAX 6
 struct pargs {
     const char *v[PA_MAX];
     int len[PA_MAX], fmt[PA_MAX];
@@ -152,6 +152,9 @@ cn_err pg_sweep_children(struct rn_backend *base, size_t *nout, struct cn_errmsg
 cn_err pg_cancel_children(struct rn_backend *base, struct rn_iid parent,
                           const struct rn_xid *exec_ids, size_t n, const char *reason,
                           struct cn_errmsg *err);
+/* What a finished child hands its parent's call (control.c), from its stored outcome. */
+cn_err pg_child_value(const char *status, const char *result, const char *error,
+                      struct rn_iid child, const char *workflow, bool *ok, struct ir_val *out);
 cn_err pg_sweep_cancels(struct rn_backend *base, rn_cancel_fn fn, void *arg, struct cn_errmsg *err);
 cn_err pg_record_late(struct rn_backend *base, const struct rn_late_result *l, size_t n,
                       struct cn_errmsg *err);
