@@ -853,9 +853,10 @@ on_new(struct rn_shard *sh, struct rn_sev *e, struct cn_now now, struct rn_shard
         }
         ir_val_release(ev.value);
     } else if (in->deadline_ms != 0 && now.wall_ms >= in->deadline_ms &&
-               rn_instance_outcome(in->ex) == RN_RUNNING) {
+               rn_instance_outcome(in->ex) == RN_RUNNING && !rn_instance_cleaning(in->ex)) {
         /* Past its deadline already (claimed late, or its lease lapsed meanwhile): nothing of
-         * the resumed step is dispatched. */
+         * the resumed step is dispatched. (One cleaning up after its timeout goes on with what
+         * its cleanup had running.) */
         rn_step_out_clear(&sh->step);
         timeout_step(sh, in, now);
     } else if (in->deadline_ms != 0) {

@@ -124,6 +124,12 @@ rn_ex_cleanup_timer(struct rn_instance *in, const struct rn_event *ev)
     return true;
 }
 
+bool
+rn_instance_cleaning(const struct rn_instance *in)
+{
+    return in->cleanup.outcome != RN_RUNNING && in->outcome == RN_RUNNING;
+}
+
 void
 rn_ex_interrupt(struct rn_instance *in, enum rn_outcome outcome, struct ir_val err, bool force)
 {

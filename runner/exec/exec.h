@@ -362,6 +362,9 @@ void rn_instance_waits(const struct rn_instance *in, struct rn_instance_waits *w
 void rn_instance_free(struct rn_instance *in);
 
 enum rn_outcome rn_instance_outcome(const struct rn_instance *in);
+/* True while the instance runs the finally blocks of a cancel or a timeout (cleanup.c): another
+ * cancel or timeout changes nothing then. */
+bool rn_instance_cleaning(const struct rn_instance *in);
 
 struct rn_instance_stats {
     size_t live_nodes;     /* execution nodes in the graph now */

@@ -3,8 +3,8 @@
 a saga (workflows/pyrefund.cairn) charges, ships, and refunds in a finally block when shipping
 does not finish. A cancel or a workflow timeout while it ships runs the refund once, then the
 instance ends cancelled / timed_out; `--force` abandons a cleanup; a runner killed with -9 during
-the cleanup, or before the cancel, leaves it to another runner, which runs the refund, not the
-shipping. Every action appends "ACTION EXEC_ID ATTEMPT PID" to the test's file when it starts."""
+the cleanup (of a cancel or of a timeout), or before the cancel, leaves it to another runner,
+which runs the refund, not the shipping. Every action appends "ACTION EXEC_ID ATTEMPT PID" to the test's file when it starts."""
 import json
 import os
 import signal
@@ -112,6 +112,21 @@ def test_kill9_during_the_cleanup_resumes_the_cleanup_not_the_work(cluster, clie
                            "WHERE instance_id = %s GROUP BY execution_id, attempt "
                            "HAVING count(*) > 1) d", (iid,)).fetchone()[0]
     assert dup == 0
+
+
+def test_kill9_during_a_timeouts_cleanup_resumes_it(cluster, client):
+    sock, a = cluster.runner("runner-cl6")
+    cluster.pyworker(sock, name="pyworker-cl6", slots=4)
+    iid, path = saga(cluster, client, "cl6", input={"refund_ms": 3000}, timeout=2)
+    assert wait_until(lambda: len(lines(path, "refund")) == 1, 20), cluster.logs()
+    a.stop(signal.SIGKILL)
+    cluster.runner("runner-cl6")  # claims it past its deadline, in the middle of its cleanup
+    status, error = ended(client, iid, timeout=60)
+    assert status == "timed_out", (status, error)
+    assert error["details"] is None, error  # the refund finished: nothing was abandoned
+    refunds = lines(path, "refund")
+    assert len({r[1] for r in refunds}) == 1, refunds  # one execution, sent again
+    assert [len(lines(path, a)) for a in ("charge", "ship")] == [1, 1]
 
 
 def test_an_instance_nobody_holds_gets_its_cleanup_from_the_next_runner(cluster, client):
