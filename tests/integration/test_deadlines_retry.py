@@ -203,7 +203,11 @@ def run_all(url, env, tmp):
     # ---- the outcome of an attempt cancelled with its instance is recorded --------------------
     crunch = ctl(env, "run", "crunch", "--input", '{"n": 50000000}').stdout.strip()
     wait_until("running", lambda: status(url, crunch).startswith("running"), 30)
-    time.sleep(0.3)  # on the worker's only slot by now
+    # On the worker by now: the runner's row (published every few seconds) counts it busy, so
+    # the cancel reaches a running attempt, whose outcome comes back, not a queued one.
+    wait_until("on the worker", lambda: q(
+        url, "SELECT coalesce(max((actions->'std.hash'->>'busy')::int), 0) FROM cairn.runners")
+        not in ("", "0"), 30)
     r = ctl(env, "cancel", crunch, "--reason", "too slow", "--wait", "--timeout", "30")
     check("a crunching instance is cancelled",
           r.returncode == 0 and status(url, crunch) == "cancelled Cancelled",

@@ -317,6 +317,9 @@ def run_all(url, env, tmp):
                 return f.status, f.read().decode()
         except OSError as e:
             return 0, str(e)
+    # Both workers connect on their own time (one that came before the runner's socket retries
+    # a second later): wait for the runner to count them, then read the figures.
+    wait_until("two workers", lambda: "\ncairn_workers 2\n" in get("/metrics")[1], 20)
     check("/healthz answers ok", get("/healthz") == (200, "ok\n"))
     check("/readyz answers ready", get("/readyz") == (200, "ready\n"))
     st, text = get("/metrics")
