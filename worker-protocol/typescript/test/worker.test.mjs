@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: MIT
+// The TypeScript worker against a real cairn-runner and the PostgreSQL that scripts/test starts
+// (a fresh database of its own, dropped at the end): values, context, errors as the workflow
+// sees them, cancel, SIGTERM's drain, a runner restarted under the worker. Skipped without
+// CAIRN_TEST_DATABASE_URL, CAIRN_RUNNER and CAIRNCTL (scripts/test sets them).
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import * as net from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { after, afterEach, before, beforeEach, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const PKG = dirname(HERE);
+const { CAIRN_TEST_DATABASE_URL: BASE, CAIRN_RUNNER: RUNNER, CAIRNCTL: CTL } = process.env;
+const skip = !(BASE && RUNNER && CTL) && "CAIRN_TEST_DATABASE_URL, CAIRN_RUNNER and CAIRNCTL are not set";
+
+/** The file's text, "" while it does not exist. */
+function read(path) {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (e) {
+    if (e.code === "ENOENT") {
+      return "";
+    }
+    throw e;
+  }
+}
+
+/** Waits for cond() to hold, polling; false after ms. */
+async function waitFor(cond, ms = 20000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await cond()) {
+      return true;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return cond();
+}
+
+class Cluster {
+  constructor() {
+    this.tmp = mkdtempSync(join(tmpdir(), "cairn-ts-"));
+    this.db = `tssdk_${process.pid}_${Math.floor(Math.random() * 1e6)}`;
+    this.url = BASE.replace(/^(postgres(?:ql)?:\/\/[^/]*\/)[^?]*/, `$1${this.db}`);
+    this.env = { ...process.env, CAIRN_DATABASE_URL: this.url };
+    this.procs = [];
+  }
+  psql(url, sql) {
+    const r = spawnSync("psql", [url, "-XAtqc", sql], { encoding: "utf8" });
+    if (r.status !== 0) {
+      throw new Error(`psql: ${r.stderr}`);
+    }
+    return r.stdout.trim();
+  }
+  q(sql) {
+    return this.psql(this.url, sql);
+  }
+  ctl(...args) {
+    return spawnSync(CTL, args, { env: this.env, encoding: "utf8", timeout: 120000 });
+  }
+  spawn(name, argv) {
+    const log = join(this.tmp, `${name}.log`);
+    const fd = openSync(log, "a");
+    const p = spawn(argv[0], argv.slice(1), { env: this.env, stdio: ["ignore", fd, fd], cwd: PKG });
+    p.logPath = log;
+    p.text = () => readFileSync(log, "utf8");
+    p.exited = new Promise((resolve) => p.on("exit", (code, signal) => resolve(code ?? signal)));
+    this.procs.push(p);
+    return p;
+  }
+  runner(name, sock = `ipc://${this.tmp}/${name}.sock`) {
+    const p = this.spawn(name, [RUNNER, "--worker-listen", sock, "--poll-interval-ms", "100",
+      "--lock-ttl-ms", "2000", "--lock-heartbeat-ms", "400", "--worker-idle-ms", "1000",
+      "--shutdown-grace-ms", "5000"]);
+    p.sock = sock;
+    return p;
+  }
+  async worker(name, sock, ...extra) {
+    const p = this.spawn(name, [process.execPath, join(PKG, "dist/cli.js"), "--url", sock,
+      "--module", "./test/actions.mjs", "--name", name, ...extra]);
+    assert.ok(await waitFor(() => p.text().includes("serving") || p.exitCode !== null), `${name}: ${p.text()}`);
+    return p;
+  }
+  run(workflow, input, timeout = 60) {
+    const r = this.ctl("run", workflow, "--input", JSON.stringify(input), "--wait", "--timeout", String(timeout), "--json");
+    return { code: r.status, doc: r.stdout.trim().startsWith("{") ? JSON.parse(r.stdout) : null, r };
+  }
+  logs() {
+    return this.procs.map((p) => `--- ${p.spawnargs[0]} ---\n${p.text().slice(-2000)}`).join("\n");
+  }
+  close() {
+    for (const p of this.procs) {
+      if (p.exitCode === null) {
+        p.kill("SIGKILL");
+      }
+    }
+    try {
+      this.psql(BASE, `DROP DATABASE IF EXISTS ${this.db} WITH (FORCE)`);
+    } catch {
+      // the server is gone: nothing to drop
+    }
+    rmSync(this.tmp, { recursive: true, force: true });
+  }
+}
+
+function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+describe("the worker against a runner", { skip }, () => {
+  let c;
+  before(() => {
+    c = new Cluster();
+    c.psql(BASE, `CREATE DATABASE ${c.db}`);
+    assert.equal(c.ctl("migrate").status, 0);
+    for (const f of ["tsecho", "tsmix", "tshold"]) {
+      const r = c.ctl("register", join(HERE, "workflows", `${f}.cairn`));
+      assert.equal(r.status, 0, r.stderr);
+    }
+  });
+  after(() => c?.close());
+  // Each test's runners and workers stop when it ends, so that the next test's instances run
+  // only where that test says (the database is shared).
+  let mark = 0;
+  beforeEach(() => {
+    mark = c.procs.length;
+  });
+  afterEach(async () => {
+    for (const p of c.procs.slice(mark)) {
+      if (p.exitCode === null && p.signalCode === null) {
+        p.kill("SIGKILL");
+        await p.exited;
+      }
+    }
+  });
+
+  test("values round-trip exactly through a runner: 64-bit ints, 2.0, __proto__ keys, unicode", async () => {
+    const r = c.runner("runner-v");
+    await c.worker("ts-v", r.sock);
+    // Through the worker and back, the value is the one the engine stored: the same text
+    // (jsonb orders the keys and has no -0; the codec's own tests cover -0.0 and the rest).
+    const value = '{"big": 9223372036854775807, "small": -9223372036854775808, "two": 2.0, ' +
+      '"half": 0.5, "__proto__": {"x": [1, "é", null, true]}, "deep": [[[[]]]], "safe": 9007199254740993}';
+    const id = c.ctl("run", "tsecho", "--input", `{"value": ${value}}`).stdout.trim();
+    const out = c.ctl("wait", id, "--timeout", "30");
+    assert.equal(out.status, 0, out.stderr + c.logs());
+    assert.equal(out.stdout.trim(), c.q(`SELECT input->'value' FROM cairn.runner_instances WHERE instance_id = '${id}'`));
+    assert.match(out.stdout, /"two": 2\.0/);
+    assert.match(out.stdout, /"safe": 9007199254740993/);
+  });
+
+  test("actions see their context; errors reach the workflow with their types and bases", async () => {
+    const r = c.runner("runner-m");
+    await c.worker("ts-m", r.sock);
+    const port = await freePort();
+    const { code, doc, r: p } = c.run("tsmix", { port });
+    assert.equal(code, 0, p.stdout + p.stderr + c.logs());
+    const res = doc.result;
+    assert.equal(res.sum, 42);
+    assert.equal(res.ctx.action, "ts.ctx");
+    assert.equal(res.ctx.attempt, 1);
+    assert.equal(res.ctx.instance, doc.id);
+    assert.match(res.ctx.exec, /^[0-9a-f-]{36}$/);
+    assert.equal(res.ctx.key, `${res.ctx.exec}:1`);
+    assert.equal(res.ctx.has_deadline, true);
+    assert.equal(res.ctx.stopping, false);
+    assert.deepEqual(res.flaky, { attempt: 3, last: "TypeError" });
+    assert.deepEqual(res.declined, ["PaymentDeclined", "card declined", ["ValueError", "Exception"]]);
+    assert.equal(res.final, "ValueError");
+    assert.deepEqual(res.connect, ["ConnectionRefusedError", ["ConnectionError", "OSError", "Exception"]]);
+    assert.equal(res.bad.length, 3);
+    assert.match(res.bad[0], /the result\.items\[1\]\.f is a function/);
+    assert.match(res.bad[1], /the result\[1\] is undefined/);
+    assert.match(res.bad[2], /the result\.n is the bigint \d+, outside the 64-bit range/);
+    // the non-retryable error ran once, despite [retry: 5]; the refused connection twice
+    const attempts = c.q(`SELECT count(*) FROM cairn.runner_actions_done WHERE instance_id = '${doc.id}'`);
+    assert.equal(Number(attempts), 1 + 1 + 3 + 1 + 1 + 2 + 3);
+  });
+
+  test("a cancel aborts the attempt's signal; SIGTERM lets the running attempt finish first", async () => {
+    const r = c.runner("runner-c");
+    const w = await c.worker("ts-c", r.sock, "--slots", "2");
+    const path = join(c.tmp, "holds");
+    const held = c.ctl("run", "tshold", "--input", JSON.stringify({ ms: 60000, path })).stdout.trim();
+    assert.ok(await waitFor(() => read(path).includes("start")), c.logs());
+    const cancel = c.ctl("cancel", held, "--wait", "--timeout", "20");
+    assert.equal(cancel.status, 0, cancel.stdout + cancel.stderr);
+    assert.ok(await waitFor(() => read(path).includes("aborted")), read(path));
+    // drain: an attempt of 1.5 s running when SIGTERM comes finishes and is reported
+    const drained = c.ctl("run", "tshold", "--input", JSON.stringify({ ms: 1500, path })).stdout.trim();
+    assert.ok(await waitFor(() => (read(path).match(/start/g) ?? []).length === 2), c.logs());
+    w.kill("SIGTERM");
+    assert.equal(await w.exited, 0, w.text());
+    assert.match(read(path), /done /);
+    assert.equal(c.q(`SELECT status FROM cairn.runner_instances WHERE instance_id = '${drained}'`), "completed");
+  });
+
+  test("a runner restarted under the worker gets it back", async () => {
+    const r = c.runner("runner-r");
+    const w = await c.worker("ts-r", r.sock);
+    r.kill("SIGTERM");
+    await r.exited;
+    c.runner("runner-r", r.sock);
+    assert.ok(await waitFor(() => (w.text().match(/serving/g) ?? []).length >= 2), w.text());
+    const { code, doc } = c.run("tsecho", { value: [1, 2] });
+    assert.equal(code, 0, c.logs());
+    assert.deepEqual(doc.result, [1, 2]);
+    assert.equal(w.exitCode, null);
+  });
+});
