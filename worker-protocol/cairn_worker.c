@@ -26,6 +26,7 @@
 #include "ir/base/log.h"
 #include "ir/base/notify.h"
 #include "ir/base/opts.h"
+#include "ir/base/uuid.h"
 #include "ir/base/xalloc.h"
 #include "ir/error.h"
 #include "worker-protocol/proto.h"
@@ -224,9 +225,98 @@ exec_pipe(int p[2])
     return 0;
 }
 
+/* The attempt's context as the child's environment: the worker's own, without variables of
+ * these names, then CAIRN_ACTION, CAIRN_INSTANCE_ID, CAIRN_EXEC_ID, CAIRN_ATTEMPT,
+ * CAIRN_DEADLINE_MS (0: none) and CAIRN_LAST_ERROR (the previous attempt's error as JSON, empty
+ * on the first). Built before the fork: the child may only call async-signal-safe functions.
+ * NULL without memory; free it with exec_env_free. */
+#define EXEC_ENV_OWN 6
+static char **
+exec_env(const struct cairn_worker_ctx *ctx)
+{
+    extern char **environ;
+    static const char *const names[EXEC_ENV_OWN] = {
+        "CAIRN_ACTION=",  "CAIRN_INSTANCE_ID=", "CAIRN_EXEC_ID=",
+        "CAIRN_ATTEMPT=", "CAIRN_DEADLINE_MS=", "CAIRN_LAST_ERROR="};
+    struct cn_buf last = CN_BUF_INIT;
+    struct cn_errmsg em;
+    char iid[37], xid[37], num[2][24];
+    const char *vals[EXEC_ENV_OWN];
+    size_t n = 0, k = 0, i, j;
+    char **env;
+
+    while (environ[n] != NULL) {
+        n++;
+    }
+    if ((env = calloc(n + EXEC_ENV_OWN + 1, sizeof(*env))) == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        bool ours = false;
+        for (j = 0; j < EXEC_ENV_OWN && !ours; j++) {
+            ours = strncmp(environ[i], names[j], strlen(names[j])) == 0;
+        }
+        if (!ours) {
+            env[k++] = environ[i];
+        }
+    }
+    env[k] = NULL;
+    cn_uuid_format(ctx->instance_id, iid);
+    cn_uuid_format(ctx->exec_id, xid);
+    (void) snprintf(num[0], sizeof(num[0]), "%" PRIu32, ctx->attempt);
+    (void) snprintf(num[1], sizeof(num[1]), "%" PRId64, ctx->deadline_ms);
+    if (ctx->last_error.type != IR_T_NULL && ir_val_to_json(ctx->last_error, &last, &em) != CN_OK) {
+        cn_buf_clear(&last); /* not JSON (NaN in its details): left empty */
+    }
+    vals[0] = ctx->action;
+    vals[1] = iid;
+    vals[2] = xid;
+    vals[3] = num[0];
+    vals[4] = num[1];
+    vals[5] = last.data != NULL ? last.data : "";
+    for (j = 0; j < EXEC_ENV_OWN; j++) {
+        size_t a = strlen(names[j]), b = strlen(vals[j]);
+        char *s = malloc(a + b + 1);
+        if (s == NULL) {
+            break;
+        }
+        memcpy(s, names[j], a);
+        memcpy(s + a, vals[j], b + 1);
+        env[k + j] = s;
+    }
+    cn_buf_fini(&last);
+    if (j < EXEC_ENV_OWN) {
+        while (j-- > 0) {
+            free(env[k + j]);
+        }
+        free(env);
+        return NULL;
+    }
+    env[k + EXEC_ENV_OWN] = NULL;
+    return env;
+}
+
+/* Frees what exec_env made (the worker's own entries are borrowed). */
+static void
+exec_env_free(char **env)
+{
+    size_t n = 0, j;
+
+    if (env == NULL) {
+        return;
+    }
+    while (env[n] != NULL) {
+        n++;
+    }
+    for (j = 0; j < EXEC_ENV_OWN && j < n; j++) {
+        free(env[n - 1 - j]);
+    }
+    free(env);
+}
+
 /* In the child between fork and exec: async-signal-safe calls only. Never returns. */
 static void
-exec_child(char *path, int in_fd, int out_fd, int err_fd, pid_t worker)
+exec_child(char *path, char **env, int in_fd, int out_fd, int err_fd, pid_t worker)
 {
     static const char msg[] = "cairn-worker: exec failed\n";
     char *argv[2];
@@ -250,7 +340,7 @@ exec_child(char *path, int in_fd, int out_fd, int err_fd, pid_t worker)
     (void) sigprocmask(SIG_SETMASK, &none, NULL);
     argv[0] = path;
     argv[1] = NULL;
-    (void) execv(path, argv);
+    (void) execve(path, argv, env);
     (void) !write(2, msg, sizeof(msg) - 1);
     _exit(127);
 }
@@ -279,7 +369,7 @@ exec_waitpid(pid_t pid, int *status, int flags)
  * non-blocking) in in_p[1], out_p[0] and err_p[0], the child's closed. Returns CN_OK, or CN_IO:
  * *pid is then -1, or the child that was started, killed already (reap it). */
 static cn_err
-exec_fork(char *path, int in_p[2], int out_p[2], int err_p[2], pid_t *pid)
+exec_fork(char *path, char **env, int in_p[2], int out_p[2], int err_p[2], pid_t *pid)
 {
     pid_t self = getpid();
 
@@ -293,7 +383,7 @@ exec_fork(char *path, int in_p[2], int out_p[2], int err_p[2], pid_t *pid)
     }
     *pid = fork();
     if (*pid == 0) {
-        exec_child(path, in_p[0], out_p[1], err_p[1], self);
+        exec_child(path, env, in_p[0], out_p[1], err_p[1], self);
     }
     exec_unlock();
     if (*pid < 0) {
@@ -419,7 +509,13 @@ exec_spawn(const struct cairn_worker_ctx *ctx, char *path, const struct cn_buf *
     pid_t pid;
     cn_err rv;
 
-    rv = exec_fork(path, in_p, out_p, err_p, &pid);
+    char **env = exec_env(ctx);
+
+    if (env == NULL) {
+        return CN_NOMEM;
+    }
+    rv = exec_fork(path, env, in_p, out_p, err_p, &pid);
+    exec_env_free(env);
     if (rv == CN_OK) {
         if (input->len == 0) {
             exec_close(&in_p[1]);

@@ -4,6 +4,8 @@
 real workers and the real PostgreSQL that scripts/test starts (a fresh database of its own,
 dropped at the end):
 
+- an `exec.*` action gets its context in its environment (attempt, ids, deadline, the previous
+  attempt's error);
 - `fn main(...) [timeout: 2s]`: a 60 s action ends the instance `timed_out` (WorkflowTimeout)
   within seconds, and the worker's only slot is free at once (the attempt was cancelled);
 - `cairnctl run --workflow-timeout 1s` does the same for a workflow without a timeout; bad
@@ -53,7 +55,8 @@ def run_all(url, env, tmp):
     wf = os.path.join(e2e.ROOT, "tests/integration/workflows")
     for args in (["migrate"], ["register", f"{wf}/bounded.cairn"], ["register", f"{wf}/hold.cairn"],
                  ["register", f"{wf}/nap.cairn"], ["register", f"{wf}/gated.cairn"],
-                 ["register", f"{wf}/crunch.cairn"], ["register", f"{wf}/paced.cairn"]):
+                 ["register", f"{wf}/crunch.cairn"], ["register", f"{wf}/paced.cairn"],
+                 ["register", f"{wf}/exec_context.cairn"]):
         r = ctl(env, *args)
         check(f"cairnctl {' '.join(args[:1])} {os.path.basename(args[-1])}", r.returncode == 0,
               r.stderr)
@@ -63,6 +66,19 @@ def run_all(url, env, tmp):
     e2e.Proc("worker", [e2e.WORKER, "--url", sock, "--slots", "1", "--name", "worker",
                         "--exec-dir", os.path.join(e2e.ROOT, "tests/integration/exec")],
              dict(env, CAIRN_TEST_TALLY=tally, CAIRN_TEST_GATE=gate), tmp)
+
+    # ---- an executable action's context, in its environment -----------------------------------
+    r = ctl(env, "run", "exec_context", "--wait", "--timeout", "60", "--json")
+    doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+    ctx = doc.get("result") or {}
+    check("exec.* actions get their context in their environment: attempt, ids, deadline, the "
+          "previous attempt's error",
+          r.returncode == 0 and ctx.get("action") == "exec.context" and ctx.get("attempt") == 2
+          and ctx.get("instance") == doc.get("id") and len(ctx.get("exec", "")) == 36
+          and ctx.get("deadline_ms", 0) > 0
+          and (ctx.get("last_error") or {}).get("type") == "NotYet"
+          and (ctx.get("last_error") or {}).get("message") == "first attempt",
+          f"exit {r.returncode}: {r.stdout} {r.stderr}")
 
     # ---- workflow deadlines -----------------------------------------------------------------
     t0 = time.monotonic()
