@@ -123,7 +123,7 @@ describe("the worker against a runner", { skip }, () => {
     c = new Cluster();
     c.psql(BASE, `CREATE DATABASE ${c.db}`);
     assert.equal(c.ctl("migrate").status, 0);
-    for (const f of ["tsecho", "tsmix", "tshold"]) {
+    for (const f of ["tsecho", "tsmix", "tshold", "tswait"]) {
       const r = c.ctl("register", join(HERE, "workflows", `${f}.cairn`));
       assert.equal(r.status, 0, r.stderr);
     }
@@ -203,6 +203,57 @@ describe("the worker against a runner", { skip }, () => {
     assert.equal(await w.exited, 0, w.text());
     assert.match(read(path), /done /);
     assert.equal(c.q(`SELECT status FROM cairn.runner_instances WHERE instance_id = '${drained}'`), "completed");
+  });
+
+  test("the client: enqueue, wait, status, list, result, errors, cancel, retry, signals, events, schema", async () => {
+    const { Client, Float, InputRefused, NotFinished, WorkflowFailed } = await import("../dist/index.js");
+    const r = c.runner("runner-k");
+    await c.worker("ts-k", r.sock);
+    const client = new Client(c.url);
+    try {
+      const big = 2n ** 62n + 1n;
+      const id = await client.enqueue("tsecho", { value: { big, two: new Float(2), n: 3, __proto__: "k" } },
+        { idempotencyKey: "k-1" });
+      const got = await client.wait(id, { timeoutMs: 30000 });
+      assert.equal(got.big, big, "a 64-bit int comes back exact");
+      assert.ok(got.two instanceof Float && Number(got.two) === 2, "2.0 comes back a float");
+      assert.equal(got.n, 3);
+      assert.equal(Object.getPrototypeOf(got), null);
+      assert.equal(await client.enqueue("tsecho", { value: { big, two: new Float(2), n: 3, __proto__: "k" } },
+        { idempotencyKey: "k-1" }), id, "the same key and input give the first instance");
+      const st = await client.status(id);
+      assert.equal(st.status, "completed");
+      assert.equal(st.workflow, "tsecho");
+      assert.ok(st.completedAt instanceof Date);
+      assert.ok((await client.list({ workflow: "tsecho" })).some((s) => s.id === id));
+      assert.deepEqual(await client.result(id), got);
+      await assert.rejects(client.enqueue("tsmix", { port: "x" }), (e) => e instanceof InputRefused &&
+        /input\.port: expected int, got str/.test(e.message));
+      // a failure, as the workflow saw it
+      const held = await client.enqueue("tshold", { ms: 60000, path: join(c.tmp, "k-holds") });
+      await assert.rejects(client.wait(held, { timeoutMs: 300 }), NotFinished);
+      assert.equal(await client.cancel(held, "stop it"), "requested");
+      await assert.rejects(client.wait(held, { timeoutMs: 30000 }), (e) => e instanceof WorkflowFailed &&
+        e.status === "cancelled" && e.type === "Cancelled" && e.error.message === "stop it");
+      assert.equal(await client.retry(held), "queued");
+      assert.equal(await client.cancel(held, "again", { force: true }) !== undefined, true);
+      // signals and events
+      const w = await client.enqueue("tswait", { order: "o-7" });
+      const answers = [];
+      assert.ok(await waitFor(async () => {
+        answers.push(await client.signal(w, "approve", { by: "ann" }, { onlyIfWaiting: true }));
+        return answers.at(-1) === "delivered";
+      }), `${answers.slice(-3)} ${JSON.stringify(await client.status(w))}`);
+      assert.ok(await waitFor(async () => (await client.publishEvent("order_paid", "o-7", { amount: new Float(10) })).woken === 1));
+      const both = await client.wait(w, { timeoutMs: 30000 });
+      assert.equal(both.approved.by, "ann");
+      assert.ok(both.paid.amount instanceof Float);
+      const schema = await client.schema("tsmix");
+      assert.equal(schema.properties.port.type, "integer");
+      assert.equal(schema.title, "tsmix");
+    } finally {
+      await client.close();
+    }
   });
 
   test("a runner restarted under the worker gets it back", async () => {
