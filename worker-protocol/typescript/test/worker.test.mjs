@@ -62,10 +62,10 @@ class Cluster {
   ctl(...args) {
     return spawnSync(CTL, args, { env: this.env, encoding: "utf8", timeout: 120000 });
   }
-  spawn(name, argv) {
+  spawn(name, argv, env = {}) {
     const log = join(this.tmp, `${name}.log`);
     const fd = openSync(log, "a");
-    const p = spawn(argv[0], argv.slice(1), { env: this.env, stdio: ["ignore", fd, fd], cwd: PKG });
+    const p = spawn(argv[0], argv.slice(1), { env: { ...this.env, ...env }, stdio: ["ignore", fd, fd], cwd: PKG });
     p.logPath = log;
     p.text = () => readFileSync(log, "utf8");
     p.exited = new Promise((resolve) => p.on("exit", (code, signal) => resolve(code ?? signal)));
@@ -82,6 +82,14 @@ class Cluster {
   async worker(name, sock, ...extra) {
     const p = this.spawn(name, [process.execPath, join(PKG, "dist/cli.js"), "--url", sock,
       "--module", "./test/actions.mjs", "--name", name, ...extra]);
+    return this.connected(p, name);
+  }
+  /** A worker configured by its environment alone (each flag's variable). */
+  async workerFromEnv(name, env) {
+    const p = this.spawn(name, [process.execPath, join(PKG, "dist/cli.js")], env);
+    return this.connected(p, name);
+  }
+  async connected(p, name) {
     assert.ok(await waitFor(() => p.text().includes("serving") || p.exitCode !== null), `${name}: ${p.text()}`);
     return p;
   }
@@ -161,7 +169,9 @@ describe("the worker against a runner", { skip }, () => {
 
   test("actions see their context; errors reach the workflow with their types and bases", async () => {
     const r = c.runner("runner-m");
-    await c.worker("ts-m", r.sock);
+    const w = await c.workerFromEnv("ts-m", { CAIRN_WORKER_URL: r.sock, CAIRN_WORKER_MODULES: "./test/actions.mjs",
+      CAIRN_WORKER_NAME: "ts-m-env", CAIRN_WORKER_SLOTS: "3", CAIRN_LOG_LEVEL: "debug" });
+    assert.match(w.text(), /serving 10 action\(s\) with 3 slot\(s\)/, "configured by its environment");
     const port = await freePort();
     const { code, doc, r: p } = c.run("tsmix", { port });
     assert.equal(code, 0, p.stdout + p.stderr + c.logs());
@@ -178,13 +188,14 @@ describe("the worker against a runner", { skip }, () => {
     assert.deepEqual(res.declined, ["PaymentDeclined", "card declined", ["ValueError", "Exception"]]);
     assert.equal(res.final, "ValueError");
     assert.deepEqual(res.connect, ["ConnectionRefusedError", ["ConnectionError", "OSError", "Exception"]]);
-    assert.equal(res.bad.length, 3);
+    assert.equal(res.bad.length, 4);
     assert.match(res.bad[0], /the result\.items\[1\]\.f is a function/);
     assert.match(res.bad[1], /the result\[1\] is undefined/);
     assert.match(res.bad[2], /the result\.n is the bigint \d+, outside the 64-bit range/);
+    assert.match(res.bad[3], /the result is \d+ bytes of msgpack, over the protocol's 16 MiB message limit/);
     // the non-retryable error ran once, despite [retry: 5]; the refused connection twice
     const attempts = c.q(`SELECT count(*) FROM cairn.runner_actions_done WHERE instance_id = '${doc.id}'`);
-    assert.equal(Number(attempts), 1 + 1 + 3 + 1 + 1 + 2 + 3);
+    assert.equal(Number(attempts), 1 + 1 + 3 + 1 + 1 + 2 + 3 + 1);
   });
 
   test("a cancel aborts the attempt's signal; SIGTERM lets the running attempt finish first", async () => {
