@@ -255,7 +255,11 @@ describe("the worker against a runner", { skip }, () => {
         answers.push(await client.signal(w, "approve", { by: "ann" }, { onlyIfWaiting: true }));
         return answers.at(-1) === "delivered";
       }), `${answers.slice(-3)} ${JSON.stringify(await client.status(w))}`);
-      assert.ok(await waitFor(async () => (await client.publishEvent("order_paid", "o-7", { amount: new Float(10) })).woken === 1));
+      // published once, whether the wait is there yet or not: an event is kept for the wait
+      const ev = await client.publishEvent("order_paid", "o-7", { amount: new Float(10) }, { dedupKey: "pay-7" });
+      assert.ok(ev.woken === 0 || ev.woken === 1, JSON.stringify(ev));
+      assert.equal(ev.duplicate, false);
+      assert.equal((await client.publishEvent("order_paid", "o-7", { amount: 10 }, { dedupKey: "pay-7" })).duplicate, true);
       const both = await client.wait(w, { timeoutMs: 30000 });
       assert.equal(both.approved.by, "ann");
       assert.ok(both.paid.amount instanceof Float);
@@ -265,6 +269,48 @@ describe("the worker against a runner", { skip }, () => {
     } finally {
       await client.close();
     }
+  });
+
+  test("tls+tcp:// with a client certificate; without one the worker never gets in", async () => {
+    const d = join(c.tmp, "certs");
+    const k = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    const script = `set -e; mkdir -p ${d}; cd ${d};` +
+      `openssl req -x509 ${k} -keyout ca.key -out ca.pem -days 1 -subj /CN=test-ca;` +
+      "for n in runner worker; do" +
+      `  openssl req ${k} -keyout $n.key -out $n.csr -subj /CN=$n;` +
+      "  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > $n.ext;" +
+      "  openssl x509 -req -in $n.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1" +
+      "    -extfile $n.ext -out $n.crt; cat $n.crt $n.key > $n.pem;" +
+      "done";
+    const made = spawnSync("sh", ["-c", script], { encoding: "utf8" });
+    assert.equal(made.status, 0, made.stderr);
+    const url = `tls+tcp://127.0.0.1:${await freePort()}`;
+    const r = c.spawn("runner-tls", [RUNNER, "--worker-listen", url, "--poll-interval-ms", "100",
+      "--worker-tls-cert-key", join(d, "runner.pem"), "--worker-tls-ca", join(d, "ca.pem")]);
+    assert.ok(await waitFor(() => r.text().includes("started")), r.text());
+    await c.worker("ts-tls", url, "--tls-ca", join(d, "ca.pem"), "--tls-cert-key", join(d, "worker.pem"),
+      "--tls-server-name", "localhost");
+    const bare = c.spawn("ts-nocert", [process.execPath, join(PKG, "dist/cli.js"), "--url", url,
+      "--module", "./test/actions.mjs", "--tls-ca", join(d, "ca.pem"), "--tls-server-name", "localhost"]);
+    assert.ok(await waitFor(() => (bare.text().match(/reconnecting/g) ?? []).length >= 2), bare.text());
+    assert.ok(!bare.text().includes("serving") && bare.exitCode === null, bare.text());
+    const { code, doc } = c.run("tsecho", { value: "over tls" });
+    assert.equal(code, 0, c.logs());
+    assert.equal(doc.result, "over tls");
+  });
+
+  test("one worker serves several runners; with one gone the other still gets its work done", async () => {
+    const a = c.runner("runner-a");
+    const b = c.runner("runner-b");
+    const w = c.spawn("ts-ab", [process.execPath, join(PKG, "dist/cli.js"), "--url", a.sock, "--url", b.sock,
+      "--module", "./test/actions.mjs", "--slots", "2"]);
+    assert.ok(await waitFor(() => (w.text().match(/serving/g) ?? []).length >= 2), w.text());
+    a.kill("SIGKILL");
+    await a.exited;
+    const { code, doc } = c.run("tsecho", { value: [4] });
+    assert.equal(code, 0, c.logs());
+    assert.deepEqual(doc.result, [4]);
+    assert.equal(w.exitCode, null);
   });
 
   test("a runner restarted under the worker gets it back", async () => {
