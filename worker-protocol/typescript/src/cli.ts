@@ -88,13 +88,13 @@ export async function main(argv: string[]): Promise<number> {
   for (const [flag, env, def] of SETTINGS) {
     let v = (parsed.values as Record<string, string | string[] | undefined>)[flag] ?? null;
     if (v === null && process.env[env]) {
-      v = flag === "url" || flag === "module" ? (process.env[env] as string).split(",") : (process.env[env] as string);
+      v = flag === "url" || flag === "module" ? (process.env[env]).split(",") : (process.env[env]);
     }
     vals[flag] = v ?? def;
   }
   const level = String(vals["log-level"]).toLowerCase();
   if (!(level in LEVELS)) {
-    return usage(`--log-level must be debug, info, warn (or warning) or error, not '${vals["log-level"]}'`);
+    return usage(`--log-level must be debug, info, warn (or warning) or error, not '${String(vals["log-level"])}'`);
   }
   const urls = (vals.url as string[] | null) ?? [];
   const modules = (vals.module as string[] | null) ?? [];
@@ -104,7 +104,7 @@ export async function main(argv: string[]): Promise<number> {
   const num = (flag: string): number => {
     const v = Number(vals[flag]);
     if (!Number.isFinite(v)) {
-      throw new RangeError(`--${flag} must be a number, not '${vals[flag]}'`);
+      throw new RangeError(`--${flag} must be a number, not '${String(vals[flag])}'`);
     }
     return v;
   };

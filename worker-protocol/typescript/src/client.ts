@@ -38,7 +38,8 @@ export class WorkflowFailed extends Error {
     readonly status: string,
     readonly error: { [key: string]: Value },
   ) {
-    super(`${instanceId} ${status}: ${String(error?.type)}: ${String(error?.message)}`);
+    const text = (v: Value | undefined): string => (typeof v === "string" ? v : JSON.stringify(v ?? null));
+    super(`${instanceId} ${status}: ${text(error?.type)}: ${text(error?.message)}`);
     this.name = "WorkflowFailed";
   }
   get type(): string | undefined {
@@ -54,14 +55,18 @@ export class NotFinished extends Error {
   }
 }
 
-/** An input the workflow's typed inputs refuse (SQLSTATE 22Z01): the message names the path
- * and what was expected ("input.items[2]: expected int, got str"). Nothing was stored. */
-export class InputRefused extends TypeError {
+/** An input the workflow's typed inputs reject (SQLSTATE 22Z01): the message is the database's
+ * reason, naming the path and what was expected ("input.items[2]: expected int, got str").
+ * Nothing was stored. */
+export class InputRejected extends TypeError {
   constructor(message: string) {
     super(message);
-    this.name = "InputRefused";
+    this.name = "InputRejected";
   }
 }
+
+/** The Python client's name for InputRejected. */
+export const InputRefused = InputRejected;
 
 /** No such instance. */
 export class NotFound extends Error {
@@ -181,14 +186,14 @@ export class Client {
     return next;
   }
 
-  private async query(sql: string, params: unknown[]): Promise<pg.QueryResult> {
+  private async query(sql: string, params: unknown[]): Promise<pg.QueryResult<Record<string, unknown>>> {
     try {
-      return await this.db.query(sql, params);
+      return await this.db.query<Record<string, unknown>>(sql, params);
     } catch (e) {
       const code = (e as { code?: string }).code;
       const msg = (e as Error).message;
       if (code === "22Z01") {
-        throw new InputRefused(msg.startsWith("cairn.") ? msg.slice(msg.indexOf(": ") + 2) : msg);
+        throw new InputRejected(msg.startsWith("cairn.") ? msg.slice(msg.indexOf(": ") + 2) : msg);
       }
       if (code === "P0002") {
         throw new NotFound(msg);
@@ -198,7 +203,8 @@ export class Client {
   }
 
   /** Enqueues an instance of workflow with input (its inputs by name); resolves with its id. */
-  enqueue(workflow: string, input: { [key: string]: unknown } = {}, o: EnqueueOptions = {}): Promise<string> {
+  enqueue<In extends { [key: string]: unknown } = { [key: string]: unknown }>(
+    workflow: string, input: In = {} as In, o: EnqueueOptions = {}): Promise<string> {
     if (input === null || typeof input !== "object" || Array.isArray(input)) {
       throw new TypeError("input must be an object (the workflow's inputs by name)");
     }
@@ -242,14 +248,14 @@ export class Client {
 
   /** The result of a completed instance; WorkflowFailed if it failed, was cancelled or timed
    * out; NotFinished if it has not finished. */
-  async result(id: string): Promise<Value> {
-    return outcome(await this.status(id));
+  async result<Out = Value>(id: string): Promise<Out> {
+    return outcome(await this.status(id)) as Out;
   }
 
   /** Waits until the instance finishes and resolves with result(). Told by the database when
    * the instance ends (LISTEN on cairn.done_channel), it reads the status again only then, or
    * every pollMs (1000). NotFinished after timeoutMs (none by default). */
-  wait(id: string, o: { timeoutMs?: number; pollMs?: number } = {}): Promise<Value> {
+  wait<Out = Value>(id: string, o: { timeoutMs?: number; pollMs?: number } = {}): Promise<Out> {
     uuidOf(id);
     const channel = `cairn_done_${id.replace(/-/g, "").toLowerCase()}`;
     const end = o.timeoutMs === undefined ? Infinity : Date.now() + o.timeoutMs;
@@ -261,7 +267,7 @@ export class Client {
           this.heard.delete(channel);
           const s = await this.look(id);
           if ((FINISHED as readonly string[]).includes(s.status)) {
-            return outcome(s);
+            return outcome(s) as Out;
           }
           const left = end - Date.now();
           if (left <= 0) {
@@ -341,17 +347,21 @@ export class Client {
       const r = await this.query(
         "SELECT v.input_schema::text AS s, v.inputs FROM cairn.find_version('schema', $1, $2) v", [workflow, version ?? null]);
       const { s, inputs } = r.rows[0] as { s: string | null; inputs: string[] | null };
+      let out: { [key: string]: Value };
       if (s !== null) {
-        return { ...(parseJson(s) as { [key: string]: Value }), title: workflow } as { [key: string]: Value };
+        out = { ...(parseJson(s) as { [key: string]: Value }), title: workflow };
+      } else {
+        // no input typed: any value for each, other keys allowed
+        out = {
+          $schema: "https://json-schema.org/draft/2020-12/schema",
+          type: "object",
+          properties: Object.fromEntries((inputs ?? []).map((n) => [n, {}])),
+          required: inputs ?? [],
+          additionalProperties: true,
+          title: workflow,
+        };
       }
-      return {
-        $schema: "https://json-schema.org/draft/2020-12/schema",
-        type: "object",
-        properties: Object.fromEntries((inputs ?? []).map((n) => [n, {}])),
-        required: inputs ?? [],
-        additionalProperties: true,
-        title: workflow,
-      } as { [key: string]: Value };
+      return out;
     });
   }
 

@@ -61,7 +61,8 @@ const BUILTIN_BASES: Record<string, string[]> = {
 
 function bases(e: Error): string[] {
   const out: string[] = [];
-  for (let p = Object.getPrototypeOf(Object.getPrototypeOf(e)); p !== null; p = Object.getPrototypeOf(p)) {
+  for (let p = Object.getPrototypeOf(Object.getPrototypeOf(e)) as object | null; p !== null;
+    p = Object.getPrototypeOf(p) as object | null) {
     const name = (p.constructor as { name?: string } | undefined)?.name;
     if (name === undefined || name === "Object" || name === "Error" || name === "") {
       continue;
@@ -72,7 +73,8 @@ function bases(e: Error): string[] {
 }
 
 function typeName(e: Error): string {
-  const ctor = (Object.getPrototypeOf(e)?.constructor as { name?: string } | undefined)?.name;
+  const proto = Object.getPrototypeOf(e) as object | null;
+  const ctor = (proto?.constructor as { name?: string } | undefined)?.name;
   // The class's own name, unless it set a name of its own (class X extends Error {name = "Y"})
   if (typeof e.name === "string" && e.name !== "" && e.name !== "Error") {
     return e.name;

@@ -16,6 +16,7 @@ export {
   type EnqueueOptions,
   FINISHED,
   InputRefused,
+  InputRejected,
   type InstanceStatus,
   NotFinished,
   NotFound,

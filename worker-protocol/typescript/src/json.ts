@@ -36,7 +36,7 @@ export function parseJson(text: string): Value {
     const c = text[i];
     if (c === "{") {
       i++;
-      const o: { [key: string]: Value } = Object.create(null);
+      const o = Object.create(null) as { [key: string]: Value };
       ws();
       if (text[i] === "}") {
         i++;
@@ -171,9 +171,9 @@ export function toJson(v: unknown, where = "the value", depth = 1): string {
       return toJson(x, `${where}[${k}]`, depth + 1);
     }).join(", ")}]`;
   }
-  const p = Object.getPrototypeOf(v);
+  const p = Object.getPrototypeOf(v) as object | null;
   if (p !== Object.prototype && p !== null) {
-    throw new ValueTypeError(`${where} is a ${(v as object).constructor?.name ?? "object"}, which has no engine value`);
+    throw new ValueTypeError(`${where} is a ${(v).constructor?.name ?? "object"}, which has no engine value`);
   }
   const o = v as Record<string, unknown>;
   return `{${Object.keys(o)

@@ -80,7 +80,7 @@ function keyPath(where: string, key: string): string {
 }
 
 function isPlainObject(v: object): boolean {
-  const p = Object.getPrototypeOf(v);
+  const p = Object.getPrototypeOf(v) as object | null;
   return p === Object.prototype || p === null;
 }
 
@@ -306,7 +306,7 @@ function writeValue(w: Writer, v: unknown, where: string, depth: number, cx: Wri
       writeValue(w, o[k], keyPath(where, k), depth + 1, cx);
     }
   } else {
-    const name = (v as object).constructor?.name ?? "object";
+    const name = (v).constructor?.name ?? "object";
     throw new ValueTypeError(
       `${where} is a ${name}, which has no engine value (use null, boolean, number, bigint, ` +
         "string, array or plain object)",
@@ -523,7 +523,7 @@ function readList(r: Reader, n: number, depth: number, o: DecodeOptions): Value[
   if (n > r.left) {
     throw new ValueDecodeError("a list longer than its document");
   }
-  const out: Value[] = new Array(n);
+  const out = new Array<Value>(n);
   for (let i = 0; i < n; i++) {
     out[i] = readValue(r, depth + 1, o) as Value;
   }
@@ -534,7 +534,7 @@ function readMap(r: Reader, n: number, depth: number, o: DecodeOptions): { [key:
   if (n * 2 > r.left) {
     throw new ValueDecodeError("a map longer than its document");
   }
-  const out: { [key: string]: Value } = Object.create(null);
+  const out = Object.create(null) as { [key: string]: Value };
   for (let i = 0; i < n; i++) {
     const k = readValue(r, depth + 1, o);
     if (typeof k !== "string") {

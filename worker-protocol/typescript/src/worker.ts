@@ -11,7 +11,7 @@
 
 import * as os from "node:os";
 
-import { errorMap, type ErrorMap, plainError } from "./errors.js";
+import { errorMap, plainError } from "./errors.js";
 import * as proto from "./proto.js";
 import { encode, type Value, ValueTypeError } from "./values.js";
 import { Conn, parseUrl, type TlsOptions, WireError } from "./wire.js";
@@ -316,7 +316,7 @@ class Session {
       if (run.abort.signal.aborted) {
         return [false, plainError("Cancelled", "the runner cancelled it")];
       }
-      return [false, errorMap(e) as ErrorMap];
+      return [false, errorMap(e)];
     }
   }
 
@@ -457,7 +457,7 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
       },
       (e: unknown) => {
         clearTimeout(t);
-        reject(e);
+        reject(e instanceof Error ? e : new Error(String(e)));
       },
     );
   });

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds the TypeScript SDK (npm ci when node_modules is missing or older than the lock file,
-# then tsc: its strict checks are the package's lint) and runs its tests with node:test, in TAP.
+# then tsc, strict) and runs its tests with node:test, in TAP. The build step also lints
+# (eslint.config.js: typescript-eslint's type-checked rules).
 #   test/run.sh          build, then test (meson test typescript_sdk)
 #   test/run.sh build    build only (scripts/test does it once, before both builds' tests)
 # The tests that need a runner skip without CAIRN_TEST_DATABASE_URL, CAIRN_RUNNER, CAIRNCTL.
@@ -17,6 +18,6 @@ if [[ "${1:-}" == build || ! -f dist/index.js ||
     npx --no-install tsc -p tsconfig.json >&2
 fi
 if [[ "${1:-}" == build ]]; then
-    exit 0
+    exec npx --no-install eslint --max-warnings 0 . >&2
 fi
 exec node --test --test-reporter=./test/tap-reporter.mjs test/*.test.mjs

@@ -217,7 +217,7 @@ describe("the worker against a runner", { skip }, () => {
   });
 
   test("the client: enqueue, wait, status, list, result, errors, cancel, retry, signals, events, schema", async () => {
-    const { Client, Float, InputRefused, NotFinished, WorkflowFailed } = await import("../dist/index.js");
+    const { Client, Float, InputRejected, NotFinished, WorkflowFailed } = await import("../dist/index.js");
     const r = c.runner("runner-k");
     await c.worker("ts-k", r.sock);
     const client = new Client(c.url);
@@ -238,7 +238,7 @@ describe("the worker against a runner", { skip }, () => {
       assert.ok(st.completedAt instanceof Date);
       assert.ok((await client.list({ workflow: "tsecho" })).some((s) => s.id === id));
       assert.deepEqual(await client.result(id), got);
-      await assert.rejects(client.enqueue("tsmix", { port: "x" }), (e) => e instanceof InputRefused &&
+      await assert.rejects(client.enqueue("tsmix", { port: "x" }), (e) => e instanceof InputRejected &&
         /input\.port: expected int, got str/.test(e.message));
       // a failure, as the workflow saw it
       const held = await client.enqueue("tshold", { ms: 60000, path: join(c.tmp, "k-holds") });
