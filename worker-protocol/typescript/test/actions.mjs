@@ -47,6 +47,11 @@ export default {
     }),
   "ts.unencodable": async ({ what }) =>
     what === "function" ? { items: [1, { f: () => 1 }] } : what === "undefined" ? [1, undefined] : { n: 2n ** 70n },
+  "ts.mark": async ({ ms, path }) => {
+    appendFileSync(path, `${process.pid}\n`);
+    await new Promise((resolve) => setTimeout(resolve, ms));
+    return ms;
+  },
   "ts.huge": async ({ mib }) => "x".repeat(mib * 1024 * 1024),
   "ts.hold": async ({ ms, path }, ctx) => {
     appendFileSync(path, `start ${ctx.execId}\n`);

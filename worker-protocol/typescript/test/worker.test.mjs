@@ -131,7 +131,7 @@ describe("the worker against a runner", { skip }, () => {
     c = new Cluster();
     c.psql(BASE, `CREATE DATABASE ${c.db}`);
     assert.equal(c.ctl("migrate").status, 0);
-    for (const f of ["tsecho", "tsmix", "tshold", "tswait"]) {
+    for (const f of ["tsecho", "tsmix", "tshold", "tswait", "tsmark", "tsboth"]) {
       const r = c.ctl("register", join(HERE, "workflows", `${f}.cairn`));
       assert.equal(r.status, 0, r.stderr);
     }
@@ -171,7 +171,7 @@ describe("the worker against a runner", { skip }, () => {
     const r = c.runner("runner-m");
     const w = await c.workerFromEnv("ts-m", { CAIRN_WORKER_URL: r.sock, CAIRN_WORKER_MODULES: "./test/actions.mjs",
       CAIRN_WORKER_NAME: "ts-m-env", CAIRN_WORKER_SLOTS: "3", CAIRN_LOG_LEVEL: "debug" });
-    assert.match(w.text(), /serving 10 action\(s\) with 3 slot\(s\)/, "configured by its environment");
+    assert.match(w.text(), /serving \d+ action\(s\) with 3 slot\(s\)/, "configured by its environment");
     const port = await freePort();
     const { code, doc, r: p } = c.run("tsmix", { port });
     assert.equal(code, 0, p.stdout + p.stderr + c.logs());
@@ -311,6 +311,75 @@ describe("the worker against a runner", { skip }, () => {
     assert.equal(code, 0, c.logs());
     assert.deepEqual(doc.result, [4]);
     assert.equal(w.exitCode, null);
+  });
+
+  test("an async and a sync action at once; an attempt past its [timeout] is stopped", async () => {
+    const r = c.runner("runner-b2");
+    await c.worker("ts-b2", r.sock);
+    const { code, doc, r: p } = c.run("tsboth", { ms: 1 });
+    assert.equal(code, 0, p.stdout + p.stderr + c.logs());
+    assert.deepEqual(doc.result, ["async", 3, "ActionTimeout"]);
+  });
+
+  test("a wrong credential is refused: the worker exits 1", async () => {
+    const sock = `ipc://${c.tmp}/runner-cred.sock`;
+    c.spawn("runner-cred", [RUNNER, "--worker-listen", sock, "--worker-credential", "sesame"]);
+    const w = c.spawn("ts-cred", [process.execPath, join(PKG, "dist/cli.js"), "--url", sock,
+      "--module", "./test/actions.mjs", "--credential", "nope"]);
+    assert.equal(await w.exited, 1, w.text());
+    assert.match(w.text(), /refused/);
+    const ok = await c.worker("ts-cred-ok", sock, "--credential", "sesame");
+    assert.equal(ok.exitCode, null);
+  });
+
+  test("kill -9 of a worker mid-action: the attempt goes to another worker", async () => {
+    const r = c.runner("runner-k9");
+    const a = await c.worker("ts-k9a", r.sock, "--slots", "1");
+    const b = await c.worker("ts-k9b", r.sock, "--slots", "1");
+    const path = join(c.tmp, "marks-k9");
+    const id = c.ctl("run", "tsmark", "--input", JSON.stringify({ ms: 1500, path })).stdout.trim();
+    assert.ok(await waitFor(() => read(path).trim().split("\n").filter(Boolean).length === 1), c.logs());
+    const first = Number(read(path).trim());
+    const victim = first === a.pid ? a : b;
+    victim.kill("SIGKILL");
+    const out = c.ctl("wait", id, "--timeout", "30");
+    assert.equal(out.status, 0, out.stderr + c.logs());
+    const pids = read(path).trim().split("\n").map(Number);
+    assert.equal(pids.length, 2);
+    assert.notEqual(pids[1], victim.pid);
+  });
+
+  test("a runner that sends garbage: the worker drops the connection, reconnects, never crashes", async () => {
+    const path = join(c.tmp, "garbage.sock");
+    let connections = 0;
+    const srv = net.createServer((s) => {
+      connections++;
+      s.write(Buffer.from([0x00, 0x53, 0x50, 0x00, 0x00, 0x31, 0x00, 0x00]));
+      let got = Buffer.alloc(0);
+      s.on("data", (d) => {
+        got = Buffer.concat([got, d]);
+        if (got.length >= 8 + 9 + 4) {
+          const id = got.subarray(8 + 9, 8 + 9 + 4);
+          const body = Buffer.concat([id, Buffer.from([0xc1, 0xc1]), Buffer.from("garbage")]);
+          const head = Buffer.alloc(9);
+          head[0] = 1;
+          head.writeBigUInt64BE(BigInt(body.length), 1);
+          s.write(Buffer.concat([head, body]));
+          got = Buffer.alloc(0);
+        }
+      });
+      s.on("error", () => {});
+    });
+    await new Promise((resolve) => srv.listen(path, resolve));
+    try {
+      const w = c.spawn("ts-garbage", [process.execPath, join(PKG, "dist/cli.js"), "--url", `ipc://${path}`,
+        "--module", "./test/actions.mjs"]);
+      assert.ok(await waitFor(() => connections >= 3), w.text());
+      assert.equal(w.exitCode, null, w.text());
+      assert.match(w.text(), /reply does not decode/);
+    } finally {
+      srv.close();
+    }
   });
 
   test("a runner restarted under the worker gets it back", async () => {
