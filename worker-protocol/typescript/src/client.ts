@@ -8,6 +8,7 @@
 // never by pg's own JSON parsing. One Client holds one connection and runs one call at a time
 // (calls made at once wait their turn).
 
+import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import pg from "pg";
 
 import { parseJson, toJson } from "./json.js";
@@ -98,6 +99,25 @@ export interface EnqueueOptions {
   timeout?: number | string;
   /** Instances with the same key run one at a time (or the workflow's per-key limit). */
   concurrencyKey?: string;
+  /** Check the input against the workflow's JSON Schema (schema(), read once per workflow and
+   * version, then kept) before sending it: a wrong input throws InputRejected without a round
+   * trip to enqueue. The database checks it again either way. */
+  validate?: boolean;
+}
+
+/** Where an input's value is, as the engine names it: input.order.items[2]. */
+function inputPath(e: ErrorObject): string {
+  let p = "input";
+  for (const part of e.instancePath.split("/").slice(1)) {
+    const k = part.replace(/~1/g, "/").replace(/~0/g, "~");
+    p += /^[0-9]+$/.test(k) ? `[${k}]` : /^[A-Za-z_][A-Za-z0-9_]*$/.test(k) ? `.${k}` : `[${JSON.stringify(k)}]`;
+  }
+  if (e.keyword === "required") {
+    p += `.${String((e.params as { missingProperty?: string }).missingProperty)}`;
+  } else if (e.keyword === "additionalProperties") {
+    p += `.${String((e.params as { additionalProperty?: string }).additionalProperty)}`;
+  }
+  return p;
 }
 
 const STATUS_SQL =
@@ -148,6 +168,8 @@ export class Client {
   private readonly ready: Promise<void>;
   private queue: Promise<unknown> = Promise.resolve();
   private readonly heard = new Set<string>();
+  private readonly checks = new Map<string, ValidateFunction>();
+  private ajv: Ajv2020 | null = null;
   private wakeup: (() => void) | null = null;
 
   /** connection: a libpq connection string or URL (pg's). Connects on the first call. */
@@ -211,6 +233,9 @@ export class Client {
     const json = toJson(input, "the input");
     const timeout = o.timeout === undefined ? null : typeof o.timeout === "number" ? `${o.timeout} seconds` : o.timeout;
     return this.run(async () => {
+      if (o.validate) {
+        await this.check(workflow, o.version, json);
+      }
       const r = await this.query(
         "SELECT cairn.enqueue($1, $2::jsonb, $3, $4, $5, $6, $7::interval, $8, $9)::text AS id",
         [workflow, json, o.idempotencyKey ?? null, o.priority ?? 0, o.at ?? null, o.version ?? null,
@@ -218,6 +243,24 @@ export class Client {
       );
       return r.rows[0].id as string;
     });
+  }
+
+  /** Throws InputRejected when the input (JSON text) does not fit the workflow's schema. */
+  private async check(workflow: string, version: string | undefined, json: string): Promise<void> {
+    const key = `${workflow}\u0000${version ?? ""}`;
+    let fn = this.checks.get(key);
+    if (fn === undefined) {
+      this.ajv ??= new Ajv2020({ allErrors: false, strict: false });
+      fn = this.ajv.compile(await this.schemaOf(workflow, version));
+      this.checks.set(key, fn);
+    }
+    // ajv reads plain JSON values: 64-bit ints as numbers are still integers to it
+    if (!fn(JSON.parse(json))) {
+      const e = fn.errors?.[0];
+      throw new InputRejected(
+        e === undefined ? "the input does not fit the workflow's inputs"
+          : `${inputPath(e)}: ${e.message ?? "does not fit"} (checked before sending, against ${workflow}'s schema)`);
+    }
   }
 
   /** The instance; NotFound if there is none. */
@@ -343,7 +386,11 @@ export class Client {
 
   /** The JSON Schema (2020-12) of the inputs the newest (or the given) version takes. */
   schema(workflow: string, version?: string): Promise<{ [key: string]: Value }> {
-    return this.run(async () => {
+    return this.run(() => this.schemaOf(workflow, version));
+  }
+
+  private async schemaOf(workflow: string, version?: string): Promise<{ [key: string]: Value }> {
+    {
       const r = await this.query(
         "SELECT v.input_schema::text AS s, v.inputs FROM cairn.find_version('schema', $1, $2) v", [workflow, version ?? null]);
       const { s, inputs } = r.rows[0] as { s: string | null; inputs: string[] | null };
@@ -362,7 +409,7 @@ export class Client {
         };
       }
       return out;
-    });
+    }
   }
 
   /** Closes the connection. */

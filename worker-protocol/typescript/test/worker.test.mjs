@@ -240,6 +240,13 @@ describe("the worker against a runner", { skip }, () => {
       assert.deepEqual(await client.result(id), got);
       await assert.rejects(client.enqueue("tsmix", { port: "x" }), (e) => e instanceof InputRejected &&
         /input\.port: expected int, got str/.test(e.message));
+      // checked here first when asked, against the schema: no round trip to enqueue
+      await assert.rejects(client.enqueue("tsmix", { port: "x" }, { validate: true }), (e) => e instanceof InputRejected &&
+        /^input\.port: must be integer \(checked before sending/.test(e.message));
+      await assert.rejects(client.enqueue("tsmix", {}, { validate: true }), (e) => e instanceof InputRejected &&
+        /^input\.port: must have required property 'port'/.test(e.message));
+      await assert.rejects(client.enqueue("tsmix", { port: 1, extra: 2 }, { validate: true }), (e) =>
+        e instanceof InputRejected && /^input\.extra: must NOT have additional properties/.test(e.message));
       // a failure, as the workflow saw it
       const held = await client.enqueue("tshold", { ms: 60000, path: join(c.tmp, "k-holds") });
       await assert.rejects(client.wait(held, { timeoutMs: 300 }), NotFinished);
