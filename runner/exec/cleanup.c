@@ -111,7 +111,7 @@ rn_ex_cleanup_timer(struct rn_instance *in, const struct rn_event *ev)
 {
     char why[96];
 
-    if (in->cleanup.outcome == RN_RUNNING || !rn_xid_eq(ev->exec_id, in->cleanup.timer)) {
+    if (!rn_ex_cleaning(in) || !rn_xid_eq(ev->exec_id, in->cleanup.timer)) {
         return false;
     }
     if (in->now < in->cleanup.until) {
@@ -127,7 +127,7 @@ rn_ex_cleanup_timer(struct rn_instance *in, const struct rn_event *ev)
 bool
 rn_instance_cleaning(const struct rn_instance *in)
 {
-    return in->cleanup.outcome != RN_RUNNING && in->outcome == RN_RUNNING;
+    return rn_ex_cleaning(in) && in->outcome == RN_RUNNING;
 }
 
 void
@@ -137,7 +137,7 @@ rn_ex_interrupt(struct rn_instance *in, enum rn_outcome outcome, struct ir_val e
     size_t i, n = 0;
     bool cleans = false;
 
-    if (in->cleanup.outcome != RN_RUNNING) {
+    if (rn_ex_cleaning(in)) {
         /* Cleaning up already: a forced cancel abandons it; anything else (the cancel read
          * again by a new claim, the deadline passing meanwhile) changes nothing. */
         ir_val_release(err);

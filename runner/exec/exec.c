@@ -342,7 +342,7 @@ rn_ex_finish(struct rn_instance *in, enum rn_outcome outcome, struct ir_val v)
 {
     size_t i;
 
-    if (in->cleanup.outcome != RN_RUNNING) {
+    if (rn_ex_cleaning(in)) {
         v = rn_ex_cleanup_result(in, outcome, v); /* the interruption decides how it ends */
         outcome = (enum rn_outcome) in->cleanup.outcome;
     }
@@ -478,7 +478,7 @@ rn_ex_deliver(struct rn_instance *in, uint32_t ai, uint32_t idx, bool ok, struct
         ir_val_release(v); /* cannot happen: each branch reports once */
         return;
     }
-    if (!ok && tnode(in, a->node)->fail_fast && in->cleanup.outcome == RN_RUNNING) {
+    if (!ok && tnode(in, a->node)->fail_fast && !rn_ex_cleaning(in)) {
         /* Cleaning up, every branch runs its own finally blocks to their end. */
         fail_fast(in, ai, v);
         return;
@@ -1122,7 +1122,7 @@ rn_instance_waits(const struct rn_instance *in, struct rn_instance_waits *w)
             w->next_ms = at;
         }
     }
-    if (in->cleanup.outcome != RN_RUNNING && in->cleanup.until < w->next_ms) {
+    if (rn_ex_cleaning(in) && in->cleanup.until < w->next_ms) {
         w->next_ms = in->cleanup.until;
     }
 }

@@ -238,6 +238,12 @@ void rn_ex_begin_step(struct rn_instance *in, struct rn_step_out *o, int64_t now
 cn_err rn_ex_end_step(struct rn_instance *in);
 
 /* cleanup.c: a cancel or a timeout that runs finally blocks first. */
+/* Whether a cleanup was begun (and the instance ends as its interruption said). */
+static inline bool
+rn_ex_cleaning(const struct rn_instance *in)
+{
+    return in->cleanup.outcome != RN_RUNNING;
+}
 /* Applies a cancel or a timeout (outcome, and its error err, consumed): ends the instance at
  * once when force or when no live node has a finally block around it; else begins the cleanup.
  * While one is under way, force abandons it and anything else is stale. */

@@ -217,8 +217,7 @@ run_except(struct rn_instance *in, uint32_t xi, const struct ir_node *t, struct 
 {
     uint32_t k, j;
 
-    if (in->cleanup.outcome != RN_RUNNING && !ir_node_is_finally(t) &&
-        ir_val_equal(err, in->cleanup.err)) {
+    if (rn_ex_cleaning(in) && !ir_node_is_finally(t) && ir_val_equal(err, in->cleanup.err)) {
         /* The cancel (or timeout) itself: only finally blocks see it. An error the cleanup
          * raises is an ordinary one. */
         rn_ex_raise_error(in, xi, err);

@@ -127,7 +127,7 @@ rearm_timers(struct rn_instance *in, const struct rn_step_out *o)
     for (i = 0; i < o->timers.len && !fresh; i++) {
         fresh = rn_xid_eq(o->timers.items[i].exec_id, in->cleanup.timer);
     }
-    if (in->cleanup.outcome != RN_RUNNING && in->outcome == RN_RUNNING && !fresh) {
+    if (rn_instance_cleaning(in) && !fresh) {
         rn_ex_cleanup_timer_out(in); /* the cleanup's bound */
     }
     for (i = 0; i < in->x.len && in->rv == CN_OK && in->outcome == RN_RUNNING; i++) {
@@ -165,7 +165,7 @@ hydrate(const struct ir_dag *dag, const void *snap, size_t len, const struct rn_
     if ((rv = rn_snapshot_load(dag, cfg, snap, len, &in, err)) != CN_OK) {
         return rv;
     }
-    if (redrive && in->cleanup.outcome != RN_RUNNING) {
+    if (redrive && rn_ex_cleaning(in)) {
         /* Retried after a cleanup: the run starts over from where the interruption found it,
          * drawing its new ids past those the cleanup drew (their results are recorded). */
         struct rn_instance *before = NULL;

@@ -97,7 +97,7 @@ rn_instance_snapshot(const struct rn_instance *in, struct cn_buf *out)
     struct senc e;
     uint32_t *smap = NULL, *xmap = NULL, ns = 0, nx = 0;
     size_t i, k;
-    bool cleaning = in->cleanup.outcome != RN_RUNNING && in->outcome == RN_RUNNING;
+    bool cleaning = rn_instance_cleaning(in);
 
     memset(&e, 0, sizeof(e));
     smap = malloc((in->s.len + 1) * sizeof(*smap));

@@ -69,7 +69,7 @@ async function load(worker: Worker, spec: string): Promise<void> {
   }
 }
 
-export async function main(argv: string[]): Promise<number> {
+async function main(argv: string[]): Promise<number> {
   const options: Record<string, { type: "string"; multiple?: boolean }> = {};
   for (const [flag] of SETTINGS) {
     options[flag] = flag === "url" || flag === "module" ? { type: "string", multiple: true } : { type: "string" };
