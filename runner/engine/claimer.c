@@ -150,7 +150,11 @@ claimer_main(void *arg)
         } else if (orphans_from == INT64_MAX) {
             orphans_from = now + c->cfg.heartbeat_ms + 1000;
         }
-        orphans = confirmed && now >= orphans_from ? SIZE_MAX : 0;
+        orphans =
+            confirmed && now >= orphans_from &&
+                    (c->cfg.orphans_from_ms == NULL || now >= atomic_load(c->cfg.orphans_from_ms))
+                ? SIZE_MAX
+                : 0;
 
         room = active < c->cfg.max_instances ? c->cfg.max_instances - active : 0;
         if (room > RN_CLAIM_BATCH) {
@@ -213,6 +217,7 @@ claimer_main(void *arg)
         }
         if (b->ops->wait_enqueue(b, (int) c->cfg.poll_interval_ms, &em) != CN_OK) {
             cn_log(CN_LOG_WARN, "waiting for enqueue notifications failed: %s", em.text);
+            orphans_from = INT64_MAX; /* an outage, as a failed claim is */
             pause_ms(c, RN_BACKOFF_FIRST_MS);
         }
     }

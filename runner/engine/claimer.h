@@ -9,11 +9,11 @@
  *
  * Expired leases (orphans) are taken only while this runner's own leases are confirmed, and not
  * until a heartbeat period plus a second after the database came back from an outage (a failed
- * claim, or leases unconfirmed for a lease period): every live runner renews its own leases in
- * that time. Otherwise, after an outage longer than a lease, when every lease has expired, each
- * runner's claimer took the others' instances before their keepers could renew them, and ran
- * their attempts again (401 duplicate executions in the chaos suite's pg-down, against 32 in
- * flight).
+ * claim or wait for notifications, a failed lease renewal: the keeper's orphans_from_ms, or
+ * leases unconfirmed for a lease period): every live runner renews its own leases in that time.
+ * Otherwise, after an outage longer than a lease, when every lease has expired, each runner's
+ * claimer took the others' instances before their keepers could renew them, and ran their attempts
+ * again (401 duplicate executions in the chaos suite's pg-down, against 32 in flight).
  *
  * Threads: its own thread; rn_claimer_start/stop from the runner's. The stop flag is guarded
  * by a mutex used only to wake the thread early from a pause (no other lock is taken with it;
@@ -48,6 +48,8 @@ struct rn_claimer_cfg {
     _Atomic size_t *active; /* incremented here per claimed instance */
     /* The runner's lease confirmation (pool.h, the lease gate); NULL: always confirmed. */
     _Atomic int64_t *leases_confirmed_ms;
+    /* The keeper's earliest instant for orphans (keeper.h); NULL: no such bound. */
+    _Atomic int64_t *orphans_from_ms;
     /* How many more the runner has room for by its workers' backlog (rn_pool_room); when it
      * says 0 it calls wake(wake_arg) once it has. NULL: room is max_instances alone. */
     size_t (*room)(void *room_arg, void (*wake)(void *), void *wake_arg);

@@ -169,9 +169,10 @@ confirm(struct rn_keeper *k, int64_t t0)
 #define RENEW_RETRY_MS 20
 
 /* Renews every lease held, RN_HEARTBEAT_BATCH at a time (each batch its own short transaction,
- * which never waits for a row lock); asks again for the busy ones; reports the lost ones. */
+ * which never waits for a row lock); asks again for the busy ones; reports the lost ones.
+ * *failed: a heartbeat statement failed (the database is out of reach), not merely busy rows. */
 static bool
-renew(struct rn_keeper *k)
+renew(struct rn_keeper *k, bool *failed)
 {
     struct rn_backend *b = k->cfg.backend;
     struct cn_errmsg em = {{0}};
@@ -183,6 +184,7 @@ renew(struct rn_keeper *k)
     bool complete;
     int64_t t0 = cn_mono_ms(), took;
 
+    *failed = false;
     cn_mutex_lock(&k->reg);
     n = k->leases.len;
     copy = n > 0 ? cn_xmalloc(n * sizeof(*copy)) : NULL;
@@ -250,6 +252,7 @@ renew(struct rn_keeper *k)
             k->lost(k->arg, copy[i].shard, e);
         }
     }
+    *failed = failures > 0;
     complete = failures == 0 && busy == 0;
     if (complete) {
         /* Every lease is accounted for, and the losses are on their way to the shards (which
@@ -276,11 +279,16 @@ keeper_main(void *arg)
     struct rn_keeper *k = arg;
     int64_t next_beat = cn_mono_ms() + k->cfg.heartbeat_ms;
     int64_t next_reclaim = cn_mono_ms() + k->cfg.reclaim_interval_ms;
-    /* The reclaimer clears expired leases, which after an outage longer than a lease (every
-     * lease has expired) includes the leases of live runners that have not renewed yet: it
-     * waits until a heartbeat period plus a second after this keeper renewed again, as the
-     * claimer does for orphans (claimer.h). INT64_MAX: renewal is failing now. */
-    int64_t last_ok = cn_mono_ms(), reclaim_from = 0;
+    /* Other runners' expired leases (the reclaimer's, and the claimer's orphans) are left
+     * alone until a heartbeat period plus a second after this keeper renewed again following a
+     * failure or a gap of a lease period: after an outage longer than a lease every lease has
+     * expired, including those of live runners that have not renewed yet. INT64_MAX: renewal
+     * is failing now. Only a failed statement counts: busy rows are this runner's own writes.
+     * A claimer that had not seen the outage itself (it was waiting for a notification, or
+     * had no room) took another runner's instances the moment their leases expired, before
+     * that runner's next beat renewed them, and both ran their next attempts (13 duplicate
+     * executions in one CI run of the chaos suite's pg-restart). */
+    int64_t last_ok = cn_mono_ms(), orphans_from = 0;
 
     cn_mutex_lock(&k->wake);
     for (;;) {
@@ -293,18 +301,23 @@ keeper_main(void *arg)
         cn_mutex_unlock(&k->wake);
         {
             int64_t t0 = cn_mono_ms();
-            if (!renew(k)) {
-                reclaim_from = INT64_MAX;
+            bool failed;
+            (void) renew(k, &failed);
+            if (failed) {
+                orphans_from = INT64_MAX;
             } else {
-                if (reclaim_from == INT64_MAX || t0 - last_ok >= (int64_t) k->cfg.lock_ttl_ms) {
-                    reclaim_from = t0 + k->cfg.heartbeat_ms + 1000;
+                if (orphans_from == INT64_MAX || t0 - last_ok >= (int64_t) k->cfg.lock_ttl_ms) {
+                    orphans_from = t0 + k->cfg.heartbeat_ms + 1000;
                 }
                 last_ok = t0;
+            }
+            if (k->cfg.orphans_from_ms != NULL) {
+                atomic_store(k->cfg.orphans_from_ms, orphans_from);
             }
         }
         next_beat = cn_mono_ms() + k->cfg.heartbeat_ms;
         if (k->cfg.reclaim_interval_ms != 0 && cn_mono_ms() >= next_reclaim &&
-            cn_mono_ms() >= reclaim_from) {
+            cn_mono_ms() >= orphans_from) {
             reclaim_expired(k);
             next_reclaim = cn_mono_ms() + k->cfg.reclaim_interval_ms;
         }

@@ -32,6 +32,11 @@ struct rn_keeper_cfg {
     /* Called on the keeper thread after a renewal that reopened the gate (the one before was
      * more than lock_ttl_ms ago), with the lost callback's arg. NULL: none. */
     void (*reopened)(void *arg);
+    /* Set to the monotonic instant from which expired leases of other runners may be taken:
+     * INT64_MAX while renewals fail (the database is out of reach), then a heartbeat period
+     * plus a second after they succeed again, the time every live runner needs to renew its
+     * own (claimer.h). The reclaimer waits for it too. NULL: not published. */
+    _Atomic int64_t *orphans_from_ms;
 };
 
 /* Called on the keeper thread with a LOST event for shard `shard` (ownership passes). */

@@ -110,6 +110,7 @@ struct rn_runner {
      * starts before the shards and the persister, and a scrape may come at once. */
     atomic_bool started;
     _Atomic int64_t leases_confirmed_ms; /* the lease gate (pool.h): written by the keeper */
+    _Atomic int64_t orphans_from_ms;     /* keeper.h: written by the keeper, read by the claimer */
 };
 
 /* ---- routing ------------------------------------------------------------------------------ */
@@ -513,7 +514,8 @@ start_keeper(struct rn_runner *r, struct cn_errmsg *err)
                                  .heartbeat_ms = r->cfg.lock_heartbeat_ms,
                                  .reclaim_interval_ms = r->cfg.reclaim_interval_ms,
                                  .confirmed_ms = &r->leases_confirmed_ms,
-                                 .reopened = on_leases_reopened};
+                                 .reopened = on_leases_reopened,
+                                 .orphans_from_ms = &r->orphans_from_ms};
 
     return rn_keeper_start(&kcfg, on_lease_lost, r, &r->keeper, err);
 }
@@ -591,6 +593,7 @@ start_claimer(struct rn_runner *r, struct cn_errmsg *err)
                                   .lock_ttl_ms = r->cfg.lock_ttl_ms,
                                   .heartbeat_ms = r->cfg.lock_heartbeat_ms,
                                   .leases_confirmed_ms = &r->leases_confirmed_ms,
+                                  .orphans_from_ms = &r->orphans_from_ms,
                                   .poll_interval_ms = r->cfg.poll_interval_ms,
                                   .active = &r->active,
                                   .room = pool_room,
