@@ -14,6 +14,7 @@ class PaymentDeclined extends ValueError {
 
 export default {
   "ts.echo": async ({ value }) => value,
+  "ts.big": ({ bytes }) => "x".repeat(bytes - 1) + "!",
   "ts.sync_add": ({ a, b }) => a + b,
   "ts.ctx": async (_args, ctx) => ({
     action: ctx.action,

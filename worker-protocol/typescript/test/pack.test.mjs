@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The package as users get it: `npm pack`, then installed from the tarball into a fresh project
-// (no network needed: it has no runtime dependency), where `npx cairn-worker --help` runs and the
-// package's exports and types resolve.
+// (its two runtime dependencies, pg and ajv, from npm's cache or the registry: the only network
+// CI has), where `npx cairn-worker --help` runs and the package's exports and types resolve.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -24,7 +24,7 @@ test("npm pack, then npm install of the tarball into a fresh project", () => {
     const app = join(dir, "app");
     execFileSync("mkdir", [app]);
     writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", version: "1.0.0", type: "module" }));
-    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--offline", tgz], { cwd: app, encoding: "utf8" });
+    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", tgz], { cwd: app, encoding: "utf8" });
     const files = readdirSync(join(app, "node_modules", "cairn-sdk", "dist"));
     assert.ok(files.includes("index.js") && files.includes("index.d.ts"), files.join(" "));
     assert.ok(!existsSync(join(app, "node_modules", "cairn-sdk", "src")), "only dist/ is packed");

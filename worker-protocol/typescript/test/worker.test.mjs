@@ -1,129 +1,15 @@
 // SPDX-License-Identifier: MIT
 // The TypeScript worker against a real cairn-runner and the PostgreSQL that scripts/test starts
-// (a fresh database of its own, dropped at the end): values, context, errors as the workflow
-// sees them, cancel, SIGTERM's drain, a runner restarted under the worker. Skipped without
-// CAIRN_TEST_DATABASE_URL, CAIRN_RUNNER and CAIRNCTL (scripts/test sets them).
-import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+// (a fresh database of its own, dropped at the end: cluster.mjs): values, context, errors as
+// the workflow sees them, cancel, SIGTERM's drain, a runner restarted under the worker. Skipped
+// without CAIRN_TEST_DATABASE_URL, CAIRN_RUNNER and CAIRNCTL (scripts/test sets them).
+import { spawnSync } from "node:child_process";
 import * as net from "node:net";
-import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { after, afterEach, before, beforeEach, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 
-const HERE = dirname(fileURLToPath(import.meta.url));
-const PKG = dirname(HERE);
-const { CAIRN_TEST_DATABASE_URL: BASE, CAIRN_RUNNER: RUNNER, CAIRNCTL: CTL } = process.env;
-const skip = !(BASE && RUNNER && CTL) && "CAIRN_TEST_DATABASE_URL, CAIRN_RUNNER and CAIRNCTL are not set";
-
-/** The file's text, "" while it does not exist. */
-function read(path) {
-  try {
-    return readFileSync(path, "utf8");
-  } catch (e) {
-    if (e.code === "ENOENT") {
-      return "";
-    }
-    throw e;
-  }
-}
-
-/** Waits for cond() to hold, polling; false after ms. */
-async function waitFor(cond, ms = 20000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await cond()) {
-      return true;
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return cond();
-}
-
-class Cluster {
-  constructor() {
-    this.tmp = mkdtempSync(join(tmpdir(), "cairn-ts-"));
-    this.db = `tssdk_${process.pid}_${Math.floor(Math.random() * 1e6)}`;
-    this.url = BASE.replace(/^(postgres(?:ql)?:\/\/[^/]*\/)[^?]*/, `$1${this.db}`);
-    this.env = { ...process.env, CAIRN_DATABASE_URL: this.url };
-    this.procs = [];
-  }
-  psql(url, sql) {
-    const r = spawnSync("psql", [url, "-XAtqc", sql], { encoding: "utf8" });
-    if (r.status !== 0) {
-      throw new Error(`psql: ${r.stderr}`);
-    }
-    return r.stdout.trim();
-  }
-  q(sql) {
-    return this.psql(this.url, sql);
-  }
-  ctl(...args) {
-    return spawnSync(CTL, args, { env: this.env, encoding: "utf8", timeout: 120000 });
-  }
-  spawn(name, argv, env = {}) {
-    const log = join(this.tmp, `${name}.log`);
-    const fd = openSync(log, "a");
-    const p = spawn(argv[0], argv.slice(1), { env: { ...this.env, ...env }, stdio: ["ignore", fd, fd], cwd: PKG });
-    p.logPath = log;
-    p.text = () => readFileSync(log, "utf8");
-    p.exited = new Promise((resolve) => p.on("exit", (code, signal) => resolve(code ?? signal)));
-    this.procs.push(p);
-    return p;
-  }
-  runner(name, sock = `ipc://${this.tmp}/${name}.sock`) {
-    const p = this.spawn(name, [RUNNER, "--worker-listen", sock, "--poll-interval-ms", "100",
-      "--lock-ttl-ms", "2000", "--lock-heartbeat-ms", "400", "--worker-idle-ms", "1000",
-      "--shutdown-grace-ms", "5000"]);
-    p.sock = sock;
-    return p;
-  }
-  async worker(name, sock, ...extra) {
-    const p = this.spawn(name, [process.execPath, join(PKG, "dist/cli.js"), "--url", sock,
-      "--module", "./test/actions.mjs", "--name", name, ...extra]);
-    return this.connected(p, name);
-  }
-  /** A worker configured by its environment alone (each flag's variable). */
-  async workerFromEnv(name, env) {
-    const p = this.spawn(name, [process.execPath, join(PKG, "dist/cli.js")], env);
-    return this.connected(p, name);
-  }
-  async connected(p, name) {
-    assert.ok(await waitFor(() => p.text().includes("serving") || p.exitCode !== null), `${name}: ${p.text()}`);
-    return p;
-  }
-  run(workflow, input, timeout = 60) {
-    const r = this.ctl("run", workflow, "--input", JSON.stringify(input), "--wait", "--timeout", String(timeout), "--json");
-    return { code: r.status, doc: r.stdout.trim().startsWith("{") ? JSON.parse(r.stdout) : null, r };
-  }
-  logs() {
-    return this.procs.map((p) => `--- ${p.spawnargs[0]} ---\n${p.text().slice(-2000)}`).join("\n");
-  }
-  close() {
-    for (const p of this.procs) {
-      if (p.exitCode === null) {
-        p.kill("SIGKILL");
-      }
-    }
-    try {
-      this.psql(BASE, `DROP DATABASE IF EXISTS ${this.db} WITH (FORCE)`);
-    } catch {
-      // the server is gone: nothing to drop
-    }
-    rmSync(this.tmp, { recursive: true, force: true });
-  }
-}
-
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
+import { BASE, Cluster, freePort, HERE, PKG, read, RUNNER, skip, waitFor } from "./cluster.mjs";
 
 describe("the worker against a runner", { skip }, () => {
   let c;
@@ -131,7 +17,7 @@ describe("the worker against a runner", { skip }, () => {
     c = new Cluster();
     c.psql(BASE, `CREATE DATABASE ${c.db}`);
     assert.equal(c.ctl("migrate").status, 0);
-    for (const f of ["tsecho", "tsmix", "tshold", "tswait", "tsmark", "tsboth"]) {
+    for (const f of ["tsecho", "tsmix", "tshold", "tswait", "tsmark", "tsboth", "tsbig"]) {
       const r = c.ctl("register", join(HERE, "workflows", `${f}.cairn`));
       assert.equal(r.status, 0, r.stderr);
     }
@@ -165,6 +51,20 @@ describe("the worker against a runner", { skip }, () => {
     assert.equal(out.stdout.trim(), c.q(`SELECT input->'value' FROM cairn.runner_instances WHERE instance_id = '${id}'`));
     assert.match(out.stdout, /"two": 2\.0/);
     assert.match(out.stdout, /"safe": 9007199254740993/);
+  });
+
+  test("a result at the message limit arrives whole; one byte more is a ValueError", async () => {
+    const r = c.runner("runner-big");
+    await c.worker("ts-big", r.sock);
+    // The SDK's bound for one outcome's values (worker.ts: 16 MiB less 64 KiB for the envelope),
+    // less the string's msgpack header and the error map's margin.
+    const bytes = 16 * 1024 * 1024 - 64 * 1024 - 64 - 5;
+    const { code, doc, r: p } = c.run("tsbig", { bytes });
+    assert.equal(code, 0, p.stdout + p.stderr + c.logs());
+    assert.deepEqual(doc.result, { n: bytes, last: "!" });
+    const over = c.run("tsbig", { bytes: bytes + 1 });
+    assert.notEqual(over.code, 0);
+    assert.match(over.r.stdout + over.r.stderr, /ValueError.*over the protocol's 16 MiB message limit/s);
   });
 
   test("actions see their context; errors reach the workflow with their types and bases", async () => {
