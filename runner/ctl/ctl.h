@@ -180,6 +180,17 @@ int ctl_compile_file(const char *path, const struct ir_compile_limits *lim, stru
  * ", " and ": " separators as PostgreSQL prints jsonb), else prints why (after prog: "cairnctl
  * run") and returns EXIT_REJECTED (or EXIT_USAGE when out of memory). */
 int ctl_parse_input(const char *prog, const char *text, char **compact);
+/* ctl_parse_input with what the messages call the text ("orders.jsonl:3" for a line). */
+int ctl_parse_input_as(const char *prog, const char *what, const char *text, char **compact);
+/* The checks cairn.enqueue makes that cairnctl run can make before sending (the database makes
+ * them all again), of input (ctl_parse_input's text, called `what` in the messages), the
+ * idempotency key and --at (NULL: none). Prints why and returns EXIT_REJECTED, else EXIT_OK. */
+int ctl_check_enqueue(const char *what, const char *input, const char *key, const char *at);
+/* --at and --workflow-timeout read by the database apart from the enqueue, so that a bad one is
+ * named with the forms it takes (NULL: not given). EXIT_OK, or why on stderr and the status. */
+int ctl_check_time_options(PGconn *c, const char *at, const char *timeout);
+/* cairnctl run WORKFLOW --inputs FILE (ctl_run_many.c), with run's options in o. */
+int ctl_run_many(const struct cn_opts *o, const char *workflow);
 /* ctl_parse_input of --input, or of the file --input-file names ("-": stdin); both given is a
  * usage error (EXIT_USAGE). */
 int ctl_read_input(const char *prog, const char *input, const char *input_file, char **compact);

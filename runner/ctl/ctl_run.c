@@ -189,6 +189,12 @@ ctl_read_input(const char *prog, const char *input, const char *input_file, char
 int
 ctl_parse_input(const char *prog, const char *text, char **compact)
 {
+    return ctl_parse_input_as(prog, "--input", text, compact);
+}
+
+int
+ctl_parse_input_as(const char *prog, const char *what, const char *text, char **compact)
+{
     const char *src = text != NULL ? text : "{}";
     json_error_t je;
     json_t *input = json_loads(src, JSON_REJECT_DUPLICATES, &je);
@@ -201,18 +207,18 @@ ctl_parse_input(const char *prog, const char *text, char **compact)
     *compact = NULL;
     if (input == NULL && json_error_code(&je) == json_error_numeric_overflow) {
         fprintf(stderr,
-                "%s: --input holds a number out of range (integers are 64-bit, floats "
+                "%s: %s holds a number out of range (integers are 64-bit, floats "
                 "at most about 1.8e308): %s (line %d, column %d)\n",
-                prog, je.text, je.line, je.column);
+                prog, what, je.text, je.line, je.column);
         return EXIT_REJECTED;
     }
     if (input == NULL) {
-        fprintf(stderr, "%s: --input is not valid JSON: %s (line %d, column %d)\n", prog, je.text,
+        fprintf(stderr, "%s: %s is not valid JSON: %s (line %d, column %d)\n", prog, what, je.text,
                 je.line, je.column);
         return EXIT_REJECTED;
     }
     if (!json_is_object(input)) {
-        fprintf(stderr, "%s: --input must be a JSON object ({\"name\": value, ...})\n", prog);
+        fprintf(stderr, "%s: %s must be a JSON object ({\"name\": value, ...})\n", prog, what);
         json_decref(input);
         return EXIT_REJECTED;
     }
@@ -222,9 +228,9 @@ ctl_parse_input(const char *prog, const char *text, char **compact)
     rv = ir_val_from_json(src, strlen(src), &v, &em);
     if (rv == CN_DEPTH) {
         fprintf(stderr,
-                "%s: --input is nested deeper than %d levels (the top object is level "
+                "%s: %s is nested deeper than %d levels (the top object is level "
                 "1; each array or object adds one)\n",
-                prog, IR_VALUE_MAX_DEPTH);
+                prog, what, IR_VALUE_MAX_DEPTH);
         return EXIT_REJECTED;
     }
     if (rv == CN_OK) {
@@ -240,7 +246,7 @@ ctl_parse_input(const char *prog, const char *text, char **compact)
         return EXIT_USAGE;
     }
     if (rv != CN_OK) {
-        fprintf(stderr, "%s: --input: %s\n", prog, em.text);
+        fprintf(stderr, "%s: %s: %s\n", prog, what, em.text);
         return EXIT_REJECTED;
     }
     return EXIT_OK;
@@ -250,7 +256,7 @@ ctl_parse_input(const char *prog, const char *text, char **compact)
  * the integer 100000000000000000000: outside int64, so cairn.enqueue refuses it. Says so first,
  * for the first one found (v is within IR_VALUE_MAX_DEPTH: the recursion is bounded). */
 static bool
-jsonb_numbers_ok(struct ir_val v)
+jsonb_numbers_ok(const char *what, struct ir_val v)
 {
     size_t i;
 
@@ -260,23 +266,23 @@ jsonb_numbers_ok(struct ir_val v)
             char fb[IR_FLOAT_REPR_MAX];
             (void) ir_float_repr(v.u.f, fb);
             fprintf(stderr,
-                    "cairnctl run: --input holds %s, which PostgreSQL stores as an integer, "
+                    "cairnctl run: %s holds %s, which PostgreSQL stores as an integer, "
                     "outside the 64-bit range (write it with a fraction to keep a float: "
                     "100000000000000000000.0)\n",
-                    fb);
+                    what, fb);
             return false;
         }
         return true;
     case IR_T_LIST:
         for (i = 0; i < ir_list_len(v); i++) {
-            if (!jsonb_numbers_ok(ir_list_items(v)[i])) {
+            if (!jsonb_numbers_ok(what, ir_list_items(v)[i])) {
                 return false;
             }
         }
         return true;
     case IR_T_MAP:
         for (i = 0; i < ir_map_len(v); i++) {
-            if (!jsonb_numbers_ok(ir_map_val_at(v, i))) {
+            if (!jsonb_numbers_ok(what, ir_map_val_at(v, i))) {
                 return false;
             }
         }
@@ -306,9 +312,8 @@ infinite_time(const char *s)
     return n == 8 && strncasecmp(s, "infinity", 8) == 0;
 }
 
-/* The checks cairn.enqueue makes that can be made here (the database makes them all again). */
-static int
-check_enqueue(const char *input, const char *key, const char *at)
+int
+ctl_check_enqueue(const char *what, const char *input, const char *key, const char *at)
 {
     struct ir_val v;
     struct cn_errmsg em;
@@ -317,16 +322,16 @@ check_enqueue(const char *input, const char *key, const char *at)
 
     if (n > CTL_INPUT_MAX_BYTES) {
         fprintf(stderr,
-                "cairnctl run: --input is %zu bytes of JSON, over the limit of %d bytes (pass "
+                "cairnctl run: %s is %zu bytes of JSON, over the limit of %d bytes (pass "
                 "large data by reference: a URL, a row id)\n",
-                n, CTL_INPUT_MAX_BYTES);
+                what, n, CTL_INPUT_MAX_BYTES);
         return EXIT_REJECTED;
     }
     if (ir_val_from_json(input, n, &v, &em) != CN_OK) { /* ctl_parse_input made this text */
-        fprintf(stderr, "cairnctl run: --input: %s\n", em.text);
+        fprintf(stderr, "cairnctl run: %s: %s\n", what, em.text);
         return EXIT_USAGE;
     }
-    ok = jsonb_numbers_ok(v);
+    ok = jsonb_numbers_ok(what, v);
     ir_val_release(v);
     if (!ok) {
         return EXIT_REJECTED;
@@ -354,8 +359,8 @@ check_enqueue(const char *input, const char *key, const char *at)
  * here would (time zone names, 'tomorrow', '1 day 2 hours'); they are read apart from the
  * enqueue, so that a bad one is named with the forms it takes instead of PostgreSQL's
  * "invalid input syntax for type timestamp with time zone". */
-static int
-check_time_options(PGconn *c, const char *at, const char *timeout)
+int
+ctl_check_time_options(PGconn *c, const char *at, const char *timeout)
 {
     const struct {
         const char *flag, *value, *sql, *what;
@@ -419,6 +424,13 @@ ctl_cmd_run(const struct ctl_call *call, int argc, char **argv)
     struct cn_opt rows[] = {
         CTL_OPT_DB,
         CTL_OPT_INPUT,
+        CTL_OPT_STR("inputs", "FILE",
+                    "many instances at once: FILE (-: stdin) holds one input object per line "
+                    "(JSON Lines), all enqueued or, if one is refused, none; prints their ids "
+                    "in the lines' order"),
+        CTL_OPT_STR("idempotency-key-field", "F",
+                    "with --inputs: each line's idempotency key is its input's field F (a "
+                    "string or an integer)"),
         CTL_OPT_STR("idempotency-key", "K",
                     "the same key (and input) returns the workflow's first instance instead of "
                     "making another; another input with it is refused"),
@@ -448,16 +460,31 @@ ctl_cmd_run(const struct ctl_call *call, int argc, char **argv)
     if (!ctl_args(&o, argc, argv, 1, &status)) {
         return status;
     }
+    if (cn_opts_str(&o, "inputs") != NULL) {
+        if (cn_opts_str(&o, "input") != NULL || cn_opts_str(&o, "input-file") != NULL ||
+            cn_opts_str(&o, "idempotency-key") != NULL) {
+            fprintf(stderr,
+                    "%s: --inputs gives every input (and --idempotency-key-field their "
+                    "keys): not with --input, --input-file or --idempotency-key\n",
+                    o.prog);
+            return EXIT_USAGE;
+        }
+        return ctl_run_many(&o, argv[0]);
+    }
+    if (cn_opts_str(&o, "idempotency-key-field") != NULL) {
+        fprintf(stderr, "%s: --idempotency-key-field goes with --inputs\n", o.prog);
+        return EXIT_USAGE;
+    }
     /* The input is checked here, with a position, before the database sees it. */
     if ((status = ctl_read_input(o.prog, cn_opts_str(&o, "input"), cn_opts_str(&o, "input-file"),
                                  &input_text)) != EXIT_OK) {
         return status;
     }
-    if ((status = check_enqueue(input_text, cn_opts_str(&o, "idempotency-key"),
-                                cn_opts_str(&o, "at"))) == EXIT_OK &&
+    if ((status = ctl_check_enqueue("--input", input_text, cn_opts_str(&o, "idempotency-key"),
+                                    cn_opts_str(&o, "at"))) == EXIT_OK &&
         (status = ctl_db_open(&o, &c)) == EXIT_OK &&
-        (status = check_time_options(c, cn_opts_str(&o, "at"),
-                                     cn_opts_str(&o, "workflow-timeout"))) == EXIT_OK) {
+        (status = ctl_check_time_options(c, cn_opts_str(&o, "at"),
+                                         cn_opts_str(&o, "workflow-timeout"))) == EXIT_OK) {
         status = enqueue(&o, c, argv[0], input_text, id, sizeof(id));
     }
     free(input_text);

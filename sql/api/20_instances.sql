@@ -329,16 +329,122 @@ BEGIN
 END
 $$;
 
+-- The checks of one instance to enqueue, each with its SQLSTATE, in p_where's name
+-- ('cairn.enqueue', or 'cairn.enqueue_many: item 3 of 5'): the input a JSON object within the
+-- value limits (cairn.check_value), the keys non-empty and short enough, and, when the version
+-- has typed inputs (p_schema), the input of those types (22Z01). The bounds are cairn.limits()'s,
+-- read once by the caller.
+CREATE OR REPLACE FUNCTION cairn.enqueue_check(p_where text, p_workflow text, p_input jsonb,
+                                               p_idempotency_key text, p_concurrency_key text,
+                                               p_schema jsonb, p_input_bytes integer,
+                                               p_value_depth integer, p_key_bytes integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_refusal text;
+BEGIN
+    IF p_input IS NULL OR jsonb_typeof(p_input) <> 'object' THEN
+        RAISE EXCEPTION '%: input must be a JSON object, got %', p_where,
+            coalesce(jsonb_typeof(p_input), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM cairn.check_value(p_where, 'input', p_input, p_input_bytes, p_value_depth);
+    IF p_idempotency_key = '' THEN
+        RAISE EXCEPTION '%: the idempotency key is empty', p_where
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use NULL for no key.';
+    END IF;
+    IF octet_length(p_idempotency_key) > p_key_bytes THEN
+        RAISE EXCEPTION '%: the idempotency key is % bytes, over the limit of % bytes', p_where,
+            octet_length(p_idempotency_key), p_key_bytes
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Use a digest of a longer key (a hex SHA-256 is 64 bytes).';
+    END IF;
+    IF p_concurrency_key = '' THEN
+        RAISE EXCEPTION '%: the concurrency key is empty', p_where
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use NULL for no key.';
+    END IF;
+    IF octet_length(p_concurrency_key) > p_key_bytes THEN
+        RAISE EXCEPTION '%: the concurrency key is % bytes, over the limit of % bytes', p_where,
+            octet_length(p_concurrency_key), p_key_bytes
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF p_schema IS NOT NULL THEN
+        v_refusal := cairn.input_refusal(p_schema, p_input, p_workflow);
+        IF v_refusal IS NOT NULL THEN
+            RAISE EXCEPTION '%: %', p_where, v_refusal
+                USING ERRCODE = '22Z01',
+                      HINT = format('cairnctl schema %s prints the inputs it takes.', p_workflow);
+        END IF;
+    END IF;
+END
+$$;
+
+-- The checks of what an enqueue call gives all its instances, in p_caller's name: a finite
+-- scheduled_at, a timeout within (0, cairn.max_timeout_ms()]. Returns the timeout in ms, NULL
+-- when none was given (the workflow's own [timeout: D] then, if any).
+CREATE OR REPLACE FUNCTION cairn.enqueue_timeout_ms(p_caller text, p_scheduled_at timestamptz,
+                                                    p_timeout interval)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_ms bigint;
+BEGIN
+    IF NOT isfinite(p_scheduled_at) THEN
+        RAISE EXCEPTION '%: scheduled_at must be a finite time, got %', p_caller, p_scheduled_at
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'NULL means now.';
+    END IF;
+    IF p_timeout IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_ms := floor(extract(epoch FROM p_timeout) * 1000);
+    IF v_ms <= 0 OR v_ms > cairn.max_timeout_ms() THEN
+        RAISE EXCEPTION '%: timeout must be positive and at most 366 days, got %', p_caller,
+            p_timeout
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'NULL means the workflow''s own [timeout: D], if it has one.';
+    END IF;
+    RETURN v_ms;
+END
+$$;
+
+-- What an enqueue with idempotency key p_key gets when the key was used before for p_workflow
+-- (by an earlier call, or an earlier item of the same cairn.enqueue_many): that instance's id,
+-- if it was enqueued with the same input (jsonb equality: key order and spacing do not count)
+-- or p_first_if_differs; else 22023, as Stripe's API does: a client that reuses a key for a
+-- different request has a bug that silently getting the first instance would hide.
+CREATE OR REPLACE FUNCTION cairn.enqueue_existing(p_where text, p_workflow text, p_key text,
+                                                  p_input jsonb, p_tenant text,
+                                                  p_first_if_differs boolean)
+RETURNS uuid
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_id uuid;
+    v_first jsonb;
+BEGIN
+    SELECT ri.instance_id, ri.input INTO v_id, v_first
+      FROM cairn.runner_instances ri
+     WHERE ri.tenant_id = p_tenant AND ri.workflow_name = p_workflow
+       AND ri.idempotency_key = p_key;
+    IF v_first IS DISTINCT FROM p_input AND NOT coalesce(p_first_if_differs, false) THEN
+        RAISE EXCEPTION '%: idempotency key "%" of workflow "%" was used with another input '
+                        '(instance %)', p_where, p_key, p_workflow, v_id
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The same input returns that instance; a new request needs a new key; '
+                         'first_if_input_differs => true returns the first instance anyway.';
+    END IF;
+    RETURN v_id;
+END
+$$;
+
 -- Enqueues an instance of the latest (or the given) version of a workflow of the caller's tenant
--- and returns its id. With an idempotency key that was used before for the workflow and the
--- same input (jsonb equality: key order and spacing do not count), returns that instance and
--- enqueues nothing; with another input it refuses (invalid_parameter_value, 22023), as Stripe's
--- API does: a client that reuses a key for a different request has a bug that silently getting
--- the first instance would hide. first_if_input_differs returns the first instance anyway (what
--- signal-with-start wants: its input only starts the instance). Other arguments (priority,
--- scheduled_at, version, timeout) are not compared. Every check runs before the idempotency
--- lookup: a request is refused for what it is, whichever key it carries. Wakes runners with
--- NOTIFY cairn_enqueue (a hint; they also poll).
+-- and returns its id. With an idempotency key that was used before for the workflow, returns
+-- that instance and enqueues nothing, or refuses another input (cairn.enqueue_existing);
+-- first_if_input_differs returns the first instance anyway (what signal-with-start wants: its
+-- input only starts the instance). Other arguments (priority, scheduled_at, version, timeout)
+-- are not compared. Every check (cairn.enqueue_check, cairn.enqueue_timeout_ms) runs before the
+-- idempotency lookup: a request is refused for what it is, whichever key it carries. Wakes
+-- runners with NOTIFY cairn_enqueue (a hint; they also poll). cairn.enqueue_many does the same
+-- for many instances in one call.
 CREATE OR REPLACE FUNCTION cairn.enqueue(
     workflow_name text,
     input jsonb DEFAULT '{}',
@@ -357,55 +463,16 @@ DECLARE
     v_version_id uuid;
     v_version_timeout bigint;
     v_schema jsonb;
-    v_refusal text;
     v_timeout_ms bigint;
     v_due timestamptz;
     v_id uuid;
-    v_first jsonb;
     v_lim record;
     v_tenant text := cairn.current_tenant();
 BEGIN
     SELECT * INTO v_lim FROM cairn.limits();
-    IF input IS NULL OR jsonb_typeof(input) <> 'object' THEN
-        RAISE EXCEPTION 'cairn.enqueue: input must be a JSON object, got %',
-            coalesce(jsonb_typeof(input), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    PERFORM cairn.check_value('cairn.enqueue', 'input', enqueue.input, v_lim.input_bytes,
-                              v_lim.value_depth);
-    IF enqueue.idempotency_key = '' THEN
-        RAISE EXCEPTION 'cairn.enqueue: the idempotency key is empty'
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use NULL for no key.';
-    END IF;
-    IF octet_length(enqueue.idempotency_key) > v_lim.idempotency_key_bytes THEN
-        RAISE EXCEPTION 'cairn.enqueue: the idempotency key is % bytes, over the limit of % bytes',
-            octet_length(enqueue.idempotency_key), v_lim.idempotency_key_bytes
-            USING ERRCODE = 'program_limit_exceeded',
-                  HINT = 'Use a digest of a longer key (a hex SHA-256 is 64 bytes).';
-    END IF;
-    IF enqueue.concurrency_key = '' THEN
-        RAISE EXCEPTION 'cairn.enqueue: the concurrency key is empty'
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use NULL for no key.';
-    END IF;
-    IF octet_length(enqueue.concurrency_key) > v_lim.idempotency_key_bytes THEN
-        RAISE EXCEPTION 'cairn.enqueue: the concurrency key is % bytes, over the limit of % bytes',
-            octet_length(enqueue.concurrency_key), v_lim.idempotency_key_bytes
-            USING ERRCODE = 'program_limit_exceeded';
-    END IF;
-    IF NOT isfinite(enqueue.scheduled_at) THEN
-        RAISE EXCEPTION 'cairn.enqueue: scheduled_at must be a finite time, got %',
-            enqueue.scheduled_at
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'NULL means now.';
-    END IF;
-    IF enqueue.timeout IS NOT NULL THEN
-        v_timeout_ms := floor(extract(epoch FROM enqueue.timeout) * 1000);
-        IF v_timeout_ms <= 0 OR v_timeout_ms > cairn.max_timeout_ms() THEN
-            RAISE EXCEPTION 'cairn.enqueue: timeout must be positive and at most 366 days, got %',
-                enqueue.timeout
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'NULL means the workflow''s own [timeout: D], if it has one.';
-        END IF;
-    END IF;
+    v_timeout_ms := cairn.enqueue_timeout_ms('cairn.enqueue', enqueue.scheduled_at,
+                                             enqueue.timeout);
+    -- Inline, and two columns only, on the hot path; cairn.find_version says why none is found.
     SELECT v.id, v.timeout_ms, v.input_schema INTO v_version_id, v_version_timeout, v_schema
       FROM cairn.workflow_versions v
      WHERE v.tenant_id = v_tenant AND v.workflow_name = enqueue.workflow_name
@@ -413,22 +480,13 @@ BEGIN
      ORDER BY v.created_at DESC
      LIMIT 1;
     IF v_version_id IS NULL THEN
-        IF enqueue.workflow_version IS NULL THEN
-            RAISE EXCEPTION 'cairn.enqueue: unknown workflow "%" (register it first)',
-                enqueue.workflow_name USING ERRCODE = 'undefined_object';
-        END IF;
-        RAISE EXCEPTION 'cairn.enqueue: workflow "%" has no version "%"',
-            enqueue.workflow_name, enqueue.workflow_version USING ERRCODE = 'undefined_object';
+        PERFORM cairn.find_version('cairn.enqueue', enqueue.workflow_name,
+                                   enqueue.workflow_version);
     END IF;
-    IF v_schema IS NOT NULL THEN
-        v_refusal := cairn.input_refusal(v_schema, enqueue.input, enqueue.workflow_name);
-        IF v_refusal IS NOT NULL THEN
-            RAISE EXCEPTION 'cairn.enqueue: %', v_refusal
-                USING ERRCODE = '22Z01',
-                      HINT = format('cairnctl schema %s prints the inputs it takes.',
-                                    enqueue.workflow_name);
-        END IF;
-    END IF;
+    PERFORM cairn.enqueue_check('cairn.enqueue', enqueue.workflow_name, enqueue.input,
+                                enqueue.idempotency_key, enqueue.concurrency_key, v_schema,
+                                v_lim.input_bytes, v_lim.value_depth,
+                                v_lim.idempotency_key_bytes);
     v_timeout_ms := coalesce(v_timeout_ms, v_version_timeout);
     v_due := coalesce(enqueue.scheduled_at, clock_timestamp());
     INSERT INTO cairn.runner_instances AS ri
@@ -441,26 +499,131 @@ BEGIN
         WHERE ri.idempotency_key IS NOT NULL DO NOTHING
     RETURNING ri.instance_id INTO v_id;
     IF v_id IS NULL THEN
-        SELECT ri.instance_id, ri.input INTO v_id, v_first
-          FROM cairn.runner_instances ri
-         WHERE ri.tenant_id = v_tenant AND ri.workflow_name = enqueue.workflow_name
-           AND ri.idempotency_key = enqueue.idempotency_key;
-        IF v_first IS DISTINCT FROM enqueue.input AND NOT coalesce(first_if_input_differs, false)
-        THEN
-            RAISE EXCEPTION 'cairn.enqueue: idempotency key "%" of workflow "%" was used with '
-                            'another input (instance %)',
-                enqueue.idempotency_key, enqueue.workflow_name, v_id
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'The same input returns that instance; a new request needs a new '
-                             'key; first_if_input_differs => true returns the first instance '
-                             'anyway.';
-        END IF;
-        RETURN v_id;
+        RETURN cairn.enqueue_existing('cairn.enqueue', enqueue.workflow_name,
+                                      enqueue.idempotency_key, enqueue.input, v_tenant,
+                                      first_if_input_differs);
     END IF;
     INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
     VALUES (v_id, v_version_id, coalesce(enqueue.priority, 0), v_due);
     PERFORM pg_notify('cairn_enqueue', '');
     RETURN v_id;
+END;
+$$;
+
+-- Enqueues many instances of one workflow version in one call, all or nothing, and returns
+-- their ids in the order of `inputs` (a JSON array of input objects). Each item is checked as
+-- cairn.enqueue checks its instance, and a refusal names it ('cairn.enqueue_many: item 3 of
+-- 5: ...', counted from 1) and stores nothing. idempotency_keys and concurrency_keys, when
+-- given, have one entry per item (NULL: none for that item); an item whose key was used before,
+-- by an earlier call or an earlier item, gets that instance's id, as cairn.enqueue does. The
+-- other arguments apply to every item. One statement inserts the instances and one their queue
+-- rows, and one NOTIFY wakes the runners.
+CREATE OR REPLACE FUNCTION cairn.enqueue_many(
+    workflow_name text,
+    inputs jsonb,
+    idempotency_keys text[] DEFAULT NULL,
+    priority integer DEFAULT 0,
+    scheduled_at timestamptz DEFAULT NULL,
+    workflow_version text DEFAULT NULL,
+    timeout interval DEFAULT NULL,
+    concurrency_keys text[] DEFAULT NULL,
+    first_if_input_differs boolean DEFAULT false
+) RETURNS uuid[]
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, cairn, pg_temp
+AS $$
+DECLARE
+    v_version_id uuid;
+    v_version_timeout bigint;
+    v_schema jsonb;
+    v_timeout_ms bigint;
+    v_due timestamptz;
+    v_n integer;
+    v_ids uuid[];
+    v_new uuid[];
+    v_lim record;
+    v_tenant text := cairn.current_tenant();
+    i integer;
+BEGIN
+    IF inputs IS NULL OR jsonb_typeof(inputs) <> 'array' THEN
+        RAISE EXCEPTION 'cairn.enqueue_many: inputs must be a JSON array of input objects, got %',
+            coalesce(jsonb_typeof(inputs), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_n := jsonb_array_length(inputs);
+    IF cardinality(idempotency_keys) <> v_n OR array_ndims(idempotency_keys) > 1 THEN
+        RAISE EXCEPTION 'cairn.enqueue_many: % idempotency keys for % inputs',
+            cardinality(idempotency_keys), v_n
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'One per input, NULL for an input without one; or NULL for none at all.';
+    END IF;
+    IF cardinality(concurrency_keys) <> v_n OR array_ndims(concurrency_keys) > 1 THEN
+        RAISE EXCEPTION 'cairn.enqueue_many: % concurrency keys for % inputs',
+            cardinality(concurrency_keys), v_n
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'One per input, NULL for an input without one; or NULL for none at all.';
+    END IF;
+    SELECT * INTO v_lim FROM cairn.limits();
+    v_timeout_ms := cairn.enqueue_timeout_ms('cairn.enqueue_many', enqueue_many.scheduled_at,
+                                             enqueue_many.timeout);
+    SELECT v.id, v.timeout_ms, v.input_schema INTO v_version_id, v_version_timeout, v_schema
+      FROM cairn.workflow_versions v
+     WHERE v.tenant_id = v_tenant AND v.workflow_name = enqueue_many.workflow_name
+       AND (enqueue_many.workflow_version IS NULL
+            OR v.workflow_version = enqueue_many.workflow_version)
+     ORDER BY v.created_at DESC
+     LIMIT 1;
+    IF v_version_id IS NULL THEN
+        PERFORM cairn.find_version('cairn.enqueue_many', enqueue_many.workflow_name,
+                                   enqueue_many.workflow_version);
+    END IF;
+    FOR i IN 1 .. v_n LOOP
+        PERFORM cairn.enqueue_check(format('cairn.enqueue_many: item %s of %s', i, v_n),
+                                    enqueue_many.workflow_name, inputs -> (i - 1),
+                                    idempotency_keys[i], concurrency_keys[i], v_schema,
+                                    v_lim.input_bytes, v_lim.value_depth,
+                                    v_lim.idempotency_key_bytes);
+    END LOOP;
+    IF v_n = 0 THEN
+        RETURN '{}';
+    END IF;
+    v_timeout_ms := coalesce(v_timeout_ms, v_version_timeout);
+    v_due := coalesce(enqueue_many.scheduled_at, clock_timestamp());
+    -- The ids are drawn here, so that the result is in the items' order whatever order the
+    -- insert returns its rows in; an item whose key is taken keeps no row and is looked up.
+    v_ids := ARRAY(SELECT gen_random_uuid() FROM generate_series(1, v_n));
+    WITH ins AS (
+        INSERT INTO cairn.runner_instances AS ri
+               (instance_id, tenant_id, workflow_version_id, workflow_name, input,
+                idempotency_key, priority, timeout_ms, deadline_at, concurrency_key)
+        SELECT v_ids[e.o], v_tenant, v_version_id, enqueue_many.workflow_name, e.v,
+               idempotency_keys[e.o], coalesce(enqueue_many.priority, 0), v_timeout_ms,
+               v_due + v_timeout_ms * interval '1 millisecond', concurrency_keys[e.o]
+          FROM jsonb_array_elements(inputs) WITH ORDINALITY AS e(v, o)
+         ORDER BY e.o
+        ON CONFLICT ((ri.workflow_name), (ri.idempotency_key), (ri.tenant_id))
+            WHERE ri.idempotency_key IS NOT NULL DO NOTHING
+        RETURNING ri.instance_id)
+    SELECT coalesce(array_agg(ins.instance_id), '{}') INTO v_new FROM ins;
+    -- A statement of its own: the queue's limit trigger reads the instance rows.
+    INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
+    SELECT n.id, v_version_id, coalesce(enqueue_many.priority, 0), v_due
+      FROM unnest(v_new) AS n(id);
+    IF cardinality(v_new) < v_n THEN
+        FOR i IN
+            SELECT u.o FROM unnest(v_ids) WITH ORDINALITY AS u(id, o)
+             WHERE NOT EXISTS (SELECT 1 FROM unnest(v_new) AS n(id) WHERE n.id = u.id)
+             ORDER BY u.o
+        LOOP
+            v_ids[i] := cairn.enqueue_existing(
+                format('cairn.enqueue_many: item %s of %s', i, v_n), enqueue_many.workflow_name,
+                idempotency_keys[i], inputs -> (i - 1), v_tenant, first_if_input_differs);
+        END LOOP;
+    END IF;
+    IF cardinality(v_new) > 0 THEN
+        PERFORM pg_notify('cairn_enqueue', '');
+    END IF;
+    RETURN v_ids;
 END;
 $$;
 

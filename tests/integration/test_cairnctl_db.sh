@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Meson test (suite db): cairnctl's database commands against the real PostgreSQL that
-# scripts/test starts: migrate (also three at once), register, run (and the enqueue limits it
-# checks), status, result, list, and their errors and exit codes (TAP output). Each run works in
-# fresh databases of its own (created on the server of CAIRN_TEST_DATABASE_URL and dropped at
-# the end), so it never disturbs other tests.
-# Arguments: CAIRNCTL SOURCE_ROOT. Without CAIRN_TEST_DATABASE_URL it reports a TAP skip.
+# Meson test (suite db): cairnctl's database commands against the real PostgreSQL that scripts/test
+# starts: migrate (also three at once), register, run (and the enqueue limits it checks; --inputs,
+# many at once), status, result, list, and their errors and exit codes (TAP output). Each run works
+# in fresh databases of its own (created on the server of CAIRN_TEST_DATABASE_URL and dropped at the
+# end), so it never disturbs other tests. Arguments: CAIRNCTL SOURCE_ROOT. Without
+# CAIRN_TEST_DATABASE_URL it reports a TAP skip.
 set -uo pipefail
 
 ctl=${1:?usage: test_cairnctl_db.sh CAIRNCTL SOURCE_ROOT}
@@ -198,6 +198,44 @@ check "input over the limit only once in jsonb: exit 1 (the database's 54000)" "
 contains "input over the limit only once in jsonb: the database's message" "$out" \
     "cairn.enqueue: input is 333007 bytes of JSON, over the limit of 262144 bytes"
 ctl_says "empty idempotency key" 1 "says so" "--idempotency-key is empty" run hello --idempotency-key ''
+
+# ---- run --inputs: many instances from JSON Lines, all or none -------------------------------
+printf '{"name": "a", "k": "ka"}\n\n{"name": "b", "k": 7}\n{"name": "c", "k": "kc"}\n' >"$tmp/many.jsonl"
+before=$(q "$url" "SELECT count(*) FROM cairn.runner_instances")
+ids=$("$ctl" run hello --inputs "$tmp/many.jsonl" --idempotency-key-field k); rc=$?
+check "--inputs: exit 0" "$rc" 0
+check "--inputs: one id per line that is not blank, in the lines' order" \
+    "$(for i in $ids; do q "$url" "SELECT input->>'name' || ':' || idempotency_key FROM cairn.runner_instances WHERE instance_id = '$i'"; done | tr '\n' ' ')" \
+    "a:ka b:7 c:kc "
+again=$("$ctl" run hello --inputs - --idempotency-key-field k --json <"$tmp/many.jsonl"); rc=$?
+check "--inputs again with the same keys (from stdin, --json): the same instances" \
+    "$again" "{\"ids\": [$(for i in $ids; do printf '"%s", ' "$i"; done | sed 's/, $//')]}"
+printf '{"name": "d"}\n{"name": "e"}\n{"name": [1, 2}\n' >"$tmp/bad.jsonl"
+ctl_says "--inputs with a line that is not JSON" 1 "names FILE:LINE" "$tmp/bad.jsonl:3 is not valid JSON" \
+    run hello --inputs "$tmp/bad.jsonl"
+printf '{"name": "d"}\n{"name": 1e20}\n' >"$tmp/bad.jsonl"
+ctl_says "--inputs with a number jsonb cannot keep" 1 "names FILE:LINE" \
+    "$tmp/bad.jsonl:2 holds 1e+20, which PostgreSQL stores as an integer" run hello --inputs "$tmp/bad.jsonl"
+printf '{"name": "d", "k": "kd"}\n{"name": "e"}\n' >"$tmp/bad.jsonl"
+ctl_says "--inputs with a line without its key field" 1 "names FILE:LINE and the field" \
+    "$tmp/bad.jsonl:2: no field \"k\"" run hello --inputs "$tmp/bad.jsonl" --idempotency-key-field k
+printf '{"name": "d", "k": "kd"}\n{"name": "other", "k": "ka"}\n' >"$tmp/bad.jsonl"
+ctl_says "--inputs reusing a key with another input (the database's refusal)" 1 "names the line" \
+    "$tmp/bad.jsonl:2: nothing was enqueued" run hello --inputs "$tmp/bad.jsonl" --idempotency-key-field k
+contains "--inputs reusing a key: the database's reason" "$out" \
+    "cairn.enqueue_many: item 2 of 2: idempotency key \"ka\" of workflow \"hello\" was used with another input"
+check "--inputs refused: nothing of them was stored" \
+    "$(q "$url" "SELECT count(*) - $before FROM cairn.runner_instances")" 3
+ctl_says "--inputs of a file with no input" 1 "says so" "holds no input" run hello --inputs /dev/null
+ctl_says "--inputs with --input" 2 "says which go together" "not with --input" \
+    run hello --inputs "$tmp/many.jsonl" --input '{}'
+ctl_says "--idempotency-key-field without --inputs" 2 "says so" "goes with --inputs" \
+    run hello --idempotency-key-field k
+python3 -c 'import sys; [sys.stdout.write("{\"name\": \"n%d\"}\n" % i) for i in range(12000)]' >"$tmp/big.jsonl"
+count=$("$ctl" run hello --inputs "$tmp/big.jsonl" | wc -l); rc=$?
+check "--inputs of 12 000 lines (three calls of one transaction): 12 000 ids" "$rc $count" "0 12000"
+check "and 12 000 instances, each its own line's" \
+    "$(q "$url" "SELECT count(DISTINCT input->>'name') FROM cairn.runner_instances WHERE input->>'name' LIKE 'n%'")" 12000
 ctl_says "256-byte idempotency key" 1 "says so" "--idempotency-key is 256 bytes, over the limit of 255 bytes" run hello --idempotency-key "$(printf 'k%.0s' {1..256})"
 out=$("$ctl" run hello --idempotency-key "$(printf 'k%.0s' {1..3000})" 2>&1); rc=$?
 check "3000-byte idempotency key: exit 1" "$rc" 1

@@ -6,7 +6,8 @@
 # and still takes an input exactly at the size limit and one exactly at the depth limit;
 # idempotency keys: a key's instance again (the same input only, unless first_if_input_differs;
 # another input refused with 22023), per workflow, under eight concurrent enqueues, and
-# instances without a key left out of the key's index (TAP output). Works in a fresh database
+# instances without a key left out of the key's index; cairn.enqueue_many: ids in order, the
+# same refusals naming the item, all or nothing, keys per item (TAP output). Works in a fresh database
 # of its own on the server of CAIRN_TEST_DATABASE_URL, dropped at the end. Argument:
 # SOURCE_ROOT. Without CAIRN_TEST_DATABASE_URL it reports a skip.
 set -uo pipefail
@@ -124,6 +125,50 @@ check "and all eight got its id" "$(printf '%s\n' "$raced" | wc -l) $(printf '%s
 check "the key's index leaves out the instances without one" \
     "$(q "$url" "SELECT pg_get_expr(indpred, indrelid) FROM pg_index WHERE indexrelid = 'cairn.runner_instances_idempotency'::regclass")" \
     "(idempotency_key IS NOT NULL)"
+
+# ---- enqueue_many: the same checks per item, all or nothing, ids in order --------------------
+many() { try "SELECT cairn.enqueue_many('w', $1)"; }
+before=$(q "$url" "SELECT count(*) FROM cairn.runner_instances")
+ids=$(q "$url" "SELECT cairn.enqueue_many('w', '[{\"i\": 1}, {\"i\": 2}, {\"i\": 3}]')")
+check "a batch: one id per input, in order, each instance its own input" \
+    "$(q "$url" "SELECT string_agg((ri.input->>'i'), ',' ORDER BY u.o) FROM unnest('$ids'::uuid[])
+        WITH ORDINALITY AS u(id, o) JOIN cairn.runner_instances ri ON ri.instance_id = u.id")" "1,2,3"
+check "and each queued" "$(q "$url" "SELECT count(*) FROM cairn.queued_instances q JOIN cairn.runner_instances ri USING (instance_id) WHERE ri.input ? 'i'")" 3
+check "a bad item is refused by its number, with cairn.enqueue's SQLSTATE" \
+    "$(many "'[{}, {}, [1]]'")" "22023 cairn.enqueue_many: item 3 of 3: input must be a JSON object, got array"
+check "an item over the size limit" \
+    "$(many "jsonb_build_array('{}'::jsonb, jsonb_build_object('s', repeat('x', 262136)))")" \
+    "54000 cairn.enqueue_many: item 2 of 2: input is 262145 bytes of JSON, over the limit of 262144 bytes"
+check "an item's number out of range" "$(many "'[{\"a\": 1e19}]'")" \
+    "22003 cairn.enqueue_many: item 1 of 1: input holds the integer 10000000000000000000, outside the 64-bit range"
+check "an item's empty key" "$(many "'[{}, {}]', ARRAY['k', '']")" \
+    "22023 cairn.enqueue_many: item 2 of 2: the idempotency key is empty"
+check "keys that do not match the inputs" "$(many "'[{}, {}]', ARRAY['k']")" \
+    "22023 cairn.enqueue_many: 1 idempotency keys for 2 inputs"
+check "inputs that are not an array" "$(many "'{}'")" \
+    "22023 cairn.enqueue_many: inputs must be a JSON array of input objects, got object"
+check "a call-wide argument: scheduled at infinity" "$(many "'[{}]', NULL, 0, 'infinity'")" \
+    "22023 cairn.enqueue_many: scheduled_at must be a finite time, got infinity"
+check "an unknown workflow" "$(try "SELECT cairn.enqueue_many('nope', '[{}]')")" \
+    "42704 cairn.enqueue_many: unknown workflow \"nope\" (register it first)"
+contains "a key reused in the batch with another input is refused, naming the item" \
+    "$(many "'[{\"c\": 1}, {\"c\": 2}]', ARRAY['two', 'two']")" \
+    "22023 cairn.enqueue_many: item 2 of 2: idempotency key \"two\" of workflow \"w\" was used with another input"
+check "a refused batch stored nothing (all or nothing)" \
+    "$(q "$url" "SELECT count(*) - $before FROM cairn.runner_instances")" 3
+check "an empty batch: no ids" "$(q "$url" "SELECT cairn.enqueue_many('w', '[]')")" "{}"
+check "keys: one used before gives its instance; one twice in the batch, the first item's" \
+    "$(q "$url" "SELECT (ids[1] = '$used')::text || ' ' || (ids[2] = ids[4])::text || ' ' || (ids[3] <> ids[2])::text
+        FROM cairn.enqueue_many('w', '[{}, {\"b\": 1}, {\"b\": 1}, {\"b\": 1}]', ARRAY['used', 'dup', NULL, 'dup']) AS ids")" \
+    "true true true"
+q "$url" "INSERT INTO cairn.workflow_versions (workflow_name, workflow_version, ir_hash, source, input_schema)
+    VALUES ('typed', 'v1', 'h3', 'workflow typed', '{\"type\": \"object\", \"required\": [\"n\"],
+    \"properties\": {\"n\": {\"type\": \"integer\"}}, \"additionalProperties\": false}')" >/dev/null
+check "typed inputs: an item of the wrong type, with 22Z01 and its path" \
+    "$(try "SELECT cairn.enqueue_many('typed', '[{\"n\": 1}, {\"n\": \"two\"}]')")" \
+    "22Z01 cairn.enqueue_many: item 2 of 2: input.n: expected int, got str"
+check "and made two instances, not four" \
+    "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE input = '{\"b\": 1}'")" 2
 
 echo "1..$n"
 if [[ $failures -ne 0 ]]; then
