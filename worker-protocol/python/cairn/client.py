@@ -87,6 +87,27 @@ def _enqueue(workflow, input, idempotency_key, priority, at, version, timeout,
                       False, lambda r: str(r[0]))
 
 
+def _enqueue_many(workflow, inputs, idempotency_keys, priority, at, version, timeout,
+                  concurrency_keys, any_input):
+    inputs = list(inputs)
+    if not all(isinstance(i, dict) for i in inputs):
+        raise TypeError("each input must be a dict (the workflow's inputs by name)")
+    for what, keys in (("idempotency_keys", idempotency_keys),
+                       ("concurrency_keys", concurrency_keys)):
+        if keys is not None and len(keys) != len(inputs):
+            raise ValueError(f"{len(keys)} {what} for {len(inputs)} inputs (one per input, "
+                             "None for an input without one)")
+    if timeout is not None and not isinstance(timeout, (str, datetime.timedelta)):
+        timeout = f"{float(timeout)} seconds"
+    return _Statement("SELECT cairn.enqueue_many(%s, %s, %s::text[], %s, %s, %s, %s::interval,"
+                      " %s::text[], %s)",
+                      (workflow, Jsonb(inputs), None if idempotency_keys is None
+                       else list(idempotency_keys), priority, at, version, timeout,
+                       None if concurrency_keys is None else list(concurrency_keys),
+                       bool(any_input)),
+                      False, lambda r: [str(i) for i in r[0]])
+
+
 def _status(instance_id):
     def decode(r):
         if r is None:
@@ -345,6 +366,17 @@ class Client:
         return self._run(_enqueue(workflow, input, idempotency_key, priority, at, version,
                                   timeout, concurrency_key, any_input))
 
+    def enqueue_many(self, workflow, inputs, *, idempotency_keys=None, priority=0, at=None,
+                     version=None, timeout=None, concurrency_keys=None, any_input=False):
+        """Enqueues one instance per input (a list of dicts) in one call (cairn.enqueue_many)
+        and returns their ids in the same order: all of them, or, if one is refused, none.
+        idempotency_keys and concurrency_keys, if given, hold one key (or None) per input; the
+        other arguments apply to every input, as in enqueue. A refusal names the item, counted
+        from 1 ("item 3 of 500: input.qty: expected int, got str"): InputRefused for typed
+        inputs, else the psycopg error as enqueue raises it."""
+        return self._run(_enqueue_many(workflow, inputs, idempotency_keys, priority, at,
+                                       version, timeout, concurrency_keys, any_input))
+
     def status(self, instance_id):
         """The instance as a dict (id, workflow, version, status, input, result, error, times);
         LookupError if there is none."""
@@ -553,6 +585,13 @@ class AsyncClient:
                       version=None, timeout=None, concurrency_key=None, any_input=False):
         return await self._run(_enqueue(workflow, input, idempotency_key, priority, at, version,
                                         timeout, concurrency_key, any_input))
+
+    async def enqueue_many(self, workflow, inputs, *, idempotency_keys=None, priority=0,
+                           at=None, version=None, timeout=None, concurrency_keys=None,
+                           any_input=False):
+        """As Client.enqueue_many."""
+        return await self._run(_enqueue_many(workflow, inputs, idempotency_keys, priority, at,
+                                             version, timeout, concurrency_keys, any_input))
 
     async def status(self, instance_id):
         return await self._run(_status(instance_id))

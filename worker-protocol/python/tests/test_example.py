@@ -286,3 +286,24 @@ def test_typed_inputs_checked_at_enqueue(cluster, client):
     assert client.list(workflow="typed_py") == []
     assert client.enqueue("typed_py", {"order": {"id": 1}}) != ""
     assert s["additionalProperties"] is False
+
+
+def test_enqueue_many_returns_the_ids_in_order_all_or_nothing(cluster, client):
+    """enqueue_many: one call, the ids in the inputs' order (each instance its own input and
+    key), a key used before giving its instance; a refused item names itself and stores none."""
+    root = os.path.dirname(os.path.dirname(EXAMPLES))
+    cluster.ctl("register", os.path.join(root, "tests", "fixtures", "typed.cairn"),
+                "--name", "typed_many")
+    first = client.enqueue("typed_many", {"order": {"id": 0}}, idempotency_key="o-0")
+    ids = client.enqueue_many("typed_many", [{"order": {"id": i}} for i in range(3)],
+                              idempotency_keys=["o-0", None, "o-2"], priority=3)
+    assert len(ids) == 3 and ids[0] == first and len(set(ids)) == 3
+    for i, iid in enumerate(ids):
+        assert client.status(iid)["input"] == {"order": {"id": i}}
+    with pytest.raises(cairn.InputRefused) as e:
+        client.enqueue_many("typed_many", [{"order": {"id": 9}}, {"order": {"id": 9}, "qty": "2"}])
+    assert str(e.value) == "item 2 of 2: input.qty: expected int, got str"
+    assert len(client.list(workflow="typed_many")) == 3  # nothing of the refused call
+    with pytest.raises(ValueError, match="1 idempotency_keys for 2 inputs"):
+        client.enqueue_many("typed_many", [{"order": {}}, {"order": {}}], idempotency_keys=["k"])
+    assert client.enqueue_many("typed_many", []) == []

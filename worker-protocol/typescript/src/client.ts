@@ -105,6 +105,14 @@ export interface EnqueueOptions {
   validate?: boolean;
 }
 
+/** enqueueMany's options: EnqueueOptions' call-wide ones, and keys per input. */
+export interface EnqueueManyOptions extends Omit<EnqueueOptions, "idempotencyKey" | "concurrencyKey"> {
+  /** One per input (null: none for that input). */
+  idempotencyKeys?: (string | null)[];
+  /** One per input (null: none for that input). */
+  concurrencyKeys?: (string | null)[];
+}
+
 /** Where an input's value is, as the engine names it: input.order.items[2]. */
 function inputPath(e: ErrorObject): string {
   let p = "input";
@@ -242,6 +250,44 @@ export class Client {
           timeout, o.concurrencyKey ?? null, o.anyInput ?? false],
       );
       return r.rows[0].id as string;
+    });
+  }
+
+  /** Enqueues one instance per input in one call (cairn.enqueue_many) and resolves with their
+   * ids in the inputs' order: all of them or, if one is refused, none. A refusal names the item,
+   * counted from 1 ("item 3 of 500: input.qty: ..."); with validate, each input is checked
+   * before sending. */
+  enqueueMany<In extends { [key: string]: unknown } = { [key: string]: unknown }>(
+    workflow: string, inputs: In[], o: EnqueueManyOptions = {}): Promise<string[]> {
+    const texts = inputs.map((input, i) => {
+      if (input === null || typeof input !== "object" || Array.isArray(input)) {
+        throw new TypeError(`inputs[${i}] must be an object (the workflow's inputs by name)`);
+      }
+      return toJson(input, `inputs[${i}]`);
+    });
+    for (const [what, keys] of [["idempotencyKeys", o.idempotencyKeys], ["concurrencyKeys", o.concurrencyKeys]] as const) {
+      if (keys !== undefined && keys.length !== inputs.length) {
+        throw new TypeError(`${keys.length} ${what} for ${inputs.length} inputs (one per input, null for none)`);
+      }
+    }
+    const timeout = o.timeout === undefined ? null : typeof o.timeout === "number" ? `${o.timeout} seconds` : o.timeout;
+    return this.run(async () => {
+      if (o.validate) {
+        for (const [i, json] of texts.entries()) {
+          try {
+            await this.check(workflow, o.version, json);
+          } catch (e) {
+            throw e instanceof InputRejected ? new InputRejected(`item ${i + 1} of ${texts.length}: ${e.message}`) : e;
+          }
+        }
+      }
+      const r = await this.query(
+        "SELECT coalesce(array_agg(u.id::text ORDER BY u.o), '{}') AS ids FROM unnest(cairn.enqueue_many($1," +
+        " $2::jsonb, $3::text[], $4, $5, $6, $7::interval, $8::text[], $9)) WITH ORDINALITY AS u(id, o)",
+        [workflow, `[${texts.join(",")}]`, o.idempotencyKeys ?? null, o.priority ?? 0, o.at ?? null,
+          o.version ?? null, timeout, o.concurrencyKeys ?? null, o.anyInput ?? false],
+      );
+      return r.rows[0].ids as string[];
     });
   }
 

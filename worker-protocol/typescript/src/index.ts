@@ -13,6 +13,7 @@ export { ProtocolError } from "./proto.js";
 export {
   Client,
   type ClientOptions,
+  type EnqueueManyOptions,
   type EnqueueOptions,
   FINISHED,
   InputRefused,

@@ -116,6 +116,34 @@ describe("the worker against a runner", { skip }, () => {
     assert.equal(c.q(`SELECT status FROM cairn.runner_instances WHERE instance_id = '${drained}'`), "completed");
   });
 
+  test("the client's enqueueMany: ids in order, keys per input, a refused item names itself and stores none", async () => {
+    const { Client, InputRejected } = await import("../dist/index.js");
+    const reg = c.ctl("register", join(HERE, "..", "..", "..", "tests", "fixtures", "typed.cairn"), "--name", "typed_many");
+    assert.equal(reg.status, 0, reg.stderr);
+    const client = new Client(c.url);
+    try {
+      const first = await client.enqueue("typed_many", { order: { id: 0 } }, { idempotencyKey: "m-0" });
+      const ids = await client.enqueueMany("typed_many", [0, 1, 2].map((id) => ({ order: { id } })),
+        { idempotencyKeys: ["m-0", null, "m-2"], priority: 2 });
+      assert.equal(ids.length, 3);
+      assert.equal(ids[0], first);
+      assert.equal(new Set(ids).size, 3);
+      for (const [i, id] of ids.entries()) {
+        assert.equal(JSON.stringify((await client.status(id)).input), JSON.stringify({ order: { id: i } }));
+      }
+      const bad = [{ order: { id: 9 } }, { order: { id: 9 }, qty: "2" }];
+      await assert.rejects(client.enqueueMany("typed_many", bad), (e) => e instanceof InputRejected &&
+        e.message === "item 2 of 2: input.qty: expected int, got str");
+      await assert.rejects(client.enqueueMany("typed_many", bad, { validate: true }), (e) => e instanceof InputRejected &&
+        /^item 2 of 2: input\.qty: /.test(e.message));
+      assert.equal((await client.list({ workflow: "typed_many" })).length, 3, "nothing of the refused calls");
+      assert.throws(() => client.enqueueMany("typed_many", [{}, {}], { idempotencyKeys: ["k"] }), /1 idempotencyKeys for 2 inputs/);
+      assert.deepEqual(await client.enqueueMany("typed_many", []), []);
+    } finally {
+      await client.close();
+    }
+  });
+
   test("the client: enqueue, wait, status, list, result, errors, cancel, retry, signals, events, schema", async () => {
     const { Client, Float, InputRejected, NotFinished, WorkflowFailed } = await import("../dist/index.js");
     const r = c.runner("runner-k");
