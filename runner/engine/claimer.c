@@ -131,6 +131,8 @@ claimer_main(void *arg)
     struct rn_backoff backoff = RN_BACKOFF_INIT;
     /* Orphans may be claimed from this monotonic instant on; INT64_MAX: an outage is going on */
     int64_t orphans_from = 0;
+    /* Until when (monotonic) cairn.claim_waits says this claimer waits */
+    int64_t announced = 0;
 
     while (!stopping(c)) {
         struct cn_errmsg em = {{0}};
@@ -214,6 +216,19 @@ claimer_main(void *arg)
         if (fresh == 0 && room > 0) {
             wait_for_room(c); /* the backlog is full: wake when it halves */
             continue;
+        }
+        if (b->ops->announce_wait != NULL && room > 0 &&
+            cn_mono_ms() + c->cfg.poll_interval_ms > announced) {
+            /* Enqueues notify only while a claimer has said it waits (cairn.wake_claimers):
+             * say so for two poll periods, then claim once more before waiting, for what was
+             * enqueued before they could see it. A full runner (no room) does not ask: a wake
+             * would not let it claim, and its waits are what its enqueues were spared. */
+            int64_t span = 2 * (int64_t) c->cfg.poll_interval_ms + 1000;
+            if (b->ops->announce_wait(b, span, &em) == CN_OK) {
+                announced = cn_mono_ms() + span;
+                continue;
+            }
+            cn_log(CN_LOG_WARN, "announcing a wait for enqueues failed: %s", em.text);
         }
         if (b->ops->wait_enqueue(b, (int) c->cfg.poll_interval_ms, &em) != CN_OK) {
             cn_log(CN_LOG_WARN, "waiting for enqueue notifications failed: %s", em.text);

@@ -15,6 +15,10 @@
  * claimer took the others' instances before their keepers could renew them, and ran their attempts
  * again (401 duplicate executions in the chaos suite's pg-down, against 32 in flight).
  *
+ * Before it waits for a notification it says so in cairn.claim_waits (backend announce_wait),
+ * for two poll periods, and claims once more: enqueues notify only while some claimer waits,
+ * since a NOTIFY makes the notifying transactions commit one at a time (sql/0033).
+ *
  * Threads: its own thread; rn_claimer_start/stop from the runner's. The stop flag is guarded
  * by a mutex used only to wake the thread early from a pause (no other lock is taken with it;
  * the room wake takes it under the pool's lock, so it is a leaf). `active` is the runner's count of

@@ -11,18 +11,24 @@
 
 -- The limits as one row. cairnctl checks the same figures (runner/ctl/ctl.h) before it calls
 -- cairn.enqueue; a test holds the two to the same values.
+-- PL/pgSQL, not SQL: a SQL function returning a row is not inlined, and was parsed and planned
+-- again at every call (5% of an enqueue).
 CREATE OR REPLACE FUNCTION cairn.limits(
     OUT input_bytes integer,
     OUT value_depth integer,
     OUT idempotency_key_bytes integer
 )
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
     -- input_bytes: the input travels in every claim (up to 256 instances at once) and its values
     -- stay in the snapshot rewritten after every step, so it must stay small; larger data goes
     -- by reference. value_depth: IR_VALUE_MAX_DEPTH, the deepest value the runner can load and
     -- snapshot. idempotency_key_bytes: far below the B-tree row limit (about 2.7 kB) of the
     -- unique index on the key, and long enough for any identifier or a hex SHA-256.
-    SELECT 262144, 32, 255
+    input_bytes := 262144;
+    value_depth := 32;
+    idempotency_key_bytes := 255;
+END
 $$;
 
 -- The longest timeout: a year and a day (the language's bound for every policy duration).
@@ -140,18 +146,20 @@ $$;
 -- Refuses, with a SQLSTATE and a hint, a JSON value the runner could not load (p_what of
 -- p_caller: 'input' of 'cairn.enqueue'): over input_bytes of JSON text (54000), nested deeper
 -- than value_depth (54000), or holding a number beyond int64 (once jsonb has stored it without a
--- fraction) or float64 (22003). The bounds are cairn.limits()'s, read once by the caller.
+-- fraction) or float64 (22003). The bounds are cairn.limits()'s, read once by the caller. Returns
+-- true (a value, for callers on the enqueue path that assign it: see cairn.enqueue_check).
 CREATE OR REPLACE FUNCTION cairn.check_value(p_caller text, p_what text, p_value jsonb,
                                              p_max_bytes integer, p_max_depth integer)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
+    v_text text := p_value::text;
     v_len integer;
     v_num numeric;
 BEGIN
     -- Measured as PostgreSQL prints it (what the runner reads back), before the walks below,
     -- so that they only ever see a bounded document.
-    v_len := octet_length(p_value::text);
+    v_len := octet_length(v_text);
     IF v_len > p_max_bytes THEN
         RAISE EXCEPTION '%: % is % bytes of JSON, over the limit of % bytes', p_caller, p_what,
             v_len, p_max_bytes
@@ -159,14 +167,21 @@ BEGIN
                   HINT = 'Pass large data by reference (a URL, a row id) and let an action '
                          'fetch it. SELECT * FROM cairn.limits() lists the limits.';
     END IF;
+    -- The walks below cost a jsonpath parse and a query each, on every enqueue; the text tells
+    -- cheaply when neither can find anything: nesting p_max_depth deep takes that many brackets,
+    -- and a number of at least 2^63 in magnitude, printed as jsonb prints it (no exponent), 19
+    -- digits in a row (a bracket or digits in a string only make the walk run for nothing).
     -- The top object is at level 1 and jsonpath counts it as level 0, so anything at jsonpath
     -- level value_depth is one level too deep. The walk stops at that level.
-    IF jsonb_path_exists(p_value,
-                         format('strict $.**{%s}', p_max_depth)::jsonpath) THEN
+    IF length(v_text) - length(translate(v_text, '[{', '')) >= p_max_depth
+       AND jsonb_path_exists(p_value, format('strict $.**{%s}', p_max_depth)::jsonpath) THEN
         RAISE EXCEPTION '%: % is nested deeper than % levels', p_caller, p_what,
             p_max_depth
             USING ERRCODE = 'program_limit_exceeded',
                   HINT = 'The top object is level 1; each array or object adds one.';
+    END IF;
+    IF v_text !~ '[0-9]{19}' THEN
+        RETURN true;
     END IF;
     -- jsonb keeps numbers exactly, the runner does not: one printed without a fraction (jsonb
     -- prints 1e19 as 10000000000000000000) must fit int64, any other a finite float64, i.e.
@@ -194,6 +209,7 @@ BEGIN
             USING ERRCODE = 'numeric_value_out_of_range',
                   HINT = 'Floats are 64-bit: their magnitude must stay below about 1.8e308.';
     END IF;
+    RETURN true;
 END
 $$;
 
@@ -333,22 +349,24 @@ $$;
 -- ('cairn.enqueue', or 'cairn.enqueue_many: item 3 of 5'): the input a JSON object within the
 -- value limits (cairn.check_value), the keys non-empty and short enough, and, when the version
 -- has typed inputs (p_schema), the input of those types (22Z01). The bounds are cairn.limits()'s,
--- read once by the caller.
+-- read once by the caller. Returns true: a value, so that a caller assigns it (a plain
+-- expression) instead of PERFORM, which starts an executor for a query.
 CREATE OR REPLACE FUNCTION cairn.enqueue_check(p_where text, p_workflow text, p_input jsonb,
                                                p_idempotency_key text, p_concurrency_key text,
                                                p_schema jsonb, p_input_bytes integer,
                                                p_value_depth integer, p_key_bytes integer)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     v_refusal text;
+    v_ok boolean;
 BEGIN
     IF p_input IS NULL OR jsonb_typeof(p_input) <> 'object' THEN
         RAISE EXCEPTION '%: input must be a JSON object, got %', p_where,
             coalesce(jsonb_typeof(p_input), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM cairn.check_value(p_where, 'input', p_input, p_input_bytes, p_value_depth);
+    v_ok := cairn.check_value(p_where, 'input', p_input, p_input_bytes, p_value_depth);
     IF p_idempotency_key = '' THEN
         RAISE EXCEPTION '%: the idempotency key is empty', p_where
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Use NULL for no key.';
@@ -376,6 +394,7 @@ BEGIN
                       HINT = format('cairnctl schema %s prints the inputs it takes.', p_workflow);
         END IF;
     END IF;
+    RETURN true;
 END
 $$;
 
@@ -436,6 +455,23 @@ BEGIN
 END
 $$;
 
+-- Wakes the runners' claimers with NOTIFY cairn_enqueue, if any waits for one now (each says
+-- until when in claim_waits before it waits, then claims once more: 0033). A claimer that does
+-- not wait is claiming, and finds the new instance without being told; a NOTIFY makes the
+-- notifying transactions commit one at a time. A notification missed in the race between a
+-- claimer's announcement and an enqueue that checked just before it costs that instance at
+-- most one poll interval, as a lost notification always did.
+CREATE OR REPLACE FUNCTION cairn.wake_claimers() RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM cairn.claim_waits w WHERE w.until > clock_timestamp()) THEN
+        PERFORM pg_notify('cairn_enqueue', '');
+        RETURN true;
+    END IF;
+    RETURN false;
+END
+$$;
+
 -- Enqueues an instance of the latest (or the given) version of a workflow of the caller's tenant
 -- and returns its id. With an idempotency key that was used before for the workflow, returns
 -- that instance and enqueues nothing, or refuses another input (cairn.enqueue_existing);
@@ -443,8 +479,8 @@ $$;
 -- input only starts the instance). Other arguments (priority, scheduled_at, version, timeout)
 -- are not compared. Every check (cairn.enqueue_check, cairn.enqueue_timeout_ms) runs before the
 -- idempotency lookup: a request is refused for what it is, whichever key it carries. Wakes
--- runners with NOTIFY cairn_enqueue (a hint; they also poll). cairn.enqueue_many does the same
--- for many instances in one call.
+-- waiting claimers (cairn.wake_claimers: a hint; they also poll). cairn.enqueue_many does the
+-- same for many instances in one call.
 CREATE OR REPLACE FUNCTION cairn.enqueue(
     workflow_name text,
     input jsonb DEFAULT '{}',
@@ -466,10 +502,10 @@ DECLARE
     v_timeout_ms bigint;
     v_due timestamptz;
     v_id uuid;
-    v_lim record;
+    v_lim record := cairn.limits();
+    v_ok boolean;
     v_tenant text := cairn.current_tenant();
 BEGIN
-    SELECT * INTO v_lim FROM cairn.limits();
     v_timeout_ms := cairn.enqueue_timeout_ms('cairn.enqueue', enqueue.scheduled_at,
                                              enqueue.timeout);
     -- Inline, and two columns only, on the hot path; cairn.find_version says why none is found.
@@ -483,7 +519,7 @@ BEGIN
         PERFORM cairn.find_version('cairn.enqueue', enqueue.workflow_name,
                                    enqueue.workflow_version);
     END IF;
-    PERFORM cairn.enqueue_check('cairn.enqueue', enqueue.workflow_name, enqueue.input,
+    v_ok := cairn.enqueue_check('cairn.enqueue', enqueue.workflow_name, enqueue.input,
                                 enqueue.idempotency_key, enqueue.concurrency_key, v_schema,
                                 v_lim.input_bytes, v_lim.value_depth,
                                 v_lim.idempotency_key_bytes);
@@ -505,7 +541,7 @@ BEGIN
     END IF;
     INSERT INTO cairn.queued_instances (instance_id, workflow_version_id, priority, scheduled_at)
     VALUES (v_id, v_version_id, coalesce(enqueue.priority, 0), v_due);
-    PERFORM pg_notify('cairn_enqueue', '');
+    v_ok := cairn.wake_claimers();
     RETURN v_id;
 END;
 $$;
@@ -517,7 +553,7 @@ $$;
 -- given, have one entry per item (NULL: none for that item); an item whose key was used before,
 -- by an earlier call or an earlier item, gets that instance's id, as cairn.enqueue does. The
 -- other arguments apply to every item. One statement inserts the instances and one their queue
--- rows, and one NOTIFY wakes the runners.
+-- rows, and one cairn.wake_claimers wakes the runners.
 CREATE OR REPLACE FUNCTION cairn.enqueue_many(
     workflow_name text,
     inputs jsonb,
@@ -541,7 +577,8 @@ DECLARE
     v_n integer;
     v_ids uuid[];
     v_new uuid[];
-    v_lim record;
+    v_lim record := cairn.limits();
+    v_ok boolean;
     v_tenant text := cairn.current_tenant();
     i integer;
 BEGIN
@@ -563,7 +600,6 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'One per input, NULL for an input without one; or NULL for none at all.';
     END IF;
-    SELECT * INTO v_lim FROM cairn.limits();
     v_timeout_ms := cairn.enqueue_timeout_ms('cairn.enqueue_many', enqueue_many.scheduled_at,
                                              enqueue_many.timeout);
     SELECT v.id, v.timeout_ms, v.input_schema INTO v_version_id, v_version_timeout, v_schema
@@ -578,7 +614,7 @@ BEGIN
                                    enqueue_many.workflow_version);
     END IF;
     FOR i IN 1 .. v_n LOOP
-        PERFORM cairn.enqueue_check(format('cairn.enqueue_many: item %s of %s', i, v_n),
+        v_ok := cairn.enqueue_check(format('cairn.enqueue_many: item %s of %s', i, v_n),
                                     enqueue_many.workflow_name, inputs -> (i - 1),
                                     idempotency_keys[i], concurrency_keys[i], v_schema,
                                     v_lim.input_bytes, v_lim.value_depth,
@@ -621,7 +657,7 @@ BEGIN
         END LOOP;
     END IF;
     IF cardinality(v_new) > 0 THEN
-        PERFORM pg_notify('cairn_enqueue', '');
+        v_ok := cairn.wake_claimers();
     END IF;
     RETURN v_ids;
 END;

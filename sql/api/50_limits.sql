@@ -12,6 +12,11 @@
 CREATE OR REPLACE FUNCTION cairn.limit_lock_key(p_tenant text, p_workflow text) RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$ SELECT hashtext(p_tenant || '/' || p_workflow) $$;
 
+-- Marks a new queue row with the limit it waits under (limit_name, limit_key) when its
+-- workflow, key or tenant is limited. Two statements, on every enqueue's path: the instance's row
+-- with the workflow's advisory lock (shared: limit_set takes it exclusive to re-mark), then, in a
+-- snapshot taken after the lock, whether a limit or quota applies (in one statement each, the
+-- four of before cost 10% of an enqueue).
 CREATE OR REPLACE FUNCTION cairn.queue_limit() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -19,29 +24,36 @@ DECLARE
     v_key text;
     v_tenant text;
     v_version uuid;
+    v_quota boolean;
+    v_limited boolean;
 BEGIN
-    SELECT ri.workflow_name, ri.concurrency_key, ri.tenant_id, ri.workflow_version_id
-      INTO v_wf, v_key, v_tenant, v_version
-      FROM cairn.runner_instances ri WHERE ri.instance_id = NEW.instance_id;
     NEW.limit_name := NULL;
     NEW.limit_key := NULL;
     NEW.holds_slot := false;
+    SELECT ri.workflow_name, ri.concurrency_key, ri.tenant_id, ri.workflow_version_id
+      INTO v_wf, v_key, v_tenant, v_version
+      FROM cairn.runner_instances ri,
+           LATERAL pg_advisory_xact_lock_shared(1667330681,
+                                                cairn.limit_lock_key(ri.tenant_id,
+                                                                     ri.workflow_name)) AS l
+     WHERE ri.instance_id = NEW.instance_id;
     IF v_wf IS NULL THEN
         RETURN NEW;
     END IF;
     NEW.tenant_id := v_tenant;
     NEW.workflow_version_id := v_version; -- whatever the writer said: the instance's is checked
-    PERFORM pg_advisory_xact_lock_shared(1667330681, cairn.limit_lock_key(v_tenant, v_wf));
-    IF v_key IS NOT NULL
-       OR EXISTS (SELECT 1 FROM cairn.tenants t
-                   WHERE t.name = v_tenant AND t.max_running IS NOT NULL) THEN
+    SELECT EXISTS (SELECT 1 FROM cairn.tenants t
+                    WHERE t.name = v_tenant AND t.max_running IS NOT NULL),
+           EXISTS (SELECT 1 FROM cairn.workflow_limits wl
+                    WHERE wl.tenant_id = v_tenant AND wl.workflow_name = v_wf
+                      AND wl.max_running IS NOT NULL)
+      INTO v_quota, v_limited;
+    IF v_key IS NOT NULL OR v_quota THEN
         -- a key is limited (max_per_key) even on a workflow nobody set a limit for, and so is
         -- every workflow of a tenant with a quota
         INSERT INTO cairn.workflow_limits (tenant_id, workflow_name) VALUES (v_tenant, v_wf)
         ON CONFLICT DO NOTHING;
-    ELSIF NOT EXISTS (SELECT 1 FROM cairn.workflow_limits wl
-                       WHERE wl.tenant_id = v_tenant AND wl.workflow_name = v_wf
-                         AND wl.max_running IS NOT NULL) THEN
+    ELSIF NOT v_limited THEN
         RETURN NEW;
     END IF;
     NEW.limit_name := v_wf;

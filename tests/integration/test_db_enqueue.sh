@@ -7,7 +7,8 @@
 # idempotency keys: a key's instance again (the same input only, unless first_if_input_differs;
 # another input refused with 22023), per workflow, under eight concurrent enqueues, and
 # instances without a key left out of the key's index; cairn.enqueue_many: ids in order, the
-# same refusals naming the item, all or nothing, keys per item (TAP output). Works in a fresh database
+# same refusals naming the item, all or nothing, keys per item; a NOTIFY only while a claimer waits
+# (TAP output). Works in a fresh database
 # of its own on the server of CAIRN_TEST_DATABASE_URL, dropped at the end. Argument:
 # SOURCE_ROOT. Without CAIRN_TEST_DATABASE_URL it reports a skip.
 set -uo pipefail
@@ -169,6 +170,16 @@ check "typed inputs: an item of the wrong type, with 22Z01 and its path" \
     "22Z01 cairn.enqueue_many: item 2 of 2: input.n: expected int, got str"
 check "and made two instances, not four" \
     "$(q "$url" "SELECT count(*) FROM cairn.runner_instances WHERE input = '{\"b\": 1}'")" 2
+
+# ---- the wake-up: NOTIFY cairn_enqueue only while a claimer says it waits (0033) ------------
+# psql prints the notifications a session gets, its own included, after the statement.
+notified() { "$psql_bin" -X -q -A -t -d "$url" -c "LISTEN cairn_enqueue" -c "$1" 2>&1 </dev/null | grep -c 'notification "cairn_enqueue"'; }
+check "no claimer waits: an enqueue notifies nobody" "$(notified "SELECT cairn.enqueue('w', '{}')")" 0
+q "$url" "INSERT INTO cairn.claim_waits VALUES (gen_random_uuid(), clock_timestamp() + interval '1 minute')" >/dev/null
+check "a claimer waits: an enqueue wakes it" "$(notified "SELECT cairn.enqueue('w', '{}')")" 1
+check "and a batch, once" "$(notified "SELECT cairn.enqueue_many('w', '[{}, {}, {}]')")" 1
+q "$url" "UPDATE cairn.claim_waits SET until = clock_timestamp() - interval '1 second'" >/dev/null
+check "its wait over: no notification" "$(notified "SELECT cairn.enqueue('w', '{}')")" 0
 
 echo "1..$n"
 if [[ $failures -ne 0 ]]; then

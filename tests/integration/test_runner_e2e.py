@@ -4,7 +4,8 @@
 that scripts/test starts. In a fresh database of its own (dropped at the end):
 
 - every example case of tests/fixtures/example_cases.json runs through cairn-runner and two
-  cairn-worker processes and returns its expected result;
+  cairn-worker processes and returns its expected result; the idle runner's claimer says it
+  waits (cairn.claim_waits), so that an enqueue notifies;
 - an input exactly at the enqueue size limit and one at the depth limit run and come back whole;
 - an error the worker marks not retryable fails its instance after one attempt, whatever the
   workflow's retry policy;
@@ -288,6 +289,16 @@ def run_all(url, env, tmp):
         check(f"example {c['workflow']} {c['input'][:50]}",
               r.returncode == 0 and got == json.loads(c["want"]),
               f"exit {r.returncode}, got {r.stdout.strip()!r}, want {c['want']}, {r.stderr[-200:]}")
+
+    # ---- an idle claimer says it waits, so that enqueues wake it (sql/0033) ----------------
+    waiting = "SELECT count(*) FROM cairn.claim_waits WHERE until > clock_timestamp()"
+    check("an idle runner's claimer says in cairn.claim_waits that it waits",
+          wait_until("a claim wait", lambda: q(url, waiting) == "1", 10), q(url, waiting))
+    listen = subprocess.run([PSQL, "-X", "-q", "-A", "-t", "-d", url, "-c", "LISTEN cairn_enqueue",
+                             "-c", "SELECT cairn.enqueue('echo_input', '{\"a\": 1}')"],
+                            capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    check("so an enqueue notifies", 'notification "cairn_enqueue"' in listen.stdout + listen.stderr,
+          listen.stdout + listen.stderr)
 
     # ---- inputs at the enqueue limits run (cairn.limits(): 256 KiB of JSON, 32 levels) ----
     deep = "[" * 30 + "]" * 30  # the list is at level 2 of the input, its innermost at 32

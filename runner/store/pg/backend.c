@@ -42,6 +42,7 @@ static const struct rn_backend_ops pg_ops = {
     .fail = pg_fail,
     .reclaim = pg_reclaim,
     .wait_enqueue = pg_wait_enqueue,
+    .announce_wait = pg_announce_wait,
     .wait_notices = pg_wait_notices,
     .child_results = pg_child_results,
     .sweep_children = pg_sweep_children,

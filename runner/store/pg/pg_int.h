@@ -32,6 +32,7 @@ struct pg_backend {
     bool limits;               /* some workflow has a concurrency limit (checked every second) */
     bool tenants;              /* there is more than the default tenant (checked with limits) */
     int64_t limits_checked_ms; /* monotonic; 0: never */
+    char claimer[37];          /* this claimer's id in cairn.claim_waits ("": not drawn yet) */
 };
 
 /* How often the claim asks whether any workflow has a concurrency limit: a limit set or a
@@ -141,6 +142,7 @@ cn_err pg_wait_notify(struct pg_backend *b, const char *listen_sql, bool *listen
                       void (*each)(const PGnotify *nt, void *arg), void *arg,
                       struct cn_errmsg *err);
 cn_err pg_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err);
+cn_err pg_announce_wait(struct rn_backend *base, int64_t until_ms, struct cn_errmsg *err);
 
 /* ---- control.c: cancels, children, late results -------------------------------------------- */
 
