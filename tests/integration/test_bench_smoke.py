@@ -3,7 +3,8 @@
 """Meson test (suite db): cairn-bench runs every case end to end at a tiny size, in a fresh
 database of its own, and reports in each format. Checks that every instance completed and that
 the reports carry their fields; the figures themselves are not judged here (speed targets live
-in bench/RESULTS.md, never in tests). Arguments: CAIRN_BENCH BUILD_DIR. TAP output."""
+in bench/RESULTS.md, never in tests); and the scripts beside it (compare-builds, results-insert,
+enqueue) at tiny sizes. Arguments: CAIRN_BENCH BUILD_DIR. TAP output."""
 import csv
 import io
 import json
@@ -201,6 +202,26 @@ def main():
               r.returncode == 0 and
               rows[1:] == ["| two-indexes", "| key", "| key-on-conflict", "| grouped"],
               r.stdout[-600:] + r.stderr[-600:])
+
+        # bench/enqueue: every case on a throwaway cluster of its own, twice over with
+        # --schema-from (this tree's schema against itself: ratios near 1), and its JSON.
+        script = os.path.join(SCRIPTS, "enqueue")
+        out_json = os.path.join(tempfile.gettempdir(), f"cairn-enqueue-{os.getpid()}.json")
+        r = subprocess.run([script, "--build", BUILD, "--instances", "300", "--rounds", "1",
+                            "--seconds", "1", "--schema-from", os.path.join(SCRIPTS, ".."),
+                            "--json-out", out_json],
+                           capture_output=True, text=True, timeout=240, env=env)
+        rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "x |" in line]
+        try:
+            with open(out_json) as f:
+                doc = json.load(f)
+            os.unlink(out_json)
+        except (OSError, ValueError):
+            doc = {}
+        check("enqueue: every case on both schemas, with a ratio, and the medians as JSON",
+              r.returncode == 0 and len(rows) == 10 and doc.get("batch_per_s", 0) > 0 and
+              doc.get("single_p50_ms", 0) > 0 and doc.get("floor_p50_ms", 0) > 0,
+              r.stdout[-800:] + r.stderr[-600:])
     finally:
         q(BASE, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     print(f"1..{n}")
