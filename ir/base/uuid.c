@@ -3,7 +3,13 @@
  * libc, msgpack-c and jansson, and the SDK built on it is installed for others to link. */
 #include "ir/base/uuid.h"
 
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
 #include "ir/base/buf.h"
+#include "ir/base/log.h"
 
 static bool
 is_hyphen_at(int i)
@@ -49,4 +55,23 @@ cn_uuid_parse(const char *text, uint8_t id[16])
         i++;
     }
     return text[CN_UUID_TEXT_LEN] == '\0';
+}
+
+void
+cn_uuid_random(char out[CN_UUID_TEXT_LEN + 1])
+{
+    uint8_t b[16];
+    size_t got = 0;
+
+    while (got < sizeof(b)) {
+        ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+        if (n < 0 && errno != EINTR) {
+            cn_log(CN_LOG_ERROR, "getrandom: %s", strerror(errno));
+            abort();
+        }
+        got += n > 0 ? (size_t) n : 0;
+    }
+    b[6] = (uint8_t) ((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (uint8_t) ((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    cn_uuid_format(b, out);
 }

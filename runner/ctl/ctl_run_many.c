@@ -50,55 +50,51 @@ oom(void)
     cn_oom("cairnctl run --inputs");
 }
 
-/* The idempotency key of one line's input: its field rm->key_field, a string or an integer (as
- * its decimal text), appended to the chunk's keys as JSON; EXIT_REJECTED with why, else
- * EXIT_OK. */
+/* The idempotency key of one line's input, in *key (NULL without --idempotency-key-field; free
+ * it): its field rm->key_field, a string or an integer (as its decimal text). EXIT_REJECTED with
+ * why, else EXIT_OK. */
 static int
-add_key(struct run_many *rm, const char *what, const char *input)
+line_key(const struct run_many *rm, const char *what, const char *input, char **key)
 {
     json_error_t je;
-    json_t *doc = json_loads(input, 0, &je), *v;
-    int status = EXIT_OK;
-    char *text = NULL;
+    json_t *doc, *v;
 
-    if (rm->ch.n > 0 && cn_buf_putc(&rm->ch.keys, ',') != CN_OK) {
-        oom();
-    }
+    *key = NULL;
     if (rm->key_field == NULL) {
-        if (cn_buf_puts(&rm->ch.keys, "null") != CN_OK) {
-            oom();
-        }
-        json_decref(doc);
         return EXIT_OK;
     }
+    doc = json_loads(input, 0, &je); /* input is ctl_parse_input's own text: it loads */
     v = doc != NULL ? json_object_get(doc, rm->key_field) : NULL;
     if (json_is_string(v)) {
-        text = cn_xstrdup(json_string_value(v));
+        *key = cn_xstrdup(json_string_value(v));
     } else if (json_is_integer(v)) {
-        text = cn_xmalloc(24);
-        (void) snprintf(text, 24, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-    } else {
+        *key = cn_xmalloc(24);
+        (void) snprintf(*key, 24, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    }
+    json_decref(doc);
+    if (*key == NULL) {
         fprintf(stderr,
                 "cairnctl run: %s: no field \"%s\" that is a string or an integer, for its "
                 "idempotency key (--idempotency-key-field)\n",
                 what, rm->key_field);
-        status = EXIT_REJECTED;
+        return EXIT_REJECTED;
     }
-    if (status == EXIT_OK) {
-        status = ctl_check_enqueue(what, input, text, NULL);
+    return EXIT_OK;
+}
+
+/* Appends key (NULL: none) to the chunk's keys as JSON. */
+static void
+add_key(struct run_many *rm, const char *key)
+{
+    json_t *s = key != NULL ? json_string(key) : json_null();
+    char *enc = s != NULL ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+
+    if (enc == NULL || (rm->ch.n > 0 && cn_buf_putc(&rm->ch.keys, ',') != CN_OK) ||
+        cn_buf_puts(&rm->ch.keys, enc) != CN_OK) {
+        oom();
     }
-    if (status == EXIT_OK) {
-        json_t *s = json_string(text);
-        char *enc = s != NULL ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
-        if (enc == NULL || cn_buf_puts(&rm->ch.keys, enc) != CN_OK) {
-            oom();
-        }
-        free(enc);
-        json_decref(s);
-    }
-    free(text);
-    json_decref(doc);
-    return status;
+    free(enc);
+    json_decref(s);
 }
 
 /* Sends the chunk: one cairn.enqueue_many, its ids appended in order. A refusal names the line
@@ -172,18 +168,21 @@ static int
 add_line(struct run_many *rm, size_t lineno, const char *line)
 {
     char what[512];
-    char *compact = NULL;
+    char *compact = NULL, *key = NULL;
     int status;
 
     (void) snprintf(what, sizeof(what), "%s:%zu", rm->path, lineno);
     if ((status = ctl_parse_input_as("cairnctl run", what, line, &compact)) != EXIT_OK) {
         return status;
     }
-    if ((status = ctl_check_enqueue(what, compact, NULL, NULL)) != EXIT_OK ||
-        (status = add_key(rm, what, compact)) != EXIT_OK) {
+    if ((status = line_key(rm, what, compact, &key)) != EXIT_OK ||
+        (status = ctl_check_enqueue(what, compact, key, NULL)) != EXIT_OK) {
         free(compact);
+        free(key);
         return status;
     }
+    add_key(rm, key);
+    free(key);
     if ((rm->ch.n > 0 && cn_buf_putc(&rm->ch.inputs, ',') != CN_OK) ||
         cn_buf_puts(&rm->ch.inputs, compact) != CN_OK) {
         oom();

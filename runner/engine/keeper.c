@@ -170,9 +170,10 @@ confirm(struct rn_keeper *k, int64_t t0)
 
 /* Renews every lease held, RN_HEARTBEAT_BATCH at a time (each batch its own short transaction,
  * which never waits for a row lock); asks again for the busy ones; reports the lost ones.
- * *failed: a heartbeat statement failed (the database is out of reach), not merely busy rows. */
+ * Returns whether a heartbeat statement failed (the database is out of reach), not merely met
+ * busy rows. */
 static bool
-renew(struct rn_keeper *k, bool *failed)
+renew(struct rn_keeper *k)
 {
     struct rn_backend *b = k->cfg.backend;
     struct cn_errmsg em = {{0}};
@@ -184,7 +185,6 @@ renew(struct rn_keeper *k, bool *failed)
     bool complete;
     int64_t t0 = cn_mono_ms(), took;
 
-    *failed = false;
     cn_mutex_lock(&k->reg);
     n = k->leases.len;
     copy = n > 0 ? cn_xmalloc(n * sizeof(*copy)) : NULL;
@@ -194,7 +194,7 @@ renew(struct rn_keeper *k, bool *failed)
     cn_mutex_unlock(&k->reg);
     if (n == 0) {
         confirm(k, t0);
-        return true;
+        return false;
     }
     leases = cn_xmalloc(n * sizeof(*leases));
     st = cn_xmalloc(n * sizeof(*st));
@@ -252,7 +252,6 @@ renew(struct rn_keeper *k, bool *failed)
             k->lost(k->arg, copy[i].shard, e);
         }
     }
-    *failed = failures > 0;
     complete = failures == 0 && busy == 0;
     if (complete) {
         /* Every lease is accounted for, and the losses are on their way to the shards (which
@@ -270,7 +269,7 @@ renew(struct rn_keeper *k, bool *failed)
     free(copy);
     free(leases);
     free(st);
-    return complete;
+    return failures > 0;
 }
 
 static void *
@@ -301,9 +300,7 @@ keeper_main(void *arg)
         cn_mutex_unlock(&k->wake);
         {
             int64_t t0 = cn_mono_ms();
-            bool failed;
-            (void) renew(k, &failed);
-            if (failed) {
+            if (renew(k)) {
                 orphans_from = INT64_MAX;
             } else {
                 if (orphans_from == INT64_MAX || t0 - last_ok >= (int64_t) k->cfg.lock_ttl_ms) {

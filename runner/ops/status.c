@@ -721,25 +721,6 @@ answer_main(void *arg)
 
 /* ---- start and stop ------------------------------------------------------------------------- */
 
-static void
-make_id(char out[CN_UUID_TEXT_LEN + 1])
-{
-    uint8_t b[16];
-    size_t got = 0;
-
-    while (got < sizeof(b)) {
-        ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
-        if (n < 0 && errno != EINTR) {
-            cn_log(CN_LOG_ERROR, "getrandom: %s", strerror(errno));
-            abort();
-        }
-        got += n > 0 ? (size_t) n : 0;
-    }
-    b[6] = (uint8_t) ((b[6] & 0x0f) | 0x40); /* version 4 */
-    b[8] = (uint8_t) ((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-    cn_uuid_format(b, out);
-}
-
 cn_err
 rn_status_start(const struct rn_status_cfg *cfg, struct rn_status **out, struct cn_errmsg *err)
 {
@@ -755,7 +736,7 @@ rn_status_start(const struct rn_status_cfg *cfg, struct rn_status **out, struct 
     if (gethostname(s->host, sizeof(s->host) - 1) != 0) {
         (void) snprintf(s->host, sizeof(s->host), "?");
     }
-    make_id(s->id);
+    cn_uuid_random(s->id);
     cn_mutex_init(&s->mtx);
     cn_cond_init(&s->work);
     cn_cond_init(&s->wake);

@@ -356,11 +356,11 @@ struct rn_backend_ops {
     /* Waits up to timeout_ms for a hint that instances were enqueued (NOTIFY cairn_enqueue);
      * returns early when one comes. A hint only: callers poll anyway. */
     cn_err (*wait_enqueue)(struct rn_backend *b, int timeout_ms, struct cn_errmsg *err);
-    /* Says that this claimer waits for that hint from now until until_ms from now, so that
-     * enqueues send it (cairn.wake_claimers: they notify only while a claimer waits). The
-     * caller claims once more after it, before waiting, for what was enqueued unannounced.
-     * NULL in a backend whose enqueues always wake. */
-    cn_err (*announce_wait)(struct rn_backend *b, int64_t until_ms, struct cn_errmsg *err);
+    /* Says that this claimer waits for that hint for the next for_ms, so that enqueues send it
+     * (cairn.wake_claimers: they notify only while a claimer waits). The caller claims once more
+     * after it, before waiting, for what was enqueued unannounced. NULL in a backend whose enqueues
+     * always wake. */
+    cn_err (*announce_wait)(struct rn_backend *b, int64_t for_ms, struct cn_errmsg *err);
     /* Waits up to timeout_ms for cancels of held instances (NOTIFY cairn_cancel: fn for each)
      * and for children that finished (NOTIFY cairn_child: child_fn with those that came);
      * returns early when one comes. NULL in a backend without cancels. */

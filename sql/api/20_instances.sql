@@ -118,8 +118,8 @@ $$;
 -- The latest (or the given) version of a workflow of the caller's tenant, for the API functions
 -- that take a workflow by name; none is undefined_object (42704) in p_caller's name: 'unknown
 -- workflow "W" (register it first)', or 'workflow "W" has no version "V"'. Not a definer: it
--- runs with the rights of the API function that calls it. cairn.enqueue, on the hot path, makes
--- the same lookup inline and reads two columns only.
+-- runs with the rights of the API function that calls it. cairn.enqueue and enqueue_many, on the
+-- hot path, read three columns only (cairn.enqueue_target).
 CREATE OR REPLACE FUNCTION cairn.find_version(p_caller text, p_workflow text,
                                               p_version text DEFAULT NULL)
 RETURNS cairn.workflow_versions
@@ -345,6 +345,26 @@ BEGIN
 END
 $$;
 
+-- The version an enqueue of p_workflow targets, for tenant p_tenant: the newest, or p_version.
+-- Three columns, not find_version's whole row (its graph and source), on the enqueue path; when
+-- there is none, cairn.find_version raises why, in p_caller's name.
+CREATE OR REPLACE FUNCTION cairn.enqueue_target(p_caller text, p_workflow text, p_version text,
+                                                p_tenant text, OUT id uuid,
+                                                OUT timeout_ms bigint, OUT input_schema jsonb)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    SELECT v.id, v.timeout_ms, v.input_schema INTO id, timeout_ms, input_schema
+      FROM cairn.workflow_versions v
+     WHERE v.tenant_id = p_tenant AND v.workflow_name = p_workflow
+       AND (p_version IS NULL OR v.workflow_version = p_version)
+     ORDER BY v.created_at DESC
+     LIMIT 1;
+    IF id IS NULL THEN
+        PERFORM cairn.find_version(p_caller, p_workflow, p_version);
+    END IF;
+END
+$$;
+
 -- The checks of one instance to enqueue, each with its SQLSTATE, in p_where's name
 -- ('cairn.enqueue', or 'cairn.enqueue_many: item 3 of 5'): the input a JSON object within the
 -- value limits (cairn.check_value), the keys non-empty and short enough, and, when the version
@@ -503,22 +523,17 @@ DECLARE
     v_due timestamptz;
     v_id uuid;
     v_lim record := cairn.limits();
+    v_t record;
     v_ok boolean;
     v_tenant text := cairn.current_tenant();
 BEGIN
     v_timeout_ms := cairn.enqueue_timeout_ms('cairn.enqueue', enqueue.scheduled_at,
                                              enqueue.timeout);
-    -- Inline, and two columns only, on the hot path; cairn.find_version says why none is found.
-    SELECT v.id, v.timeout_ms, v.input_schema INTO v_version_id, v_version_timeout, v_schema
-      FROM cairn.workflow_versions v
-     WHERE v.tenant_id = v_tenant AND v.workflow_name = enqueue.workflow_name
-       AND (enqueue.workflow_version IS NULL OR v.workflow_version = enqueue.workflow_version)
-     ORDER BY v.created_at DESC
-     LIMIT 1;
-    IF v_version_id IS NULL THEN
-        PERFORM cairn.find_version('cairn.enqueue', enqueue.workflow_name,
-                                   enqueue.workflow_version);
-    END IF;
+    v_t := cairn.enqueue_target('cairn.enqueue', enqueue.workflow_name, enqueue.workflow_version,
+                                v_tenant);
+    v_version_id := v_t.id;
+    v_version_timeout := v_t.timeout_ms;
+    v_schema := v_t.input_schema;
     v_ok := cairn.enqueue_check('cairn.enqueue', enqueue.workflow_name, enqueue.input,
                                 enqueue.idempotency_key, enqueue.concurrency_key, v_schema,
                                 v_lim.input_bytes, v_lim.value_depth,
@@ -578,6 +593,7 @@ DECLARE
     v_ids uuid[];
     v_new uuid[];
     v_lim record := cairn.limits();
+    v_t record;
     v_ok boolean;
     v_tenant text := cairn.current_tenant();
     i integer;
@@ -602,17 +618,11 @@ BEGIN
     END IF;
     v_timeout_ms := cairn.enqueue_timeout_ms('cairn.enqueue_many', enqueue_many.scheduled_at,
                                              enqueue_many.timeout);
-    SELECT v.id, v.timeout_ms, v.input_schema INTO v_version_id, v_version_timeout, v_schema
-      FROM cairn.workflow_versions v
-     WHERE v.tenant_id = v_tenant AND v.workflow_name = enqueue_many.workflow_name
-       AND (enqueue_many.workflow_version IS NULL
-            OR v.workflow_version = enqueue_many.workflow_version)
-     ORDER BY v.created_at DESC
-     LIMIT 1;
-    IF v_version_id IS NULL THEN
-        PERFORM cairn.find_version('cairn.enqueue_many', enqueue_many.workflow_name,
-                                   enqueue_many.workflow_version);
-    END IF;
+    v_t := cairn.enqueue_target('cairn.enqueue_many', enqueue_many.workflow_name,
+                                enqueue_many.workflow_version, v_tenant);
+    v_version_id := v_t.id;
+    v_version_timeout := v_t.timeout_ms;
+    v_schema := v_t.input_schema;
     FOR i IN 1 .. v_n LOOP
         v_ok := cairn.enqueue_check(format('cairn.enqueue_many: item %s of %s', i, v_n),
                                     enqueue_many.workflow_name, inputs -> (i - 1),

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <stdlib.h>
 
+#include "ir/base/uuid.h"
 #include "ir/base/xalloc.h"
 #include "runner/store/db.h"
 #include "runner/store/pg/pg_int.h"
@@ -255,28 +256,23 @@ pg_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err)
     return pg_wait_notify(b, "LISTEN cairn_enqueue", &b->listening, timeout_ms, NULL, NULL, err);
 }
 
-/* One row per claimer in cairn.claim_waits (0033), under an id drawn by the database once per
- * backend; the rows of claimers gone an hour are cleared on the way. */
+/* One row per claimer in cairn.claim_waits (0033), under an id drawn once per backend; the rows
+ * of claimers gone an hour are cleared on the way. */
 cn_err
-pg_announce_wait(struct rn_backend *base, int64_t until_ms, struct cn_errmsg *err)
+pg_announce_wait(struct rn_backend *base, int64_t for_ms, struct cn_errmsg *err)
 {
     struct pg_backend *b = (struct pg_backend *) base;
     const char *params[2];
     char ms[24];
-    PGresult *r = NULL;
     cn_err rv;
 
     if ((rv = pg_conn(b, err)) != CN_OK) {
         return rv;
     }
     if (b->claimer[0] == '\0') {
-        if ((rv = rn_db_exec(b->c, "SELECT gen_random_uuid()::text", 0, NULL, &r, err)) != CN_OK) {
-            return rv;
-        }
-        (void) snprintf(b->claimer, sizeof(b->claimer), "%s", PQgetvalue(r, 0, 0));
-        PQclear(r);
+        cn_uuid_random(b->claimer);
     }
-    (void) snprintf(ms, sizeof(ms), "%lld", (long long) until_ms);
+    (void) snprintf(ms, sizeof(ms), "%lld", (long long) for_ms);
     params[0] = b->claimer;
     params[1] = ms;
     return rn_db_exec(

@@ -142,7 +142,7 @@ cn_err pg_wait_notify(struct pg_backend *b, const char *listen_sql, bool *listen
                       void (*each)(const PGnotify *nt, void *arg), void *arg,
                       struct cn_errmsg *err);
 cn_err pg_wait_enqueue(struct rn_backend *base, int timeout_ms, struct cn_errmsg *err);
-cn_err pg_announce_wait(struct rn_backend *base, int64_t until_ms, struct cn_errmsg *err);
+cn_err pg_announce_wait(struct rn_backend *base, int64_t for_ms, struct cn_errmsg *err);
 
 /* ---- control.c: cancels, children, late results -------------------------------------------- */
 

@@ -73,16 +73,22 @@ def _first(r):
     return r[0]
 
 
+def _interval(timeout):
+    """An enqueue's timeout for PostgreSQL: seconds (a number), a timedelta or interval text."""
+    if timeout is not None and not isinstance(timeout, (str, datetime.timedelta)):
+        return f"{float(timeout)} seconds"
+    return timeout
+
+
 def _enqueue(workflow, input, idempotency_key, priority, at, version, timeout,
              concurrency_key, any_input):
     if input is None:
         input = {}
     if not isinstance(input, dict):
         raise TypeError("input must be a dict (the workflow's inputs by name)")
-    if timeout is not None and not isinstance(timeout, (str, datetime.timedelta)):
-        timeout = f"{float(timeout)} seconds"  # seconds, a timedelta or an interval text
     return _Statement("SELECT cairn.enqueue(%s, %s, %s, %s, %s, %s, %s::interval, %s, %s)",
-                      (workflow, Jsonb(input), idempotency_key, priority, at, version, timeout,
+                      (workflow, Jsonb(input), idempotency_key, priority, at, version,
+                       _interval(timeout),
                        concurrency_key, bool(any_input)),
                       False, lambda r: str(r[0]))
 
@@ -97,12 +103,10 @@ def _enqueue_many(workflow, inputs, idempotency_keys, priority, at, version, tim
         if keys is not None and len(keys) != len(inputs):
             raise ValueError(f"{len(keys)} {what} for {len(inputs)} inputs (one per input, "
                              "None for an input without one)")
-    if timeout is not None and not isinstance(timeout, (str, datetime.timedelta)):
-        timeout = f"{float(timeout)} seconds"
     return _Statement("SELECT cairn.enqueue_many(%s, %s, %s::text[], %s, %s, %s, %s::interval,"
                       " %s::text[], %s)",
                       (workflow, Jsonb(inputs), None if idempotency_keys is None
-                       else list(idempotency_keys), priority, at, version, timeout,
+                       else list(idempotency_keys), priority, at, version, _interval(timeout),
                        None if concurrency_keys is None else list(concurrency_keys),
                        bool(any_input)),
                       False, lambda r: [str(i) for i in r[0]])

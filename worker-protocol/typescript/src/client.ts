@@ -113,6 +113,11 @@ export interface EnqueueManyOptions extends Omit<EnqueueOptions, "idempotencyKey
   concurrencyKeys?: (string | null)[];
 }
 
+/** An enqueue's timeout for PostgreSQL: seconds (a number) or interval text ("5 minutes"). */
+function intervalOf(timeout: number | string | undefined): string | null {
+  return timeout === undefined ? null : typeof timeout === "number" ? `${timeout} seconds` : timeout;
+}
+
 /** Where an input's value is, as the engine names it: input.order.items[2]. */
 function inputPath(e: ErrorObject): string {
   let p = "input";
@@ -239,7 +244,7 @@ export class Client {
       throw new TypeError("input must be an object (the workflow's inputs by name)");
     }
     const json = toJson(input, "the input");
-    const timeout = o.timeout === undefined ? null : typeof o.timeout === "number" ? `${o.timeout} seconds` : o.timeout;
+    const timeout = intervalOf(o.timeout);
     return this.run(async () => {
       if (o.validate) {
         await this.check(workflow, o.version, json);
@@ -270,7 +275,7 @@ export class Client {
         throw new TypeError(`${keys.length} ${what} for ${inputs.length} inputs (one per input, null for none)`);
       }
     }
-    const timeout = o.timeout === undefined ? null : typeof o.timeout === "number" ? `${o.timeout} seconds` : o.timeout;
+    const timeout = intervalOf(o.timeout);
     return this.run(async () => {
       if (o.validate) {
         for (const [i, json] of texts.entries()) {
